@@ -1,0 +1,492 @@
+//! Parsing of HTTP/1.1 requests: the head (via `httparse`) and the body (Content-Length or chunked).
+//!
+//! Everything here is pure: it works on byte slices, so it can be fuzzed and unit-tested without sockets.
+//! The connection loop (`conn.rs`) feeds it bytes and enforces the time limits.
+
+use std::fmt;
+
+/// Size and count limits applied while parsing.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub max_head_bytes: usize,
+    pub max_headers: usize,
+    pub max_body_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_head_bytes: 64 * 1024,
+            max_headers: 100,
+            max_body_bytes: 32 * 1024 * 1024,
+        }
+    }
+}
+
+/// A parsed HTTP request, header names lowercased.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub method: String,
+    /// The path without the query string.
+    pub path: String,
+    /// The query string without the `?` (empty when absent).
+    pub query: String,
+    /// Minor version: 0 for HTTP/1.0, 1 for HTTP/1.1.
+    pub version: u8,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    pub keep_alive: bool,
+}
+
+impl Request {
+    /// The first value of a header (name is matched case-insensitively).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// All values of a header, in order.
+    pub fn header_all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.headers
+            .iter()
+            .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The value of one query parameter, percent-decoded.
+    pub fn query_param(&self, name: &str) -> Option<String> {
+        self.query.split('&').find_map(|pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            (percent_decode(k) == name).then(|| percent_decode(v))
+        })
+    }
+}
+
+/// Decodes `%XX` escapes and `+` (as space) in a query component. Invalid escapes are kept as they are.
+pub fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(b) => {
+                        out.push(b);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// How the body of a request is framed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyKind {
+    None,
+    Length(u64),
+    Chunked,
+}
+
+/// The head of a request, before its body is read.
+#[derive(Debug)]
+pub struct Head {
+    pub request: Request,
+    pub body: BodyKind,
+    pub expect_continue: bool,
+}
+
+/// Why a request could not be read. Each maps to one response status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HttpError {
+    /// Malformed request line, header or body framing: 400.
+    BadRequest(String),
+    /// Head larger than the limit, or too many headers: 431.
+    HeadTooLarge(String),
+    /// Body larger than the limit: 413.
+    BodyTooLarge(u64),
+    /// Transfer-Encoding other than chunked: 501.
+    NotImplemented(String),
+    /// HTTP version other than 1.0/1.1: 505.
+    Version,
+}
+
+impl HttpError {
+    pub fn status(&self) -> u16 {
+        match self {
+            HttpError::BadRequest(_) => 400,
+            HttpError::HeadTooLarge(_) => 431,
+            HttpError::BodyTooLarge(_) => 413,
+            HttpError::NotImplemented(_) => 501,
+            HttpError::Version => 505,
+        }
+    }
+}
+
+impl fmt::Display for HttpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HttpError::BadRequest(m) => write!(f, "bad request: {m}"),
+            HttpError::HeadTooLarge(m) => write!(f, "request header too large: {m}"),
+            HttpError::BodyTooLarge(limit) => {
+                write!(f, "request body too large: the limit is {limit} bytes")
+            }
+            HttpError::NotImplemented(m) => write!(f, "not implemented: {m}"),
+            HttpError::Version => write!(f, "only HTTP/1.0 and HTTP/1.1 are supported"),
+        }
+    }
+}
+
+/// Tries to parse a request head from the start of `buf`.
+///
+/// Returns `Ok(None)` when more bytes are needed, or the head and the number of bytes it used.
+pub fn parse_head(buf: &[u8], limits: &Limits) -> Result<Option<(Head, usize)>, HttpError> {
+    let mut storage = vec![httparse::EMPTY_HEADER; limits.max_headers];
+    let mut req = httparse::Request::new(&mut storage);
+    let used = match req.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => {
+            if buf.len() > limits.max_head_bytes {
+                return Err(HttpError::HeadTooLarge(format!(
+                    "more than {} bytes",
+                    limits.max_head_bytes
+                )));
+            }
+            return Ok(None);
+        }
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(HttpError::HeadTooLarge(format!(
+                "more than {} header fields",
+                limits.max_headers
+            )))
+        }
+        Err(httparse::Error::Version) => return Err(HttpError::Version),
+        Err(e) => return Err(HttpError::BadRequest(e.to_string())),
+    };
+    if used > limits.max_head_bytes {
+        return Err(HttpError::HeadTooLarge(format!(
+            "more than {} bytes",
+            limits.max_head_bytes
+        )));
+    }
+    let method = req.method.unwrap_or("GET").to_string();
+    let target = req.path.unwrap_or("/");
+    let version = req.version.unwrap_or(1);
+    let (path, query) = match target.split_once('?') {
+        Some((p, q)) => (p.to_string(), q.to_string()),
+        None => (target.to_string(), String::new()),
+    };
+    let headers: Vec<(String, String)> = req
+        .headers
+        .iter()
+        .map(|h| {
+            (
+                h.name.to_ascii_lowercase(),
+                String::from_utf8_lossy(h.value).trim().to_string(),
+            )
+        })
+        .collect();
+
+    let mut content_length: Option<u64> = None;
+    let mut chunked = false;
+    let mut connection_close = version == 0;
+    let mut expect_continue = false;
+    for (name, value) in &headers {
+        match name.as_str() {
+            "content-length" => {
+                let n: u64 = value.parse().map_err(|_| {
+                    HttpError::BadRequest(format!("invalid Content-Length {value:?}"))
+                })?;
+                if content_length.is_some_and(|old| old != n) {
+                    return Err(HttpError::BadRequest(
+                        "conflicting Content-Length headers".into(),
+                    ));
+                }
+                content_length = Some(n);
+            }
+            "transfer-encoding" => {
+                let last = value.rsplit(',').next().unwrap_or("").trim();
+                if last.eq_ignore_ascii_case("chunked") {
+                    chunked = true;
+                } else {
+                    return Err(HttpError::NotImplemented(format!(
+                        "Transfer-Encoding {value:?}"
+                    )));
+                }
+            }
+            "connection" => {
+                for token in value.split(',').map(str::trim) {
+                    if token.eq_ignore_ascii_case("close") {
+                        connection_close = true;
+                    } else if token.eq_ignore_ascii_case("keep-alive") && version == 0 {
+                        connection_close = false;
+                    }
+                }
+            }
+            "expect" => {
+                if value.eq_ignore_ascii_case("100-continue") {
+                    expect_continue = true;
+                }
+            }
+            _ => {}
+        }
+    }
+    let body = match (chunked, content_length) {
+        (true, Some(_)) => {
+            return Err(HttpError::BadRequest(
+                "both Content-Length and Transfer-Encoding were sent".into(),
+            ))
+        }
+        (true, None) => BodyKind::Chunked,
+        (false, Some(0)) | (false, None) => BodyKind::None,
+        (false, Some(n)) if n > limits.max_body_bytes => {
+            return Err(HttpError::BodyTooLarge(limits.max_body_bytes))
+        }
+        (false, Some(n)) => BodyKind::Length(n),
+    };
+    let request = Request {
+        method,
+        path,
+        query,
+        version,
+        headers,
+        body: Vec::new(),
+        keep_alive: !connection_close,
+    };
+    Ok(Some((
+        Head {
+            request,
+            body,
+            expect_continue,
+        },
+        used,
+    )))
+}
+
+/// Incremental decoder for a chunked request body.
+#[derive(Debug, Default)]
+pub struct ChunkedDecoder {
+    state: ChunkState,
+    remaining: u64,
+}
+
+#[derive(Debug, Default, PartialEq, Eq)]
+enum ChunkState {
+    #[default]
+    Size,
+    Data,
+    DataEnd,
+    Trailers,
+    Done,
+}
+
+impl ChunkedDecoder {
+    /// Consumes bytes from `input`, appending decoded data to `out`.
+    ///
+    /// Returns how many input bytes were used and whether the body is complete. A line that is not complete
+    /// yet is left unconsumed; the caller passes it again with more bytes.
+    pub fn feed(
+        &mut self,
+        input: &[u8],
+        out: &mut Vec<u8>,
+        max_body: u64,
+    ) -> Result<(usize, bool), HttpError> {
+        let mut pos = 0;
+        loop {
+            match self.state {
+                ChunkState::Done => return Ok((pos, true)),
+                ChunkState::Size => {
+                    let Some(line_end) = find_crlf(&input[pos..]) else {
+                        if input.len() - pos > 1024 {
+                            return Err(HttpError::BadRequest("chunk size line too long".into()));
+                        }
+                        return Ok((pos, false));
+                    };
+                    let line = &input[pos..pos + line_end];
+                    let size_part = line.split(|&b| b == b';').next().unwrap_or(b"");
+                    let size_str = std::str::from_utf8(size_part)
+                        .map_err(|_| HttpError::BadRequest("invalid chunk size".into()))?
+                        .trim();
+                    let size = u64::from_str_radix(size_str, 16).map_err(|_| {
+                        HttpError::BadRequest(format!("invalid chunk size {size_str:?}"))
+                    })?;
+                    pos += line_end + 2;
+                    if size == 0 {
+                        self.state = ChunkState::Trailers;
+                    } else {
+                        if (out.len() as u64).saturating_add(size) > max_body {
+                            return Err(HttpError::BodyTooLarge(max_body));
+                        }
+                        self.remaining = size;
+                        self.state = ChunkState::Data;
+                    }
+                }
+                ChunkState::Data => {
+                    let available = (input.len() - pos) as u64;
+                    if available == 0 {
+                        return Ok((pos, false));
+                    }
+                    let take = available.min(self.remaining) as usize;
+                    out.extend_from_slice(&input[pos..pos + take]);
+                    pos += take;
+                    self.remaining -= take as u64;
+                    if self.remaining == 0 {
+                        self.state = ChunkState::DataEnd;
+                    }
+                }
+                ChunkState::DataEnd => {
+                    if input.len() - pos < 2 {
+                        return Ok((pos, false));
+                    }
+                    if &input[pos..pos + 2] != b"\r\n" {
+                        return Err(HttpError::BadRequest("chunk not followed by CRLF".into()));
+                    }
+                    pos += 2;
+                    self.state = ChunkState::Size;
+                }
+                ChunkState::Trailers => {
+                    let Some(line_end) = find_crlf(&input[pos..]) else {
+                        if input.len() - pos > 8192 {
+                            return Err(HttpError::BadRequest("trailer too long".into()));
+                        }
+                        return Ok((pos, false));
+                    };
+                    pos += line_end + 2;
+                    if line_end == 0 {
+                        self.state = ChunkState::Done;
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn find_crlf(buf: &[u8]) -> Option<usize> {
+    buf.windows(2).position(|w| w == b"\r\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(raw: &str) -> Result<Option<(Head, usize)>, HttpError> {
+        parse_head(raw.as_bytes(), &Limits::default())
+    }
+
+    #[test]
+    fn parses_a_simple_post() {
+        let raw = "POST /v1/messages?beta=true HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nX-Api-Key: k\r\n\r\nhello";
+        let (h, used) = head(raw).unwrap().unwrap();
+        assert_eq!(used, raw.len() - 5);
+        assert_eq!(h.request.path, "/v1/messages");
+        assert_eq!(h.request.query, "beta=true");
+        assert_eq!(h.request.header("x-api-key"), Some("k"));
+        assert_eq!(h.body, BodyKind::Length(5));
+        assert!(h.request.keep_alive);
+    }
+
+    #[test]
+    fn partial_head_needs_more() {
+        assert!(head("POST / HTTP/1.1\r\nHost: x\r\n").unwrap().is_none());
+    }
+
+    #[test]
+    fn huge_content_length_is_413_before_any_body() {
+        let err = head("POST / HTTP/1.1\r\nContent-Length: 50000000000\r\n\r\n").unwrap_err();
+        assert_eq!(err.status(), 413);
+    }
+
+    #[test]
+    fn smuggling_shapes_are_rejected() {
+        let err = head("POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n")
+            .unwrap_err();
+        assert_eq!(err.status(), 400);
+        let err =
+            head("POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n").unwrap_err();
+        assert_eq!(err.status(), 400);
+        let err = head("POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n").unwrap_err();
+        assert_eq!(err.status(), 400);
+    }
+
+    #[test]
+    fn too_many_headers_is_431() {
+        let mut raw = String::from("GET / HTTP/1.1\r\n");
+        for i in 0..200 {
+            raw.push_str(&format!("X-{i}: v\r\n"));
+        }
+        raw.push_str("\r\n");
+        assert_eq!(head(&raw).unwrap_err().status(), 431);
+    }
+
+    #[test]
+    fn oversized_partial_head_is_431() {
+        let raw = format!("GET / HTTP/1.1\r\nX: {}", "a".repeat(70_000));
+        assert_eq!(head(&raw).unwrap_err().status(), 431);
+    }
+
+    #[test]
+    fn http10_closes_by_default() {
+        let (h, _) = head("GET / HTTP/1.0\r\n\r\n").unwrap().unwrap();
+        assert!(!h.request.keep_alive);
+        let (h, _) = head("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert!(h.request.keep_alive);
+        let (h, _) = head("GET / HTTP/1.1\r\nConnection: close\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert!(!h.request.keep_alive);
+    }
+
+    #[test]
+    fn chunked_body_decodes_across_splits() {
+        let body = b"5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nTrailer: x\r\n\r\nNEXT";
+        for split in 0..body.len() {
+            let mut dec = ChunkedDecoder::default();
+            let mut out = Vec::new();
+            let mut pending = body[..split].to_vec();
+            let (used, done) = dec.feed(&pending, &mut out, 1000).unwrap();
+            assert!(!done || split >= body.len() - 4);
+            pending.drain(..used);
+            pending.extend_from_slice(&body[split..]);
+            let (used, done) = dec.feed(&pending, &mut out, 1000).unwrap();
+            assert!(done);
+            assert_eq!(&pending[used..], b"NEXT");
+            assert_eq!(out, b"hello world");
+        }
+    }
+
+    #[test]
+    fn chunked_body_over_limit_is_413() {
+        let mut dec = ChunkedDecoder::default();
+        let mut out = Vec::new();
+        let err = dec.feed(b"ffffffff\r\n", &mut out, 1000).unwrap_err();
+        assert_eq!(err.status(), 413);
+        let mut dec = ChunkedDecoder::default();
+        assert_eq!(
+            dec.feed(b"zz\r\n", &mut out, 1000).unwrap_err().status(),
+            400
+        );
+    }
+
+    #[test]
+    fn query_params_decode() {
+        let (h, _) = head("GET /a?key=a%20b&limit=5&x HTTP/1.1\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(h.request.query_param("key").as_deref(), Some("a b"));
+        assert_eq!(h.request.query_param("limit").as_deref(), Some("5"));
+        assert_eq!(h.request.query_param("x").as_deref(), Some(""));
+        assert_eq!(h.request.query_param("y"), None);
+        assert_eq!(percent_decode("%zz%4"), "%zz%4");
+    }
+}

@@ -1,0 +1,237 @@
+//! Writes HTTP/1.1 responses: whole bodies with Content-Length, or chunked streams flushed chunk by chunk.
+//!
+//! Every write goes straight to the socket in one `write_all` (head and body together, or one chunk with its
+//! framing), so with `TCP_NODELAY` each SSE event leaves the machine the moment it is written. A failed write
+//! is returned at once, so a worker relaying a stream learns immediately that its client is gone.
+
+use std::io::{self, Write};
+use std::net::TcpStream;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Fresh,
+    Streaming,
+    Done,
+    Broken,
+}
+
+/// The writing half of one request/response exchange on a connection.
+pub struct ResponseWriter {
+    stream: TcpStream,
+    state: State,
+    keep_alive: bool,
+    head_only: bool,
+    status: u16,
+    bytes_written: u64,
+    buf: Vec<u8>,
+}
+
+impl ResponseWriter {
+    pub(crate) fn new(stream: TcpStream) -> Self {
+        ResponseWriter {
+            stream,
+            state: State::Fresh,
+            keep_alive: true,
+            head_only: false,
+            status: 0,
+            bytes_written: 0,
+            buf: Vec::with_capacity(4096),
+        }
+    }
+
+    /// Prepares the writer for the next request on the same connection.
+    pub(crate) fn reset(&mut self, keep_alive: bool, head_only: bool) {
+        self.state = State::Fresh;
+        self.keep_alive = keep_alive;
+        self.head_only = head_only;
+        self.status = 0;
+        self.bytes_written = 0;
+    }
+
+    /// True once a status line has been written (a later error can no longer change the status).
+    pub fn is_started(&self) -> bool {
+        self.state != State::Fresh
+    }
+
+    /// The status that was sent, 0 if none yet.
+    pub fn status(&self) -> u16 {
+        self.status
+    }
+
+    /// Body bytes written so far.
+    pub fn bytes_written(&self) -> u64 {
+        self.bytes_written
+    }
+
+    /// Whether the connection can carry another request after this response.
+    pub(crate) fn reusable(&self) -> bool {
+        self.keep_alive && self.state == State::Done
+    }
+
+    /// Makes this the last response on the connection (`Connection: close`).
+    pub fn close_after(&mut self) {
+        self.keep_alive = false;
+    }
+
+    fn write_head(&mut self, status: u16, headers: &[(&str, &str)], framing: Framing) {
+        self.buf.clear();
+        self.buf.extend_from_slice(b"HTTP/1.1 ");
+        self.buf.extend_from_slice(status.to_string().as_bytes());
+        self.buf.push(b' ');
+        self.buf.extend_from_slice(reason(status).as_bytes());
+        self.buf.extend_from_slice(b"\r\n");
+        for (name, value) in headers {
+            // Header injection guard: values come from config and upstreams too.
+            if value.bytes().any(|b| b == b'\r' || b == b'\n') || name.is_empty() {
+                continue;
+            }
+            self.buf.extend_from_slice(name.as_bytes());
+            self.buf.extend_from_slice(b": ");
+            self.buf.extend_from_slice(value.as_bytes());
+            self.buf.extend_from_slice(b"\r\n");
+        }
+        match framing {
+            Framing::Length(n) => {
+                self.buf.extend_from_slice(b"content-length: ");
+                self.buf.extend_from_slice(n.to_string().as_bytes());
+                self.buf.extend_from_slice(b"\r\n");
+            }
+            Framing::Chunked => self
+                .buf
+                .extend_from_slice(b"transfer-encoding: chunked\r\n"),
+        }
+        if !self.keep_alive {
+            self.buf.extend_from_slice(b"connection: close\r\n");
+        }
+        self.buf.extend_from_slice(b"\r\n");
+        self.status = status;
+    }
+
+    fn flush_buf(&mut self) -> io::Result<()> {
+        let result = self.stream.write_all(&self.buf);
+        self.buf.clear();
+        if result.is_err() {
+            self.state = State::Broken;
+        }
+        result
+    }
+
+    /// Sends a complete response with a Content-Length body.
+    pub fn send(&mut self, status: u16, headers: &[(&str, &str)], body: &[u8]) -> io::Result<()> {
+        if self.state != State::Fresh {
+            return Err(io::Error::other("response already started"));
+        }
+        self.write_head(status, headers, Framing::Length(body.len()));
+        if !self.head_only {
+            self.buf.extend_from_slice(body);
+        }
+        self.flush_buf()?;
+        self.bytes_written = body.len() as u64;
+        self.state = State::Done;
+        Ok(())
+    }
+
+    /// Starts a chunked response; send the body with [`write_chunk`](Self::write_chunk) and end it with
+    /// [`finish`](Self::finish).
+    pub fn start_chunked(&mut self, status: u16, headers: &[(&str, &str)]) -> io::Result<()> {
+        if self.state != State::Fresh {
+            return Err(io::Error::other("response already started"));
+        }
+        self.write_head(status, headers, Framing::Chunked);
+        self.state = State::Streaming;
+        self.flush_buf()
+    }
+
+    /// Writes one chunk and pushes it to the socket. Empty data is ignored (it would end the body).
+    pub fn write_chunk(&mut self, data: &[u8]) -> io::Result<()> {
+        match self.state {
+            State::Streaming => {}
+            State::Broken => return Err(io::Error::new(io::ErrorKind::BrokenPipe, "client gone")),
+            _ => return Err(io::Error::other("no chunked response in progress")),
+        }
+        if data.is_empty() || self.head_only {
+            return Ok(());
+        }
+        self.buf.clear();
+        self.buf
+            .extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+        self.buf.extend_from_slice(data);
+        self.buf.extend_from_slice(b"\r\n");
+        self.flush_buf()?;
+        self.bytes_written += data.len() as u64;
+        Ok(())
+    }
+
+    /// Ends a chunked response.
+    pub fn finish(&mut self) -> io::Result<()> {
+        match self.state {
+            State::Streaming => {}
+            State::Done => return Ok(()),
+            State::Broken => return Err(io::Error::new(io::ErrorKind::BrokenPipe, "client gone")),
+            State::Fresh => return Err(io::Error::other("no response in progress")),
+        }
+        if !self.head_only {
+            self.buf.clear();
+            self.buf.extend_from_slice(b"0\r\n\r\n");
+            self.flush_buf()?;
+        }
+        self.state = State::Done;
+        Ok(())
+    }
+
+    /// True if the client has closed its side: a non-blocking peek sees end of stream or an error.
+    /// Pipelined bytes waiting to be read do not count as closed.
+    pub fn client_gone(&self) -> bool {
+        if self.state == State::Broken {
+            return true;
+        }
+        if self.stream.set_nonblocking(true).is_err() {
+            return false;
+        }
+        let mut probe = [0u8; 1];
+        let gone = match self.stream.peek(&mut probe) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => e.kind() != io::ErrorKind::WouldBlock,
+        };
+        let _ = self.stream.set_nonblocking(false);
+        gone
+    }
+}
+
+enum Framing {
+    Length(usize),
+    Chunked,
+}
+
+/// The reason phrase for a status code.
+pub fn reason(status: u16) -> &'static str {
+    match status {
+        100 => "Continue",
+        200 => "OK",
+        201 => "Created",
+        204 => "No Content",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        402 => "Payment Required",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        409 => "Conflict",
+        413 => "Content Too Large",
+        415 => "Unsupported Media Type",
+        422 => "Unprocessable Content",
+        429 => "Too Many Requests",
+        431 => "Request Header Fields Too Large",
+        499 => "Client Closed Request",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        505 => "HTTP Version Not Supported",
+        529 => "Overloaded",
+        _ => "Unknown",
+    }
+}

@@ -1,0 +1,415 @@
+//! The accept loop and the per-connection reader threads.
+//!
+//! The accept loop never ends on an error (EMFILE and friends are logged and waited out). Each accepted
+//! socket gets `TCP_NODELAY` and a small thread that only reads and parses requests; a parsed request is
+//! handed to the caller's `dispatch` (the worker pool) as an [`Exchange`], and the connection thread waits
+//! until the worker gives the socket back before it reads the next request (keep-alive). Reading has a
+//! deadline: a client that sends nothing, or sends its head or body too slowly, is dropped after
+//! `read_timeout` without ever occupying a worker.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, Sender};
+
+use super::request::{parse_head, BodyKind, ChunkedDecoder, HttpError, Limits, Request};
+use super::response::ResponseWriter;
+
+/// Settings of the HTTP layer.
+#[derive(Clone, Debug)]
+pub struct HttpConfig {
+    pub limits: Limits,
+    /// Deadline for a whole request (head and body) once it starts, and for an idle keep-alive connection.
+    pub read_timeout: Duration,
+    /// Limit for one blocked write to a client.
+    pub write_timeout: Duration,
+    /// Open connections above this get 503 and are closed.
+    pub max_connections: usize,
+}
+
+/// Counters shared by the accept loop, the connections and whoever drives shutdown.
+#[derive(Default)]
+pub struct ServerState {
+    pub shutting_down: AtomicBool,
+    pub open_connections: AtomicUsize,
+    /// Requests handed to a worker and not yet answered.
+    pub in_flight: AtomicUsize,
+    pub rejected: AtomicUsize,
+}
+
+/// Renders an error the HTTP layer answers by itself (bad framing, overload). Receives the request path
+/// when it is known, so the body can take the shape of the protocol at that path.
+pub type ErrorRenderer =
+    dyn Fn(Option<&str>, u16, &str) -> (Vec<(String, String)>, Vec<u8>) + Send + Sync;
+
+/// Hands an exchange to a worker. Returning it back means "no capacity": the caller answers 503.
+pub type Dispatch = dyn Fn(Exchange) -> Result<(), Exchange> + Send + Sync;
+
+/// One request and the means to answer it. Dropping it returns the connection to its reader thread.
+pub struct Exchange {
+    pub request: Request,
+    pub peer: SocketAddr,
+    /// When the request's head was complete.
+    pub received: Instant,
+    writer: Option<ResponseWriter>,
+    done: Sender<ResponseWriter>,
+}
+
+impl Exchange {
+    pub fn response(&mut self) -> &mut ResponseWriter {
+        // The writer is only taken in Drop.
+        self.writer.as_mut().expect("writer present until drop")
+    }
+}
+
+impl Drop for Exchange {
+    fn drop(&mut self) {
+        if let Some(w) = self.writer.take() {
+            let _ = self.done.send(w);
+        }
+    }
+}
+
+/// Runs the accept loop on the calling thread until `state.shutting_down` is set and a connection (or the
+/// waker) arrives.
+pub fn serve(
+    listener: TcpListener,
+    config: Arc<HttpConfig>,
+    state: Arc<ServerState>,
+    dispatch: Arc<Dispatch>,
+    render_error: Arc<ErrorRenderer>,
+) {
+    loop {
+        let accepted = listener.accept();
+        if state.shutting_down.load(Ordering::SeqCst) {
+            break;
+        }
+        let (stream, peer) = match accepted {
+            Ok(pair) => pair,
+            Err(e) => {
+                // EMFILE/ENFILE/ENOBUFS: wait for descriptors to free up; never end the loop.
+                log::warn!("accept failed: {e}");
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let _ = stream.set_write_timeout(Some(config.write_timeout));
+        let open = state.open_connections.fetch_add(1, Ordering::SeqCst) + 1;
+        if open > config.max_connections {
+            state.open_connections.fetch_sub(1, Ordering::SeqCst);
+            state.rejected.fetch_add(1, Ordering::Relaxed);
+            reject_overloaded(stream, None, &*render_error, "too many open connections");
+            continue;
+        }
+        let conn = Connection {
+            config: config.clone(),
+            state: state.clone(),
+            dispatch: dispatch.clone(),
+            render_error: render_error.clone(),
+            peer,
+        };
+        let spawned = std::thread::Builder::new()
+            .name("tollgate-conn".into())
+            .stack_size(256 * 1024)
+            .spawn({
+                let stream = match stream.try_clone() {
+                    Ok(s) => s,
+                    Err(e) => {
+                        log::warn!("could not clone an accepted socket: {e}");
+                        state.open_connections.fetch_sub(1, Ordering::SeqCst);
+                        continue;
+                    }
+                };
+                move || conn.run(stream)
+            });
+        if let Err(e) = spawned {
+            log::warn!("could not start a connection thread: {e}");
+            state.open_connections.fetch_sub(1, Ordering::SeqCst);
+            state.rejected.fetch_add(1, Ordering::Relaxed);
+            reject_overloaded(stream, None, &*render_error, "server at capacity");
+        }
+    }
+}
+
+fn reject_overloaded(
+    stream: TcpStream,
+    path: Option<&str>,
+    render_error: &ErrorRenderer,
+    why: &str,
+) {
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+    let mut writer = ResponseWriter::new(stream);
+    writer.reset(false, false);
+    send_rendered(&mut writer, path, 503, why, render_error, &[("retry-after", "1")]);
+}
+
+fn send_rendered(
+    writer: &mut ResponseWriter,
+    path: Option<&str>,
+    status: u16,
+    message: &str,
+    render_error: &ErrorRenderer,
+    extra: &[(&str, &str)],
+) {
+    let (headers, body) = render_error(path, status, message);
+    let mut all: Vec<(&str, &str)> = headers
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_str()))
+        .collect();
+    all.extend_from_slice(extra);
+    let _ = writer.send(status, &all, &body);
+}
+
+struct Connection {
+    config: Arc<HttpConfig>,
+    state: Arc<ServerState>,
+    dispatch: Arc<Dispatch>,
+    render_error: Arc<ErrorRenderer>,
+    peer: SocketAddr,
+}
+
+enum ReadOutcome {
+    /// The peer closed, or stayed idle past the timeout, between requests.
+    Closed,
+    /// The request could not be read; answer with this status and close.
+    Failed(Option<String>, HttpError),
+    /// Deadline passed in the middle of a request.
+    TimedOut,
+}
+
+impl Connection {
+    fn run(self, stream: TcpStream) {
+        if let Ok(s) = stream.try_clone() {
+            let mut reader = stream;
+            self.serve_requests(&mut reader, ResponseWriter::new(s));
+            let _ = reader.shutdown(Shutdown::Both);
+        }
+        self.state.open_connections.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    fn serve_requests(&self, reader: &mut TcpStream, mut writer: ResponseWriter) {
+        let (done_tx, done_rx) = bounded::<ResponseWriter>(1);
+        let mut buf: Vec<u8> = Vec::with_capacity(8192);
+        loop {
+            let request = match self.read_request(reader, &mut buf) {
+                Ok(request) => request,
+                Err(ReadOutcome::Closed) => return,
+                Err(ReadOutcome::TimedOut) => {
+                    writer.reset(false, false);
+                    let msg = "request not received in time";
+                    send_rendered(&mut writer, None, 408, msg, &*self.render_error, &[]);
+                    return;
+                }
+                Err(ReadOutcome::Failed(path, e)) => {
+                    writer.reset(false, false);
+                    let (status, msg) = (e.status(), e.to_string());
+                    send_rendered(&mut writer, path.as_deref(), status, &msg, &*self.render_error, &[]);
+                    linger(reader);
+                    return;
+                }
+            };
+            let head_only = request.method == "HEAD";
+            if self.state.shutting_down.load(Ordering::SeqCst) {
+                writer.reset(false, head_only);
+                send_rendered(
+                    &mut writer,
+                    Some(&request.path),
+                    503,
+                    "server is shutting down",
+                    &*self.render_error,
+                    &[("retry-after", "1")],
+                );
+                return;
+            }
+            // Lend the writer to a worker; it comes back through `done_rx` when the exchange is dropped.
+            writer.reset(request.keep_alive, head_only);
+            self.state.in_flight.fetch_add(1, Ordering::SeqCst);
+            let path = request.path.clone();
+            let exchange = Exchange {
+                request,
+                peer: self.peer,
+                received: Instant::now(),
+                writer: Some(writer),
+                done: done_tx.clone(),
+            };
+            if let Err(mut rejected) = (self.dispatch)(exchange) {
+                self.state.rejected.fetch_add(1, Ordering::Relaxed);
+                let w = rejected.response();
+                w.close_after();
+                send_rendered(
+                    w,
+                    Some(&path),
+                    503,
+                    "all workers are busy; retry shortly",
+                    &*self.render_error,
+                    &[("retry-after", "1")],
+                );
+            }
+            let returned = done_rx.recv();
+            self.state.in_flight.fetch_sub(1, Ordering::SeqCst);
+            match returned {
+                Ok(w) if w.reusable() && !self.state.shutting_down.load(Ordering::SeqCst) => {
+                    writer = w
+                }
+                _ => return,
+            }
+        }
+    }
+
+    /// Reads one request from the socket; leftover bytes (pipelining) stay in `buf`.
+    fn read_request(
+        &self,
+        reader: &mut TcpStream,
+        buf: &mut Vec<u8>,
+    ) -> Result<Request, ReadOutcome> {
+        let limits = &self.config.limits;
+        let idle_deadline = Instant::now() + self.config.read_timeout;
+        let mut deadline = idle_deadline;
+        let mut started = !buf.is_empty();
+        let head = loop {
+            match parse_head(buf, limits) {
+                Ok(Some((head, used))) => {
+                    buf.drain(..used);
+                    break head;
+                }
+                Ok(None) => {}
+                Err(e) => return Err(ReadOutcome::Failed(None, e)),
+            }
+            match read_some(reader, buf, deadline) {
+                Ok(0) => {
+                    return Err(if started {
+                        ReadOutcome::Failed(None, HttpError::BadRequest("incomplete request".into()))
+                    } else {
+                        ReadOutcome::Closed
+                    })
+                }
+                Ok(_) => {
+                    if !started {
+                        started = true;
+                        deadline = Instant::now() + self.config.read_timeout;
+                    }
+                }
+                Err(e) if is_timeout(&e) => {
+                    return Err(if started {
+                        ReadOutcome::TimedOut
+                    } else {
+                        ReadOutcome::Closed
+                    })
+                }
+                Err(_) => return Err(ReadOutcome::Closed),
+            }
+        };
+        let mut request = head.request;
+        let path = Some(request.path.clone());
+        if head.expect_continue && head.body != BodyKind::None && buf.is_empty() {
+            let _ = reader.write_all(b"HTTP/1.1 100 Continue\r\n\r\n");
+        }
+        match head.body {
+            BodyKind::None => {}
+            BodyKind::Length(n) => {
+                let n = n as usize;
+                let mut body = Vec::with_capacity(n.min(64 * 1024));
+                let take = n.min(buf.len());
+                body.extend(buf.drain(..take));
+                while body.len() < n {
+                    let want = n - body.len();
+                    match read_some_limited(reader, &mut body, want, deadline) {
+                        Ok(0) => {
+                            return Err(ReadOutcome::Failed(
+                                path,
+                                HttpError::BadRequest("body shorter than Content-Length".into()),
+                            ))
+                        }
+                        Ok(_) => {}
+                        Err(e) if is_timeout(&e) => return Err(ReadOutcome::TimedOut),
+                        Err(_) => return Err(ReadOutcome::Closed),
+                    }
+                }
+                request.body = body;
+            }
+            BodyKind::Chunked => {
+                let mut decoder = ChunkedDecoder::default();
+                let mut body = Vec::new();
+                loop {
+                    match decoder.feed(buf, &mut body, limits.max_body_bytes) {
+                        Ok((used, done)) => {
+                            buf.drain(..used);
+                            if done {
+                                break;
+                            }
+                        }
+                        Err(e) => return Err(ReadOutcome::Failed(path, e)),
+                    }
+                    match read_some(reader, buf, deadline) {
+                        Ok(0) => {
+                            return Err(ReadOutcome::Failed(
+                                path,
+                                HttpError::BadRequest("incomplete chunked body".into()),
+                            ))
+                        }
+                        Ok(_) => {}
+                        Err(e) if is_timeout(&e) => return Err(ReadOutcome::TimedOut),
+                        Err(_) => return Err(ReadOutcome::Closed),
+                    }
+                }
+                request.body = body;
+            }
+        }
+        Ok(request)
+    }
+}
+
+fn is_timeout(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
+}
+
+fn read_some(reader: &mut TcpStream, buf: &mut Vec<u8>, deadline: Instant) -> io::Result<usize> {
+    read_some_limited(reader, buf, 16 * 1024, deadline)
+}
+
+fn read_some_limited(
+    reader: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    max: usize,
+    deadline: Instant,
+) -> io::Result<usize> {
+    let remaining = deadline.saturating_duration_since(Instant::now());
+    if remaining.is_zero() {
+        return Err(io::Error::new(io::ErrorKind::TimedOut, "deadline passed"));
+    }
+    reader.set_read_timeout(Some(remaining))?;
+    let mut tmp = [0u8; 16 * 1024];
+    let want = max.min(tmp.len());
+    loop {
+        match reader.read(&mut tmp[..want]) {
+            Ok(n) => {
+                buf.extend_from_slice(&tmp[..n]);
+                return Ok(n);
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// After an error answer, read and discard what the client is still sending for a moment before closing,
+/// so the close does not turn into a reset that destroys the answer in flight.
+fn linger(reader: &mut TcpStream) {
+    let _ = reader.shutdown(Shutdown::Write);
+    let _ = reader.set_read_timeout(Some(Duration::from_millis(500)));
+    let mut tmp = [0u8; 16 * 1024];
+    let mut total = 0usize;
+    while total < 4 * 1024 * 1024 {
+        match reader.read(&mut tmp) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => total += n,
+        }
+    }
+}
