@@ -1,0 +1,256 @@
+//! The canonical representation every codec converts to and from: one request, one response, one stream
+//! event vocabulary. Translating between N protocols costs N codecs instead of N² translators.
+
+use serde_json::Value;
+
+use super::ApiError;
+
+/// Who spoke a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+    /// A tool result message (Chat `role:"tool"`); its content holds `Part::ToolResult`s.
+    Tool,
+}
+
+/// An image, by URL or inline.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ImageSource {
+    Url(String),
+    Base64 { media_type: String, data: String },
+}
+
+/// One piece of a message's content.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Part {
+    Text(String),
+    Image(ImageSource),
+    /// A call the assistant made. `arguments` is the JSON text, as OpenAI carries it.
+    ToolCall {
+        id: String,
+        name: String,
+        arguments: String,
+    },
+    /// The result of a call, sent back by the client.
+    ToolResult {
+        call_id: String,
+        content: Vec<Part>,
+        is_error: bool,
+    },
+    /// Reasoning the model showed, with the vendor's opaque signature when there is one.
+    Reasoning {
+        text: String,
+        signature: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Message {
+    pub role: Role,
+    pub content: Vec<Part>,
+}
+
+impl Message {
+    pub fn text(role: Role, text: impl Into<String>) -> Self {
+        Message {
+            role,
+            content: vec![Part::Text(text.into())],
+        }
+    }
+
+    /// The message's text parts joined.
+    pub fn joined_text(&self) -> String {
+        let mut out = String::new();
+        for part in &self.content {
+            match part {
+                Part::Text(t) => out.push_str(t),
+                Part::ToolResult { content, .. } => {
+                    for p in content {
+                        if let Part::Text(t) = p {
+                            out.push_str(t);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+}
+
+/// A function the model may call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tool {
+    pub name: String,
+    pub description: Option<String>,
+    /// JSON Schema of the arguments (an object schema).
+    pub parameters: Value,
+    pub strict: Option<bool>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolChoice {
+    Auto,
+    None,
+    /// Must call some tool.
+    Required,
+    /// Must call this tool.
+    Function(String),
+}
+
+/// Requested shape of the text output.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OutputFormat {
+    Text,
+    JsonObject,
+    JsonSchema {
+        name: String,
+        schema: Value,
+        strict: Option<bool>,
+        description: Option<String>,
+    },
+}
+
+/// A generation request, whatever protocol it arrived in.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Request {
+    pub model: String,
+    /// System prompt pieces in order (Chat system/developer messages, Responses `instructions`, Anthropic
+    /// `system`).
+    pub system: Vec<String>,
+    pub messages: Vec<Message>,
+    pub tools: Vec<Tool>,
+    pub tool_choice: Option<ToolChoice>,
+    pub parallel_tool_calls: Option<bool>,
+    pub max_tokens: Option<u64>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub stop: Vec<String>,
+    pub stream: bool,
+    pub output_format: Option<OutputFormat>,
+    /// `low`, `medium`, `high`, ... as the client said it.
+    pub reasoning_effort: Option<String>,
+    pub user: Option<String>,
+}
+
+impl Request {
+    /// Text of the last user message (what the mock model answers to).
+    pub fn last_user_text(&self) -> String {
+        self.messages
+            .iter()
+            .rev()
+            .find(|m| m.role == Role::User)
+            .map(Message::joined_text)
+            .unwrap_or_default()
+    }
+
+    /// All text in the request, for token estimates.
+    pub fn all_text(&self) -> String {
+        let mut out = self.system.join("\n");
+        for m in &self.messages {
+            out.push('\n');
+            out.push_str(&m.joined_text());
+            for p in &m.content {
+                if let Part::ToolCall {
+                    name, arguments, ..
+                } = p
+                {
+                    out.push_str(name);
+                    out.push_str(arguments);
+                }
+            }
+        }
+        for t in &self.tools {
+            out.push_str(&t.name);
+            out.push_str(t.description.as_deref().unwrap_or(""));
+            out.push_str(&t.parameters.to_string());
+        }
+        out
+    }
+}
+
+/// Why generation stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StopReason {
+    EndTurn,
+    MaxTokens,
+    /// The stop sequence that matched, when the upstream says which.
+    StopSequence(Option<String>),
+    ToolUse,
+    ContentFilter,
+    /// Anthropic `pause_turn` and anything else without an equivalent.
+    Other(String),
+}
+
+/// Token usage, normalised: `input_tokens` counts all input including cached and cache-write tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub cached_input_tokens: u64,
+    pub cache_creation_input_tokens: u64,
+    pub output_tokens: u64,
+    pub reasoning_tokens: u64,
+}
+
+impl Usage {
+    pub fn total(&self) -> u64 {
+        self.input_tokens + self.output_tokens
+    }
+}
+
+/// A complete (non-streamed) answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Response {
+    pub id: String,
+    pub model: String,
+    /// Text, tool calls and reasoning, in output order.
+    pub content: Vec<Part>,
+    pub stop: StopReason,
+    pub usage: Usage,
+    pub created: u64,
+}
+
+impl Response {
+    pub fn text(&self) -> String {
+        self.content
+            .iter()
+            .filter_map(|p| match p {
+                Part::Text(t) => Some(t.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// One step of a streamed answer. Tool calls are numbered by `index` in output order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamEvent {
+    /// Always first: ids and what is known of the input.
+    Start {
+        id: String,
+        model: String,
+        created: u64,
+        /// An estimate of input tokens when the upstream reports none yet.
+        input_tokens: u64,
+    },
+    TextDelta(String),
+    ReasoningDelta(String),
+    ReasoningSignature(String),
+    ToolCallStart {
+        index: usize,
+        id: String,
+        name: String,
+    },
+    ToolArgsDelta {
+        index: usize,
+        delta: String,
+    },
+    /// Usage so far (cumulative); the last one wins.
+    Usage(Usage),
+    /// Generation ended for this reason; usage may still follow.
+    Finish(StopReason),
+    /// The stream failed after it started.
+    Error(ApiError),
+}

@@ -1,0 +1,563 @@
+//! OpenAI Chat Completions codec: request decoding, response and stream encoding, usage reading.
+
+use serde_json::{json, Map, Value};
+
+use super::canon::{
+    ImageSource, Message, OutputFormat, Part, Request, Response, Role, StopReason, StreamEvent,
+    Tool, ToolChoice, Usage,
+};
+use super::fields::{self, join, missing, opt_array, opt_bool, opt_f64, opt_str, opt_u64};
+use super::sse::push_event;
+use super::{ApiError, StreamEncoder};
+
+/// Checks that a Chat Completions body has `messages` (pointing at `input` when that was sent instead).
+pub fn validate(body: &Value) -> Result<(), ApiError> {
+    messages_of(fields::object(body, "body")?).map(|_| ())
+}
+
+fn messages_of(o: &Map<String, Value>) -> Result<&Vec<Value>, ApiError> {
+    match o.get("messages") {
+        None | Some(Value::Null) if o.contains_key("input") => Err(ApiError::invalid_param(
+            "messages",
+            "Missing required parameter: `messages`. This body has `input`, which belongs to the \
+             Responses API (POST /v1/responses); Chat Completions takes `messages`.",
+        )),
+        None | Some(Value::Null) => Err(missing("messages")),
+        Some(Value::Array(a)) => Ok(a),
+        Some(other) => Err(fields::wrong_type("messages", "an array", other)),
+    }
+}
+
+/// Validates a Chat Completions body and decodes it into the canonical request.
+pub fn decode_request(body: &Value) -> Result<Request, ApiError> {
+    let o = fields::object(body, "body")?;
+    let messages = messages_of(o)?;
+    let model = fields::req_str(o, "model", "")?.to_string();
+    let mut req = Request {
+        model,
+        stream: fields::stream_flag(o)?,
+        ..Request::default()
+    };
+    for (i, m) in messages.iter().enumerate() {
+        decode_message(m, &format!("messages[{i}]"), &mut req)?;
+    }
+    if let Some(tools) = opt_array(o, "tools", "")? {
+        for (i, t) in tools.iter().enumerate() {
+            if let Some(tool) = decode_tool(t, &format!("tools[{i}]"))? {
+                req.tools.push(tool);
+            }
+        }
+    }
+    req.tool_choice = match o.get("tool_choice") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(decode_tool_choice(v)?),
+    };
+    req.parallel_tool_calls = opt_bool(o, "parallel_tool_calls", "")?;
+    req.max_tokens = match opt_u64(o, "max_completion_tokens", "")? {
+        Some(n) => Some(n),
+        None => opt_u64(o, "max_tokens", "")?,
+    };
+    req.temperature = opt_f64(o, "temperature", "")?;
+    req.top_p = opt_f64(o, "top_p", "")?;
+    req.stop = match o.get("stop") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|s| s.as_str().map(str::to_string).ok_or_else(|| fields::bad_value("stop", "strings")))
+            .collect::<Result<_, _>>()?,
+        Some(other) => return Err(fields::wrong_type("stop", "a string or an array of strings", other)),
+    };
+    req.output_format = match o.get("response_format") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(decode_response_format(v)?),
+    };
+    req.reasoning_effort = opt_str(o, "reasoning_effort", "")?.map(str::to_string);
+    req.user = opt_str(o, "user", "")?.map(str::to_string);
+    Ok(req)
+}
+
+fn decode_message(m: &Value, path: &str, req: &mut Request) -> Result<(), ApiError> {
+    let o = fields::object(m, path)?;
+    let role = fields::req_str(o, "role", path)?;
+    let content_path = join(path, "content");
+    let content = o.get("content").unwrap_or(&Value::Null);
+    match role {
+        "system" | "developer" => {
+            let text = text_of(content, &content_path)?;
+            if req.messages.is_empty() {
+                req.system.push(text);
+            } else {
+                req.messages.push(Message::text(Role::System, text));
+            }
+        }
+        "user" => {
+            let parts = decode_user_content(content, &content_path)?;
+            req.messages.push(Message { role: Role::User, content: parts });
+        }
+        "assistant" => {
+            let mut parts = Vec::new();
+            if let Some(r) = opt_str(o, "reasoning_content", path)? {
+                if !r.is_empty() {
+                    parts.push(Part::Reasoning { text: r.to_string(), signature: None });
+                }
+            }
+            match content {
+                Value::Null => {}
+                other => {
+                    let t = text_of(other, &content_path)?;
+                    if !t.is_empty() {
+                        parts.push(Part::Text(t));
+                    }
+                }
+            }
+            for (i, call) in opt_array(o, "tool_calls", path)?.into_iter().flatten().enumerate() {
+                let cpath = format!("{path}.tool_calls[{i}]");
+                let c = fields::object(call, &cpath)?;
+                let f = fields::object(c.get("function").unwrap_or(&Value::Null), &join(&cpath, "function"))?;
+                parts.push(Part::ToolCall {
+                    id: fields::req_str(c, "id", &cpath)?.to_string(),
+                    name: fields::req_str(f, "name", &join(&cpath, "function"))?.to_string(),
+                    arguments: opt_str(f, "arguments", &join(&cpath, "function"))?
+                        .unwrap_or("{}")
+                        .to_string(),
+                });
+            }
+            req.messages.push(Message { role: Role::Assistant, content: parts });
+        }
+        "tool" => {
+            let call_id = fields::req_str(o, "tool_call_id", path)?.to_string();
+            let text = text_of(content, &content_path)?;
+            req.messages.push(Message {
+                role: Role::Tool,
+                content: vec![Part::ToolResult { call_id, content: vec![Part::Text(text)], is_error: false }],
+            });
+        }
+        "function" => {
+            return Err(ApiError::invalid_param(
+                &join(path, "role"),
+                "The deprecated `function` role is not supported; use `tool` messages.",
+            ))
+        }
+        other => {
+            return Err(ApiError::invalid_param(
+                &join(path, "role"),
+                format!("Invalid value for `{path}.role`: {other:?}. Expected system, developer, user, assistant or tool."),
+            ))
+        }
+    }
+    Ok(())
+}
+
+/// Text of a content value: a string or an array of text parts (other part types are refused).
+fn text_of(content: &Value, path: &str) -> Result<String, ApiError> {
+    match content {
+        Value::Null => Ok(String::new()),
+        Value::String(s) => Ok(s.clone()),
+        Value::Array(parts) => {
+            let mut out = String::new();
+            for (i, p) in parts.iter().enumerate() {
+                let ppath = format!("{path}[{i}]");
+                let po = fields::object(p, &ppath)?;
+                match fields::req_str(po, "type", &ppath)? {
+                    "text" => out.push_str(fields::req_str(po, "text", &ppath)?),
+                    "refusal" => out.push_str(fields::req_str(po, "refusal", &ppath)?),
+                    other => {
+                        return Err(ApiError::invalid_param(
+                            &join(&ppath, "type"),
+                            format!("Content parts of type {other:?} are not allowed here; only text."),
+                        ))
+                    }
+                }
+            }
+            Ok(out)
+        }
+        other => Err(fields::wrong_type(path, "a string or an array of content parts", other)),
+    }
+}
+
+fn decode_user_content(content: &Value, path: &str) -> Result<Vec<Part>, ApiError> {
+    match content {
+        Value::String(s) => Ok(vec![Part::Text(s.clone())]),
+        Value::Array(parts) => {
+            let mut out = Vec::new();
+            for (i, p) in parts.iter().enumerate() {
+                let ppath = format!("{path}[{i}]");
+                let po = fields::object(p, &ppath)?;
+                match fields::req_str(po, "type", &ppath)? {
+                    "text" => out.push(Part::Text(fields::req_str(po, "text", &ppath)?.to_string())),
+                    "image_url" => {
+                        let ipath = join(&ppath, "image_url");
+                        let url = match po.get("image_url") {
+                            Some(Value::String(s)) => s.as_str(),
+                            Some(Value::Object(io)) => fields::req_str(io, "url", &ipath)?,
+                            _ => return Err(missing(&join(&ipath, "url"))),
+                        };
+                        out.push(Part::Image(parse_image_url(url)));
+                    }
+                    other => {
+                        return Err(ApiError::invalid_param(
+                            &join(&ppath, "type"),
+                            format!("Content parts of type {other:?} are not supported by this gateway."),
+                        ))
+                    }
+                }
+            }
+            Ok(out)
+        }
+        Value::Null => Err(missing(path)),
+        other => Err(fields::wrong_type(path, "a string or an array of content parts", other)),
+    }
+}
+
+/// Splits a `data:` URI into media type and base64 data; anything else is a URL.
+pub fn parse_image_url(url: &str) -> ImageSource {
+    if let Some(rest) = url.strip_prefix("data:") {
+        if let Some((meta, data)) = rest.split_once(',') {
+            if let Some(media_type) = meta.strip_suffix(";base64") {
+                return ImageSource::Base64 { media_type: media_type.to_string(), data: data.to_string() };
+            }
+        }
+    }
+    ImageSource::Url(url.to_string())
+}
+
+/// The URL form of an image (a data URI for inline images).
+pub fn image_url_string(src: &ImageSource) -> String {
+    match src {
+        ImageSource::Url(u) => u.clone(),
+        ImageSource::Base64 { media_type, data } => format!("data:{media_type};base64,{data}"),
+    }
+}
+
+fn decode_tool(t: &Value, path: &str) -> Result<Option<Tool>, ApiError> {
+    let o = fields::object(t, path)?;
+    match opt_str(o, "type", path)?.unwrap_or("function") {
+        "function" => {}
+        other => {
+            return Err(ApiError::invalid_param(
+                &join(path, "type"),
+                format!("Tools of type {other:?} are not supported; use function tools."),
+            ))
+        }
+    }
+    let fpath = join(path, "function");
+    let f = fields::object(o.get("function").unwrap_or(&Value::Null), &fpath)?;
+    Ok(Some(Tool {
+        name: fields::req_str(f, "name", &fpath)?.to_string(),
+        description: opt_str(f, "description", &fpath)?.map(str::to_string),
+        parameters: f
+            .get("parameters")
+            .cloned()
+            .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
+        strict: opt_bool(f, "strict", &fpath)?,
+    }))
+}
+
+fn decode_tool_choice(v: &Value) -> Result<ToolChoice, ApiError> {
+    match v {
+        Value::String(s) => match s.as_str() {
+            "auto" => Ok(ToolChoice::Auto),
+            "none" => Ok(ToolChoice::None),
+            "required" => Ok(ToolChoice::Required),
+            _ => Err(fields::bad_value("tool_choice", "\"auto\", \"none\", \"required\" or a function")),
+        },
+        Value::Object(o) => {
+            let f = fields::object(o.get("function").unwrap_or(&Value::Null), "tool_choice.function")?;
+            Ok(ToolChoice::Function(fields::req_str(f, "name", "tool_choice.function")?.to_string()))
+        }
+        other => Err(fields::wrong_type("tool_choice", "a string or an object", other)),
+    }
+}
+
+fn decode_response_format(v: &Value) -> Result<OutputFormat, ApiError> {
+    let o = fields::object(v, "response_format")?;
+    match fields::req_str(o, "type", "response_format")? {
+        "text" => Ok(OutputFormat::Text),
+        "json_object" => Ok(OutputFormat::JsonObject),
+        "json_schema" => {
+            let s = fields::object(o.get("json_schema").unwrap_or(&Value::Null), "response_format.json_schema")?;
+            Ok(OutputFormat::JsonSchema {
+                name: opt_str(s, "name", "response_format.json_schema")?.unwrap_or("output").to_string(),
+                schema: s.get("schema").cloned().unwrap_or_else(|| json!({"type": "object"})),
+                strict: opt_bool(s, "strict", "response_format.json_schema")?,
+                description: opt_str(s, "description", "response_format.json_schema")?.map(str::to_string),
+            })
+        }
+        _ => Err(fields::bad_value("response_format.type", "text, json_object or json_schema")),
+    }
+}
+
+/// Chat's `finish_reason` for a stop reason.
+pub fn finish_reason(stop: &StopReason) -> &'static str {
+    match stop {
+        StopReason::EndTurn | StopReason::StopSequence(_) | StopReason::Other(_) => "stop",
+        StopReason::MaxTokens => "length",
+        StopReason::ToolUse => "tool_calls",
+        StopReason::ContentFilter => "content_filter",
+    }
+}
+
+/// The usage object of a response or final chunk.
+pub fn usage_json(u: &Usage) -> Value {
+    json!({
+        "prompt_tokens": u.input_tokens,
+        "completion_tokens": u.output_tokens,
+        "total_tokens": u.total(),
+        "prompt_tokens_details": {"cached_tokens": u.cached_input_tokens, "audio_tokens": 0},
+        "completion_tokens_details": {
+            "reasoning_tokens": u.reasoning_tokens, "audio_tokens": 0,
+            "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0
+        }
+    })
+}
+
+/// Reads a Chat `usage` object.
+pub fn usage_from(u: &Value) -> Option<Usage> {
+    let o = u.as_object()?;
+    let n = |v: Option<&Value>| v.and_then(Value::as_u64).unwrap_or(0);
+    Some(Usage {
+        input_tokens: n(o.get("prompt_tokens")),
+        cached_input_tokens: n(u.pointer("/prompt_tokens_details/cached_tokens")),
+        cache_creation_input_tokens: 0,
+        output_tokens: n(o.get("completion_tokens")),
+        reasoning_tokens: n(u.pointer("/completion_tokens_details/reasoning_tokens")),
+    })
+}
+
+/// Encodes a complete answer as a `chat.completion` object.
+pub fn encode_response(resp: &Response) -> Value {
+    let mut message = Map::new();
+    message.insert("role".into(), json!("assistant"));
+    let text = resp.text();
+    let calls: Vec<Value> = resp
+        .content
+        .iter()
+        .filter_map(|p| match p {
+            Part::ToolCall { id, name, arguments } => Some(json!({
+                "id": id, "type": "function", "function": {"name": name, "arguments": arguments}
+            })),
+            _ => None,
+        })
+        .collect();
+    let reasoning: String = resp
+        .content
+        .iter()
+        .filter_map(|p| match p {
+            Part::Reasoning { text, .. } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    message.insert(
+        "content".into(),
+        if text.is_empty() && !calls.is_empty() { Value::Null } else { json!(text) },
+    );
+    message.insert("refusal".into(), Value::Null);
+    if !reasoning.is_empty() {
+        message.insert("reasoning_content".into(), json!(reasoning));
+    }
+    if !calls.is_empty() {
+        message.insert("tool_calls".into(), Value::Array(calls));
+    }
+    json!({
+        "id": resp.id,
+        "object": "chat.completion",
+        "created": resp.created,
+        "model": resp.model,
+        "choices": [{
+            "index": 0,
+            "message": message,
+            "logprobs": null,
+            "finish_reason": finish_reason(&resp.stop),
+        }],
+        "usage": usage_json(&resp.usage),
+        "system_fingerprint": null,
+    })
+}
+
+/// Re-emits canonical events as `chat.completion.chunk`s: `role` once, tool-call `index` on every delta,
+/// the finish chunk, then usage on its own final chunk (only if the client asked), then `[DONE]`.
+pub struct ChatStreamEncoder {
+    include_usage: bool,
+    id: String,
+    model: String,
+    created: u64,
+    started: bool,
+    stop: Option<StopReason>,
+    usage: Usage,
+    failed: bool,
+    saw_tool_call: bool,
+}
+
+impl ChatStreamEncoder {
+    pub fn new(include_usage: bool) -> Self {
+        ChatStreamEncoder {
+            include_usage,
+            id: String::new(),
+            model: String::new(),
+            created: 0,
+            started: false,
+            stop: None,
+            usage: Usage::default(),
+            failed: false,
+            saw_tool_call: false,
+        }
+    }
+
+    fn chunk(&self, out: &mut Vec<u8>, delta: Value, finish: Option<&str>) {
+        let mut v = json!({
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
+        });
+        if self.include_usage {
+            v["usage"] = Value::Null;
+        }
+        push_event(out, None, &v.to_string());
+    }
+}
+
+impl StreamEncoder for ChatStreamEncoder {
+    fn encode(&mut self, event: &StreamEvent, out: &mut Vec<u8>) {
+        if self.failed {
+            return;
+        }
+        match event {
+            StreamEvent::Start { id, model, created, .. } => {
+                self.id = id.clone();
+                self.model = model.clone();
+                self.created = *created;
+                self.started = true;
+                self.chunk(out, json!({"role": "assistant", "content": ""}), None);
+            }
+            StreamEvent::TextDelta(t) => self.chunk(out, json!({"content": t}), None),
+            StreamEvent::ReasoningDelta(t) => self.chunk(out, json!({"reasoning_content": t}), None),
+            StreamEvent::ReasoningSignature(_) => {}
+            StreamEvent::ToolCallStart { index, id, name } => {
+                self.saw_tool_call = true;
+                self.chunk(
+                    out,
+                    json!({"tool_calls": [{
+                        "index": index, "id": id, "type": "function",
+                        "function": {"name": name, "arguments": ""}
+                    }]}),
+                    None,
+                )
+            }
+            StreamEvent::ToolArgsDelta { index, delta } => self.chunk(
+                out,
+                json!({"tool_calls": [{"index": index, "function": {"arguments": delta}}]}),
+                None,
+            ),
+            StreamEvent::Usage(u) => self.usage = *u,
+            StreamEvent::Finish(reason) => self.stop = Some(reason.clone()),
+            StreamEvent::Error(e) => {
+                self.failed = true;
+                let v = json!({"error": e.openai_object("")});
+                push_event(out, None, &v.to_string());
+            }
+        }
+    }
+
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        if self.failed {
+            return;
+        }
+        let stop = self.stop.clone().unwrap_or(if self.saw_tool_call {
+            StopReason::ToolUse
+        } else {
+            StopReason::EndTurn
+        });
+        self.chunk(out, json!({}), Some(finish_reason(&stop)));
+        if self.include_usage {
+            let v = json!({
+                "id": self.id,
+                "object": "chat.completion.chunk",
+                "created": self.created,
+                "model": self.model,
+                "choices": [],
+                "usage": usage_json(&self.usage),
+            });
+            push_event(out, None, &v.to_string());
+        }
+        out.extend_from_slice(b"data: [DONE]\n\n");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn input_instead_of_messages_names_the_field() {
+        let e = decode_request(&json!({"model": "m", "input": "hi"})).unwrap_err();
+        assert_eq!(e.status, 400);
+        assert_eq!(e.param.as_deref(), Some("messages"));
+        assert!(e.message.contains("input"));
+    }
+
+    #[test]
+    fn decodes_roles_tools_and_options() {
+        let r = decode_request(&json!({
+            "model": "m", "stream": true, "max_tokens": 7, "stop": "x",
+            "messages": [
+                {"role": "system", "content": "sys"},
+                {"role": "user", "content": [{"type": "text", "text": "hi"},
+                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAA"}}]},
+                {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "42"}
+            ],
+            "tools": [{"type": "function", "function": {"name": "f"}}],
+            "tool_choice": {"type": "function", "function": {"name": "f"}}
+        }))
+        .unwrap();
+        assert_eq!(r.system, vec!["sys"]);
+        assert_eq!(r.messages.len(), 3);
+        assert_eq!(r.max_tokens, Some(7));
+        assert_eq!(r.stop, vec!["x"]);
+        assert!(r.stream);
+        assert_eq!(r.tool_choice, Some(ToolChoice::Function("f".into())));
+        assert_eq!(
+            r.messages[0].content[1],
+            Part::Image(ImageSource::Base64 { media_type: "image/png".into(), data: "AAA".into() })
+        );
+    }
+
+    #[test]
+    fn wrong_types_name_the_field() {
+        let e = decode_request(&json!({"model": "m", "messages": [{"role": "user", "content": 5}]})).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("messages[0].content"));
+        let e = decode_request(&json!({"model": 1, "messages": []})).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("model"));
+    }
+
+    #[test]
+    fn stream_encoder_sends_role_once_and_usage_last() {
+        let mut enc = ChatStreamEncoder::new(true);
+        let mut out = Vec::new();
+        enc.encode(&StreamEvent::Start { id: "c".into(), model: "m".into(), created: 1, input_tokens: 3 }, &mut out);
+        enc.encode(&StreamEvent::TextDelta("a".into()), &mut out);
+        enc.encode(&StreamEvent::ToolCallStart { index: 0, id: "call_1".into(), name: "f".into() }, &mut out);
+        enc.encode(&StreamEvent::ToolArgsDelta { index: 0, delta: "{}".into() }, &mut out);
+        enc.encode(&StreamEvent::Finish(StopReason::ToolUse), &mut out);
+        enc.encode(&StreamEvent::Usage(Usage { input_tokens: 3, output_tokens: 2, ..Usage::default() }), &mut out);
+        enc.finish(&mut out);
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(text.matches("\"role\"").count(), 1);
+        assert!(text.ends_with("data: [DONE]\n\n"));
+        let chunks: Vec<Value> = text
+            .split("\n\n")
+            .filter_map(|b| b.strip_prefix("data: "))
+            .filter(|d| *d != "[DONE]")
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect();
+        let last = chunks.last().unwrap();
+        assert_eq!(last["choices"], json!([]));
+        assert_eq!(last["usage"]["total_tokens"], 5);
+        assert_eq!(chunks[chunks.len() - 2]["choices"][0]["finish_reason"], "tool_calls");
+        assert!(chunks[..chunks.len() - 1].iter().all(|c| c["usage"].is_null()));
+    }
+}

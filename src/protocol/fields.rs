@@ -1,0 +1,111 @@
+//! Typed access to JSON request fields, with errors that name the field and say what was expected.
+
+use serde_json::{Map, Value};
+
+use super::ApiError;
+
+fn wrong(path: &str, expected: &str, got: &Value) -> ApiError {
+    let kind = match got {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    };
+    ApiError::invalid_param(
+        path,
+        format!("Invalid type for `{path}`: expected {expected}, got {kind}."),
+    )
+}
+
+/// The body as an object, or a 400.
+pub fn object<'a>(v: &'a Value, path: &str) -> Result<&'a Map<String, Value>, ApiError> {
+    v.as_object().ok_or_else(|| wrong(path, "an object", v))
+}
+
+/// An optional string (null counts as absent).
+pub fn opt_str<'a>(o: &'a Map<String, Value>, key: &str, path: &str) -> Result<Option<&'a str>, ApiError> {
+    match o.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(other) => Err(wrong(&join(path, key), "a string", other)),
+    }
+}
+
+/// A required string.
+pub fn req_str<'a>(o: &'a Map<String, Value>, key: &str, path: &str) -> Result<&'a str, ApiError> {
+    opt_str(o, key, path)?.ok_or_else(|| missing(&join(path, key)))
+}
+
+pub fn opt_bool(o: &Map<String, Value>, key: &str, path: &str) -> Result<Option<bool>, ApiError> {
+    match o.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(other) => Err(wrong(&join(path, key), "a boolean", other)),
+    }
+}
+
+/// An optional non-negative integer.
+pub fn opt_u64(o: &Map<String, Value>, key: &str, path: &str) -> Result<Option<u64>, ApiError> {
+    match o.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v @ Value::Number(n)) => n
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| wrong(&join(path, key), "a non-negative integer", v)),
+        Some(other) => Err(wrong(&join(path, key), "a non-negative integer", other)),
+    }
+}
+
+pub fn opt_f64(o: &Map<String, Value>, key: &str, path: &str) -> Result<Option<f64>, ApiError> {
+    match o.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v @ Value::Number(n)) => n
+            .as_f64()
+            .filter(|f| f.is_finite())
+            .map(Some)
+            .ok_or_else(|| wrong(&join(path, key), "a number", v)),
+        Some(other) => Err(wrong(&join(path, key), "a number", other)),
+    }
+}
+
+pub fn opt_array<'a>(
+    o: &'a Map<String, Value>,
+    key: &str,
+    path: &str,
+) -> Result<Option<&'a Vec<Value>>, ApiError> {
+    match o.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Array(a)) => Ok(Some(a)),
+        Some(other) => Err(wrong(&join(path, key), "an array", other)),
+    }
+}
+
+pub fn missing(path: &str) -> ApiError {
+    ApiError::invalid_param(path, format!("Missing required parameter: `{path}`."))
+}
+
+/// `a.b`, or `b` at the top level.
+pub fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+/// The `stream` flag, validated.
+pub fn stream_flag(o: &Map<String, Value>) -> Result<bool, ApiError> {
+    Ok(opt_bool(o, "stream", "")?.unwrap_or(false))
+}
+
+/// Error for a value of the right type but not an accepted one.
+pub fn bad_value(path: &str, expected: &str) -> ApiError {
+    ApiError::invalid_param(path, format!("Invalid value for `{path}`: expected {expected}."))
+}
+
+/// The wrong-type error, for callers that match on shapes themselves.
+pub fn wrong_type(path: &str, expected: &str, got: &Value) -> ApiError {
+    wrong(path, expected, got)
+}

@@ -1,0 +1,99 @@
+//! Wire protocols: the canonical types, one codec per protocol, SSE framing and the error type.
+//!
+//! Each codec (`chat`, `responses`, `messages`) converts between its wire JSON/SSE and the canonical types in
+//! `canon`. Nothing here does I/O: codecs take and return values and bytes.
+
+pub mod canon;
+pub mod chat;
+mod error;
+pub mod fields;
+pub mod messages;
+pub mod responses;
+pub mod sse;
+
+pub use error::{ApiError, ErrorKind};
+
+/// The three client-facing protocols.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    /// OpenAI Chat Completions, `POST /v1/chat/completions`.
+    Chat,
+    /// OpenAI Responses, `POST /v1/responses`.
+    Responses,
+    /// Anthropic Messages, `POST /v1/messages`.
+    Messages,
+}
+
+impl Protocol {
+    /// Short name used in logs, usage records and config.
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Chat => "chat",
+            Protocol::Responses => "responses",
+            Protocol::Messages => "messages",
+        }
+    }
+
+    /// The endpoint path.
+    pub fn path(self) -> &'static str {
+        match self {
+            Protocol::Chat => "/v1/chat/completions",
+            Protocol::Responses => "/v1/responses",
+            Protocol::Messages => "/v1/messages",
+        }
+    }
+
+    pub fn from_path(path: &str) -> Option<Protocol> {
+        match path {
+            "/v1/chat/completions" => Some(Protocol::Chat),
+            "/v1/responses" => Some(Protocol::Responses),
+            "/v1/messages" => Some(Protocol::Messages),
+            _ => None,
+        }
+    }
+
+    /// Decodes a request body of this protocol into the canonical request (validating it on the way).
+    pub fn decode_request(self, body: &serde_json::Value) -> Result<canon::Request, ApiError> {
+        match self {
+            Protocol::Chat => chat::decode_request(body),
+            Protocol::Responses => responses::decode_request(body),
+            Protocol::Messages => messages::decode_request(body),
+        }
+    }
+
+    /// Encodes a complete canonical answer as this protocol's response body.
+    pub fn encode_response(self, resp: &canon::Response, req: &canon::Request) -> serde_json::Value {
+        match self {
+            Protocol::Chat => chat::encode_response(resp),
+            Protocol::Responses => responses::encode_response(resp, req),
+            Protocol::Messages => messages::encode_response(resp),
+        }
+    }
+
+    /// A stream encoder that turns canonical events into this protocol's SSE lifecycle.
+    pub fn stream_encoder(self, req: &canon::Request, include_usage: bool) -> Box<dyn StreamEncoder> {
+        match self {
+            Protocol::Chat => Box::new(chat::ChatStreamEncoder::new(include_usage)),
+            Protocol::Responses => Box::new(responses::ResponsesStreamEncoder::new(req)),
+            Protocol::Messages => Box::new(messages::MessagesStreamEncoder::new()),
+        }
+    }
+
+    /// Reads normalised usage from a complete response body of this protocol.
+    pub fn usage_from_response(self, body: &serde_json::Value) -> Option<canon::Usage> {
+        match self {
+            Protocol::Chat => chat::usage_from(body.get("usage")?),
+            Protocol::Responses => responses::usage_from(body.get("usage")?),
+            Protocol::Messages => messages::usage_from(body.get("usage")?),
+        }
+    }
+}
+
+/// Turns canonical stream events into one protocol's SSE bytes.
+pub trait StreamEncoder: Send {
+    /// Appends the SSE bytes for one event (possibly none, possibly several SSE events) to `out`.
+    fn encode(&mut self, event: &canon::StreamEvent, out: &mut Vec<u8>);
+    /// Appends whatever closes the stream (final chunks, terminal events, `[DONE]`).
+    /// After an `Error` event nothing more is written.
+    fn finish(&mut self, out: &mut Vec<u8>);
+}
