@@ -1,0 +1,338 @@
+//! API keys: generation, SHA-256 hashing, the flat keys file (`keys.jsonl` in `data_dir`) and the in-memory
+//! set the request path checks against.
+//!
+//! The file holds one JSON object per line: name, group, the key's SHA-256 (hex), optional credit, whether
+//! it is disabled, and when it was created. The plaintext key is never stored. Rewrites are atomic (write a
+//! temporary file, fsync, rename, fsync the directory). A running server reloads the file when it changes;
+//! a file that no longer parses leaves the last good set in force and logs the line.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// File name of the keys file inside `data_dir`.
+pub const KEYS_FILE: &str = "keys.jsonl";
+
+/// Length of the random part of a key.
+const KEY_RANDOM_LEN: usize = 40;
+pub const KEY_PREFIX: &str = "tg_";
+
+/// One line of the keys file.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct KeyRecord {
+    pub name: String,
+    pub group: String,
+    /// `sha256:` followed by the hex digest of the key.
+    pub hash: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credit: Option<f64>,
+    #[serde(default)]
+    pub disabled: bool,
+    #[serde(default)]
+    pub created: String,
+}
+
+/// A new random key: `tg_` and 40 base62 characters (~238 bits).
+pub fn generate_key() -> String {
+    format!("{KEY_PREFIX}{}", crate::util::random_base62(KEY_RANDOM_LEN))
+}
+
+/// The stored form of a key.
+pub fn hash_key(key: &str) -> String {
+    let digest = Sha256::digest(key.as_bytes());
+    let mut hex = String::with_capacity(7 + 64);
+    hex.push_str("sha256:");
+    for b in digest {
+        hex.push_str(&format!("{b:02x}"));
+    }
+    hex
+}
+
+/// Why a keys file could not be read.
+#[derive(Debug)]
+pub enum KeysFileError {
+    Io(io::Error),
+    /// A line (1-based) that is not a valid record.
+    Line(usize, String),
+}
+
+impl std::fmt::Display for KeysFileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KeysFileError::Io(e) => write!(f, "{e}"),
+            KeysFileError::Line(n, m) => write!(f, "line {n}: {m}"),
+        }
+    }
+}
+
+/// Reads the keys file; a missing file is an empty set.
+pub fn read_keys(path: &Path) -> Result<Vec<KeyRecord>, KeysFileError> {
+    let text = match fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(KeysFileError::Io(e)),
+    };
+    parse_keys(&text)
+}
+
+/// Parses keys file text. Blank lines and lines starting with `#` are skipped.
+pub fn parse_keys(text: &str) -> Result<Vec<KeyRecord>, KeysFileError> {
+    let mut out: Vec<KeyRecord> = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let rec: KeyRecord =
+            serde_json::from_str(line).map_err(|e| KeysFileError::Line(i + 1, e.to_string()))?;
+        if !rec.hash.starts_with("sha256:") || rec.hash.len() != 7 + 64 {
+            return Err(KeysFileError::Line(i + 1, "hash must be sha256: followed by 64 hex digits".into()));
+        }
+        if rec.name.is_empty() {
+            return Err(KeysFileError::Line(i + 1, "name must not be empty".into()));
+        }
+        if out.iter().any(|r| r.name == rec.name) {
+            return Err(KeysFileError::Line(i + 1, format!("duplicate key name {:?}", rec.name)));
+        }
+        out.push(rec);
+    }
+    Ok(out)
+}
+
+/// Writes the keys file atomically: temp file, fsync, rename over the old one, fsync the directory.
+pub fn write_keys(path: &Path, keys: &[KeyRecord]) -> io::Result<()> {
+    let mut text = String::from("# tollgate keys: one JSON object per line; only SHA-256 hashes of keys are stored\n");
+    for k in keys {
+        text.push_str(&serde_json::to_string(k).map_err(io::Error::other)?);
+        text.push('\n');
+    }
+    write_atomic(path, text.as_bytes())
+}
+
+/// Replaces `path` with `data` so that readers see either the old or the new file, never a mix.
+pub fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(
+        ".{}.tmp.{}",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
+        std::process::id()
+    ));
+    {
+        let mut f = fs::OpenOptions::new().write(true).create(true).truncate(true).open(&tmp)?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            f.set_permissions(fs::Permissions::from_mode(0o600))?;
+        }
+        f.write_all(data)?;
+        f.sync_all()?;
+    }
+    if let Err(e) = fs::rename(&tmp, path) {
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
+    }
+    if let Ok(d) = fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+/// Who a valid key belongs to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Identity {
+    pub name: String,
+    pub group: String,
+    pub credit: Option<f64>,
+}
+
+/// The outcome of checking a presented key.
+#[derive(Debug, Clone, PartialEq)]
+pub enum KeyCheck {
+    Valid(Arc<Identity>),
+    Revoked(String),
+    Unknown,
+}
+
+#[derive(Default)]
+struct KeySet {
+    by_hash: HashMap<String, (Arc<Identity>, bool)>,
+}
+
+impl KeySet {
+    fn from_records(records: &[KeyRecord]) -> KeySet {
+        let by_hash = records
+            .iter()
+            .map(|r| {
+                let id = Identity { name: r.name.clone(), group: r.group.clone(), credit: r.credit };
+                (r.hash.clone(), (Arc::new(id), r.disabled))
+            })
+            .collect();
+        KeySet { by_hash }
+    }
+}
+
+/// The keys the server accepts, reloaded when the file changes.
+pub struct KeyStore {
+    path: PathBuf,
+    set: RwLock<Arc<KeySet>>,
+    stamp: Mutex<Option<(SystemTime, u64)>>,
+}
+
+fn file_stamp(path: &Path) -> Option<(SystemTime, u64)> {
+    let m = fs::metadata(path).ok()?;
+    Some((m.modified().ok()?, m.len()))
+}
+
+impl KeyStore {
+    /// Loads the keys file in `data_dir`.
+    pub fn open(data_dir: &Path) -> Result<KeyStore, KeysFileError> {
+        let path = data_dir.join(KEYS_FILE);
+        let stamp = file_stamp(&path);
+        let records = read_keys(&path)?;
+        Ok(KeyStore {
+            set: RwLock::new(Arc::new(KeySet::from_records(&records))),
+            path,
+            stamp: Mutex::new(stamp),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn len(&self) -> usize {
+        self.current().by_hash.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn current(&self) -> Arc<KeySet> {
+        match self.set.read() {
+            Ok(g) => g.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Checks a presented key.
+    pub fn check(&self, key: &str) -> KeyCheck {
+        let set = self.current();
+        match set.by_hash.get(&hash_key(key)) {
+            Some((id, false)) => KeyCheck::Valid(id.clone()),
+            Some((id, true)) => KeyCheck::Revoked(id.name.clone()),
+            None => KeyCheck::Unknown,
+        }
+    }
+
+    /// Reloads the file if its modification time or size changed. A file that fails to parse keeps the
+    /// current set and logs where it is broken. Returns true when a new set was installed.
+    pub fn reload_if_changed(&self) -> bool {
+        let now = file_stamp(&self.path);
+        {
+            let mut last = match self.stamp.lock() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            if *last == now {
+                return false;
+            }
+            *last = now;
+        }
+        match read_keys(&self.path) {
+            Ok(records) => {
+                let set = Arc::new(KeySet::from_records(&records));
+                match self.set.write() {
+                    Ok(mut g) => *g = set,
+                    Err(p) => *p.into_inner() = set,
+                }
+                log::info!("keys reloaded from {} ({} keys)", self.path.display(), records.len());
+                true
+            }
+            Err(e) => {
+                log::error!(
+                    "keys file {} is invalid ({e}); keeping the previous {} keys in force",
+                    self.path.display(),
+                    self.len()
+                );
+                false
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmpdir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("tollgate-keys-{name}-{}", crate::util::random_base62(8)));
+        fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn keys_are_long_random_and_hashed() {
+        let k = generate_key();
+        assert!(k.starts_with("tg_") && k.len() == 43);
+        assert_ne!(k, generate_key());
+        assert_eq!(hash_key("abc"), "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    }
+
+    #[test]
+    fn store_checks_and_reloads() {
+        let dir = tmpdir("reload");
+        let key = generate_key();
+        let rec = KeyRecord {
+            name: "a".into(),
+            group: "default".into(),
+            hash: hash_key(&key),
+            credit: None,
+            disabled: false,
+            created: String::new(),
+        };
+        write_keys(&dir.join(KEYS_FILE), std::slice::from_ref(&rec)).unwrap();
+        let store = KeyStore::open(&dir).unwrap();
+        assert!(matches!(store.check(&key), KeyCheck::Valid(_)));
+        assert_eq!(store.check(&key[..key.len() - 1]), KeyCheck::Unknown);
+
+        let mut revoked = rec.clone();
+        revoked.disabled = true;
+        revoked.created = "changed".into();
+        write_keys(&dir.join(KEYS_FILE), &[revoked]).unwrap();
+        assert!(store.reload_if_changed());
+        assert_eq!(store.check(&key), KeyCheck::Revoked("a".into()));
+
+        fs::write(dir.join(KEYS_FILE), "{\"name\":\"a\"}\nnot json at all, and longer\n").unwrap();
+        assert!(!store.reload_if_changed());
+        assert_eq!(store.check(&key), KeyCheck::Revoked("a".into()));
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn broken_lines_are_reported_by_number() {
+        let text = format!(
+            "# c\n{}\n{{bad\n",
+            serde_json::to_string(&KeyRecord {
+                name: "a".into(),
+                group: "g".into(),
+                hash: hash_key("x"),
+                credit: None,
+                disabled: false,
+                created: String::new()
+            })
+            .unwrap()
+        );
+        match parse_keys(&text) {
+            Err(KeysFileError::Line(3, _)) => {}
+            other => panic!("expected a line-3 error, got {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! Who is calling and what they may use: API keys (hashed, from a flat file) and group model allow-lists.
+
+pub mod keys;
+
+use std::sync::Arc;
+
+use crate::config::{glob_match, Config};
+use crate::http::Request;
+use crate::protocol::{ApiError, Protocol};
+
+pub use keys::{Identity, KeyCheck, KeyStore};
+
+/// Extracts the presented key from `x-api-key` or `Authorization: Bearer`, and checks it.
+pub fn authenticate(req: &Request, protocol: Protocol, keys: &KeyStore) -> Result<Arc<Identity>, ApiError> {
+    let presented = presented_key(req, protocol)?;
+    if presented.chars().any(char::is_whitespace) {
+        return Err(ApiError::unauthorized(
+            "The API key contains whitespace. Send the key exactly as issued, with no spaces or line breaks.",
+        ));
+    }
+    match keys.check(presented) {
+        KeyCheck::Valid(id) => Ok(id),
+        KeyCheck::Revoked(_) => Err(ApiError::unauthorized(
+            "This API key has been revoked. Ask the operator for a new key.",
+        )),
+        KeyCheck::Unknown => Err(ApiError::unauthorized(format!(
+            "Invalid API key. Check that it is complete (keys start with `{}` and are {} characters long) and \
+             that the client's base URL points at this gateway.",
+            keys::KEY_PREFIX,
+            keys::KEY_PREFIX.len() + 40
+        ))),
+    }
+}
+
+fn presented_key(req: &Request, protocol: Protocol) -> Result<&str, ApiError> {
+    if let Some(k) = req.header("x-api-key") {
+        if !k.is_empty() {
+            return Ok(k);
+        }
+    }
+    let how = match protocol {
+        Protocol::Messages => "`x-api-key: <key>` or `Authorization: Bearer <key>`",
+        _ => "`Authorization: Bearer <key>`",
+    };
+    let Some(auth) = req.header("authorization") else {
+        return Err(ApiError::unauthorized(format!("Missing API key. Send it as {how}.")));
+    };
+    let mut split = auth.splitn(2, ' ');
+    let scheme = split.next().unwrap_or("");
+    let rest = split.next();
+    match rest {
+        Some(key) if scheme.eq_ignore_ascii_case("bearer") => {
+            let key = key.trim_start();
+            if key.is_empty() {
+                Err(ApiError::unauthorized(format!("Empty API key. Send it as {how}.")))
+            } else {
+                Ok(key)
+            }
+        }
+        _ => Err(ApiError::unauthorized(format!(
+            "The Authorization header must be `Bearer <key>` (the word Bearer, a space, then the key). Send it as {how}."
+        ))),
+    }
+}
+
+/// Whether a group may use a model.
+pub fn group_allows(config: &Config, group: &str, model: &str) -> bool {
+    config
+        .group(group)
+        .is_some_and(|g| g.models.iter().any(|p| glob_match(p, model)))
+}
+
+/// 403 for a model outside the caller's group (naming only the model and the group).
+pub fn forbidden_model(model: &str, group: &str) -> ApiError {
+    ApiError::forbidden(format!(
+        "Your key's group `{group}` is not allowed to use the model `{model}`. Ask the operator for access, or \
+         pick a model from GET /v1/models."
+    ))
+    .with_param("model")
+    .with_code("model_not_allowed")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(headers: &[(&str, &str)]) -> Request {
+        Request {
+            method: "POST".into(),
+            path: "/v1/chat/completions".into(),
+            query: String::new(),
+            version: 1,
+            headers: headers.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect(),
+            body: Vec::new(),
+            keep_alive: true,
+        }
+    }
+
+    #[test]
+    fn key_extraction_rules() {
+        assert_eq!(presented_key(&req(&[("authorization", "Bearer abc")]), Protocol::Chat).unwrap(), "abc");
+        assert_eq!(presented_key(&req(&[("authorization", "bearer abc")]), Protocol::Chat).unwrap(), "abc");
+        assert_eq!(presented_key(&req(&[("x-api-key", "abc")]), Protocol::Messages).unwrap(), "abc");
+        assert_eq!(presented_key(&req(&[("authorization", "abc")]), Protocol::Chat).unwrap_err().status, 401);
+        assert_eq!(presented_key(&req(&[]), Protocol::Chat).unwrap_err().status, 401);
+        assert_eq!(presented_key(&req(&[("authorization", "Bearer ")]), Protocol::Chat).unwrap_err().status, 401);
+        assert_eq!(presented_key(&req(&[("authorization", "Basic abc")]), Protocol::Chat).unwrap_err().status, 401);
+    }
+}

@@ -1,0 +1,11 @@
+//! tollgate: a text-generation gateway for OpenAI Chat Completions, OpenAI Responses and Anthropic Messages
+//! clients, in front of upstreams of any of those kinds. See ARCHITECTURE.md for the map.
+
+pub mod access;
+pub mod cli;
+pub mod config;
+pub mod http;
+pub mod protocol;
+pub mod server;
+pub mod upstream;
+pub mod util;

@@ -1,0 +1,190 @@
+//! The running gateway: worker pool, key reloading, signal handling and graceful shutdown, on top of the
+//! protocol-agnostic HTTP layer in `crate::http`.
+
+mod generate;
+mod relay;
+mod respond;
+mod router;
+
+use std::net::TcpListener;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, TrySendError};
+
+use crate::access::KeyStore;
+use crate::config::Config;
+use crate::http::{self, Exchange, HttpConfig, Limits, ServerState};
+use crate::protocol::{ApiError, Protocol};
+
+/// What every worker shares.
+pub struct Gateway {
+    pub config: Arc<Config>,
+    pub keys: Arc<KeyStore>,
+    pub agent: ureq::Agent,
+    pub started_unix: u64,
+}
+
+/// Renders errors the HTTP layer answers by itself, in the shape of the protocol at that path.
+fn render_http_error(path: Option<&str>, status: u16, message: &str) -> (Vec<(String, String)>, Vec<u8>) {
+    let protocol = match path {
+        Some(p) if p.contains("/messages") => Protocol::Messages,
+        _ => Protocol::Chat,
+    };
+    let request_id = crate::util::new_id("req_");
+    let mut err = ApiError::new(status, ApiError::kind_for_status(status), message);
+    if status == 503 {
+        err = err.with_retry_after(1);
+    }
+    let mut headers = vec![
+        ("content-type".to_string(), "application/json".to_string()),
+        ("x-request-id".to_string(), request_id.clone()),
+    ];
+    if protocol == Protocol::Messages {
+        headers.push(("request-id".to_string(), request_id.clone()));
+    }
+    (headers, err.body(protocol, &request_id))
+}
+
+/// Starts the gateway on `listener` and blocks until a shutdown signal has been handled; returns the exit
+/// code.
+pub fn run(config: Config, keys: KeyStore, listener: TcpListener) -> i32 {
+    let config = Arc::new(config);
+    let keys = Arc::new(keys);
+    let gw = Arc::new(Gateway {
+        agent: crate::upstream::http::agent(config.workers),
+        config: config.clone(),
+        keys: keys.clone(),
+        started_unix: crate::util::unix_now(),
+    });
+    let state = Arc::new(ServerState::default());
+
+    let (tx, rx) = bounded::<Exchange>(config.queue_size);
+    for i in 0..config.workers {
+        let rx = rx.clone();
+        let gw = gw.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("tollgate-worker-{i}"))
+            .stack_size(1024 * 1024)
+            .spawn(move || {
+                while let Ok(ex) = rx.recv() {
+                    work(&gw, ex);
+                }
+            });
+        if let Err(e) = spawned {
+            log::error!("could not start worker {i}: {e}");
+            return 1;
+        }
+    }
+    drop(rx);
+
+    // Keys reload: notice edits by `tollgate keys` (or by hand) within about a second.
+    {
+        let keys = keys.clone();
+        let state = state.clone();
+        let _ = std::thread::Builder::new().name("tollgate-keys".into()).spawn(move || {
+            while !state.shutting_down.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(500));
+                keys.reload_if_changed();
+            }
+        });
+    }
+
+    let http_config = Arc::new(HttpConfig {
+        limits: Limits { max_body_bytes: config.max_body_bytes, ..Limits::default() },
+        read_timeout: config.read_timeout,
+        write_timeout: config.write_timeout,
+        max_connections: config.max_connections,
+    });
+    let local = listener.local_addr().ok();
+    let dispatch: Arc<http::Dispatch> = Arc::new(move |ex: Exchange| match tx.try_send(ex) {
+        Ok(()) => Ok(()),
+        Err(TrySendError::Full(ex)) | Err(TrySendError::Disconnected(ex)) => Err(ex),
+    });
+    let accept = {
+        let state = state.clone();
+        std::thread::Builder::new().name("tollgate-accept".into()).spawn(move || {
+            http::serve(listener, http_config, state, dispatch, Arc::new(render_http_error));
+        })
+    };
+    if let Err(e) = accept {
+        log::error!("could not start the accept loop: {e}");
+        return 1;
+    }
+
+    let signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT]);
+    let mut signals = match signals {
+        Ok(s) => s,
+        Err(e) => {
+            log::error!("could not install signal handlers: {e}");
+            return 1;
+        }
+    };
+    let first = signals.forever().next();
+    log::info!(
+        "received {}; no longer accepting, draining {} in-flight requests (up to {} s)",
+        signal_name(first),
+        state.in_flight.load(Ordering::SeqCst),
+        config.shutdown_grace.as_secs()
+    );
+    state.shutting_down.store(true, Ordering::SeqCst);
+    // Wake the accept loop so it sees the flag.
+    if let Some(addr) = local {
+        let _ = std::net::TcpStream::connect_timeout(&wake_addr(addr), Duration::from_millis(200));
+    }
+    // A second signal stops at once.
+    std::thread::spawn(move || {
+        if signals.forever().next().is_some() {
+            log::warn!("second signal: exiting without waiting");
+            std::process::exit(1);
+        }
+    });
+    let deadline = Instant::now() + config.shutdown_grace;
+    while state.in_flight.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let left = state.in_flight.load(Ordering::SeqCst);
+    if left > 0 {
+        log::warn!("shutdown deadline passed with {left} requests still in flight");
+    } else {
+        log::info!("all requests finished; bye");
+    }
+    0
+}
+
+fn signal_name(sig: Option<i32>) -> &'static str {
+    match sig {
+        Some(signal_hook::consts::SIGTERM) => "SIGTERM",
+        Some(signal_hook::consts::SIGINT) => "SIGINT",
+        _ => "a signal",
+    }
+}
+
+/// The address to connect to in order to wake an accept loop bound to `addr` (0.0.0.0 → loopback).
+fn wake_addr(addr: std::net::SocketAddr) -> std::net::SocketAddr {
+    let mut a = addr;
+    if a.ip().is_unspecified() {
+        a.set_ip(match a {
+            std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            std::net::SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    a
+}
+
+/// Runs one exchange on a worker; a panic is caught, answered with 500 if nothing was sent yet, and logged.
+fn work(gw: &Gateway, mut ex: Exchange) {
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| router::route(gw, &mut ex)));
+    if result.is_err() {
+        log::error!("a worker panicked while handling {} {}; the worker continues", ex.request.method, ex.request.path);
+        let w = ex.response();
+        if !w.is_started() {
+            let (headers, body) = render_http_error(Some(&ex.request.path), 500, "internal error in the gateway");
+            let headers: Vec<(&str, &str)> = headers.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+            let w = ex.response();
+            w.close_after();
+            let _ = w.send(500, &headers, &body);
+        }
+    }
+}

@@ -1,0 +1,349 @@
+//! Same-protocol passthrough: the client's body goes upstream as it came (model renamed, stream usage
+//! switched on for Chat), and the answer comes back byte for byte, streams event by event, while usage is
+//! read on the way. A stream that breaks after it started ends with the protocol's in-stream error event.
+
+use serde_json::{json, Value};
+
+use super::generate::{chat_wants_usage, Outcome};
+use super::respond::{self, Trace};
+use super::Gateway;
+use crate::config::{Model, Upstream};
+use crate::http::Exchange;
+use crate::protocol::canon::Usage;
+use crate::protocol::sse::{push_event, SseEvent};
+use crate::protocol::{chat, messages, responses, ApiError, Protocol};
+use crate::upstream::http as uphttp;
+
+#[allow(clippy::too_many_arguments)]
+pub fn passthrough(
+    gw: &Gateway,
+    ex: &mut Exchange,
+    trace: &Trace,
+    out: &mut Outcome,
+    upstream: &Upstream,
+    model: &Model,
+    mut body: Value,
+    stream: bool,
+) -> Result<(), ApiError> {
+    let protocol = trace.protocol;
+    body["model"] = json!(model.upstream_model);
+    let mut hide_usage = false;
+    if protocol == Protocol::Chat && stream {
+        hide_usage = !chat_wants_usage(&body);
+        match body.get_mut("stream_options") {
+            Some(Value::Object(so)) => {
+                so.insert("include_usage".into(), json!(true));
+            }
+            _ => body["stream_options"] = json!({"include_usage": true}),
+        }
+    }
+    let bytes = serde_json::to_vec(&body).map_err(|e| ApiError::internal(e.to_string()))?;
+    let beta: Option<String> = if protocol == Protocol::Messages {
+        let all: Vec<&str> = ex.request.header_all("anthropic-beta").collect();
+        (!all.is_empty()).then(|| all.join(","))
+    } else {
+        None
+    };
+    let reply = uphttp::send(&gw.agent, upstream, &bytes, stream, beta.as_deref())?;
+    let status = reply.status;
+    if status >= 400 {
+        let retry_after = reply.retry_after;
+        let body = reply.read_all(&upstream.name)?;
+        return Err(ApiError::from_upstream(status, &body, retry_after));
+    }
+    if !(200..300).contains(&status) {
+        return Err(ApiError::bad_gateway(format!("upstream `{}` answered HTTP {status}", upstream.name)));
+    }
+    if stream && reply.is_event_stream() {
+        relay_stream(ex, trace, out, upstream, reply, hide_usage);
+        return Ok(());
+    }
+    let content_type = reply.content_type.clone();
+    let bytes = reply.read_all(&upstream.name)?;
+    let parsed: Option<Value> = serde_json::from_slice(&bytes).ok();
+    let Some(v) = parsed.filter(Value::is_object) else {
+        let snippet: String = String::from_utf8_lossy(&bytes).trim().chars().take(120).collect();
+        return Err(ApiError::bad_gateway(format!(
+            "upstream `{}` answered HTTP {status} with a body that is not a JSON object (content-type {content_type:?}): {snippet}",
+            upstream.name
+        )));
+    };
+    if v.get("error").is_some_and(|e| !e.is_null()) || v.get("type").and_then(Value::as_str) == Some("error") {
+        let mut e = ApiError::from_upstream(502, &bytes, None);
+        e.status = 502;
+        return Err(e);
+    }
+    if stream {
+        return Err(ApiError::bad_gateway(format!(
+            "upstream `{}` answered a streaming request with a plain JSON body instead of an event stream",
+            upstream.name
+        )));
+    }
+    out.usage = protocol.usage_from_response(&v);
+    respond::json(ex.response(), trace, 200, &bytes, &[]);
+    out.status = 200;
+    Ok(())
+}
+
+fn relay_stream(
+    ex: &mut Exchange,
+    trace: &Trace,
+    out: &mut Outcome,
+    upstream: &Upstream,
+    reply: uphttp::Reply,
+    hide_usage: bool,
+) {
+    let mut events = reply.into_sse();
+    let w = ex.response();
+    if respond::start_sse(w, trace, &[]).is_err() {
+        out.client_closed = true;
+        return;
+    }
+    out.status = 200;
+    let mut watch = StreamWatch::new(trace.protocol, hide_usage);
+    let mut failure: Option<ApiError> = None;
+    loop {
+        match events.next_event() {
+            Ok(Some(ev)) => {
+                let relay = watch.observe(&ev);
+                if relay {
+                    let written = if ev.terminated {
+                        w.write_chunk(&ev.raw)
+                    } else {
+                        let mut raw = ev.raw.clone();
+                        raw.extend_from_slice(if raw.ends_with(b"\n") { b"\n" } else { b"\n\n" });
+                        w.write_chunk(&raw)
+                    };
+                    if written.is_err() {
+                        out.client_closed = true;
+                        out.usage = watch.usage();
+                        return;
+                    }
+                }
+            }
+            Ok(None) => break,
+            Err(e) => {
+                if !watch.done {
+                    failure = Some(uphttp::stream_read_error(&upstream.name, &e));
+                }
+                break;
+            }
+        }
+    }
+    out.usage = watch.usage();
+    if !watch.done {
+        let err = failure.unwrap_or_else(|| {
+            ApiError::bad_gateway(format!("upstream `{}` ended the stream before it was complete", upstream.name))
+        });
+        log::warn!("{}: {}", trace.request_id, err.message);
+        let mut buf = Vec::new();
+        watch.error_event(&err, &trace.request_id, &mut buf);
+        out.error = Some(err.message);
+        if w.write_chunk(&buf).is_err() {
+            out.client_closed = true;
+            return;
+        }
+    }
+    if w.finish().is_err() {
+        out.client_closed = true;
+    }
+}
+
+/// Watches a relayed stream: reads usage, notices the terminal event, hides the usage chunk a Chat client
+/// did not ask for, and remembers what an in-stream error event needs.
+struct StreamWatch {
+    protocol: Protocol,
+    hide_usage: bool,
+    usage: Option<Usage>,
+    done: bool,
+    last_seq: Option<u64>,
+    response: Option<Value>,
+}
+
+impl StreamWatch {
+    fn new(protocol: Protocol, hide_usage: bool) -> Self {
+        StreamWatch { protocol, hide_usage, usage: None, done: false, last_seq: None, response: None }
+    }
+
+    fn usage(&self) -> Option<Usage> {
+        self.usage
+    }
+
+    /// Looks at one event; returns whether to pass it on.
+    fn observe(&mut self, ev: &SseEvent) -> bool {
+        if ev.is_comment() {
+            return true;
+        }
+        match self.protocol {
+            Protocol::Chat => self.observe_chat(ev),
+            Protocol::Messages => {
+                self.observe_messages(ev);
+                true
+            }
+            Protocol::Responses => {
+                self.observe_responses(ev);
+                true
+            }
+        }
+    }
+
+    fn observe_chat(&mut self, ev: &SseEvent) -> bool {
+        let data = ev.data.trim();
+        if data.starts_with("[DONE]") {
+            self.done = true;
+            return true;
+        }
+        // Only chunks that carry usage or an error need parsing.
+        if !(data.contains("\"usage\":{") || data.contains("\"usage\": {") || data.contains("\"error\"")) {
+            return true;
+        }
+        let Ok(v) = serde_json::from_str::<Value>(data) else { return true };
+        if v.get("error").is_some_and(|e| !e.is_null()) {
+            self.done = true;
+            return true;
+        }
+        if let Some(u) = v.get("usage").and_then(chat::usage_from) {
+            self.usage = Some(u);
+            let no_choices = v.get("choices").and_then(Value::as_array).is_none_or(|c| c.is_empty());
+            if self.hide_usage && no_choices {
+                return false;
+            }
+        }
+        true
+    }
+
+    fn observe_messages(&mut self, ev: &SseEvent) {
+        let name = ev.event.as_deref().unwrap_or("");
+        match name {
+            "message_start" | "message_delta" => {
+                let Ok(v) = serde_json::from_str::<Value>(&ev.data) else { return };
+                let u = if name == "message_start" { v.pointer("/message/usage") } else { v.get("usage") };
+                let Some(new) = u.and_then(messages::usage_from) else { return };
+                let mut merged = self.usage.unwrap_or_default();
+                merged.output_tokens = new.output_tokens.max(merged.output_tokens);
+                if new.input_tokens > 0 {
+                    merged.input_tokens = new.input_tokens;
+                    merged.cached_input_tokens = new.cached_input_tokens;
+                    merged.cache_creation_input_tokens = new.cache_creation_input_tokens;
+                }
+                merged.reasoning_tokens = merged.reasoning_tokens.max(new.reasoning_tokens);
+                self.usage = Some(merged);
+            }
+            "message_stop" | "error" => self.done = true,
+            _ => {}
+        }
+    }
+
+    fn observe_responses(&mut self, ev: &SseEvent) {
+        if let Some(seq) = scan_u64(&ev.data, "\"sequence_number\":") {
+            self.last_seq = Some(seq);
+        }
+        let name = ev.event.clone().or_else(|| scan_str(&ev.data, "\"type\":\"")).unwrap_or_default();
+        match name.as_str() {
+            "response.created" => {
+                if let Ok(v) = serde_json::from_str::<Value>(&ev.data) {
+                    self.response = v.get("response").cloned();
+                }
+            }
+            "response.completed" | "response.incomplete" | "response.failed" => {
+                self.done = true;
+                if let Ok(v) = serde_json::from_str::<Value>(&ev.data) {
+                    self.usage = v.pointer("/response/usage").and_then(responses::usage_from);
+                }
+            }
+            "error" => self.done = true,
+            _ => {}
+        }
+    }
+
+    /// The protocol's in-stream error for a stream that broke.
+    fn error_event(&mut self, err: &ApiError, request_id: &str, out: &mut Vec<u8>) {
+        match self.protocol {
+            Protocol::Chat => {
+                push_event(out, None, &json!({"error": err.openai_object(request_id)}).to_string());
+            }
+            Protocol::Messages => {
+                let d = json!({"type": "error", "error": err.anthropic_object(request_id)});
+                push_event(out, Some("error"), &d.to_string());
+            }
+            Protocol::Responses => {
+                let mut seq = self.last_seq.map_or(0, |s| s + 1);
+                let code = err.code.clone().unwrap_or_else(|| "server_error".into());
+                let message = err.openai_object(request_id)["message"].clone();
+                let d = json!({"type": "error", "code": code, "message": message, "param": null, "sequence_number": seq});
+                push_event(out, Some("error"), &d.to_string());
+                if let Some(mut r) = self.response.take() {
+                    seq += 1;
+                    r["status"] = json!("failed");
+                    r["error"] = json!({"code": code, "message": message});
+                    let d = json!({"type": "response.failed", "sequence_number": seq, "response": r});
+                    push_event(out, Some("response.failed"), &d.to_string());
+                }
+            }
+        }
+    }
+}
+
+/// The integer after `key` in a JSON text, found without parsing it.
+fn scan_u64(data: &str, key: &str) -> Option<u64> {
+    let at = data.find(key)? + key.len();
+    let digits: String = data[at..].trim_start().chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+/// The string value after `key` (which ends with the opening quote), found without parsing.
+fn scan_str(data: &str, key: &str) -> Option<String> {
+    let at = data.find(key)? + key.len();
+    let end = data[at..].find('"')?;
+    Some(data[at..at + end].to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(event: Option<&str>, data: &str) -> SseEvent {
+        SseEvent {
+            event: event.map(str::to_string),
+            data: data.into(),
+            has_data: true,
+            raw: Vec::new(),
+            terminated: true,
+        }
+    }
+
+    #[test]
+    fn chat_usage_chunk_is_read_and_hidden_on_request() {
+        let mut w = StreamWatch::new(Protocol::Chat, true);
+        assert!(w.observe(&ev(None, r#"{"choices":[{"delta":{"content":"a"}}],"usage":null}"#)));
+        assert!(!w.observe(&ev(None, r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}"#)));
+        assert!(w.observe(&ev(None, "[DONE]")));
+        assert!(w.done);
+        assert_eq!(w.usage().unwrap().output_tokens, 2);
+    }
+
+    #[test]
+    fn messages_usage_merges_start_and_delta() {
+        let mut w = StreamWatch::new(Protocol::Messages, false);
+        w.observe(&ev(Some("message_start"), r#"{"message":{"usage":{"input_tokens":10,"cache_read_input_tokens":5,"output_tokens":1}}}"#));
+        w.observe(&ev(Some("message_delta"), r#"{"usage":{"output_tokens":42}}"#));
+        w.observe(&ev(Some("message_stop"), r#"{}"#));
+        let u = w.usage().unwrap();
+        assert_eq!((u.input_tokens, u.cached_input_tokens, u.output_tokens), (15, 5, 42));
+        assert!(w.done);
+    }
+
+    #[test]
+    fn responses_error_event_continues_the_sequence() {
+        let mut w = StreamWatch::new(Protocol::Responses, false);
+        w.observe(&ev(Some("response.created"), r#"{"type":"response.created","sequence_number":0,"response":{"id":"resp_1","status":"in_progress"}}"#));
+        w.observe(&ev(Some("response.output_text.delta"), r#"{"type":"response.output_text.delta","sequence_number":4,"delta":"x"}"#));
+        let mut out = Vec::new();
+        w.error_event(&ApiError::bad_gateway("broke"), "req_1", &mut out);
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("\"sequence_number\":5"));
+        assert!(text.contains("event: response.failed"));
+        assert!(text.contains("\"sequence_number\":6"));
+        assert!(text.contains("\"id\":\"resp_1\""));
+    }
+}

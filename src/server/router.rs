@@ -1,0 +1,146 @@
+//! Maps method and path to a handler; unknown paths get a 404 that explains the usual base-URL mistakes.
+
+use serde_json::{json, Value};
+
+use super::respond::{self, Trace};
+use super::{generate, Gateway};
+use crate::access;
+use crate::http::Exchange;
+use crate::protocol::{ApiError, Protocol};
+
+/// Handles one exchange from start to finish.
+pub fn route(gw: &Gateway, ex: &mut Exchange) {
+    let method = ex.request.method.clone();
+    let path = ex.request.path.clone();
+    let anthropic = ex.request.header("anthropic-version").is_some();
+    if let Some(protocol) = Protocol::from_path(&path) {
+        if method == "POST" {
+            generate::handle(gw, ex, protocol);
+        } else {
+            let trace = Trace::new(ex, protocol);
+            let e = ApiError::new(
+                405,
+                crate::protocol::ErrorKind::MethodNotAllowed,
+                format!("{path} only accepts POST (got {method})."),
+            );
+            respond::error_with(ex.response(), &trace, &e, &[("allow", "POST")]);
+        }
+        return;
+    }
+    let shape = if anthropic || path.contains("/messages") { Protocol::Messages } else { Protocol::Chat };
+    let trace = Trace::new(ex, shape);
+    match (method.as_str(), path.as_str()) {
+        ("GET" | "HEAD", "/healthz") => {
+            respond::json(ex.response(), &trace, 200, br#"{"status":"ok"}"#, &[]);
+        }
+        ("GET" | "HEAD", "/v1/models") => models(gw, ex, &trace, None, anthropic),
+        ("GET" | "HEAD", p) if p.starts_with("/v1/models/") => {
+            let id = crate::http::percent_decode(&p["/v1/models/".len()..]);
+            models(gw, ex, &trace, Some(id), anthropic)
+        }
+        (_, "/v1/models" | "/healthz") => {
+            let e = ApiError::new(405, crate::protocol::ErrorKind::MethodNotAllowed, format!("{path} only accepts GET."));
+            respond::error_with(ex.response(), &trace, &e, &[("allow", "GET")]);
+        }
+        _ => respond::error(ex.response(), &trace, &not_found(&path)),
+    }
+}
+
+/// 404 with a hint for the classic base-URL mistakes.
+pub fn not_found(path: &str) -> ApiError {
+    const ENDPOINTS: &str = "POST /v1/chat/completions, POST /v1/responses, POST /v1/messages, GET /v1/models";
+    let hint = path_hint(path);
+    let msg = match hint {
+        Some(h) => format!("Unknown path `{path}`. {h}"),
+        None => format!("Unknown path `{path}`. This gateway serves: {ENDPOINTS}."),
+    };
+    ApiError::not_found(msg).with_code("unknown_path")
+}
+
+fn path_hint(path: &str) -> Option<String> {
+    let endpoints = [Protocol::Chat, Protocol::Responses, Protocol::Messages];
+    if path.contains("/v1/v1/") {
+        let fixed = path.replacen("/v1/v1/", "/v1/", 1);
+        return Some(format!(
+            "The path has a doubled `/v1` (did you mean `{fixed}`?). OpenAI clients (Chat Completions, Responses) \
+             take the base URL `http://<host>/v1`; Anthropic clients take `http://<host>` without `/v1`, because \
+             they add `/v1/messages` themselves."
+        ));
+    }
+    for p in endpoints {
+        let ep = p.path();
+        if path.len() > ep.len() && (path.starts_with(ep) || path.ends_with(ep) || path.ends_with(&ep[3..])) {
+            let base = match p {
+                Protocol::Messages => "`http://<host>` (no `/v1`, no endpoint)",
+                _ => "`http://<host>/v1` (no endpoint path)",
+            };
+            return Some(format!(
+                "The base URL seems to contain a full endpoint path. Set the client's base URL to {base}; the \
+                 client appends `{}` itself.",
+                if p == Protocol::Messages { ep } else { &ep[3..] }
+            ));
+        }
+        if path == &ep[3..] {
+            return Some(format!(
+                "The path is missing `/v1`: use `{ep}`. OpenAI clients need the base URL `http://<host>/v1`."
+            ));
+        }
+    }
+    if path == "/models" {
+        return Some("The path is missing `/v1`: use `/v1/models`.".into());
+    }
+    None
+}
+
+fn models(gw: &Gateway, ex: &mut Exchange, trace: &Trace, id: Option<String>, anthropic: bool) {
+    let protocol = if anthropic { Protocol::Messages } else { Protocol::Chat };
+    let identity = match access::authenticate(&ex.request, protocol, &gw.keys) {
+        Ok(i) => i,
+        Err(e) => return respond::error(ex.response(), trace, &e),
+    };
+    let visible: Vec<&crate::config::Model> = gw
+        .config
+        .models
+        .iter()
+        .filter(|m| access::group_allows(&gw.config, &identity.group, &m.name))
+        .collect();
+    let created = gw.started_unix;
+    let openai = |m: &crate::config::Model| -> Value {
+        json!({"id": m.name, "object": "model", "created": created, "owned_by": m.upstreams.first().cloned().unwrap_or_default()})
+    };
+    let claude = |m: &crate::config::Model| -> Value {
+        json!({"type": "model", "id": m.name, "display_name": m.name, "created_at": crate::util::rfc3339(created)})
+    };
+    let body = match id {
+        Some(id) => match visible.iter().find(|m| m.name == id) {
+            Some(m) if anthropic => claude(m),
+            Some(m) => openai(m),
+            None => return respond::error(ex.response(), trace, &ApiError::model_not_found(&id)),
+        },
+        None if anthropic => {
+            let data: Vec<Value> = visible.iter().map(|m| claude(m)).collect();
+            json!({
+                "data": data,
+                "has_more": false,
+                "first_id": visible.first().map(|m| m.name.clone()),
+                "last_id": visible.last().map(|m| m.name.clone()),
+            })
+        }
+        None => json!({"object": "list", "data": visible.iter().map(|m| openai(m)).collect::<Vec<_>>()}),
+    };
+    respond::json(ex.response(), trace, 200, body.to_string().as_bytes(), &[]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hints_for_classic_mistakes() {
+        assert!(path_hint("/v1/v1/chat/completions").unwrap().contains("doubled"));
+        assert!(path_hint("/v1/chat/completions/chat/completions").unwrap().contains("full endpoint"));
+        assert!(path_hint("/v1/messages/v1/messages").unwrap().contains("full endpoint"));
+        assert!(path_hint("/chat/completions").unwrap().contains("missing `/v1`"));
+        assert!(path_hint("/v1/unknown").is_none());
+    }
+}

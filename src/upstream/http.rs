@@ -1,0 +1,175 @@
+//! Calls to real upstreams over HTTP with one shared `ureq` agent (keep-alive pool).
+//!
+//! This module knows URLs, credentials, headers and timeouts; it knows nothing of what the bodies mean.
+//! Errors come back as [`ApiError`]s naming the upstream, never its URL's credentials or key.
+
+use std::io::{BufReader, Read};
+use std::time::Duration;
+
+use ureq::http;
+
+use crate::config::{Upstream, UpstreamKind};
+use crate::protocol::sse::SseReader;
+use crate::protocol::ApiError;
+
+/// Largest non-streamed upstream body we read.
+const MAX_RESPONSE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Builds the agent all workers share.
+pub fn agent(max_idle: usize) -> ureq::Agent {
+    let config = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .max_idle_connections(max_idle.max(16))
+        .max_idle_connections_per_host(max_idle.max(16))
+        .max_idle_age(Duration::from_secs(50))
+        .user_agent(concat!("tollgate/", env!("CARGO_PKG_VERSION")))
+        .no_delay(true)
+        .build();
+    config.into()
+}
+
+/// The URL of the generation endpoint of an upstream.
+pub fn endpoint(upstream: &Upstream) -> String {
+    let path = match upstream.kind {
+        UpstreamKind::OpenAiChat => "/chat/completions",
+        UpstreamKind::OpenAiResponses => "/responses",
+        UpstreamKind::Anthropic => "/v1/messages",
+        UpstreamKind::Mock => "",
+    };
+    format!("{}{}", upstream.base_url, path)
+}
+
+/// An upstream's answer: its status and headers, and the body still to be read.
+pub struct Reply {
+    pub status: u16,
+    pub content_type: String,
+    pub retry_after: Option<u64>,
+    body: ureq::Body,
+}
+
+impl Reply {
+    pub fn is_event_stream(&self) -> bool {
+        self.content_type.starts_with("text/event-stream")
+    }
+
+    /// Reads the whole body (bounded).
+    pub fn read_all(mut self, upstream: &str) -> Result<Vec<u8>, ApiError> {
+        self.body
+            .with_config()
+            .limit(MAX_RESPONSE_BYTES)
+            .read_to_vec()
+            .map_err(|e| map_error(upstream, e))
+    }
+
+    /// The body as a stream of SSE events.
+    pub fn into_sse(self) -> SseReader<BufReader<impl Read>> {
+        SseReader::new(BufReader::with_capacity(16 * 1024, self.body.into_reader()))
+    }
+}
+
+/// Sends a generation request. `beta` is the client's `anthropic-beta` value, forwarded only to Anthropic
+/// upstreams.
+pub fn send(
+    agent: &ureq::Agent,
+    upstream: &Upstream,
+    body: &[u8],
+    stream: bool,
+    beta: Option<&str>,
+) -> Result<Reply, ApiError> {
+    let url = endpoint(upstream);
+    let per_read = if stream { upstream.idle_timeout } else { upstream.first_byte_timeout };
+    let mut req = agent
+        .post(&url)
+        .header("content-type", "application/json")
+        .header("accept", if stream { "text/event-stream" } else { "application/json" });
+    match upstream.kind {
+        UpstreamKind::Anthropic => {
+            req = req.header("anthropic-version", "2023-06-01");
+            if let Some(key) = &upstream.api_key {
+                req = req.header("x-api-key", key.as_str());
+            }
+            if let Some(b) = beta {
+                req = req.header("anthropic-beta", b);
+            }
+        }
+        _ => {
+            if let Some(key) = &upstream.api_key {
+                req = req.header("authorization", format!("Bearer {key}"));
+            }
+        }
+    }
+    let req = req
+        .config()
+        .timeout_connect(Some(upstream.connect_timeout))
+        .timeout_recv_response(Some(upstream.first_byte_timeout))
+        .timeout_per_read(Some(per_read))
+        .build();
+    let resp = req.send(body).map_err(|e| map_error(&upstream.name, e))?;
+    let status = resp.status().as_u16();
+    let headers = resp.headers();
+    let content_type = header_str(headers, "content-type").to_ascii_lowercase();
+    let retry_after = header_str(headers, "retry-after").trim().parse::<u64>().ok().or_else(|| {
+        header_str(headers, "retry-after-ms").trim().parse::<u64>().ok().map(|ms| ms.div_ceil(1000))
+    });
+    Ok(Reply { status, content_type, retry_after, body: resp.into_body() })
+}
+
+fn header_str<'a>(headers: &'a http::HeaderMap, name: &str) -> &'a str {
+    headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("")
+}
+
+/// Turns a transport failure into the client-facing error: timeouts are 504, everything else 502.
+pub fn map_error(upstream: &str, e: ureq::Error) -> ApiError {
+    match e {
+        ureq::Error::Timeout(t) => ApiError::gateway_timeout(format!("upstream `{upstream}` timed out ({t})")),
+        ureq::Error::Io(io) if io.kind() == std::io::ErrorKind::TimedOut => {
+            ApiError::gateway_timeout(format!("upstream `{upstream}` timed out"))
+        }
+        ureq::Error::HostNotFound => ApiError::bad_gateway(format!("upstream `{upstream}` unreachable: host not found")),
+        ureq::Error::ConnectionFailed => ApiError::bad_gateway(format!("upstream `{upstream}` unreachable: connection failed")),
+        ureq::Error::Io(io) => ApiError::bad_gateway(format!("upstream `{upstream}` unreachable: {}", io.kind())),
+        ureq::Error::BodyExceedsLimit(n) => {
+            ApiError::bad_gateway(format!("upstream `{upstream}` sent a body larger than {n} bytes"))
+        }
+        other => ApiError::bad_gateway(format!("upstream `{upstream}` failed: {}", sanitize(&other.to_string()))),
+    }
+}
+
+/// Error texts from the HTTP client can quote URLs; strip any userinfo so credentials never leak.
+fn sanitize(msg: &str) -> String {
+    let mut out = String::with_capacity(msg.len());
+    for word in msg.split(' ') {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        match (word.find("://"), word.find('@')) {
+            (Some(s), Some(at)) if at > s => {
+                out.push_str(&word[..s + 3]);
+                out.push_str(&word[at + 1..]);
+            }
+            _ => out.push_str(word),
+        }
+    }
+    out
+}
+
+/// Classifies a mid-stream read failure.
+pub fn stream_read_error(upstream: &str, e: &std::io::Error) -> ApiError {
+    match e.kind() {
+        std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => {
+            ApiError::gateway_timeout(format!("upstream `{upstream}` went silent mid-stream (idle timeout)"))
+        }
+        _ => ApiError::bad_gateway(format!("upstream `{upstream}` stream broke: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sanitize_strips_userinfo() {
+        assert_eq!(sanitize("bad url http://user:pw@host/x here"), "bad url http://host/x here");
+    }
+}

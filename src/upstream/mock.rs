@@ -1,0 +1,214 @@
+//! The built-in mock model: a deterministic answer in canonical form, which the client's codec encodes in
+//! any protocol, streamed or not. Real token counts (estimated from the actual text), `max_tokens` honoured,
+//! a forced tool call when the request forces one, JSON that fits the schema when structured output is
+//! asked for. It lets a newcomer try every endpoint with no upstream, and tests run without one.
+
+use serde_json::{json, Value};
+
+use crate::protocol::canon::{OutputFormat, Part, Request, Response, Role, StopReason, StreamEvent, ToolChoice, Usage};
+use crate::util::{estimate_tokens, new_id, unix_now};
+
+/// The answer to a request, as the sequence of stream events and as the complete response they add up to.
+pub struct MockReply {
+    /// Without the leading `Start` (the driver emits it first with the same id).
+    pub events: Vec<StreamEvent>,
+    pub response: Response,
+}
+
+/// The text the mock answers to a user message.
+pub fn answer_text(user_text: &str) -> String {
+    let said: String = user_text.trim().chars().take(200).collect();
+    if said.is_empty() {
+        "Hello! This is tollgate's built-in mock model.".to_string()
+    } else {
+        format!("Hello! This is tollgate's built-in mock model. You said: {said}")
+    }
+}
+
+/// Builds the mock's answer to `req`, naming itself `model`.
+pub fn reply(req: &Request, model: &str) -> MockReply {
+    let id = new_id("mock_");
+    let input_tokens = estimate_tokens(&req.all_text());
+    let mut events = Vec::new();
+    let mut content = Vec::new();
+    let mut output_tokens = 0u64;
+    let mut reasoning_tokens = 0u64;
+    let limit = req.max_tokens.unwrap_or(u64::MAX);
+    let mut stop = StopReason::EndTurn;
+
+    if let Some(effort) = &req.reasoning_effort {
+        if !matches!(effort.as_str(), "none" | "minimal") {
+            let thought = "The user wants an answer; I will reply briefly.".to_string();
+            reasoning_tokens = estimate_tokens(&thought);
+            output_tokens += reasoning_tokens;
+            events.push(StreamEvent::ReasoningDelta(thought.clone()));
+            content.push(Part::Reasoning { text: thought, signature: None });
+        }
+    }
+
+    let forced_tool = match &req.tool_choice {
+        Some(ToolChoice::Function(name)) => req.tools.iter().find(|t| &t.name == name),
+        Some(ToolChoice::Required) => req.tools.first(),
+        _ => None,
+    };
+    let last_is_tool_result = req.messages.last().is_some_and(|m| {
+        m.role == Role::Tool || m.content.iter().any(|p| matches!(p, Part::ToolResult { .. }))
+    });
+
+    if let (Some(tool), false) = (forced_tool, last_is_tool_result) {
+        let args = example_for_schema(&tool.parameters).to_string();
+        let call_id = new_id("call_");
+        output_tokens += estimate_tokens(&tool.name) + estimate_tokens(&args);
+        events.push(StreamEvent::ToolCallStart { index: 0, id: call_id.clone(), name: tool.name.clone() });
+        let mid = args.len() / 2;
+        let split = (mid..=args.len()).find(|&i| args.is_char_boundary(i)).unwrap_or(args.len());
+        for piece in [&args[..split], &args[split..]] {
+            if !piece.is_empty() {
+                events.push(StreamEvent::ToolArgsDelta { index: 0, delta: piece.to_string() });
+            }
+        }
+        content.push(Part::ToolCall { id: call_id, name: tool.name.clone(), arguments: args });
+        stop = StopReason::ToolUse;
+    } else {
+        let text = match &req.output_format {
+            Some(OutputFormat::JsonSchema { schema, .. }) => example_for_schema(schema).to_string(),
+            Some(OutputFormat::JsonObject) => json!({"answer": answer_text(&req.last_user_text())}).to_string(),
+            _ if last_is_tool_result => {
+                let result = req.messages.last().map(|m| m.joined_text()).unwrap_or_default();
+                let shown: String = result.chars().take(200).collect();
+                format!("The tool returned: {shown}")
+            }
+            _ => answer_text(&req.last_user_text()),
+        };
+        let mut emitted = String::new();
+        for piece in split_deltas(&text) {
+            let cost = estimate_tokens(&format!("{emitted}{piece}")) - estimate_tokens(&emitted);
+            if output_tokens + cost > limit {
+                stop = StopReason::MaxTokens;
+                break;
+            }
+            output_tokens += cost;
+            emitted.push_str(piece);
+            events.push(StreamEvent::TextDelta(piece.to_string()));
+        }
+        if !emitted.is_empty() {
+            content.push(Part::Text(emitted));
+        }
+    }
+
+    let usage = Usage { input_tokens, output_tokens, reasoning_tokens, ..Usage::default() };
+    events.push(StreamEvent::Finish(stop.clone()));
+    events.push(StreamEvent::Usage(usage));
+    MockReply {
+        events,
+        response: Response { id, model: model.to_string(), content, stop, usage, created: unix_now() },
+    }
+}
+
+/// Splits text into deltas of a word or two each (with their trailing spaces), at least one.
+fn split_deltas(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut words = 0;
+    for (i, c) in text.char_indices() {
+        if c == ' ' {
+            words += 1;
+            if words % 2 == 0 {
+                out.push(&text[start..=i]);
+                start = i + 1;
+            }
+        }
+    }
+    if start < text.len() {
+        out.push(&text[start..]);
+    }
+    out
+}
+
+/// A value that satisfies a (simple) JSON Schema: the first enum value, placeholder scalars, every property.
+pub fn example_for_schema(schema: &Value) -> Value {
+    if let Some(first) = schema.get("enum").and_then(Value::as_array).and_then(|a| a.first()) {
+        return first.clone();
+    }
+    if let Some(c) = schema.get("const") {
+        return c.clone();
+    }
+    for key in ["anyOf", "oneOf", "allOf"] {
+        if let Some(first) = schema.get(key).and_then(Value::as_array).and_then(|a| a.first()) {
+            return example_for_schema(first);
+        }
+    }
+    let ty = match schema.get("type") {
+        Some(Value::String(s)) => s.as_str(),
+        Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).find(|t| *t != "null").unwrap_or("null"),
+        _ if schema.get("properties").is_some() => "object",
+        _ => "string",
+    };
+    match ty {
+        "object" => {
+            let mut obj = serde_json::Map::new();
+            if let Some(Value::Object(props)) = schema.get("properties") {
+                for (k, v) in props {
+                    obj.insert(k.clone(), example_for_schema(v));
+                }
+            }
+            Value::Object(obj)
+        }
+        "array" => json!([example_for_schema(schema.get("items").unwrap_or(&json!({"type": "string"})))]),
+        "integer" => json!(1),
+        "number" => json!(1.5),
+        "boolean" => json!(true),
+        "null" => Value::Null,
+        _ => json!("mock"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::canon::{Message, Tool};
+
+    fn req(text: &str) -> Request {
+        Request { model: "mock".into(), messages: vec![Message::text(Role::User, text)], ..Request::default() }
+    }
+
+    #[test]
+    fn answers_in_several_deltas_with_real_counts() {
+        let r = reply(&req("ping pong"), "mock");
+        let deltas = r.events.iter().filter(|e| matches!(e, StreamEvent::TextDelta(_))).count();
+        assert!(deltas >= 3, "{deltas}");
+        assert!(r.response.text().ends_with("You said: ping pong"));
+        assert_eq!(r.response.usage.output_tokens, estimate_tokens(&r.response.text()));
+        assert_eq!(r.response.usage.input_tokens, estimate_tokens(&req("ping pong").all_text()));
+    }
+
+    #[test]
+    fn honours_max_tokens() {
+        let mut q = req("a long question with many words in it");
+        q.max_tokens = Some(3);
+        let r = reply(&q, "mock");
+        assert_eq!(r.response.stop, StopReason::MaxTokens);
+        assert!(r.response.usage.output_tokens <= 3);
+    }
+
+    #[test]
+    fn forced_tool_calls_fit_the_schema() {
+        let mut q = req("weather?");
+        q.tools.push(Tool {
+            name: "get_weather".into(),
+            description: None,
+            parameters: json!({"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}}),
+            strict: None,
+        });
+        q.tool_choice = Some(ToolChoice::Required);
+        let r = reply(&q, "mock");
+        assert_eq!(r.response.stop, StopReason::ToolUse);
+        match &r.response.content[0] {
+            Part::ToolCall { name, arguments, .. } => {
+                assert_eq!(name, "get_weather");
+                assert_eq!(serde_json::from_str::<Value>(arguments).unwrap(), json!({"city": "mock", "days": 1}));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,4 @@
+//! Upstreams: real ones over HTTP (`http`) and the built-in mock model (`mock`).
+
+pub mod http;
+pub mod mock;

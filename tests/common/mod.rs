@@ -1,0 +1,380 @@
+//! Test harness: starts the real `tollgate` binary on a free port, talks raw HTTP to it, and runs a fake
+//! upstream that replays fixtures from `fixtures/`.
+#![allow(dead_code)]
+
+pub mod upstream;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The key every test upstream expects; the gateway reads it from this environment variable.
+pub const UPSTREAM_KEY: &str = "sk-upstream-secret-0123456789";
+pub const UPSTREAM_KEY_ENV: &str = "TG_TEST_UPSTREAM_KEY";
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_tollgate")
+}
+
+/// A fresh temporary directory, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        let mut n = [0u8; 8];
+        getrandom::fill(&mut n).unwrap();
+        let name: String = n.iter().map(|b| format!("{b:02x}")).collect();
+        let p = std::env::temp_dir().join(format!("tollgate-test-{tag}-{name}"));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A running gateway process.
+pub struct Gateway {
+    pub child: Child,
+    pub addr: SocketAddr,
+    /// The key created at first start (group of the first `[[groups]]`).
+    pub key: String,
+    pub dir: TempDir,
+    pub logs: Arc<Mutex<Vec<String>>>,
+}
+
+/// The header of a config for tests: listen on a free port, data in the temp dir.
+pub fn base_config(dir: &Path, extra_top: &str) -> String {
+    format!(
+        "listen = \"127.0.0.1:0\"\ndata_dir = \"{}\"\n{extra_top}\n",
+        dir.join("data").display()
+    )
+}
+
+/// A config with the mock model plus one model per upstream kind pointing at `fake` (when given).
+pub fn standard_config(dir: &Path, fake: Option<SocketAddr>, extra_top: &str) -> String {
+    let mut c = base_config(dir, extra_top);
+    c.push_str(
+        "[[upstreams]]\nname = \"mock\"\nkind = \"mock\"\n\n[[models]]\nname = \"mock\"\nupstream = \"mock\"\n\n",
+    );
+    if let Some(f) = fake {
+        c.push_str(&format!(
+            r#"
+[[upstreams]]
+name = "chat-up"
+kind = "openai-chat"
+base_url = "http://{f}/v1"
+api_key_env = "{UPSTREAM_KEY_ENV}"
+
+[[upstreams]]
+name = "responses-up"
+kind = "openai-responses"
+base_url = "http://{f}/v1"
+api_key_env = "{UPSTREAM_KEY_ENV}"
+
+[[upstreams]]
+name = "anthropic-up"
+kind = "anthropic"
+base_url = "http://{f}"
+api_key_env = "{UPSTREAM_KEY_ENV}"
+
+[[models]]
+name = "m-chat"
+upstream = "chat-up"
+upstream_model = "real-chat-model"
+
+[[models]]
+name = "m-responses"
+upstream = "responses-up"
+upstream_model = "real-responses-model"
+
+[[models]]
+name = "m-messages"
+upstream = "anthropic-up"
+upstream_model = "real-messages-model"
+"#
+        ));
+    }
+    c.push_str("\n[[groups]]\nname = \"default\"\nmodels = [\"*\"]\n");
+    c
+}
+
+impl Gateway {
+    /// Writes `config` (which must listen on 127.0.0.1:0) and starts `tollgate serve` with it.
+    pub fn start_with(dir: TempDir, config: &str) -> Gateway {
+        let cfg = dir.path().join("tollgate.toml");
+        std::fs::write(&cfg, config).unwrap();
+        let mut child = Command::new(bin())
+            .args(["serve", "--config"])
+            .arg(&cfg)
+            .env(UPSTREAM_KEY_ENV, UPSTREAM_KEY)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start tollgate");
+        let stdout = child.stdout.take().unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel::<String>();
+        {
+            let logs = logs.clone();
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    if let Some(i) = line.find("listening on http://") {
+                        let rest = &line[i + "listening on http://".len()..];
+                        let addr = rest.split_whitespace().next().unwrap_or("").to_string();
+                        let _ = tx.send(format!("addr {addr}"));
+                    }
+                    logs.lock().unwrap().push(line);
+                }
+            });
+        }
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if line.starts_with("tg_") {
+                    let _ = tx.send(format!("key {line}"));
+                }
+            }
+        });
+        let mut addr = None;
+        let mut key = None;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while addr.is_none() || key.is_none() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(m) if m.starts_with("addr ") => addr = Some(m[5..].parse().unwrap()),
+                Ok(m) if m.starts_with("key ") => key = Some(m[4..].to_string()),
+                Ok(_) => {}
+                Err(_) => {
+                    let _ = child.kill();
+                    panic!("tollgate did not start: {:?}", logs.lock().unwrap());
+                }
+            }
+        }
+        Gateway { child, addr: addr.unwrap(), key: key.unwrap(), dir, logs }
+    }
+
+    /// Mock model only.
+    pub fn start_mock(extra_top: &str) -> Gateway {
+        let dir = TempDir::new("gw");
+        let config = standard_config(dir.path(), None, extra_top);
+        Gateway::start_with(dir, &config)
+    }
+
+    /// Mock model plus one model per upstream kind at `fake`.
+    pub fn start_with_fake(fake: SocketAddr, extra_top: &str) -> Gateway {
+        let dir = TempDir::new("gw");
+        let config = standard_config(dir.path(), Some(fake), extra_top);
+        Gateway::start_with(dir, &config)
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("tollgate.toml")
+    }
+
+    /// The log line for a request id, waiting for it to be written.
+    pub fn log_line(&self, request_id: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(l) = self.logs.lock().unwrap().iter().find(|l| l.contains(request_id)) {
+                return l.clone();
+            }
+            assert!(Instant::now() < deadline, "no log line for {request_id}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn all_logs(&self) -> String {
+        self.logs.lock().unwrap().join("\n")
+    }
+
+    pub fn connect(&self) -> TcpStream {
+        let s = TcpStream::connect(self.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        s
+    }
+
+    /// One request on a new connection.
+    pub fn request(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
+        let mut s = self.connect();
+        send_request(&mut s, method, path, headers, body, true);
+        read_response(&mut BufReader::new(s))
+    }
+
+    /// POST JSON with `Authorization: Bearer <key>` (plus `anthropic-version` for /v1/messages).
+    pub fn post(&self, path: &str, body: &Value) -> Response {
+        let auth = format!("Bearer {}", self.key);
+        let mut h = vec![("authorization", auth.as_str()), ("content-type", "application/json")];
+        if path == "/v1/messages" {
+            h.push(("anthropic-version", "2023-06-01"));
+        }
+        self.request("POST", path, &h, body.to_string().as_bytes())
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Writes a request with Content-Length.
+pub fn send_request(s: &mut TcpStream, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8], close: bool) {
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: test\r\nContent-Length: {}\r\n", body.len());
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if close {
+        req.push_str("Connection: close\r\n");
+    }
+    req.push_str("\r\n");
+    let mut bytes = req.into_bytes();
+    bytes.extend_from_slice(body);
+    s.write_all(&bytes).unwrap();
+}
+
+/// A response as read off the wire.
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+    /// SSE events of the body: (event name, data).
+    pub fn events(&self) -> Vec<(Option<String>, String)> {
+        parse_sse(&self.text())
+    }
+}
+
+/// Reads one response head (status line and headers).
+pub fn read_head(r: &mut impl BufRead) -> (u16, Vec<(String, String)>) {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(r.read_line(&mut line).unwrap() > 0, "connection closed before a response");
+        let status: u16 = line.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let mut headers = Vec::new();
+        loop {
+            let mut h = String::new();
+            r.read_line(&mut h).unwrap();
+            let h = h.trim_end();
+            if h.is_empty() {
+                break;
+            }
+            if let Some((k, v)) = h.split_once(':') {
+                headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
+            }
+        }
+        if status != 100 {
+            return (status, headers);
+        }
+    }
+}
+
+/// Reads one whole response (Content-Length or chunked).
+pub fn read_response(r: &mut impl BufRead) -> Response {
+    let (status, headers) = read_head(r);
+    let find = |n: &str| headers.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
+    let mut body = Vec::new();
+    if find("transfer-encoding").is_some_and(|v| v.contains("chunked")) {
+        while let Some(chunk) = read_chunk(r) {
+            body.extend_from_slice(&chunk);
+        }
+    } else if let Some(n) = find("content-length") {
+        body.resize(n.parse().unwrap(), 0);
+        r.read_exact(&mut body).unwrap();
+    } else {
+        r.read_to_end(&mut body).unwrap();
+    }
+    Response { status, headers, body }
+}
+
+/// Reads one chunk of a chunked body; `None` at the last chunk.
+pub fn read_chunk(r: &mut impl BufRead) -> Option<Vec<u8>> {
+    let mut line = String::new();
+    if r.read_line(&mut line).ok()? == 0 {
+        return None;
+    }
+    let size = usize::from_str_radix(line.trim(), 16).ok()?;
+    let mut data = vec![0u8; size + 2];
+    r.read_exact(&mut data).ok()?;
+    data.truncate(size);
+    if size == 0 {
+        return None;
+    }
+    Some(data)
+}
+
+/// Splits SSE text into (event, data) pairs, skipping comments.
+pub fn parse_sse(text: &str) -> Vec<(Option<String>, String)> {
+    let mut out = Vec::new();
+    for block in text.split("\n\n") {
+        let mut event = None;
+        let mut data: Vec<&str> = Vec::new();
+        for line in block.lines() {
+            if let Some(v) = line.strip_prefix("event:") {
+                event = Some(v.trim().to_string());
+            } else if let Some(v) = line.strip_prefix("data:") {
+                data.push(v.strip_prefix(' ').unwrap_or(v));
+            }
+        }
+        if event.is_some() || !data.is_empty() {
+            out.push((event, data.join("\n")));
+        }
+    }
+    out
+}
+
+/// The fixtures directory.
+pub fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
+}
+
+/// Sends a signal with the system's `kill`.
+pub fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status().unwrap().success();
+    assert!(ok, "kill -{sig} {pid} failed");
+}
+
+/// Waits for a child to exit (bounded), returning its exit code.
+pub fn wait_exit(child: &mut Child, within: Duration) -> Option<i32> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status.code();
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
