@@ -141,7 +141,8 @@ fn check(path: &Path) -> i32 {
 
 /// Holds an exclusive lock on the keys file's companion lock file while it is read-modified-written.
 fn lock_keys(data_dir: &Path) -> Result<fs::File, String> {
-    fs::create_dir_all(data_dir).map_err(|e| format!("cannot create {}: {e}", data_dir.display()))?;
+    fs::create_dir_all(data_dir)
+        .map_err(|e| format!("cannot create {}: {e}", data_dir.display()))?;
     let path = data_dir.join("keys.lock");
     let f = fs::OpenOptions::new()
         .create(true)
@@ -149,7 +150,8 @@ fn lock_keys(data_dir: &Path) -> Result<fs::File, String> {
         .write(true)
         .open(&path)
         .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-    f.lock().map_err(|e| format!("cannot lock {}: {e}", path.display()))?;
+    f.lock()
+        .map_err(|e| format!("cannot lock {}: {e}", path.display()))?;
     Ok(f)
 }
 
@@ -158,17 +160,29 @@ fn read_keys_or_msg(path: &Path) -> Result<Vec<KeyRecord>, String> {
 }
 
 /// Adds a key; returns the plaintext.
-fn add_key(config: &Config, name: &str, group: &str, credit: Option<f64>) -> Result<String, String> {
+fn add_key(
+    config: &Config,
+    name: &str,
+    group: &str,
+    credit: Option<f64>,
+) -> Result<String, String> {
     if name.is_empty() || name.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!("--name: expected a non-empty name without spaces, got {name:?}"));
+        return Err(format!(
+            "--name: expected a non-empty name without spaces, got {name:?}"
+        ));
     }
     if config.group(group).is_none() {
         let known: Vec<&str> = config.groups.iter().map(|g| g.name.as_str()).collect();
-        return Err(format!("--group: unknown group {group:?}; expected one of [{}]", known.join(", ")));
+        return Err(format!(
+            "--group: unknown group {group:?}; expected one of [{}]",
+            known.join(", ")
+        ));
     }
     if let Some(c) = credit {
         if !(c.is_finite() && c >= 0.0) {
-            return Err(format!("--credit: expected an amount of 0 or more, got {c}"));
+            return Err(format!(
+                "--credit: expected an amount of 0 or more, got {c}"
+            ));
         }
     }
     let _lock = lock_keys(&config.data_dir)?;
@@ -176,7 +190,9 @@ fn add_key(config: &Config, name: &str, group: &str, credit: Option<f64>) -> Res
     let mut records = read_keys_or_msg(&path)?;
     if let Some(existing) = records.iter().find(|r| r.name == name) {
         let state = if existing.disabled { " (revoked)" } else { "" };
-        return Err(format!("--name: a key named {name:?} already exists{state}; choose another name"));
+        return Err(format!(
+            "--name: a key named {name:?} already exists{state}; choose another name"
+        ));
     }
     let key = keys::generate_key();
     records.push(KeyRecord {
@@ -187,7 +203,8 @@ fn add_key(config: &Config, name: &str, group: &str, credit: Option<f64>) -> Res
         disabled: false,
         created: crate::util::rfc3339(crate::util::unix_now()),
     });
-    keys::write_keys(&path, &records).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    keys::write_keys(&path, &records)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     Ok(key)
 }
 
@@ -232,11 +249,19 @@ fn keys_list(a: KeysListArgs) -> i32 {
         }
     };
     let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{:<24} {:<16} {:>12} {:<8} CREATED", "NAME", "GROUP", "CREDIT", "STATUS");
+    let _ = writeln!(
+        out,
+        "{:<24} {:<16} {:>12} {:<8} CREATED",
+        "NAME", "GROUP", "CREDIT", "STATUS"
+    );
     for r in &records {
         let credit = r.credit.map_or("unlimited".to_string(), |c| format!("{c}"));
         let status = if r.disabled { "revoked" } else { "active" };
-        let _ = writeln!(out, "{:<24} {:<16} {:>12} {:<8} {}", r.name, r.group, credit, status, r.created);
+        let _ = writeln!(
+            out,
+            "{:<24} {:<16} {:>12} {:<8} {}",
+            r.name, r.group, credit, status, r.created
+        );
     }
     0
 }
@@ -257,7 +282,8 @@ fn keys_revoke(a: KeysRevokeArgs) -> i32 {
             return Err(format!("--name: no key named {:?}", a.name));
         };
         r.disabled = true;
-        keys::write_keys(&path, &records).map_err(|e| format!("cannot write {}: {e}", path.display()))
+        keys::write_keys(&path, &records)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))
     })();
     match result {
         Ok(()) => {
@@ -273,7 +299,10 @@ fn keys_revoke(a: KeysRevokeArgs) -> i32 {
 
 fn init_logging(level: &str) {
     let level = level.parse().unwrap_or(log::LevelFilter::Info);
-    let _ = simple_logger::SimpleLogger::new().with_level(level).with_utc_timestamps().init();
+    let _ = simple_logger::SimpleLogger::new()
+        .with_level(level)
+        .with_utc_timestamps()
+        .init();
 }
 
 fn serve(a: ServeArgs) -> i32 {
@@ -291,7 +320,11 @@ fn serve(a: ServeArgs) -> i32 {
     }
     let keys_path = config.data_dir.join(KEYS_FILE);
     if !keys_path.exists() {
-        let group = config.groups.first().map(|g| g.name.clone()).unwrap_or_else(|| "default".into());
+        let group = config
+            .groups
+            .first()
+            .map(|g| g.name.clone())
+            .unwrap_or_else(|| "default".into());
         match add_key(&config, "default", &group, None) {
             Ok(key) => {
                 println!("First start: created the API key \"default\" (group {group:?}). It is shown only this once:");
@@ -318,7 +351,10 @@ fn serve(a: ServeArgs) -> i32 {
             return 1;
         }
     };
-    let addr = listener.local_addr().map(|a| a.to_string()).unwrap_or_else(|_| config.listen.clone());
+    let addr = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| config.listen.clone());
     log::info!(
         "tollgate {} listening on http://{addr} ({} models, {} keys, {} workers, data in {})",
         env!("CARGO_PKG_VERSION"),

@@ -194,13 +194,18 @@ impl Config {
     /// The embedded defaults: 127.0.0.1:8080, `./tollgate-data`, one mock model `mock`, one group `default`
     /// allowed everything.
     pub fn embedded() -> Config {
-        Config::from_toml_str(EMBEDDED).unwrap_or_else(|e| panic!("embedded config is invalid: {e}"))
+        Config::from_toml_str(EMBEDDED)
+            .unwrap_or_else(|e| panic!("embedded config is invalid: {e}"))
     }
 
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| err("", format!("cannot read config file {}: {e}", path.display())))?;
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            err(
+                "",
+                format!("cannot read config file {}: {e}", path.display()),
+            )
+        })?;
         let mut cfg = Config::from_toml_str(&text)?;
         // A relative data_dir is relative to the config file, so the file means the same from any cwd.
         if cfg.data_dir.is_relative() {
@@ -240,9 +245,15 @@ impl Config {
     }
 
     pub fn listen_addr(&self) -> Result<SocketAddr, ConfigError> {
-        self.listen
-            .parse()
-            .map_err(|_| err("listen", format!("expected host:port such as 127.0.0.1:8080, got {:?}", self.listen)))
+        self.listen.parse().map_err(|_| {
+            err(
+                "listen",
+                format!(
+                    "expected host:port such as 127.0.0.1:8080, got {:?}",
+                    self.listen
+                ),
+            )
+        })
     }
 }
 
@@ -268,9 +279,12 @@ models = ["*"]
 
 fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
     let listen = raw.listen.unwrap_or_else(|| "127.0.0.1:8080".into());
-    listen
-        .parse::<SocketAddr>()
-        .map_err(|_| err("listen", format!("expected host:port such as 127.0.0.1:8080, got {listen:?}")))?;
+    listen.parse::<SocketAddr>().map_err(|_| {
+        err(
+            "listen",
+            format!("expected host:port such as 127.0.0.1:8080, got {listen:?}"),
+        )
+    })?;
     let positive = |field: &str, v: Option<usize>, default: usize| -> Result<usize, ConfigError> {
         match v {
             Some(0) => Err(err(field, "expected a number greater than 0, got 0")),
@@ -280,18 +294,29 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
     };
     let secs = |field: &str, v: Option<u64>, default: u64| -> Result<Duration, ConfigError> {
         match v {
-            Some(0) => Err(err(field, "expected a number of seconds greater than 0, got 0")),
+            Some(0) => Err(err(
+                field,
+                "expected a number of seconds greater than 0, got 0",
+            )),
             Some(n) => Ok(Duration::from_secs(n)),
             None => Ok(Duration::from_secs(default)),
         }
     };
     let log_level = raw.log_level.unwrap_or_else(|| "info".into());
     if !["error", "warn", "info", "debug", "trace", "off"].contains(&log_level.as_str()) {
-        return Err(err("log_level", format!("expected one of error, warn, info, debug, trace, off; got {log_level:?}")));
+        return Err(err(
+            "log_level",
+            format!("expected one of error, warn, info, debug, trace, off; got {log_level:?}"),
+        ));
     }
-    let admin_token_env = raw.admin_token_env.unwrap_or_else(|| "TOLLGATE_ADMIN_TOKEN".into());
+    let admin_token_env = raw
+        .admin_token_env
+        .unwrap_or_else(|| "TOLLGATE_ADMIN_TOKEN".into());
     if admin_token_env.is_empty() {
-        return Err(err("admin_token_env", "expected the name of an environment variable, got an empty string"));
+        return Err(err(
+            "admin_token_env",
+            "expected the name of an environment variable, got an empty string",
+        ));
     }
 
     let mut upstreams = Vec::new();
@@ -302,7 +327,10 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             return Err(err(f("name"), "expected a non-empty name"));
         }
         if !seen.insert(u.name.clone()) {
-            return Err(err(f("name"), format!("duplicate upstream name {:?}", u.name)));
+            return Err(err(
+                f("name"),
+                format!("duplicate upstream name {:?}", u.name),
+            ));
         }
         let kind = match u.kind.as_str() {
             "openai-chat" => UpstreamKind::OpenAiChat,
@@ -312,16 +340,26 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             other => {
                 return Err(err(
                     f("kind"),
-                    format!("expected one of openai-chat, openai-responses, anthropic, mock; got {other:?}"),
+                    format!(
+                    "expected one of openai-chat, openai-responses, anthropic, mock; got {other:?}"
+                ),
                 ))
             }
         };
         let base_url = match (kind, u.base_url) {
             (UpstreamKind::Mock, b) => b.unwrap_or_default(),
-            (_, None) => return Err(err(f("base_url"), "expected a URL such as http://127.0.0.1:9001/v1")),
+            (_, None) => {
+                return Err(err(
+                    f("base_url"),
+                    "expected a URL such as http://127.0.0.1:9001/v1",
+                ))
+            }
             (_, Some(b)) => {
                 if !(b.starts_with("http://") || b.starts_with("https://")) {
-                    return Err(err(f("base_url"), format!("expected an http:// or https:// URL, got {b:?}")));
+                    return Err(err(
+                        f("base_url"),
+                        format!("expected an http:// or https:// URL, got {b:?}"),
+                    ));
                 }
                 b.trim_end_matches('/').to_string()
             }
@@ -344,7 +382,11 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             base_url,
             api_key,
             connect_timeout: secs(&f("connect_timeout_secs"), u.connect_timeout_secs, 10)?,
-            first_byte_timeout: secs(&f("first_byte_timeout_secs"), u.first_byte_timeout_secs, 600)?,
+            first_byte_timeout: secs(
+                &f("first_byte_timeout_secs"),
+                u.first_byte_timeout_secs,
+                600,
+            )?,
             idle_timeout: secs(&f("idle_timeout_secs"), u.idle_timeout_secs, 300)?,
             mock_delay: Duration::from_millis(u.mock_delay_ms.unwrap_or(0)),
         });
@@ -355,7 +397,10 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
     for (i, m) in raw.models.into_iter().enumerate() {
         let f = |k: &str| format!("models[{i}].{k}");
         if m.name.is_empty() || m.name.chars().any(char::is_whitespace) {
-            return Err(err(f("name"), format!("expected a non-empty name without spaces, got {:?}", m.name)));
+            return Err(err(
+                f("name"),
+                format!("expected a non-empty name without spaces, got {:?}", m.name),
+            ));
         }
         if !seen.insert(m.name.clone()) {
             return Err(err(f("name"), format!("duplicate model name {:?}", m.name)));
@@ -365,26 +410,42 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             OneOrMany::Many(v) => v,
         };
         if names.is_empty() {
-            return Err(err(f("upstream"), "expected an upstream name or a non-empty list of them"));
+            return Err(err(
+                f("upstream"),
+                "expected an upstream name or a non-empty list of them",
+            ));
         }
         for n in &names {
             if !upstreams.iter().any(|u: &Upstream| &u.name == n) {
                 let known: Vec<&str> = upstreams.iter().map(|u| u.name.as_str()).collect();
                 return Err(err(
                     f("upstream"),
-                    format!("unknown upstream {n:?}; expected one of [{}]", known.join(", ")),
+                    format!(
+                        "unknown upstream {n:?}; expected one of [{}]",
+                        known.join(", ")
+                    ),
                 ));
             }
         }
-        for (k, v) in [("input_price", m.input_price), ("output_price", m.output_price), ("cached_input_price", m.cached_input_price)] {
+        for (k, v) in [
+            ("input_price", m.input_price),
+            ("output_price", m.output_price),
+            ("cached_input_price", m.cached_input_price),
+        ] {
             if let Some(p) = v {
                 if !(p.is_finite() && p >= 0.0) {
-                    return Err(err(f(k), format!("expected a price of 0 or more credits per 1M tokens, got {p}")));
+                    return Err(err(
+                        f(k),
+                        format!("expected a price of 0 or more credits per 1M tokens, got {p}"),
+                    ));
                 }
             }
         }
         if m.max_output_tokens == Some(0) {
-            return Err(err(f("max_output_tokens"), "expected a number greater than 0, got 0"));
+            return Err(err(
+                f("max_output_tokens"),
+                "expected a number greater than 0, got 0",
+            ));
         }
         models.push(Model {
             upstream_model: m.upstream_model.unwrap_or_else(|| m.name.clone()),
@@ -405,20 +466,42 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
     for (i, g) in raw.groups.into_iter().enumerate() {
         let f = |k: &str| format!("groups[{i}].{k}");
         if g.name.is_empty() || g.name.chars().any(char::is_whitespace) {
-            return Err(err(f("name"), format!("expected a non-empty name without spaces, got {:?}", g.name)));
+            return Err(err(
+                f("name"),
+                format!("expected a non-empty name without spaces, got {:?}", g.name),
+            ));
         }
         if !seen.insert(g.name.clone()) {
             return Err(err(f("name"), format!("duplicate group name {:?}", g.name)));
         }
-        for (k, v) in [("rpm", g.rpm), ("tpm", g.tpm), ("max_concurrent", g.max_concurrent)] {
+        for (k, v) in [
+            ("rpm", g.rpm),
+            ("tpm", g.tpm),
+            ("max_concurrent", g.max_concurrent),
+        ] {
             if v == Some(0) {
-                return Err(err(f(k), "expected a limit greater than 0 (leave it out for no limit)"));
+                return Err(err(
+                    f(k),
+                    "expected a limit greater than 0 (leave it out for no limit)",
+                ));
             }
         }
-        groups.push(Group { name: g.name, models: g.models, rpm: g.rpm, tpm: g.tpm, max_concurrent: g.max_concurrent });
+        groups.push(Group {
+            name: g.name,
+            models: g.models,
+            rpm: g.rpm,
+            tpm: g.tpm,
+            max_concurrent: g.max_concurrent,
+        });
     }
     if groups.is_empty() {
-        groups.push(Group { name: "default".into(), models: vec!["*".into()], rpm: None, tpm: None, max_concurrent: None });
+        groups.push(Group {
+            name: "default".into(),
+            models: vec!["*".into()],
+            rpm: None,
+            tpm: None,
+            max_concurrent: None,
+        });
     }
 
     Ok(Config {
@@ -429,7 +512,12 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         queue_size: positive("queue_size", raw.queue_size, 1024)?,
         max_connections: positive("max_connections", raw.max_connections, 4096)?,
         max_body_bytes: match raw.max_body_bytes {
-            Some(0) => return Err(err("max_body_bytes", "expected a number of bytes greater than 0")),
+            Some(0) => {
+                return Err(err(
+                    "max_body_bytes",
+                    "expected a number of bytes greater than 0",
+                ))
+            }
             Some(n) => n,
             None => 32 * 1024 * 1024,
         },

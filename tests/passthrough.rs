@@ -30,7 +30,10 @@ fn client_text(protocol: &str, resp: &Response, stream: bool) -> String {
     if !stream {
         let v = resp.json();
         return match protocol {
-            "chat" => v["choices"][0]["message"]["content"].as_str().unwrap_or("").to_string(),
+            "chat" => v["choices"][0]["message"]["content"]
+                .as_str()
+                .unwrap_or("")
+                .to_string(),
             "responses" => v["output"]
                 .as_array()
                 .into_iter()
@@ -48,17 +51,24 @@ fn client_text(protocol: &str, resp: &Response, stream: bool) -> String {
     }
     let mut text = String::new();
     for (event, data) in resp.events() {
-        let Ok(v) = serde_json::from_str::<Value>(&data) else { continue };
+        let Ok(v) = serde_json::from_str::<Value>(&data) else {
+            continue;
+        };
         match protocol {
             "chat" => {
-                if let Some(t) = v.pointer("/choices/0/delta/content").and_then(Value::as_str) {
+                if let Some(t) = v
+                    .pointer("/choices/0/delta/content")
+                    .and_then(Value::as_str)
+                {
                     text.push_str(t)
                 }
             }
             "responses" if event.as_deref() == Some("response.output_text.delta") => {
                 text.push_str(v["delta"].as_str().unwrap_or(""))
             }
-            "messages" if v.pointer("/delta/type").and_then(Value::as_str) == Some("text_delta") => {
+            "messages"
+                if v.pointer("/delta/type").and_then(Value::as_str) == Some("text_delta") =>
+            {
                 text.push_str(v["delta"]["text"].as_str().unwrap_or(""))
             }
             _ => {}
@@ -76,12 +86,23 @@ fn last_event(protocol: &str, resp: &Response) -> String {
             return "[DONE]".into();
         }
         let v: Value = serde_json::from_str(data).unwrap();
-        return if v.get("error").is_some() { "error".into() } else { "chunk".into() };
+        return if v.get("error").is_some() {
+            "error".into()
+        } else {
+            "chunk".into()
+        };
     }
     event.clone().unwrap_or_default()
 }
 
-fn replay(b: &Bench, protocol: &str, endpoint: &str, upstream_path: &str, real_model: &str, case: &str) {
+fn replay(
+    b: &Bench,
+    protocol: &str,
+    endpoint: &str,
+    upstream_path: &str,
+    real_model: &str,
+    case: &str,
+) {
     let dir = fixtures().join(protocol);
     let fx = Fixture::load(&dir, case);
     let stream = fx.request["stream"].as_bool().unwrap_or(false);
@@ -93,7 +114,10 @@ fn replay(b: &Bench, protocol: &str, endpoint: &str, upstream_path: &str, real_m
 
     // What the client sees.
     assert_eq!(resp.status as u64, exp["status"].as_u64().unwrap(), "{ctx}");
-    let rid = resp.header("x-request-id").expect("x-request-id").to_string();
+    let rid = resp
+        .header("x-request-id")
+        .expect("x-request-id")
+        .to_string();
     assert!(rid.starts_with("req_"), "{ctx}");
     if protocol == "messages" {
         assert_eq!(resp.header("request-id"), Some(rid.as_str()), "{ctx}");
@@ -112,22 +136,40 @@ fn replay(b: &Bench, protocol: &str, endpoint: &str, upstream_path: &str, real_m
     if protocol == "chat" && stream {
         assert_eq!(sent["stream_options"]["include_usage"], true, "{ctx}");
         sent.as_object_mut().unwrap().remove("stream_options");
-        expected_body.as_object_mut().unwrap().remove("stream_options");
+        expected_body
+            .as_object_mut()
+            .unwrap()
+            .remove("stream_options");
     }
     assert_eq!(sent, expected_body, "{ctx}: body not forwarded as sent");
     let all_headers = format!("{:?}", up.headers);
-    assert!(!all_headers.contains(&b.gw.key), "{ctx}: the client's key reached the upstream");
+    assert!(
+        !all_headers.contains(&b.gw.key),
+        "{ctx}: the client's key reached the upstream"
+    );
     if protocol == "messages" {
         assert_eq!(up.header("x-api-key"), Some(UPSTREAM_KEY), "{ctx}");
         assert_eq!(up.header("anthropic-version"), Some("2023-06-01"), "{ctx}");
     } else {
-        assert_eq!(up.header("authorization"), Some(format!("Bearer {UPSTREAM_KEY}").as_str()), "{ctx}");
+        assert_eq!(
+            up.header("authorization"),
+            Some(format!("Bearer {UPSTREAM_KEY}").as_str()),
+            "{ctx}"
+        );
     }
-    assert!(!resp.text().contains(UPSTREAM_KEY), "{ctx}: the upstream key reached the client");
+    assert!(
+        !resp.text().contains(UPSTREAM_KEY),
+        "{ctx}: the upstream key reached the client"
+    );
 
     if resp.status == 200 {
         if stream {
-            assert!(resp.header("content-type").unwrap().starts_with("text/event-stream"), "{ctx}");
+            assert!(
+                resp.header("content-type")
+                    .unwrap()
+                    .starts_with("text/event-stream"),
+                "{ctx}"
+            );
             assert_eq!(resp.header("cache-control"), Some("no-cache"), "{ctx}");
             // Events relayed as the upstream sent them, minus hidden ones, plus an error tollgate appends.
             let upstream_events: Vec<_> = fx
@@ -144,14 +186,26 @@ fn replay(b: &Bench, protocol: &str, endpoint: &str, upstream_path: &str, real_m
                 .collect();
             assert_eq!(&client_events[..relayed.len()], &relayed[..], "{ctx}");
             assert!(client_events.len() - relayed.len() <= 2, "{ctx}");
-            assert_eq!(last_event(protocol, &resp), exp["last_event"].as_str().unwrap(), "{ctx}");
+            assert_eq!(
+                last_event(protocol, &resp),
+                exp["last_event"].as_str().unwrap(),
+                "{ctx}"
+            );
             if let Some(m) = exp["message"].as_str() {
                 assert!(client_events.last().unwrap().1.contains(m), "{ctx}");
             }
         } else {
-            assert_eq!(resp.json(), fx.upstream_body.clone().unwrap(), "{ctx}: body not relayed as sent");
+            assert_eq!(
+                resp.json(),
+                fx.upstream_body.clone().unwrap(),
+                "{ctx}: body not relayed as sent"
+            );
         }
-        assert_eq!(client_text(protocol, &resp, stream), exp["text"].as_str().unwrap(), "{ctx}");
+        assert_eq!(
+            client_text(protocol, &resp, stream),
+            exp["text"].as_str().unwrap(),
+            "{ctx}"
+        );
     } else {
         let v = resp.json();
         let err = if protocol == "messages" {
@@ -167,39 +221,89 @@ fn replay(b: &Bench, protocol: &str, endpoint: &str, upstream_path: &str, real_m
         }
         let msg = err["message"].as_str().unwrap();
         assert!(msg.contains(exp["message"].as_str().unwrap()), "{ctx}");
-        assert!(msg.contains(&rid), "{ctx}: the request id belongs in the message");
-        assert_eq!(resp.header("retry-after"), exp["retry_after"].as_str(), "{ctx}");
+        assert!(
+            msg.contains(&rid),
+            "{ctx}: the request id belongs in the message"
+        );
+        assert_eq!(
+            resp.header("retry-after"),
+            exp["retry_after"].as_str(),
+            "{ctx}"
+        );
     }
 
     // Usage as recorded (the request's log line).
     if let Some(u) = exp.get("usage") {
         let line = b.gw.log_line(&rid);
         assert!(line.contains(&format!(" in={} ", u["in"])), "{ctx}: {line}");
-        assert!(line.contains(&format!(" out={} ", u["out"])), "{ctx}: {line}");
+        assert!(
+            line.contains(&format!(" out={} ", u["out"])),
+            "{ctx}: {line}"
+        );
     }
 }
 
 #[test]
 fn chat_fixtures_replay() {
     let b = bench();
-    for case in ["text", "stream_text", "stream_usage", "upstream_error", "stream_error", "stream_truncated"] {
-        replay(&b, "chat", "/v1/chat/completions", "/v1/chat/completions", "real-chat-model", case);
+    for case in [
+        "text",
+        "stream_text",
+        "stream_usage",
+        "upstream_error",
+        "stream_error",
+        "stream_truncated",
+    ] {
+        replay(
+            &b,
+            "chat",
+            "/v1/chat/completions",
+            "/v1/chat/completions",
+            "real-chat-model",
+            case,
+        );
     }
 }
 
 #[test]
 fn responses_fixtures_replay() {
     let b = bench();
-    for case in ["text", "stream_text", "upstream_error", "stream_error", "stream_truncated"] {
-        replay(&b, "responses", "/v1/responses", "/v1/responses", "real-responses-model", case);
+    for case in [
+        "text",
+        "stream_text",
+        "upstream_error",
+        "stream_error",
+        "stream_truncated",
+    ] {
+        replay(
+            &b,
+            "responses",
+            "/v1/responses",
+            "/v1/responses",
+            "real-responses-model",
+            case,
+        );
     }
 }
 
 #[test]
 fn messages_fixtures_replay() {
     let b = bench();
-    for case in ["text", "stream_text", "upstream_error", "stream_error", "stream_truncated"] {
-        replay(&b, "messages", "/v1/messages", "/v1/messages", "real-messages-model", case);
+    for case in [
+        "text",
+        "stream_text",
+        "upstream_error",
+        "stream_error",
+        "stream_truncated",
+    ] {
+        replay(
+            &b,
+            "messages",
+            "/v1/messages",
+            "/v1/messages",
+            "real-messages-model",
+            case,
+        );
     }
 }
 
@@ -208,9 +312,10 @@ fn messages_fixtures_replay() {
 /// buffered would never deliver the first event, and the test would fail on its read timeout.
 #[test]
 fn stream_events_are_flushed_one_by_one() {
-    for (protocol, endpoint, model) in
-        [("chat", "/v1/chat/completions", "m-chat"), ("messages", "/v1/messages", "m-messages")]
-    {
+    for (protocol, endpoint, model) in [
+        ("chat", "/v1/chat/completions", "m-chat"),
+        ("messages", "/v1/messages", "m-messages"),
+    ] {
         let fx = Fixture::load(&fixtures().join(protocol), "stream_text");
         let (gate_tx, gate_rx) = std::sync::mpsc::channel::<()>();
         let gate = Mutex::new(Some(gate_rx));
@@ -229,7 +334,10 @@ fn stream_events_are_flushed_one_by_one() {
             &mut s,
             "POST",
             endpoint,
-            &[("authorization", &auth), ("anthropic-version", "2023-06-01")],
+            &[
+                ("authorization", &auth),
+                ("anthropic-version", "2023-06-01"),
+            ],
             body.to_string().as_bytes(),
             true,
         );
@@ -237,22 +345,34 @@ fn stream_events_are_flushed_one_by_one() {
         let (status, _) = read_head(&mut r);
         assert_eq!(status, 200);
         let first = read_chunk(&mut r).expect("the first event arrives while the upstream waits");
-        assert_eq!(first, fx.upstream_events[0], "{protocol}: first event relayed unchanged");
+        assert_eq!(
+            first, fx.upstream_events[0],
+            "{protocol}: first event relayed unchanged"
+        );
         gate_tx.send(()).unwrap();
         let mut rest = Vec::new();
         while let Some(c) = read_chunk(&mut r) {
             rest.push(c);
         }
-        assert!(rest.len() >= fx.upstream_events.len() - 2, "{protocol}: the rest follows");
+        assert!(
+            rest.len() >= fx.upstream_events.len() - 2,
+            "{protocol}: the rest follows"
+        );
     }
 }
 
 #[test]
 fn upstream_unreachable_is_502_and_timeout_is_504() {
     // Unreachable: a port nothing listens on.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
     let gw = Gateway::start_with_fake(closed, "");
-    let r = gw.post("/v1/chat/completions", &json!({"model": "m-chat", "messages": [{"role": "user", "content": "hi"}]}));
+    let r = gw.post(
+        "/v1/chat/completions",
+        &json!({"model": "m-chat", "messages": [{"role": "user", "content": "hi"}]}),
+    );
     assert_eq!(r.status, 502, "{}", r.text());
     assert_eq!(r.json()["error"]["type"], "server_error");
     let r = gw.post("/v1/messages", &json!({"model": "m-messages", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}));
@@ -262,10 +382,15 @@ fn upstream_unreachable_is_502_and_timeout_is_504() {
     // Timeout: an upstream that never answers, with a 1 s first-byte timeout.
     let fake = FakeUpstream::start(|_| Reply::Hang);
     let dir = TempDir::new("timeout");
-    let config = standard_config(dir.path(), Some(fake.addr), "")
-        .replace("api_key_env = \"TG_TEST_UPSTREAM_KEY\"", "api_key_env = \"TG_TEST_UPSTREAM_KEY\"\nfirst_byte_timeout_secs = 1");
+    let config = standard_config(dir.path(), Some(fake.addr), "").replace(
+        "api_key_env = \"TG_TEST_UPSTREAM_KEY\"",
+        "api_key_env = \"TG_TEST_UPSTREAM_KEY\"\nfirst_byte_timeout_secs = 1",
+    );
     let gw = Gateway::start_with(dir, &config);
-    let r = gw.post("/v1/chat/completions", &json!({"model": "m-chat", "messages": [{"role": "user", "content": "hi"}]}));
+    let r = gw.post(
+        "/v1/chat/completions",
+        &json!({"model": "m-chat", "messages": [{"role": "user", "content": "hi"}]}),
+    );
     assert_eq!(r.status, 504, "{}", r.text());
     let r = gw.post("/v1/messages", &json!({"model": "m-messages", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}));
     assert_eq!(r.status, 504);
@@ -276,15 +401,29 @@ fn upstream_unreachable_is_502_and_timeout_is_504() {
 fn malformed_upstream_bodies_are_502_in_the_clients_shape() {
     let fake = FakeUpstream::start(|rec| {
         if rec.path.ends_with("/messages") {
-            Reply::Json { status: 200, headers: vec![("content-type".into(), "text/html".into())], body: b"<html>oops</html>".to_vec() }
+            Reply::Json {
+                status: 200,
+                headers: vec![("content-type".into(), "text/html".into())],
+                body: b"<html>oops</html>".to_vec(),
+            }
         } else {
-            Reply::Json { status: 200, headers: vec![("content-type".into(), "application/json".into())], body: b"{\"id\": \"trunc".to_vec() }
+            Reply::Json {
+                status: 200,
+                headers: vec![("content-type".into(), "application/json".into())],
+                body: b"{\"id\": \"trunc".to_vec(),
+            }
         }
     });
     let gw = Gateway::start_with_fake(fake.addr, "");
-    let r = gw.post("/v1/chat/completions", &json!({"model": "m-chat", "messages": [{"role": "user", "content": "hi"}]}));
+    let r = gw.post(
+        "/v1/chat/completions",
+        &json!({"model": "m-chat", "messages": [{"role": "user", "content": "hi"}]}),
+    );
     assert_eq!(r.status, 502);
-    assert!(r.json()["error"]["message"].as_str().unwrap().contains("not a JSON object"));
+    assert!(r.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("not a JSON object"));
     let r = gw.post("/v1/messages", &json!({"model": "m-messages", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}));
     assert_eq!(r.status, 502);
     assert_eq!(r.json()["type"], "error");
@@ -293,11 +432,19 @@ fn malformed_upstream_bodies_are_502_in_the_clients_shape() {
 #[test]
 fn failover_tries_the_next_upstream_before_the_first_byte() {
     let good = FakeUpstream::start(|_| {
-        Reply::json(200, &json!({"id": "c", "object": "chat.completion", "created": 1, "model": "x",
+        Reply::json(
+            200,
+            &json!({"id": "c", "object": "chat.completion", "created": 1, "model": "x",
             "choices": [{"index": 0, "message": {"role": "assistant", "content": "from backup"}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}}))
+            "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}}),
+        )
     });
-    let bad = FakeUpstream::start(|_| Reply::json(503, &json!({"error": {"message": "down", "type": "server_error"}})));
+    let bad = FakeUpstream::start(|_| {
+        Reply::json(
+            503,
+            &json!({"error": {"message": "down", "type": "server_error"}}),
+        )
+    });
     let dir = TempDir::new("failover");
     let config = format!(
         "{}[[upstreams]]\nname = \"bad\"\nkind = \"openai-chat\"\nbase_url = \"http://{}/v1\"\n\n[[upstreams]]\nname = \"good\"\nkind = \"openai-chat\"\nbase_url = \"http://{}/v1\"\n\n[[models]]\nname = \"m\"\nupstream = [\"bad\", \"good\"]\n",
@@ -306,7 +453,10 @@ fn failover_tries_the_next_upstream_before_the_first_byte() {
         good.addr
     );
     let gw = Gateway::start_with(dir, &config);
-    let r = gw.post("/v1/chat/completions", &json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}));
+    let r = gw.post(
+        "/v1/chat/completions",
+        &json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}),
+    );
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["choices"][0]["message"]["content"], "from backup");
     assert_eq!(bad.received().len(), 1);
@@ -317,9 +467,12 @@ fn failover_tries_the_next_upstream_before_the_first_byte() {
 fn anthropic_beta_header_is_forwarded_to_anthropic_upstreams_only() {
     let fake = FakeUpstream::start(|rec| {
         if rec.path.ends_with("/messages") {
-            Reply::json(200, &json!({"id": "msg_1", "type": "message", "role": "assistant", "model": "x",
+            Reply::json(
+                200,
+                &json!({"id": "msg_1", "type": "message", "role": "assistant", "model": "x",
                 "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn", "stop_sequence": null,
-                "usage": {"input_tokens": 1, "output_tokens": 1}}))
+                "usage": {"input_tokens": 1, "output_tokens": 1}}),
+            )
         } else {
             Reply::Close
         }
@@ -330,13 +483,24 @@ fn anthropic_beta_header_is_forwarded_to_anthropic_upstreams_only() {
     let r = gw.request(
         "POST",
         "/v1/messages?beta=true",
-        &[("x-api-key", &gw.key), ("authorization", &auth), ("anthropic-version", "2025-09-01"),
-          ("anthropic-beta", "interleaved-thinking-2025-05-14"), ("anthropic-beta", "context-management-2025-06-27")],
+        &[
+            ("x-api-key", &gw.key),
+            ("authorization", &auth),
+            ("anthropic-version", "2025-09-01"),
+            ("anthropic-beta", "interleaved-thinking-2025-05-14"),
+            ("anthropic-beta", "context-management-2025-06-27"),
+        ],
         body.to_string().as_bytes(),
     );
     assert_eq!(r.status, 200, "{}", r.text());
     let up = fake.last();
-    assert_eq!(up.header("anthropic-beta"), Some("interleaved-thinking-2025-05-14,context-management-2025-06-27"));
+    assert_eq!(
+        up.header("anthropic-beta"),
+        Some("interleaved-thinking-2025-05-14,context-management-2025-06-27")
+    );
     assert_eq!(up.header("anthropic-version"), Some("2023-06-01"));
-    assert!(up.header("authorization").is_none(), "the client's Authorization header must not be forwarded");
+    assert!(
+        up.header("authorization").is_none(),
+        "the client's Authorization header must not be forwarded"
+    );
 }

@@ -92,13 +92,19 @@ pub fn parse_keys(text: &str) -> Result<Vec<KeyRecord>, KeysFileError> {
         let rec: KeyRecord =
             serde_json::from_str(line).map_err(|e| KeysFileError::Line(i + 1, e.to_string()))?;
         if !rec.hash.starts_with("sha256:") || rec.hash.len() != 7 + 64 {
-            return Err(KeysFileError::Line(i + 1, "hash must be sha256: followed by 64 hex digits".into()));
+            return Err(KeysFileError::Line(
+                i + 1,
+                "hash must be sha256: followed by 64 hex digits".into(),
+            ));
         }
         if rec.name.is_empty() {
             return Err(KeysFileError::Line(i + 1, "name must not be empty".into()));
         }
         if out.iter().any(|r| r.name == rec.name) {
-            return Err(KeysFileError::Line(i + 1, format!("duplicate key name {:?}", rec.name)));
+            return Err(KeysFileError::Line(
+                i + 1,
+                format!("duplicate key name {:?}", rec.name),
+            ));
         }
         out.push(rec);
     }
@@ -107,7 +113,9 @@ pub fn parse_keys(text: &str) -> Result<Vec<KeyRecord>, KeysFileError> {
 
 /// Writes the keys file atomically: temp file, fsync, rename over the old one, fsync the directory.
 pub fn write_keys(path: &Path, keys: &[KeyRecord]) -> io::Result<()> {
-    let mut text = String::from("# tollgate keys: one JSON object per line; only SHA-256 hashes of keys are stored\n");
+    let mut text = String::from(
+        "# tollgate keys: one JSON object per line; only SHA-256 hashes of keys are stored\n",
+    );
     for k in keys {
         text.push_str(&serde_json::to_string(k).map_err(io::Error::other)?);
         text.push('\n');
@@ -117,7 +125,10 @@ pub fn write_keys(path: &Path, keys: &[KeyRecord]) -> io::Result<()> {
 
 /// Replaces `path` with `data` so that readers see either the old or the new file, never a mix.
 pub fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     fs::create_dir_all(dir)?;
     let tmp = dir.join(format!(
         ".{}.tmp.{}",
@@ -125,7 +136,11 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
         std::process::id()
     ));
     {
-        let mut f = fs::OpenOptions::new().write(true).create(true).truncate(true).open(&tmp)?;
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)?;
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
@@ -170,7 +185,11 @@ impl KeySet {
         let by_hash = records
             .iter()
             .map(|r| {
-                let id = Identity { name: r.name.clone(), group: r.group.clone(), credit: r.credit };
+                let id = Identity {
+                    name: r.name.clone(),
+                    group: r.group.clone(),
+                    credit: r.credit,
+                };
                 (r.hash.clone(), (Arc::new(id), r.disabled))
             })
             .collect();
@@ -253,7 +272,11 @@ impl KeyStore {
                     Ok(mut g) => *g = set,
                     Err(p) => *p.into_inner() = set,
                 }
-                log::info!("keys reloaded from {} ({} keys)", self.path.display(), records.len());
+                log::info!(
+                    "keys reloaded from {} ({} keys)",
+                    self.path.display(),
+                    records.len()
+                );
                 true
             }
             Err(e) => {
@@ -273,7 +296,10 @@ mod tests {
     use super::*;
 
     fn tmpdir(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("tollgate-keys-{name}-{}", crate::util::random_base62(8)));
+        let d = std::env::temp_dir().join(format!(
+            "tollgate-keys-{name}-{}",
+            crate::util::random_base62(8)
+        ));
         fs::create_dir_all(&d).unwrap();
         d
     }
@@ -283,7 +309,10 @@ mod tests {
         let k = generate_key();
         assert!(k.starts_with("tg_") && k.len() == 43);
         assert_ne!(k, generate_key());
-        assert_eq!(hash_key("abc"), "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        assert_eq!(
+            hash_key("abc"),
+            "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
     }
 
     #[test]
@@ -310,7 +339,11 @@ mod tests {
         assert!(store.reload_if_changed());
         assert_eq!(store.check(&key), KeyCheck::Revoked("a".into()));
 
-        fs::write(dir.join(KEYS_FILE), "{\"name\":\"a\"}\nnot json at all, and longer\n").unwrap();
+        fs::write(
+            dir.join(KEYS_FILE),
+            "{\"name\":\"a\"}\nnot json at all, and longer\n",
+        )
+        .unwrap();
         assert!(!store.reload_if_changed());
         assert_eq!(store.check(&key), KeyCheck::Revoked("a".into()));
         fs::remove_dir_all(dir).unwrap();

@@ -11,7 +11,11 @@ use crate::protocol::{ApiError, Protocol};
 pub use keys::{Identity, KeyCheck, KeyStore};
 
 /// Extracts the presented key from `x-api-key` or `Authorization: Bearer`, and checks it.
-pub fn authenticate(req: &Request, protocol: Protocol, keys: &KeyStore) -> Result<Arc<Identity>, ApiError> {
+pub fn authenticate(
+    req: &Request,
+    protocol: Protocol,
+    keys: &KeyStore,
+) -> Result<Arc<Identity>, ApiError> {
     let presented = presented_key(req, protocol)?;
     if presented.chars().any(char::is_whitespace) {
         return Err(ApiError::unauthorized(
@@ -43,7 +47,9 @@ fn presented_key(req: &Request, protocol: Protocol) -> Result<&str, ApiError> {
         _ => "`Authorization: Bearer <key>`",
     };
     let Some(auth) = req.header("authorization") else {
-        return Err(ApiError::unauthorized(format!("Missing API key. Send it as {how}.")));
+        return Err(ApiError::unauthorized(format!(
+            "Missing API key. Send it as {how}."
+        )));
     };
     let mut split = auth.splitn(2, ' ');
     let scheme = split.next().unwrap_or("");
@@ -90,7 +96,10 @@ mod tests {
             path: "/v1/chat/completions".into(),
             query: String::new(),
             version: 1,
-            headers: headers.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect(),
+            headers: headers
+                .iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect(),
             body: Vec::new(),
             keep_alive: true,
         }
@@ -98,12 +107,39 @@ mod tests {
 
     #[test]
     fn key_extraction_rules() {
-        assert_eq!(presented_key(&req(&[("authorization", "Bearer abc")]), Protocol::Chat).unwrap(), "abc");
-        assert_eq!(presented_key(&req(&[("authorization", "bearer abc")]), Protocol::Chat).unwrap(), "abc");
-        assert_eq!(presented_key(&req(&[("x-api-key", "abc")]), Protocol::Messages).unwrap(), "abc");
-        assert_eq!(presented_key(&req(&[("authorization", "abc")]), Protocol::Chat).unwrap_err().status, 401);
-        assert_eq!(presented_key(&req(&[]), Protocol::Chat).unwrap_err().status, 401);
-        assert_eq!(presented_key(&req(&[("authorization", "Bearer ")]), Protocol::Chat).unwrap_err().status, 401);
-        assert_eq!(presented_key(&req(&[("authorization", "Basic abc")]), Protocol::Chat).unwrap_err().status, 401);
+        assert_eq!(
+            presented_key(&req(&[("authorization", "Bearer abc")]), Protocol::Chat).unwrap(),
+            "abc"
+        );
+        assert_eq!(
+            presented_key(&req(&[("authorization", "bearer abc")]), Protocol::Chat).unwrap(),
+            "abc"
+        );
+        assert_eq!(
+            presented_key(&req(&[("x-api-key", "abc")]), Protocol::Messages).unwrap(),
+            "abc"
+        );
+        assert_eq!(
+            presented_key(&req(&[("authorization", "abc")]), Protocol::Chat)
+                .unwrap_err()
+                .status,
+            401
+        );
+        assert_eq!(
+            presented_key(&req(&[]), Protocol::Chat).unwrap_err().status,
+            401
+        );
+        assert_eq!(
+            presented_key(&req(&[("authorization", "Bearer ")]), Protocol::Chat)
+                .unwrap_err()
+                .status,
+            401
+        );
+        assert_eq!(
+            presented_key(&req(&[("authorization", "Basic abc")]), Protocol::Chat)
+                .unwrap_err()
+                .status,
+            401
+        );
     }
 }

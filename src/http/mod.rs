@@ -9,6 +9,8 @@ mod request;
 mod response;
 mod server;
 
-pub use request::{parse_head, percent_decode, BodyKind, ChunkedDecoder, HttpError, Limits, Request};
+pub use request::{
+    parse_head, percent_decode, BodyKind, ChunkedDecoder, HttpError, Limits, Request,
+};
 pub use response::{reason, ResponseWriter};
 pub use server::{serve, Dispatch, ErrorRenderer, Exchange, HttpConfig, ServerState};

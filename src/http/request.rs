@@ -232,11 +232,7 @@ pub fn parse_head(buf: &[u8], limits: &Limits) -> Result<Option<(Head, usize)>, 
                     }
                 }
             }
-            "expect" => {
-                if value.eq_ignore_ascii_case("100-continue") {
-                    expect_continue = true;
-                }
-            }
+            "expect" if value.eq_ignore_ascii_case("100-continue") => expect_continue = true,
             _ => {}
         }
     }
@@ -407,8 +403,9 @@ mod tests {
 
     #[test]
     fn smuggling_shapes_are_rejected() {
-        let err = head("POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n")
-            .unwrap_err();
+        let err =
+            head("POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n")
+                .unwrap_err();
         assert_eq!(err.status(), 400);
         let err =
             head("POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n").unwrap_err();

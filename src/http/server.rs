@@ -46,7 +46,7 @@ pub type ErrorRenderer =
     dyn Fn(Option<&str>, u16, &str) -> (Vec<(String, String)>, Vec<u8>) + Send + Sync;
 
 /// Hands an exchange to a worker. Returning it back means "no capacity": the caller answers 503.
-pub type Dispatch = dyn Fn(Exchange) -> Result<(), Exchange> + Send + Sync;
+pub type Dispatch = dyn Fn(Exchange) -> Result<(), Box<Exchange>> + Send + Sync;
 
 /// One request and the means to answer it. Dropping it returns the connection to its reader thread.
 pub struct Exchange {
@@ -144,7 +144,14 @@ fn reject_overloaded(
     let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
     let mut writer = ResponseWriter::new(stream);
     writer.reset(false, false);
-    send_rendered(&mut writer, path, 503, why, render_error, &[("retry-after", "1")]);
+    send_rendered(
+        &mut writer,
+        path,
+        503,
+        why,
+        render_error,
+        &[("retry-after", "1")],
+    );
 }
 
 fn send_rendered(
@@ -207,7 +214,14 @@ impl Connection {
                 Err(ReadOutcome::Failed(path, e)) => {
                     writer.reset(false, false);
                     let (status, msg) = (e.status(), e.to_string());
-                    send_rendered(&mut writer, path.as_deref(), status, &msg, &*self.render_error, &[]);
+                    send_rendered(
+                        &mut writer,
+                        path.as_deref(),
+                        status,
+                        &msg,
+                        &*self.render_error,
+                        &[],
+                    );
                     linger(reader);
                     return;
                 }
@@ -282,7 +296,10 @@ impl Connection {
             match read_some(reader, buf, deadline) {
                 Ok(0) => {
                     return Err(if started {
-                        ReadOutcome::Failed(None, HttpError::BadRequest("incomplete request".into()))
+                        ReadOutcome::Failed(
+                            None,
+                            HttpError::BadRequest("incomplete request".into()),
+                        )
                     } else {
                         ReadOutcome::Closed
                     })

@@ -64,9 +64,19 @@ pub fn decode_request(body: &Value) -> Result<Request, ApiError> {
         Some(Value::String(s)) => vec![s.clone()],
         Some(Value::Array(a)) => a
             .iter()
-            .map(|s| s.as_str().map(str::to_string).ok_or_else(|| fields::bad_value("stop", "strings")))
+            .map(|s| {
+                s.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| fields::bad_value("stop", "strings"))
+            })
             .collect::<Result<_, _>>()?,
-        Some(other) => return Err(fields::wrong_type("stop", "a string or an array of strings", other)),
+        Some(other) => {
+            return Err(fields::wrong_type(
+                "stop",
+                "a string or an array of strings",
+                other,
+            ))
+        }
     };
     req.output_format = match o.get("response_format") {
         None | Some(Value::Null) => None,
@@ -165,14 +175,20 @@ fn text_of(content: &Value, path: &str) -> Result<String, ApiError> {
                     other => {
                         return Err(ApiError::invalid_param(
                             &join(&ppath, "type"),
-                            format!("Content parts of type {other:?} are not allowed here; only text."),
+                            format!(
+                                "Content parts of type {other:?} are not allowed here; only text."
+                            ),
                         ))
                     }
                 }
             }
             Ok(out)
         }
-        other => Err(fields::wrong_type(path, "a string or an array of content parts", other)),
+        other => Err(fields::wrong_type(
+            path,
+            "a string or an array of content parts",
+            other,
+        )),
     }
 }
 
@@ -185,7 +201,9 @@ fn decode_user_content(content: &Value, path: &str) -> Result<Vec<Part>, ApiErro
                 let ppath = format!("{path}[{i}]");
                 let po = fields::object(p, &ppath)?;
                 match fields::req_str(po, "type", &ppath)? {
-                    "text" => out.push(Part::Text(fields::req_str(po, "text", &ppath)?.to_string())),
+                    "text" => {
+                        out.push(Part::Text(fields::req_str(po, "text", &ppath)?.to_string()))
+                    }
                     "image_url" => {
                         let ipath = join(&ppath, "image_url");
                         let url = match po.get("image_url") {
@@ -198,7 +216,9 @@ fn decode_user_content(content: &Value, path: &str) -> Result<Vec<Part>, ApiErro
                     other => {
                         return Err(ApiError::invalid_param(
                             &join(&ppath, "type"),
-                            format!("Content parts of type {other:?} are not supported by this gateway."),
+                            format!(
+                            "Content parts of type {other:?} are not supported by this gateway."
+                        ),
                         ))
                     }
                 }
@@ -206,7 +226,11 @@ fn decode_user_content(content: &Value, path: &str) -> Result<Vec<Part>, ApiErro
             Ok(out)
         }
         Value::Null => Err(missing(path)),
-        other => Err(fields::wrong_type(path, "a string or an array of content parts", other)),
+        other => Err(fields::wrong_type(
+            path,
+            "a string or an array of content parts",
+            other,
+        )),
     }
 }
 
@@ -215,7 +239,10 @@ pub fn parse_image_url(url: &str) -> ImageSource {
     if let Some(rest) = url.strip_prefix("data:") {
         if let Some((meta, data)) = rest.split_once(',') {
             if let Some(media_type) = meta.strip_suffix(";base64") {
-                return ImageSource::Base64 { media_type: media_type.to_string(), data: data.to_string() };
+                return ImageSource::Base64 {
+                    media_type: media_type.to_string(),
+                    data: data.to_string(),
+                };
             }
         }
     }
@@ -260,13 +287,25 @@ fn decode_tool_choice(v: &Value) -> Result<ToolChoice, ApiError> {
             "auto" => Ok(ToolChoice::Auto),
             "none" => Ok(ToolChoice::None),
             "required" => Ok(ToolChoice::Required),
-            _ => Err(fields::bad_value("tool_choice", "\"auto\", \"none\", \"required\" or a function")),
+            _ => Err(fields::bad_value(
+                "tool_choice",
+                "\"auto\", \"none\", \"required\" or a function",
+            )),
         },
         Value::Object(o) => {
-            let f = fields::object(o.get("function").unwrap_or(&Value::Null), "tool_choice.function")?;
-            Ok(ToolChoice::Function(fields::req_str(f, "name", "tool_choice.function")?.to_string()))
+            let f = fields::object(
+                o.get("function").unwrap_or(&Value::Null),
+                "tool_choice.function",
+            )?;
+            Ok(ToolChoice::Function(
+                fields::req_str(f, "name", "tool_choice.function")?.to_string(),
+            ))
         }
-        other => Err(fields::wrong_type("tool_choice", "a string or an object", other)),
+        other => Err(fields::wrong_type(
+            "tool_choice",
+            "a string or an object",
+            other,
+        )),
     }
 }
 
@@ -276,15 +315,27 @@ fn decode_response_format(v: &Value) -> Result<OutputFormat, ApiError> {
         "text" => Ok(OutputFormat::Text),
         "json_object" => Ok(OutputFormat::JsonObject),
         "json_schema" => {
-            let s = fields::object(o.get("json_schema").unwrap_or(&Value::Null), "response_format.json_schema")?;
+            let s = fields::object(
+                o.get("json_schema").unwrap_or(&Value::Null),
+                "response_format.json_schema",
+            )?;
             Ok(OutputFormat::JsonSchema {
-                name: opt_str(s, "name", "response_format.json_schema")?.unwrap_or("output").to_string(),
-                schema: s.get("schema").cloned().unwrap_or_else(|| json!({"type": "object"})),
+                name: opt_str(s, "name", "response_format.json_schema")?
+                    .unwrap_or("output")
+                    .to_string(),
+                schema: s
+                    .get("schema")
+                    .cloned()
+                    .unwrap_or_else(|| json!({"type": "object"})),
                 strict: opt_bool(s, "strict", "response_format.json_schema")?,
-                description: opt_str(s, "description", "response_format.json_schema")?.map(str::to_string),
+                description: opt_str(s, "description", "response_format.json_schema")?
+                    .map(str::to_string),
             })
         }
-        _ => Err(fields::bad_value("response_format.type", "text, json_object or json_schema")),
+        _ => Err(fields::bad_value(
+            "response_format.type",
+            "text, json_object or json_schema",
+        )),
     }
 }
 
@@ -334,7 +385,11 @@ pub fn encode_response(resp: &Response) -> Value {
         .content
         .iter()
         .filter_map(|p| match p {
-            Part::ToolCall { id, name, arguments } => Some(json!({
+            Part::ToolCall {
+                id,
+                name,
+                arguments,
+            } => Some(json!({
                 "id": id, "type": "function", "function": {"name": name, "arguments": arguments}
             })),
             _ => None,
@@ -350,7 +405,11 @@ pub fn encode_response(resp: &Response) -> Value {
         .collect();
     message.insert(
         "content".into(),
-        if text.is_empty() && !calls.is_empty() { Value::Null } else { json!(text) },
+        if text.is_empty() && !calls.is_empty() {
+            Value::Null
+        } else {
+            json!(text)
+        },
     );
     message.insert("refusal".into(), Value::Null);
     if !reasoning.is_empty() {
@@ -425,7 +484,9 @@ impl StreamEncoder for ChatStreamEncoder {
             return;
         }
         match event {
-            StreamEvent::Start { id, model, created, .. } => {
+            StreamEvent::Start {
+                id, model, created, ..
+            } => {
                 self.id = id.clone();
                 self.model = model.clone();
                 self.created = *created;
@@ -433,7 +494,9 @@ impl StreamEncoder for ChatStreamEncoder {
                 self.chunk(out, json!({"role": "assistant", "content": ""}), None);
             }
             StreamEvent::TextDelta(t) => self.chunk(out, json!({"content": t}), None),
-            StreamEvent::ReasoningDelta(t) => self.chunk(out, json!({"reasoning_content": t}), None),
+            StreamEvent::ReasoningDelta(t) => {
+                self.chunk(out, json!({"reasoning_content": t}), None)
+            }
             StreamEvent::ReasoningSignature(_) => {}
             StreamEvent::ToolCallStart { index, id, name } => {
                 self.saw_tool_call = true;
@@ -522,13 +585,18 @@ mod tests {
         assert_eq!(r.tool_choice, Some(ToolChoice::Function("f".into())));
         assert_eq!(
             r.messages[0].content[1],
-            Part::Image(ImageSource::Base64 { media_type: "image/png".into(), data: "AAA".into() })
+            Part::Image(ImageSource::Base64 {
+                media_type: "image/png".into(),
+                data: "AAA".into()
+            })
         );
     }
 
     #[test]
     fn wrong_types_name_the_field() {
-        let e = decode_request(&json!({"model": "m", "messages": [{"role": "user", "content": 5}]})).unwrap_err();
+        let e =
+            decode_request(&json!({"model": "m", "messages": [{"role": "user", "content": 5}]}))
+                .unwrap_err();
         assert_eq!(e.param.as_deref(), Some("messages[0].content"));
         let e = decode_request(&json!({"model": 1, "messages": []})).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("model"));
@@ -538,12 +606,40 @@ mod tests {
     fn stream_encoder_sends_role_once_and_usage_last() {
         let mut enc = ChatStreamEncoder::new(true);
         let mut out = Vec::new();
-        enc.encode(&StreamEvent::Start { id: "c".into(), model: "m".into(), created: 1, input_tokens: 3 }, &mut out);
+        enc.encode(
+            &StreamEvent::Start {
+                id: "c".into(),
+                model: "m".into(),
+                created: 1,
+                input_tokens: 3,
+            },
+            &mut out,
+        );
         enc.encode(&StreamEvent::TextDelta("a".into()), &mut out);
-        enc.encode(&StreamEvent::ToolCallStart { index: 0, id: "call_1".into(), name: "f".into() }, &mut out);
-        enc.encode(&StreamEvent::ToolArgsDelta { index: 0, delta: "{}".into() }, &mut out);
+        enc.encode(
+            &StreamEvent::ToolCallStart {
+                index: 0,
+                id: "call_1".into(),
+                name: "f".into(),
+            },
+            &mut out,
+        );
+        enc.encode(
+            &StreamEvent::ToolArgsDelta {
+                index: 0,
+                delta: "{}".into(),
+            },
+            &mut out,
+        );
         enc.encode(&StreamEvent::Finish(StopReason::ToolUse), &mut out);
-        enc.encode(&StreamEvent::Usage(Usage { input_tokens: 3, output_tokens: 2, ..Usage::default() }), &mut out);
+        enc.encode(
+            &StreamEvent::Usage(Usage {
+                input_tokens: 3,
+                output_tokens: 2,
+                ..Usage::default()
+            }),
+            &mut out,
+        );
         enc.finish(&mut out);
         let text = String::from_utf8(out).unwrap();
         assert_eq!(text.matches("\"role\"").count(), 1);
@@ -557,7 +653,12 @@ mod tests {
         let last = chunks.last().unwrap();
         assert_eq!(last["choices"], json!([]));
         assert_eq!(last["usage"]["total_tokens"], 5);
-        assert_eq!(chunks[chunks.len() - 2]["choices"][0]["finish_reason"], "tool_calls");
-        assert!(chunks[..chunks.len() - 1].iter().all(|c| c["usage"].is_null()));
+        assert_eq!(
+            chunks[chunks.len() - 2]["choices"][0]["finish_reason"],
+            "tool_calls"
+        );
+        assert!(chunks[..chunks.len() - 1]
+            .iter()
+            .all(|c| c["usage"].is_null()));
     }
 }

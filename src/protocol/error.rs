@@ -26,8 +26,13 @@ pub enum ErrorKind {
 }
 
 /// An error answered to a client: status, kind, a message meant for humans, and OpenAI's `param`/`code`.
+/// Boxed, so `Result<_, ApiError>` stays one pointer wide on the hot path.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ApiError {
+pub struct ApiError(Box<ErrorInfo>);
+
+/// The fields of an [`ApiError`] (reached through `Deref`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ErrorInfo {
     pub status: u16,
     pub kind: ErrorKind,
     pub message: String,
@@ -42,7 +47,7 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(status: u16, kind: ErrorKind, message: impl Into<String>) -> Self {
-        ApiError {
+        ApiError(Box::new(ErrorInfo {
             status,
             kind,
             message: message.into(),
@@ -51,7 +56,7 @@ impl ApiError {
             retry_after: None,
             openai_type: None,
             anthropic_type: None,
-        }
+        }))
     }
 
     pub fn invalid(message: impl Into<String>) -> Self {
@@ -202,7 +207,9 @@ impl ApiError {
                 "error": self.anthropic_object(request_id),
                 "request_id": request_id,
             }),
-            Protocol::Chat | Protocol::Responses => json!({"error": self.openai_object(request_id)}),
+            Protocol::Chat | Protocol::Responses => {
+                json!({"error": self.openai_object(request_id)})
+            }
         };
         serde_json::to_vec(&v).unwrap_or_default()
     }
@@ -220,8 +227,11 @@ impl ApiError {
                 let msg = o.get("message").and_then(Value::as_str).unwrap_or("");
                 err.message = format!("upstream error: {msg}");
                 let ty = o.get("type").and_then(Value::as_str).map(str::to_string);
-                let is_anthropic =
-                    parsed.as_ref().and_then(|v| v.get("type")).and_then(Value::as_str) == Some("error");
+                let is_anthropic = parsed
+                    .as_ref()
+                    .and_then(|v| v.get("type"))
+                    .and_then(Value::as_str)
+                    == Some("error");
                 if is_anthropic {
                     err.anthropic_type = ty;
                 } else {
@@ -249,6 +259,19 @@ impl ApiError {
             err.message = format!("upstream answered HTTP {status}");
         }
         err
+    }
+}
+
+impl std::ops::Deref for ApiError {
+    type Target = ErrorInfo;
+    fn deref(&self) -> &ErrorInfo {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for ApiError {
+    fn deref_mut(&mut self) -> &mut ErrorInfo {
+        &mut self.0
     }
 }
 
@@ -282,7 +305,8 @@ mod tests {
         let e = ApiError::from_upstream(400, body, None);
         assert_eq!(e.code.as_deref(), Some("context_length_exceeded"));
         assert_eq!(e.param.as_deref(), Some("messages"));
-        let body = br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+        let body =
+            br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
         let e = ApiError::from_upstream(529, body, Some(3));
         assert_eq!(e.anthropic_type(), "overloaded_error");
         assert_eq!(e.openai_type(), "service_unavailable_error");

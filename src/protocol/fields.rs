@@ -25,7 +25,11 @@ pub fn object<'a>(v: &'a Value, path: &str) -> Result<&'a Map<String, Value>, Ap
 }
 
 /// An optional string (null counts as absent).
-pub fn opt_str<'a>(o: &'a Map<String, Value>, key: &str, path: &str) -> Result<Option<&'a str>, ApiError> {
+pub fn opt_str<'a>(
+    o: &'a Map<String, Value>,
+    key: &str,
+    path: &str,
+) -> Result<Option<&'a str>, ApiError> {
     match o.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),
@@ -102,7 +106,10 @@ pub fn stream_flag(o: &Map<String, Value>) -> Result<bool, ApiError> {
 
 /// Error for a value of the right type but not an accepted one.
 pub fn bad_value(path: &str, expected: &str) -> ApiError {
-    ApiError::invalid_param(path, format!("Invalid value for `{path}`: expected {expected}."))
+    ApiError::invalid_param(
+        path,
+        format!("Invalid value for `{path}`: expected {expected}."),
+    )
 }
 
 /// The wrong-type error, for callers that match on shapes themselves.

@@ -3,8 +3,8 @@
 use serde_json::{json, Value};
 
 use super::canon::{
-    ImageSource, Message, OutputFormat, Part, Request, Response, Role, StopReason, StreamEvent, Tool,
-    ToolChoice, Usage,
+    ImageSource, Message, OutputFormat, Part, Request, Response, Role, StopReason, StreamEvent,
+    Tool, ToolChoice, Usage,
 };
 use super::fields::{self, join, missing, opt_array, opt_f64, opt_str, opt_u64};
 use super::sse::push_event;
@@ -14,10 +14,16 @@ use super::{ApiError, StreamEncoder};
 pub fn validate(body: &Value) -> Result<(), ApiError> {
     let o = fields::object(body, "body")?;
     if opt_u64(o, "max_tokens", "")?.is_none() {
-        return Err(ApiError::invalid_param("max_tokens", "max_tokens: Field required"));
+        return Err(ApiError::invalid_param(
+            "max_tokens",
+            "max_tokens: Field required",
+        ));
     }
     if opt_array(o, "messages", "")?.is_none() {
-        return Err(ApiError::invalid_param("messages", "messages: Field required"));
+        return Err(ApiError::invalid_param(
+            "messages",
+            "messages: Field required",
+        ));
     }
     Ok(())
 }
@@ -41,12 +47,23 @@ pub fn decode_request(body: &Value) -> Result<Request, ApiError> {
             for (i, b) in blocks.iter().enumerate() {
                 let path = format!("system[{i}]");
                 let bo = fields::object(b, &path)?;
-                req.system.push(fields::req_str(bo, "text", &path)?.to_string());
+                req.system
+                    .push(fields::req_str(bo, "text", &path)?.to_string());
             }
         }
-        Some(other) => return Err(fields::wrong_type("system", "a string or an array of text blocks", other)),
+        Some(other) => {
+            return Err(fields::wrong_type(
+                "system",
+                "a string or an array of text blocks",
+                other,
+            ))
+        }
     }
-    for (i, m) in opt_array(o, "messages", "")?.into_iter().flatten().enumerate() {
+    for (i, m) in opt_array(o, "messages", "")?
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
         let path = format!("messages[{i}]");
         let mo = fields::object(m, &path)?;
         let role = match fields::req_str(mo, "role", &path)? {
@@ -56,11 +73,16 @@ pub fn decode_request(body: &Value) -> Result<Request, ApiError> {
             other => {
                 return Err(ApiError::invalid_param(
                     &join(&path, "role"),
-                    format!("Invalid value for `{path}.role`: {other:?}. Expected user or assistant."),
+                    format!(
+                        "Invalid value for `{path}.role`: {other:?}. Expected user or assistant."
+                    ),
                 ))
             }
         };
-        let content = decode_content(mo.get("content").unwrap_or(&Value::Null), &join(&path, "content"))?;
+        let content = decode_content(
+            mo.get("content").unwrap_or(&Value::Null),
+            &join(&path, "content"),
+        )?;
         req.messages.push(Message { role, content });
     }
     for (i, t) in opt_array(o, "tools", "")?.into_iter().flatten().enumerate() {
@@ -70,7 +92,10 @@ pub fn decode_request(body: &Value) -> Result<Request, ApiError> {
             None | Some("custom") => req.tools.push(Tool {
                 name: fields::req_str(to, "name", &path)?.to_string(),
                 description: opt_str(to, "description", &path)?.map(str::to_string),
-                parameters: to.get("input_schema").cloned().unwrap_or_else(|| json!({"type": "object"})),
+                parameters: to
+                    .get("input_schema")
+                    .cloned()
+                    .unwrap_or_else(|| json!({"type": "object"})),
                 strict: None,
             }),
             Some(_) => {}
@@ -88,7 +113,10 @@ pub fn decode_request(body: &Value) -> Result<Request, ApiError> {
         }
     }
     if let Some(stops) = opt_array(o, "stop_sequences", "")? {
-        req.stop = stops.iter().filter_map(|s| s.as_str().map(str::to_string)).collect();
+        req.stop = stops
+            .iter()
+            .filter_map(|s| s.as_str().map(str::to_string))
+            .collect();
     }
     let format = o
         .get("output_config")
@@ -98,13 +126,20 @@ pub fn decode_request(body: &Value) -> Result<Request, ApiError> {
         if f.get("type").and_then(Value::as_str) == Some("json_schema") {
             req.output_format = Some(OutputFormat::JsonSchema {
                 name: "output".into(),
-                schema: f.get("schema").cloned().unwrap_or_else(|| json!({"type": "object"})),
+                schema: f
+                    .get("schema")
+                    .cloned()
+                    .unwrap_or_else(|| json!({"type": "object"})),
                 strict: Some(true),
                 description: None,
             });
         }
     }
-    if let Some(effort) = o.get("output_config").and_then(|c| c.get("effort")).and_then(Value::as_str) {
+    if let Some(effort) = o
+        .get("output_config")
+        .and_then(|c| c.get("effort"))
+        .and_then(Value::as_str)
+    {
         req.reasoning_effort = Some(effort.to_string());
     } else if let Some(Value::Object(t)) = o.get("thinking") {
         if t.get("type").and_then(Value::as_str) == Some("enabled") {
@@ -143,7 +178,11 @@ fn decode_content(content: &Value, path: &str) -> Result<Vec<Part>, ApiError> {
             Ok(out)
         }
         Value::Null => Err(missing(path)),
-        other => Err(fields::wrong_type(path, "a string or an array of content blocks", other)),
+        other => Err(fields::wrong_type(
+            path,
+            "a string or an array of content blocks",
+            other,
+        )),
     }
 }
 
@@ -159,11 +198,15 @@ fn decode_block(b: &Value, path: &str) -> Result<Option<Part>, ApiError> {
                     media_type: fields::req_str(so, "media_type", &spath)?.to_string(),
                     data: fields::req_str(so, "data", &spath)?.to_string(),
                 }),
-                "url" => Part::Image(ImageSource::Url(fields::req_str(so, "url", &spath)?.to_string())),
+                "url" => Part::Image(ImageSource::Url(
+                    fields::req_str(so, "url", &spath)?.to_string(),
+                )),
                 other => {
                     return Err(ApiError::invalid_param(
                         &join(&spath, "type"),
-                        format!("Image sources of type {other:?} are not supported by this gateway."),
+                        format!(
+                            "Image sources of type {other:?} are not supported by this gateway."
+                        ),
                     ))
                 }
             }
@@ -171,7 +214,10 @@ fn decode_block(b: &Value, path: &str) -> Result<Option<Part>, ApiError> {
         "tool_use" => Part::ToolCall {
             id: fields::req_str(bo, "id", path)?.to_string(),
             name: fields::req_str(bo, "name", path)?.to_string(),
-            arguments: bo.get("input").map(Value::to_string).unwrap_or_else(|| "{}".into()),
+            arguments: bo
+                .get("input")
+                .map(Value::to_string)
+                .unwrap_or_else(|| "{}".into()),
         },
         "tool_result" => {
             let content = match bo.get("content") {
@@ -224,13 +270,19 @@ pub fn usage_json(u: &Usage) -> Value {
 pub fn usage_from(u: &Value) -> Option<Usage> {
     let o = u.as_object()?;
     let n = |k: &str| o.get(k).and_then(Value::as_u64).unwrap_or(0);
-    let (read, write) = (n("cache_read_input_tokens"), n("cache_creation_input_tokens"));
+    let (read, write) = (
+        n("cache_read_input_tokens"),
+        n("cache_creation_input_tokens"),
+    );
     Some(Usage {
         input_tokens: n("input_tokens") + read + write,
         cached_input_tokens: read,
         cache_creation_input_tokens: write,
         output_tokens: n("output_tokens"),
-        reasoning_tokens: u.pointer("/output_tokens_details/reasoning_tokens").and_then(Value::as_u64).unwrap_or(0),
+        reasoning_tokens: u
+            .pointer("/output_tokens_details/reasoning_tokens")
+            .and_then(Value::as_u64)
+            .unwrap_or(0),
     })
 }
 
@@ -340,7 +392,11 @@ impl MessagesStreamEncoder {
         self.close(out);
         let index = self.next_index;
         self.next_index += 1;
-        Self::emit(out, "content_block_start", json!({"index": index, "content_block": start}));
+        Self::emit(
+            out,
+            "content_block_start",
+            json!({"index": index, "content_block": start}),
+        );
         self.open = Some((index, block));
         index
     }
@@ -352,8 +408,17 @@ impl StreamEncoder for MessagesStreamEncoder {
             return;
         }
         match event {
-            StreamEvent::Start { id, model, input_tokens, .. } => {
-                let id = if id.starts_with("msg_") { id.clone() } else { crate::util::new_id("msg_") };
+            StreamEvent::Start {
+                id,
+                model,
+                input_tokens,
+                ..
+            } => {
+                let id = if id.starts_with("msg_") {
+                    id.clone()
+                } else {
+                    crate::util::new_id("msg_")
+                };
                 let d = json!({"message": {
                     "id": id, "type": "message", "role": "assistant", "content": [], "model": model,
                     "stop_reason": null, "stop_sequence": null,
@@ -381,7 +446,10 @@ impl StreamEncoder for MessagesStreamEncoder {
                 self.tool_blocks.push((*index, block_index));
             }
             StreamEvent::ToolArgsDelta { index, delta } => {
-                let Some(&(_, block_index)) = self.tool_blocks.iter().find(|(i, _)| i == index) else { return };
+                let Some(&(_, block_index)) = self.tool_blocks.iter().find(|(i, _)| i == index)
+                else {
+                    return;
+                };
                 let d = json!({"index": block_index, "delta": {"type": "input_json_delta", "partial_json": delta}});
                 Self::emit(out, "content_block_delta", d);
             }
@@ -420,7 +488,8 @@ mod tests {
     fn max_tokens_is_required() {
         let e = decode_request(&json!({"model": "m", "messages": []})).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("max_tokens"));
-        let e = decode_request(&json!({"model": "m", "max_tokens": "5", "messages": []})).unwrap_err();
+        let e =
+            decode_request(&json!({"model": "m", "max_tokens": "5", "messages": []})).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("max_tokens"));
     }
 
@@ -436,24 +505,78 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(r.system, vec!["s"]);
-        assert_eq!(r.messages[1].content[0], Part::ToolCall { id: "t1".into(), name: "f".into(), arguments: "{\"a\":1}".into() });
-        assert!(matches!(r.messages[2].content[0], Part::ToolResult { is_error: true, .. }));
+        assert_eq!(
+            r.messages[1].content[0],
+            Part::ToolCall {
+                id: "t1".into(),
+                name: "f".into(),
+                arguments: "{\"a\":1}".into()
+            }
+        );
+        assert!(matches!(
+            r.messages[2].content[0],
+            Part::ToolResult { is_error: true, .. }
+        ));
     }
 
     #[test]
     fn stream_blocks_are_contiguous() {
         let mut enc = MessagesStreamEncoder::new();
         let mut out = Vec::new();
-        enc.encode(&StreamEvent::Start { id: "x".into(), model: "m".into(), created: 0, input_tokens: 5 }, &mut out);
+        enc.encode(
+            &StreamEvent::Start {
+                id: "x".into(),
+                model: "m".into(),
+                created: 0,
+                input_tokens: 5,
+            },
+            &mut out,
+        );
         enc.encode(&StreamEvent::TextDelta("a".into()), &mut out);
-        enc.encode(&StreamEvent::ToolCallStart { index: 0, id: "t".into(), name: "f".into() }, &mut out);
-        enc.encode(&StreamEvent::ToolArgsDelta { index: 0, delta: "{\"a\":".into() }, &mut out);
-        enc.encode(&StreamEvent::ToolArgsDelta { index: 0, delta: "1}".into() }, &mut out);
-        enc.encode(&StreamEvent::ToolCallStart { index: 1, id: "u".into(), name: "g".into() }, &mut out);
-        enc.encode(&StreamEvent::Usage(Usage { input_tokens: 5, output_tokens: 9, ..Usage::default() }), &mut out);
+        enc.encode(
+            &StreamEvent::ToolCallStart {
+                index: 0,
+                id: "t".into(),
+                name: "f".into(),
+            },
+            &mut out,
+        );
+        enc.encode(
+            &StreamEvent::ToolArgsDelta {
+                index: 0,
+                delta: "{\"a\":".into(),
+            },
+            &mut out,
+        );
+        enc.encode(
+            &StreamEvent::ToolArgsDelta {
+                index: 0,
+                delta: "1}".into(),
+            },
+            &mut out,
+        );
+        enc.encode(
+            &StreamEvent::ToolCallStart {
+                index: 1,
+                id: "u".into(),
+                name: "g".into(),
+            },
+            &mut out,
+        );
+        enc.encode(
+            &StreamEvent::Usage(Usage {
+                input_tokens: 5,
+                output_tokens: 9,
+                ..Usage::default()
+            }),
+            &mut out,
+        );
         enc.finish(&mut out);
         let text = String::from_utf8(out).unwrap();
-        let starts: Vec<&str> = text.lines().filter(|l| l.contains("content_block_start") && l.starts_with("data")).collect();
+        let starts: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("content_block_start") && l.starts_with("data"))
+            .collect();
         assert_eq!(starts.len(), 3);
         for (i, s) in starts.iter().enumerate() {
             assert!(s.contains(&format!("\"index\":{i}")));

@@ -62,7 +62,11 @@ impl Protocol {
     }
 
     /// Encodes a complete canonical answer as this protocol's response body.
-    pub fn encode_response(self, resp: &canon::Response, req: &canon::Request) -> serde_json::Value {
+    pub fn encode_response(
+        self,
+        resp: &canon::Response,
+        req: &canon::Request,
+    ) -> serde_json::Value {
         match self {
             Protocol::Chat => chat::encode_response(resp),
             Protocol::Responses => responses::encode_response(resp, req),
@@ -71,7 +75,11 @@ impl Protocol {
     }
 
     /// A stream encoder that turns canonical events into this protocol's SSE lifecycle.
-    pub fn stream_encoder(self, req: &canon::Request, include_usage: bool) -> Box<dyn StreamEncoder> {
+    pub fn stream_encoder(
+        self,
+        req: &canon::Request,
+        include_usage: bool,
+    ) -> Box<dyn StreamEncoder> {
         match self {
             Protocol::Chat => Box::new(chat::ChatStreamEncoder::new(include_usage)),
             Protocol::Responses => Box::new(responses::ResponsesStreamEncoder::new(req)),

@@ -3,7 +3,8 @@
 use serde_json::{json, Value};
 
 use super::canon::{
-    Message, OutputFormat, Part, Request, Response, Role, StopReason, StreamEvent, Tool, ToolChoice, Usage,
+    Message, OutputFormat, Part, Request, Response, Role, StopReason, StreamEvent, Tool,
+    ToolChoice, Usage,
 };
 use super::chat::parse_image_url;
 use super::fields::{self, join, missing, opt_array, opt_bool, opt_f64, opt_str, opt_u64};
@@ -47,7 +48,13 @@ pub fn decode_request(body: &Value) -> Result<Request, ApiError> {
                 decode_item(item, &format!("input[{i}]"), &mut req)?;
             }
         }
-        other => return Err(fields::wrong_type("input", "a string or an array of input items", other)),
+        other => {
+            return Err(fields::wrong_type(
+                "input",
+                "a string or an array of input items",
+                other,
+            ))
+        }
     }
     if let Some(tools) = opt_array(o, "tools", "")? {
         for (i, t) in tools.iter().enumerate() {
@@ -64,13 +71,26 @@ pub fn decode_request(body: &Value) -> Result<Request, ApiError> {
             "auto" => ToolChoice::Auto,
             "none" => ToolChoice::None,
             "required" => ToolChoice::Required,
-            _ => return Err(fields::bad_value("tool_choice", "\"auto\", \"none\", \"required\" or a function")),
+            _ => {
+                return Err(fields::bad_value(
+                    "tool_choice",
+                    "\"auto\", \"none\", \"required\" or a function",
+                ))
+            }
         }),
         Some(Value::Object(c)) => match opt_str(c, "type", "tool_choice")? {
-            Some("function") => Some(ToolChoice::Function(fields::req_str(c, "name", "tool_choice")?.to_string())),
+            Some("function") => Some(ToolChoice::Function(
+                fields::req_str(c, "name", "tool_choice")?.to_string(),
+            )),
             _ => Some(ToolChoice::Auto),
         },
-        Some(other) => return Err(fields::wrong_type("tool_choice", "a string or an object", other)),
+        Some(other) => {
+            return Err(fields::wrong_type(
+                "tool_choice",
+                "a string or an object",
+                other,
+            ))
+        }
     };
     req.parallel_tool_calls = opt_bool(o, "parallel_tool_calls", "")?;
     req.max_tokens = opt_u64(o, "max_output_tokens", "")?;
@@ -92,7 +112,10 @@ fn decode_function_tool(to: &serde_json::Map<String, Value>, path: &str) -> Resu
     Ok(Tool {
         name: fields::req_str(to, "name", path)?.to_string(),
         description: opt_str(to, "description", path)?.map(str::to_string),
-        parameters: to.get("parameters").cloned().unwrap_or_else(|| json!({"type": "object", "properties": {}})),
+        parameters: to
+            .get("parameters")
+            .cloned()
+            .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
         strict: opt_bool(to, "strict", path)?,
     })
 }
@@ -103,12 +126,20 @@ fn decode_format(f: &Value) -> Result<OutputFormat, ApiError> {
         "text" => Ok(OutputFormat::Text),
         "json_object" => Ok(OutputFormat::JsonObject),
         "json_schema" => Ok(OutputFormat::JsonSchema {
-            name: opt_str(o, "name", "text.format")?.unwrap_or("output").to_string(),
-            schema: o.get("schema").cloned().unwrap_or_else(|| json!({"type": "object"})),
+            name: opt_str(o, "name", "text.format")?
+                .unwrap_or("output")
+                .to_string(),
+            schema: o
+                .get("schema")
+                .cloned()
+                .unwrap_or_else(|| json!({"type": "object"})),
             strict: opt_bool(o, "strict", "text.format")?,
             description: opt_str(o, "description", "text.format")?.map(str::to_string),
         }),
-        _ => Err(fields::bad_value("text.format.type", "text, json_object or json_schema")),
+        _ => Err(fields::bad_value(
+            "text.format.type",
+            "text, json_object or json_schema",
+        )),
     }
 }
 
@@ -128,11 +159,20 @@ fn decode_item(item: &Value, path: &str, req: &mut Request) -> Result<(), ApiErr
                     ))
                 }
             };
-            let parts = decode_content(o.get("content").unwrap_or(&Value::Null), &join(path, "content"))?;
+            let parts = decode_content(
+                o.get("content").unwrap_or(&Value::Null),
+                &join(path, "content"),
+            )?;
             if role == Role::System && req.messages.is_empty() {
                 let text: String = parts
                     .iter()
-                    .filter_map(|p| if let Part::Text(t) = p { Some(t.as_str()) } else { None })
+                    .filter_map(|p| {
+                        if let Part::Text(t) = p {
+                            Some(t.as_str())
+                        } else {
+                            None
+                        }
+                    })
                     .collect();
                 req.system.push(text);
             } else {
@@ -169,15 +209,20 @@ fn decode_item(item: &Value, path: &str, req: &mut Request) -> Result<(), ApiErr
                 .collect::<Vec<_>>()
                 .join("\n");
             if !text.is_empty() {
-                push_merged(req, Role::Assistant, vec![Part::Reasoning { text, signature: None }]);
+                push_merged(
+                    req,
+                    Role::Assistant,
+                    vec![Part::Reasoning {
+                        text,
+                        signature: None,
+                    }],
+                );
             }
         }
-        "item_reference" => {
-            return Err(ApiError::invalid_param(
-                path,
-                "`item_reference` input items need stored responses, which this gateway does not keep.",
-            ))
-        }
+        "item_reference" => return Err(ApiError::invalid_param(
+            path,
+            "`item_reference` input items need stored responses, which this gateway does not keep.",
+        )),
         other => {
             return Err(ApiError::invalid_param(
                 &join(path, "type"),
@@ -193,7 +238,10 @@ fn decode_item(item: &Value, path: &str, req: &mut Request) -> Result<(), ApiErr
 fn push_merged(req: &mut Request, role: Role, parts: Vec<Part>) {
     match req.messages.last_mut() {
         Some(last) if last.role == role && role != Role::User => last.content.extend(parts),
-        _ => req.messages.push(Message { role, content: parts }),
+        _ => req.messages.push(Message {
+            role,
+            content: parts,
+        }),
     }
 }
 
@@ -229,7 +277,11 @@ fn decode_content(content: &Value, path: &str) -> Result<Vec<Part>, ApiError> {
             }
             Ok(out)
         }
-        other => Err(fields::wrong_type(path, "a string or an array of content parts", other)),
+        other => Err(fields::wrong_type(
+            path,
+            "a string or an array of content parts",
+            other,
+        )),
     }
 }
 
@@ -285,7 +337,12 @@ fn skeleton(id: &str, model: &str, created: u64, req: &Request) -> Value {
     let format = match &req.output_format {
         None | Some(OutputFormat::Text) => json!({"type": "text"}),
         Some(OutputFormat::JsonObject) => json!({"type": "json_object"}),
-        Some(OutputFormat::JsonSchema { name, schema, strict, description }) => json!({
+        Some(OutputFormat::JsonSchema {
+            name,
+            schema,
+            strict,
+            description,
+        }) => json!({
             "type": "json_schema", "name": name, "schema": schema, "strict": strict, "description": description
         }),
     };
@@ -343,7 +400,11 @@ pub fn encode_response(resp: &Response, req: &Request) -> Value {
     for part in &resp.content {
         match part {
             Part::Text(t) => text.push_str(t),
-            Part::ToolCall { id, name, arguments } => {
+            Part::ToolCall {
+                id,
+                name,
+                arguments,
+            } => {
                 flush_text(&mut text, &mut output);
                 output.push(call_item(&new_id("fc_"), id, name, arguments, "completed"));
             }
@@ -364,9 +425,21 @@ pub fn encode_response(resp: &Response, req: &Request) -> Value {
 }
 
 enum Item {
-    Message { id: String, text: String },
-    Call { id: String, call_id: String, name: String, args: String, canon_index: usize },
-    Reasoning { id: String, text: String },
+    Message {
+        id: String,
+        text: String,
+    },
+    Call {
+        id: String,
+        call_id: String,
+        name: String,
+        args: String,
+        canon_index: usize,
+    },
+    Reasoning {
+        id: String,
+        text: String,
+    },
 }
 
 /// Re-emits canonical events as the Responses lifecycle: `response.created`, `response.in_progress`, output
@@ -418,13 +491,21 @@ impl ResponsesStreamEncoder {
                 d["logprobs"] = json!([]);
                 self.emit(out, "response.output_text.done", d);
                 let mut d = base;
-                d["part"] = json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []});
+                d["part"] =
+                    json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []});
                 self.emit(out, "response.content_part.done", d);
                 message_item(&id, &text, "completed")
             }
-            Item::Call { id, call_id, name, args, .. } => {
+            Item::Call {
+                id,
+                call_id,
+                name,
+                args,
+                ..
+            } => {
                 let item = call_item(id, call_id, name, args, "completed");
-                let d = json!({"item_id": id, "output_index": idx, "arguments": args, "name": name});
+                let d =
+                    json!({"item_id": id, "output_index": idx, "arguments": args, "name": name});
                 self.emit(out, "response.function_call_arguments.done", d);
                 item
             }
@@ -440,7 +521,11 @@ impl ResponsesStreamEncoder {
                 reasoning_item(&id, &text)
             }
         };
-        self.emit(out, "response.output_item.done", json!({"output_index": idx, "item": done.clone()}));
+        self.emit(
+            out,
+            "response.output_item.done",
+            json!({"output_index": idx, "item": done.clone()}),
+        );
         self.done_items.push(done);
     }
 
@@ -451,10 +536,16 @@ impl ResponsesStreamEncoder {
             Item::Message { id, .. } => {
                 json!({"type": "message", "id": id, "status": "in_progress", "role": "assistant", "content": []})
             }
-            Item::Call { id, call_id, name, .. } => call_item(id, call_id, name, "", "in_progress"),
+            Item::Call {
+                id, call_id, name, ..
+            } => call_item(id, call_id, name, "", "in_progress"),
             Item::Reasoning { id, .. } => json!({"type": "reasoning", "id": id, "summary": []}),
         };
-        self.emit(out, "response.output_item.added", json!({"output_index": idx, "item": added}));
+        self.emit(
+            out,
+            "response.output_item.added",
+            json!({"output_index": idx, "item": added}),
+        );
         match &item {
             Item::Message { id, .. } => {
                 let d = json!({"item_id": id, "output_index": idx, "content_index": 0,
@@ -480,8 +571,14 @@ impl StreamEncoder for ResponsesStreamEncoder {
             return;
         }
         match event {
-            StreamEvent::Start { id, model, created, .. } => {
-                let id = if id.starts_with("resp_") { id.clone() } else { new_id("resp_") };
+            StreamEvent::Start {
+                id, model, created, ..
+            } => {
+                let id = if id.starts_with("resp_") {
+                    id.clone()
+                } else {
+                    new_id("resp_")
+                };
                 self.response = skeleton(&id, model, *created, &self.req);
                 let r = self.response.clone();
                 self.emit(out, "response.created", json!({"response": r}));
@@ -491,9 +588,17 @@ impl StreamEncoder for ResponsesStreamEncoder {
             StreamEvent::TextDelta(t) => {
                 let idx = match self.open {
                     Some(i) if matches!(self.items[i], Item::Message { .. }) => i,
-                    _ => self.open_item(out, Item::Message { id: new_id("msg_"), text: String::new() }),
+                    _ => self.open_item(
+                        out,
+                        Item::Message {
+                            id: new_id("msg_"),
+                            text: String::new(),
+                        },
+                    ),
                 };
-                let Item::Message { id, text } = &mut self.items[idx] else { return };
+                let Item::Message { id, text } = &mut self.items[idx] else {
+                    return;
+                };
                 text.push_str(t);
                 let d = json!({"item_id": id, "output_index": idx, "content_index": 0, "delta": t, "logprobs": []});
                 self.emit(out, "response.output_text.delta", d);
@@ -501,9 +606,17 @@ impl StreamEncoder for ResponsesStreamEncoder {
             StreamEvent::ReasoningDelta(t) => {
                 let idx = match self.open {
                     Some(i) if matches!(self.items[i], Item::Reasoning { .. }) => i,
-                    _ => self.open_item(out, Item::Reasoning { id: new_id("rs_"), text: String::new() }),
+                    _ => self.open_item(
+                        out,
+                        Item::Reasoning {
+                            id: new_id("rs_"),
+                            text: String::new(),
+                        },
+                    ),
                 };
-                let Item::Reasoning { id, text } = &mut self.items[idx] else { return };
+                let Item::Reasoning { id, text } = &mut self.items[idx] else {
+                    return;
+                };
                 text.push_str(t);
                 let d = json!({"item_id": id, "output_index": idx, "summary_index": 0, "delta": t});
                 self.emit(out, "response.reasoning_summary_text.delta", d);
@@ -530,7 +643,9 @@ impl StreamEncoder for ResponsesStreamEncoder {
                     log::warn!("dropping arguments for a tool call that was already closed");
                     return;
                 }
-                let Item::Call { id, args, .. } = &mut self.items[idx] else { return };
+                let Item::Call { id, args, .. } = &mut self.items[idx] else {
+                    return;
+                };
                 args.push_str(delta);
                 let d = json!({"item_id": id, "output_index": idx, "delta": delta});
                 self.emit(out, "response.function_call_arguments.delta", d);
@@ -563,7 +678,11 @@ impl StreamEncoder for ResponsesStreamEncoder {
         r["incomplete_details"] = incomplete;
         r["output"] = Value::Array(self.done_items.clone());
         r["usage"] = usage_json(&self.usage);
-        let ty = if status == "completed" { "response.completed" } else { "response.incomplete" };
+        let ty = if status == "completed" {
+            "response.completed"
+        } else {
+            "response.incomplete"
+        };
         self.emit(out, ty, json!({"response": r}));
     }
 }
@@ -603,12 +722,40 @@ mod tests {
         let req = Request::default();
         let mut enc = ResponsesStreamEncoder::new(&req);
         let mut out = Vec::new();
-        enc.encode(&StreamEvent::Start { id: "x".into(), model: "m".into(), created: 1, input_tokens: 1 }, &mut out);
+        enc.encode(
+            &StreamEvent::Start {
+                id: "x".into(),
+                model: "m".into(),
+                created: 1,
+                input_tokens: 1,
+            },
+            &mut out,
+        );
         enc.encode(&StreamEvent::TextDelta("Hel".into()), &mut out);
         enc.encode(&StreamEvent::TextDelta("lo".into()), &mut out);
-        enc.encode(&StreamEvent::ToolCallStart { index: 0, id: "call_1".into(), name: "f".into() }, &mut out);
-        enc.encode(&StreamEvent::ToolArgsDelta { index: 0, delta: "{}".into() }, &mut out);
-        enc.encode(&StreamEvent::Usage(Usage { input_tokens: 1, output_tokens: 2, ..Usage::default() }), &mut out);
+        enc.encode(
+            &StreamEvent::ToolCallStart {
+                index: 0,
+                id: "call_1".into(),
+                name: "f".into(),
+            },
+            &mut out,
+        );
+        enc.encode(
+            &StreamEvent::ToolArgsDelta {
+                index: 0,
+                delta: "{}".into(),
+            },
+            &mut out,
+        );
+        enc.encode(
+            &StreamEvent::Usage(Usage {
+                input_tokens: 1,
+                output_tokens: 2,
+                ..Usage::default()
+            }),
+            &mut out,
+        );
         enc.finish(&mut out);
         let text = String::from_utf8(out).unwrap();
         let events: Vec<Value> = text

@@ -39,7 +39,7 @@ pub fn handle(gw: &Gateway, ex: &mut Exchange, protocol: Protocol) {
             respond::error(ex.response(), &trace, &e);
         }
         out.status = e.status;
-        out.error = Some(e.message);
+        out.error = Some(e.message.clone());
     }
     log_outcome(ex, &trace, &out);
 }
@@ -47,7 +47,11 @@ pub fn handle(gw: &Gateway, ex: &mut Exchange, protocol: Protocol) {
 fn log_outcome(ex: &Exchange, trace: &Trace, out: &Outcome) {
     let ms = ex.received.elapsed().as_millis();
     let usage = out.usage.unwrap_or_default();
-    let status = if out.client_closed { "client_closed".to_string() } else { out.status.to_string() };
+    let status = if out.client_closed {
+        "client_closed".to_string()
+    } else {
+        out.status.to_string()
+    };
     let line = format!(
         "{} client_request_id={} key={} group={} model={} protocol={} upstream={} stream={} status={} in={} out={} ms={}",
         trace.request_id,
@@ -84,9 +88,16 @@ fn run(gw: &Gateway, ex: &mut Exchange, trace: &Trace, out: &mut Outcome) -> Res
     let body = parse_body(&ex.request.body)?;
     let stream = validate_envelope(protocol, &body)?;
     out.stream = stream;
-    let model_name = body.get("model").and_then(Value::as_str).unwrap_or_default().to_string();
+    let model_name = body
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
     out.model = Some(model_name.clone());
-    let model = gw.config.model(&model_name).ok_or_else(|| ApiError::model_not_found(&model_name))?;
+    let model = gw
+        .config
+        .model(&model_name)
+        .ok_or_else(|| ApiError::model_not_found(&model_name))?;
     if !access::group_allows(&gw.config, &identity.group, &model.name) {
         return Err(access::forbidden_model(&model.name, &identity.group));
     }
@@ -94,7 +105,10 @@ fn run(gw: &Gateway, ex: &mut Exchange, trace: &Trace, out: &mut Outcome) -> Res
     let count = model.upstreams.len();
     for (i, name) in model.upstreams.iter().enumerate() {
         let Some(upstream) = gw.config.upstream(name) else {
-            return Err(ApiError::internal(format!("model `{}` names an unknown upstream", model.name)));
+            return Err(ApiError::internal(format!(
+                "model `{}` names an unknown upstream",
+                model.name
+            )));
         };
         out.upstream = Some(upstream.name.clone());
         let started = Instant::now();
@@ -128,7 +142,10 @@ fn run(gw: &Gateway, ex: &mut Exchange, trace: &Trace, out: &mut Outcome) -> Res
             Err(e) => return Err(e),
         }
     }
-    Err(ApiError::internal(format!("model `{}` has no upstream", model.name)))
+    Err(ApiError::internal(format!(
+        "model `{}` has no upstream",
+        model.name
+    )))
 }
 
 /// Failures worth trying the next upstream for: unreachable, timed out, overloaded, 5xx, 429.
@@ -138,9 +155,12 @@ fn retryable(e: &ApiError) -> bool {
 
 fn parse_body(body: &[u8]) -> Result<Value, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
-        return Err(ApiError::invalid("The request body is empty; expected a JSON object."));
+        return Err(ApiError::invalid(
+            "The request body is empty; expected a JSON object.",
+        ));
     }
-    serde_json::from_slice(body).map_err(|e| ApiError::invalid(format!("The request body is not valid JSON: {e}.")))
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::invalid(format!("The request body is not valid JSON: {e}.")))
 }
 
 /// Checks the fields every request of the protocol needs, without decoding the whole body. Returns `stream`.
@@ -166,7 +186,9 @@ fn response_id(protocol: Protocol) -> String {
 
 /// Whether a Chat client asked for the usage chunk.
 pub fn chat_wants_usage(body: &Value) -> bool {
-    body.pointer("/stream_options/include_usage").and_then(Value::as_bool) == Some(true)
+    body.pointer("/stream_options/include_usage")
+        .and_then(Value::as_bool)
+        == Some(true)
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -27,7 +27,11 @@ pub struct Gateway {
 }
 
 /// Renders errors the HTTP layer answers by itself, in the shape of the protocol at that path.
-fn render_http_error(path: Option<&str>, status: u16, message: &str) -> (Vec<(String, String)>, Vec<u8>) {
+fn render_http_error(
+    path: Option<&str>,
+    status: u16,
+    message: &str,
+) -> (Vec<(String, String)>, Vec<u8>) {
     let protocol = match path {
         Some(p) if p.contains("/messages") => Protocol::Messages,
         _ => Protocol::Chat,
@@ -83,16 +87,21 @@ pub fn run(config: Config, keys: KeyStore, listener: TcpListener) -> i32 {
     {
         let keys = keys.clone();
         let state = state.clone();
-        let _ = std::thread::Builder::new().name("tollgate-keys".into()).spawn(move || {
-            while !state.shutting_down.load(Ordering::SeqCst) {
-                std::thread::sleep(Duration::from_millis(500));
-                keys.reload_if_changed();
-            }
-        });
+        let _ = std::thread::Builder::new()
+            .name("tollgate-keys".into())
+            .spawn(move || {
+                while !state.shutting_down.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(500));
+                    keys.reload_if_changed();
+                }
+            });
     }
 
     let http_config = Arc::new(HttpConfig {
-        limits: Limits { max_body_bytes: config.max_body_bytes, ..Limits::default() },
+        limits: Limits {
+            max_body_bytes: config.max_body_bytes,
+            ..Limits::default()
+        },
         read_timeout: config.read_timeout,
         write_timeout: config.write_timeout,
         max_connections: config.max_connections,
@@ -100,20 +109,31 @@ pub fn run(config: Config, keys: KeyStore, listener: TcpListener) -> i32 {
     let local = listener.local_addr().ok();
     let dispatch: Arc<http::Dispatch> = Arc::new(move |ex: Exchange| match tx.try_send(ex) {
         Ok(()) => Ok(()),
-        Err(TrySendError::Full(ex)) | Err(TrySendError::Disconnected(ex)) => Err(ex),
+        Err(TrySendError::Full(ex)) | Err(TrySendError::Disconnected(ex)) => Err(Box::new(ex)),
     });
     let accept = {
         let state = state.clone();
-        std::thread::Builder::new().name("tollgate-accept".into()).spawn(move || {
-            http::serve(listener, http_config, state, dispatch, Arc::new(render_http_error));
-        })
+        std::thread::Builder::new()
+            .name("tollgate-accept".into())
+            .spawn(move || {
+                http::serve(
+                    listener,
+                    http_config,
+                    state,
+                    dispatch,
+                    Arc::new(render_http_error),
+                );
+            })
     };
     if let Err(e) = accept {
         log::error!("could not start the accept loop: {e}");
         return 1;
     }
 
-    let signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT]);
+    let signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+    ]);
     let mut signals = match signals {
         Ok(s) => s,
         Err(e) => {
@@ -175,13 +195,22 @@ fn wake_addr(addr: std::net::SocketAddr) -> std::net::SocketAddr {
 
 /// Runs one exchange on a worker; a panic is caught, answered with 500 if nothing was sent yet, and logged.
 fn work(gw: &Gateway, mut ex: Exchange) {
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| router::route(gw, &mut ex)));
+    let result =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| router::route(gw, &mut ex)));
     if result.is_err() {
-        log::error!("a worker panicked while handling {} {}; the worker continues", ex.request.method, ex.request.path);
+        log::error!(
+            "a worker panicked while handling {} {}; the worker continues",
+            ex.request.method,
+            ex.request.path
+        );
         let w = ex.response();
         if !w.is_started() {
-            let (headers, body) = render_http_error(Some(&ex.request.path), 500, "internal error in the gateway");
-            let headers: Vec<(&str, &str)> = headers.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+            let (headers, body) =
+                render_http_error(Some(&ex.request.path), 500, "internal error in the gateway");
+            let headers: Vec<(&str, &str)> = headers
+                .iter()
+                .map(|(a, b)| (a.as_str(), b.as_str()))
+                .collect();
             let w = ex.response();
             w.close_after();
             let _ = w.send(500, &headers, &body);

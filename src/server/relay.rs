@@ -52,7 +52,10 @@ pub fn passthrough(
         return Err(ApiError::from_upstream(status, &body, retry_after));
     }
     if !(200..300).contains(&status) {
-        return Err(ApiError::bad_gateway(format!("upstream `{}` answered HTTP {status}", upstream.name)));
+        return Err(ApiError::bad_gateway(format!(
+            "upstream `{}` answered HTTP {status}",
+            upstream.name
+        )));
     }
     if stream && reply.is_event_stream() {
         relay_stream(ex, trace, out, upstream, reply, hide_usage);
@@ -62,13 +65,19 @@ pub fn passthrough(
     let bytes = reply.read_all(&upstream.name)?;
     let parsed: Option<Value> = serde_json::from_slice(&bytes).ok();
     let Some(v) = parsed.filter(Value::is_object) else {
-        let snippet: String = String::from_utf8_lossy(&bytes).trim().chars().take(120).collect();
+        let snippet: String = String::from_utf8_lossy(&bytes)
+            .trim()
+            .chars()
+            .take(120)
+            .collect();
         return Err(ApiError::bad_gateway(format!(
             "upstream `{}` answered HTTP {status} with a body that is not a JSON object (content-type {content_type:?}): {snippet}",
             upstream.name
         )));
     };
-    if v.get("error").is_some_and(|e| !e.is_null()) || v.get("type").and_then(Value::as_str) == Some("error") {
+    if v.get("error").is_some_and(|e| !e.is_null())
+        || v.get("type").and_then(Value::as_str) == Some("error")
+    {
         let mut e = ApiError::from_upstream(502, &bytes, None);
         e.status = 502;
         return Err(e);
@@ -133,12 +142,15 @@ fn relay_stream(
     out.usage = watch.usage();
     if !watch.done {
         let err = failure.unwrap_or_else(|| {
-            ApiError::bad_gateway(format!("upstream `{}` ended the stream before it was complete", upstream.name))
+            ApiError::bad_gateway(format!(
+                "upstream `{}` ended the stream before it was complete",
+                upstream.name
+            ))
         });
         log::warn!("{}: {}", trace.request_id, err.message);
         let mut buf = Vec::new();
         watch.error_event(&err, &trace.request_id, &mut buf);
-        out.error = Some(err.message);
+        out.error = Some(err.message.clone());
         if w.write_chunk(&buf).is_err() {
             out.client_closed = true;
             return;
@@ -162,7 +174,14 @@ struct StreamWatch {
 
 impl StreamWatch {
     fn new(protocol: Protocol, hide_usage: bool) -> Self {
-        StreamWatch { protocol, hide_usage, usage: None, done: false, last_seq: None, response: None }
+        StreamWatch {
+            protocol,
+            hide_usage,
+            usage: None,
+            done: false,
+            last_seq: None,
+            response: None,
+        }
     }
 
     fn usage(&self) -> Option<Usage> {
@@ -194,17 +213,25 @@ impl StreamWatch {
             return true;
         }
         // Only chunks that carry usage or an error need parsing.
-        if !(data.contains("\"usage\":{") || data.contains("\"usage\": {") || data.contains("\"error\"")) {
+        if !(data.contains("\"usage\":{")
+            || data.contains("\"usage\": {")
+            || data.contains("\"error\""))
+        {
             return true;
         }
-        let Ok(v) = serde_json::from_str::<Value>(data) else { return true };
+        let Ok(v) = serde_json::from_str::<Value>(data) else {
+            return true;
+        };
         if v.get("error").is_some_and(|e| !e.is_null()) {
             self.done = true;
             return true;
         }
         if let Some(u) = v.get("usage").and_then(chat::usage_from) {
             self.usage = Some(u);
-            let no_choices = v.get("choices").and_then(Value::as_array).is_none_or(|c| c.is_empty());
+            let no_choices = v
+                .get("choices")
+                .and_then(Value::as_array)
+                .is_none_or(|c| c.is_empty());
             if self.hide_usage && no_choices {
                 return false;
             }
@@ -216,9 +243,17 @@ impl StreamWatch {
         let name = ev.event.as_deref().unwrap_or("");
         match name {
             "message_start" | "message_delta" => {
-                let Ok(v) = serde_json::from_str::<Value>(&ev.data) else { return };
-                let u = if name == "message_start" { v.pointer("/message/usage") } else { v.get("usage") };
-                let Some(new) = u.and_then(messages::usage_from) else { return };
+                let Ok(v) = serde_json::from_str::<Value>(&ev.data) else {
+                    return;
+                };
+                let u = if name == "message_start" {
+                    v.pointer("/message/usage")
+                } else {
+                    v.get("usage")
+                };
+                let Some(new) = u.and_then(messages::usage_from) else {
+                    return;
+                };
                 let mut merged = self.usage.unwrap_or_default();
                 merged.output_tokens = new.output_tokens.max(merged.output_tokens);
                 if new.input_tokens > 0 {
@@ -238,7 +273,11 @@ impl StreamWatch {
         if let Some(seq) = scan_u64(&ev.data, "\"sequence_number\":") {
             self.last_seq = Some(seq);
         }
-        let name = ev.event.clone().or_else(|| scan_str(&ev.data, "\"type\":\"")).unwrap_or_default();
+        let name = ev
+            .event
+            .clone()
+            .or_else(|| scan_str(&ev.data, "\"type\":\""))
+            .unwrap_or_default();
         match name.as_str() {
             "response.created" => {
                 if let Ok(v) = serde_json::from_str::<Value>(&ev.data) {
@@ -260,7 +299,11 @@ impl StreamWatch {
     fn error_event(&mut self, err: &ApiError, request_id: &str, out: &mut Vec<u8>) {
         match self.protocol {
             Protocol::Chat => {
-                push_event(out, None, &json!({"error": err.openai_object(request_id)}).to_string());
+                push_event(
+                    out,
+                    None,
+                    &json!({"error": err.openai_object(request_id)}).to_string(),
+                );
             }
             Protocol::Messages => {
                 let d = json!({"type": "error", "error": err.anthropic_object(request_id)});
@@ -276,7 +319,8 @@ impl StreamWatch {
                     seq += 1;
                     r["status"] = json!("failed");
                     r["error"] = json!({"code": code, "message": message});
-                    let d = json!({"type": "response.failed", "sequence_number": seq, "response": r});
+                    let d =
+                        json!({"type": "response.failed", "sequence_number": seq, "response": r});
                     push_event(out, Some("response.failed"), &d.to_string());
                 }
             }
@@ -287,7 +331,11 @@ impl StreamWatch {
 /// The integer after `key` in a JSON text, found without parsing it.
 fn scan_u64(data: &str, key: &str) -> Option<u64> {
     let at = data.find(key)? + key.len();
-    let digits: String = data[at..].trim_start().chars().take_while(char::is_ascii_digit).collect();
+    let digits: String = data[at..]
+        .trim_start()
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
     digits.parse().ok()
 }
 
@@ -315,8 +363,14 @@ mod tests {
     #[test]
     fn chat_usage_chunk_is_read_and_hidden_on_request() {
         let mut w = StreamWatch::new(Protocol::Chat, true);
-        assert!(w.observe(&ev(None, r#"{"choices":[{"delta":{"content":"a"}}],"usage":null}"#)));
-        assert!(!w.observe(&ev(None, r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}"#)));
+        assert!(w.observe(&ev(
+            None,
+            r#"{"choices":[{"delta":{"content":"a"}}],"usage":null}"#
+        )));
+        assert!(!w.observe(&ev(
+            None,
+            r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}"#
+        )));
         assert!(w.observe(&ev(None, "[DONE]")));
         assert!(w.done);
         assert_eq!(w.usage().unwrap().output_tokens, 2);
@@ -326,10 +380,16 @@ mod tests {
     fn messages_usage_merges_start_and_delta() {
         let mut w = StreamWatch::new(Protocol::Messages, false);
         w.observe(&ev(Some("message_start"), r#"{"message":{"usage":{"input_tokens":10,"cache_read_input_tokens":5,"output_tokens":1}}}"#));
-        w.observe(&ev(Some("message_delta"), r#"{"usage":{"output_tokens":42}}"#));
+        w.observe(&ev(
+            Some("message_delta"),
+            r#"{"usage":{"output_tokens":42}}"#,
+        ));
         w.observe(&ev(Some("message_stop"), r#"{}"#));
         let u = w.usage().unwrap();
-        assert_eq!((u.input_tokens, u.cached_input_tokens, u.output_tokens), (15, 5, 42));
+        assert_eq!(
+            (u.input_tokens, u.cached_input_tokens, u.output_tokens),
+            (15, 5, 42)
+        );
         assert!(w.done);
     }
 
@@ -337,7 +397,10 @@ mod tests {
     fn responses_error_event_continues_the_sequence() {
         let mut w = StreamWatch::new(Protocol::Responses, false);
         w.observe(&ev(Some("response.created"), r#"{"type":"response.created","sequence_number":0,"response":{"id":"resp_1","status":"in_progress"}}"#));
-        w.observe(&ev(Some("response.output_text.delta"), r#"{"type":"response.output_text.delta","sequence_number":4,"delta":"x"}"#));
+        w.observe(&ev(
+            Some("response.output_text.delta"),
+            r#"{"type":"response.output_text.delta","sequence_number":4,"delta":"x"}"#,
+        ));
         let mut out = Vec::new();
         w.error_event(&ApiError::bad_gateway("broke"), "req_1", &mut out);
         let text = String::from_utf8(out).unwrap();

@@ -20,7 +20,11 @@ impl Trace {
             .header("x-client-request-id")
             .filter(|v| !v.is_empty() && v.len() <= 512)
             .map(str::to_string);
-        Trace { request_id: crate::util::new_id("req_"), client_request_id, protocol }
+        Trace {
+            request_id: crate::util::new_id("req_"),
+            client_request_id,
+            protocol,
+        }
     }
 
     /// The tracing headers, plus `extra`.
@@ -39,7 +43,13 @@ impl Trace {
 }
 
 /// Sends a JSON body with status.
-pub fn json(w: &mut ResponseWriter, trace: &Trace, status: u16, body: &[u8], extra: &[(&str, &str)]) {
+pub fn json(
+    w: &mut ResponseWriter,
+    trace: &Trace,
+    status: u16,
+    body: &[u8],
+    extra: &[(&str, &str)],
+) {
     let mut headers = trace.headers(&[("content-type", "application/json")]);
     headers.extend_from_slice(extra);
     if let Err(e) = w.send(status, &headers, body) {
@@ -67,7 +77,11 @@ pub fn error_with(w: &mut ResponseWriter, trace: &Trace, err: &ApiError, extra: 
 }
 
 /// Starts an SSE response.
-pub fn start_sse(w: &mut ResponseWriter, trace: &Trace, extra: &[(&str, &str)]) -> std::io::Result<()> {
+pub fn start_sse(
+    w: &mut ResponseWriter,
+    trace: &Trace,
+    extra: &[(&str, &str)],
+) -> std::io::Result<()> {
     let mut headers = trace.headers(&sse::SSE_HEADERS);
     headers.extend_from_slice(extra);
     w.start_chunked(200, &headers)

@@ -27,7 +27,11 @@ pub fn route(gw: &Gateway, ex: &mut Exchange) {
         }
         return;
     }
-    let shape = if anthropic || path.contains("/messages") { Protocol::Messages } else { Protocol::Chat };
+    let shape = if anthropic || path.contains("/messages") {
+        Protocol::Messages
+    } else {
+        Protocol::Chat
+    };
     let trace = Trace::new(ex, shape);
     match (method.as_str(), path.as_str()) {
         ("GET" | "HEAD", "/healthz") => {
@@ -39,7 +43,11 @@ pub fn route(gw: &Gateway, ex: &mut Exchange) {
             models(gw, ex, &trace, Some(id), anthropic)
         }
         (_, "/v1/models" | "/healthz") => {
-            let e = ApiError::new(405, crate::protocol::ErrorKind::MethodNotAllowed, format!("{path} only accepts GET."));
+            let e = ApiError::new(
+                405,
+                crate::protocol::ErrorKind::MethodNotAllowed,
+                format!("{path} only accepts GET."),
+            );
             respond::error_with(ex.response(), &trace, &e, &[("allow", "GET")]);
         }
         _ => respond::error(ex.response(), &trace, &not_found(&path)),
@@ -48,7 +56,8 @@ pub fn route(gw: &Gateway, ex: &mut Exchange) {
 
 /// 404 with a hint for the classic base-URL mistakes.
 pub fn not_found(path: &str) -> ApiError {
-    const ENDPOINTS: &str = "POST /v1/chat/completions, POST /v1/responses, POST /v1/messages, GET /v1/models";
+    const ENDPOINTS: &str =
+        "POST /v1/chat/completions, POST /v1/responses, POST /v1/messages, GET /v1/models";
     let hint = path_hint(path);
     let msg = match hint {
         Some(h) => format!("Unknown path `{path}`. {h}"),
@@ -69,7 +78,9 @@ fn path_hint(path: &str) -> Option<String> {
     }
     for p in endpoints {
         let ep = p.path();
-        if path.len() > ep.len() && (path.starts_with(ep) || path.ends_with(ep) || path.ends_with(&ep[3..])) {
+        if path.len() > ep.len()
+            && (path.starts_with(ep) || path.ends_with(ep) || path.ends_with(&ep[3..]))
+        {
             let base = match p {
                 Protocol::Messages => "`http://<host>` (no `/v1`, no endpoint)",
                 _ => "`http://<host>/v1` (no endpoint path)",
@@ -93,7 +104,11 @@ fn path_hint(path: &str) -> Option<String> {
 }
 
 fn models(gw: &Gateway, ex: &mut Exchange, trace: &Trace, id: Option<String>, anthropic: bool) {
-    let protocol = if anthropic { Protocol::Messages } else { Protocol::Chat };
+    let protocol = if anthropic {
+        Protocol::Messages
+    } else {
+        Protocol::Chat
+    };
     let identity = match access::authenticate(&ex.request, protocol, &gw.keys) {
         Ok(i) => i,
         Err(e) => return respond::error(ex.response(), trace, &e),
@@ -126,7 +141,9 @@ fn models(gw: &Gateway, ex: &mut Exchange, trace: &Trace, id: Option<String>, an
                 "last_id": visible.last().map(|m| m.name.clone()),
             })
         }
-        None => json!({"object": "list", "data": visible.iter().map(|m| openai(m)).collect::<Vec<_>>()}),
+        None => {
+            json!({"object": "list", "data": visible.iter().map(|m| openai(m)).collect::<Vec<_>>()})
+        }
     };
     respond::json(ex.response(), trace, 200, body.to_string().as_bytes(), &[]);
 }
@@ -137,10 +154,18 @@ mod tests {
 
     #[test]
     fn hints_for_classic_mistakes() {
-        assert!(path_hint("/v1/v1/chat/completions").unwrap().contains("doubled"));
-        assert!(path_hint("/v1/chat/completions/chat/completions").unwrap().contains("full endpoint"));
-        assert!(path_hint("/v1/messages/v1/messages").unwrap().contains("full endpoint"));
-        assert!(path_hint("/chat/completions").unwrap().contains("missing `/v1`"));
+        assert!(path_hint("/v1/v1/chat/completions")
+            .unwrap()
+            .contains("doubled"));
+        assert!(path_hint("/v1/chat/completions/chat/completions")
+            .unwrap()
+            .contains("full endpoint"));
+        assert!(path_hint("/v1/messages/v1/messages")
+            .unwrap()
+            .contains("full endpoint"));
+        assert!(path_hint("/chat/completions")
+            .unwrap()
+            .contains("missing `/v1`"));
         assert!(path_hint("/v1/unknown").is_none());
     }
 }

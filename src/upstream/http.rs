@@ -78,11 +78,22 @@ pub fn send(
     beta: Option<&str>,
 ) -> Result<Reply, ApiError> {
     let url = endpoint(upstream);
-    let per_read = if stream { upstream.idle_timeout } else { upstream.first_byte_timeout };
+    let per_read = if stream {
+        upstream.idle_timeout
+    } else {
+        upstream.first_byte_timeout
+    };
     let mut req = agent
         .post(&url)
         .header("content-type", "application/json")
-        .header("accept", if stream { "text/event-stream" } else { "application/json" });
+        .header(
+            "accept",
+            if stream {
+                "text/event-stream"
+            } else {
+                "application/json"
+            },
+        );
     match upstream.kind {
         UpstreamKind::Anthropic => {
             req = req.header("anthropic-version", "2023-06-01");
@@ -109,30 +120,57 @@ pub fn send(
     let status = resp.status().as_u16();
     let headers = resp.headers();
     let content_type = header_str(headers, "content-type").to_ascii_lowercase();
-    let retry_after = header_str(headers, "retry-after").trim().parse::<u64>().ok().or_else(|| {
-        header_str(headers, "retry-after-ms").trim().parse::<u64>().ok().map(|ms| ms.div_ceil(1000))
-    });
-    Ok(Reply { status, content_type, retry_after, body: resp.into_body() })
+    let retry_after = header_str(headers, "retry-after")
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .or_else(|| {
+            header_str(headers, "retry-after-ms")
+                .trim()
+                .parse::<u64>()
+                .ok()
+                .map(|ms| ms.div_ceil(1000))
+        });
+    Ok(Reply {
+        status,
+        content_type,
+        retry_after,
+        body: resp.into_body(),
+    })
 }
 
 fn header_str<'a>(headers: &'a http::HeaderMap, name: &str) -> &'a str {
-    headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("")
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
 }
 
 /// Turns a transport failure into the client-facing error: timeouts are 504, everything else 502.
 pub fn map_error(upstream: &str, e: ureq::Error) -> ApiError {
     match e {
-        ureq::Error::Timeout(t) => ApiError::gateway_timeout(format!("upstream `{upstream}` timed out ({t})")),
+        ureq::Error::Timeout(t) => {
+            ApiError::gateway_timeout(format!("upstream `{upstream}` timed out ({t})"))
+        }
         ureq::Error::Io(io) if io.kind() == std::io::ErrorKind::TimedOut => {
             ApiError::gateway_timeout(format!("upstream `{upstream}` timed out"))
         }
-        ureq::Error::HostNotFound => ApiError::bad_gateway(format!("upstream `{upstream}` unreachable: host not found")),
-        ureq::Error::ConnectionFailed => ApiError::bad_gateway(format!("upstream `{upstream}` unreachable: connection failed")),
-        ureq::Error::Io(io) => ApiError::bad_gateway(format!("upstream `{upstream}` unreachable: {}", io.kind())),
-        ureq::Error::BodyExceedsLimit(n) => {
-            ApiError::bad_gateway(format!("upstream `{upstream}` sent a body larger than {n} bytes"))
+        ureq::Error::HostNotFound => {
+            ApiError::bad_gateway(format!("upstream `{upstream}` unreachable: host not found"))
         }
-        other => ApiError::bad_gateway(format!("upstream `{upstream}` failed: {}", sanitize(&other.to_string()))),
+        ureq::Error::ConnectionFailed => ApiError::bad_gateway(format!(
+            "upstream `{upstream}` unreachable: connection failed"
+        )),
+        ureq::Error::Io(io) => {
+            ApiError::bad_gateway(format!("upstream `{upstream}` unreachable: {}", io.kind()))
+        }
+        ureq::Error::BodyExceedsLimit(n) => ApiError::bad_gateway(format!(
+            "upstream `{upstream}` sent a body larger than {n} bytes"
+        )),
+        other => ApiError::bad_gateway(format!(
+            "upstream `{upstream}` failed: {}",
+            sanitize(&other.to_string())
+        )),
     }
 }
 
@@ -157,9 +195,9 @@ fn sanitize(msg: &str) -> String {
 /// Classifies a mid-stream read failure.
 pub fn stream_read_error(upstream: &str, e: &std::io::Error) -> ApiError {
     match e.kind() {
-        std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => {
-            ApiError::gateway_timeout(format!("upstream `{upstream}` went silent mid-stream (idle timeout)"))
-        }
+        std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => ApiError::gateway_timeout(
+            format!("upstream `{upstream}` went silent mid-stream (idle timeout)"),
+        ),
         _ => ApiError::bad_gateway(format!("upstream `{upstream}` stream broke: {e}")),
     }
 }
@@ -170,6 +208,9 @@ mod tests {
 
     #[test]
     fn sanitize_strips_userinfo() {
-        assert_eq!(sanitize("bad url http://user:pw@host/x here"), "bad url http://host/x here");
+        assert_eq!(
+            sanitize("bad url http://user:pw@host/x here"),
+            "bad url http://host/x here"
+        );
     }
 }

@@ -5,7 +5,9 @@
 
 use serde_json::{json, Value};
 
-use crate::protocol::canon::{OutputFormat, Part, Request, Response, Role, StopReason, StreamEvent, ToolChoice, Usage};
+use crate::protocol::canon::{
+    OutputFormat, Part, Request, Response, Role, StopReason, StreamEvent, ToolChoice, Usage,
+};
 use crate::util::{estimate_tokens, new_id, unix_now};
 
 /// The answer to a request, as the sequence of stream events and as the complete response they add up to.
@@ -42,7 +44,10 @@ pub fn reply(req: &Request, model: &str) -> MockReply {
             reasoning_tokens = estimate_tokens(&thought);
             output_tokens += reasoning_tokens;
             events.push(StreamEvent::ReasoningDelta(thought.clone()));
-            content.push(Part::Reasoning { text: thought, signature: None });
+            content.push(Part::Reasoning {
+                text: thought,
+                signature: None,
+            });
         }
     }
 
@@ -52,29 +57,51 @@ pub fn reply(req: &Request, model: &str) -> MockReply {
         _ => None,
     };
     let last_is_tool_result = req.messages.last().is_some_and(|m| {
-        m.role == Role::Tool || m.content.iter().any(|p| matches!(p, Part::ToolResult { .. }))
+        m.role == Role::Tool
+            || m.content
+                .iter()
+                .any(|p| matches!(p, Part::ToolResult { .. }))
     });
 
     if let (Some(tool), false) = (forced_tool, last_is_tool_result) {
         let args = example_for_schema(&tool.parameters).to_string();
         let call_id = new_id("call_");
         output_tokens += estimate_tokens(&tool.name) + estimate_tokens(&args);
-        events.push(StreamEvent::ToolCallStart { index: 0, id: call_id.clone(), name: tool.name.clone() });
+        events.push(StreamEvent::ToolCallStart {
+            index: 0,
+            id: call_id.clone(),
+            name: tool.name.clone(),
+        });
         let mid = args.len() / 2;
-        let split = (mid..=args.len()).find(|&i| args.is_char_boundary(i)).unwrap_or(args.len());
+        let split = (mid..=args.len())
+            .find(|&i| args.is_char_boundary(i))
+            .unwrap_or(args.len());
         for piece in [&args[..split], &args[split..]] {
             if !piece.is_empty() {
-                events.push(StreamEvent::ToolArgsDelta { index: 0, delta: piece.to_string() });
+                events.push(StreamEvent::ToolArgsDelta {
+                    index: 0,
+                    delta: piece.to_string(),
+                });
             }
         }
-        content.push(Part::ToolCall { id: call_id, name: tool.name.clone(), arguments: args });
+        content.push(Part::ToolCall {
+            id: call_id,
+            name: tool.name.clone(),
+            arguments: args,
+        });
         stop = StopReason::ToolUse;
     } else {
         let text = match &req.output_format {
             Some(OutputFormat::JsonSchema { schema, .. }) => example_for_schema(schema).to_string(),
-            Some(OutputFormat::JsonObject) => json!({"answer": answer_text(&req.last_user_text())}).to_string(),
+            Some(OutputFormat::JsonObject) => {
+                json!({"answer": answer_text(&req.last_user_text())}).to_string()
+            }
             _ if last_is_tool_result => {
-                let result = req.messages.last().map(|m| m.joined_text()).unwrap_or_default();
+                let result = req
+                    .messages
+                    .last()
+                    .map(|m| m.joined_text())
+                    .unwrap_or_default();
                 let shown: String = result.chars().take(200).collect();
                 format!("The tool returned: {shown}")
             }
@@ -96,12 +123,24 @@ pub fn reply(req: &Request, model: &str) -> MockReply {
         }
     }
 
-    let usage = Usage { input_tokens, output_tokens, reasoning_tokens, ..Usage::default() };
+    let usage = Usage {
+        input_tokens,
+        output_tokens,
+        reasoning_tokens,
+        ..Usage::default()
+    };
     events.push(StreamEvent::Finish(stop.clone()));
     events.push(StreamEvent::Usage(usage));
     MockReply {
         events,
-        response: Response { id, model: model.to_string(), content, stop, usage, created: unix_now() },
+        response: Response {
+            id,
+            model: model.to_string(),
+            content,
+            stop,
+            usage,
+            created: unix_now(),
+        },
     }
 }
 
@@ -127,20 +166,32 @@ fn split_deltas(text: &str) -> Vec<&str> {
 
 /// A value that satisfies a (simple) JSON Schema: the first enum value, placeholder scalars, every property.
 pub fn example_for_schema(schema: &Value) -> Value {
-    if let Some(first) = schema.get("enum").and_then(Value::as_array).and_then(|a| a.first()) {
+    if let Some(first) = schema
+        .get("enum")
+        .and_then(Value::as_array)
+        .and_then(|a| a.first())
+    {
         return first.clone();
     }
     if let Some(c) = schema.get("const") {
         return c.clone();
     }
     for key in ["anyOf", "oneOf", "allOf"] {
-        if let Some(first) = schema.get(key).and_then(Value::as_array).and_then(|a| a.first()) {
+        if let Some(first) = schema
+            .get(key)
+            .and_then(Value::as_array)
+            .and_then(|a| a.first())
+        {
             return example_for_schema(first);
         }
     }
     let ty = match schema.get("type") {
         Some(Value::String(s)) => s.as_str(),
-        Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).find(|t| *t != "null").unwrap_or("null"),
+        Some(Value::Array(a)) => a
+            .iter()
+            .filter_map(Value::as_str)
+            .find(|t| *t != "null")
+            .unwrap_or("null"),
         _ if schema.get("properties").is_some() => "object",
         _ => "string",
     };
@@ -154,7 +205,9 @@ pub fn example_for_schema(schema: &Value) -> Value {
             }
             Value::Object(obj)
         }
-        "array" => json!([example_for_schema(schema.get("items").unwrap_or(&json!({"type": "string"})))]),
+        "array" => json!([example_for_schema(
+            schema.get("items").unwrap_or(&json!({"type": "string"}))
+        )]),
         "integer" => json!(1),
         "number" => json!(1.5),
         "boolean" => json!(true),
@@ -169,17 +222,31 @@ mod tests {
     use crate::protocol::canon::{Message, Tool};
 
     fn req(text: &str) -> Request {
-        Request { model: "mock".into(), messages: vec![Message::text(Role::User, text)], ..Request::default() }
+        Request {
+            model: "mock".into(),
+            messages: vec![Message::text(Role::User, text)],
+            ..Request::default()
+        }
     }
 
     #[test]
     fn answers_in_several_deltas_with_real_counts() {
         let r = reply(&req("ping pong"), "mock");
-        let deltas = r.events.iter().filter(|e| matches!(e, StreamEvent::TextDelta(_))).count();
+        let deltas = r
+            .events
+            .iter()
+            .filter(|e| matches!(e, StreamEvent::TextDelta(_)))
+            .count();
         assert!(deltas >= 3, "{deltas}");
         assert!(r.response.text().ends_with("You said: ping pong"));
-        assert_eq!(r.response.usage.output_tokens, estimate_tokens(&r.response.text()));
-        assert_eq!(r.response.usage.input_tokens, estimate_tokens(&req("ping pong").all_text()));
+        assert_eq!(
+            r.response.usage.output_tokens,
+            estimate_tokens(&r.response.text())
+        );
+        assert_eq!(
+            r.response.usage.input_tokens,
+            estimate_tokens(&req("ping pong").all_text())
+        );
     }
 
     #[test]
@@ -204,9 +271,14 @@ mod tests {
         let r = reply(&q, "mock");
         assert_eq!(r.response.stop, StopReason::ToolUse);
         match &r.response.content[0] {
-            Part::ToolCall { name, arguments, .. } => {
+            Part::ToolCall {
+                name, arguments, ..
+            } => {
                 assert_eq!(name, "get_weather");
-                assert_eq!(serde_json::from_str::<Value>(arguments).unwrap(), json!({"city": "mock", "days": 1}));
+                assert_eq!(
+                    serde_json::from_str::<Value>(arguments).unwrap(),
+                    json!({"city": "mock", "days": 1})
+                );
             }
             other => panic!("{other:?}"),
         }

@@ -4,7 +4,7 @@
 
 pub mod upstream;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -163,7 +163,13 @@ impl Gateway {
                 }
             }
         }
-        Gateway { child, addr: addr.unwrap(), key: key.unwrap(), dir, logs }
+        Gateway {
+            child,
+            addr: addr.unwrap(),
+            key: key.unwrap(),
+            dir,
+            logs,
+        }
     }
 
     /// Mock model only.
@@ -188,7 +194,13 @@ impl Gateway {
     pub fn log_line(&self, request_id: &str) -> String {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if let Some(l) = self.logs.lock().unwrap().iter().find(|l| l.contains(request_id)) {
+            if let Some(l) = self
+                .logs
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|l| l.contains(request_id))
+            {
                 return l.clone();
             }
             assert!(Instant::now() < deadline, "no log line for {request_id}");
@@ -207,7 +219,13 @@ impl Gateway {
     }
 
     /// One request on a new connection.
-    pub fn request(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
+    pub fn request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Response {
         let mut s = self.connect();
         send_request(&mut s, method, path, headers, body, true);
         read_response(&mut BufReader::new(s))
@@ -216,7 +234,10 @@ impl Gateway {
     /// POST JSON with `Authorization: Bearer <key>` (plus `anthropic-version` for /v1/messages).
     pub fn post(&self, path: &str, body: &Value) -> Response {
         let auth = format!("Bearer {}", self.key);
-        let mut h = vec![("authorization", auth.as_str()), ("content-type", "application/json")];
+        let mut h = vec![
+            ("authorization", auth.as_str()),
+            ("content-type", "application/json"),
+        ];
         if path == "/v1/messages" {
             h.push(("anthropic-version", "2023-06-01"));
         }
@@ -236,8 +257,18 @@ impl Drop for Gateway {
 }
 
 /// Writes a request with Content-Length.
-pub fn send_request(s: &mut TcpStream, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8], close: bool) {
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: test\r\nContent-Length: {}\r\n", body.len());
+pub fn send_request(
+    s: &mut TcpStream,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    close: bool,
+) {
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: test\r\nContent-Length: {}\r\n",
+        body.len()
+    );
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
@@ -260,7 +291,10 @@ pub struct Response {
 
 impl Response {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
     pub fn json(&self) -> Value {
         serde_json::from_slice(&self.body)
@@ -280,8 +314,15 @@ pub fn read_head(r: &mut impl BufRead) -> (u16, Vec<(String, String)>) {
     let mut line = String::new();
     loop {
         line.clear();
-        assert!(r.read_line(&mut line).unwrap() > 0, "connection closed before a response");
-        let status: u16 = line.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+        assert!(
+            r.read_line(&mut line).unwrap() > 0,
+            "connection closed before a response"
+        );
+        let status: u16 = line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
         let mut headers = Vec::new();
         loop {
             let mut h = String::new();
@@ -315,7 +356,11 @@ pub fn read_response(r: &mut impl BufRead) -> Response {
     } else {
         r.read_to_end(&mut body).unwrap();
     }
-    Response { status, headers, body }
+    Response {
+        status,
+        headers,
+        body,
+    }
 }
 
 /// Reads one chunk of a chunked body; `None` at the last chunk.
@@ -361,7 +406,12 @@ pub fn fixtures() -> PathBuf {
 
 /// Sends a signal with the system's `kill`.
 pub fn signal(pid: u32, sig: &str) {
-    let ok = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status().unwrap().success();
+    let ok = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap()
+        .success();
     assert!(ok, "kill -{sig} {pid} failed");
 }
 

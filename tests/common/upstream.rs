@@ -21,7 +21,10 @@ pub struct Recorded {
 
 impl Recorded {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
     pub fn json(&self) -> Value {
         serde_json::from_slice(&self.body).unwrap()
@@ -30,11 +33,19 @@ impl Recorded {
 
 /// How the fake upstream answers.
 pub enum Reply {
-    Json { status: u16, headers: Vec<(String, String)>, body: Vec<u8> },
+    Json {
+        status: u16,
+        headers: Vec<(String, String)>,
+        body: Vec<u8>,
+    },
     /// An SSE stream, each element one event block (sent as its own chunk). With a gate, the stream pauses
     /// after `gate.0` events until the receiver gets a message. `abort` closes the socket without the final
     /// chunk.
-    Sse { events: Vec<Vec<u8>>, gate: Option<(usize, Receiver<()>)>, abort: bool },
+    Sse {
+        events: Vec<Vec<u8>>,
+        gate: Option<(usize, Receiver<()>)>,
+        abort: bool,
+    },
     /// Reads the request and never answers (until the process ends).
     Hang,
     /// Closes the connection without answering.
@@ -53,7 +64,11 @@ impl Reply {
     }
 
     pub fn sse(events: Vec<Vec<u8>>) -> Reply {
-        Reply::Sse { events, gate: None, abort: false }
+        Reply::Sse {
+            events,
+            gate: None,
+            abort: false,
+        }
     }
 }
 
@@ -89,7 +104,10 @@ impl FakeUpstream {
     }
 
     pub fn last(&self) -> Recorded {
-        self.received().last().cloned().expect("the fake upstream received no request")
+        self.received()
+            .last()
+            .cloned()
+            .expect("the fake upstream received no request")
     }
 }
 
@@ -128,10 +146,19 @@ fn serve(stream: TcpStream, handler: &Handler, requests: &Mutex<Vec<Recorded>>) 
         if reader.read_exact(&mut body).is_err() {
             return;
         }
-        let rec = Recorded { method, path, headers, body };
+        let rec = Recorded {
+            method,
+            path,
+            headers,
+            body,
+        };
         requests.lock().unwrap().push(rec.clone());
         match handler(&rec) {
-            Reply::Json { status, headers, body } => {
+            Reply::Json {
+                status,
+                headers,
+                body,
+            } => {
                 let mut out = format!("HTTP/1.1 {status} X\r\ncontent-length: {}\r\n", body.len());
                 for (k, v) in headers {
                     out.push_str(&format!("{k}: {v}\r\n"));
@@ -143,7 +170,11 @@ fn serve(stream: TcpStream, handler: &Handler, requests: &Mutex<Vec<Recorded>>) 
                     return;
                 }
             }
-            Reply::Sse { events, gate, abort } => {
+            Reply::Sse {
+                events,
+                gate,
+                abort,
+            } => {
                 let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
                 if writer.write_all(head.as_bytes()).is_err() {
                     return;
@@ -201,7 +232,8 @@ impl Fixture {
     pub fn load(dir: &Path, name: &str) -> Fixture {
         let text = std::fs::read_to_string(dir.join(format!("{name}.json")))
             .unwrap_or_else(|e| panic!("fixture {name}: {e}"));
-        let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("fixture {name}: {e}"));
+        let v: Value =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("fixture {name}: {e}"));
         let up = &v["upstream"];
         let mut upstream_events = Vec::new();
         if let Some(file) = up["sse_file"].as_str() {
@@ -210,7 +242,11 @@ impl Fixture {
         }
         let upstream_headers = up["headers"]
             .as_object()
-            .map(|o| o.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string())).collect())
+            .map(|o| {
+                o.iter()
+                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
+                    .collect()
+            })
             .unwrap_or_default();
         Fixture {
             name: name.to_string(),
@@ -232,9 +268,17 @@ impl Fixture {
                 if !headers.iter().any(|(k, _)| k == "content-type") {
                     headers.push(("content-type".into(), "application/json".into()));
                 }
-                Reply::Json { status: self.upstream_status, headers, body: body.to_string().into_bytes() }
+                Reply::Json {
+                    status: self.upstream_status,
+                    headers,
+                    body: body.to_string().into_bytes(),
+                }
             }
-            None => Reply::Sse { events: self.upstream_events.clone(), gate: None, abort: self.upstream_abort },
+            None => Reply::Sse {
+                events: self.upstream_events.clone(),
+                gate: None,
+                abort: self.upstream_abort,
+            },
         }
     }
 }
