@@ -179,6 +179,11 @@ impl ResponseWriter {
         Ok(())
     }
 
+    /// Whether `TCP_NODELAY` is set on the socket (it is on every accepted socket).
+    pub fn nodelay(&self) -> io::Result<bool> {
+        self.stream.nodelay()
+    }
+
     /// True if the client has closed its side: a non-blocking peek sees end of stream or an error.
     /// Pipelined bytes waiting to be read do not count as closed.
     pub fn client_gone(&self) -> bool {

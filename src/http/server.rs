@@ -82,6 +82,7 @@ pub fn serve(
     dispatch: Arc<Dispatch>,
     render_error: Arc<ErrorRenderer>,
 ) {
+    let mut last_accept_warning: Option<std::time::Instant> = None;
     loop {
         let accepted = listener.accept();
         if state.shutting_down.load(Ordering::SeqCst) {
@@ -91,8 +92,11 @@ pub fn serve(
             Ok(pair) => pair,
             Err(e) => {
                 // EMFILE/ENFILE/ENOBUFS: wait for descriptors to free up; never end the loop.
-                log::warn!("accept failed: {e}");
-                std::thread::sleep(Duration::from_millis(50));
+                if last_accept_warning.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                    log::warn!("accept failed: {e}; retrying");
+                    last_accept_warning = Some(Instant::now());
+                }
+                std::thread::sleep(Duration::from_millis(20));
                 continue;
             }
         };
@@ -115,22 +119,12 @@ pub fn serve(
         let spawned = std::thread::Builder::new()
             .name("tollgate-conn".into())
             .stack_size(256 * 1024)
-            .spawn({
-                let stream = match stream.try_clone() {
-                    Ok(s) => s,
-                    Err(e) => {
-                        log::warn!("could not clone an accepted socket: {e}");
-                        state.open_connections.fetch_sub(1, Ordering::SeqCst);
-                        continue;
-                    }
-                };
-                move || conn.run(stream)
-            });
+            .spawn(move || conn.run(stream));
         if let Err(e) = spawned {
+            // The closure (and the socket in it) is gone; the client sees the connection close.
             log::warn!("could not start a connection thread: {e}");
             state.open_connections.fetch_sub(1, Ordering::SeqCst);
             state.rejected.fetch_add(1, Ordering::Relaxed);
-            reject_overloaded(stream, None, &*render_error, "server at capacity");
         }
     }
 }
@@ -190,10 +184,13 @@ enum ReadOutcome {
 
 impl Connection {
     fn run(self, stream: TcpStream) {
-        if let Ok(s) = stream.try_clone() {
-            let mut reader = stream;
-            self.serve_requests(&mut reader, ResponseWriter::new(s));
-            let _ = reader.shutdown(Shutdown::Both);
+        match stream.try_clone() {
+            Ok(s) => {
+                let mut reader = stream;
+                self.serve_requests(&mut reader, ResponseWriter::new(s));
+                let _ = reader.shutdown(Shutdown::Both);
+            }
+            Err(e) => log::warn!("could not set up a connection: {e}"),
         }
         self.state.open_connections.fetch_sub(1, Ordering::SeqCst);
     }
@@ -291,7 +288,7 @@ impl Connection {
                     break head;
                 }
                 Ok(None) => {}
-                Err(e) => return Err(ReadOutcome::Failed(None, e)),
+                Err(e) => return Err(ReadOutcome::Failed(request_path(buf), e)),
             }
             match read_some(reader, buf, deadline) {
                 Ok(0) => {
@@ -378,6 +375,14 @@ impl Connection {
         }
         Ok(request)
     }
+}
+
+/// The path of the request line at the start of `buf`, if it is readable (for shaping error answers).
+fn request_path(buf: &[u8]) -> Option<String> {
+    let line_end = buf.iter().position(|&b| b == b'\n')?;
+    let line = std::str::from_utf8(&buf[..line_end]).ok()?;
+    let target = line.split_whitespace().nth(1)?;
+    Some(target.split('?').next().unwrap_or(target).to_string())
 }
 
 fn is_timeout(e: &io::Error) -> bool {

@@ -115,9 +115,14 @@ impl Gateway {
     pub fn start_with(dir: TempDir, config: &str) -> Gateway {
         let cfg = dir.path().join("tollgate.toml");
         std::fs::write(&cfg, config).unwrap();
-        let mut child = Command::new(bin())
-            .args(["serve", "--config"])
-            .arg(&cfg)
+        let mut cmd = Command::new(bin());
+        cmd.args(["serve", "--config"]).arg(&cfg);
+        Gateway::start_command(dir, &mut cmd)
+    }
+
+    /// Starts a prepared command (which must run `tollgate serve`) and waits for its address and key.
+    pub fn start_command(dir: TempDir, cmd: &mut Command) -> Gateway {
+        let mut child = cmd
             .env(UPSTREAM_KEY_ENV, UPSTREAM_KEY)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

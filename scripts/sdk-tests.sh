@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Runs the Python SDK compatibility suite (tests/sdk/) against the tollgate binary.
+#
+# Creates .venv in the repo root when missing, installs tests/sdk/requirements.txt into it (skipped while
+# the requirements are unchanged since the last install), builds the binary unless TOLLGATE_BIN names one,
+# then runs pytest. Extra arguments go to pytest (e.g. `-k anthropic`, `-x`).
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+venv="$root/.venv"
+requirements="tests/sdk/requirements.txt"
+stamp="$venv/.sdk-requirements.sha256"
+
+if [ ! -x "$venv/bin/python" ]; then
+    echo "sdk-tests: creating $venv" >&2
+    python3 -m venv "$venv"
+fi
+
+want="$(sha256sum "$requirements" | cut -d' ' -f1)"
+if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
+    echo "sdk-tests: installing $requirements" >&2
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements"
+    echo "$want" >"$stamp"
+fi
+
+if [ -z "${TOLLGATE_BIN:-}" ]; then
+    cargo build --quiet
+    TOLLGATE_BIN="${CARGO_TARGET_DIR:-$root/target}/debug/tollgate"
+fi
+export TOLLGATE_BIN
+
+# No cache provider: nothing is written into the work tree besides the (ignored) __pycache__.
+exec "$venv/bin/python" -m pytest tests/sdk -q -p no:cacheprovider "$@"
