@@ -306,13 +306,21 @@ fn init_logging(level: &str) {
 }
 
 fn serve(a: ServeArgs) -> i32 {
-    let config = match load(a.config.as_deref()) {
+    let mut config = match load(a.config.as_deref()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("{e}");
             return 1;
         }
     };
+    // TOLLGATE_LISTEN overrides `listen` (containers, and running the defaults on another port).
+    if let Ok(listen) = std::env::var("TOLLGATE_LISTEN") {
+        if listen.parse::<std::net::SocketAddr>().is_err() {
+            eprintln!("TOLLGATE_LISTEN: expected host:port such as 0.0.0.0:8080, got {listen:?}");
+            return 1;
+        }
+        config.listen = listen;
+    }
     init_logging(&config.log_level);
     if let Err(e) = fs::create_dir_all(&config.data_dir) {
         log::error!("cannot create data_dir {}: {e}", config.data_dir.display());

@@ -232,6 +232,15 @@ fn replay(
         );
     }
 
+    // A stream that failed is logged as failed.
+    if matches!(
+        exp["last_event"].as_str(),
+        Some("error" | "response.failed")
+    ) {
+        let line = b.gw.log_line(&rid);
+        assert!(line.contains("error="), "{ctx}: {line}");
+    }
+
     // Usage as recorded (the request's log line).
     if let Some(u) = exp.get("usage") {
         let line = b.gw.log_line(&rid);

@@ -140,6 +140,9 @@ fn relay_stream(
         }
     }
     out.usage = watch.usage();
+    if let Some(e) = watch.upstream_error.take() {
+        out.error = Some(e);
+    }
     if !watch.done {
         let err = failure.unwrap_or_else(|| {
             ApiError::bad_gateway(format!(
@@ -168,6 +171,8 @@ struct StreamWatch {
     hide_usage: bool,
     usage: Option<Usage>,
     done: bool,
+    /// The message of an error event the upstream itself sent inside the stream.
+    upstream_error: Option<String>,
     last_seq: Option<u64>,
     response: Option<Value>,
 }
@@ -179,6 +184,7 @@ impl StreamWatch {
             hide_usage,
             usage: None,
             done: false,
+            upstream_error: None,
             last_seq: None,
             response: None,
         }
@@ -222,8 +228,9 @@ impl StreamWatch {
         let Ok(v) = serde_json::from_str::<Value>(data) else {
             return true;
         };
-        if v.get("error").is_some_and(|e| !e.is_null()) {
+        if let Some(e) = v.get("error").filter(|e| !e.is_null()) {
             self.done = true;
+            self.upstream_error = Some(error_message(e));
             return true;
         }
         if let Some(u) = v.get("usage").and_then(chat::usage_from) {
@@ -264,7 +271,12 @@ impl StreamWatch {
                 merged.reasoning_tokens = merged.reasoning_tokens.max(new.reasoning_tokens);
                 self.usage = Some(merged);
             }
-            "message_stop" | "error" => self.done = true,
+            "message_stop" => self.done = true,
+            "error" => {
+                self.done = true;
+                let v: Value = serde_json::from_str(&ev.data).unwrap_or(Value::Null);
+                self.upstream_error = Some(error_message(&v["error"]));
+            }
             _ => {}
         }
     }
@@ -288,9 +300,16 @@ impl StreamWatch {
                 self.done = true;
                 if let Ok(v) = serde_json::from_str::<Value>(&ev.data) {
                     self.usage = v.pointer("/response/usage").and_then(responses::usage_from);
+                    if name == "response.failed" {
+                        self.upstream_error = Some(error_message(&v["response"]["error"]));
+                    }
                 }
             }
-            "error" => self.done = true,
+            "error" => {
+                self.done = true;
+                let v: Value = serde_json::from_str(&ev.data).unwrap_or(Value::Null);
+                self.upstream_error = Some(error_message(&v));
+            }
             _ => {}
         }
     }
@@ -326,6 +345,15 @@ impl StreamWatch {
             }
         }
     }
+}
+
+/// The `message` of an error object, or the whole value as text.
+fn error_message(e: &Value) -> String {
+    let m = e.get("message").and_then(Value::as_str).map(str::to_string);
+    format!(
+        "upstream error in stream: {}",
+        m.unwrap_or_else(|| e.to_string())
+    )
 }
 
 /// The integer after `key` in a JSON text, found without parsing it.

@@ -195,7 +195,7 @@ impl Gateway {
         self.dir.path().join("tollgate.toml")
     }
 
-    /// The log line for a request id, waiting for it to be written.
+    /// The summary log line of a request (the one with its status and tokens), waiting for it.
     pub fn log_line(&self, request_id: &str) -> String {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
@@ -204,7 +204,7 @@ impl Gateway {
                 .lock()
                 .unwrap()
                 .iter()
-                .find(|l| l.contains(request_id))
+                .find(|l| l.contains(request_id) && l.contains(" status="))
             {
                 return l.clone();
             }

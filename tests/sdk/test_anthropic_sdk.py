@@ -1,11 +1,11 @@
 """The official Anthropic Python SDK against tollgate.
 
 Covers Messages with the mock model (plain, through the stream helper with `text_stream` and
-`get_final_message()`, forced tool use, structured output, `max_tokens` stops), keys sent as `x-api-key`
-(`api_key=`) and as a Bearer token (`auth_token=`), model listing in Anthropic's shape, the mapping of gateway
-and upstream errors to the SDK's exception classes and request ids, and passthrough to an Anthropic upstream
-replayed from `fixtures/messages/` (text, streamed text with usage, an error event inside the stream, and a
-stream cut off upstream, which must raise rather than end quietly).
+`get_final_message()`, forced tool use, structured output parsed into Pydantic models, `max_tokens` stops),
+keys sent as `x-api-key` (`api_key=`) and as a Bearer token (`auth_token=`), model listing in Anthropic's
+shape, the mapping of gateway and upstream errors to the SDK's exception classes and request ids, and
+passthrough to an Anthropic upstream replayed from `fixtures/messages/` (text, streamed text with usage, an
+error event inside the stream, and a stream cut off upstream, which must raise rather than end quietly).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import json
 
 import anthropic
 import pytest
+from pydantic import BaseModel
 
 MOCK_PREFIX = "Hello! This is tollgate's built-in mock model. You said: "
 
@@ -26,6 +27,11 @@ WEATHER_TOOL = {
         "required": ["city", "days"],
     },
 }
+
+
+class Weather(BaseModel):
+    city: str
+    sunny: bool
 
 
 def user(text: str) -> list[dict]:
@@ -111,20 +117,16 @@ def test_messages_named_tool_non_stream(anthropic_client):
 
 
 def test_messages_structured_output(anthropic_client):
-    schema = {
-        "type": "object",
-        "properties": {"city": {"type": "string"}, "sunny": {"type": "boolean"}},
-        "required": ["city", "sunny"],
-        "additionalProperties": False,
-    }
-    m = anthropic_client.messages.create(
-        model="mock",
-        max_tokens=256,
-        messages=user("Weather in Oslo?"),
-        output_config={"format": {"type": "json_schema", "schema": schema}},
+    m = anthropic_client.messages.parse(
+        model="mock", max_tokens=256, messages=user("Weather in Oslo?"), output_format=Weather
     )
-    answer = json.loads(text_of(m))
-    assert isinstance(answer["city"], str) and isinstance(answer["sunny"], bool)
+    assert isinstance(m.parsed_output, Weather)
+    assert Weather.model_validate_json(text_of(m)) == m.parsed_output
+    with anthropic_client.messages.stream(
+        model="mock", max_tokens=256, messages=user("Weather in Oslo?"), output_format=Weather
+    ) as stream:
+        final = stream.get_final_message()
+    assert isinstance(final.parsed_output, Weather)
 
 
 # ---------------------------------------------------------------------------------------------------------
