@@ -513,3 +513,29 @@ fn anthropic_beta_header_is_forwarded_to_anthropic_upstreams_only() {
         "the client's Authorization header must not be forwarded"
     );
 }
+
+#[test]
+fn upstream_connections_are_reused() {
+    let fake = FakeUpstream::start(|_| {
+        Reply::json(
+            200,
+            &json!({"id": "c", "object": "chat.completion", "created": 1, "model": "x",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}),
+        )
+    });
+    let gw = Gateway::start_with_fake(fake.addr, "");
+    for _ in 0..5 {
+        let r = gw.post(
+            "/v1/chat/completions",
+            &json!({"model": "m-chat", "messages": [{"role": "user", "content": "hi"}]}),
+        );
+        assert_eq!(r.status, 200);
+    }
+    assert_eq!(fake.received().len(), 5);
+    assert_eq!(
+        fake.connections.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "keep-alive reuse"
+    );
+}

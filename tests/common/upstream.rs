@@ -77,6 +77,8 @@ type Handler = dyn Fn(&Recorded) -> Reply + Send + Sync;
 pub struct FakeUpstream {
     pub addr: SocketAddr,
     pub requests: Arc<Mutex<Vec<Recorded>>>,
+    /// TCP connections accepted so far.
+    pub connections: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl FakeUpstream {
@@ -85,17 +87,24 @@ impl FakeUpstream {
         let addr = listener.local_addr().unwrap();
         let requests = Arc::new(Mutex::new(Vec::new()));
         let handler: Arc<Handler> = Arc::new(handler);
+        let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         {
             let requests = requests.clone();
+            let connections = connections.clone();
             std::thread::spawn(move || {
                 for stream in listener.incoming().map_while(Result::ok) {
+                    connections.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     let requests = requests.clone();
                     let handler = handler.clone();
                     std::thread::spawn(move || serve(stream, &*handler, &requests));
                 }
             });
         }
-        FakeUpstream { addr, requests }
+        FakeUpstream {
+            addr,
+            requests,
+            connections,
+        }
     }
 
     /// Requests received so far.
