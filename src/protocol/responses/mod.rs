@@ -1,0 +1,316 @@
+//! OpenAI Responses codec: request decoding, response and stream encoding, usage reading.
+
+use serde_json::{json, Value};
+
+use super::canon::{Message, OutputFormat, Part, Request, Role, Tool, ToolChoice};
+use super::chat::parse_image_url;
+use super::fields::{self, join, missing, opt_array, opt_bool, opt_f64, opt_str, opt_u64};
+use super::ApiError;
+
+mod reply;
+
+pub use reply::{encode_response, usage_from, usage_json, ResponsesStreamEncoder};
+
+/// Checks that a Responses body has `input` (pointing at `messages` when that was sent instead).
+pub fn validate(body: &Value) -> Result<(), ApiError> {
+    input_of(fields::object(body, "body")?).map(|_| ())
+}
+
+fn input_of(o: &serde_json::Map<String, Value>) -> Result<&Value, ApiError> {
+    match o.get("input") {
+        None | Some(Value::Null) if o.contains_key("messages") => Err(ApiError::invalid_param(
+            "input",
+            "Missing required parameter: `input`. This body has `messages`, which belongs to the Chat \
+             Completions API (POST /v1/chat/completions); the Responses API takes `input`.",
+        )),
+        None | Some(Value::Null) => Err(missing("input")),
+        Some(v) => Ok(v),
+    }
+}
+
+/// Validates a Responses body and decodes it into the canonical request.
+pub fn decode_request(body: &Value) -> Result<Request, ApiError> {
+    let o = fields::object(body, "body")?;
+    let input = input_of(o)?;
+    let mut req = Request {
+        model: fields::req_str(o, "model", "")?.to_string(),
+        stream: fields::stream_flag(o)?,
+        ..Request::default()
+    };
+    if let Some(instr) = opt_str(o, "instructions", "")? {
+        req.system.push(instr.to_string());
+    }
+    match input {
+        Value::String(s) => req.messages.push(Message::text(Role::User, s.clone())),
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                decode_item(item, &format!("input[{i}]"), &mut req)?;
+            }
+        }
+        other => {
+            return Err(fields::wrong_type(
+                "input",
+                "a string or an array of input items",
+                other,
+            ))
+        }
+    }
+    if let Some(tools) = opt_array(o, "tools", "")? {
+        for (i, t) in tools.iter().enumerate() {
+            let path = format!("tools[{i}]");
+            let to = fields::object(t, &path)?;
+            if fields::req_str(to, "type", &path)? == "function" {
+                req.tools.push(decode_function_tool(to, &path)?);
+            }
+        }
+    }
+    req.tool_choice = match o.get("tool_choice") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(match s.as_str() {
+            "auto" => ToolChoice::Auto,
+            "none" => ToolChoice::None,
+            "required" => ToolChoice::Required,
+            _ => {
+                return Err(fields::bad_value(
+                    "tool_choice",
+                    "\"auto\", \"none\", \"required\" or a function",
+                ))
+            }
+        }),
+        Some(Value::Object(c)) => match opt_str(c, "type", "tool_choice")? {
+            Some("function") => Some(ToolChoice::Function(
+                fields::req_str(c, "name", "tool_choice")?.to_string(),
+            )),
+            _ => Some(ToolChoice::Auto),
+        },
+        Some(other) => {
+            return Err(fields::wrong_type(
+                "tool_choice",
+                "a string or an object",
+                other,
+            ))
+        }
+    };
+    req.parallel_tool_calls = opt_bool(o, "parallel_tool_calls", "")?;
+    req.max_tokens = opt_u64(o, "max_output_tokens", "")?;
+    req.temperature = opt_f64(o, "temperature", "")?;
+    req.top_p = opt_f64(o, "top_p", "")?;
+    req.user = opt_str(o, "user", "")?.map(str::to_string);
+    if let Some(Value::Object(text)) = o.get("text") {
+        if let Some(f) = text.get("format") {
+            req.output_format = Some(decode_format(f)?);
+        }
+    }
+    if let Some(Value::Object(r)) = o.get("reasoning") {
+        req.reasoning_effort = opt_str(r, "effort", "reasoning")?.map(str::to_string);
+    }
+    Ok(req)
+}
+
+fn decode_function_tool(to: &serde_json::Map<String, Value>, path: &str) -> Result<Tool, ApiError> {
+    Ok(Tool {
+        name: fields::req_str(to, "name", path)?.to_string(),
+        description: opt_str(to, "description", path)?.map(str::to_string),
+        parameters: to
+            .get("parameters")
+            .cloned()
+            .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
+        strict: opt_bool(to, "strict", path)?,
+    })
+}
+
+fn decode_format(f: &Value) -> Result<OutputFormat, ApiError> {
+    let o = fields::object(f, "text.format")?;
+    match fields::req_str(o, "type", "text.format")? {
+        "text" => Ok(OutputFormat::Text),
+        "json_object" => Ok(OutputFormat::JsonObject),
+        "json_schema" => Ok(OutputFormat::JsonSchema {
+            name: opt_str(o, "name", "text.format")?
+                .unwrap_or("output")
+                .to_string(),
+            schema: o
+                .get("schema")
+                .cloned()
+                .unwrap_or_else(|| json!({"type": "object"})),
+            strict: opt_bool(o, "strict", "text.format")?,
+            description: opt_str(o, "description", "text.format")?.map(str::to_string),
+        }),
+        _ => Err(fields::bad_value(
+            "text.format.type",
+            "text, json_object or json_schema",
+        )),
+    }
+}
+
+fn decode_item(item: &Value, path: &str, req: &mut Request) -> Result<(), ApiError> {
+    let o = fields::object(item, path)?;
+    let ty = opt_str(o, "type", path)?.unwrap_or("message");
+    match ty {
+        "message" => {
+            let role = match fields::req_str(o, "role", path)? {
+                "user" => Role::User,
+                "assistant" => Role::Assistant,
+                "system" | "developer" => Role::System,
+                other => {
+                    return Err(ApiError::invalid_param(
+                        &join(path, "role"),
+                        format!("Invalid value for `{path}.role`: {other:?}."),
+                    ))
+                }
+            };
+            let parts = decode_content(
+                o.get("content").unwrap_or(&Value::Null),
+                &join(path, "content"),
+            )?;
+            if role == Role::System && req.messages.is_empty() {
+                let text: String = parts
+                    .iter()
+                    .filter_map(|p| {
+                        if let Part::Text(t) = p {
+                            Some(t.as_str())
+                        } else {
+                            None
+                        }
+                    })
+                    .collect();
+                req.system.push(text);
+            } else {
+                push_merged(req, role, parts);
+            }
+        }
+        "function_call" => {
+            let call = Part::ToolCall {
+                id: fields::req_str(o, "call_id", path)?.to_string(),
+                name: fields::req_str(o, "name", path)?.to_string(),
+                arguments: opt_str(o, "arguments", path)?.unwrap_or("{}").to_string(),
+            };
+            push_merged(req, Role::Assistant, vec![call]);
+        }
+        "function_call_output" => {
+            let opath = join(path, "output");
+            let content = match o.get("output") {
+                Some(Value::String(s)) => vec![Part::Text(s.clone())],
+                Some(v @ Value::Array(_)) => decode_content(v, &opath)?,
+                _ => return Err(missing(&opath)),
+            };
+            let result = Part::ToolResult {
+                call_id: fields::req_str(o, "call_id", path)?.to_string(),
+                content,
+                is_error: false,
+            };
+            push_merged(req, Role::Tool, vec![result]);
+        }
+        "reasoning" => {
+            let text: String = opt_array(o, "summary", path)?
+                .into_iter()
+                .flatten()
+                .filter_map(|s| s.get("text").and_then(Value::as_str))
+                .collect::<Vec<_>>()
+                .join("\n");
+            if !text.is_empty() {
+                push_merged(
+                    req,
+                    Role::Assistant,
+                    vec![Part::Reasoning {
+                        text,
+                        signature: None,
+                    }],
+                );
+            }
+        }
+        "item_reference" => return Err(ApiError::invalid_param(
+            path,
+            "`item_reference` input items need stored responses, which this gateway does not keep.",
+        )),
+        other => {
+            return Err(ApiError::invalid_param(
+                &join(path, "type"),
+                format!("Input items of type {other:?} are not supported by this gateway."),
+            ))
+        }
+    }
+    Ok(())
+}
+
+/// Appends parts to the last message if it has the same role (function calls after assistant text form one
+/// assistant turn), else starts a new message.
+fn push_merged(req: &mut Request, role: Role, parts: Vec<Part>) {
+    match req.messages.last_mut() {
+        Some(last) if last.role == role && role != Role::User => last.content.extend(parts),
+        _ => req.messages.push(Message {
+            role,
+            content: parts,
+        }),
+    }
+}
+
+fn decode_content(content: &Value, path: &str) -> Result<Vec<Part>, ApiError> {
+    match content {
+        Value::String(s) => Ok(vec![Part::Text(s.clone())]),
+        Value::Array(parts) => {
+            let mut out = Vec::new();
+            for (i, p) in parts.iter().enumerate() {
+                let ppath = format!("{path}[{i}]");
+                let po = fields::object(p, &ppath)?;
+                match fields::req_str(po, "type", &ppath)? {
+                    "input_text" | "output_text" | "text" => {
+                        out.push(Part::Text(fields::req_str(po, "text", &ppath)?.to_string()))
+                    }
+                    "refusal" => out.push(Part::Text(fields::req_str(po, "refusal", &ppath)?.to_string())),
+                    "input_image" => match opt_str(po, "image_url", &ppath)? {
+                        Some(url) => out.push(Part::Image(parse_image_url(url))),
+                        None => {
+                            return Err(ApiError::invalid_param(
+                                &join(&ppath, "file_id"),
+                                "Images by `file_id` are not supported by this gateway; send `image_url`.",
+                            ))
+                        }
+                    },
+                    other => {
+                        return Err(ApiError::invalid_param(
+                            &join(&ppath, "type"),
+                            format!("Content parts of type {other:?} are not supported by this gateway."),
+                        ))
+                    }
+                }
+            }
+            Ok(out)
+        }
+        other => Err(fields::wrong_type(
+            path,
+            "a string or an array of content parts",
+            other,
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_instead_of_input_names_the_field() {
+        let e = decode_request(&json!({"model": "m", "messages": []})).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("input"));
+        let e = decode_request(&json!({"model": "m"})).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("input"));
+    }
+
+    #[test]
+    fn decodes_items_into_turns() {
+        let r = decode_request(&json!({
+            "model": "m", "instructions": "be brief",
+            "input": [
+                {"role": "developer", "content": "dev"},
+                {"role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+                {"type": "function_call", "call_id": "call_1", "name": "f", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "call_1", "output": "42"}
+            ]
+        }))
+        .unwrap();
+        assert_eq!(r.system, vec!["be brief", "dev"]);
+        assert_eq!(r.messages.len(), 3);
+        assert_eq!(r.messages[1].role, Role::Assistant);
+        assert_eq!(r.messages[2].role, Role::Tool);
+    }
+}
