@@ -82,6 +82,9 @@ pub struct Upstream {
     pub idle_timeout: Duration,
     /// Mock only: pause between streamed deltas.
     pub mock_delay: Duration,
+    /// Chat upstreams: send the output limit as `max_completion_tokens` (OpenAI's current name; default for
+    /// api.openai.com) rather than `max_tokens` (what local servers take; the default elsewhere).
+    pub max_completion_tokens: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -94,6 +97,9 @@ pub struct Model {
     pub cached_input_price: Option<f64>,
     pub output_price: f64,
     pub max_output_tokens: u64,
+    /// Anthropic upstreams: ask for structured output with a forced tool (for Anthropic-compatible servers
+    /// without `output_config.format`) instead of natively.
+    pub structured_via_tool: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -156,6 +162,7 @@ struct RawUpstream {
     first_byte_timeout_secs: Option<u64>,
     idle_timeout_secs: Option<u64>,
     mock_delay_ms: Option<u64>,
+    max_tokens_field: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -175,6 +182,7 @@ struct RawModel {
     cached_input_price: Option<f64>,
     output_price: Option<f64>,
     max_output_tokens: Option<u64>,
+    structured_output: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -364,6 +372,7 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
                 b.trim_end_matches('/').to_string()
             }
         };
+        let is_openai = base_url.contains("://api.openai.com");
         let api_key = match &u.api_key_env {
             None => None,
             Some(var) => match std::env::var(var) {
@@ -389,6 +398,19 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             )?,
             idle_timeout: secs(&f("idle_timeout_secs"), u.idle_timeout_secs, 300)?,
             mock_delay: Duration::from_millis(u.mock_delay_ms.unwrap_or(0)),
+            max_completion_tokens: match u.max_tokens_field.as_deref() {
+                None => is_openai,
+                Some("max_tokens") => false,
+                Some("max_completion_tokens") => true,
+                Some(other) => {
+                    return Err(err(
+                        f("max_tokens_field"),
+                        format!(
+                            "expected \"max_tokens\" or \"max_completion_tokens\", got {other:?}"
+                        ),
+                    ))
+                }
+            },
         });
     }
 
@@ -455,6 +477,16 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             cached_input_price: m.cached_input_price,
             output_price: m.output_price.unwrap_or(0.0),
             max_output_tokens: m.max_output_tokens.unwrap_or(DEFAULT_MAX_OUTPUT_TOKENS),
+            structured_via_tool: match m.structured_output.as_deref() {
+                None | Some("native") => false,
+                Some("tool") => true,
+                Some(other) => {
+                    return Err(err(
+                        f("structured_output"),
+                        format!("expected \"native\" or \"tool\", got {other:?}"),
+                    ))
+                }
+            },
         });
     }
     if models.is_empty() {

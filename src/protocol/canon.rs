@@ -80,9 +80,11 @@ impl Message {
     }
 }
 
-/// A function the model may call.
+/// A function the model may call. A Responses `custom` tool (free-form text input) is carried as a function
+/// with one string parameter `input`, and `custom` set so the answer can be turned back into a custom call.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tool {
+    pub custom: bool,
     pub name: String,
     pub description: Option<String>,
     /// JSON Schema of the arguments (an object schema).
@@ -133,9 +135,21 @@ pub struct Request {
     /// `low`, `medium`, `high`, ... as the client said it.
     pub reasoning_effort: Option<String>,
     pub user: Option<String>,
+    /// Tools of a Responses `namespace` group, flattened into plain functions: (flat name, namespace, name).
+    pub namespaced_tools: Vec<(String, String, String)>,
+    /// Hosted tools the client asked for that a translated upstream cannot run (left out, reported).
+    pub dropped_tools: Vec<String>,
 }
 
 impl Request {
+    /// The (namespace, name) a flattened tool name stands for.
+    pub fn unflatten(&self, flat: &str) -> Option<(&str, &str)> {
+        self.namespaced_tools
+            .iter()
+            .find(|(f, _, _)| f == flat)
+            .map(|(_, ns, n)| (ns.as_str(), n.as_str()))
+    }
+
     /// Text of the last user message (what the mock model answers to).
     pub fn last_user_text(&self) -> String {
         self.messages

@@ -5,6 +5,7 @@
 
 pub mod canon;
 pub mod chat;
+pub mod egress;
 mod error;
 pub mod fields;
 pub mod messages;
@@ -95,6 +96,70 @@ impl Protocol {
             Protocol::Messages => messages::usage_from(body.get("usage")?),
         }
     }
+}
+
+/// How a canonical request is sent to an upstream of another protocol.
+#[derive(Debug, Clone)]
+pub struct EgressOptions {
+    /// The model name the upstream knows.
+    pub model: String,
+    pub stream: bool,
+    /// `max_tokens` for upstreams that require one (Messages) when the client gave none.
+    pub default_max_tokens: u64,
+    /// Chat upstreams: send the limit as `max_completion_tokens` (OpenAI) instead of `max_tokens`.
+    pub max_completion_tokens_field: bool,
+    /// Messages upstreams: ask for structured output with a forced tool instead of `output_config.format`.
+    pub structured_via_tool: bool,
+}
+
+/// The name of the forced tool that carries structured output when `structured_via_tool` is on.
+pub const STRUCTURED_TOOL: &str = "structured_output";
+
+impl Protocol {
+    /// Encodes a canonical request for an upstream speaking this protocol.
+    pub fn encode_request(
+        self,
+        req: &canon::Request,
+        opts: &EgressOptions,
+    ) -> Result<serde_json::Value, ApiError> {
+        match self {
+            Protocol::Chat => chat::upstream::encode_request(req, opts),
+            Protocol::Responses => responses::upstream::encode_request(req, opts),
+            Protocol::Messages => messages::upstream::encode_request(req, opts),
+        }
+    }
+
+    /// Decodes an upstream's complete answer in this protocol.
+    pub fn decode_response(
+        self,
+        body: &serde_json::Value,
+        opts: &EgressOptions,
+    ) -> Result<canon::Response, ApiError> {
+        match self {
+            Protocol::Chat => chat::upstream::decode_response(body),
+            Protocol::Responses => responses::upstream::decode_response(body),
+            Protocol::Messages => messages::upstream::decode_response(body, opts),
+        }
+    }
+
+    /// A decoder for an upstream's stream in this protocol.
+    pub fn stream_decoder(self, opts: &EgressOptions) -> Box<dyn StreamDecoder> {
+        match self {
+            Protocol::Chat => Box::new(chat::upstream::ChatStreamDecoder::default()),
+            Protocol::Responses => Box::new(responses::upstream::ResponsesStreamDecoder::default()),
+            Protocol::Messages => Box::new(messages::upstream::MessagesStreamDecoder::new(
+                opts.structured_via_tool,
+            )),
+        }
+    }
+}
+
+/// Turns an upstream's SSE events into canonical stream events. Decoders never emit `Start` (the gateway
+/// does, before the first upstream byte is read) and report the upstream's ids nowhere.
+pub trait StreamDecoder: Send {
+    /// Decodes one event into `out`. Returns true once the upstream's stream is complete (its end marker
+    /// was seen); an in-stream upstream error is emitted as `StreamEvent::Error` and also completes it.
+    fn feed(&mut self, event: &sse::SseEvent, out: &mut Vec<canon::StreamEvent>) -> bool;
 }
 
 /// Turns canonical stream events into one protocol's SSE bytes.

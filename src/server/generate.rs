@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use serde_json::Value;
 
+use super::events::EventWriter;
 use super::relay;
 use super::respond::{self, Trace};
 use super::Gateway;
@@ -28,6 +29,15 @@ pub struct Outcome {
     pub usage: Option<Usage>,
     pub error: Option<String>,
     pub client_closed: bool,
+    /// Usage was estimated from the text because the upstream reported none.
+    pub estimated: bool,
+}
+
+impl Outcome {
+    pub fn set_usage(&mut self, (usage, estimated): (Usage, bool)) {
+        self.usage = Some(usage);
+        self.estimated = estimated;
+    }
 }
 
 /// Handles one POST to a generation endpoint.
@@ -53,7 +63,7 @@ fn log_outcome(ex: &Exchange, trace: &Trace, out: &Outcome) {
         out.status.to_string()
     };
     let line = format!(
-        "{} client_request_id={} key={} group={} model={} protocol={} upstream={} stream={} status={} in={} out={} ms={}",
+        "{} client_request_id={} key={} group={} model={} protocol={} upstream={} stream={} status={} in={} out={}{} ms={}",
         trace.request_id,
         trace.client_request_id.as_deref().unwrap_or("-"),
         out.key.as_deref().unwrap_or("-"),
@@ -65,6 +75,7 @@ fn log_outcome(ex: &Exchange, trace: &Trace, out: &Outcome) {
         status,
         usage.input_tokens,
         usage.output_tokens,
+        if out.estimated { " estimated=true" } else { "" },
         ms,
     );
     match &out.error {
@@ -117,16 +128,7 @@ fn run(gw: &Gateway, ex: &mut Exchange, trace: &Trace, out: &mut Outcome) -> Res
             kind if kind.protocol() == Some(protocol) => {
                 relay::passthrough(gw, ex, trace, out, upstream, model, body.clone(), stream)
             }
-            kind => Err(ApiError::new(
-                501,
-                crate::protocol::ErrorKind::InvalidRequest,
-                format!(
-                    "model `{}` is served by a `{}` upstream, and translating {} requests to it is not supported yet",
-                    model.name,
-                    kind.name(),
-                    protocol.name()
-                ),
-            )),
+            _ => super::translate::translate(gw, ex, trace, out, upstream, model, &body, stream),
         };
         match attempt {
             Ok(()) => return Ok(()),
@@ -176,7 +178,8 @@ fn validate_envelope(protocol: Protocol, body: &Value) -> Result<bool, ApiError>
     Ok(stream)
 }
 
-fn response_id(protocol: Protocol) -> String {
+/// A fresh id for an answer in the client's protocol.
+pub fn response_id(protocol: Protocol) -> String {
     match protocol {
         Protocol::Chat => new_id("chatcmpl-"),
         Protocol::Responses => new_id("resp_"),
@@ -214,36 +217,30 @@ fn serve_mock(
         out.status = 200;
         return Ok(());
     }
-    let mut encoder = protocol.stream_encoder(&req, chat_wants_usage(body));
-    let w = ex.response();
-    if respond::start_sse(w, trace, &[]).is_err() {
-        out.client_closed = true;
-        return Ok(());
-    }
-    out.status = 200;
-    let mut buf = Vec::with_capacity(1024);
+    let encoder = protocol.stream_encoder(&req, chat_wants_usage(body));
     let start = StreamEvent::Start {
         id: reply.response.id.clone(),
         model: model.name.clone(),
         created: unix_now(),
         input_tokens: reply.response.usage.input_tokens,
     };
-    encoder.encode(&start, &mut buf);
+    let Ok(mut writer) = EventWriter::start(ex.response(), trace, encoder, start, &[]) else {
+        out.client_closed = true;
+        return Ok(());
+    };
+    out.status = 200;
     for ev in &reply.events {
-        if !buf.is_empty() {
-            if w.write_chunk(&buf).is_err() {
-                out.client_closed = true;
-                return Ok(());
-            }
-            buf.clear();
-            if !upstream.mock_delay.is_zero() {
-                std::thread::sleep(upstream.mock_delay);
-            }
+        if !upstream.mock_delay.is_zero()
+            && !matches!(ev, StreamEvent::Finish(_) | StreamEvent::Usage(_))
+        {
+            std::thread::sleep(upstream.mock_delay);
         }
-        encoder.encode(ev, &mut buf);
+        if writer.emit(ev).is_err() {
+            out.client_closed = true;
+            return Ok(());
+        }
     }
-    encoder.finish(&mut buf);
-    if w.write_chunk(&buf).is_err() || w.finish().is_err() {
+    if writer.finish().is_err() {
         out.client_closed = true;
     }
     Ok(())

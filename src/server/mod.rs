@@ -1,10 +1,12 @@
 //! The running gateway: worker pool, key reloading, signal handling and graceful shutdown, on top of the
 //! protocol-agnostic HTTP layer in `crate::http`.
 
+mod events;
 mod generate;
 mod relay;
 mod respond;
 mod router;
+mod translate;
 
 use std::net::TcpListener;
 use std::sync::atomic::Ordering;

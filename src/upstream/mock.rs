@@ -262,6 +262,7 @@ mod tests {
     fn forced_tool_calls_fit_the_schema() {
         let mut q = req("weather?");
         q.tools.push(Tool {
+            custom: false,
             name: "get_weather".into(),
             description: None,
             parameters: json!({"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}}),

@@ -7,6 +7,7 @@ use super::fields::{self, join, missing, opt_array, opt_bool, opt_f64, opt_str, 
 use super::ApiError;
 
 mod reply;
+pub mod upstream;
 
 pub use reply::{encode_response, finish_reason, usage_from, usage_json, ChatStreamEncoder};
 
@@ -33,6 +34,12 @@ pub fn decode_request(body: &Value) -> Result<Request, ApiError> {
     let o = fields::object(body, "body")?;
     let messages = messages_of(o)?;
     let model = fields::req_str(o, "model", "")?.to_string();
+    if opt_u64(o, "n", "")?.is_some_and(|n| n > 1) {
+        return Err(ApiError::invalid_param(
+            "n",
+            "`n` greater than 1 is not supported for this model: its upstream returns one choice per request.",
+        ));
+    }
     let mut req = Request {
         model,
         stream: fields::stream_flag(o)?,
@@ -271,6 +278,7 @@ fn decode_tool(t: &Value, path: &str) -> Result<Option<Tool>, ApiError> {
     let fpath = join(path, "function");
     let f = fields::object(o.get("function").unwrap_or(&Value::Null), &fpath)?;
     Ok(Some(Tool {
+        custom: false,
         name: fields::req_str(f, "name", &fpath)?.to_string(),
         description: opt_str(f, "description", &fpath)?.map(str::to_string),
         parameters: f

@@ -7,6 +7,7 @@ use super::fields::{self, join, missing, opt_array, opt_f64, opt_str, opt_u64};
 use super::ApiError;
 
 mod reply;
+pub mod upstream;
 
 pub use reply::{
     arguments_object, encode_response, stop_reason, usage_from, usage_json, MessagesStreamEncoder,
@@ -92,6 +93,7 @@ pub fn decode_request(body: &Value) -> Result<Request, ApiError> {
         let to = fields::object(t, &path)?;
         match opt_str(to, "type", &path)? {
             None | Some("custom") => req.tools.push(Tool {
+                custom: false,
                 name: fields::req_str(to, "name", &path)?.to_string(),
                 description: opt_str(to, "description", &path)?.map(str::to_string),
                 parameters: to
@@ -100,7 +102,8 @@ pub fn decode_request(body: &Value) -> Result<Request, ApiError> {
                     .unwrap_or_else(|| json!({"type": "object"})),
                 strict: None,
             }),
-            Some(_) => {}
+            // Server tools (web_search_20250305, ...) run inside Anthropic: left out and reported.
+            Some(other) => req.dropped_tools.push(other.to_string()),
         }
     }
     if let Some(Value::Object(c)) = o.get("tool_choice") {

@@ -8,6 +8,7 @@ use super::fields::{self, join, missing, opt_array, opt_bool, opt_f64, opt_str, 
 use super::ApiError;
 
 mod reply;
+pub mod upstream;
 
 pub use reply::{encode_response, usage_from, usage_json, ResponsesStreamEncoder};
 
@@ -32,6 +33,23 @@ fn input_of(o: &serde_json::Map<String, Value>) -> Result<&Value, ApiError> {
 pub fn decode_request(body: &Value) -> Result<Request, ApiError> {
     let o = fields::object(body, "body")?;
     let input = input_of(o)?;
+    for key in ["previous_response_id", "conversation"] {
+        if o.get(key).is_some_and(|v| !v.is_null()) {
+            return Err(ApiError::invalid_param(
+                key,
+                format!(
+                    "`{key}` needs responses stored on the server, and this model's upstream does not keep them; \
+                     send the whole conversation in `input` instead."
+                ),
+            ));
+        }
+    }
+    if opt_bool(o, "background", "")? == Some(true) {
+        return Err(ApiError::invalid_param(
+            "background",
+            "Background responses are not supported by this gateway.",
+        ));
+    }
     let mut req = Request {
         model: fields::req_str(o, "model", "")?.to_string(),
         stream: fields::stream_flag(o)?,
@@ -57,11 +75,7 @@ pub fn decode_request(body: &Value) -> Result<Request, ApiError> {
     }
     if let Some(tools) = opt_array(o, "tools", "")? {
         for (i, t) in tools.iter().enumerate() {
-            let path = format!("tools[{i}]");
-            let to = fields::object(t, &path)?;
-            if fields::req_str(to, "type", &path)? == "function" {
-                req.tools.push(decode_function_tool(to, &path)?);
-            }
+            decode_tool(t, &format!("tools[{i}]"), &mut req)?;
         }
     }
     req.tool_choice = match o.get("tool_choice") {
@@ -107,8 +121,77 @@ pub fn decode_request(body: &Value) -> Result<Request, ApiError> {
     Ok(req)
 }
 
+/// The plain function name standing for `name` inside namespace `ns`: `ns__name`, shortened with a hash
+/// suffix when it would pass the 64 characters function names may have.
+pub fn flatten_name(ns: &str, name: &str) -> String {
+    let flat = format!("{ns}__{name}");
+    if flat.len() <= 64 {
+        return flat;
+    }
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(flat.as_bytes());
+    let suffix: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
+    let mut cut = 55;
+    while !flat.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}_{suffix}", &flat[..cut])
+}
+
+/// The parameters of the function that carries a custom (free-form) tool.
+fn custom_parameters() -> Value {
+    json!({"type": "object", "properties": {"input": {"type": "string", "description": "The tool's input."}},
+           "required": ["input"]})
+}
+
+fn decode_tool(t: &Value, path: &str, req: &mut Request) -> Result<(), ApiError> {
+    let to = fields::object(t, path)?;
+    match fields::req_str(to, "type", path)? {
+        "function" => req.tools.push(decode_function_tool(to, path)?),
+        "custom" => req.tools.push(decode_custom_tool(to, path)?),
+        "namespace" => {
+            let ns = fields::req_str(to, "name", path)?;
+            let ns_desc = opt_str(to, "description", path)?.unwrap_or("");
+            for (j, inner) in opt_array(to, "tools", path)?
+                .into_iter()
+                .flatten()
+                .enumerate()
+            {
+                let ipath = format!("{path}.tools[{j}]");
+                let io = fields::object(inner, &ipath)?;
+                let mut tool = match opt_str(io, "type", &ipath)?.unwrap_or("function") {
+                    "custom" => decode_custom_tool(io, &ipath)?,
+                    _ => decode_function_tool(io, &ipath)?,
+                };
+                let flat = flatten_name(ns, &tool.name);
+                req.namespaced_tools
+                    .push((flat.clone(), ns.to_string(), tool.name.clone()));
+                let desc = tool.description.take().unwrap_or_default();
+                tool.description = Some(format!("[{ns}: {ns_desc}] {desc}").trim().to_string());
+                tool.name = flat;
+                req.tools.push(tool);
+            }
+        }
+        // Hosted tools (web_search, file_search, mcp, ...) run inside OpenAI; another upstream cannot run
+        // them. They are left out and reported.
+        other => req.dropped_tools.push(other.to_string()),
+    }
+    Ok(())
+}
+
+fn decode_custom_tool(to: &serde_json::Map<String, Value>, path: &str) -> Result<Tool, ApiError> {
+    Ok(Tool {
+        custom: true,
+        name: fields::req_str(to, "name", path)?.to_string(),
+        description: opt_str(to, "description", path)?.map(str::to_string),
+        parameters: custom_parameters(),
+        strict: None,
+    })
+}
+
 fn decode_function_tool(to: &serde_json::Map<String, Value>, path: &str) -> Result<Tool, ApiError> {
     Ok(Tool {
+        custom: false,
         name: fields::req_str(to, "name", path)?.to_string(),
         description: opt_str(to, "description", path)?.map(str::to_string),
         parameters: to
@@ -178,15 +261,25 @@ fn decode_item(item: &Value, path: &str, req: &mut Request) -> Result<(), ApiErr
                 push_merged(req, role, parts);
             }
         }
-        "function_call" => {
+        "function_call" | "custom_tool_call" => {
+            let name = fields::req_str(o, "name", path)?;
+            let name = match opt_str(o, "namespace", path)? {
+                Some(ns) => flatten_name(ns, name),
+                None => name.to_string(),
+            };
+            let arguments = if ty == "custom_tool_call" {
+                json!({"input": opt_str(o, "input", path)?.unwrap_or("")}).to_string()
+            } else {
+                opt_str(o, "arguments", path)?.unwrap_or("{}").to_string()
+            };
             let call = Part::ToolCall {
                 id: fields::req_str(o, "call_id", path)?.to_string(),
-                name: fields::req_str(o, "name", path)?.to_string(),
-                arguments: opt_str(o, "arguments", path)?.unwrap_or("{}").to_string(),
+                name,
+                arguments,
             };
             push_merged(req, Role::Assistant, vec![call]);
         }
-        "function_call_output" => {
+        "function_call_output" | "custom_tool_call_output" => {
             let opath = join(path, "output");
             let content = match o.get("output") {
                 Some(Value::String(s)) => vec![Part::Text(s.clone())],

@@ -102,8 +102,47 @@ fn message_item(id: &str, text: &str, status: &str) -> Value {
            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]})
 }
 
-fn call_item(id: &str, call_id: &str, name: &str, args: &str, status: &str) -> Value {
-    json!({"type": "function_call", "id": id, "call_id": call_id, "name": name, "arguments": args, "status": status})
+/// Whether a (flattened) tool name is a custom tool of the request.
+fn is_custom(req: &Request, name: &str) -> bool {
+    req.tools.iter().any(|t| t.custom && t.name == name)
+}
+
+/// The free-form input of a custom tool call, from the arguments of the function that carried it.
+fn custom_input(args: &str) -> String {
+    match serde_json::from_str::<Value>(args) {
+        Ok(v) => v
+            .get("input")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .unwrap_or_else(|| args.to_string()),
+        Err(_) => args.to_string(),
+    }
+}
+
+/// The output item for a tool call: a `function_call` (with its `namespace` when the client grouped the
+/// tool in one) or, for a custom tool, a `custom_tool_call`.
+fn call_item(
+    req: &Request,
+    id: &str,
+    call_id: &str,
+    name: &str,
+    args: &str,
+    status: &str,
+) -> Value {
+    let (namespace, real) = match req.unflatten(name) {
+        Some((ns, n)) => (Some(ns), n),
+        None => (None, name),
+    };
+    let mut item = if is_custom(req, name) {
+        json!({"type": "custom_tool_call", "id": id, "call_id": call_id, "name": real,
+               "input": custom_input(args), "status": status})
+    } else {
+        json!({"type": "function_call", "id": id, "call_id": call_id, "name": real, "arguments": args, "status": status})
+    };
+    if let Some(ns) = namespace {
+        item["namespace"] = json!(ns);
+    }
+    item
 }
 
 fn reasoning_item(id: &str, text: &str) -> Value {
@@ -130,7 +169,14 @@ pub fn encode_response(resp: &Response, req: &Request) -> Value {
                 arguments,
             } => {
                 flush_text(&mut text, &mut output);
-                output.push(call_item(&new_id("fc_"), id, name, arguments, "completed"));
+                output.push(call_item(
+                    req,
+                    &new_id("fc_"),
+                    id,
+                    name,
+                    arguments,
+                    "completed",
+                ));
             }
             Part::Reasoning { text: r, .. } => {
                 flush_text(&mut text, &mut output);
@@ -227,10 +273,20 @@ impl ResponsesStreamEncoder {
                 args,
                 ..
             } => {
-                let item = call_item(id, call_id, name, args, "completed");
-                let d =
-                    json!({"item_id": id, "output_index": idx, "arguments": args, "name": name});
-                self.emit(out, "response.function_call_arguments.done", d);
+                let (id, call_id, name, args) =
+                    (id.clone(), call_id.clone(), name.clone(), args.clone());
+                let item = call_item(&self.req, &id, &call_id, &name, &args, "completed");
+                if is_custom(&self.req, &name) {
+                    // Custom tool input arrives whole here: the upstream streamed JSON arguments around it.
+                    let input = custom_input(&args);
+                    let d = json!({"item_id": id, "output_index": idx, "delta": input});
+                    self.emit(out, "response.custom_tool_call_input.delta", d);
+                    let d = json!({"item_id": id, "output_index": idx, "input": input});
+                    self.emit(out, "response.custom_tool_call_input.done", d);
+                } else {
+                    let d = json!({"item_id": id, "output_index": idx, "arguments": args, "name": item["name"]});
+                    self.emit(out, "response.function_call_arguments.done", d);
+                }
                 item
             }
             Item::Reasoning { id, text } => {
@@ -262,7 +318,7 @@ impl ResponsesStreamEncoder {
             }
             Item::Call {
                 id, call_id, name, ..
-            } => call_item(id, call_id, name, "", "in_progress"),
+            } => call_item(&self.req, id, call_id, name, "", "in_progress"),
             Item::Reasoning { id, .. } => json!({"type": "reasoning", "id": id, "summary": []}),
         };
         self.emit(
@@ -367,10 +423,13 @@ impl StreamEncoder for ResponsesStreamEncoder {
                     log::warn!("dropping arguments for a tool call that was already closed");
                     return;
                 }
-                let Item::Call { id, args, .. } = &mut self.items[idx] else {
+                let Item::Call { id, args, name, .. } = &mut self.items[idx] else {
                     return;
                 };
                 args.push_str(delta);
+                if is_custom(&self.req, name) {
+                    return;
+                }
                 let d = json!({"item_id": id, "output_index": idx, "delta": delta});
                 self.emit(out, "response.function_call_arguments.delta", d);
             }

@@ -1,0 +1,534 @@
+//! Talking to a Chat Completions upstream on behalf of a client of another protocol: the canonical request
+//! as a Chat body, and the upstream's answer (JSON or chunk stream) back as canonical values.
+
+use serde_json::{json, Map, Value};
+
+use super::{image_url_string, usage_from};
+use crate::protocol::canon::{
+    Message, OutputFormat, Part, Request, Response, Role, StopReason, StreamEvent, ToolChoice,
+};
+use crate::protocol::egress::{openai_effort, tool_result_text};
+use crate::protocol::sse::SseEvent;
+use crate::protocol::{ApiError, EgressOptions, StreamDecoder};
+
+/// The canonical request as a Chat Completions body.
+pub fn encode_request(req: &Request, opts: &EgressOptions) -> Result<Value, ApiError> {
+    let mut messages: Vec<Value> = req
+        .system
+        .iter()
+        .map(|s| json!({"role": "system", "content": s}))
+        .collect();
+    for m in &req.messages {
+        encode_message(m, &mut messages);
+    }
+    let mut body = Map::new();
+    body.insert("model".into(), json!(opts.model));
+    body.insert("messages".into(), Value::Array(messages));
+    if !req.tools.is_empty() {
+        let tools: Vec<Value> = req
+            .tools
+            .iter()
+            .map(|t| {
+                let mut f = json!({"name": t.name, "parameters": t.parameters});
+                if let Some(d) = &t.description {
+                    f["description"] = json!(d);
+                }
+                if let Some(s) = t.strict {
+                    f["strict"] = json!(s);
+                }
+                json!({"type": "function", "function": f})
+            })
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+        if let Some(p) = req.parallel_tool_calls {
+            body.insert("parallel_tool_calls".into(), json!(p));
+        }
+    }
+    if let Some(choice) = &req.tool_choice {
+        body.insert(
+            "tool_choice".into(),
+            match choice {
+                ToolChoice::Auto => json!("auto"),
+                ToolChoice::None => json!("none"),
+                ToolChoice::Required => json!("required"),
+                ToolChoice::Function(n) => json!({"type": "function", "function": {"name": n}}),
+            },
+        );
+    }
+    if let Some(n) = req.max_tokens {
+        let field = if opts.max_completion_tokens_field {
+            "max_completion_tokens"
+        } else {
+            "max_tokens"
+        };
+        body.insert(field.into(), json!(n));
+    }
+    if let Some(t) = req.temperature {
+        body.insert("temperature".into(), json!(t.clamp(0.0, 2.0)));
+    }
+    if let Some(p) = req.top_p {
+        body.insert("top_p".into(), json!(p.clamp(0.0, 1.0)));
+    }
+    if !req.stop.is_empty() {
+        body.insert("stop".into(), json!(req.stop));
+    }
+    match &req.output_format {
+        Some(OutputFormat::JsonObject) => {
+            body.insert("response_format".into(), json!({"type": "json_object"}));
+        }
+        Some(OutputFormat::JsonSchema {
+            name,
+            schema,
+            strict,
+            description,
+        }) => {
+            let mut js = json!({"name": name, "schema": schema});
+            if let Some(s) = strict {
+                js["strict"] = json!(s);
+            }
+            if let Some(d) = description {
+                js["description"] = json!(d);
+            }
+            body.insert(
+                "response_format".into(),
+                json!({"type": "json_schema", "json_schema": js}),
+            );
+        }
+        _ => {}
+    }
+    if let Some(e) = &req.reasoning_effort {
+        body.insert("reasoning_effort".into(), json!(openai_effort(e)));
+    }
+    if let Some(u) = &req.user {
+        body.insert("user".into(), json!(u));
+    }
+    if opts.stream {
+        body.insert("stream".into(), json!(true));
+        body.insert("stream_options".into(), json!({"include_usage": true}));
+    }
+    Ok(Value::Object(body))
+}
+
+fn encode_message(m: &Message, out: &mut Vec<Value>) {
+    match m.role {
+        Role::System => out.push(json!({"role": "system", "content": m.joined_text()})),
+        Role::User | Role::Tool => {
+            // Tool results become `tool` messages, placed before the rest of the turn.
+            let mut rest = Vec::new();
+            for p in &m.content {
+                match p {
+                    Part::ToolResult { call_id, content, is_error } => out.push(json!({
+                        "role": "tool", "tool_call_id": call_id, "content": tool_result_text(content, *is_error)
+                    })),
+                    other => rest.push(other),
+                }
+            }
+            if rest.is_empty() {
+                return;
+            }
+            let content = if rest.iter().all(|p| matches!(p, Part::Text(_))) {
+                json!(rest
+                    .iter()
+                    .filter_map(|p| if let Part::Text(t) = p {
+                        Some(t.as_str())
+                    } else {
+                        None
+                    })
+                    .collect::<String>())
+            } else {
+                Value::Array(
+                    rest.iter()
+                        .filter_map(|p| match p {
+                            Part::Text(t) => Some(json!({"type": "text", "text": t})),
+                            Part::Image(src) => Some(json!({"type": "image_url", "image_url": {"url": image_url_string(src)}})),
+                            _ => None,
+                        })
+                        .collect(),
+                )
+            };
+            out.push(json!({"role": "user", "content": content}));
+        }
+        Role::Assistant => {
+            let text: String = m
+                .content
+                .iter()
+                .filter_map(|p| {
+                    if let Part::Text(t) = p {
+                        Some(t.as_str())
+                    } else {
+                        None
+                    }
+                })
+                .collect();
+            let calls: Vec<Value> = m
+                .content
+                .iter()
+                .filter_map(|p| match p {
+                    Part::ToolCall { id, name, arguments } => Some(json!({
+                        "id": id, "type": "function", "function": {"name": name, "arguments": arguments}
+                    })),
+                    _ => None,
+                })
+                .collect();
+            let mut msg = json!({"role": "assistant", "content": if text.is_empty() && !calls.is_empty() { Value::Null } else { json!(text) }});
+            if !calls.is_empty() {
+                msg["tool_calls"] = Value::Array(calls);
+            }
+            out.push(msg);
+        }
+    }
+}
+
+/// Canonical stop reason for a `finish_reason`.
+pub fn stop_from_finish(reason: &str) -> StopReason {
+    match reason {
+        "length" => StopReason::MaxTokens,
+        "tool_calls" | "function_call" => StopReason::ToolUse,
+        "content_filter" => StopReason::ContentFilter,
+        _ => StopReason::EndTurn,
+    }
+}
+
+/// Text of a message `content`, which some compatible servers send as an array of parts.
+fn content_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect(),
+        _ => String::new(),
+    }
+}
+
+/// Decodes a `chat.completion` body.
+pub fn decode_response(body: &Value) -> Result<Response, ApiError> {
+    let choice = body
+        .pointer("/choices/0")
+        .ok_or_else(|| ApiError::bad_gateway("upstream answer has no choices"))?;
+    let msg = choice.get("message").unwrap_or(&Value::Null);
+    let mut content = Vec::new();
+    let reasoning = msg
+        .get("reasoning_content")
+        .or_else(|| msg.get("reasoning"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if !reasoning.is_empty() {
+        content.push(Part::Reasoning {
+            text: reasoning.to_string(),
+            signature: None,
+        });
+    }
+    let text = content_text(msg.get("content").unwrap_or(&Value::Null));
+    if !text.is_empty() {
+        content.push(Part::Text(text));
+    } else if let Some(r) = msg.get("refusal").and_then(Value::as_str) {
+        content.push(Part::Text(r.to_string()));
+    }
+    let mut calls = 0;
+    for c in msg
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let f = c.get("function").unwrap_or(&Value::Null);
+        content.push(Part::ToolCall {
+            id: c
+                .get("id")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+            name: f
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+            arguments: f
+                .get("arguments")
+                .and_then(Value::as_str)
+                .unwrap_or("{}")
+                .to_string(),
+        });
+        calls += 1;
+    }
+    let mut stop = stop_from_finish(
+        choice
+            .get("finish_reason")
+            .and_then(Value::as_str)
+            .unwrap_or("stop"),
+    );
+    if calls > 0 && stop == StopReason::EndTurn {
+        stop = StopReason::ToolUse;
+    }
+    Ok(Response {
+        id: body
+            .get("id")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string(),
+        model: body
+            .get("model")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string(),
+        content,
+        stop,
+        usage: body.get("usage").and_then(usage_from).unwrap_or_default(),
+        created: body.get("created").and_then(Value::as_u64).unwrap_or(0),
+    })
+}
+
+/// Decodes a chunk stream: content, reasoning and tool-call deltas, the finish reason, the usage chunk.
+#[derive(Default)]
+pub struct ChatStreamDecoder {
+    /// Per upstream tool-call index: the canonical index and the call's id.
+    calls: Vec<(u64, usize, String)>,
+    next_call: usize,
+}
+
+impl ChatStreamDecoder {
+    fn tool_delta(&mut self, tc: &Value, out: &mut Vec<StreamEvent>) {
+        let upstream_index = tc
+            .get("index")
+            .and_then(Value::as_u64)
+            .unwrap_or(self.calls.len() as u64);
+        let id = tc
+            .get("id")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty());
+        let f = tc.get("function").unwrap_or(&Value::Null);
+        let known = self
+            .calls
+            .iter()
+            .rposition(|(i, _, _)| *i == upstream_index);
+        // A new id at a known index is a new call (some servers number every call 0).
+        let index = match (known, id) {
+            (Some(k), Some(id)) if self.calls[k].2 != id => None,
+            (Some(k), _) => Some(self.calls[k].1),
+            (None, _) => None,
+        };
+        let index = match index {
+            Some(i) => i,
+            None => {
+                let i = self.next_call;
+                self.next_call += 1;
+                let id = id
+                    .map(str::to_string)
+                    .unwrap_or_else(|| crate::util::new_id("call_"));
+                self.calls.push((upstream_index, i, id.clone()));
+                let name = f
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string();
+                out.push(StreamEvent::ToolCallStart { index: i, id, name });
+                i
+            }
+        };
+        if let Some(args) = f
+            .get("arguments")
+            .and_then(Value::as_str)
+            .filter(|a| !a.is_empty())
+        {
+            out.push(StreamEvent::ToolArgsDelta {
+                index,
+                delta: args.to_string(),
+            });
+        }
+    }
+}
+
+impl StreamDecoder for ChatStreamDecoder {
+    fn feed(&mut self, ev: &SseEvent, out: &mut Vec<StreamEvent>) -> bool {
+        let data = ev.data.trim();
+        if !ev.has_data || data.is_empty() {
+            return false;
+        }
+        if data.starts_with("[DONE]") {
+            return true;
+        }
+        let Ok(v) = serde_json::from_str::<Value>(data) else {
+            out.push(StreamEvent::Error(ApiError::bad_gateway(
+                "upstream sent an event that is not valid JSON",
+            )));
+            return true;
+        };
+        if let Some(e) = v.get("error").filter(|e| !e.is_null()) {
+            let msg = e
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("upstream error")
+                .to_string();
+            let mut err = ApiError::bad_gateway(format!("upstream error: {msg}"));
+            err.code = e
+                .get("code")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .or(Some("server_error".into()));
+            out.push(StreamEvent::Error(err));
+            return true;
+        }
+        for choice in v
+            .get("choices")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let delta = choice.get("delta").unwrap_or(&Value::Null);
+            for key in ["reasoning_content", "reasoning"] {
+                if let Some(r) = delta
+                    .get(key)
+                    .and_then(Value::as_str)
+                    .filter(|r| !r.is_empty())
+                {
+                    out.push(StreamEvent::ReasoningDelta(r.to_string()));
+                }
+            }
+            if let Some(t) = delta
+                .get("content")
+                .and_then(Value::as_str)
+                .filter(|t| !t.is_empty())
+            {
+                out.push(StreamEvent::TextDelta(t.to_string()));
+            }
+            if let Some(r) = delta
+                .get("refusal")
+                .and_then(Value::as_str)
+                .filter(|t| !t.is_empty())
+            {
+                out.push(StreamEvent::TextDelta(r.to_string()));
+            }
+            for tc in delta
+                .get("tool_calls")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                self.tool_delta(tc, out);
+            }
+            if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+                let mut stop = stop_from_finish(reason);
+                if self.next_call > 0 && stop == StopReason::EndTurn {
+                    stop = StopReason::ToolUse;
+                }
+                out.push(StreamEvent::Finish(stop));
+            }
+        }
+        if let Some(u) = v.get("usage").and_then(usage_from) {
+            out.push(StreamEvent::Usage(u));
+        }
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::canon::{Tool, Usage};
+
+    fn opts(stream: bool) -> EgressOptions {
+        EgressOptions {
+            model: "up".into(),
+            stream,
+            default_max_tokens: 100,
+            max_completion_tokens_field: false,
+            structured_via_tool: false,
+        }
+    }
+
+    #[test]
+    fn tool_results_become_tool_messages_before_user_text() {
+        let req = Request {
+            system: vec!["sys".into()],
+            messages: vec![
+                Message {
+                    role: Role::Assistant,
+                    content: vec![Part::ToolCall {
+                        id: "c1".into(),
+                        name: "f".into(),
+                        arguments: "{}".into(),
+                    }],
+                },
+                Message {
+                    role: Role::User,
+                    content: vec![
+                        Part::ToolResult {
+                            call_id: "c1".into(),
+                            content: vec![Part::Text("42".into())],
+                            is_error: true,
+                        },
+                        Part::Text("thanks".into()),
+                    ],
+                },
+            ],
+            tools: vec![Tool {
+                custom: false,
+                name: "f".into(),
+                description: None,
+                parameters: json!({"type": "object"}),
+                strict: None,
+            }],
+            ..Request::default()
+        };
+        let v = encode_request(&req, &opts(true)).unwrap();
+        let m = v["messages"].as_array().unwrap();
+        assert_eq!(m[0]["role"], "system");
+        assert_eq!(m[1]["content"], Value::Null);
+        assert_eq!(m[1]["tool_calls"][0]["id"], "c1");
+        assert_eq!(
+            m[2],
+            json!({"role": "tool", "tool_call_id": "c1", "content": "Error: 42"})
+        );
+        assert_eq!(m[3], json!({"role": "user", "content": "thanks"}));
+        assert_eq!(v["stream_options"]["include_usage"], true);
+    }
+
+    #[test]
+    fn stream_decoder_handles_tool_calls_and_usage() {
+        let mut d = ChatStreamDecoder::default();
+        let mut out = Vec::new();
+        let ev = |data: &str| SseEvent {
+            data: data.into(),
+            has_data: true,
+            terminated: true,
+            ..SseEvent::default()
+        };
+        d.feed(
+            &ev(r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":"Hi"}}]}"#),
+            &mut out,
+        );
+        d.feed(&ev(r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c1","type":"function","function":{"name":"f","arguments":""}}]}}]}"#), &mut out);
+        d.feed(&ev(r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"a\":1}"}}]}}]}"#), &mut out);
+        d.feed(
+            &ev(r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#),
+            &mut out,
+        );
+        d.feed(
+            &ev(r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":3}}"#),
+            &mut out,
+        );
+        assert!(d.feed(&ev("[DONE]"), &mut out));
+        assert_eq!(
+            out,
+            vec![
+                StreamEvent::TextDelta("Hi".into()),
+                StreamEvent::ToolCallStart {
+                    index: 0,
+                    id: "c1".into(),
+                    name: "f".into()
+                },
+                StreamEvent::ToolArgsDelta {
+                    index: 0,
+                    delta: "{\"a\":1}".into()
+                },
+                StreamEvent::Finish(StopReason::ToolUse),
+                StreamEvent::Usage(Usage {
+                    input_tokens: 5,
+                    output_tokens: 3,
+                    ..Usage::default()
+                }),
+            ]
+        );
+    }
+}

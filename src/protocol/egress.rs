@@ -1,0 +1,82 @@
+//! Pieces shared by the three upstream codecs (requests to, and answers from, an upstream of another
+//! protocol): tool-result text, reasoning-effort policy, and turning a complete answer into stream events.
+
+use super::canon::{Part, Response, StreamEvent};
+
+/// The text of a tool result for protocols whose tool results are text only. An error result is prefixed,
+/// since OpenAI has no error flag; images have no place there and are named instead.
+pub fn tool_result_text(content: &[Part], is_error: bool) -> String {
+    let mut text = String::new();
+    for p in content {
+        match p {
+            Part::Text(t) => text.push_str(t),
+            Part::Image(_) => {
+                text.push_str("[image omitted: this upstream takes text-only tool results]")
+            }
+            _ => {}
+        }
+    }
+    if is_error {
+        format!("Error: {text}")
+    } else {
+        text
+    }
+}
+
+/// An OpenAI reasoning effort for a client's effort word (Anthropic's `max` has no OpenAI equivalent).
+pub fn openai_effort(effort: &str) -> &str {
+    match effort {
+        "max" => "high",
+        other => other,
+    }
+}
+
+/// The Anthropic thinking budget for an effort level; `None` turns thinking off.
+pub fn thinking_budget(effort: &str) -> Option<u64> {
+    match effort {
+        "none" => None,
+        "minimal" => Some(1024),
+        "low" => Some(2048),
+        "medium" => Some(8192),
+        "high" => Some(24_576),
+        _ => Some(32_000), // xhigh, max
+    }
+}
+
+/// The stream events a complete answer amounts to (for an upstream that answered a streaming request with
+/// one JSON body). Without the leading `Start`.
+pub fn events_from_response(resp: &Response) -> Vec<StreamEvent> {
+    let mut events = Vec::new();
+    let mut index = 0;
+    for p in &resp.content {
+        match p {
+            Part::Text(t) => events.push(StreamEvent::TextDelta(t.clone())),
+            Part::Reasoning { text, signature } => {
+                events.push(StreamEvent::ReasoningDelta(text.clone()));
+                if let Some(s) = signature {
+                    events.push(StreamEvent::ReasoningSignature(s.clone()));
+                }
+            }
+            Part::ToolCall {
+                id,
+                name,
+                arguments,
+            } => {
+                events.push(StreamEvent::ToolCallStart {
+                    index,
+                    id: id.clone(),
+                    name: name.clone(),
+                });
+                events.push(StreamEvent::ToolArgsDelta {
+                    index,
+                    delta: arguments.clone(),
+                });
+                index += 1;
+            }
+            _ => {}
+        }
+    }
+    events.push(StreamEvent::Finish(resp.stop.clone()));
+    events.push(StreamEvent::Usage(resp.usage));
+    events
+}

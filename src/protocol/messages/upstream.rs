@@ -1,0 +1,570 @@
+//! Talking to a Messages (Anthropic) upstream on behalf of a client of another protocol: the canonical
+//! request as a Messages body, and the upstream's answer (JSON or event stream) back as canonical values.
+
+use serde_json::{json, Map, Value};
+
+use super::{arguments_object, usage_from};
+use crate::protocol::canon::{
+    ImageSource, OutputFormat, Part, Request, Response, Role, StopReason, StreamEvent, ToolChoice,
+};
+use crate::protocol::egress::thinking_budget;
+use crate::protocol::sse::SseEvent;
+use crate::protocol::{ApiError, EgressOptions, StreamDecoder, STRUCTURED_TOOL};
+
+/// Tool ids must match `[a-zA-Z0-9_-]+` on Anthropic; other characters become `_` (on both the call and its
+/// result, so they still pair up).
+fn tool_id(id: &str) -> String {
+    let s: String = id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if s.is_empty() {
+        "toolu_".to_string()
+    } else {
+        s
+    }
+}
+
+fn image_block(src: &ImageSource) -> Value {
+    match src {
+        ImageSource::Url(u) => json!({"type": "image", "source": {"type": "url", "url": u}}),
+        ImageSource::Base64 { media_type, data } => {
+            json!({"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}})
+        }
+    }
+}
+
+fn blocks_of(parts: &[Part]) -> Vec<Value> {
+    let mut results = Vec::new();
+    let mut others = Vec::new();
+    for p in parts {
+        match p {
+            Part::Text(t) if !t.trim().is_empty() => others.push(json!({"type": "text", "text": t})),
+            Part::Image(src) => others.push(image_block(src)),
+            Part::ToolCall { id, name, arguments } => others.push(json!({
+                "type": "tool_use", "id": tool_id(id), "name": name, "input": arguments_object(arguments)
+            })),
+            Part::ToolResult { call_id, content, is_error } => {
+                let inner = blocks_of(content);
+                let mut b = json!({"type": "tool_result", "tool_use_id": tool_id(call_id), "content": inner});
+                if *is_error {
+                    b["is_error"] = json!(true);
+                }
+                results.push(b);
+            }
+            _ => {}
+        }
+    }
+    // Tool results open a user turn, before any text.
+    results.extend(others);
+    results
+}
+
+/// The canonical request as a Messages body.
+pub fn encode_request(req: &Request, opts: &EgressOptions) -> Result<Value, ApiError> {
+    let mut system: Vec<String> = req.system.clone();
+    let mut messages: Vec<Value> = Vec::new();
+    for m in &req.messages {
+        let role = match m.role {
+            Role::System => {
+                // No system turns mid-conversation on Messages: they join the system prompt.
+                system.push(m.joined_text());
+                continue;
+            }
+            Role::Assistant => "assistant",
+            Role::User | Role::Tool => "user",
+        };
+        let blocks = blocks_of(&m.content);
+        if blocks.is_empty() {
+            continue;
+        }
+        // Consecutive turns of one role are merged (tool results then text stay in order).
+        match messages.last_mut() {
+            Some(last) if last["role"] == role => {
+                if let Some(arr) = last["content"].as_array_mut() {
+                    arr.extend(blocks);
+                }
+            }
+            _ => messages.push(json!({"role": role, "content": blocks})),
+        }
+    }
+    let mut body = Map::new();
+    body.insert("model".into(), json!(opts.model));
+    let mut max_tokens = req.max_tokens.unwrap_or(opts.default_max_tokens).max(1);
+    let mut tools: Vec<Value> = req
+        .tools
+        .iter()
+        .map(|t| {
+            let mut schema = t.parameters.clone();
+            if schema.get("type").is_none() {
+                schema["type"] = json!("object");
+            }
+            let mut tool = json!({"name": t.name, "input_schema": schema});
+            if let Some(d) = &t.description {
+                tool["description"] = json!(d);
+            }
+            tool
+        })
+        .collect();
+    let mut tool_choice = match &req.tool_choice {
+        None => None,
+        Some(ToolChoice::Auto) => Some(json!({"type": "auto"})),
+        Some(ToolChoice::None) => Some(json!({"type": "none"})),
+        Some(ToolChoice::Required) => Some(json!({"type": "any"})),
+        Some(ToolChoice::Function(n)) => Some(json!({"type": "tool", "name": n})),
+    };
+    match &req.output_format {
+        Some(OutputFormat::JsonSchema { schema, .. }) if opts.structured_via_tool => {
+            tools.push(json!({"name": STRUCTURED_TOOL, "description": "Give the answer as this tool's input.",
+                              "input_schema": schema}));
+            tool_choice = Some(json!({"type": "tool", "name": STRUCTURED_TOOL}));
+        }
+        Some(OutputFormat::JsonSchema { schema, .. }) => {
+            body.insert(
+                "output_config".into(),
+                json!({"format": {"type": "json_schema", "schema": schema}}),
+            );
+        }
+        Some(OutputFormat::JsonObject) => {
+            system.push("Respond with a single valid JSON object and nothing else.".into());
+        }
+        _ => {}
+    }
+    if req.parallel_tool_calls == Some(false) {
+        let choice = tool_choice.get_or_insert_with(|| json!({"type": "auto"}));
+        choice["disable_parallel_tool_use"] = json!(true);
+    }
+    // Thinking: from the effort level, within max_tokens; off when the history holds tool calls (they would
+    // need the thinking blocks that only Anthropic itself produced) or a tool is forced.
+    let has_tool_history = req
+        .messages
+        .iter()
+        .any(|m| m.content.iter().any(|p| matches!(p, Part::ToolCall { .. })));
+    let forced = tool_choice
+        .as_ref()
+        .is_some_and(|c| c["type"] == "any" || c["type"] == "tool");
+    let mut thinking = false;
+    if let Some(budget) = req.reasoning_effort.as_deref().and_then(thinking_budget) {
+        if !has_tool_history && !forced {
+            if max_tokens <= budget {
+                max_tokens = budget + max_tokens.max(1024);
+            }
+            body.insert(
+                "thinking".into(),
+                json!({"type": "enabled", "budget_tokens": budget}),
+            );
+            thinking = true;
+        }
+    }
+    body.insert("max_tokens".into(), json!(max_tokens));
+    if !system.is_empty() {
+        body.insert("system".into(), json!(system.join("\n\n")));
+    }
+    body.insert("messages".into(), Value::Array(messages));
+    if !tools.is_empty() {
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    if let Some(c) = tool_choice {
+        body.insert("tool_choice".into(), c);
+    }
+    if !thinking {
+        if let Some(t) = req.temperature {
+            body.insert("temperature".into(), json!(t.clamp(0.0, 1.0)));
+        }
+        if let Some(p) = req.top_p {
+            body.insert("top_p".into(), json!(p.clamp(0.0, 1.0)));
+        }
+    }
+    if !req.stop.is_empty() {
+        body.insert("stop_sequences".into(), json!(req.stop));
+    }
+    if let Some(u) = &req.user {
+        body.insert("metadata".into(), json!({"user_id": u}));
+    }
+    if opts.stream {
+        body.insert("stream".into(), json!(true));
+    }
+    Ok(Value::Object(body))
+}
+
+/// Canonical stop reason for a `stop_reason`.
+pub fn stop_from(reason: &str, sequence: Option<&str>) -> StopReason {
+    match reason {
+        "max_tokens" | "model_context_window_exceeded" => StopReason::MaxTokens,
+        "stop_sequence" => StopReason::StopSequence(sequence.map(str::to_string)),
+        "tool_use" => StopReason::ToolUse,
+        "refusal" => StopReason::ContentFilter,
+        "end_turn" => StopReason::EndTurn,
+        other => StopReason::Other(other.to_string()),
+    }
+}
+
+/// Decodes a `message` body. With `structured_via_tool`, the forced tool's input is the answer's text.
+pub fn decode_response(body: &Value, opts: &EgressOptions) -> Result<Response, ApiError> {
+    let mut content = Vec::new();
+    let mut structured = false;
+    for b in body
+        .get("content")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        match b.get("type").and_then(Value::as_str) {
+            Some("text") => content.push(Part::Text(
+                b.get("text")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string(),
+            )),
+            Some("thinking") => content.push(Part::Reasoning {
+                text: b
+                    .get("thinking")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string(),
+                signature: b
+                    .get("signature")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+            }),
+            Some("tool_use") => {
+                let name = b.get("name").and_then(Value::as_str).unwrap_or_default();
+                let input = b.get("input").cloned().unwrap_or_else(|| json!({}));
+                if opts.structured_via_tool && name == STRUCTURED_TOOL {
+                    structured = true;
+                    content.push(Part::Text(input.to_string()));
+                } else {
+                    content.push(Part::ToolCall {
+                        id: b
+                            .get("id")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_string(),
+                        name: name.to_string(),
+                        arguments: input.to_string(),
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut stop = stop_from(
+        body.get("stop_reason")
+            .and_then(Value::as_str)
+            .unwrap_or("end_turn"),
+        body.get("stop_sequence").and_then(Value::as_str),
+    );
+    if structured && stop == StopReason::ToolUse {
+        stop = StopReason::EndTurn;
+    }
+    Ok(Response {
+        id: body
+            .get("id")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string(),
+        model: body
+            .get("model")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string(),
+        content,
+        stop,
+        usage: body.get("usage").and_then(usage_from).unwrap_or_default(),
+        created: 0,
+    })
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Block {
+    Text,
+    Thinking,
+    Tool(usize),
+    Structured,
+    Other,
+}
+
+/// Decodes the Messages event lifecycle.
+pub struct MessagesStreamDecoder {
+    structured_via_tool: bool,
+    /// Block kinds by the upstream's block index.
+    blocks: Vec<Block>,
+    next_call: usize,
+    usage: crate::protocol::canon::Usage,
+    structured: bool,
+}
+
+impl MessagesStreamDecoder {
+    pub fn new(structured_via_tool: bool) -> Self {
+        MessagesStreamDecoder {
+            structured_via_tool,
+            blocks: Vec::new(),
+            next_call: 0,
+            usage: Default::default(),
+            structured: false,
+        }
+    }
+}
+
+impl StreamDecoder for MessagesStreamDecoder {
+    fn feed(&mut self, ev: &SseEvent, out: &mut Vec<StreamEvent>) -> bool {
+        if !ev.has_data {
+            return false;
+        }
+        let Ok(v) = serde_json::from_str::<Value>(&ev.data) else {
+            out.push(StreamEvent::Error(ApiError::bad_gateway(
+                "upstream sent an event that is not valid JSON",
+            )));
+            return true;
+        };
+        let ty = ev
+            .event
+            .as_deref()
+            .or_else(|| v.get("type").and_then(Value::as_str))
+            .unwrap_or("");
+        let index = v.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
+        match ty {
+            "message_start" => {
+                if let Some(u) = v.pointer("/message/usage").and_then(usage_from) {
+                    self.usage = u;
+                }
+            }
+            "content_block_start" => {
+                let cb = v.get("content_block").unwrap_or(&Value::Null);
+                let kind = match cb.get("type").and_then(Value::as_str) {
+                    Some("text") => {
+                        if let Some(t) = cb
+                            .get("text")
+                            .and_then(Value::as_str)
+                            .filter(|t| !t.is_empty())
+                        {
+                            out.push(StreamEvent::TextDelta(t.to_string()));
+                        }
+                        Block::Text
+                    }
+                    Some("thinking") => Block::Thinking,
+                    Some("tool_use") => {
+                        let name = cb.get("name").and_then(Value::as_str).unwrap_or_default();
+                        if self.structured_via_tool && name == STRUCTURED_TOOL {
+                            self.structured = true;
+                            Block::Structured
+                        } else {
+                            let i = self.next_call;
+                            self.next_call += 1;
+                            let id = cb
+                                .get("id")
+                                .and_then(Value::as_str)
+                                .unwrap_or_default()
+                                .to_string();
+                            out.push(StreamEvent::ToolCallStart {
+                                index: i,
+                                id,
+                                name: name.to_string(),
+                            });
+                            Block::Tool(i)
+                        }
+                    }
+                    _ => Block::Other,
+                };
+                if self.blocks.len() <= index {
+                    self.blocks.resize(index + 1, Block::Other);
+                }
+                self.blocks[index] = kind;
+            }
+            "content_block_delta" => {
+                let block = self.blocks.get(index).copied().unwrap_or(Block::Other);
+                let d = v.get("delta").unwrap_or(&Value::Null);
+                let s = |k: &str| {
+                    d.get(k)
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string()
+                };
+                match (d.get("type").and_then(Value::as_str), block) {
+                    (Some("text_delta"), _) => out.push(StreamEvent::TextDelta(s("text"))),
+                    (Some("thinking_delta"), _) => {
+                        out.push(StreamEvent::ReasoningDelta(s("thinking")))
+                    }
+                    (Some("signature_delta"), _) => {
+                        out.push(StreamEvent::ReasoningSignature(s("signature")))
+                    }
+                    (Some("input_json_delta"), Block::Tool(i)) => {
+                        out.push(StreamEvent::ToolArgsDelta {
+                            index: i,
+                            delta: s("partial_json"),
+                        })
+                    }
+                    (Some("input_json_delta"), Block::Structured) => {
+                        out.push(StreamEvent::TextDelta(s("partial_json")))
+                    }
+                    _ => {}
+                }
+            }
+            "message_delta" => {
+                if let Some(u) = v.get("usage").and_then(|u| u.as_object()) {
+                    let n = |k: &str| u.get(k).and_then(Value::as_u64);
+                    if let Some(o) = n("output_tokens") {
+                        self.usage.output_tokens = o;
+                    }
+                    if let Some(full) = v
+                        .get("usage")
+                        .and_then(usage_from)
+                        .filter(|f| f.input_tokens > 0)
+                    {
+                        self.usage.input_tokens = full.input_tokens;
+                        self.usage.cached_input_tokens = full.cached_input_tokens;
+                        self.usage.cache_creation_input_tokens = full.cache_creation_input_tokens;
+                    }
+                }
+                out.push(StreamEvent::Usage(self.usage));
+                if let Some(r) = v.pointer("/delta/stop_reason").and_then(Value::as_str) {
+                    let mut stop =
+                        stop_from(r, v.pointer("/delta/stop_sequence").and_then(Value::as_str));
+                    if self.structured && stop == StopReason::ToolUse {
+                        stop = StopReason::EndTurn;
+                    }
+                    out.push(StreamEvent::Finish(stop));
+                }
+            }
+            "message_stop" => return true,
+            "error" => {
+                let msg = v
+                    .pointer("/error/message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("upstream error");
+                let mut e = ApiError::bad_gateway(format!("upstream error: {msg}"));
+                e.anthropic_type = v
+                    .pointer("/error/type")
+                    .and_then(Value::as_str)
+                    .map(str::to_string);
+                if e.anthropic_type.as_deref() == Some("overloaded_error") {
+                    e.kind = crate::protocol::ErrorKind::Overloaded;
+                }
+                out.push(StreamEvent::Error(e));
+                return true;
+            }
+            _ => {}
+        }
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::canon::{Message, Tool};
+
+    fn opts() -> EgressOptions {
+        EgressOptions {
+            model: "claude".into(),
+            stream: false,
+            default_max_tokens: 4096,
+            max_completion_tokens_field: false,
+            structured_via_tool: false,
+        }
+    }
+
+    #[test]
+    fn history_maps_to_blocks_and_merges_roles() {
+        let req = Request {
+            system: vec!["sys".into()],
+            messages: vec![
+                Message::text(Role::User, "weather?"),
+                Message {
+                    role: Role::Assistant,
+                    content: vec![Part::ToolCall {
+                        id: "call.1".into(),
+                        name: "w".into(),
+                        arguments: "{\"c\":1}".into(),
+                    }],
+                },
+                Message {
+                    role: Role::Tool,
+                    content: vec![Part::ToolResult {
+                        call_id: "call.1".into(),
+                        content: vec![Part::Text("sunny".into())],
+                        is_error: false,
+                    }],
+                },
+                Message::text(Role::User, "thanks"),
+                Message::text(Role::System, "be nice"),
+            ],
+            tools: vec![Tool {
+                custom: false,
+                name: "w".into(),
+                description: None,
+                parameters: json!({"properties": {}}),
+                strict: None,
+            }],
+            temperature: Some(1.7),
+            reasoning_effort: Some("high".into()),
+            ..Request::default()
+        };
+        let v = encode_request(&req, &opts()).unwrap();
+        assert_eq!(v["system"], "sys\n\nbe nice");
+        assert_eq!(v["max_tokens"], 4096);
+        let m = v["messages"].as_array().unwrap();
+        assert_eq!(
+            m.len(),
+            3,
+            "tool result and following user text merge into one user turn"
+        );
+        assert_eq!(m[1]["content"][0]["input"], json!({"c": 1}));
+        assert_eq!(m[1]["content"][0]["id"], "call_1");
+        assert_eq!(m[2]["content"][0]["tool_use_id"], "call_1");
+        assert_eq!(m[2]["content"][1]["text"], "thanks");
+        assert_eq!(v["tools"][0]["input_schema"]["type"], "object");
+        assert_eq!(v["temperature"], 1.0);
+        assert!(
+            v.get("thinking").is_none(),
+            "no thinking with tool-call history"
+        );
+    }
+
+    #[test]
+    fn effort_becomes_a_thinking_budget_within_max_tokens() {
+        let req = Request {
+            messages: vec![Message::text(Role::User, "hi")],
+            reasoning_effort: Some("medium".into()),
+            max_tokens: Some(1000),
+            temperature: Some(0.5),
+            ..Request::default()
+        };
+        let v = encode_request(&req, &opts()).unwrap();
+        assert_eq!(v["thinking"]["budget_tokens"], 8192);
+        assert!(v["max_tokens"].as_u64().unwrap() > 8192);
+        assert!(v.get("temperature").is_none());
+    }
+
+    #[test]
+    fn structured_output_via_a_forced_tool_comes_back_as_text() {
+        let mut o = opts();
+        o.structured_via_tool = true;
+        let req = Request {
+            messages: vec![Message::text(Role::User, "hi")],
+            output_format: Some(OutputFormat::JsonSchema {
+                name: "x".into(),
+                schema: json!({"type": "object"}),
+                strict: None,
+                description: None,
+            }),
+            ..Request::default()
+        };
+        let v = encode_request(&req, &o).unwrap();
+        assert_eq!(v["tool_choice"]["name"], STRUCTURED_TOOL);
+        let resp = decode_response(
+            &json!({"content": [{"type": "tool_use", "id": "t", "name": STRUCTURED_TOOL, "input": {"a": 1}}], "stop_reason": "tool_use",
+                    "usage": {"input_tokens": 1, "output_tokens": 1}}),
+            &o,
+        )
+        .unwrap();
+        assert_eq!(resp.content, vec![Part::Text("{\"a\":1}".into())]);
+        assert_eq!(resp.stop, StopReason::EndTurn);
+    }
+}

@@ -1,0 +1,428 @@
+//! Talking to a Responses upstream on behalf of a client of another protocol: the canonical request as a
+//! Responses body, and the upstream's answer (JSON or event stream) back as canonical values.
+
+use serde_json::{json, Map, Value};
+
+use super::usage_from;
+use crate::protocol::canon::{
+    OutputFormat, Part, Request, Response, Role, StopReason, StreamEvent, ToolChoice,
+};
+use crate::protocol::chat::image_url_string;
+use crate::protocol::egress::{openai_effort, tool_result_text};
+use crate::protocol::sse::SseEvent;
+use crate::protocol::{ApiError, EgressOptions, StreamDecoder};
+
+/// The canonical request as a Responses body. Stop sequences have no place in it: refused.
+pub fn encode_request(req: &Request, opts: &EgressOptions) -> Result<Value, ApiError> {
+    if !req.stop.is_empty() {
+        return Err(ApiError::invalid_param(
+            "stop",
+            "This model's upstream speaks the Responses API, which has no stop sequences; remove `stop` \
+             (or `stop_sequences`).",
+        ));
+    }
+    let mut input = Vec::new();
+    for m in &req.messages {
+        match m.role {
+            Role::System => input.push(json!({"type": "message", "role": "developer",
+                "content": [{"type": "input_text", "text": m.joined_text()}]})),
+            Role::User | Role::Tool => {
+                let mut parts = Vec::new();
+                for p in &m.content {
+                    match p {
+                        Part::ToolResult { call_id, content, is_error } => input.push(json!({
+                            "type": "function_call_output", "call_id": call_id,
+                            "output": tool_result_text(content, *is_error)
+                        })),
+                        Part::Text(t) => parts.push(json!({"type": "input_text", "text": t})),
+                        Part::Image(src) => parts.push(
+                            json!({"type": "input_image", "image_url": image_url_string(src), "detail": "auto"}),
+                        ),
+                        _ => {}
+                    }
+                }
+                if !parts.is_empty() {
+                    input.push(json!({"type": "message", "role": "user", "content": parts}));
+                }
+            }
+            Role::Assistant => {
+                for p in &m.content {
+                    match p {
+                        Part::Text(t) if !t.is_empty() => input.push(json!({"type": "message", "role": "assistant",
+                            "content": [{"type": "output_text", "text": t, "annotations": []}]})),
+                        Part::ToolCall { id, name, arguments } => input.push(json!({
+                            "type": "function_call", "call_id": id, "name": name, "arguments": arguments
+                        })),
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+    let mut body = Map::new();
+    body.insert("model".into(), json!(opts.model));
+    if !req.system.is_empty() {
+        body.insert("instructions".into(), json!(req.system.join("\n\n")));
+    }
+    body.insert("input".into(), Value::Array(input));
+    if !req.tools.is_empty() {
+        let tools: Vec<Value> = req
+            .tools
+            .iter()
+            .map(|t| {
+                json!({"type": "function", "name": t.name, "description": t.description,
+                       "parameters": t.parameters, "strict": t.strict.unwrap_or(false)})
+            })
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+        if let Some(p) = req.parallel_tool_calls {
+            body.insert("parallel_tool_calls".into(), json!(p));
+        }
+    }
+    if let Some(choice) = &req.tool_choice {
+        body.insert(
+            "tool_choice".into(),
+            match choice {
+                ToolChoice::Auto => json!("auto"),
+                ToolChoice::None => json!("none"),
+                ToolChoice::Required => json!("required"),
+                ToolChoice::Function(n) => json!({"type": "function", "name": n}),
+            },
+        );
+    }
+    if let Some(n) = req.max_tokens {
+        body.insert("max_output_tokens".into(), json!(n));
+    }
+    if let Some(t) = req.temperature {
+        body.insert("temperature".into(), json!(t.clamp(0.0, 2.0)));
+    }
+    if let Some(p) = req.top_p {
+        body.insert("top_p".into(), json!(p.clamp(0.0, 1.0)));
+    }
+    match &req.output_format {
+        Some(OutputFormat::JsonObject) => {
+            body.insert("text".into(), json!({"format": {"type": "json_object"}}));
+        }
+        Some(OutputFormat::JsonSchema {
+            name,
+            schema,
+            strict,
+            description,
+        }) => {
+            let mut f = json!({"type": "json_schema", "name": name, "schema": schema});
+            if let Some(s) = strict {
+                f["strict"] = json!(s);
+            }
+            if let Some(d) = description {
+                f["description"] = json!(d);
+            }
+            body.insert("text".into(), json!({"format": f}));
+        }
+        _ => {}
+    }
+    if let Some(e) = &req.reasoning_effort {
+        body.insert("reasoning".into(), json!({"effort": openai_effort(e)}));
+    }
+    if let Some(u) = &req.user {
+        body.insert("user".into(), json!(u));
+    }
+    body.insert("store".into(), json!(false));
+    if opts.stream {
+        body.insert("stream".into(), json!(true));
+    }
+    Ok(Value::Object(body))
+}
+
+/// Output items of a `response` as canonical parts; returns also whether there were function calls.
+fn decode_output(output: &Value) -> (Vec<Part>, bool) {
+    let mut content = Vec::new();
+    let mut calls = false;
+    for item in output.as_array().into_iter().flatten() {
+        match item.get("type").and_then(Value::as_str) {
+            Some("message") => {
+                for c in item
+                    .get("content")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    let text = c
+                        .get("text")
+                        .or_else(|| c.get("refusal"))
+                        .and_then(Value::as_str);
+                    if let Some(t) = text.filter(|t| !t.is_empty()) {
+                        content.push(Part::Text(t.to_string()));
+                    }
+                }
+            }
+            Some("function_call") => {
+                calls = true;
+                content.push(Part::ToolCall {
+                    id: item
+                        .get("call_id")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string(),
+                    name: item
+                        .get("name")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string(),
+                    arguments: item
+                        .get("arguments")
+                        .and_then(Value::as_str)
+                        .unwrap_or("{}")
+                        .to_string(),
+                });
+            }
+            Some("reasoning") => {
+                let text: Vec<&str> = item
+                    .get("summary")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|s| s.get("text").and_then(Value::as_str))
+                    .collect();
+                if !text.is_empty() {
+                    content.push(Part::Reasoning {
+                        text: text.join("\n"),
+                        signature: None,
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    (content, calls)
+}
+
+/// The stop reason of a finished `response` object (or the upstream's error if it failed).
+fn stop_of(resp: &Value, calls: bool) -> Result<StopReason, ApiError> {
+    match resp.get("status").and_then(Value::as_str) {
+        Some("failed") => {
+            let msg = resp
+                .pointer("/error/message")
+                .and_then(Value::as_str)
+                .unwrap_or("the response failed");
+            Err(ApiError::bad_gateway(format!("upstream error: {msg}")))
+        }
+        Some("incomplete") => Ok(
+            match resp
+                .pointer("/incomplete_details/reason")
+                .and_then(Value::as_str)
+            {
+                Some("content_filter") => StopReason::ContentFilter,
+                _ => StopReason::MaxTokens,
+            },
+        ),
+        _ if calls => Ok(StopReason::ToolUse),
+        _ => Ok(StopReason::EndTurn),
+    }
+}
+
+/// Decodes a `response` body.
+pub fn decode_response(body: &Value) -> Result<Response, ApiError> {
+    let (content, calls) = decode_output(body.get("output").unwrap_or(&Value::Null));
+    Ok(Response {
+        id: body
+            .get("id")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string(),
+        model: body
+            .get("model")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string(),
+        stop: stop_of(body, calls)?,
+        content,
+        usage: body.get("usage").and_then(usage_from).unwrap_or_default(),
+        created: body.get("created_at").and_then(Value::as_u64).unwrap_or(0),
+    })
+}
+
+/// Decodes the Responses event lifecycle, keyed by `output_index`.
+#[derive(Default)]
+pub struct ResponsesStreamDecoder {
+    /// (output_index, canonical tool index, whether argument deltas were seen)
+    calls: Vec<(u64, usize, bool)>,
+}
+
+impl StreamDecoder for ResponsesStreamDecoder {
+    fn feed(&mut self, ev: &SseEvent, out: &mut Vec<StreamEvent>) -> bool {
+        if !ev.has_data {
+            return false;
+        }
+        let Ok(v) = serde_json::from_str::<Value>(&ev.data) else {
+            out.push(StreamEvent::Error(ApiError::bad_gateway(
+                "upstream sent an event that is not valid JSON",
+            )));
+            return true;
+        };
+        let ty = v
+            .get("type")
+            .and_then(Value::as_str)
+            .or(ev.event.as_deref())
+            .unwrap_or("");
+        let output_index = v.get("output_index").and_then(Value::as_u64).unwrap_or(0);
+        match ty {
+            "response.output_item.added" => {
+                let item = v.get("item").unwrap_or(&Value::Null);
+                if item.get("type").and_then(Value::as_str) == Some("function_call") {
+                    let index = self.calls.len();
+                    self.calls.push((output_index, index, false));
+                    out.push(StreamEvent::ToolCallStart {
+                        index,
+                        id: item
+                            .get("call_id")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_string(),
+                        name: item
+                            .get("name")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_string(),
+                    });
+                    if let Some(a) = item
+                        .get("arguments")
+                        .and_then(Value::as_str)
+                        .filter(|a| !a.is_empty())
+                    {
+                        self.calls[index].2 = true;
+                        out.push(StreamEvent::ToolArgsDelta {
+                            index,
+                            delta: a.to_string(),
+                        });
+                    }
+                }
+            }
+            "response.output_text.delta" | "response.refusal.delta" => {
+                if let Some(d) = v
+                    .get("delta")
+                    .and_then(Value::as_str)
+                    .filter(|d| !d.is_empty())
+                {
+                    out.push(StreamEvent::TextDelta(d.to_string()));
+                }
+            }
+            "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
+                if let Some(d) = v
+                    .get("delta")
+                    .and_then(Value::as_str)
+                    .filter(|d| !d.is_empty())
+                {
+                    out.push(StreamEvent::ReasoningDelta(d.to_string()));
+                }
+            }
+            "response.function_call_arguments.delta" => {
+                if let Some(call) = self.calls.iter_mut().find(|c| c.0 == output_index) {
+                    call.2 = true;
+                    let delta = v
+                        .get("delta")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string();
+                    out.push(StreamEvent::ToolArgsDelta {
+                        index: call.1,
+                        delta,
+                    });
+                }
+            }
+            "response.output_item.done" => {
+                // Arguments that arrived only whole, at the end.
+                if let Some(call) = self.calls.iter_mut().find(|c| c.0 == output_index && !c.2) {
+                    call.2 = true;
+                    if let Some(a) = v.pointer("/item/arguments").and_then(Value::as_str) {
+                        out.push(StreamEvent::ToolArgsDelta {
+                            index: call.1,
+                            delta: a.to_string(),
+                        });
+                    }
+                }
+            }
+            "response.completed" | "response.incomplete" | "response.failed" => {
+                let resp = v.get("response").unwrap_or(&Value::Null);
+                if let Some(u) = resp.get("usage").and_then(usage_from) {
+                    out.push(StreamEvent::Usage(u));
+                }
+                match stop_of(resp, !self.calls.is_empty()) {
+                    Ok(stop) => out.push(StreamEvent::Finish(stop)),
+                    Err(e) => out.push(StreamEvent::Error(e)),
+                }
+                return true;
+            }
+            "error" => {
+                let msg = v
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("upstream error");
+                let mut e = ApiError::bad_gateway(format!("upstream error: {msg}"));
+                e.code = v.get("code").and_then(Value::as_str).map(str::to_string);
+                out.push(StreamEvent::Error(e));
+                return true;
+            }
+            _ => {}
+        }
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::canon::Message;
+
+    #[test]
+    fn stop_sequences_are_refused_naming_the_field() {
+        let req = Request {
+            stop: vec!["x".into()],
+            ..Request::default()
+        };
+        let opts = EgressOptions {
+            model: "m".into(),
+            stream: false,
+            default_max_tokens: 10,
+            max_completion_tokens_field: false,
+            structured_via_tool: false,
+        };
+        assert_eq!(
+            encode_request(&req, &opts).unwrap_err().param.as_deref(),
+            Some("stop")
+        );
+        let req = Request {
+            system: vec!["s".into()],
+            messages: vec![
+                Message::text(Role::User, "hi"),
+                Message {
+                    role: Role::Assistant,
+                    content: vec![Part::ToolCall {
+                        id: "c".into(),
+                        name: "f".into(),
+                        arguments: "{}".into(),
+                    }],
+                },
+                Message {
+                    role: Role::Tool,
+                    content: vec![Part::ToolResult {
+                        call_id: "c".into(),
+                        content: vec![Part::Text("ok".into())],
+                        is_error: false,
+                    }],
+                },
+            ],
+            ..Request::default()
+        };
+        let v = encode_request(&req, &opts).unwrap();
+        assert_eq!(v["instructions"], "s");
+        assert_eq!(
+            v["input"][1],
+            json!({"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"})
+        );
+        assert_eq!(
+            v["input"][2],
+            json!({"type": "function_call_output", "call_id": "c", "output": "ok"})
+        );
+        assert_eq!(v["store"], false);
+    }
+}

@@ -1,0 +1,102 @@
+//! Writing a canonical event stream to a client: the client protocol's stream encoder, one chunk per step,
+//! usage tracked on the way (and estimated when the upstream reports none).
+
+use super::respond::{self, Trace};
+use crate::http::ResponseWriter;
+use crate::protocol::canon::{StreamEvent, Usage};
+use crate::protocol::{ApiError, StreamEncoder};
+use crate::util::estimate_tokens;
+
+/// The client went away (a write failed).
+#[derive(Debug)]
+pub struct ClientGone;
+
+pub struct EventWriter<'a> {
+    w: &'a mut ResponseWriter,
+    enc: Box<dyn StreamEncoder>,
+    buf: Vec<u8>,
+    usage: Option<Usage>,
+    input_estimate: u64,
+    /// Everything generated so far, for an output estimate when no usage comes.
+    produced: String,
+    pub error: Option<ApiError>,
+}
+
+impl<'a> EventWriter<'a> {
+    /// Starts the SSE response and sends the protocol's opening event(s).
+    pub fn start(
+        w: &'a mut ResponseWriter,
+        trace: &Trace,
+        enc: Box<dyn StreamEncoder>,
+        start: StreamEvent,
+        extra_headers: &[(&str, &str)],
+    ) -> Result<Self, ClientGone> {
+        respond::start_sse(w, trace, extra_headers).map_err(|_| ClientGone)?;
+        let input_estimate = match &start {
+            StreamEvent::Start { input_tokens, .. } => *input_tokens,
+            _ => 0,
+        };
+        let mut ew = EventWriter {
+            w,
+            enc,
+            buf: Vec::with_capacity(1024),
+            usage: None,
+            input_estimate,
+            produced: String::new(),
+            error: None,
+        };
+        ew.emit(&start)?;
+        Ok(ew)
+    }
+
+    /// Encodes one event and writes whatever it produced as one chunk.
+    pub fn emit(&mut self, ev: &StreamEvent) -> Result<(), ClientGone> {
+        match ev {
+            StreamEvent::Usage(u) => self.usage = Some(*u),
+            StreamEvent::TextDelta(t) | StreamEvent::ReasoningDelta(t) => self.produced.push_str(t),
+            StreamEvent::ToolArgsDelta { delta, .. } => self.produced.push_str(delta),
+            StreamEvent::ToolCallStart { name, .. } => self.produced.push_str(name),
+            StreamEvent::Error(e) => self.error = Some(e.clone()),
+            _ => {}
+        }
+        self.enc.encode(ev, &mut self.buf);
+        self.flush()
+    }
+
+    fn flush(&mut self) -> Result<(), ClientGone> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let r = self.w.write_chunk(&self.buf);
+        self.buf.clear();
+        r.map_err(|_| ClientGone)
+    }
+
+    /// Usage so far: the upstream's, or an estimate from what was produced (and whether it is one).
+    pub fn usage(&self) -> (Usage, bool) {
+        match self.usage {
+            Some(u) if u.input_tokens > 0 || u.output_tokens > 0 => (u, false),
+            _ => (
+                Usage {
+                    input_tokens: self.input_estimate,
+                    output_tokens: estimate_tokens(&self.produced),
+                    ..Usage::default()
+                },
+                true,
+            ),
+        }
+    }
+
+    /// Closes the stream: when no usage came, an estimate is sent first; then the protocol's closing
+    /// events and the end of the chunked body.
+    pub fn finish(mut self) -> Result<(Usage, bool), ClientGone> {
+        let (usage, estimated) = self.usage();
+        if estimated && self.error.is_none() {
+            self.enc.encode(&StreamEvent::Usage(usage), &mut self.buf);
+        }
+        self.enc.finish(&mut self.buf);
+        self.flush()?;
+        self.w.finish().map_err(|_| ClientGone)?;
+        Ok((usage, estimated))
+    }
+}

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""Checks and summarises what the fake upstream recorded during one agent run (stdlib only).
+
+Usage: check_upstream.py RECORD_FILE FROM_LINE KIND [--upstream-model M] [--upstream-key K] [--client-key K]
+
+RECORD_FILE is fake_upstream.py's JSON-lines record; only lines after the first FROM_LINE are this run's.
+KIND is the upstream kind the run's model points at: chat, responses or messages (the upstream must have
+received at least one POST on that protocol's path, with the given upstream model and key, and never the
+client's tollgate key), direct (the agent talked to the fake itself: only summarised) or mock (no upstream
+request expected).
+
+Prints one summary line per distinct request shape to stdout, then problems (if any) prefixed "PROBLEM:";
+exits 1 when there is a problem.
+"""
+
+import argparse
+import json
+import sys
+
+PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages"}
+
+
+def describe(entry):
+    body = entry.get("body")
+    parts = []
+    if isinstance(body, dict):
+        for key in ("model", "stream"):
+            if key in body:
+                parts.append("%s=%s" % (key, json.dumps(body[key])))
+        tools = body.get("tools")
+        if isinstance(tools, list):
+            kinds = {}
+            for t in tools:
+                k = t.get("type", "custom") if isinstance(t, dict) else "?"
+                kinds[k] = kinds.get(k, 0) + 1
+            parts.append("tools=" + ",".join("%s:%d" % kv for kv in sorted(kinds.items())))
+    parts.append("%.1fKB" % (entry.get("body_bytes", 0) / 1000.0))
+    beta = (entry.get("headers") or {}).get("anthropic-beta")
+    if beta:
+        parts.append("anthropic-beta=" + beta)
+    q = entry.get("query")
+    path = entry.get("path", "?") + ("?" + q if q else "")
+    return "%s %s (%s)" % (entry.get("method", "?"), path, ", ".join(parts))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("record_file")
+    p.add_argument("from_line", type=int)
+    p.add_argument("kind", choices=["chat", "responses", "messages", "direct", "mock"])
+    p.add_argument("--upstream-model")
+    p.add_argument("--upstream-key")
+    p.add_argument("--client-key")
+    a = p.parse_args()
+
+    entries = []
+    with open(a.record_file, encoding="utf-8") as f:
+        for i, line in enumerate(f):
+            if i >= a.from_line and line.strip():
+                entries.append(json.loads(line))
+
+    problems = []
+    for e in entries:
+        print("upstream got: " + describe(e))
+    if not entries:
+        print("upstream got: nothing")
+
+    if a.kind == "mock" and entries:
+        problems.append("the mock model's run reached the fake upstream")
+    if a.kind in PATHS:
+        want = PATHS[a.kind]
+        hits = [e for e in entries if e.get("method") == "POST" and e.get("path") == want]
+        if not hits:
+            problems.append("no POST %s reached the fake upstream" % want)
+        for e in hits:
+            body = e.get("body") if isinstance(e.get("body"), dict) else {}
+            headers = e.get("headers") or {}
+            if a.upstream_model and body.get("model") != a.upstream_model:
+                problems.append("upstream was sent model %r, not %r" % (body.get("model"), a.upstream_model))
+            if a.upstream_key:
+                if a.kind == "messages":
+                    got = headers.get("x-api-key") or headers.get("authorization")
+                    ok = headers.get("x-api-key") == a.upstream_key
+                else:
+                    got = headers.get("authorization")
+                    ok = got == "Bearer " + a.upstream_key
+                if not ok:
+                    problems.append("upstream credential not sent as configured (got %r)" % (got,))
+    if a.client_key and a.kind != "direct":
+        for e in entries:
+            for k, v in (e.get("headers") or {}).items():
+                if a.client_key in v:
+                    problems.append("the client's tollgate key was forwarded upstream in header %r" % k)
+    unknown = [e for e in entries if e.get("path") not in PATHS.values()
+               and not e.get("path", "").endswith(("/models", "/count_tokens"))]
+    for e in unknown:
+        print("upstream got an unknown path: %s %s" % (e.get("method"), e.get("path")))
+
+    for pr in problems:
+        print("PROBLEM: " + pr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,698 @@
+//! The translation matrix: every case in `fixtures/translate/` is replayed for all nine (client protocol ×
+//! upstream kind) pairs. What the client reads (text, tool calls, stop reason, errors), how its stream is
+//! shaped (each protocol's event lifecycle), what the upstream receives and the usage recorded are checked
+//! against the case's protocol-neutral expectation.
+
+mod common;
+
+use std::collections::VecDeque;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use common::upstream::{split_sse_blocks, FakeUpstream, Reply};
+use common::*;
+use serde_json::{json, Value};
+
+const PROTOCOLS: [&str; 3] = ["chat", "responses", "messages"];
+
+fn endpoint(client: &str) -> &'static str {
+    match client {
+        "chat" => "/v1/chat/completions",
+        "responses" => "/v1/responses",
+        _ => "/v1/messages",
+    }
+}
+
+fn model_for(upstream: &str) -> &'static str {
+    match upstream {
+        "chat" => "m-chat",
+        "responses" => "m-responses",
+        _ => "m-messages",
+    }
+}
+
+/// What a client read, in neutral terms.
+#[derive(Debug, Default)]
+struct Seen {
+    text: String,
+    tool_calls: Vec<(String, Value)>,
+    stop: Option<String>,
+    /// The message of the protocol's in-stream error event, if the stream ended in one.
+    stream_error: Option<String>,
+}
+
+fn parse_args(s: &str) -> Value {
+    serde_json::from_str(s).unwrap_or_else(|e| panic!("tool arguments are not JSON ({e}): {s:?}"))
+}
+
+fn read_chat(resp: &Response, stream: bool, ctx: &str) -> Seen {
+    let mut seen = Seen::default();
+    if !stream {
+        let v = resp.json();
+        let m = &v["choices"][0]["message"];
+        assert_eq!(m["role"], "assistant", "{ctx}");
+        seen.text = m["content"].as_str().unwrap_or("").to_string();
+        for c in m["tool_calls"].as_array().into_iter().flatten() {
+            assert_eq!(c["type"], "function", "{ctx}");
+            assert!(c["id"].as_str().is_some_and(|i| !i.is_empty()), "{ctx}");
+            seen.tool_calls.push((
+                c["function"]["name"].as_str().unwrap().into(),
+                parse_args(c["function"]["arguments"].as_str().unwrap()),
+            ));
+        }
+        seen.stop = v["choices"][0]["finish_reason"].as_str().map(chat_stop);
+        assert_eq!(v["object"], "chat.completion", "{ctx}");
+        return seen;
+    }
+    let events = resp.events();
+    let mut roles = 0;
+    let mut calls: Vec<(String, String)> = Vec::new();
+    let mut ended = false;
+    for (i, (_, data)) in events.iter().enumerate() {
+        if data == "[DONE]" {
+            assert_eq!(i, events.len() - 1, "{ctx}: [DONE] is last");
+            ended = true;
+            continue;
+        }
+        let v: Value = serde_json::from_str(data).unwrap();
+        if let Some(e) = v.get("error") {
+            seen.stream_error = e["message"].as_str().map(str::to_string);
+            assert_eq!(i, events.len() - 1, "{ctx}: the error ends the stream");
+            continue;
+        }
+        assert_eq!(v["object"], "chat.completion.chunk", "{ctx}");
+        for ch in v["choices"].as_array().unwrap() {
+            let d = &ch["delta"];
+            if d.get("role").is_some() {
+                roles += 1;
+            }
+            if let Some(t) = d["content"].as_str() {
+                seen.text.push_str(t);
+            }
+            for tc in d["tool_calls"].as_array().into_iter().flatten() {
+                let idx = tc["index"]
+                    .as_u64()
+                    .unwrap_or_else(|| panic!("{ctx}: tool call delta without index"))
+                    as usize;
+                assert!(
+                    tc.get("function").is_some(),
+                    "{ctx}: every tool call delta has a function object"
+                );
+                if idx == calls.len() {
+                    assert!(
+                        tc["id"].is_string() && tc["function"]["name"].is_string(),
+                        "{ctx}: first delta names the call"
+                    );
+                    calls.push((
+                        tc["function"]["name"].as_str().unwrap().into(),
+                        String::new(),
+                    ));
+                } else {
+                    assert!(
+                        tc.get("id").is_none() && tc["function"].get("name").is_none(),
+                        "{ctx}: id and name only once"
+                    );
+                }
+                calls[idx]
+                    .1
+                    .push_str(tc["function"]["arguments"].as_str().unwrap_or(""));
+            }
+            if let Some(f) = ch["finish_reason"].as_str() {
+                seen.stop = Some(chat_stop(f));
+            }
+        }
+    }
+    assert!(roles <= 1, "{ctx}: role sent once");
+    if seen.stream_error.is_none() {
+        assert!(ended, "{ctx}: ends with [DONE]");
+    }
+    seen.tool_calls = calls
+        .into_iter()
+        .map(|(n, a)| (n, parse_args(&a)))
+        .collect();
+    seen
+}
+
+fn chat_stop(f: &str) -> String {
+    match f {
+        "stop" => "end_turn",
+        "length" => "max_tokens",
+        "tool_calls" => "tool_use",
+        other => other,
+    }
+    .to_string()
+}
+
+fn read_responses(resp: &Response, stream: bool, ctx: &str) -> Seen {
+    let mut seen = Seen::default();
+    let final_response = if !stream {
+        resp.json()
+    } else {
+        let events = resp.events();
+        assert_eq!(
+            events[0].0.as_deref(),
+            Some("response.created"),
+            "{ctx}: response.created first"
+        );
+        let mut calls: Vec<(u64, String, String)> = Vec::new();
+        let mut last = Value::Null;
+        for (i, (name, data)) in events.iter().enumerate() {
+            let v: Value = serde_json::from_str(data).unwrap();
+            assert_eq!(
+                v["sequence_number"], i as u64,
+                "{ctx}: sequence numbers rise from 0"
+            );
+            assert_eq!(
+                name.as_deref(),
+                v["type"].as_str(),
+                "{ctx}: event name repeats the type"
+            );
+            match v["type"].as_str().unwrap() {
+                "response.output_text.delta" => {
+                    assert_eq!(v["logprobs"], json!([]), "{ctx}");
+                    seen.text.push_str(v["delta"].as_str().unwrap());
+                }
+                "response.output_item.added" if v["item"]["type"] == "function_call" => {
+                    assert_eq!(v["item"]["arguments"], "", "{ctx}");
+                    calls.push((
+                        v["output_index"].as_u64().unwrap(),
+                        v["item"]["name"].as_str().unwrap().into(),
+                        String::new(),
+                    ));
+                }
+                "response.function_call_arguments.delta" => {
+                    let c = calls
+                        .iter_mut()
+                        .find(|c| c.0 == v["output_index"].as_u64().unwrap())
+                        .expect("delta for an open call");
+                    c.2.push_str(v["delta"].as_str().unwrap());
+                }
+                "error" => seen.stream_error = v["message"].as_str().map(str::to_string),
+                "response.failed" => {
+                    seen.stream_error = seen
+                        .stream_error
+                        .take()
+                        .or(v["response"]["error"]["message"]
+                            .as_str()
+                            .map(str::to_string));
+                    assert_eq!(i, events.len() - 1, "{ctx}: response.failed is last");
+                }
+                "response.completed" | "response.incomplete" => {
+                    assert_eq!(i, events.len() - 1, "{ctx}: the terminal event is last");
+                    last = v["response"].clone();
+                }
+                _ => {}
+            }
+        }
+        if seen.stream_error.is_some() {
+            return seen;
+        }
+        seen.tool_calls = calls
+            .iter()
+            .map(|(_, n, a)| (n.clone(), parse_args(a)))
+            .collect();
+        let streamed_text = std::mem::take(&mut seen.text);
+        let streamed_calls = std::mem::take(&mut seen.tool_calls);
+        let full = read_output(&last, &mut seen, ctx);
+        assert_eq!(
+            seen.text, streamed_text,
+            "{ctx}: completed output matches the deltas"
+        );
+        assert_eq!(seen.tool_calls, streamed_calls, "{ctx}");
+        return full;
+    };
+    read_output(&final_response, &mut seen, ctx)
+}
+
+fn read_output(r: &Value, seen: &mut Seen, ctx: &str) -> Seen {
+    assert_eq!(r["object"], "response", "{ctx}");
+    assert!(
+        r["usage"]["input_tokens_details"].is_object()
+            && r["usage"]["output_tokens_details"].is_object(),
+        "{ctx}"
+    );
+    let mut out = Seen::default();
+    let mut has_calls = false;
+    for item in r["output"].as_array().unwrap() {
+        match item["type"].as_str().unwrap() {
+            "message" => {
+                for c in item["content"].as_array().unwrap() {
+                    assert_eq!(c["annotations"], json!([]), "{ctx}");
+                    out.text.push_str(c["text"].as_str().unwrap_or(""));
+                }
+            }
+            "function_call" => {
+                has_calls = true;
+                out.tool_calls.push((
+                    item["name"].as_str().unwrap().into(),
+                    parse_args(item["arguments"].as_str().unwrap()),
+                ));
+            }
+            _ => {}
+        }
+    }
+    out.stop = Some(match (r["status"].as_str().unwrap(), has_calls) {
+        ("completed", true) => "tool_use".into(),
+        ("completed", false) => "end_turn".into(),
+        ("incomplete", _) => "max_tokens".into(),
+        (other, _) => other.into(),
+    });
+    seen.text = out.text.clone();
+    seen.tool_calls = out.tool_calls.clone();
+    out
+}
+
+fn read_messages(resp: &Response, stream: bool, ctx: &str) -> Seen {
+    let mut seen = Seen::default();
+    if !stream {
+        let v = resp.json();
+        assert_eq!(v["type"], "message", "{ctx}");
+        for b in v["content"].as_array().unwrap() {
+            match b["type"].as_str().unwrap() {
+                "text" => seen.text.push_str(b["text"].as_str().unwrap()),
+                "tool_use" => seen
+                    .tool_calls
+                    .push((b["name"].as_str().unwrap().into(), b["input"].clone())),
+                _ => {}
+            }
+        }
+        seen.stop = v["stop_reason"].as_str().map(str::to_string);
+        return seen;
+    }
+    let events = resp.events();
+    assert_eq!(
+        events[0].0.as_deref(),
+        Some("message_start"),
+        "{ctx}: message_start first"
+    );
+    let start: Value = serde_json::from_str(&events[0].1).unwrap();
+    for k in ["id", "model", "usage"] {
+        assert!(
+            !start["message"][k].is_null(),
+            "{ctx}: message_start skeleton has {k}"
+        );
+    }
+    assert_eq!(start["message"]["content"], json!([]), "{ctx}");
+    let mut blocks: Vec<(String, String, String)> = Vec::new(); // (type, name, text or json)
+    let mut open: Option<usize> = None;
+    for (i, (name, data)) in events.iter().enumerate() {
+        let v: Value = serde_json::from_str(data).unwrap();
+        let ty = name
+            .clone()
+            .expect("every Messages event has an event: line");
+        assert_eq!(
+            v["type"].as_str(),
+            Some(ty.as_str()),
+            "{ctx}: type repeated in data"
+        );
+        match ty.as_str() {
+            "content_block_start" => {
+                assert!(open.is_none(), "{ctx}: previous block closed first");
+                assert_eq!(
+                    v["index"],
+                    blocks.len() as u64,
+                    "{ctx}: contiguous block indices"
+                );
+                let cb = &v["content_block"];
+                if cb["type"] == "tool_use" {
+                    assert_eq!(cb["input"], json!({}), "{ctx}");
+                }
+                blocks.push((
+                    cb["type"].as_str().unwrap().into(),
+                    cb["name"].as_str().unwrap_or("").into(),
+                    String::new(),
+                ));
+                open = Some(blocks.len() - 1);
+            }
+            "content_block_delta" => {
+                let idx = v["index"].as_u64().unwrap() as usize;
+                let d = &v["delta"];
+                match d["type"].as_str().unwrap() {
+                    "text_delta" => blocks[idx].2.push_str(d["text"].as_str().unwrap()),
+                    "input_json_delta" => {
+                        blocks[idx].2.push_str(d["partial_json"].as_str().unwrap())
+                    }
+                    _ => {}
+                }
+            }
+            "content_block_stop" => {
+                assert_eq!(Some(v["index"].as_u64().unwrap() as usize), open, "{ctx}");
+                open = None;
+            }
+            "message_delta" => {
+                seen.stop = v["delta"]["stop_reason"].as_str().map(str::to_string);
+                assert!(
+                    v["usage"]["output_tokens"].is_u64(),
+                    "{ctx}: cumulative output tokens"
+                );
+            }
+            "message_stop" => assert_eq!(i, events.len() - 1, "{ctx}: message_stop last"),
+            "error" => {
+                seen.stream_error = v["error"]["message"].as_str().map(str::to_string);
+                assert_eq!(i, events.len() - 1, "{ctx}: the error ends the stream");
+            }
+            "ping" => {}
+            "message_start" => assert_eq!(i, 0, "{ctx}: one message_start"),
+            other => panic!("{ctx}: unexpected event {other}"),
+        }
+    }
+    for (ty, name, content) in blocks {
+        match ty.as_str() {
+            "text" => seen.text.push_str(&content),
+            "tool_use" => seen.tool_calls.push((
+                name,
+                if content.is_empty() {
+                    json!({})
+                } else {
+                    parse_args(&content)
+                },
+            )),
+            _ => {}
+        }
+    }
+    seen
+}
+
+/// System text, user text, tool names, tool results, call ids, structured output: from an upstream body.
+fn upstream_view(upstream: &str, body: &Value) -> Value {
+    let mut system = String::new();
+    let mut user = String::new();
+    let tools: Vec<Value>;
+    let mut results = String::new();
+    let mut ids = Vec::new();
+    let text_of = |c: &Value| -> String {
+        match c {
+            Value::String(s) => s.clone(),
+            Value::Array(a) => a
+                .iter()
+                .filter_map(|p| p["text"].as_str())
+                .collect::<Vec<_>>()
+                .join(""),
+            _ => String::new(),
+        }
+    };
+    let schema;
+    match upstream {
+        "chat" => {
+            for m in body["messages"].as_array().unwrap() {
+                match m["role"].as_str().unwrap() {
+                    "system" | "developer" => system.push_str(&text_of(&m["content"])),
+                    "user" => user.push_str(&text_of(&m["content"])),
+                    "tool" => {
+                        results.push_str(&text_of(&m["content"]));
+                        ids.push(m["tool_call_id"].as_str().unwrap().to_string());
+                    }
+                    _ => {}
+                }
+            }
+            tools = body["tools"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|t| t["function"]["name"].clone())
+                .collect();
+            schema = body["response_format"]["type"] == "json_schema";
+        }
+        "responses" => {
+            system.push_str(body["instructions"].as_str().unwrap_or(""));
+            match &body["input"] {
+                Value::String(s) => user.push_str(s),
+                Value::Array(items) => {
+                    for it in items {
+                        match (
+                            it["type"].as_str().unwrap_or("message"),
+                            it["role"].as_str(),
+                        ) {
+                            ("message", Some("system" | "developer")) => {
+                                system.push_str(&text_of(&it["content"]))
+                            }
+                            ("message", Some("user")) => user.push_str(&text_of(&it["content"])),
+                            ("function_call_output", _) => {
+                                results.push_str(&text_of(&it["output"]));
+                                ids.push(it["call_id"].as_str().unwrap().to_string());
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                _ => {}
+            }
+            tools = body["tools"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|t| t["name"].clone())
+                .collect();
+            schema = body["text"]["format"]["type"] == "json_schema";
+        }
+        _ => {
+            system = text_of(&body["system"]);
+            for m in body["messages"].as_array().unwrap() {
+                if m["role"] != "user" {
+                    continue;
+                }
+                match &m["content"] {
+                    Value::String(s) => user.push_str(s),
+                    Value::Array(blocks) => {
+                        for b in blocks {
+                            match b["type"].as_str().unwrap() {
+                                "text" => user.push_str(b["text"].as_str().unwrap()),
+                                "tool_result" => {
+                                    results.push_str(&text_of(&b["content"]));
+                                    ids.push(b["tool_use_id"].as_str().unwrap().to_string());
+                                }
+                                _ => {}
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            tools = body["tools"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|t| t["name"].clone())
+                .collect();
+            schema = body["output_config"]["format"]["type"] == "json_schema";
+            assert!(
+                body["max_tokens"].is_u64(),
+                "Messages upstreams always get max_tokens"
+            );
+        }
+    }
+    json!({"system": system, "user": user, "tools": tools, "tool_result": results, "tool_call_ids": ids, "json_schema": schema})
+}
+
+fn run_case(
+    gw: &Gateway,
+    fake: &FakeUpstream,
+    queue: &Mutex<VecDeque<Reply>>,
+    case: &Path,
+    client: &str,
+    upstream: &str,
+) {
+    let name = case.file_name().unwrap().to_str().unwrap();
+    let ctx = format!("{name}: {client} client -> {upstream} upstream");
+    let expect: Value =
+        serde_json::from_str(&std::fs::read_to_string(case.join("expect.json")).unwrap()).unwrap();
+    let mut request: Value = serde_json::from_str(
+        &std::fs::read_to_string(case.join(format!("{client}.request.json"))).unwrap(),
+    )
+    .unwrap();
+    request["model"] = json!(model_for(upstream));
+    let stream = request["stream"].as_bool().unwrap_or(false);
+    let sse = case.join(format!("{upstream}.upstream.sse"));
+    let reply = if sse.exists() {
+        Reply::sse(split_sse_blocks(&std::fs::read_to_string(sse).unwrap()))
+    } else {
+        let up: Value = serde_json::from_str(
+            &std::fs::read_to_string(case.join(format!("{upstream}.upstream.json"))).unwrap(),
+        )
+        .unwrap();
+        let mut headers: Vec<(String, String)> =
+            vec![("content-type".into(), "application/json".into())];
+        for (k, v) in up["headers"].as_object().into_iter().flatten() {
+            headers.push((k.clone(), v.as_str().unwrap().to_string()));
+        }
+        Reply::Json {
+            status: up["status"].as_u64().unwrap_or(200) as u16,
+            headers,
+            body: up["body"].to_string().into_bytes(),
+        }
+    };
+    queue.lock().unwrap().push_back(reply);
+    let before = fake.received().len();
+    let resp = gw.post(endpoint(client), &request);
+    let ctx = format!("{ctx}\n{}", resp.text());
+    assert_eq!(
+        resp.status as u64,
+        expect["status"].as_u64().unwrap(),
+        "{ctx}"
+    );
+    let rid = resp.header("x-request-id").unwrap().to_string();
+
+    // What the upstream received.
+    let got = fake.received();
+    assert_eq!(got.len(), before + 1, "{ctx}");
+    let up = got.last().unwrap();
+    assert_eq!(up.path, endpoint(upstream), "{ctx}");
+    let body = up.json();
+    assert_eq!(body["model"], format!("real-{upstream}-model"), "{ctx}");
+    assert!(
+        !format!("{:?}{}", up.headers, body).contains(&gw.key),
+        "{ctx}: client key forwarded"
+    );
+    if upstream == "messages" {
+        assert_eq!(up.header("x-api-key"), Some(UPSTREAM_KEY), "{ctx}");
+    } else {
+        assert_eq!(
+            up.header("authorization"),
+            Some(format!("Bearer {UPSTREAM_KEY}").as_str()),
+            "{ctx}"
+        );
+    }
+    if stream {
+        assert_eq!(body["stream"], true, "{ctx}");
+        if upstream == "chat" {
+            assert_eq!(
+                body["stream_options"]["include_usage"], true,
+                "{ctx}: usage requested upstream"
+            );
+        }
+    }
+    let view = upstream_view(upstream, &body);
+    let sees = &expect["upstream_sees"];
+    for key in ["system", "user", "tool_result"] {
+        if let Some(s) = sees[key].as_str() {
+            assert!(
+                view[key].as_str().unwrap().contains(s),
+                "{ctx}: upstream {key} lacks {s:?}: {view}"
+            );
+        }
+    }
+    if let Some(tools) = sees.get("tools") {
+        assert_eq!(&view["tools"], tools, "{ctx}");
+    }
+    if let Some(id) = sees["tool_call_id"].as_str() {
+        assert!(
+            view["tool_call_ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|i| i == id),
+            "{ctx}: call id carried: {view}"
+        );
+    }
+    if sees["json_schema"] == true {
+        assert_eq!(
+            view["json_schema"], true,
+            "{ctx}: structured output requested upstream"
+        );
+    }
+
+    // What the client read.
+    if resp.status != 200 {
+        let v = resp.json();
+        let msg = if client == "messages" {
+            assert_eq!(v["type"], "error", "{ctx}");
+            v["error"]["message"].as_str().unwrap().to_string()
+        } else {
+            v["error"]["message"].as_str().unwrap().to_string()
+        };
+        assert!(
+            msg.contains(expect["error"]["message"].as_str().unwrap()),
+            "{ctx}"
+        );
+        assert_eq!(
+            resp.header("retry-after"),
+            expect["error"]["retry_after"].as_str(),
+            "{ctx}"
+        );
+        return;
+    }
+    if stream {
+        assert!(
+            resp.header("content-type")
+                .unwrap()
+                .starts_with("text/event-stream"),
+            "{ctx}"
+        );
+    }
+    let seen = match client {
+        "chat" => read_chat(&resp, stream, &ctx),
+        "responses" => read_responses(&resp, stream, &ctx),
+        _ => read_messages(&resp, stream, &ctx),
+    };
+    assert_eq!(seen.text, expect["text"].as_str().unwrap_or(""), "{ctx}");
+    if let Some(err) = expect["error"]["message"].as_str() {
+        let got = seen
+            .stream_error
+            .clone()
+            .unwrap_or_else(|| panic!("{ctx}: no in-stream error"));
+        assert!(got.contains(err), "{ctx}: {got}");
+        let line = gw.log_line(&rid);
+        assert!(line.contains("error="), "{ctx}: {line}");
+        return;
+    }
+    assert!(seen.stream_error.is_none(), "{ctx}");
+    let want_calls: Vec<(String, Value)> = expect["tool_calls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap().to_string(),
+                c["arguments"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(seen.tool_calls, want_calls, "{ctx}");
+    if let Some(stop) = expect["stop"].as_str() {
+        assert_eq!(seen.stop.as_deref(), Some(stop), "{ctx}");
+    }
+    if let Some(u) = expect.get("usage") {
+        let line = gw.log_line(&rid);
+        assert!(line.contains(&format!(" in={} ", u["in"])), "{ctx}: {line}");
+        assert!(
+            line.contains(&format!(" out={} ", u["out"])),
+            "{ctx}: {line}"
+        );
+        assert!(!line.contains("estimated"), "{ctx}: {line}");
+    }
+}
+
+fn run_matrix(cases: &[&str]) {
+    let queue: Arc<Mutex<VecDeque<Reply>>> = Arc::new(Mutex::new(VecDeque::new()));
+    let q = queue.clone();
+    let fake = FakeUpstream::start(move |_| q.lock().unwrap().pop_front().unwrap_or(Reply::Close));
+    let gw = Gateway::start_with_fake(fake.addr, "");
+    for case in cases {
+        let dir = fixtures().join("translate").join(case);
+        for client in PROTOCOLS {
+            for upstream in PROTOCOLS {
+                run_case(&gw, &fake, &queue, &dir, client, upstream);
+            }
+        }
+    }
+}
+
+#[test]
+fn text_cases() {
+    run_matrix(&["text", "stream_text"]);
+}
+
+#[test]
+fn tool_cases() {
+    run_matrix(&["tool_call", "stream_tool_call", "tool_round_trip"]);
+}
+
+#[test]
+fn structured_output_case() {
+    run_matrix(&["structured_output"]);
+}
+
+#[test]
+fn error_cases() {
+    run_matrix(&["upstream_error", "stream_error"]);
+}
