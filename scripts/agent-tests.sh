@@ -362,7 +362,7 @@ for run in "${runs[@]}"; do
         result=FAIL
         failed=$((failed + 1))
         # The most telling line: tollgate's error for this run, else the agent's last words.
-        why="$(grep -o 'status=[0-9]*.*error=.*' "$dir/tollgate.log" | head -1 | cut -c1-160 || true)"
+        why="$(sed -n 's/.* status=\([0-9]*\) .* error=\(.*\)/tollgate status=\1: \2/p' "$dir/tollgate.log" | tail -1 | cut -c1-150)"
         [ -n "$why" ] || why="$(cat "$dir/stdout" "$dir/stderr" | grep -v '^\s*$' | grep -iv 'warning' | tail -1 | cut -c1-160 || true)"
         [ -n "$why" ] && detail="$detail; $why"
         say "$run: FAIL in $elapsed: $detail"

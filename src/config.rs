@@ -123,6 +123,8 @@ pub struct Config {
     pub read_timeout: Duration,
     pub write_timeout: Duration,
     pub shutdown_grace: Duration,
+    /// A stream silent for this long gets a keepalive (SSE comment, or `ping` for Messages clients).
+    pub keepalive: Duration,
     pub log_level: String,
     pub upstreams: Vec<Upstream>,
     pub models: Vec<Model>,
@@ -142,6 +144,7 @@ struct RawConfig {
     read_timeout_secs: Option<u64>,
     write_timeout_secs: Option<u64>,
     shutdown_grace_secs: Option<u64>,
+    keepalive_secs: Option<u64>,
     log_level: Option<String>,
     #[serde(default)]
     upstreams: Vec<RawUpstream>,
@@ -556,6 +559,7 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         read_timeout: secs("read_timeout_secs", raw.read_timeout_secs, 60)?,
         write_timeout: secs("write_timeout_secs", raw.write_timeout_secs, 60)?,
         shutdown_grace: secs("shutdown_grace_secs", raw.shutdown_grace_secs, 30)?,
+        keepalive: secs("keepalive_secs", raw.keepalive_secs, 15)?,
         log_level,
         upstreams,
         models,

@@ -539,3 +539,83 @@ fn upstream_connections_are_reused() {
         "keep-alive reuse"
     );
 }
+
+/// While the upstream is silent, the client gets keepalives (an SSE comment, or `ping` for Messages
+/// clients), and the stream then completes normally. The fake upstream stays silent until the test has
+/// seen a keepalive through the gateway.
+#[test]
+fn keepalives_flow_while_the_upstream_is_silent() {
+    let cases = [
+        ("messages", "chat", "event: ping"),
+        ("chat", "chat", ": keepalive"),
+        ("responses", "messages", ": keepalive"),
+    ];
+    for (client, upstream, marker) in cases {
+        let dir = fixtures().join("translate/stream_text");
+        let events = common::upstream::split_sse_blocks(
+            &std::fs::read_to_string(dir.join(format!("{upstream}.upstream.sse"))).unwrap(),
+        );
+        let (gate_tx, gate_rx) = std::sync::mpsc::channel::<()>();
+        let gate = Mutex::new(Some(gate_rx));
+        let fake = FakeUpstream::start(move |_| Reply::Sse {
+            events: events.clone(),
+            gate: gate.lock().unwrap().take().map(|rx| (1, rx)),
+            abort: false,
+        });
+        let gw = Gateway::start_with_fake(fake.addr, "keepalive_secs = 1");
+        let mut body: Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.join(format!("{client}.request.json"))).unwrap(),
+        )
+        .unwrap();
+        body["model"] = json!(format!("m-{upstream}"));
+        let path = match client {
+            "chat" => "/v1/chat/completions",
+            "responses" => "/v1/responses",
+            _ => "/v1/messages",
+        };
+        let mut s = gw.connect();
+        let auth = format!("Bearer {}", gw.key);
+        send_request(
+            &mut s,
+            "POST",
+            path,
+            &[
+                ("authorization", &auth),
+                ("anthropic-version", "2023-06-01"),
+            ],
+            body.to_string().as_bytes(),
+            true,
+        );
+        let mut r = BufReader::new(s);
+        let (status, _) = read_head(&mut r);
+        assert_eq!(status, 200);
+        let mut seen = String::new();
+        while !seen.contains(marker) {
+            let chunk =
+                read_chunk(&mut r).expect("the stream stays open while the upstream is silent");
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+        }
+        gate_tx.send(()).unwrap();
+        while let Some(c) = read_chunk(&mut r) {
+            seen.push_str(&String::from_utf8_lossy(&c));
+        }
+        let text: String = parse_sse(&seen)
+            .iter()
+            .filter_map(|(_, d)| serde_json::from_str::<Value>(d).ok())
+            .filter_map(|v| {
+                v.pointer("/choices/0/delta/content")
+                    .or_else(|| v.pointer("/delta/text"))
+                    .or_else(|| {
+                        if v["type"] == "response.output_text.delta" {
+                            v.get("delta")
+                        } else {
+                            None
+                        }
+                    })
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+            })
+            .collect();
+        assert_eq!(text, "Paris.", "{client} <- {upstream}: {seen}");
+    }
+}

@@ -696,3 +696,201 @@ fn structured_output_case() {
 fn error_cases() {
     run_matrix(&["upstream_error", "stream_error"]);
 }
+
+fn fake_and_gateway() -> (FakeUpstream, Arc<Mutex<VecDeque<Reply>>>, Gateway) {
+    let queue: Arc<Mutex<VecDeque<Reply>>> = Arc::new(Mutex::new(VecDeque::new()));
+    let q = queue.clone();
+    let fake = FakeUpstream::start(move |_| q.lock().unwrap().pop_front().unwrap_or(Reply::Close));
+    let gw = Gateway::start_with_fake(fake.addr, "");
+    (fake, queue, gw)
+}
+
+/// What cannot be translated is refused with 400 naming the parameter, before any upstream call.
+#[test]
+fn untranslatable_parameters_are_refused_by_name() {
+    let (fake, _queue, gw) = fake_and_gateway();
+    let cases = [
+        (
+            "/v1/responses",
+            json!({"model": "m-chat", "input": "hi", "previous_response_id": "resp_1"}),
+            "previous_response_id",
+        ),
+        (
+            "/v1/responses",
+            json!({"model": "m-messages", "input": "hi", "conversation": "conv_1"}),
+            "conversation",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"model": "m-messages", "n": 2, "messages": [{"role": "user", "content": "hi"}]}),
+            "n",
+        ),
+        (
+            "/v1/messages",
+            json!({"model": "m-responses", "max_tokens": 10, "stop_sequences": ["END"], "messages": [{"role": "user", "content": "hi"}]}),
+            "stop",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"model": "m-responses", "stop": ["END"], "messages": [{"role": "user", "content": "hi"}]}),
+            "stop",
+        ),
+    ];
+    for (path, body, param) in cases {
+        let r = gw.post(path, &body);
+        assert_eq!(r.status, 400, "{path} {body}: {}", r.text());
+        let v = r.json();
+        let msg = v["error"]["message"].clone();
+        assert!(msg.as_str().unwrap().contains(param), "{msg}");
+        if path != "/v1/messages" {
+            assert_eq!(v["error"]["param"], param);
+        }
+    }
+    assert!(fake.received().is_empty(), "nothing reached the upstream");
+}
+
+/// Codex CLI's tools: `namespace` groups become plain functions with reversible names, hosted tools the
+/// upstream cannot run are left out and named in a header; a call to a namespaced function comes back to
+/// the client with its namespace.
+#[test]
+fn codex_tool_shapes_are_bridged() {
+    let (fake, queue, gw) = fake_and_gateway();
+    let body = json!({
+        "model": "m-chat",
+        "input": [{"role": "user", "content": [{"type": "input_text", "text": "list files"}]}],
+        "tools": [
+            {"type": "function", "name": "shell", "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}},
+            {"type": "namespace", "name": "fs", "description": "File tools", "tools": [
+                {"type": "function", "name": "list", "description": "List a directory", "parameters": {"type": "object", "properties": {"dir": {"type": "string"}}}}
+            ]},
+            {"type": "web_search"}
+        ],
+        "tool_choice": "auto", "parallel_tool_calls": true, "store": false,
+        "include": ["reasoning.encrypted_content"], "prompt_cache_key": "abc", "reasoning": {"summary": "auto"}
+    });
+    queue.lock().unwrap().push_back(Reply::json(200, &json!({
+        "id": "c1", "object": "chat.completion", "created": 1, "model": "real-chat-model",
+        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": null,
+            "tool_calls": [{"id": "call_9", "type": "function", "function": {"name": "fs__list", "arguments": "{\"dir\":\".\"}"}}]}}],
+        "usage": {"prompt_tokens": 30, "completion_tokens": 8, "total_tokens": 38}
+    })));
+    let r = gw.post("/v1/responses", &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-tollgate-dropped-tools"), Some("web_search"));
+    let sent = fake.last().json();
+    let names: Vec<&str> = sent["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["shell", "fs__list"]);
+    let v = r.json();
+    let call = &v["output"][0];
+    assert_eq!(call["type"], "function_call");
+    assert_eq!(call["name"], "list");
+    assert_eq!(call["namespace"], "fs");
+    assert_eq!(call["call_id"], "call_9");
+    let rid = r.header("x-request-id").unwrap().to_string();
+    assert!(
+        gw.all_logs().contains("left out hosted tools"),
+        "{}",
+        gw.all_logs()
+    );
+    assert!(gw.log_line(&rid).contains(" in=30 "));
+
+    // The next turn sends the call back with its namespace; the upstream sees the flattened name again.
+    let mut next = body.clone();
+    next["input"] = json!([
+        {"role": "user", "content": [{"type": "input_text", "text": "list files"}]},
+        {"type": "function_call", "call_id": "call_9", "name": "list", "namespace": "fs", "arguments": "{\"dir\":\".\"}"},
+        {"type": "function_call_output", "call_id": "call_9", "output": "a.txt b.txt"}
+    ]);
+    queue.lock().unwrap().push_back(Reply::json(200, &json!({
+        "id": "c2", "object": "chat.completion", "created": 1, "model": "real-chat-model",
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "Two files."}}],
+        "usage": {"prompt_tokens": 40, "completion_tokens": 3, "total_tokens": 43}
+    })));
+    let r = gw.post("/v1/responses", &next);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let sent = fake.last().json();
+    let msgs = sent["messages"].as_array().unwrap();
+    assert_eq!(msgs[1]["tool_calls"][0]["function"]["name"], "fs__list");
+    assert_eq!(
+        msgs[2],
+        json!({"role": "tool", "tool_call_id": "call_9", "content": "a.txt b.txt"})
+    );
+}
+
+/// An upstream that reports no usage: tokens are estimated, the client still gets usage, and the record is
+/// marked estimated.
+#[test]
+fn missing_usage_is_estimated_and_marked() {
+    let (_fake, queue, gw) = fake_and_gateway();
+    let chunks = [
+        r#"{"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":"Hello there, friend"}}]}"#,
+        r#"{"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+        "[DONE]",
+    ];
+    queue.lock().unwrap().push_back(Reply::sse(
+        chunks
+            .iter()
+            .map(|c| format!("data: {c}\n\n").into_bytes())
+            .collect(),
+    ));
+    let r = gw.post("/v1/messages", &json!({"model": "m-chat", "max_tokens": 50, "stream": true, "messages": [{"role": "user", "content": "hi"}]}));
+    assert_eq!(r.status, 200);
+    let delta = r
+        .events()
+        .into_iter()
+        .find(|(e, _)| e.as_deref() == Some("message_delta"))
+        .expect("message_delta");
+    let v: Value = serde_json::from_str(&delta.1).unwrap();
+    assert!(v["usage"]["output_tokens"].as_u64().unwrap() > 0);
+    let line = gw.log_line(r.header("x-request-id").unwrap());
+    assert!(line.contains("estimated=true"), "{line}");
+}
+
+/// Images cross over as URL or inline data, in each protocol's own shape.
+#[test]
+fn images_are_carried_across() {
+    let (fake, queue, gw) = fake_and_gateway();
+    let answer = json!({"id": "msg_1", "type": "message", "role": "assistant", "model": "real-messages-model",
+        "content": [{"type": "text", "text": "A cat."}], "stop_reason": "end_turn", "stop_sequence": null,
+        "usage": {"input_tokens": 5, "output_tokens": 2}});
+    queue.lock().unwrap().push_back(Reply::json(200, &answer));
+    let r = gw.post(
+        "/v1/chat/completions",
+        &json!({"model": "m-messages", "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "What is this?"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+            {"type": "image_url", "image_url": {"url": "https://example.com/cat.jpg"}}
+        ]}]}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let sent = fake.last().json();
+    let blocks = &sent["messages"][0]["content"];
+    assert_eq!(
+        blocks[1]["source"],
+        json!({"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="})
+    );
+    assert_eq!(
+        blocks[2]["source"],
+        json!({"type": "url", "url": "https://example.com/cat.jpg"})
+    );
+
+    queue.lock().unwrap().push_back(Reply::json(200, &json!({"id": "c", "object": "chat.completion", "created": 1, "model": "x",
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "A cat."}}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}})));
+    let r = gw.post("/v1/messages", &json!({"model": "m-chat", "max_tokens": 20, "messages": [{"role": "user", "content": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": "/9j/4AAQ"}},
+        {"type": "text", "text": "What is this?"}
+    ]}]}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let sent = fake.last().json();
+    assert_eq!(
+        sent["messages"][0]["content"][0],
+        json!({"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,/9j/4AAQ"}})
+    );
+    assert_eq!(r.json()["content"][0]["text"], "A cat.");
+}

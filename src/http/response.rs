@@ -6,6 +6,8 @@
 
 use std::io::{self, Write};
 use std::net::TcpStream;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -15,8 +17,51 @@ enum State {
     Broken,
 }
 
+/// A chunked response body that another thread may also write to (keepalive pings during long silences).
+/// Every chunk is written whole under the lock, so chunks from both writers never interleave.
+pub struct SharedStream {
+    inner: Mutex<SharedInner>,
+}
+
+struct SharedInner {
+    stream: TcpStream,
+    last_write: Instant,
+    open: bool,
+}
+
+impl SharedStream {
+    /// Writes `chunk` if nothing was written for `idle`. Returns false once the stream is finished or
+    /// broken (the caller can forget it).
+    pub fn ping_if_idle(&self, idle: Duration, chunk: &[u8]) -> bool {
+        let Ok(mut g) = self.inner.lock() else {
+            return false;
+        };
+        if !g.open {
+            return false;
+        }
+        if g.last_write.elapsed() >= idle {
+            let framed = frame_chunk(chunk);
+            if g.stream.write_all(&framed).is_err() {
+                g.open = false;
+                return false;
+            }
+            g.last_write = Instant::now();
+        }
+        true
+    }
+}
+
+fn frame_chunk(data: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(data.len() + 12);
+    v.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+    v.extend_from_slice(data);
+    v.extend_from_slice(b"\r\n");
+    v
+}
+
 /// The writing half of one request/response exchange on a connection.
 pub struct ResponseWriter {
+    shared: Option<Arc<SharedStream>>,
     stream: TcpStream,
     state: State,
     keep_alive: bool,
@@ -29,6 +74,7 @@ pub struct ResponseWriter {
 impl ResponseWriter {
     pub(crate) fn new(stream: TcpStream) -> Self {
         ResponseWriter {
+            shared: None,
             stream,
             state: State::Fresh,
             keep_alive: true,
@@ -41,6 +87,11 @@ impl ResponseWriter {
 
     /// Prepares the writer for the next request on the same connection.
     pub(crate) fn reset(&mut self, keep_alive: bool, head_only: bool) {
+        if let Some(shared) = self.shared.take() {
+            if let Ok(mut g) = shared.inner.lock() {
+                g.open = false;
+            }
+        }
         self.state = State::Fresh;
         self.keep_alive = keep_alive;
         self.head_only = head_only;
@@ -107,8 +158,40 @@ impl ResponseWriter {
         self.status = status;
     }
 
+    /// Shares the chunked body in progress so another thread can write keepalive chunks into it.
+    pub fn share(&mut self) -> io::Result<Arc<SharedStream>> {
+        if self.state != State::Streaming {
+            return Err(io::Error::other("no chunked response in progress"));
+        }
+        if let Some(s) = &self.shared {
+            return Ok(s.clone());
+        }
+        let shared = Arc::new(SharedStream {
+            inner: Mutex::new(SharedInner {
+                stream: self.stream.try_clone()?,
+                last_write: Instant::now(),
+                open: true,
+            }),
+        });
+        self.shared = Some(shared.clone());
+        Ok(shared)
+    }
+
     fn flush_buf(&mut self) -> io::Result<()> {
-        let result = self.stream.write_all(&self.buf);
+        let result = match &self.shared {
+            Some(shared) => match shared.inner.lock() {
+                Ok(mut g) if g.open => {
+                    let r = g.stream.write_all(&self.buf);
+                    g.last_write = Instant::now();
+                    if r.is_err() {
+                        g.open = false;
+                    }
+                    r
+                }
+                _ => Err(io::Error::new(io::ErrorKind::BrokenPipe, "client gone")),
+            },
+            None => self.stream.write_all(&self.buf),
+        };
         self.buf.clear();
         if result.is_err() {
             self.state = State::Broken;
@@ -174,6 +257,11 @@ impl ResponseWriter {
             self.buf.clear();
             self.buf.extend_from_slice(b"0\r\n\r\n");
             self.flush_buf()?;
+        }
+        if let Some(shared) = self.shared.take() {
+            if let Ok(mut g) = shared.inner.lock() {
+                g.open = false;
+            }
         }
         self.state = State::Done;
         Ok(())

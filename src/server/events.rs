@@ -1,6 +1,7 @@
 //! Writing a canonical event stream to a client: the client protocol's stream encoder, one chunk per step,
 //! usage tracked on the way (and estimated when the upstream reports none).
 
+use super::keepalive::Keepalive;
 use super::respond::{self, Trace};
 use crate::http::ResponseWriter;
 use crate::protocol::canon::{StreamEvent, Usage};
@@ -30,8 +31,12 @@ impl<'a> EventWriter<'a> {
         enc: Box<dyn StreamEncoder>,
         start: StreamEvent,
         extra_headers: &[(&str, &str)],
+        keepalive: &Keepalive,
     ) -> Result<Self, ClientGone> {
         respond::start_sse(w, trace, extra_headers).map_err(|_| ClientGone)?;
+        if let Ok(shared) = w.share() {
+            keepalive.watch(&shared, trace.protocol);
+        }
         let input_estimate = match &start {
             StreamEvent::Start { input_tokens, .. } => *input_tokens,
             _ => 0,

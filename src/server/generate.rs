@@ -196,7 +196,7 @@ pub fn chat_wants_usage(body: &Value) -> bool {
 
 #[allow(clippy::too_many_arguments)]
 fn serve_mock(
-    _gw: &Gateway,
+    gw: &Gateway,
     ex: &mut Exchange,
     trace: &Trace,
     out: &mut Outcome,
@@ -224,7 +224,9 @@ fn serve_mock(
         created: unix_now(),
         input_tokens: reply.response.usage.input_tokens,
     };
-    let Ok(mut writer) = EventWriter::start(ex.response(), trace, encoder, start, &[]) else {
+    let Ok(mut writer) =
+        EventWriter::start(ex.response(), trace, encoder, start, &[], &gw.keepalive)
+    else {
         out.client_closed = true;
         return Ok(());
     };

@@ -3,6 +3,7 @@
 
 mod events;
 mod generate;
+mod keepalive;
 mod relay;
 mod respond;
 mod router;
@@ -26,6 +27,7 @@ pub struct Gateway {
     pub keys: Arc<KeyStore>,
     pub agent: ureq::Agent,
     pub started_unix: u64,
+    pub keepalive: Arc<keepalive::Keepalive>,
 }
 
 /// Renders errors the HTTP layer answers by itself, in the shape of the protocol at that path.
@@ -63,7 +65,14 @@ pub fn run(config: Config, keys: KeyStore, listener: TcpListener) -> i32 {
         config: config.clone(),
         keys: keys.clone(),
         started_unix: crate::util::unix_now(),
+        keepalive: Arc::new(keepalive::Keepalive::new(config.keepalive)),
     });
+    {
+        let k = gw.keepalive.clone();
+        let _ = std::thread::Builder::new()
+            .name("tollgate-keepalive".into())
+            .spawn(move || k.run());
+    }
     let state = Arc::new(ServerState::default());
 
     let (tx, rx) = bounded::<Exchange>(config.queue_size);

@@ -58,7 +58,7 @@ pub fn passthrough(
         )));
     }
     if stream && reply.is_event_stream() {
-        relay_stream(ex, trace, out, upstream, reply, hide_usage);
+        relay_stream(gw, ex, trace, out, upstream, reply, hide_usage);
         return Ok(());
     }
     let content_type = reply.content_type.clone();
@@ -95,6 +95,7 @@ pub fn passthrough(
 }
 
 fn relay_stream(
+    gw: &Gateway,
     ex: &mut Exchange,
     trace: &Trace,
     out: &mut Outcome,
@@ -107,6 +108,9 @@ fn relay_stream(
     if respond::start_sse(w, trace, &[]).is_err() {
         out.client_closed = true;
         return;
+    }
+    if let Ok(shared) = w.share() {
+        gw.keepalive.watch(&shared, trace.protocol);
     }
     out.status = 200;
     let mut watch = StreamWatch::new(trace.protocol, hide_usage);

@@ -78,7 +78,8 @@ pub fn translate(
             created: unix_now(),
             input_tokens: input_estimate,
         };
-        let Ok(mut writer) = EventWriter::start(ex.response(), trace, encoder, start, &extra)
+        let Ok(mut writer) =
+            EventWriter::start(ex.response(), trace, encoder, start, &extra, &gw.keepalive)
         else {
             out.client_closed = true;
             return Ok(());
@@ -163,7 +164,8 @@ pub fn translate(
             created: resp.created,
             input_tokens: resp.usage.input_tokens,
         };
-        let Ok(mut writer) = EventWriter::start(ex.response(), trace, encoder, start, &extra)
+        let Ok(mut writer) =
+            EventWriter::start(ex.response(), trace, encoder, start, &extra, &gw.keepalive)
         else {
             out.client_closed = true;
             return Ok(());

@@ -8,6 +8,7 @@
   fixtures in `fixtures/<protocol>/<case>.json` with `serve()`; each incoming request takes the next one.
   JSON replies carry a content-length; SSE transcripts go out with chunked transfer encoding, one event per
   chunk, and `abort: true` closes the connection without the final chunk. Requests are recorded.
+  `serve_translate(case, kind)` queues the reply of upstream `kind` from `fixtures/translate/<case>/`.
 - `oai`, `anthropic_client`: SDK clients pointed at the gateway, with retries off.
 """
 
@@ -47,6 +48,34 @@ def load_fixture(protocol: str, case: str) -> dict:
     return json.loads((FIXTURES / protocol / f"{case}.json").read_text())
 
 
+def sse_events(raw: bytes) -> list[bytes]:
+    """A raw SSE transcript split into events, one chunk each (blank line kept at the end of each)."""
+    raw = raw.replace(b"\r\n", b"\n")
+    return [e + b"\n\n" for e in raw.split(b"\n\n") if e.strip()]
+
+
+TRANSLATE = FIXTURES / "translate"
+
+
+def load_translate_request(case: str, client: str, model: str) -> dict:
+    """`fixtures/translate/<case>/<client>.request.json` with `"model": "MODEL"` replaced by `model`."""
+    req = json.loads((TRANSLATE / case / f"{client}.request.json").read_text())
+    return {**req, "model": model}
+
+
+def load_translate_expect(case: str) -> dict:
+    return json.loads((TRANSLATE / case / "expect.json").read_text())
+
+
+def load_translate_reply(case: str, kind: str) -> dict:
+    """The reply of upstream `kind` in `fixtures/translate/<case>/`: `<kind>.upstream.sse` (status 200, as
+    events) or `<kind>.upstream.json` ({status, headers, body})."""
+    sse = TRANSLATE / case / f"{kind}.upstream.sse"
+    if sse.exists():
+        return {"status": 200, "events": sse_events(sse.read_bytes())}
+    return json.loads((TRANSLATE / case / f"{kind}.upstream.json").read_text())
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Fake upstream
 
@@ -83,6 +112,15 @@ class FakeUpstream:
         with self._lock:
             self._replies.append(reply)
         return fx
+
+    def queue(self, reply: dict, times: int = 1) -> None:
+        """Queues one reply (`{status, headers?, body}` or `{status, events}`) `times` times."""
+        with self._lock:
+            self._replies.extend(dict(reply) for _ in range(times))
+
+    def serve_translate(self, case: str, kind: str, times: int = 1) -> None:
+        """Queues the `kind` upstream's reply of `fixtures/translate/<case>/` (see load_translate_reply)."""
+        self.queue(load_translate_reply(case, kind), times)
 
     def reset(self) -> None:
         with self._lock:

@@ -152,11 +152,12 @@ pub fn decode_request(body: &Value) -> Result<Request, ApiError> {
             req.reasoning_effort = Some(effort_for_budget(budget).to_string());
         }
     }
+    // OpenAI limits `user` to 64 characters; Claude Code's user ids are longer.
     req.user = o
         .get("metadata")
         .and_then(|m| m.get("user_id"))
         .and_then(Value::as_str)
-        .map(str::to_string);
+        .map(|u| u.chars().take(64).collect());
     Ok(req)
 }
 
