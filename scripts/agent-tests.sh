@@ -2,22 +2,29 @@
 # Runs the real coding agents against tollgate: Claude Code (`claude -p`, Anthropic Messages) and Codex CLI
 # (`codex exec`, OpenAI Responses), each once per upstream kind, with a fake upstream behind tollgate.
 #
-#   scripts/agent-tests.sh                              all six runs (agent x upstream kind)
-#   scripts/agent-tests.sh claude:messages codex:responses   only these (what works without translation)
-#   scripts/agent-tests.sh claude                       claude:messages claude:chat claude:responses
-#   scripts/agent-tests.sh --list                       the run names
+#   scripts/agent-tests.sh                              the twelve runs: agent x upstream kind, plain and :tool
+#   scripts/agent-tests.sh claude:messages codex:responses   only these (e.g. the passthrough pairs)
+#   scripts/agent-tests.sh claude codex:tool            claude's three plain runs, codex's three tool runs
+#   scripts/agent-tests.sh --list                       every run name
 #
-# Run names are AGENT:KIND with AGENT claude or codex and KIND one of
+# Run names are AGENT:KIND or AGENT:KIND:tool, AGENT claude or codex, KIND one of
 #   messages | chat | responses   the agent talks to tollgate, whose model agent-KIND points at the fake
 #                                 upstream's Anthropic / Chat Completions / Responses endpoint
-#   mock                          the agent talks to tollgate's built-in mock model (no upstream)
+#   mock                          the agent talks to tollgate's built-in mock model (no upstream; no :tool)
 #   direct                        the agent talks to the fake upstream itself, no tollgate: records exactly
 #                                 what the agent sends (headers, query strings, body) in upstream-requests.jsonl
-# The default is the six gateway runs. A run passes when the agent exits 0 within the timeout and prints the
-# answer text only the fake upstream produces ("AGENT-OK from <kind> upstream"; for mock, tollgate's mock
-# text), and the fake upstream got the request on the right protocol with the upstream model and the upstream
-# key (never the client's tollgate key). Runs go one at a time. The script prints a summary table and
-# "N passed, N failed"; it exits 1 if any run failed, 2 on a usage or setup error.
+# Shorthands: claude, codex (an agent's three plain gateway runs), claude:tool, codex:tool (its three tool
+# runs), plain, tool, all. The default is all: the six plain and the six tool gateway runs.
+#
+# A plain run asks "Reply with the word ready"; it passes when the agent exits 0 within the timeout and
+# prints the answer only the fake upstream produces ("AGENT-OK from <kind> upstream"; for mock, tollgate's
+# mock text), and the fake upstream got the request on the right protocol with the upstream model and the
+# upstream key (never the client's tollgate key). A :tool run makes a full tool round trip: the fake upstream
+# first answers with a call of the agent's own file-reading tool (Claude Code: Read; Codex: exec_command
+# `cat`) on a file holding a random MARKER, then, once the tool result comes back, with
+# "AGENT-OK from <kind> upstream; the tool said MARKER-..." which the agent must print. Runs go one at a
+# time. The script prints a summary table and "N passed, N failed"; it exits 1 if any run failed, 2 on a
+# usage or setup error.
 #
 # Installs tests/agents/node_modules with `npm ci` when missing or when package-lock.json changed; builds
 # tollgate (cargo build) unless TOLLGATE_BIN names a binary. Needs node/npm and python3.
@@ -43,7 +50,11 @@ prompt="${AGENT_PROMPT:-Reply with the word ready}"
 upstream_key="sk-fake-upstream-agent-tests-0123456789"
 upstream_key_env="TOLLGATE_AGENT_TESTS_UPSTREAM_KEY"
 
-default_runs=(claude:messages claude:chat claude:responses codex:responses codex:chat codex:messages)
+plain_claude=(claude:messages claude:chat claude:responses)
+plain_codex=(codex:responses codex:chat codex:messages)
+tool_claude=(claude:messages:tool claude:chat:tool claude:responses:tool)
+tool_codex=(codex:responses:tool codex:chat:tool codex:messages:tool)
+default_runs=("${plain_claude[@]}" "${plain_codex[@]}" "${tool_claude[@]}" "${tool_codex[@]}")
 
 say() { echo "agent-tests: $*" >&2; }
 die() {
@@ -61,15 +72,22 @@ for arg in "$@"; do
         exit 0
         ;;
     --list)
-        printf '%s\n' "${default_runs[@]}" claude:mock codex:mock claude:direct codex:direct
+        printf '%s\n' "${default_runs[@]}" claude:mock codex:mock claude:direct codex:direct \
+            claude:direct:tool codex:direct:tool
         exit 0
         ;;
     all) runs+=("${default_runs[@]}") ;;
-    claude) runs+=(claude:messages claude:chat claude:responses) ;;
-    codex) runs+=(codex:responses codex:chat codex:messages) ;;
+    plain) runs+=("${plain_claude[@]}" "${plain_codex[@]}") ;;
+    tool) runs+=("${tool_claude[@]}" "${tool_codex[@]}") ;;
+    claude) runs+=("${plain_claude[@]}") ;;
+    codex) runs+=("${plain_codex[@]}") ;;
+    claude:tool) runs+=("${tool_claude[@]}") ;;
+    codex:tool) runs+=("${tool_codex[@]}") ;;
     claude:messages | claude:chat | claude:responses | claude:mock | claude:direct) runs+=("$arg") ;;
     codex:messages | codex:chat | codex:responses | codex:mock | codex:direct) runs+=("$arg") ;;
-    *) die "unknown run '$arg' (see --list; AGENT:KIND, AGENT claude|codex, KIND messages|chat|responses|mock|direct)" ;;
+    claude:messages:tool | claude:chat:tool | claude:responses:tool | claude:direct:tool) runs+=("$arg") ;;
+    codex:messages:tool | codex:chat:tool | codex:responses:tool | codex:direct:tool) runs+=("$arg") ;;
+    *) die "unknown run '$arg' (see --list: AGENT:KIND[:tool], AGENT claude|codex, KIND messages|chat|responses|mock|direct)" ;;
     esac
 done
 [ ${#runs[@]} -gt 0 ] || runs=("${default_runs[@]}")
@@ -230,9 +248,9 @@ say "$claude_version; $codex_version; ${tollgate_version:-tollgate} on $gateway_
 # configs leak in). HOME is the run's own.
 base_env=("PATH=$PATH" "LANG=C.UTF-8" "TERM=dumb" "NO_PROXY=127.0.0.1,localhost" "no_proxy=127.0.0.1,localhost")
 
-# run_claude RUNDIR BASE_URL KEY MODEL
+# run_claude RUNDIR BASE_URL KEY MODEL PROMPT
 run_claude() {
-    local dir="$1" base="$2" key="$3" model="$4" debug=()
+    local dir="$1" base="$2" key="$3" model="$4" prompt="$5" debug=()
     mkdir -p "$dir/home/.claude" "$dir/work"
     [ "${AGENT_TESTS_DEBUG:-0}" = 1 ] && debug=(--debug-file "$dir/claude-debug.log")
     (cd "$dir/work" && env -i "${base_env[@]}" HOME="$dir/home" \
@@ -254,9 +272,9 @@ run_claude() {
         </dev/null >"$dir/stdout" 2>"$dir/stderr")
 }
 
-# run_codex RUNDIR BASE_URL(with /v1) KEY MODEL
+# run_codex RUNDIR BASE_URL(with /v1) KEY MODEL PROMPT
 run_codex() {
-    local dir="$1" base="$2" key="$3" model="$4" debug=()
+    local dir="$1" base="$2" key="$3" model="$4" prompt="$5" debug=()
     mkdir -p "$dir/home" "$dir/codex-home" "$dir/work"
     [ "${AGENT_TESTS_DEBUG:-0}" = 1 ] && debug=(RUST_LOG=codex_core=debug,codex_api=debug)
     cat >"$dir/codex-home/config.toml" <<EOF
@@ -292,11 +310,10 @@ passed=0
 failed=0
 
 for run in "${runs[@]}"; do
-    agent="${run%%:*}"
-    kind="${run#*:}"
-    dir="$out/runs/${agent}-${kind}"
+    IFS=: read -r agent kind tool <<<"$run"
+    dir="$out/runs/${run//:/-}"
     rm -rf "$dir"
-    mkdir -p "$dir"
+    mkdir -p "$dir/work"
 
     case "$kind" in
     mock)
@@ -312,6 +329,15 @@ for run in "${runs[@]}"; do
         expect="AGENT-OK from $kind upstream"
         ;;
     esac
+    run_prompt="$prompt"
+    min_requests=1
+    if [ -n "$tool" ]; then
+        marker="MARKER-$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
+        echo "$marker" >"$dir/work/marker.txt"
+        run_prompt="Read the file the upstream names. TOOL-ROUNDTRIP $dir/work/marker.txt"
+        expect="$expect; the tool said $marker"
+        min_requests=2
+    fi
     if [ "$kind" = direct ]; then
         host="$fake_addr"
         key="sk-direct-agent-tests"
@@ -326,9 +352,9 @@ for run in "${runs[@]}"; do
     start_us="${EPOCHREALTIME/./}"
     status=0
     if [ "$agent" = claude ]; then
-        run_claude "$dir" "http://$host" "$key" "$model" || status=$?
+        run_claude "$dir" "http://$host" "$key" "$model" "$run_prompt" || status=$?
     else
-        run_codex "$dir" "http://$host/v1" "$key" "$model" || status=$?
+        run_codex "$dir" "http://$host/v1" "$key" "$model" "$run_prompt" || status=$?
     fi
     elapsed_ms=$(((${EPOCHREALTIME/./} - start_us) / 1000))
     elapsed="$((elapsed_ms / 1000)).$(printf '%01d' $(((elapsed_ms % 1000) / 100)))s"
@@ -336,7 +362,7 @@ for run in "${runs[@]}"; do
     sleep 0.2 # let tollgate write its request log line
     tail -n +"$((log_from + 1))" "$out/tollgate.log" >"$dir/tollgate.log" || true
     check_status=0
-    python3 "$agents_dir/check_upstream.py" "$records" "$rec_from" "$kind" \
+    python3 "$agents_dir/check_upstream.py" "$records" "$rec_from" "$kind" --min-requests "$min_requests" \
         --upstream-model "fake-$kind-model" --upstream-key "$upstream_key" --client-key "$client_key" \
         >"$dir/upstream-check.txt" 2>&1 || check_status=$?
     tail -n +"$((rec_from + 1))" "$records" >"$dir/upstream-requests.jsonl" || true
@@ -386,10 +412,10 @@ done
 {
     echo
     echo "Agent tests against tollgate ($claude_version; $codex_version)"
-    printf '  %-18s %-16s %-6s %7s  %s\n' RUN MODEL RESULT TIME DETAIL
+    printf '  %-22s %-16s %-6s %7s  %s\n' RUN MODEL RESULT TIME DETAIL
     for r in "${results[@]}"; do
         IFS='|' read -r run model result elapsed detail <<<"$r"
-        printf '  %-18s %-16s %-6s %7s  %s\n' "$run" "$model" "$result" "$elapsed" "$detail"
+        printf '  %-22s %-16s %-6s %7s  %s\n' "$run" "$model" "$result" "$elapsed" "$detail"
     done
     echo
 } >&2

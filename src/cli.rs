@@ -49,6 +49,8 @@ pub enum KeysCommand {
     Add(KeysAddArgs),
     List(KeysListArgs),
     Revoke(KeysRevokeArgs),
+    Rotate(KeysRotateArgs),
+    Credit(KeysCreditArgs),
 }
 
 #[derive(FromArgs)]
@@ -91,6 +93,39 @@ pub struct KeysRevokeArgs {
 }
 
 #[derive(FromArgs)]
+/// Replace a key with a new one (same name, group and credit); the old key stops working at once.
+#[argh(subcommand, name = "rotate")]
+pub struct KeysRotateArgs {
+    /// config file (TOML); without it, the built-in defaults
+    #[argh(option)]
+    pub config: Option<PathBuf>,
+    /// name of the key to rotate
+    #[argh(option)]
+    pub name: String,
+}
+
+#[derive(FromArgs)]
+/// Top up or set a key's credit.
+#[argh(subcommand, name = "credit")]
+pub struct KeysCreditArgs {
+    /// config file (TOML); without it, the built-in defaults
+    #[argh(option)]
+    pub config: Option<PathBuf>,
+    /// name of the key
+    #[argh(option)]
+    pub name: String,
+    /// credits to add
+    #[argh(option)]
+    pub add: Option<f64>,
+    /// set the credit to this amount
+    #[argh(option)]
+    pub set: Option<f64>,
+    /// remove the credit limit
+    #[argh(switch)]
+    pub unlimited: bool,
+}
+
+#[derive(FromArgs)]
 /// Validate a config file; exits 1 naming the bad field.
 #[argh(subcommand, name = "check")]
 pub struct CheckArgs {
@@ -108,6 +143,8 @@ pub fn run(args: Args) -> i32 {
             KeysCommand::Add(a) => keys_add(a),
             KeysCommand::List(a) => keys_list(a),
             KeysCommand::Revoke(a) => keys_revoke(a),
+            KeysCommand::Rotate(a) => keys_rotate(a),
+            KeysCommand::Credit(a) => keys_credit(a),
         },
     }
 }
@@ -139,38 +176,26 @@ fn check(path: &Path) -> i32 {
     }
 }
 
-/// Holds an exclusive lock on the keys file's companion lock file while it is read-modified-written.
-fn lock_keys(data_dir: &Path) -> Result<fs::File, String> {
-    fs::create_dir_all(data_dir)
-        .map_err(|e| format!("cannot create {}: {e}", data_dir.display()))?;
-    let path = data_dir.join("keys.lock");
-    let f = fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-    f.lock()
-        .map_err(|e| format!("cannot lock {}: {e}", path.display()))?;
-    Ok(f)
-}
-
 fn read_keys_or_msg(path: &Path) -> Result<Vec<KeyRecord>, String> {
     keys::read_keys(path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// Adds a key; returns the plaintext.
+/// A key operation's error with the flag that was wrong.
+fn flag_error(e: keys::KeyOpError) -> String {
+    if e.field.is_empty() {
+        e.message
+    } else {
+        format!("--{}: {}", e.field, e.message)
+    }
+}
+
+/// Adds a key after checking its group against the config; returns the plaintext.
 fn add_key(
     config: &Config,
     name: &str,
     group: &str,
     credit: Option<f64>,
 ) -> Result<String, String> {
-    if name.is_empty() || name.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!(
-            "--name: expected a non-empty name without spaces, got {name:?}"
-        ));
-    }
     if config.group(group).is_none() {
         let known: Vec<&str> = config.groups.iter().map(|g| g.name.as_str()).collect();
         return Err(format!(
@@ -178,34 +203,7 @@ fn add_key(
             known.join(", ")
         ));
     }
-    if let Some(c) = credit {
-        if !(c.is_finite() && c >= 0.0) {
-            return Err(format!(
-                "--credit: expected an amount of 0 or more, got {c}"
-            ));
-        }
-    }
-    let _lock = lock_keys(&config.data_dir)?;
-    let path = config.data_dir.join(KEYS_FILE);
-    let mut records = read_keys_or_msg(&path)?;
-    if let Some(existing) = records.iter().find(|r| r.name == name) {
-        let state = if existing.disabled { " (revoked)" } else { "" };
-        return Err(format!(
-            "--name: a key named {name:?} already exists{state}; choose another name"
-        ));
-    }
-    let key = keys::generate_key();
-    records.push(KeyRecord {
-        name: name.to_string(),
-        group: group.to_string(),
-        hash: keys::hash_key(&key),
-        credit,
-        disabled: false,
-        created: crate::util::rfc3339(crate::util::unix_now()),
-    });
-    keys::write_keys(&path, &records)
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    Ok(key)
+    keys::add_key(&config.data_dir, name, group, credit).map_err(flag_error)
 }
 
 fn keys_add(a: KeysAddArgs) -> i32 {
@@ -267,29 +265,49 @@ fn keys_list(a: KeysListArgs) -> i32 {
 }
 
 fn keys_revoke(a: KeysRevokeArgs) -> i32 {
-    let config = match load(a.config.as_deref()) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("{e}");
-            return 1;
-        }
-    };
-    let result = (|| -> Result<(), String> {
-        let _lock = lock_keys(&config.data_dir)?;
-        let path = config.data_dir.join(KEYS_FILE);
-        let mut records = read_keys_or_msg(&path)?;
-        let Some(r) = records.iter_mut().find(|r| r.name == a.name) else {
-            return Err(format!("--name: no key named {:?}", a.name));
+    with_config(a.config.as_deref(), |config| {
+        keys::revoke_key(&config.data_dir, &a.name).map_err(flag_error)?;
+        println!("Revoked key {:?}.", a.name);
+        Ok(())
+    })
+}
+
+fn keys_rotate(a: KeysRotateArgs) -> i32 {
+    with_config(a.config.as_deref(), |config| {
+        let key = keys::rotate_key(&config.data_dir, &a.name).map_err(flag_error)?;
+        println!(
+            "Rotated key {:?}: the old key no longer works. The new one is shown only this once:",
+            a.name
+        );
+        println!("{key}");
+        Ok(())
+    })
+}
+
+fn keys_credit(a: KeysCreditArgs) -> i32 {
+    with_config(a.config.as_deref(), |config| {
+        let change = match (a.add, a.set, a.unlimited) {
+            (Some(x), None, false) => keys::CreditChange::Add(x),
+            (None, Some(x), false) => keys::CreditChange::Set(x),
+            (None, None, true) => keys::CreditChange::Unlimited,
+            _ => {
+                return Err("give exactly one of --add AMOUNT, --set AMOUNT or --unlimited".into())
+            }
         };
-        r.disabled = true;
-        keys::write_keys(&path, &records)
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))
-    })();
-    match result {
-        Ok(()) => {
-            println!("Revoked key {:?}.", a.name);
-            0
+        let credit = keys::change_credit(&config.data_dir, &a.name, change).map_err(flag_error)?;
+        match credit {
+            Some(c) => println!("Key {:?} now has a credit of {c}.", a.name),
+            None => println!("Key {:?} now has no credit limit.", a.name),
         }
+        Ok(())
+    })
+}
+
+/// Loads the config and runs `f`, turning its error into a message on stderr and exit code 1.
+fn with_config(config: Option<&Path>, f: impl FnOnce(&Config) -> Result<(), String>) -> i32 {
+    let result = load(config).and_then(|c| f(&c));
+    match result {
+        Ok(()) => 0,
         Err(e) => {
             eprintln!("{e}");
             1
@@ -352,6 +370,35 @@ fn serve(a: ServeArgs) -> i32 {
             return 1;
         }
     };
+    let (ledger, replay) = match crate::ledger::Ledger::open(
+        &config.data_dir,
+        config.ledger_sync,
+        config.ledger_strict,
+    ) {
+        Ok(pair) => pair,
+        Err(e) => {
+            log::error!(
+                "cannot open the usage ledger in {}: {e}",
+                config.data_dir.display()
+            );
+            return 1;
+        }
+    };
+    log::info!(
+        "usage ledger: {} records replayed ({} keys with spend{}{})",
+        replay.records,
+        replay.spent.len(),
+        if replay.bad_lines > 0 {
+            format!(", {} unreadable lines skipped", replay.bad_lines)
+        } else {
+            String::new()
+        },
+        if replay.torn_bytes > 0 {
+            format!(", a torn last line of {} bytes cut off", replay.torn_bytes)
+        } else {
+            String::new()
+        },
+    );
     let listener = match TcpListener::bind(&config.listen) {
         Ok(l) => l,
         Err(e) => {
@@ -371,5 +418,5 @@ fn serve(a: ServeArgs) -> i32 {
         config.workers,
         config.data_dir.display()
     );
-    crate::server::run(config, keys, listener)
+    crate::server::run(config, keys, ledger, replay.spent, listener)
 }

@@ -125,6 +125,10 @@ pub struct Config {
     pub shutdown_grace: Duration,
     /// A stream silent for this long gets a keepalive (SSE comment, or `ping` for Messages clients).
     pub keepalive: Duration,
+    /// How often the usage ledger is synced to disk (at most this much is lost to a `kill -9`).
+    pub ledger_sync: Duration,
+    /// Sync each usage record before its response ends.
+    pub ledger_strict: bool,
     pub log_level: String,
     pub upstreams: Vec<Upstream>,
     pub models: Vec<Model>,
@@ -145,6 +149,8 @@ struct RawConfig {
     write_timeout_secs: Option<u64>,
     shutdown_grace_secs: Option<u64>,
     keepalive_secs: Option<u64>,
+    ledger_sync_ms: Option<u64>,
+    ledger_strict: Option<bool>,
     log_level: Option<String>,
     #[serde(default)]
     upstreams: Vec<RawUpstream>,
@@ -249,6 +255,13 @@ impl Config {
 
     pub fn upstream(&self, name: &str) -> Option<&Upstream> {
         self.upstreams.iter().find(|u| u.name == name)
+    }
+
+    /// The admin token from the environment variable `admin_token_env` names (None: admin API closed).
+    pub fn admin_token(&self) -> Option<String> {
+        std::env::var(&self.admin_token_env)
+            .ok()
+            .filter(|t| !t.is_empty())
     }
 
     pub fn group(&self, name: &str) -> Option<&Group> {
@@ -560,6 +573,17 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         write_timeout: secs("write_timeout_secs", raw.write_timeout_secs, 60)?,
         shutdown_grace: secs("shutdown_grace_secs", raw.shutdown_grace_secs, 30)?,
         keepalive: secs("keepalive_secs", raw.keepalive_secs, 15)?,
+        ledger_sync: match raw.ledger_sync_ms {
+            Some(0) => {
+                return Err(err(
+                    "ledger_sync_ms",
+                    "expected a number of milliseconds greater than 0",
+                ))
+            }
+            Some(n) => Duration::from_millis(n),
+            None => Duration::from_millis(200),
+        },
+        ledger_strict: raw.ledger_strict.unwrap_or(false),
         log_level,
         upstreams,
         models,

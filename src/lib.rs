@@ -5,6 +5,7 @@ pub mod access;
 pub mod cli;
 pub mod config;
 pub mod http;
+pub mod ledger;
 pub mod protocol;
 pub mod server;
 pub mod upstream;

@@ -65,6 +65,40 @@ pub fn rfc3339(secs: u64) -> String {
     format!("{}Z", &s[..19])
 }
 
+/// Parses an RFC 3339 UTC timestamp (`2026-11-22T10:04:05Z`, fractions and `+00:00` accepted) into seconds
+/// since the Unix epoch.
+pub fn parse_rfc3339(s: &str) -> Option<u64> {
+    let b = s.as_bytes();
+    if b.len() < 19
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || !(b[10] == b'T' || b[10] == b' ')
+        || b[13] != b':'
+    {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
+    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (h, mi, se) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || se > 60 {
+        return None;
+    }
+    let days = days_from_civil(y, mo as u32, d as u32);
+    let secs = days * 86_400 + h * 3600 + mi * 60 + se;
+    u64::try_from(secs).ok()
+}
+
+/// (year, month, day) to days since 1970-01-01 (inverse of `civil_from_days`).
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = (m as i64 + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d as i64 - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 /// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (Howard Hinnant's algorithm).
 fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
@@ -117,6 +151,14 @@ mod tests {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
         assert_eq!(rfc3339(1_700_000_000), "2023-11-14T22:13:20Z");
         assert_eq!(rfc3339_millis(951_782_400_123), "2000-02-29T00:00:00.123Z");
+        for t in [0, 951_782_400, 1_700_000_000, 4_102_444_799] {
+            assert_eq!(parse_rfc3339(&rfc3339(t)), Some(t));
+        }
+        assert_eq!(
+            parse_rfc3339("2026-11-22T10:04:05.123+00:00"),
+            Some(parse_rfc3339("2026-11-22T10:04:05Z").unwrap())
+        );
+        assert_eq!(parse_rfc3339("yesterday"), None);
     }
 
     #[test]

@@ -178,6 +178,7 @@ pub enum KeyCheck {
 #[derive(Default)]
 struct KeySet {
     by_hash: HashMap<String, (Arc<Identity>, bool)>,
+    records: Vec<KeyRecord>,
 }
 
 impl KeySet {
@@ -193,7 +194,10 @@ impl KeySet {
                 (r.hash.clone(), (Arc::new(id), r.disabled))
             })
             .collect();
-        KeySet { by_hash }
+        KeySet {
+            by_hash,
+            records: records.to_vec(),
+        }
     }
 }
 
@@ -239,6 +243,11 @@ impl KeyStore {
             Ok(g) => g.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
         }
+    }
+
+    /// Every key record currently in force (hashes included; never shown to clients).
+    pub fn records(&self) -> Vec<KeyRecord> {
+        self.current().records.clone()
     }
 
     /// Checks a presented key.
@@ -368,4 +377,178 @@ mod tests {
             other => panic!("expected a line-3 error, got {other:?}"),
         }
     }
+}
+
+/// A refused key operation: which input was wrong (`name`, `group`, `credit`) and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeyOpError {
+    pub field: &'static str,
+    pub message: String,
+}
+
+impl KeyOpError {
+    fn new(field: &'static str, message: impl Into<String>) -> Self {
+        KeyOpError {
+            field,
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for KeyOpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.field.is_empty() {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "{}: {}", self.field, self.message)
+        }
+    }
+}
+
+/// Reads, changes and atomically rewrites the keys file under an exclusive lock (`keys.lock`), so the CLI,
+/// the console and hand edits never lose each other's changes.
+pub fn update_keys<T>(
+    data_dir: &Path,
+    f: impl FnOnce(&mut Vec<KeyRecord>) -> Result<T, KeyOpError>,
+) -> Result<T, KeyOpError> {
+    let io = |what: &str, p: &Path, e: &dyn std::fmt::Display| {
+        KeyOpError::new("", format!("cannot {what} {}: {e}", p.display()))
+    };
+    fs::create_dir_all(data_dir).map_err(|e| io("create", data_dir, &e))?;
+    let lock_path = data_dir.join("keys.lock");
+    let lock = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| io("open", &lock_path, &e))?;
+    lock.lock().map_err(|e| io("lock", &lock_path, &e))?;
+    let path = data_dir.join(KEYS_FILE);
+    let mut records = read_keys(&path).map_err(|e| io("read", &path, &e))?;
+    let result = f(&mut records)?;
+    write_keys(&path, &records).map_err(|e| io("write", &path, &e))?;
+    Ok(result)
+}
+
+fn valid_name(name: &str) -> Result<(), KeyOpError> {
+    if name.is_empty()
+        || name.len() > 128
+        || name.chars().any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(KeyOpError::new(
+            "name",
+            format!("expected a non-empty name without spaces, got {name:?}"),
+        ));
+    }
+    Ok(())
+}
+
+fn valid_credit(credit: Option<f64>) -> Result<(), KeyOpError> {
+    match credit {
+        Some(c) if !(c.is_finite() && c >= 0.0) => Err(KeyOpError::new(
+            "credit",
+            format!("expected an amount of 0 or more, got {c}"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Creates a key (the group must exist: the caller checks it against the config). Returns the plaintext.
+pub fn add_key(
+    data_dir: &Path,
+    name: &str,
+    group: &str,
+    credit: Option<f64>,
+) -> Result<String, KeyOpError> {
+    valid_name(name)?;
+    valid_credit(credit)?;
+    update_keys(data_dir, |records| {
+        if let Some(existing) = records.iter().find(|r| r.name == name) {
+            let state = if existing.disabled { " (revoked)" } else { "" };
+            return Err(KeyOpError::new(
+                "name",
+                format!("a key named {name:?} already exists{state}; choose another name"),
+            ));
+        }
+        let key = generate_key();
+        records.push(KeyRecord {
+            name: name.to_string(),
+            group: group.to_string(),
+            hash: hash_key(&key),
+            credit,
+            disabled: false,
+            created: crate::util::rfc3339(crate::util::unix_now()),
+        });
+        Ok(key)
+    })
+}
+
+fn find<'a>(records: &'a mut [KeyRecord], name: &str) -> Result<&'a mut KeyRecord, KeyOpError> {
+    records
+        .iter_mut()
+        .find(|r| r.name == name)
+        .ok_or_else(|| KeyOpError::new("name", format!("no key named {name:?}")))
+}
+
+/// Revokes a key at once (a running server notices within about a second).
+pub fn revoke_key(data_dir: &Path, name: &str) -> Result<(), KeyOpError> {
+    update_keys(data_dir, |records| {
+        find(records, name)?.disabled = true;
+        Ok(())
+    })
+}
+
+/// Replaces a key with a new one under the same name, group and credit; the old key stops working at once.
+pub fn rotate_key(data_dir: &Path, name: &str) -> Result<String, KeyOpError> {
+    update_keys(data_dir, |records| {
+        let r = find(records, name)?;
+        if r.disabled {
+            return Err(KeyOpError::new(
+                "name",
+                format!("the key {name:?} is revoked; create a new key instead"),
+            ));
+        }
+        let key = generate_key();
+        r.hash = hash_key(&key);
+        Ok(key)
+    })
+}
+
+/// How to change a key's credit.
+#[derive(Debug, Clone, Copy)]
+pub enum CreditChange {
+    /// Top up by this amount (the key must have a credit).
+    Add(f64),
+    /// Set the credit to this amount.
+    Set(f64),
+    /// Remove the limit.
+    Unlimited,
+}
+
+/// Changes a key's credit; returns the new credit.
+pub fn change_credit(
+    data_dir: &Path,
+    name: &str,
+    change: CreditChange,
+) -> Result<Option<f64>, KeyOpError> {
+    match change {
+        CreditChange::Add(a) => valid_credit(Some(a))?,
+        CreditChange::Set(a) => valid_credit(Some(a))?,
+        CreditChange::Unlimited => {}
+    }
+    update_keys(data_dir, |records| {
+        let r = find(records, name)?;
+        r.credit = match (change, r.credit) {
+            (CreditChange::Add(a), Some(c)) => Some(c + a),
+            (CreditChange::Add(_), None) => {
+                return Err(KeyOpError::new(
+                    "credit",
+                    format!("the key {name:?} has no credit limit (unlimited); set one instead of adding to it"),
+                ))
+            }
+            (CreditChange::Set(a), _) => Some(a),
+            (CreditChange::Unlimited, _) => None,
+        };
+        Ok(r.credit)
+    })
 }

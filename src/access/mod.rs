@@ -1,5 +1,6 @@
 //! Who is calling and what they may use: API keys (hashed, from a flat file) and group model allow-lists.
 
+pub mod accounts;
 pub mod keys;
 
 use std::sync::Arc;

@@ -69,6 +69,10 @@ pub struct ResponseWriter {
     status: u16,
     bytes_written: u64,
     buf: Vec<u8>,
+    /// Hold the end of the response (a whole Content-Length response, or the last chunk) until the
+    /// exchange is returned to its connection.
+    hold: bool,
+    held: Vec<u8>,
 }
 
 impl ResponseWriter {
@@ -79,6 +83,8 @@ impl ResponseWriter {
             state: State::Fresh,
             keep_alive: true,
             head_only: false,
+            hold: false,
+            held: Vec::new(),
             status: 0,
             bytes_written: 0,
             buf: Vec::with_capacity(4096),
@@ -93,6 +99,8 @@ impl ResponseWriter {
             }
         }
         self.state = State::Fresh;
+        self.hold = false;
+        self.held.clear();
         self.keep_alive = keep_alive;
         self.head_only = head_only;
         self.status = 0;
@@ -116,7 +124,29 @@ impl ResponseWriter {
 
     /// Whether the connection can carry another request after this response.
     pub(crate) fn reusable(&self) -> bool {
-        self.keep_alive && self.state == State::Done
+        self.keep_alive && self.state == State::Done && self.held.is_empty()
+    }
+
+    /// Holds back the end of this response (the whole of a Content-Length response, or the terminal chunk
+    /// of a chunked one) until the handler has returned the exchange: what the handler does after writing
+    /// its answer (such as syncing a record to disk) then happens before the client sees the answer end.
+    pub fn hold_end(&mut self) {
+        if self.state == State::Fresh {
+            self.hold = true;
+        }
+    }
+
+    /// Writes what `hold_end` kept back.
+    pub(crate) fn release_held(&mut self) -> io::Result<()> {
+        if self.held.is_empty() {
+            return Ok(());
+        }
+        let r = self.stream.write_all(&self.held);
+        self.held.clear();
+        if r.is_err() {
+            self.state = State::Broken;
+        }
+        r
     }
 
     /// Makes this the last response on the connection (`Connection: close`).
@@ -208,7 +238,11 @@ impl ResponseWriter {
         if !self.head_only {
             self.buf.extend_from_slice(body);
         }
-        self.flush_buf()?;
+        if self.hold {
+            self.held = std::mem::take(&mut self.buf);
+        } else {
+            self.flush_buf()?;
+        }
         self.bytes_written = body.len() as u64;
         self.state = State::Done;
         Ok(())
@@ -253,7 +287,9 @@ impl ResponseWriter {
             State::Broken => return Err(io::Error::new(io::ErrorKind::BrokenPipe, "client gone")),
             State::Fresh => return Err(io::Error::other("no response in progress")),
         }
-        if !self.head_only {
+        if self.hold {
+            self.held = b"0\r\n\r\n".to_vec();
+        } else if !self.head_only {
             self.buf.clear();
             self.buf.extend_from_slice(b"0\r\n\r\n");
             self.flush_buf()?;

@@ -261,13 +261,16 @@ impl Connection {
                 );
             }
             let returned = done_rx.recv();
+            let released = match returned {
+                Ok(mut w) => w.release_held().is_ok().then_some(w),
+                Err(_) => None,
+            };
             self.state.in_flight.fetch_sub(1, Ordering::SeqCst);
-            match returned {
-                Ok(w) if w.reusable() && !self.state.shutting_down.load(Ordering::SeqCst) => {
-                    writer = w
-                }
-                _ => return,
+            let Some(w) = released else { return };
+            if !w.reusable() || self.state.shutting_down.load(Ordering::SeqCst) {
+                return;
             }
+            writer = w;
         }
     }
 

@@ -5,21 +5,22 @@ use std::time::Instant;
 
 use serde_json::Value;
 
-use super::events::EventWriter;
+use super::accounting;
 use super::relay;
 use super::respond::{self, Trace};
 use super::Gateway;
 use crate::access;
-use crate::config::{Model, Upstream, UpstreamKind};
+use crate::config::{Model, UpstreamKind};
 use crate::http::Exchange;
-use crate::protocol::canon::{StreamEvent, Usage};
+use crate::protocol::canon::Usage;
 use crate::protocol::{fields, messages, ApiError, Protocol};
-use crate::upstream::mock;
-use crate::util::{new_id, unix_now};
+use crate::util::new_id;
 
-/// What happened to one request, for the log line (and the usage ledger).
+/// What happened to one request, for the log line and the usage ledger.
 #[derive(Debug, Default, Clone)]
 pub struct Outcome {
+    /// The request got as far as calling an upstream (so it gets a usage record).
+    pub upstream_called: bool,
     pub key: Option<String>,
     pub group: Option<String>,
     pub model: Option<String>,
@@ -42,15 +43,34 @@ impl Outcome {
 
 /// Handles one POST to a generation endpoint.
 pub fn handle(gw: &Gateway, ex: &mut Exchange, protocol: Protocol) {
-    let trace = Trace::new(ex, protocol);
+    if gw.config.ledger_strict {
+        // The record is synced before the client sees the end of the answer.
+        ex.response().hold_end();
+    }
+    let mut trace = Trace::new(ex, protocol);
     let mut out = Outcome::default();
-    if let Err(e) = run(gw, ex, &trace, &mut out) {
+    let mut reservation = None;
+    let result = prepare(gw, ex, &trace, &mut out).and_then(|prepared| {
+        let admitted = accounting::admit(gw, &prepared);
+        let (res, info) = match admitted {
+            Ok(pair) => pair,
+            Err((e, info)) => {
+                trace.extra = info.headers;
+                return Err(e);
+            }
+        };
+        trace.extra = info.headers;
+        reservation = Some(res);
+        dispatch(gw, ex, &trace, &mut out, &prepared)
+    });
+    if let Err(e) = result {
         if !ex.response().is_started() {
             respond::error(ex.response(), &trace, &e);
         }
         out.status = e.status;
         out.error = Some(e.message.clone());
     }
+    accounting::record(gw, ex, &trace, &out, reservation);
     log_outcome(ex, &trace, &out);
 }
 
@@ -85,7 +105,22 @@ fn log_outcome(ex: &Exchange, trace: &Trace, out: &Outcome) {
     }
 }
 
-fn run(gw: &Gateway, ex: &mut Exchange, trace: &Trace, out: &mut Outcome) -> Result<(), ApiError> {
+/// A request that passed authentication and validation, and the model it names.
+pub struct Prepared<'a> {
+    pub identity: std::sync::Arc<access::Identity>,
+    pub body: Value,
+    /// Size of the raw body, for the admission estimate of input tokens.
+    pub body_len: usize,
+    pub stream: bool,
+    pub model: &'a Model,
+}
+
+fn prepare<'a>(
+    gw: &'a Gateway,
+    ex: &Exchange,
+    trace: &Trace,
+    out: &mut Outcome,
+) -> Result<Prepared<'a>, ApiError> {
     let protocol = trace.protocol;
     let identity = access::authenticate(&ex.request, protocol, &gw.keys)?;
     out.key = Some(identity.name.clone());
@@ -112,7 +147,26 @@ fn run(gw: &Gateway, ex: &mut Exchange, trace: &Trace, out: &mut Outcome) -> Res
     if !access::group_allows(&gw.config, &identity.group, &model.name) {
         return Err(access::forbidden_model(&model.name, &identity.group));
     }
+    Ok(Prepared {
+        identity,
+        body,
+        body_len: ex.request.body.len(),
+        stream,
+        model,
+    })
+}
 
+/// Sends the request to the model's upstreams in order, moving on only before the first byte reached the
+/// client and only for failures another upstream may not have.
+fn dispatch(
+    gw: &Gateway,
+    ex: &mut Exchange,
+    trace: &Trace,
+    out: &mut Outcome,
+    p: &Prepared,
+) -> Result<(), ApiError> {
+    let protocol = trace.protocol;
+    let (model, body, stream) = (p.model, &p.body, p.stream);
     let count = model.upstreams.len();
     for (i, name) in model.upstreams.iter().enumerate() {
         let Some(upstream) = gw.config.upstream(name) else {
@@ -124,11 +178,13 @@ fn run(gw: &Gateway, ex: &mut Exchange, trace: &Trace, out: &mut Outcome) -> Res
         out.upstream = Some(upstream.name.clone());
         let started = Instant::now();
         let attempt = match upstream.kind {
-            UpstreamKind::Mock => serve_mock(gw, ex, trace, out, upstream, model, &body, stream),
+            UpstreamKind::Mock => {
+                super::mock::serve(gw, ex, trace, out, upstream, model, body, stream)
+            }
             kind if kind.protocol() == Some(protocol) => {
                 relay::passthrough(gw, ex, trace, out, upstream, model, body.clone(), stream)
             }
-            _ => super::translate::translate(gw, ex, trace, out, upstream, model, &body, stream),
+            _ => super::translate::translate(gw, ex, trace, out, upstream, model, body, stream),
         };
         match attempt {
             Ok(()) => return Ok(()),
@@ -192,58 +248,4 @@ pub fn chat_wants_usage(body: &Value) -> bool {
     body.pointer("/stream_options/include_usage")
         .and_then(Value::as_bool)
         == Some(true)
-}
-
-#[allow(clippy::too_many_arguments)]
-fn serve_mock(
-    gw: &Gateway,
-    ex: &mut Exchange,
-    trace: &Trace,
-    out: &mut Outcome,
-    upstream: &Upstream,
-    model: &Model,
-    body: &Value,
-    stream: bool,
-) -> Result<(), ApiError> {
-    let protocol = trace.protocol;
-    let req = protocol.decode_request(body)?;
-    let mut reply = mock::reply(&req, &model.name);
-    reply.response.id = response_id(protocol);
-    out.usage = Some(reply.response.usage);
-    if !stream {
-        let v = protocol.encode_response(&reply.response, &req);
-        let bytes = serde_json::to_vec(&v).map_err(|e| ApiError::internal(e.to_string()))?;
-        respond::json(ex.response(), trace, 200, &bytes, &[]);
-        out.status = 200;
-        return Ok(());
-    }
-    let encoder = protocol.stream_encoder(&req, chat_wants_usage(body));
-    let start = StreamEvent::Start {
-        id: reply.response.id.clone(),
-        model: model.name.clone(),
-        created: unix_now(),
-        input_tokens: reply.response.usage.input_tokens,
-    };
-    let Ok(mut writer) =
-        EventWriter::start(ex.response(), trace, encoder, start, &[], &gw.keepalive)
-    else {
-        out.client_closed = true;
-        return Ok(());
-    };
-    out.status = 200;
-    for ev in &reply.events {
-        if !upstream.mock_delay.is_zero()
-            && !matches!(ev, StreamEvent::Finish(_) | StreamEvent::Usage(_))
-        {
-            std::thread::sleep(upstream.mock_delay);
-        }
-        if writer.emit(ev).is_err() {
-            out.client_closed = true;
-            return Ok(());
-        }
-    }
-    if writer.finish().is_err() {
-        out.client_closed = true;
-    }
-    Ok(())
 }

@@ -1,9 +1,12 @@
 //! The running gateway: worker pool, key reloading, signal handling and graceful shutdown, on top of the
 //! protocol-agnostic HTTP layer in `crate::http`.
 
+mod accounting;
+mod admin;
 mod events;
 mod generate;
 mod keepalive;
+mod mock;
 mod relay;
 mod respond;
 mod router;
@@ -28,6 +31,10 @@ pub struct Gateway {
     pub agent: ureq::Agent,
     pub started_unix: u64,
     pub keepalive: Arc<keepalive::Keepalive>,
+    pub ledger: crate::ledger::Ledger,
+    pub accounts: Arc<crate::access::accounts::Accounts>,
+    /// SHA-256 of the admin token (None: the admin API refuses every call).
+    pub admin_token: Option<[u8; 32]>,
 }
 
 /// Renders errors the HTTP layer answers by itself, in the shape of the protocol at that path.
@@ -57,7 +64,17 @@ fn render_http_error(
 
 /// Starts the gateway on `listener` and blocks until a shutdown signal has been handled; returns the exit
 /// code.
-pub fn run(config: Config, keys: KeyStore, listener: TcpListener) -> i32 {
+pub fn run(
+    config: Config,
+    keys: KeyStore,
+    ledger: crate::ledger::Ledger,
+    spent: std::collections::HashMap<String, f64>,
+    listener: TcpListener,
+) -> i32 {
+    let admin_token = config.admin_token().map(|t| admin::token_digest(&t));
+    if admin_token.is_none() {
+        log::info!("admin API closed: {} is not set", config.admin_token_env);
+    }
     let config = Arc::new(config);
     let keys = Arc::new(keys);
     let gw = Arc::new(Gateway {
@@ -66,6 +83,9 @@ pub fn run(config: Config, keys: KeyStore, listener: TcpListener) -> i32 {
         keys: keys.clone(),
         started_unix: crate::util::unix_now(),
         keepalive: Arc::new(keepalive::Keepalive::new(config.keepalive)),
+        ledger,
+        accounts: Arc::new(crate::access::accounts::Accounts::new(spent)),
+        admin_token,
     });
     {
         let k = gw.keepalive.clone();
@@ -176,6 +196,7 @@ pub fn run(config: Config, keys: KeyStore, listener: TcpListener) -> i32 {
         std::thread::sleep(Duration::from_millis(20));
     }
     let left = state.in_flight.load(Ordering::SeqCst);
+    gw.ledger.flush();
     if left > 0 {
         log::warn!("shutdown deadline passed with {left} requests still in flight");
     } else {

@@ -44,6 +44,7 @@ pub fn passthrough(
     } else {
         None
     };
+    out.upstream_called = true;
     let reply = uphttp::send(&gw.agent, upstream, &bytes, stream, beta.as_deref())?;
     let status = reply.status;
     if status >= 400 {
@@ -58,7 +59,17 @@ pub fn passthrough(
         )));
     }
     if stream && reply.is_event_stream() {
-        relay_stream(gw, ex, trace, out, upstream, reply, hide_usage);
+        let input_estimate = (bytes.len() as u64 / 4).max(1);
+        relay_stream(
+            gw,
+            ex,
+            trace,
+            out,
+            upstream,
+            reply,
+            hide_usage,
+            input_estimate,
+        );
         return Ok(());
     }
     let content_type = reply.content_type.clone();
@@ -94,6 +105,7 @@ pub fn passthrough(
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)]
 fn relay_stream(
     gw: &Gateway,
     ex: &mut Exchange,
@@ -102,6 +114,7 @@ fn relay_stream(
     upstream: &Upstream,
     reply: uphttp::Reply,
     hide_usage: bool,
+    input_estimate: u64,
 ) {
     let mut events = reply.into_sse();
     let w = ex.response();
@@ -114,6 +127,7 @@ fn relay_stream(
     }
     out.status = 200;
     let mut watch = StreamWatch::new(trace.protocol, hide_usage);
+    watch.input_estimate = input_estimate;
     let mut failure: Option<ApiError> = None;
     loop {
         match events.next_event() {
@@ -129,7 +143,7 @@ fn relay_stream(
                     };
                     if written.is_err() {
                         out.client_closed = true;
-                        out.usage = watch.usage();
+                        out.set_usage(watch.usage());
                         return;
                     }
                 }
@@ -143,7 +157,7 @@ fn relay_stream(
             }
         }
     }
-    out.usage = watch.usage();
+    out.set_usage(watch.usage());
     if let Some(e) = watch.upstream_error.take() {
         out.error = Some(e);
     }
@@ -179,6 +193,9 @@ struct StreamWatch {
     upstream_error: Option<String>,
     last_seq: Option<u64>,
     response: Option<Value>,
+    /// Text and tool arguments seen so far, for an estimate when the stream ends without usage.
+    produced: String,
+    input_estimate: u64,
 }
 
 impl StreamWatch {
@@ -191,11 +208,96 @@ impl StreamWatch {
             upstream_error: None,
             last_seq: None,
             response: None,
+            produced: String::new(),
+            input_estimate: 0,
         }
     }
 
-    fn usage(&self) -> Option<Usage> {
-        self.usage
+    /// The usage the upstream reported, or an estimate (and whether it is one).
+    /// A stream that ended normally reports its usage; one cut short counts what was produced so far.
+    fn usage(&self) -> (Usage, bool) {
+        let produced = crate::util::estimate_tokens(&self.produced);
+        match self.usage {
+            Some(u) if self.done && (u.input_tokens > 0 || u.output_tokens > 0) => (u, false),
+            Some(mut u) if u.input_tokens > 0 => {
+                let estimated = produced > u.output_tokens;
+                u.output_tokens = u.output_tokens.max(produced);
+                (u, estimated)
+            }
+            _ => (
+                Usage {
+                    input_tokens: self.input_estimate,
+                    output_tokens: produced,
+                    ..Usage::default()
+                },
+                true,
+            ),
+        }
+    }
+
+    /// Collects the generated text of one event (cheaply: only the delta fields are read).
+    fn collect(&mut self, ev: &SseEvent) {
+        #[derive(serde::Deserialize)]
+        struct Any<'a> {
+            #[serde(borrow, default)]
+            delta: Option<DeltaField<'a>>,
+            #[serde(borrow, default)]
+            choices: Vec<Choice<'a>>,
+        }
+        #[derive(serde::Deserialize)]
+        #[serde(untagged)]
+        enum DeltaField<'a> {
+            Text(#[serde(borrow)] std::borrow::Cow<'a, str>),
+            Block(#[serde(borrow)] Block<'a>),
+        }
+        #[derive(serde::Deserialize)]
+        struct Block<'a> {
+            #[serde(borrow, default)]
+            text: Option<std::borrow::Cow<'a, str>>,
+            #[serde(borrow, default)]
+            thinking: Option<std::borrow::Cow<'a, str>>,
+            #[serde(borrow, default)]
+            partial_json: Option<std::borrow::Cow<'a, str>>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Choice<'a> {
+            #[serde(borrow, default)]
+            delta: Option<ChatDelta<'a>>,
+        }
+        #[derive(serde::Deserialize)]
+        struct ChatDelta<'a> {
+            #[serde(borrow, default)]
+            content: Option<std::borrow::Cow<'a, str>>,
+            #[serde(borrow, default)]
+            reasoning_content: Option<std::borrow::Cow<'a, str>>,
+            #[serde(default)]
+            tool_calls: Option<Value>,
+        }
+        let Ok(any) = serde_json::from_str::<Any>(&ev.data) else {
+            return;
+        };
+        match any.delta {
+            Some(DeltaField::Text(t)) => self.produced.push_str(&t),
+            Some(DeltaField::Block(b)) => {
+                for t in [b.text, b.thinking, b.partial_json].into_iter().flatten() {
+                    self.produced.push_str(&t);
+                }
+            }
+            None => {}
+        }
+        for c in any.choices {
+            let Some(d) = c.delta else { continue };
+            for t in [d.content, d.reasoning_content].into_iter().flatten() {
+                self.produced.push_str(&t);
+            }
+            if let Some(calls) = d.tool_calls {
+                for call in calls.as_array().into_iter().flatten() {
+                    if let Some(a) = call.pointer("/function/arguments").and_then(Value::as_str) {
+                        self.produced.push_str(a);
+                    }
+                }
+            }
+        }
     }
 
     /// Looks at one event; returns whether to pass it on.
@@ -203,6 +305,7 @@ impl StreamWatch {
         if ev.is_comment() {
             return true;
         }
+        self.collect(ev);
         match self.protocol {
             Protocol::Chat => self.observe_chat(ev),
             Protocol::Messages => {
@@ -405,7 +508,7 @@ mod tests {
         )));
         assert!(w.observe(&ev(None, "[DONE]")));
         assert!(w.done);
-        assert_eq!(w.usage().unwrap().output_tokens, 2);
+        assert_eq!(w.usage().0.output_tokens, 2);
     }
 
     #[test]
@@ -417,7 +520,7 @@ mod tests {
             r#"{"usage":{"output_tokens":42}}"#,
         ));
         w.observe(&ev(Some("message_stop"), r#"{}"#));
-        let u = w.usage().unwrap();
+        let u = w.usage().0;
         assert_eq!(
             (u.input_tokens, u.cached_input_tokens, u.output_tokens),
             (15, 5, 42)

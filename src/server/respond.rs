@@ -11,6 +11,8 @@ pub struct Trace {
     pub client_request_id: Option<String>,
     /// The protocol whose shape errors take.
     pub protocol: Protocol,
+    /// More headers for every answer to this request (rate-limit state).
+    pub extra: Vec<(String, String)>,
 }
 
 impl Trace {
@@ -24,6 +26,7 @@ impl Trace {
             request_id: crate::util::new_id("req_"),
             client_request_id,
             protocol,
+            extra: Vec::new(),
         }
     }
 
@@ -37,6 +40,7 @@ impl Trace {
         if let Some(c) = &self.client_request_id {
             h.push(("x-client-request-id", c.as_str()));
         }
+        h.extend(self.extra.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         h.extend_from_slice(extra);
         h
     }

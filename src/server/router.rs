@@ -34,6 +34,7 @@ pub fn route(gw: &Gateway, ex: &mut Exchange) {
     };
     let trace = Trace::new(ex, shape);
     match (method.as_str(), path.as_str()) {
+        (_, p) if p.starts_with("/admin/") => super::admin::handle(gw, ex, &trace),
         ("GET" | "HEAD", "/healthz") => {
             respond::json(ex.response(), &trace, 200, br#"{"status":"ok"}"#, &[]);
         }

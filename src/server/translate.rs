@@ -55,6 +55,7 @@ pub fn translate(
         vec![("x-tollgate-dropped-tools", dropped.as_str())]
     };
 
+    out.upstream_called = true;
     let reply = uphttp::send(&gw.agent, upstream, &bytes, stream, None)?;
     let status = reply.status;
     if status >= 400 {

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Checks and summarises what the fake upstream recorded during one agent run (stdlib only).
 
-Usage: check_upstream.py RECORD_FILE FROM_LINE KIND [--upstream-model M] [--upstream-key K] [--client-key K]
+Usage: check_upstream.py RECORD_FILE FROM_LINE KIND [--min-requests N] [--upstream-model M] [--upstream-key K]
+                         [--client-key K]
 
 RECORD_FILE is fake_upstream.py's JSON-lines record; only lines after the first FROM_LINE are this run's.
 KIND is the upstream kind the run's model points at: chat, responses or messages (the upstream must have
 received at least one POST on that protocol's path, with the given upstream model and key, and never the
-client's tollgate key), direct (the agent talked to the fake itself: only summarised) or mock (no upstream
+client's tollgate key; at least N such POSTs with --min-requests, 1 by default), direct (the agent talked to the fake itself: only summarised) or mock (no upstream
 request expected).
 
 Prints one summary line per distinct request shape to stdout, then problems (if any) prefixed "PROBLEM:";
@@ -48,6 +49,7 @@ def main():
     p.add_argument("record_file")
     p.add_argument("from_line", type=int)
     p.add_argument("kind", choices=["chat", "responses", "messages", "direct", "mock"])
+    p.add_argument("--min-requests", type=int, default=1)
     p.add_argument("--upstream-model")
     p.add_argument("--upstream-key")
     p.add_argument("--client-key")
@@ -70,8 +72,9 @@ def main():
     if a.kind in PATHS:
         want = PATHS[a.kind]
         hits = [e for e in entries if e.get("method") == "POST" and e.get("path") == want]
-        if not hits:
-            problems.append("no POST %s reached the fake upstream" % want)
+        if len(hits) < a.min_requests:
+            problems.append("%d POST %s reached the fake upstream, expected at least %d"
+                            % (len(hits), want, a.min_requests))
         for e in hits:
             body = e.get("body") if isinstance(e.get("body"), dict) else {}
             headers = e.get("headers") or {}

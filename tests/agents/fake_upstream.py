@@ -14,6 +14,13 @@ GET .../models (OpenAI shape, or Anthropic's when the request carries anthropic-
 POST .../messages/count_tokens. Any other path gets a 404 in OpenAI's error shape and is logged to stderr
 as UNKNOWN.
 
+Tool round trip: when the conversation's user text contains "TOOL-ROUNDTRIP <absolute path>" and holds no
+tool result yet, the answer is a call of the agent's file-reading tool on that path instead of text: `Read`
+{"file_path"} (Claude Code) or `exec_command` {"cmd": "cat <path>"} (Codex CLI). Once a tool result is in
+the conversation, the answer is the text plus what the tool returned:
+"AGENT-OK from <kind> upstream; the tool said MARKER-..." (the first MARKER-word in the tool result, or
+"nothing recognisable").
+
 Every request is appended to the record file (one JSON object a line: time, method, path, query, headers,
 body; body is the parsed JSON when it parses, else text, else base64) before it is answered.
 
@@ -25,6 +32,7 @@ import argparse
 import base64
 import gzip
 import json
+import re
 import sys
 import threading
 import time
@@ -33,17 +41,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 ANSWER = "AGENT-OK from {kind} upstream"
-# The answer is streamed in these many pieces (roughly equal), to exercise delta accumulation.
+# Text and tool arguments are streamed in these many pieces (roughly equal), to exercise accumulation.
 PIECES = 3
-
-
-def answer_text(kind):
-    return ANSWER.format(kind=kind)
+TRIGGER = re.compile(r"TOOL-ROUNDTRIP (/[^\s\"'<>]+)")
+MARKER = re.compile(r"MARKER-[A-Za-z0-9]+")
 
 
 def split_text(text, pieces=PIECES):
     size = max(1, -(-len(text) // pieces))
-    return [text[i : i + size] for i in range(0, len(text), size)]
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
 
 
 def estimate_tokens(value):
@@ -73,47 +79,135 @@ def new_id(prefix):
     return "%s_fake%06d" % (prefix, IDS.next())
 
 
+# ------------------------------------------------------------------------------- what to answer
+
+
+def texts(value):
+    """Every string inside a JSON value (content blocks, parts, tool outputs), in order."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, list):
+        for v in value:
+            yield from texts(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from texts(v)
+
+
+def conversation(kind, body):
+    """(user texts, tool result texts, tool names offered) of a request in protocol `kind`."""
+    users, results = [], []
+    if kind == "responses":
+        items = body.get("input")
+        items = [{"type": "message", "role": "user", "content": items}] if isinstance(items, str) else items or []
+        for it in items:
+            if not isinstance(it, dict):
+                continue
+            t = it.get("type", "message")
+            if t == "message" and it.get("role") == "user":
+                users.extend(texts(it.get("content")))
+            elif t in ("function_call_output", "custom_tool_call_output"):
+                results.extend(texts(it.get("output")))
+    else:
+        for m in body.get("messages") or []:
+            if not isinstance(m, dict):
+                continue
+            role, content = m.get("role"), m.get("content")
+            if kind == "chat" and role == "tool":
+                results.extend(texts(content))
+            elif role == "user" and isinstance(content, list):
+                for block in content:
+                    if isinstance(block, dict) and block.get("type") == "tool_result":
+                        results.extend(texts(block.get("content")))
+                    elif isinstance(block, dict):
+                        users.extend(texts(block.get("text")))
+            elif role == "user":
+                users.extend(texts(content))
+    names = []
+    for t in body.get("tools") or []:
+        if isinstance(t, dict):
+            names.append(t.get("name") or (t.get("function") or {}).get("name"))
+    return users, results, names
+
+
+def decide(kind, body):
+    """The answer: {"text": ...} or {"tool": name, "arguments": json string}."""
+    text = ANSWER.format(kind=kind)
+    users, results, names = conversation(kind, body)
+    path = None
+    for u in users:
+        m = TRIGGER.search(u)
+        if m:
+            path = m.group(1)
+    if path is None:
+        return {"text": text}
+    if results:
+        found = None
+        for r in results:
+            m = MARKER.search(r)
+            if m:
+                found = m.group(0)
+                break
+        return {"text": "%s; the tool said %s" % (text, found or "nothing recognisable")}
+    if "Read" in names:
+        return {"tool": "Read", "arguments": json.dumps({"file_path": path})}
+    if "exec_command" in names:
+        return {"tool": "exec_command", "arguments": json.dumps({"cmd": "cat " + path})}
+    return {"text": "%s; no file-reading tool was offered (tools: %s)" % (text, ", ".join(map(str, names)))}
+
+
+def output_text(reply):
+    return reply.get("text") or reply.get("arguments") or ""
+
+
 # ----------------------------------------------------------------------------------------------- Chat
 
 
-def chat_json(body, text):
-    model = body.get("model") or "fake-model"
+def chat_usage(body, reply):
     prompt = estimate_tokens(body.get("messages"))
-    completion = estimate_tokens(text)
+    completion = estimate_tokens(output_text(reply))
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+        "completion_tokens_details": {
+            "reasoning_tokens": 0,
+            "audio_tokens": 0,
+            "accepted_prediction_tokens": 0,
+            "rejected_prediction_tokens": 0,
+        },
+    }
+
+
+def chat_json(body, reply):
+    message = {"role": "assistant", "content": reply.get("text"), "refusal": None, "annotations": []}
+    if "tool" in reply:
+        message["tool_calls"] = [
+            {"id": new_id("call"), "type": "function", "function": {"name": reply["tool"], "arguments": reply["arguments"]}}
+        ]
     return {
         "id": new_id("chatcmpl"),
         "object": "chat.completion",
         "created": int(time.time()),
-        "model": model,
+        "model": body.get("model") or "fake-model",
         "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": text, "refusal": None, "annotations": []},
-                "logprobs": None,
-                "finish_reason": "stop",
-            }
+            {"index": 0, "message": message, "logprobs": None, "finish_reason": "tool_calls" if "tool" in reply else "stop"}
         ],
-        "usage": {
-            "prompt_tokens": prompt,
-            "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
-            "completion_tokens_details": {
-                "reasoning_tokens": 0,
-                "audio_tokens": 0,
-                "accepted_prediction_tokens": 0,
-                "rejected_prediction_tokens": 0,
-            },
-        },
+        "usage": chat_usage(body, reply),
         "system_fingerprint": None,
         "service_tier": "default",
     }
 
 
-def chat_events(body, text):
-    model = body.get("model") or "fake-model"
+def chat_events(body, reply):
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-    base = {"id": new_id("chatcmpl"), "object": "chat.completion.chunk", "created": int(time.time()), "model": model}
+    base = {
+        "id": new_id("chatcmpl"),
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": body.get("model") or "fake-model",
+    }
     if include_usage:
         base["usage"] = None
 
@@ -122,22 +216,21 @@ def chat_events(body, text):
         c["choices"] = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
         return "data: %s\n\n" % json.dumps(c)
 
-    yield chunk({"role": "assistant", "content": ""})
-    for piece in split_text(text):
-        yield chunk({"content": piece})
-    yield chunk({}, "stop")
+    if "tool" in reply:
+        first = {"index": 0, "id": new_id("call"), "type": "function", "function": {"name": reply["tool"], "arguments": ""}}
+        yield chunk({"role": "assistant", "content": None, "tool_calls": [first]})
+        for piece in split_text(reply["arguments"]):
+            yield chunk({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]})
+        yield chunk({}, "tool_calls")
+    else:
+        yield chunk({"role": "assistant", "content": ""})
+        for piece in split_text(reply["text"]):
+            yield chunk({"content": piece})
+        yield chunk({}, "stop")
     if include_usage:
-        prompt = estimate_tokens(body.get("messages"))
-        completion = estimate_tokens(text)
         c = dict(base)
         c["choices"] = []
-        c["usage"] = {
-            "prompt_tokens": prompt,
-            "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
-            "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0},
-        }
+        c["usage"] = chat_usage(body, reply)
         yield "data: %s\n\n" % json.dumps(c)
     yield "data: [DONE]\n\n"
 
@@ -145,9 +238,9 @@ def chat_events(body, text):
 # ------------------------------------------------------------------------------------------ Responses
 
 
-def responses_usage(body, text):
-    inp = estimate_tokens(body.get("input"))
-    out = estimate_tokens(text)
+def responses_usage(body, reply):
+    inp = estimate_tokens([body.get("instructions"), body.get("input")])
+    out = estimate_tokens(output_text(reply))
     return {
         "input_tokens": inp,
         "input_tokens_details": {"cached_tokens": 0},
@@ -185,25 +278,30 @@ def responses_object(body, resp_id, created, status, output, usage):
     }
 
 
-def message_item(msg_id, text, status="completed"):
-    return {
-        "type": "message",
-        "id": msg_id,
-        "status": status,
-        "role": "assistant",
-        "content": [{"type": "output_text", "text": text, "annotations": []}],
-    }
+def responses_item(reply, item_id, call_id, done=True):
+    if "tool" in reply:
+        return {
+            "type": "function_call",
+            "id": item_id,
+            "call_id": call_id,
+            "name": reply["tool"],
+            "arguments": reply["arguments"] if done else "",
+            "status": "completed" if done else "in_progress",
+        }
+    content = [{"type": "output_text", "text": reply["text"], "annotations": []}] if done else []
+    return {"type": "message", "id": item_id, "status": "completed" if done else "in_progress",
+            "role": "assistant", "content": content}
 
 
-def responses_json(body, text):
-    item = message_item(new_id("msg"), text)
-    return responses_object(
-        body, new_id("resp"), int(time.time()), "completed", [item], responses_usage(body, text)
-    )
+def responses_json(body, reply):
+    item_id = new_id("fc" if "tool" in reply else "msg")
+    item = responses_item(reply, item_id, new_id("call"))
+    return responses_object(body, new_id("resp"), int(time.time()), "completed", [item], responses_usage(body, reply))
 
 
-def responses_events(body, text):
-    resp_id, msg_id, created = new_id("resp"), new_id("msg"), int(time.time())
+def responses_events(body, reply):
+    resp_id, created = new_id("resp"), int(time.time())
+    item_id, call_id = new_id("fc" if "tool" in reply else "msg"), new_id("call")
     seq = [0]
 
     def event(kind, payload):
@@ -215,58 +313,56 @@ def responses_events(body, text):
     pending = responses_object(body, resp_id, created, "in_progress", [], None)
     yield event("response.created", {"response": pending})
     yield event("response.in_progress", {"response": pending})
-    yield event(
-        "response.output_item.added",
-        {
-            "output_index": 0,
-            "item": {"id": msg_id, "type": "message", "status": "in_progress", "role": "assistant", "content": []},
-        },
-    )
-    where = {"item_id": msg_id, "output_index": 0, "content_index": 0}
-    yield event(
-        "response.content_part.added",
-        dict(where, part={"type": "output_text", "text": "", "annotations": []}),
-    )
-    for piece in split_text(text):
-        yield event("response.output_text.delta", dict(where, delta=piece, logprobs=[]))
-    yield event("response.output_text.done", dict(where, text=text, logprobs=[]))
-    yield event(
-        "response.content_part.done",
-        dict(where, part={"type": "output_text", "text": text, "annotations": []}),
-    )
-    item = message_item(msg_id, text)
+    yield event("response.output_item.added", {"output_index": 0, "item": responses_item(reply, item_id, call_id, False)})
+    if "tool" in reply:
+        where = {"item_id": item_id, "output_index": 0}
+        for piece in split_text(reply["arguments"]):
+            yield event("response.function_call_arguments.delta", dict(where, delta=piece))
+        yield event("response.function_call_arguments.done", dict(where, name=reply["tool"], arguments=reply["arguments"]))
+    else:
+        text = reply["text"]
+        where = {"item_id": item_id, "output_index": 0, "content_index": 0}
+        yield event("response.content_part.added", dict(where, part={"type": "output_text", "text": "", "annotations": []}))
+        for piece in split_text(text):
+            yield event("response.output_text.delta", dict(where, delta=piece, logprobs=[]))
+        yield event("response.output_text.done", dict(where, text=text, logprobs=[]))
+        yield event("response.content_part.done", dict(where, part={"type": "output_text", "text": text, "annotations": []}))
+    item = responses_item(reply, item_id, call_id)
     yield event("response.output_item.done", {"output_index": 0, "item": item})
-    done = responses_object(body, resp_id, created, "completed", [item], responses_usage(body, text))
+    done = responses_object(body, resp_id, created, "completed", [item], responses_usage(body, reply))
     yield event("response.completed", {"response": done})
 
 
 # ------------------------------------------------------------------------------------------- Messages
 
 
-def messages_usage(body, text=None):
-    usage = {
+def messages_usage(body, reply=None):
+    return {
         "input_tokens": estimate_tokens([body.get("system"), body.get("messages")]),
-        "output_tokens": estimate_tokens(text) if text is not None else 1,
+        "output_tokens": estimate_tokens(output_text(reply)) if reply is not None else 1,
         "cache_creation_input_tokens": 0,
         "cache_read_input_tokens": 0,
     }
-    return usage
 
 
-def messages_json(body, text):
+def messages_json(body, reply):
+    if "tool" in reply:
+        content = [{"type": "tool_use", "id": new_id("toolu"), "name": reply["tool"], "input": json.loads(reply["arguments"])}]
+    else:
+        content = [{"type": "text", "text": reply["text"]}]
     return {
         "id": new_id("msg"),
         "type": "message",
         "role": "assistant",
         "model": body.get("model") or "fake-model",
-        "content": [{"type": "text", "text": text}],
-        "stop_reason": "end_turn",
+        "content": content,
+        "stop_reason": "tool_use" if "tool" in reply else "end_turn",
         "stop_sequence": None,
-        "usage": messages_usage(body, text),
+        "usage": messages_usage(body, reply),
     }
 
 
-def messages_events(body, text):
+def messages_events(body, reply):
     def event(kind, payload):
         data = {"type": kind}
         data.update(payload)
@@ -283,14 +379,22 @@ def messages_events(body, text):
         "usage": messages_usage(body),
     }
     yield event("message_start", {"message": skeleton})
-    yield event("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}})
-    yield event("ping", {})
-    for piece in split_text(text):
-        yield event("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": piece}})
+    if "tool" in reply:
+        block = {"type": "tool_use", "id": new_id("toolu"), "name": reply["tool"], "input": {}}
+        yield event("content_block_start", {"index": 0, "content_block": block})
+        yield event("ping", {})
+        for piece in split_text(reply["arguments"]):
+            yield event("content_block_delta", {"index": 0, "delta": {"type": "input_json_delta", "partial_json": piece}})
+    else:
+        yield event("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}})
+        yield event("ping", {})
+        for piece in split_text(reply["text"]):
+            yield event("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": piece}})
     yield event("content_block_stop", {"index": 0})
+    stop = "tool_use" if "tool" in reply else "end_turn"
     yield event(
         "message_delta",
-        {"delta": {"stop_reason": "end_turn", "stop_sequence": None}, "usage": {"output_tokens": estimate_tokens(text)}},
+        {"delta": {"stop_reason": stop, "stop_sequence": None}, "usage": {"output_tokens": estimate_tokens(output_text(reply))}},
     )
     yield event("message_stop", {})
 
@@ -305,14 +409,14 @@ class Recorder:
         open(path, "a").close()
 
     def write(self, entry):
-        line = json.dumps(entry, sort_keys=False)
+        line = json.dumps(entry)
         with self.lock:
             with open(self.path, "a", encoding="utf-8") as f:
                 f.write(line + "\n")
 
 
 def decode_body(raw, encoding):
-    """The body as recorded: parsed JSON, else text, else base64 (e.g. zstd, which the stdlib lacks)."""
+    """The body as recorded, and a note: parsed JSON, else text, else base64 (e.g. zstd, not in the stdlib)."""
     encoding = (encoding or "").strip().lower()
     note = None
     try:
@@ -324,18 +428,18 @@ def decode_body(raw, encoding):
             note = "content-encoding %s not decoded" % encoding
     except (OSError, zlib.error) as e:
         note = "content-encoding %s failed to decode: %s" % (encoding, e)
-    if note is None and raw:
+    if not raw:
+        return None, note
+    if note is None:
         try:
-            return json.loads(raw.decode("utf-8")), None, raw
+            return json.loads(raw.decode("utf-8")), None
         except (UnicodeDecodeError, ValueError):
             pass
         try:
-            return raw.decode("utf-8"), "not JSON", raw
+            return raw.decode("utf-8"), "not JSON"
         except UnicodeDecodeError:
             pass
-    if not raw:
-        return None, note, raw
-    return base64.b64encode(raw).decode("ascii"), note or "binary, base64", None
+    return base64.b64encode(raw).decode("ascii"), note or "binary, base64"
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -345,14 +449,11 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, fmt, *args):  # quiet: requests are in the record file
         pass
 
-    # ---- plumbing
-
     def read_body(self):
         if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
             out = bytearray()
             while True:
-                size_line = self.rfile.readline()
-                size = int(size_line.split(b";")[0].strip() or b"0", 16)
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
                 if size == 0:
                     while self.rfile.readline() not in (b"\r\n", b"\n", b""):
                         pass
@@ -362,14 +463,12 @@ class Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(length) if length else b""
 
-    def send_json(self, status, obj, extra_headers=()):
+    def send_json(self, status, obj):
         data = json.dumps(obj).encode("utf-8")
         self.send_response(status)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(data)))
         self.send_header("request-id", "req_fake%06d" % IDS.next())
-        for k, v in extra_headers:
-            self.send_header(k, v)
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)
@@ -391,9 +490,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def handle_any(self):
         split = urlsplit(self.path)
-        path = split.path.rstrip("/") or "/"
         raw = self.read_body() if self.command not in ("GET", "HEAD") else b""
-        body, note, _ = decode_body(raw, self.headers.get("Content-Encoding"))
+        body, note = decode_body(raw, self.headers.get("Content-Encoding"))
         entry = {
             "time": time.time(),
             "method": self.command,
@@ -406,25 +504,26 @@ class Handler(BaseHTTPRequestHandler):
         if note:
             entry["body_note"] = note
         self.server.recorder.write(entry)
-        self.route(path, body if isinstance(body, dict) else {})
+        self.route(split.path.rstrip("/") or "/", body if isinstance(body, dict) else {})
 
     def route(self, path, body):
         stream = body.get("stream") is True
-        if self.command == "POST" and path.endswith("/chat/completions"):
-            text = answer_text("chat")
-            return self.send_sse(chat_events(body, text)) if stream else self.send_json(200, chat_json(body, text))
-        if self.command == "POST" and path.endswith("/responses"):
-            text = answer_text("responses")
+        post = self.command == "POST"
+        if post and path.endswith("/chat/completions"):
+            reply = decide("chat", body)
+            return self.send_sse(chat_events(body, reply)) if stream else self.send_json(200, chat_json(body, reply))
+        if post and path.endswith("/responses"):
+            reply = decide("responses", body)
             if stream:
-                return self.send_sse(responses_events(body, text))
-            return self.send_json(200, responses_json(body, text))
-        if self.command == "POST" and path.endswith("/messages/count_tokens"):
+                return self.send_sse(responses_events(body, reply))
+            return self.send_json(200, responses_json(body, reply))
+        if post and path.endswith("/messages/count_tokens"):
             return self.send_json(200, {"input_tokens": messages_usage(body)["input_tokens"]})
-        if self.command == "POST" and path.endswith("/messages"):
-            text = answer_text("messages")
+        if post and path.endswith("/messages"):
+            reply = decide("messages", body)
             if stream:
-                return self.send_sse(messages_events(body, text))
-            return self.send_json(200, messages_json(body, text))
+                return self.send_sse(messages_events(body, reply))
+            return self.send_json(200, messages_json(body, reply))
         if self.command == "GET" and path.endswith("/models"):
             if self.headers.get("anthropic-version"):
                 data = [{"type": "model", "id": "fake-model", "display_name": "Fake model",

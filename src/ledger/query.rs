@@ -1,0 +1,193 @@
+//! Reading the ledger newest first: the file is scanned backwards in blocks, so recent records (what the
+//! console and support ask for) are found without reading the whole history.
+
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom};
+use std::path::Path;
+
+use super::{Record, Status};
+
+/// Which statuses to keep.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StatusFilter {
+    /// One exact HTTP status.
+    Code(u16),
+    /// A class such as 4xx (the leading digit).
+    Class(u16),
+    ClientClosed,
+    /// Any status of 400 or more, or a client disconnect, or a stream that failed after it started.
+    Error,
+}
+
+impl StatusFilter {
+    /// Parses `200`, `4xx`, `client_closed` or `error`.
+    pub fn parse(s: &str) -> Option<StatusFilter> {
+        match s {
+            "client_closed" => Some(StatusFilter::ClientClosed),
+            "error" | "errors" => Some(StatusFilter::Error),
+            _ if s.len() == 3 && s.ends_with("xx") => s[..1].parse().ok().map(StatusFilter::Class),
+            _ => s.parse().ok().map(StatusFilter::Code),
+        }
+    }
+
+    fn matches(&self, r: &Record) -> bool {
+        match (self, r.status) {
+            (StatusFilter::Code(c), Status::Http(s)) => *c == s,
+            (StatusFilter::Class(c), Status::Http(s)) => s / 100 == *c,
+            (StatusFilter::ClientClosed, Status::ClientClosed) => true,
+            (StatusFilter::Error, Status::Http(s)) => s >= 400 || r.error.is_some(),
+            (StatusFilter::Error, Status::ClientClosed) => true,
+            _ => false,
+        }
+    }
+}
+
+/// Conditions on records; `None` means any.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    pub key: Option<String>,
+    pub model: Option<String>,
+    pub status: Option<StatusFilter>,
+    pub client_request_id: Option<String>,
+    pub request_id: Option<String>,
+    /// RFC 3339 bounds on `ts` (inclusive, exclusive).
+    pub since: Option<String>,
+    pub until: Option<String>,
+    /// Skip this many matches (paging), then return at most `limit`.
+    pub offset: usize,
+    pub limit: usize,
+}
+
+impl Filter {
+    pub fn matches(&self, r: &Record) -> bool {
+        self.key.as_ref().is_none_or(|k| &r.key == k)
+            && self.model.as_ref().is_none_or(|m| &r.model == m)
+            && self.status.as_ref().is_none_or(|s| s.matches(r))
+            && self
+                .client_request_id
+                .as_ref()
+                .is_none_or(|c| r.client_request_id.as_ref() == Some(c))
+            && self.request_id.as_ref().is_none_or(|c| &r.request_id == c)
+            && self
+                .since
+                .as_ref()
+                .is_none_or(|s| r.ts.as_str() >= s.as_str())
+            && self
+                .until
+                .as_ref()
+                .is_none_or(|u| r.ts.as_str() < u.as_str())
+    }
+
+    fn limit(&self) -> usize {
+        if self.limit == 0 {
+            100
+        } else {
+            self.limit
+        }
+    }
+}
+
+/// Scans `path` from its end, returning matching records newest first.
+pub fn scan(path: &Path, filter: &Filter) -> io::Result<Vec<Record>> {
+    let mut out = Vec::new();
+    let mut skipped = 0;
+    // Records are appended when a request ends, stamped with when it began: a record more than this much
+    // older than `since` means everything before it is older still (streams longer than that are rare).
+    let cutoff = filter
+        .since
+        .as_deref()
+        .and_then(crate::util::parse_rfc3339)
+        .map(|t| crate::util::rfc3339(t.saturating_sub(STOP_MARGIN_SECS)));
+    each_line_backwards(path, |line| {
+        let Ok(r) = serde_json::from_slice::<Record>(line) else {
+            return true;
+        };
+        if cutoff.as_ref().is_some_and(|c| r.ts.as_str() < c.as_str()) {
+            return false;
+        }
+        if filter.matches(&r) {
+            if skipped < filter.offset {
+                skipped += 1;
+            } else {
+                out.push(r);
+            }
+        }
+        out.len() < filter.limit()
+    })?;
+    Ok(out)
+}
+
+/// How far before `since` a backwards scan keeps looking.
+const STOP_MARGIN_SECS: u64 = 6 * 3600;
+
+/// Calls `f` with each complete line of the file, last line first, until `f` returns false.
+pub fn each_line_backwards(path: &Path, mut f: impl FnMut(&[u8]) -> bool) -> io::Result<()> {
+    let mut file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let len = file.seek(SeekFrom::End(0))?;
+    let mut pos = len;
+    let mut carry: Vec<u8> = Vec::new();
+    let mut block = vec![0u8; 64 * 1024];
+    while pos > 0 {
+        let n = (pos as usize).min(block.len());
+        pos -= n as u64;
+        file.seek(SeekFrom::Start(pos))?;
+        file.read_exact(&mut block[..n])?;
+        let mut chunk = block[..n].to_vec();
+        chunk.extend_from_slice(&carry);
+        let mut end = chunk.len();
+        // Lines are complete only once their start is known; the part before the first newline carries on.
+        while let Some(i) = chunk[..end].iter().rposition(|&b| b == b'\n') {
+            let line = &chunk[i + 1..end];
+            if !line.is_empty() && !f(line) {
+                return Ok(());
+            }
+            end = i;
+        }
+        carry = chunk[..end].to_vec();
+    }
+    if !carry.is_empty() {
+        f(&carry);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_come_back_last_first_across_blocks() {
+        let dir =
+            std::env::temp_dir().join(format!("tollgate-scan-{}", crate::util::random_base62(8)));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("f");
+        let lines: Vec<String> = (0..20_000)
+            .map(|i| format!("line-{i}-{}", "x".repeat(i % 7)))
+            .collect();
+        std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+        let mut got = Vec::new();
+        each_line_backwards(&path, |l| {
+            got.push(String::from_utf8(l.to_vec()).unwrap());
+            true
+        })
+        .unwrap();
+        got.reverse();
+        assert_eq!(got, lines);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn status_filters() {
+        assert_eq!(StatusFilter::parse("5xx"), Some(StatusFilter::Class(5)));
+        assert_eq!(StatusFilter::parse("429"), Some(StatusFilter::Code(429)));
+        assert_eq!(
+            StatusFilter::parse("client_closed"),
+            Some(StatusFilter::ClientClosed)
+        );
+        assert_eq!(StatusFilter::parse("nope"), None);
+    }
+}
