@@ -2,19 +2,20 @@
 # Runs the real coding agents against tollgate: Claude Code (`claude -p`, Anthropic Messages) and Codex CLI
 # (`codex exec`, OpenAI Responses), each once per upstream kind, with a fake upstream behind tollgate.
 #
-#   scripts/agent-tests.sh                              the twelve runs: agent x upstream kind, plain and :tool
+#   scripts/agent-tests.sh                              all fifteen runs (agent x kind; plain, :tool, :ns)
 #   scripts/agent-tests.sh claude:messages codex:responses   only these (e.g. the passthrough pairs)
 #   scripts/agent-tests.sh claude codex:tool            claude's three plain runs, codex's three tool runs
 #   scripts/agent-tests.sh --list                       every run name
 #
-# Run names are AGENT:KIND or AGENT:KIND:tool, AGENT claude or codex, KIND one of
+# Run names are AGENT:KIND, AGENT:KIND:tool or codex:KIND:ns, AGENT claude or codex, KIND one of
 #   messages | chat | responses   the agent talks to tollgate, whose model agent-KIND points at the fake
 #                                 upstream's Anthropic / Chat Completions / Responses endpoint
-#   mock                          the agent talks to tollgate's built-in mock model (no upstream; no :tool)
+#   mock                          the agent talks to tollgate's built-in mock model (no upstream; plain only)
 #   direct                        the agent talks to the fake upstream itself, no tollgate: records exactly
-#                                 what the agent sends (headers, query strings, body) in upstream-requests.jsonl
+#                                 what the agent sends (headers, query, body) in upstream-requests.jsonl
 # Shorthands: claude, codex (an agent's three plain gateway runs), claude:tool, codex:tool (its three tool
-# runs), plain, tool, all. The default is all: the six plain and the six tool gateway runs.
+# runs), codex:ns (its three namespace runs), plain, tool, ns, all. The default is all: the fifteen gateway
+# runs (six plain, six tool, three namespace).
 #
 # A plain run asks "Reply with the word ready"; it passes when the agent exits 0 within the timeout and
 # prints the answer only the fake upstream produces ("AGENT-OK from <kind> upstream"; for mock, tollgate's
@@ -22,9 +23,12 @@
 # upstream key (never the client's tollgate key). A :tool run makes a full tool round trip: the fake upstream
 # first answers with a call of the agent's own file-reading tool (Claude Code: Read; Codex: exec_command
 # `cat`) on a file holding a random MARKER, then, once the tool result comes back, with
-# "AGENT-OK from <kind> upstream; the tool said MARKER-..." which the agent must print. Runs go one at a
-# time. The script prints a summary table and "N passed, N failed"; it exits 1 if any run failed, 2 on a
-# usage or setup error.
+# "AGENT-OK from <kind> upstream; the tool said MARKER-..." which the agent must print. A codex :ns run
+# checks a namespaced tool's round trip: the fake upstream calls close_agent from Codex's multi_agent_v1
+# namespace (tollgate flattens namespaces for Chat and Messages upstreams and must restore them), and Codex
+# must have routed the call to that tool ("AGENT-OK from <kind> upstream; the namespaced tool was routed").
+# Runs go one at a time. The script prints a summary table and "N passed, N failed"; it exits 1 if any run
+# failed, 2 on a usage or setup error.
 #
 # Installs tests/agents/node_modules with `npm ci` when missing or when package-lock.json changed; builds
 # tollgate (cargo build) unless TOLLGATE_BIN names a binary. Needs node/npm and python3.
@@ -54,7 +58,9 @@ plain_claude=(claude:messages claude:chat claude:responses)
 plain_codex=(codex:responses codex:chat codex:messages)
 tool_claude=(claude:messages:tool claude:chat:tool claude:responses:tool)
 tool_codex=(codex:responses:tool codex:chat:tool codex:messages:tool)
+ns_codex=(codex:responses:ns codex:chat:ns codex:messages:ns)
 default_runs=("${plain_claude[@]}" "${plain_codex[@]}" "${tool_claude[@]}" "${tool_codex[@]}")
+default_runs+=("${ns_codex[@]}")
 
 say() { echo "agent-tests: $*" >&2; }
 die() {
@@ -73,12 +79,13 @@ for arg in "$@"; do
         ;;
     --list)
         printf '%s\n' "${default_runs[@]}" claude:mock codex:mock claude:direct codex:direct \
-            claude:direct:tool codex:direct:tool
+            claude:direct:tool codex:direct:tool codex:direct:ns
         exit 0
         ;;
     all) runs+=("${default_runs[@]}") ;;
     plain) runs+=("${plain_claude[@]}" "${plain_codex[@]}") ;;
     tool) runs+=("${tool_claude[@]}" "${tool_codex[@]}") ;;
+    ns | codex:ns) runs+=("${ns_codex[@]}") ;;
     claude) runs+=("${plain_claude[@]}") ;;
     codex) runs+=("${plain_codex[@]}") ;;
     claude:tool) runs+=("${tool_claude[@]}") ;;
@@ -87,7 +94,8 @@ for arg in "$@"; do
     codex:messages | codex:chat | codex:responses | codex:mock | codex:direct) runs+=("$arg") ;;
     claude:messages:tool | claude:chat:tool | claude:responses:tool | claude:direct:tool) runs+=("$arg") ;;
     codex:messages:tool | codex:chat:tool | codex:responses:tool | codex:direct:tool) runs+=("$arg") ;;
-    *) die "unknown run '$arg' (see --list: AGENT:KIND[:tool], AGENT claude|codex, KIND messages|chat|responses|mock|direct)" ;;
+    codex:messages:ns | codex:chat:ns | codex:responses:ns | codex:direct:ns) runs+=("$arg") ;;
+    *) die "unknown run '$arg' (see --list and --help)" ;;
     esac
 done
 [ ${#runs[@]} -gt 0 ] || runs=("${default_runs[@]}")
@@ -103,7 +111,8 @@ command -v node >/dev/null || die "node is needed (the agents' npm wrappers)"
 lock="$agents_dir/package-lock.json"
 stamp="$agents_dir/node_modules/.agent-tests-lock.sha256"
 want="$(sha256sum "$lock" | cut -d' ' -f1)"
-if [ ! -x "$claude_bin" ] || [ ! -x "$codex_bin" ] || [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
+have="$(cat "$stamp" 2>/dev/null || true)"
+if [ ! -x "$claude_bin" ] || [ ! -x "$codex_bin" ] || [ "$have" != "$want" ]; then
     command -v npm >/dev/null || die "npm is needed to install the agents"
     say "installing the agents: npm ci --prefix tests/agents"
     t0=$SECONDS
@@ -148,10 +157,10 @@ gateway_pid=""
 cleanup() {
     local pid
     for pid in "$gateway_pid" "$fake_pid"; do
-        [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
+        if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; fi
     done
     for pid in "$gateway_pid" "$fake_pid"; do
-        [ -n "$pid" ] && wait "$pid" 2>/dev/null || true
+        if [ -n "$pid" ]; then wait "$pid" 2>/dev/null || true; fi
     done
     gateway_pid=""
     fake_pid=""
@@ -160,9 +169,10 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# wait_for FILE SED-EXPRESSION WHAT PID: prints the first match of the sed expression in FILE, within 30 s.
+# wait_for FILE SED-EXPRESSION PID: prints the first match of the sed expression in FILE, waiting up to 30 s
+# while process PID lives.
 wait_for() {
-    local file="$1" expr="$2" what="$3" pid="$4" found="" i
+    local file="$1" expr="$2" pid="$3" found="" i
     for ((i = 0; i < 300; i++)); do
         found="$(sed -n "$expr" "$file" 2>/dev/null | head -1)"
         [ -n "$found" ] && break
@@ -175,7 +185,7 @@ wait_for() {
 
 python3 -u "$agents_dir/fake_upstream.py" "$records" >"$out/fake-upstream.out" 2>"$out/fake-upstream.err" &
 fake_pid=$!
-fake_addr="$(wait_for "$out/fake-upstream.out" 's|.*listening on http://\([^ ]*\).*|\1|p' "fake upstream" "$fake_pid")" ||
+fake_addr="$(wait_for "$out/fake-upstream.out" 's|.*listening on http://\([^ ]*\).*|\1|p' "$fake_pid")" ||
     die "the fake upstream did not start: $(cat "$out/fake-upstream.err")"
 
 cat >"$out/tollgate.toml" <<EOF
@@ -233,9 +243,9 @@ EOF
 env -u TOLLGATE_LISTEN "$upstream_key_env=$upstream_key" \
     "$TOLLGATE_BIN" serve --config "$out/tollgate.toml" >"$out/tollgate.out" 2>"$out/tollgate.log" &
 gateway_pid=$!
-gateway_addr="$(wait_for "$out/tollgate.log" 's|.*listening on http://\([0-9.:]*\).*|\1|p' "tollgate" "$gateway_pid")" ||
+gateway_addr="$(wait_for "$out/tollgate.log" 's|.*listening on http://\([0-9.:]*\).*|\1|p' "$gateway_pid")" ||
     die "tollgate did not start: $(tail -5 "$out/tollgate.log")"
-client_key="$(wait_for "$out/tollgate.out" '/^tg_/p' "key" "$gateway_pid")" ||
+client_key="$(wait_for "$out/tollgate.out" '/^tg_/p' "$gateway_pid")" ||
     die "tollgate printed no first-start key: $(cat "$out/tollgate.out")"
 
 tollgate_version="$(sed -n 's|.*\(tollgate [0-9][^ ]*\) listening on.*|\1|p' "$out/tollgate.log" | head -1)"
@@ -246,7 +256,8 @@ say "$claude_version; $codex_version; ${tollgate_version:-tollgate} on $gateway_
 
 # The variables every agent gets besides its own (env -i drops the caller's: no real API keys, proxies or
 # configs leak in). HOME is the run's own.
-base_env=("PATH=$PATH" "LANG=C.UTF-8" "TERM=dumb" "NO_PROXY=127.0.0.1,localhost" "no_proxy=127.0.0.1,localhost")
+base_env=("PATH=$PATH" "LANG=C.UTF-8" "TERM=dumb")
+base_env+=("NO_PROXY=127.0.0.1,localhost" "no_proxy=127.0.0.1,localhost")
 
 # run_claude RUNDIR BASE_URL KEY MODEL PROMPT
 run_claude() {
@@ -276,7 +287,7 @@ run_claude() {
 run_codex() {
     local dir="$1" base="$2" key="$3" model="$4" prompt="$5" debug=()
     mkdir -p "$dir/home" "$dir/codex-home" "$dir/work"
-    [ "${AGENT_TESTS_DEBUG:-0}" = 1 ] && debug=(RUST_LOG=codex_core=debug,codex_api=debug)
+    [ "${AGENT_TESTS_DEBUG:-0}" = 1 ] && debug=("RUST_LOG=codex_core=debug,codex_api=debug")
     cat >"$dir/codex-home/config.toml" <<EOF
 model = "$model"
 model_provider = "tollgate"
@@ -301,7 +312,8 @@ EOF
     (cd "$dir/work" && env -i "${base_env[@]}" HOME="$dir/home" "${debug[@]}" \
         CODEX_HOME="$dir/codex-home" \
         TOLLGATE_AGENT_KEY="$key" \
-        timeout -k 5 "$timeout_secs" "$codex_bin" exec --strict-config --skip-git-repo-check --color never "$prompt" \
+        timeout -k 5 "$timeout_secs" "$codex_bin" exec --strict-config --skip-git-repo-check --color never \
+        "$prompt" \
         </dev/null >"$dir/stdout" 2>"$dir/stderr")
 }
 
@@ -321,8 +333,9 @@ for run in "${runs[@]}"; do
         expect="This is tollgate's built-in mock model"
         ;;
     direct)
-        [ "$agent" = claude ] && model=agent-messages || model=agent-responses
-        [ "$agent" = claude ] && expect="AGENT-OK from messages upstream" || expect="AGENT-OK from responses upstream"
+        if [ "$agent" = claude ]; then proto=messages; else proto=responses; fi
+        model="agent-$proto"
+        expect="AGENT-OK from $proto upstream"
         ;;
     *)
         model="agent-$kind"
@@ -331,7 +344,11 @@ for run in "${runs[@]}"; do
     esac
     run_prompt="$prompt"
     min_requests=1
-    if [ -n "$tool" ]; then
+    if [ "$tool" = ns ]; then
+        run_prompt="Call the tool the upstream names. TOOL-NAMESPACE"
+        expect="$expect; the namespaced tool was routed"
+        min_requests=2
+    elif [ "$tool" = tool ]; then
         marker="MARKER-$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
         echo "$marker" >"$dir/work/marker.txt"
         run_prompt="Read the file the upstream names. TOOL-ROUNDTRIP $dir/work/marker.txt"
@@ -388,8 +405,12 @@ for run in "${runs[@]}"; do
         result=FAIL
         failed=$((failed + 1))
         # The most telling line: tollgate's error for this run, else the agent's last words.
-        why="$(sed -n 's/.* status=\([0-9]*\) .* error=\(.*\)/tollgate status=\1: \2/p' "$dir/tollgate.log" | tail -1 | cut -c1-150)"
-        [ -n "$why" ] || why="$(cat "$dir/stdout" "$dir/stderr" | grep -v '^\s*$' | grep -iv 'warning' | tail -1 | cut -c1-160 || true)"
+        why="$(sed -n 's/.* status=\([0-9]*\) .* error=\(.*\)/tollgate status=\1: \2/p' "$dir/tollgate.log" |
+            tail -1 | cut -c1-150)"
+        if [ -z "$why" ]; then
+            why="$(cat "$dir/stdout" "$dir/stderr" | grep -v '^\s*$' | grep -iv 'warning' | tail -1 || true)"
+            why="${why:0:160}"
+        fi
         [ -n "$why" ] && detail="$detail; $why"
         say "$run: FAIL in $elapsed: $detail"
         {
@@ -404,7 +425,7 @@ for run in "${runs[@]}"; do
             echo "----"
         } >&2
     fi
-    results+=("$run|$model|$result|$elapsed|$detail")
+    results+=("$run|$model|$result|$elapsed|${detail//|//}")
 done
 
 # -------------------------------------------------------------------------------------------- summary

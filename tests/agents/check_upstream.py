@@ -5,10 +5,11 @@ Usage: check_upstream.py RECORD_FILE FROM_LINE KIND [--min-requests N] [--upstre
                          [--client-key K]
 
 RECORD_FILE is fake_upstream.py's JSON-lines record; only lines after the first FROM_LINE are this run's.
-KIND is the upstream kind the run's model points at: chat, responses or messages (the upstream must have
-received at least one POST on that protocol's path, with the given upstream model and key, and never the
-client's tollgate key; at least N such POSTs with --min-requests, 1 by default), direct (the agent talked to the fake itself: only summarised) or mock (no upstream
-request expected).
+KIND is the upstream kind the run's model points at:
+  chat, responses or messages: the upstream must have received at least N POSTs on that protocol's path
+      (--min-requests, default 1), with the given upstream model and key, and never the client's tollgate key;
+  direct: the agent talked to the fake itself, only summarised;
+  mock: no upstream request expected.
 
 Prints one summary line per distinct request shape to stdout, then problems (if any) prefixed "PROBLEM:";
 exits 1 when there is a problem.
@@ -73,8 +74,10 @@ def main():
         want = PATHS[a.kind]
         hits = [e for e in entries if e.get("method") == "POST" and e.get("path") == want]
         if len(hits) < a.min_requests:
-            problems.append("%d POST %s reached the fake upstream, expected at least %d"
-                            % (len(hits), want, a.min_requests))
+            problems.append(
+                "%d POST %s reached the fake upstream, expected at least %d"
+                % (len(hits), want, a.min_requests)
+            )
         for e in hits:
             body = e.get("body") if isinstance(e.get("body"), dict) else {}
             headers = e.get("headers") or {}
@@ -94,8 +97,12 @@ def main():
             for k, v in (e.get("headers") or {}).items():
                 if a.client_key in v:
                     problems.append("the client's tollgate key was forwarded upstream in header %r" % k)
-    unknown = [e for e in entries if e.get("path") not in PATHS.values()
-               and not e.get("path", "").endswith(("/models", "/count_tokens"))]
+    unknown = [
+        e
+        for e in entries
+        if e.get("path") not in PATHS.values()
+        and not e.get("path", "").endswith(("/models", "/count_tokens"))
+    ]
     for e in unknown:
         print("upstream got an unknown path: %s %s" % (e.get("method"), e.get("path")))
 

@@ -21,6 +21,14 @@ the conversation, the answer is the text plus what the tool returned:
 "AGENT-OK from <kind> upstream; the tool said MARKER-..." (the first MARKER-word in the tool result, or
 "nothing recognisable").
 
+Namespaced tool round trip (Codex CLI): with "TOOL-NAMESPACE" in the user text, the first answer calls
+Codex's `close_agent` from its `multi_agent_v1` namespace with a made-up agent id (harmless: Codex answers
+that the id is invalid). On the Responses wire the call is a function_call carrying
+"namespace": "multi_agent_v1"; on the other wires it is whichever offered tool name holds both
+"multi_agent_v1" and "close_agent" (the gateway flattens namespaces into plain names). Once the result is
+back, the answer is "AGENT-OK from <kind> upstream; the namespaced tool was routed" unless Codex said it
+could not route the call ("unsupported call"), then "...; the namespaced tool was NOT routed: <result>".
+
 Every request is appended to the record file (one JSON object a line: time, method, path, query, headers,
 body; body is the parsed JSON when it parses, else text, else base64) before it is answered.
 
@@ -44,6 +52,8 @@ ANSWER = "AGENT-OK from {kind} upstream"
 # Text and tool arguments are streamed in these many pieces (roughly equal), to exercise accumulation.
 PIECES = 3
 TRIGGER = re.compile(r"TOOL-ROUNDTRIP (/[^\s\"'<>]+)")
+NS_TRIGGER = "TOOL-NAMESPACE"
+NAMESPACE, NS_TOOL = "multi_agent_v1", "close_agent"
 MARKER = re.compile(r"MARKER-[A-Za-z0-9]+")
 
 
@@ -99,7 +109,9 @@ def conversation(kind, body):
     users, results = [], []
     if kind == "responses":
         items = body.get("input")
-        items = [{"type": "message", "role": "user", "content": items}] if isinstance(items, str) else items or []
+        items = (
+            [{"type": "message", "role": "user", "content": items}] if isinstance(items, str) else items or []
+        )
         for it in items:
             if not isinstance(it, dict):
                 continue
@@ -125,15 +137,45 @@ def conversation(kind, body):
                 users.extend(texts(content))
     names = []
     for t in body.get("tools") or []:
-        if isinstance(t, dict):
+        if not isinstance(t, dict):
+            continue
+        if t.get("type") == "namespace":
+            names.extend(
+                "%s.%s" % (t.get("name"), f.get("name")) for f in t.get("tools") or [] if isinstance(f, dict)
+            )
+        else:
             names.append(t.get("name") or (t.get("function") or {}).get("name"))
     return users, results, names
 
 
+def decide_namespace(kind, results, names):
+    text = ANSWER.format(kind=kind)
+    if results:
+        said = " ".join(results).replace("\n", " ")
+        if "unsupported call" in said:
+            return {"text": "%s; the namespaced tool was NOT routed: %s" % (text, said[:200])}
+        return {"text": "%s; the namespaced tool was routed" % text}
+    if "%s.%s" % (NAMESPACE, NS_TOOL) in names:
+        return {
+            "tool": NS_TOOL,
+            "namespace": NAMESPACE,
+            "arguments": json.dumps({"target": "agent-tests-no-such-agent"}),
+        }
+    for n in names:
+        if n and NAMESPACE in n and NS_TOOL in n and "." not in n:
+            return {"tool": n, "arguments": json.dumps({"target": "agent-tests-no-such-agent"})}
+    return {
+        "text": "%s; no %s.%s tool was offered (tools: %s)"
+        % (text, NAMESPACE, NS_TOOL, ", ".join(map(str, names)))
+    }
+
+
 def decide(kind, body):
-    """The answer: {"text": ...} or {"tool": name, "arguments": json string}."""
+    """The answer: {"text": ...} or {"tool": name, "arguments": json string[, "namespace": ns]}."""
     text = ANSWER.format(kind=kind)
     users, results, names = conversation(kind, body)
+    if any(NS_TRIGGER in u for u in users):
+        return decide_namespace(kind, results, names)
     path = None
     for u in users:
         m = TRIGGER.search(u)
@@ -184,7 +226,11 @@ def chat_json(body, reply):
     message = {"role": "assistant", "content": reply.get("text"), "refusal": None, "annotations": []}
     if "tool" in reply:
         message["tool_calls"] = [
-            {"id": new_id("call"), "type": "function", "function": {"name": reply["tool"], "arguments": reply["arguments"]}}
+            {
+                "id": new_id("call"),
+                "type": "function",
+                "function": {"name": reply["tool"], "arguments": reply["arguments"]},
+            }
         ]
     return {
         "id": new_id("chatcmpl"),
@@ -192,7 +238,12 @@ def chat_json(body, reply):
         "created": int(time.time()),
         "model": body.get("model") or "fake-model",
         "choices": [
-            {"index": 0, "message": message, "logprobs": None, "finish_reason": "tool_calls" if "tool" in reply else "stop"}
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": "tool_calls" if "tool" in reply else "stop",
+            }
         ],
         "usage": chat_usage(body, reply),
         "system_fingerprint": None,
@@ -217,7 +268,12 @@ def chat_events(body, reply):
         return "data: %s\n\n" % json.dumps(c)
 
     if "tool" in reply:
-        first = {"index": 0, "id": new_id("call"), "type": "function", "function": {"name": reply["tool"], "arguments": ""}}
+        first = {
+            "index": 0,
+            "id": new_id("call"),
+            "type": "function",
+            "function": {"name": reply["tool"], "arguments": ""},
+        }
         yield chunk({"role": "assistant", "content": None, "tool_calls": [first]})
         for piece in split_text(reply["arguments"]):
             yield chunk({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]})
@@ -280,7 +336,7 @@ def responses_object(body, resp_id, created, status, output, usage):
 
 def responses_item(reply, item_id, call_id, done=True):
     if "tool" in reply:
-        return {
+        item = {
             "type": "function_call",
             "id": item_id,
             "call_id": call_id,
@@ -288,15 +344,25 @@ def responses_item(reply, item_id, call_id, done=True):
             "arguments": reply["arguments"] if done else "",
             "status": "completed" if done else "in_progress",
         }
+        if reply.get("namespace"):
+            item["namespace"] = reply["namespace"]
+        return item
     content = [{"type": "output_text", "text": reply["text"], "annotations": []}] if done else []
-    return {"type": "message", "id": item_id, "status": "completed" if done else "in_progress",
-            "role": "assistant", "content": content}
+    return {
+        "type": "message",
+        "id": item_id,
+        "status": "completed" if done else "in_progress",
+        "role": "assistant",
+        "content": content,
+    }
 
 
 def responses_json(body, reply):
     item_id = new_id("fc" if "tool" in reply else "msg")
     item = responses_item(reply, item_id, new_id("call"))
-    return responses_object(body, new_id("resp"), int(time.time()), "completed", [item], responses_usage(body, reply))
+    return responses_object(
+        body, new_id("resp"), int(time.time()), "completed", [item], responses_usage(body, reply)
+    )
 
 
 def responses_events(body, reply):
@@ -313,20 +379,32 @@ def responses_events(body, reply):
     pending = responses_object(body, resp_id, created, "in_progress", [], None)
     yield event("response.created", {"response": pending})
     yield event("response.in_progress", {"response": pending})
-    yield event("response.output_item.added", {"output_index": 0, "item": responses_item(reply, item_id, call_id, False)})
+    yield event(
+        "response.output_item.added",
+        {"output_index": 0, "item": responses_item(reply, item_id, call_id, False)},
+    )
     if "tool" in reply:
         where = {"item_id": item_id, "output_index": 0}
         for piece in split_text(reply["arguments"]):
             yield event("response.function_call_arguments.delta", dict(where, delta=piece))
-        yield event("response.function_call_arguments.done", dict(where, name=reply["tool"], arguments=reply["arguments"]))
+        yield event(
+            "response.function_call_arguments.done",
+            dict(where, name=reply["tool"], arguments=reply["arguments"]),
+        )
     else:
         text = reply["text"]
         where = {"item_id": item_id, "output_index": 0, "content_index": 0}
-        yield event("response.content_part.added", dict(where, part={"type": "output_text", "text": "", "annotations": []}))
+        yield event(
+            "response.content_part.added",
+            dict(where, part={"type": "output_text", "text": "", "annotations": []}),
+        )
         for piece in split_text(text):
             yield event("response.output_text.delta", dict(where, delta=piece, logprobs=[]))
         yield event("response.output_text.done", dict(where, text=text, logprobs=[]))
-        yield event("response.content_part.done", dict(where, part={"type": "output_text", "text": text, "annotations": []}))
+        yield event(
+            "response.content_part.done",
+            dict(where, part={"type": "output_text", "text": text, "annotations": []}),
+        )
     item = responses_item(reply, item_id, call_id)
     yield event("response.output_item.done", {"output_index": 0, "item": item})
     done = responses_object(body, resp_id, created, "completed", [item], responses_usage(body, reply))
@@ -347,7 +425,14 @@ def messages_usage(body, reply=None):
 
 def messages_json(body, reply):
     if "tool" in reply:
-        content = [{"type": "tool_use", "id": new_id("toolu"), "name": reply["tool"], "input": json.loads(reply["arguments"])}]
+        content = [
+            {
+                "type": "tool_use",
+                "id": new_id("toolu"),
+                "name": reply["tool"],
+                "input": json.loads(reply["arguments"]),
+            }
+        ]
     else:
         content = [{"type": "text", "text": reply["text"]}]
     return {
@@ -384,7 +469,10 @@ def messages_events(body, reply):
         yield event("content_block_start", {"index": 0, "content_block": block})
         yield event("ping", {})
         for piece in split_text(reply["arguments"]):
-            yield event("content_block_delta", {"index": 0, "delta": {"type": "input_json_delta", "partial_json": piece}})
+            yield event(
+                "content_block_delta",
+                {"index": 0, "delta": {"type": "input_json_delta", "partial_json": piece}},
+            )
     else:
         yield event("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}})
         yield event("ping", {})
@@ -394,7 +482,10 @@ def messages_events(body, reply):
     stop = "tool_use" if "tool" in reply else "end_turn"
     yield event(
         "message_delta",
-        {"delta": {"stop_reason": stop, "stop_sequence": None}, "usage": {"output_tokens": estimate_tokens(output_text(reply))}},
+        {
+            "delta": {"stop_reason": stop, "stop_sequence": None},
+            "usage": {"output_tokens": estimate_tokens(output_text(reply))},
+        },
     )
     yield event("message_stop", {})
 
@@ -416,7 +507,7 @@ class Recorder:
 
 
 def decode_body(raw, encoding):
-    """The body as recorded, and a note: parsed JSON, else text, else base64 (e.g. zstd, not in the stdlib)."""
+    """The body as recorded and a note: parsed JSON, else text, else base64 (e.g. zstd: not in the stdlib)."""
     encoding = (encoding or "").strip().lower()
     note = None
     try:
@@ -511,7 +602,11 @@ class Handler(BaseHTTPRequestHandler):
         post = self.command == "POST"
         if post and path.endswith("/chat/completions"):
             reply = decide("chat", body)
-            return self.send_sse(chat_events(body, reply)) if stream else self.send_json(200, chat_json(body, reply))
+            return (
+                self.send_sse(chat_events(body, reply))
+                if stream
+                else self.send_json(200, chat_json(body, reply))
+            )
         if post and path.endswith("/responses"):
             reply = decide("responses", body)
             if stream:
@@ -526,16 +621,44 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_json(200, messages_json(body, reply))
         if self.command == "GET" and path.endswith("/models"):
             if self.headers.get("anthropic-version"):
-                data = [{"type": "model", "id": "fake-model", "display_name": "Fake model",
-                         "created_at": "2025-01-01T00:00:00Z"}]
-                return self.send_json(200, {"data": data, "has_more": False,
-                                            "first_id": "fake-model", "last_id": "fake-model"})
-            return self.send_json(200, {"object": "list", "data": [
-                {"id": "fake-model", "object": "model", "created": 1735689600, "owned_by": "fake-upstream"}]})
+                data = [
+                    {
+                        "type": "model",
+                        "id": "fake-model",
+                        "display_name": "Fake model",
+                        "created_at": "2025-01-01T00:00:00Z",
+                    }
+                ]
+                return self.send_json(
+                    200, {"data": data, "has_more": False, "first_id": "fake-model", "last_id": "fake-model"}
+                )
+            return self.send_json(
+                200,
+                {
+                    "object": "list",
+                    "data": [
+                        {
+                            "id": "fake-model",
+                            "object": "model",
+                            "created": 1735689600,
+                            "owned_by": "fake-upstream",
+                        }
+                    ],
+                },
+            )
         sys.stderr.write("fake-upstream: UNKNOWN %s %s\n" % (self.command, self.path))
         sys.stderr.flush()
-        self.send_json(404, {"error": {"message": "fake upstream: unknown path %s %s" % (self.command, path),
-                                       "type": "invalid_request_error", "param": None, "code": "unknown_path"}})
+        self.send_json(
+            404,
+            {
+                "error": {
+                    "message": "fake upstream: unknown path %s %s" % (self.command, path),
+                    "type": "invalid_request_error",
+                    "param": None,
+                    "code": "unknown_path",
+                }
+            },
+        )
 
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_HEAD = handle_any
 

@@ -16,6 +16,9 @@ use serde_json::Value;
 /// The key every test upstream expects; the gateway reads it from this environment variable.
 pub const UPSTREAM_KEY: &str = "sk-upstream-secret-0123456789";
 pub const UPSTREAM_KEY_ENV: &str = "TG_TEST_UPSTREAM_KEY";
+/// The admin token of test gateways whose config says `admin_token_env = "TG_TEST_ADMIN_TOKEN"`.
+pub const ADMIN_TOKEN: &str = "test-admin-token-7f3a9c";
+pub const ADMIN_TOKEN_ENV: &str = "TG_TEST_ADMIN_TOKEN";
 
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_tollgate")
@@ -122,8 +125,23 @@ impl Gateway {
 
     /// Starts a prepared command (which must run `tollgate serve`) and waits for its address and key.
     pub fn start_command(dir: TempDir, cmd: &mut Command) -> Gateway {
+        Gateway::start_command_keyed(dir, cmd, None)
+    }
+
+    /// Starts again on existing data: the first key was printed by an earlier start.
+    pub fn restart(dir: TempDir, config: &str, key: &str) -> Gateway {
+        let cfg = dir.path().join("tollgate.toml");
+        std::fs::write(&cfg, config).unwrap();
+        let mut cmd = Command::new(bin());
+        cmd.args(["serve", "--config"]).arg(&cfg);
+        Gateway::start_command_keyed(dir, &mut cmd, Some(key.to_string()))
+    }
+
+    fn start_command_keyed(dir: TempDir, cmd: &mut Command, known_key: Option<String>) -> Gateway {
         let mut child = cmd
             .env(UPSTREAM_KEY_ENV, UPSTREAM_KEY)
+            .env(ADMIN_TOKEN_ENV, ADMIN_TOKEN)
+            .env_remove("TOLLGATE_ADMIN_TOKEN")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -154,7 +172,7 @@ impl Gateway {
             }
         });
         let mut addr = None;
-        let mut key = None;
+        let mut key = known_key;
         let deadline = Instant::now() + Duration::from_secs(30);
         while addr.is_none() || key.is_none() {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -189,6 +207,15 @@ impl Gateway {
         let dir = TempDir::new("gw");
         let config = standard_config(dir.path(), Some(fake), extra_top);
         Gateway::start_with(dir, &config)
+    }
+
+    /// Leaves the data directory in place when this gateway is dropped (for a restart on the same data).
+    pub fn keep_dir(&mut self) {
+        let dir = std::mem::replace(
+            &mut self.dir,
+            TempDir(PathBuf::from("/nonexistent/tollgate-test")),
+        );
+        std::mem::forget(dir);
     }
 
     pub fn config_path(&self) -> PathBuf {
@@ -252,12 +279,78 @@ impl Gateway {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
+
+    /// Runs `tollgate <args> --config <this gateway's config>`: (exit code, stdout, stderr).
+    pub fn cli(&self, args: &[&str]) -> (i32, String, String) {
+        let out = Command::new(bin())
+            .args(args)
+            .arg("--config")
+            .arg(self.config_path())
+            .env(UPSTREAM_KEY_ENV, UPSTREAM_KEY)
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// Creates a key with the CLI and waits until the running gateway accepts it.
+    pub fn add_key(&self, name: &str, group: &str, credit: Option<f64>) -> String {
+        let credit = credit.map(|c| c.to_string());
+        let mut args = vec!["keys", "add", "--name", name, "--group", group];
+        if let Some(c) = &credit {
+            args.extend(["--credit", c.as_str()]);
+        }
+        let (code, out, err) = self.cli(&args);
+        assert_eq!(code, 0, "keys add: {err}");
+        let key = out.lines().last().unwrap().to_string();
+        let auth = format!("Bearer {key}");
+        wait_for(
+            || {
+                self.request("GET", "/v1/models", &[("authorization", &auth)], b"")
+                    .status
+                    == 200
+            },
+            "the new key",
+        );
+        key
+    }
+
+    /// GET an admin endpoint with the admin token.
+    pub fn admin(&self, path_and_query: &str) -> Response {
+        let auth = format!("Bearer {ADMIN_TOKEN}");
+        self.request("GET", path_and_query, &[("authorization", &auth)], b"")
+    }
+
+    /// POST JSON to `path` with this key.
+    pub fn post_as(&self, key: &str, path: &str, body: &Value) -> Response {
+        let auth = format!("Bearer {key}");
+        let mut h = vec![
+            ("authorization", auth.as_str()),
+            ("content-type", "application/json"),
+        ];
+        if path == "/v1/messages" {
+            h.push(("anthropic-version", "2023-06-01"));
+        }
+        self.request("POST", path, &h, body.to_string().as_bytes())
+    }
 }
 
 impl Drop for Gateway {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Polls `f` until it holds (30 s at most).
+pub fn wait_for(mut f: impl FnMut() -> bool, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
