@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: the Rust unit and integration tests (which start the real binary against fake upstreams),
-# then the compatibility suite with the official OpenAI and Anthropic Python SDKs (in .venv, created on the
-# first run).
+# the compatibility suite with the official OpenAI and Anthropic Python SDKs (in .venv, created on the first
+# run), and the real coding agents Claude Code and Codex CLI (npm packages in tests/agents/node_modules,
+# installed on the first run) against every upstream kind.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -11,3 +12,6 @@ cargo test --quiet
 
 echo "== SDK compatibility tests (tests/sdk)" >&2
 TOLLGATE_BIN="${CARGO_TARGET_DIR:-$root/target}/debug/tollgate" bash scripts/sdk-tests.sh
+
+echo "== real coding agents through tollgate: Claude Code and Codex CLI (tests/agents)" >&2
+TOLLGATE_BIN="${CARGO_TARGET_DIR:-$root/target}/debug/tollgate" bash scripts/agent-tests.sh
