@@ -9,11 +9,23 @@ use std::time::{Duration, Instant};
 use tollgate::ledger::{Ledger, Record, Status};
 
 fn main() {
-    let n: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(1_000_000);
+    let n: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1_000_000);
     let dir = std::env::temp_dir().join(format!("tollgate-ledger-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(tollgate::ledger::LEDGER_FILE);
-    let keys = ["default", "ci-bot", "team-a", "team-b", "claude-code", "codex", "scripts", "nightly"];
+    let keys = [
+        "default",
+        "ci-bot",
+        "team-a",
+        "team-b",
+        "claude-code",
+        "codex",
+        "scripts",
+        "nightly",
+    ];
     let models = ["gpt-4o", "claude-sonnet-4-5", "local-llama", "mock"];
     {
         let mut out = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
@@ -28,7 +40,11 @@ fn main() {
                 protocol: ["chat", "responses", "messages"][i % 3].into(),
                 upstream: "up".into(),
                 stream: i % 2 == 0,
-                status: if i % 50 == 0 { Status::Http(429) } else { Status::Http(200) },
+                status: if i % 50 == 0 {
+                    Status::Http(429)
+                } else {
+                    Status::Http(200)
+                },
                 input_tokens: 1200 + (i % 700) as u64,
                 cached_input_tokens: (i % 5) as u64 * 100,
                 output_tokens: 300 + (i % 400) as u64,

@@ -100,6 +100,9 @@ pub struct Model {
     /// Anthropic upstreams: ask for structured output with a forced tool (for Anthropic-compatible servers
     /// without `output_config.format`) instead of natively.
     pub structured_via_tool: bool,
+    /// The model reasons: a client's reasoning effort is passed on when translating (OpenAI models without
+    /// reasoning refuse the parameter, so it is off unless set).
+    pub reasoning: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -192,6 +195,7 @@ struct RawModel {
     output_price: Option<f64>,
     max_output_tokens: Option<u64>,
     structured_output: Option<String>,
+    reasoning: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -493,6 +497,7 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             cached_input_price: m.cached_input_price,
             output_price: m.output_price.unwrap_or(0.0),
             max_output_tokens: m.max_output_tokens.unwrap_or(DEFAULT_MAX_OUTPUT_TOKENS),
+            reasoning: m.reasoning.unwrap_or(false),
             structured_via_tool: match m.structured_output.as_deref() {
                 None | Some("native") => false,
                 Some("tool") => true,

@@ -894,3 +894,112 @@ fn images_are_carried_across() {
     );
     assert_eq!(r.json()["content"][0]["text"], "A cat.");
 }
+
+/// What Claude Code sends (PROTOCOLS.md §9 and tests/agents): system blocks, a trailing mid-conversation
+/// system message, adaptive thinking with effort, max_tokens 32000, a deferred tool, a long user id. A Chat
+/// upstream gets one leading system message, the mid-conversation one in place, an output limit within the
+/// model's, no reasoning parameter for a model not marked as reasoning, and no deferred tool.
+#[test]
+fn claude_code_shapes_are_bridged() {
+    let (fake, queue, gw) = fake_and_gateway();
+    queue.lock().unwrap().push_back(Reply::json(200, &json!({"id": "c", "object": "chat.completion", "created": 1, "model": "x",
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "ready"}}],
+        "usage": {"prompt_tokens": 50, "completion_tokens": 1, "total_tokens": 51}})));
+    let body = json!({
+        "model": "m-chat", "max_tokens": 32000, "stream": false,
+        "system": [{"type": "text", "text": "x-anthropic-billing-header: cc_version=2"}, {"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}}],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "Reply with the word ready"}]},
+            {"role": "system", "content": "Reminder: be brief."}
+        ],
+        "tools": [
+            {"name": "Read", "description": "Read a file", "input_schema": {"type": "object", "properties": {"file_path": {"type": "string"}}}},
+            {"name": "DeferredToolPlaceholder", "description": "x", "input_schema": {"type": "object"}, "defer_loading": true}
+        ],
+        "thinking": {"type": "adaptive", "display": "omitted"},
+        "output_config": {"effort": "high"},
+        "context_management": {"edits": [{"type": "clear_thinking_20251015"}]},
+        "metadata": {"user_id": "{\"device_id\":\"0123456789abcdef0123456789abcdef\",\"account_uuid\":\"\",\"session_id\":\"5f0c\"}"}
+    });
+    let auth = format!("Bearer {}", gw.key);
+    let r = gw.request(
+        "POST",
+        "/v1/messages?beta=true",
+        &[
+            ("x-api-key", &gw.key),
+            ("authorization", &auth),
+            ("anthropic-version", "2023-06-01"),
+            (
+                "anthropic-beta",
+                "claude-code-20250219,interleaved-thinking-2025-05-14",
+            ),
+        ],
+        body.to_string().as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["content"][0]["text"], "ready");
+    let up = fake.last();
+    assert!(
+        up.header("anthropic-beta").is_none(),
+        "beta headers go to Anthropic upstreams only"
+    );
+    let sent = up.json();
+    let msgs = sent["messages"].as_array().unwrap();
+    assert_eq!(msgs[0]["role"], "system");
+    assert_eq!(
+        msgs[0]["content"],
+        "x-anthropic-billing-header: cc_version=2\n\nYou are Claude Code."
+    );
+    assert_eq!(msgs.iter().filter(|m| m["role"] == "system").count(), 2);
+    assert_eq!(
+        msgs[2],
+        json!({"role": "system", "content": "Reminder: be brief."})
+    );
+    assert_eq!(
+        sent["max_tokens"], 8192,
+        "clamped to the model's max_output_tokens"
+    );
+    assert!(sent.get("reasoning_effort").is_none());
+    let tools: Vec<&str> = sent["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(tools, ["Read"]);
+    assert!(sent["user"].as_str().unwrap().chars().count() <= 64);
+
+    // count_tokens: estimated for a non-Anthropic upstream, forwarded to an Anthropic one.
+    let count = json!({"model": "m-chat", "messages": [{"role": "user", "content": "How many tokens is this?"}], "system": "Be brief."});
+    let r = gw.request(
+        "POST",
+        "/v1/messages/count_tokens",
+        &[("x-api-key", &gw.key), ("anthropic-version", "2023-06-01")],
+        count.to_string().as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.json()["input_tokens"].as_u64().unwrap() > 5);
+    queue
+        .lock()
+        .unwrap()
+        .push_back(Reply::json(200, &json!({"input_tokens": 1234})));
+    let mut count = count;
+    count["model"] = json!("m-messages");
+    let r = gw.request(
+        "POST",
+        "/v1/messages/count_tokens",
+        &[("x-api-key", &gw.key), ("anthropic-version", "2023-06-01")],
+        count.to_string().as_bytes(),
+    );
+    assert_eq!(r.json()["input_tokens"], 1234);
+    let up = fake.last();
+    assert_eq!(up.path, "/v1/messages/count_tokens");
+    assert_eq!(up.json()["model"], "real-messages-model");
+
+    // Errors a retry cannot fix say so, so SDKs do not retry them.
+    let r = gw.post(
+        "/v1/chat/completions",
+        &json!({"model": "nope", "messages": []}),
+    );
+    assert_eq!(r.header("x-should-retry"), Some("false"));
+}

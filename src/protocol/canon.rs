@@ -139,6 +139,8 @@ pub struct Request {
     pub namespaced_tools: Vec<(String, String, String)>,
     /// Hosted tools the client asked for that a translated upstream cannot run (left out, reported).
     pub dropped_tools: Vec<String>,
+    /// A Responses client's own `instructions` field, echoed back in its response objects.
+    pub instructions: Option<String>,
 }
 
 impl Request {

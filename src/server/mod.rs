@@ -3,6 +3,7 @@
 
 mod accounting;
 mod admin;
+mod count_tokens;
 mod events;
 mod generate;
 mod keepalive;

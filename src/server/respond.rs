@@ -76,6 +76,12 @@ pub fn error_with(w: &mut ResponseWriter, trace: &Trace, err: &ApiError, extra: 
     if err.status == 401 && trace.protocol != Protocol::Messages {
         headers.push(("www-authenticate", "Bearer"));
     }
+    // SDKs retry 408, 409, 429 and 5xx; tell them not to when a retry cannot help.
+    if err.status == 501
+        || (400..500).contains(&err.status) && !matches!(err.status, 408 | 409 | 429)
+    {
+        headers.push(("x-should-retry", "false"));
+    }
     headers.extend_from_slice(extra);
     json(w, trace, err.status, &body, &headers);
 }

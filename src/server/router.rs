@@ -13,6 +13,9 @@ pub fn route(gw: &Gateway, ex: &mut Exchange) {
     let method = ex.request.method.clone();
     let path = ex.request.path.clone();
     let anthropic = ex.request.header("anthropic-version").is_some();
+    if path == "/v1/messages/count_tokens" && method == "POST" {
+        return super::count_tokens::handle(gw, ex);
+    }
     if let Some(protocol) = Protocol::from_path(&path) {
         if method == "POST" {
             generate::handle(gw, ex, protocol);

@@ -30,7 +30,13 @@ pub fn translate(
     let Some(target) = upstream.kind.protocol() else {
         return Err(ApiError::internal("translation to the mock model"));
     };
-    let req = client.decode_request(body)?;
+    let mut req = client.decode_request(body)?;
+    // The model's limits: no more output than it is configured for, and reasoning effort only where it
+    // reasons (translated requests carry what the client asked of another vendor's model).
+    req.max_tokens = req.max_tokens.map(|m| m.min(model.max_output_tokens));
+    if !model.reasoning {
+        req.reasoning_effort = None;
+    }
     let opts = EgressOptions {
         model: model.upstream_model.clone(),
         stream,

@@ -77,14 +77,25 @@ pub fn send(
     stream: bool,
     beta: Option<&str>,
 ) -> Result<Reply, ApiError> {
-    let url = endpoint(upstream);
+    send_to(agent, upstream, &endpoint(upstream), body, stream, beta)
+}
+
+/// Sends a POST to `url` of `upstream` with its credentials and timeouts.
+pub fn send_to(
+    agent: &ureq::Agent,
+    upstream: &Upstream,
+    url: &str,
+    body: &[u8],
+    stream: bool,
+    beta: Option<&str>,
+) -> Result<Reply, ApiError> {
     let per_read = if stream {
         upstream.idle_timeout
     } else {
         upstream.first_byte_timeout
     };
     let mut req = agent
-        .post(&url)
+        .post(url)
         .header("content-type", "application/json")
         .header(
             "accept",

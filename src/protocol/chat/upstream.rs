@@ -13,11 +13,11 @@ use crate::protocol::{ApiError, EgressOptions, StreamDecoder};
 
 /// The canonical request as a Chat Completions body.
 pub fn encode_request(req: &Request, opts: &EgressOptions) -> Result<Value, ApiError> {
-    let mut messages: Vec<Value> = req
-        .system
-        .iter()
-        .map(|s| json!({"role": "system", "content": s}))
-        .collect();
+    // One leading system message: many local chat templates accept no more than one, and only first.
+    let mut messages: Vec<Value> = Vec::new();
+    if !req.system.is_empty() {
+        messages.push(json!({"role": "system", "content": req.system.join("\n\n")}));
+    }
     for m in &req.messages {
         encode_message(m, &mut messages);
     }

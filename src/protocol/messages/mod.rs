@@ -91,6 +91,11 @@ pub fn decode_request(body: &Value) -> Result<Request, ApiError> {
     for (i, t) in opt_array(o, "tools", "")?.into_iter().flatten().enumerate() {
         let path = format!("tools[{i}]");
         let to = fields::object(t, &path)?;
+        if to.get("defer_loading").and_then(Value::as_bool) == Some(true) {
+            // Loaded on demand through Anthropic's tool search; not part of the tool list another upstream sees.
+            log::debug!("leaving out the deferred tool {:?}", to.get("name"));
+            continue;
+        }
         match opt_str(to, "type", &path)? {
             None | Some("custom") => req.tools.push(Tool {
                 custom: false,

@@ -56,6 +56,7 @@ pub fn decode_request(body: &Value) -> Result<Request, ApiError> {
         ..Request::default()
     };
     if let Some(instr) = opt_str(o, "instructions", "")? {
+        req.instructions = Some(instr.to_string());
         req.system.push(instr.to_string());
     }
     match input {

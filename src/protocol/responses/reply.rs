@@ -77,7 +77,7 @@ fn skeleton(id: &str, model: &str, created: u64, req: &Request) -> Value {
         "status": "in_progress",
         "error": null,
         "incomplete_details": null,
-        "instructions": req.system.first(),
+        "instructions": req.instructions,
         "max_output_tokens": req.max_tokens,
         "model": model,
         "output": [],
