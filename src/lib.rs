@@ -4,6 +4,7 @@
 pub mod access;
 pub mod cli;
 pub mod config;
+pub mod console;
 pub mod http;
 pub mod ledger;
 pub mod protocol;

@@ -7,7 +7,7 @@ use super::generate::{Outcome, Prepared};
 use super::respond::Trace;
 use super::Gateway;
 use crate::access::accounts::{Ask, RateInfo, Reservation};
-use crate::config::Model;
+use crate::config::{Config, Model};
 use crate::http::Exchange;
 use crate::ledger::{Record, Status};
 use crate::protocol::canon::Usage;
@@ -32,7 +32,11 @@ pub fn cost(model: &Model, u: &Usage) -> f64 {
 }
 
 /// Checks the key's limits and balance and reserves the request's worst case.
-pub fn admit(gw: &Gateway, p: &Prepared) -> Result<(Reservation, RateInfo), (ApiError, RateInfo)> {
+pub fn admit(
+    gw: &Gateway,
+    config: &Config,
+    p: &Prepared,
+) -> Result<(Reservation, RateInfo), (ApiError, RateInfo)> {
     // About four bytes of JSON per token: a generous estimate of the input before any decoding.
     let input = (p.body_len as u64 / 4).max(1);
     let requested = requested_output(&p.body);
@@ -44,7 +48,7 @@ pub fn admit(gw: &Gateway, p: &Prepared) -> Result<(Reservation, RateInfo), (Api
     let ask = Ask {
         key: &p.identity.name,
         credit: p.identity.credit,
-        group: gw.config.group(&p.identity.group),
+        group: config.group(&p.identity.group),
         tokens: input + requested.unwrap_or(0),
         cost: cost(p.model, &worst),
     };
@@ -54,6 +58,7 @@ pub fn admit(gw: &Gateway, p: &Prepared) -> Result<(Reservation, RateInfo), (Api
 /// Settles the reservation and writes the usage record (only for requests that reached an upstream).
 pub fn record(
     gw: &Gateway,
+    config: &Config,
     ex: &Exchange,
     trace: &Trace,
     out: &Outcome,
@@ -66,12 +71,23 @@ pub fn record(
         return;
     }
     let usage = out.usage.unwrap_or_default();
-    let model = out.model.as_deref().and_then(|m| gw.config.model(m));
+    let model = out.model.as_deref().and_then(|m| config.model_any(m));
     let charged = model.map_or(0.0, |m| cost(m, &usage));
     if let Some(r) = reservation {
         r.settle(charged, usage.total());
     }
     let latency = ex.received.elapsed();
+    if let Some(m) = &out.model {
+        let failed = out.status >= 500
+            || out.status == 429
+                && out
+                    .error
+                    .as_deref()
+                    .is_some_and(|e| e.starts_with("upstream"))
+            || (out.error.is_some() && out.status == 200);
+        gw.stats
+            .observe(m, latency.as_millis() as u64, failed, out.error.as_deref());
+    }
     let started_ms = unix_millis().saturating_sub(latency.as_millis() as u64);
     let status = if out.client_closed {
         Status::ClientClosed

@@ -30,19 +30,19 @@ fn count(gw: &Gateway, ex: &Exchange) -> Result<Vec<u8>, ApiError> {
     }
     let mut body: Value = serde_json::from_slice(&ex.request.body)
         .map_err(|e| ApiError::invalid(format!("The request body is not valid JSON: {e}.")))?;
+    let config = gw.config();
     let o = fields::object(&body, "body")?;
     let model_name = fields::req_str(o, "model", "")?.to_string();
-    let model = gw
-        .config
+    let model = config
         .model(&model_name)
         .ok_or_else(|| ApiError::model_not_found(&model_name))?;
-    if !access::group_allows(&gw.config, &identity.group, &model.name) {
+    if !access::group_allows(&config, &identity.group, &model.name) {
         return Err(access::forbidden_model(&model.name, &identity.group));
     }
     let upstream = model
         .upstreams
         .first()
-        .and_then(|u| gw.config.upstream(u))
+        .and_then(|u| config.upstream(u))
         .ok_or_else(|| ApiError::internal("the model has no upstream"))?;
     if upstream.kind == UpstreamKind::Anthropic {
         body["model"] = json!(model.upstream_model);

@@ -10,7 +10,7 @@ use super::relay;
 use super::respond::{self, Trace};
 use super::Gateway;
 use crate::access;
-use crate::config::{Model, UpstreamKind};
+use crate::config::{Config, Model, UpstreamKind};
 use crate::http::Exchange;
 use crate::protocol::canon::Usage;
 use crate::protocol::{fields, messages, ApiError, Protocol};
@@ -43,15 +43,16 @@ impl Outcome {
 
 /// Handles one POST to a generation endpoint.
 pub fn handle(gw: &Gateway, ex: &mut Exchange, protocol: Protocol) {
-    if gw.config.ledger_strict {
+    let config = gw.config();
+    if config.ledger_strict {
         // The record is synced before the client sees the end of the answer.
         ex.response().hold_end();
     }
     let mut trace = Trace::new(ex, protocol);
     let mut out = Outcome::default();
     let mut reservation = None;
-    let result = prepare(gw, ex, &trace, &mut out).and_then(|prepared| {
-        let admitted = accounting::admit(gw, &prepared);
+    let result = prepare(gw, &config, ex, &trace, &mut out).and_then(|prepared| {
+        let admitted = accounting::admit(gw, &config, &prepared);
         let (res, info) = match admitted {
             Ok(pair) => pair,
             Err((e, info)) => {
@@ -61,7 +62,7 @@ pub fn handle(gw: &Gateway, ex: &mut Exchange, protocol: Protocol) {
         };
         trace.extra = info.headers;
         reservation = Some(res);
-        dispatch(gw, ex, &trace, &mut out, &prepared)
+        dispatch(gw, &config, ex, &trace, &mut out, &prepared)
     });
     if let Err(e) = result {
         if !ex.response().is_started() {
@@ -70,7 +71,7 @@ pub fn handle(gw: &Gateway, ex: &mut Exchange, protocol: Protocol) {
         out.status = e.status;
         out.error = Some(e.message.clone());
     }
-    accounting::record(gw, ex, &trace, &out, reservation);
+    accounting::record(gw, &config, ex, &trace, &out, reservation);
     log_outcome(ex, &trace, &out);
 }
 
@@ -116,7 +117,8 @@ pub struct Prepared<'a> {
 }
 
 fn prepare<'a>(
-    gw: &'a Gateway,
+    gw: &Gateway,
+    config: &'a Config,
     ex: &Exchange,
     trace: &Trace,
     out: &mut Outcome,
@@ -140,11 +142,17 @@ fn prepare<'a>(
         .unwrap_or_default()
         .to_string();
     out.model = Some(model_name.clone());
-    let model = gw
-        .config
+    let model = config
         .model(&model_name)
-        .ok_or_else(|| ApiError::model_not_found(&model_name))?;
-    if !access::group_allows(&gw.config, &identity.group, &model.name) {
+        .ok_or_else(|| match config.model_any(&model_name) {
+            Some(_) => ApiError::not_found(format!(
+                "The model `{model_name}` is disabled by the operator for now."
+            ))
+            .with_param("model")
+            .with_code("model_not_found"),
+            None => ApiError::model_not_found(&model_name),
+        })?;
+    if !access::group_allows(config, &identity.group, &model.name) {
         return Err(access::forbidden_model(&model.name, &identity.group));
     }
     Ok(Prepared {
@@ -160,6 +168,7 @@ fn prepare<'a>(
 /// client and only for failures another upstream may not have.
 fn dispatch(
     gw: &Gateway,
+    config: &Config,
     ex: &mut Exchange,
     trace: &Trace,
     out: &mut Outcome,
@@ -169,7 +178,7 @@ fn dispatch(
     let (model, body, stream) = (p.model, &p.body, p.stream);
     let count = model.upstreams.len();
     for (i, name) in model.upstreams.iter().enumerate() {
-        let Some(upstream) = gw.config.upstream(name) else {
+        let Some(upstream) = config.upstream(name) else {
             return Err(ApiError::internal(format!(
                 "model `{}` names an unknown upstream",
                 model.name

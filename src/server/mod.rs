@@ -2,15 +2,15 @@
 //! protocol-agnostic HTTP layer in `crate::http`.
 
 mod accounting;
-mod admin;
 mod count_tokens;
 mod events;
 mod generate;
 mod keepalive;
 mod mock;
 mod relay;
-mod respond;
+pub mod respond;
 mod router;
+mod stats;
 mod translate;
 
 use std::net::TcpListener;
@@ -27,7 +27,11 @@ use crate::protocol::{ApiError, Protocol};
 
 /// What every worker shares.
 pub struct Gateway {
-    pub config: Arc<Config>,
+    /// The config file (or embedded defaults) as loaded; the console's overrides apply on top.
+    base: Config,
+    /// `base` with the overrides applied: what requests see. Swapped whole when the console changes it.
+    live: std::sync::RwLock<Arc<Config>>,
+    overrides: std::sync::Mutex<crate::config::Overrides>,
     pub keys: Arc<KeyStore>,
     pub agent: ureq::Agent,
     pub started_unix: u64,
@@ -36,6 +40,44 @@ pub struct Gateway {
     pub accounts: Arc<crate::access::accounts::Accounts>,
     /// SHA-256 of the admin token (None: the admin API refuses every call).
     pub admin_token: Option<[u8; 32]>,
+    /// Live per-model availability for the console.
+    pub stats: stats::Stats,
+}
+
+impl Gateway {
+    /// The configuration in force (a request keeps the one it started with).
+    pub fn config(&self) -> Arc<Config> {
+        match self.live.read() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    /// Changes the console's overrides: `f` edits them; the result is validated, saved atomically and put
+    /// in force at once.
+    pub fn change_overrides(
+        &self,
+        f: impl FnOnce(&mut crate::config::Overrides) -> Result<(), crate::config::ConfigError>,
+    ) -> Result<(), crate::config::ConfigError> {
+        let mut o = match self.overrides.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        let mut next = o.clone();
+        f(&mut next)?;
+        let config = self.base.with_overrides(&next)?;
+        next.save(&self.base.data_dir)
+            .map_err(|e| crate::config::ConfigError {
+                field: String::new(),
+                message: format!("cannot save the overrides: {e}"),
+            })?;
+        *o = next;
+        match self.live.write() {
+            Ok(mut g) => *g = Arc::new(config),
+            Err(p) => *p.into_inner() = Arc::new(config),
+        }
+        Ok(())
+    }
 }
 
 /// Renders errors the HTTP layer answers by itself, in the shape of the protocol at that path.
@@ -72,21 +114,39 @@ pub fn run(
     spent: std::collections::HashMap<String, f64>,
     listener: TcpListener,
 ) -> i32 {
-    let admin_token = config.admin_token().map(|t| admin::token_digest(&t));
+    let admin_token = config
+        .admin_token()
+        .map(|t| crate::console::token_digest(&t));
     if admin_token.is_none() {
         log::info!("admin API closed: {} is not set", config.admin_token_env);
     }
-    let config = Arc::new(config);
+    let overrides = match crate::config::Overrides::load(&config.data_dir) {
+        Ok(o) => o,
+        Err(e) => {
+            log::error!("{e}");
+            return 1;
+        }
+    };
+    let live = match config.with_overrides(&overrides) {
+        Ok(c) => Arc::new(c),
+        Err(e) => {
+            log::error!("the console's overrides do not apply: {e}");
+            return 1;
+        }
+    };
     let keys = Arc::new(keys);
     let gw = Arc::new(Gateway {
         agent: crate::upstream::http::agent(config.workers),
-        config: config.clone(),
+        live: std::sync::RwLock::new(live),
+        overrides: std::sync::Mutex::new(overrides),
+        base: config.clone(),
         keys: keys.clone(),
         started_unix: crate::util::unix_now(),
         keepalive: Arc::new(keepalive::Keepalive::new(config.keepalive)),
         ledger,
         accounts: Arc::new(crate::access::accounts::Accounts::new(spent)),
         admin_token,
+        stats: stats::Stats::default(),
     });
     {
         let k = gw.keepalive.clone();

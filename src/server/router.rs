@@ -37,7 +37,12 @@ pub fn route(gw: &Gateway, ex: &mut Exchange) {
     };
     let trace = Trace::new(ex, shape);
     match (method.as_str(), path.as_str()) {
-        (_, p) if p.starts_with("/admin/") => super::admin::handle(gw, ex, &trace),
+        (_, p) if p.starts_with("/admin/") => crate::console::handle(gw, ex, &trace),
+        ("GET" | "HEAD", p) if p == "/console" || p.starts_with("/console/") => {
+            if !crate::console::serve_ui(ex) {
+                respond::error(ex.response(), &trace, &not_found(&path));
+            }
+        }
         ("GET" | "HEAD", "/healthz") => {
             respond::json(ex.response(), &trace, 200, br#"{"status":"ok"}"#, &[]);
         }
@@ -117,11 +122,11 @@ fn models(gw: &Gateway, ex: &mut Exchange, trace: &Trace, id: Option<String>, an
         Ok(i) => i,
         Err(e) => return respond::error(ex.response(), trace, &e),
     };
-    let visible: Vec<&crate::config::Model> = gw
-        .config
+    let config = gw.config();
+    let visible: Vec<&crate::config::Model> = config
         .models
         .iter()
-        .filter(|m| access::group_allows(&gw.config, &identity.group, &m.name))
+        .filter(|m| !m.disabled && access::group_allows(&config, &identity.group, &m.name))
         .collect();
     let created = gw.started_unix;
     let openai = |m: &crate::config::Model| -> Value {

@@ -10,6 +10,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+mod overrides;
+pub use overrides::{GroupSpec, ModelChange, Overrides, OVERRIDES_FILE};
+
 /// A configuration problem, naming the field.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
@@ -103,9 +106,11 @@ pub struct Model {
     /// The model reasons: a client's reasoning effort is passed on when translating (OpenAI models without
     /// reasoning refuse the parameter, so it is off unless set).
     pub reasoning: bool,
+    /// Switched off by the operator (console): not listed, and requests get 404.
+    pub disabled: bool,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Group {
     pub name: String,
     pub models: Vec<String>,
@@ -253,7 +258,13 @@ impl Config {
         validate(raw)
     }
 
+    /// A model clients may call (disabled models are treated as absent).
     pub fn model(&self, name: &str) -> Option<&Model> {
+        self.models.iter().find(|m| m.name == name && !m.disabled)
+    }
+
+    /// A model, enabled or not.
+    pub fn model_any(&self, name: &str) -> Option<&Model> {
         self.models.iter().find(|m| m.name == name)
     }
 
@@ -498,6 +509,7 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             output_price: m.output_price.unwrap_or(0.0),
             max_output_tokens: m.max_output_tokens.unwrap_or(DEFAULT_MAX_OUTPUT_TOKENS),
             reasoning: m.reasoning.unwrap_or(false),
+            disabled: false,
             structured_via_tool: match m.structured_output.as_deref() {
                 None | Some("native") => false,
                 Some("tool") => true,

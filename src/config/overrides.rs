@@ -1,0 +1,215 @@
+//! Changes made from the console, kept in `data_dir/overrides.json` beside (never inside) the operator's
+//! config file: groups created or edited, and models disabled or repriced. At start and after every change
+//! they are applied on top of the config file; the file is rewritten atomically.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::{err, Config, ConfigError, Group};
+
+/// File name inside `data_dir`.
+pub const OVERRIDES_FILE: &str = "overrides.json";
+
+/// A group as the console defines it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct GroupSpec {
+    pub name: String,
+    pub models: Vec<String>,
+    #[serde(default)]
+    pub rpm: Option<u64>,
+    #[serde(default)]
+    pub tpm: Option<u64>,
+    #[serde(default)]
+    pub max_concurrent: Option<u64>,
+}
+
+/// What the console changed about a model.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ModelChange {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disabled: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_price: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_price: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_input_price: Option<f64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Overrides {
+    /// Groups added or replacing the config file's group of the same name.
+    #[serde(default)]
+    pub groups: Vec<GroupSpec>,
+    #[serde(default)]
+    pub models: BTreeMap<String, ModelChange>,
+}
+
+impl GroupSpec {
+    /// Checks a group definition, naming the bad field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.name.is_empty()
+            || self.name.len() > 64
+            || self
+                .name
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control())
+        {
+            return Err(err(
+                "name",
+                format!(
+                    "expected a non-empty name without spaces, got {:?}",
+                    self.name
+                ),
+            ));
+        }
+        if self.models.iter().any(|m| m.trim().is_empty()) {
+            return Err(err(
+                "models",
+                "expected model names or globs such as gpt-* (no empty entries)",
+            ));
+        }
+        for (k, v) in [
+            ("rpm", self.rpm),
+            ("tpm", self.tpm),
+            ("max_concurrent", self.max_concurrent),
+        ] {
+            if v == Some(0) {
+                return Err(err(
+                    k,
+                    "expected a limit greater than 0 (leave it empty for no limit)",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl ModelChange {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (k, v) in [
+            ("input_price", self.input_price),
+            ("output_price", self.output_price),
+            ("cached_input_price", self.cached_input_price),
+        ] {
+            if let Some(p) = v {
+                if !(p.is_finite() && p >= 0.0) {
+                    return Err(err(
+                        k,
+                        format!("expected a price of 0 or more credits per 1M tokens, got {p}"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Overrides {
+    /// Reads the overrides in `data_dir` (none when the file is missing).
+    pub fn load(data_dir: &Path) -> Result<Overrides, ConfigError> {
+        let path = data_dir.join(OVERRIDES_FILE);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => serde_json::from_str(&text)
+                .map_err(|e| err("", format!("{}: not valid overrides ({e})", path.display()))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Overrides::default()),
+            Err(e) => Err(err("", format!("cannot read {}: {e}", path.display()))),
+        }
+    }
+
+    /// Writes the overrides atomically.
+    pub fn save(&self, data_dir: &Path) -> std::io::Result<()> {
+        let text = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
+        crate::util::write_atomic(&data_dir.join(OVERRIDES_FILE), &text)
+    }
+}
+
+impl Config {
+    /// This config with the console's changes applied.
+    pub fn with_overrides(&self, o: &Overrides) -> Result<Config, ConfigError> {
+        let mut c = self.clone();
+        for g in &o.groups {
+            g.validate().map_err(|e| {
+                err(
+                    format!("overrides.groups[{}].{}", g.name, e.field),
+                    e.message,
+                )
+            })?;
+            let group = Group {
+                name: g.name.clone(),
+                models: g.models.clone(),
+                rpm: g.rpm,
+                tpm: g.tpm,
+                max_concurrent: g.max_concurrent,
+            };
+            match c.groups.iter_mut().find(|x| x.name == g.name) {
+                Some(existing) => *existing = group,
+                None => c.groups.push(group),
+            }
+        }
+        for (name, change) in &o.models {
+            change
+                .validate()
+                .map_err(|e| err(format!("overrides.models.{name}.{}", e.field), e.message))?;
+            // Changes for a model the config no longer has are kept (and ignored) in case it comes back.
+            let Some(m) = c.models.iter_mut().find(|m| &m.name == name) else {
+                continue;
+            };
+            if let Some(d) = change.disabled {
+                m.disabled = d;
+            }
+            if let Some(p) = change.input_price {
+                m.input_price = p;
+            }
+            if let Some(p) = change.output_price {
+                m.output_price = p;
+            }
+            if change.cached_input_price.is_some() {
+                m.cached_input_price = change.cached_input_price;
+            }
+        }
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overrides_add_and_replace() {
+        let base = Config::embedded();
+        let mut o = Overrides::default();
+        o.groups.push(GroupSpec {
+            name: "default".into(),
+            models: vec!["m*".into()],
+            rpm: Some(5),
+            tpm: None,
+            max_concurrent: None,
+        });
+        o.groups.push(GroupSpec {
+            name: "new".into(),
+            models: vec!["*".into()],
+            rpm: None,
+            tpm: None,
+            max_concurrent: Some(2),
+        });
+        o.models.insert(
+            "mock".into(),
+            ModelChange {
+                disabled: Some(true),
+                output_price: Some(3.0),
+                ..Default::default()
+            },
+        );
+        let c = base.with_overrides(&o).unwrap();
+        assert_eq!(c.group("default").unwrap().rpm, Some(5));
+        assert_eq!(c.group("new").unwrap().max_concurrent, Some(2));
+        assert!(c.model("mock").is_none(), "disabled models are hidden");
+        assert_eq!(c.model_any("mock").unwrap().output_price, 3.0);
+        o.groups[0].rpm = Some(0);
+        assert!(base.with_overrides(&o).unwrap_err().field.ends_with("rpm"));
+    }
+}

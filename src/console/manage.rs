@@ -1,0 +1,296 @@
+//! Keys, groups and models from the console: list, create, revoke, rotate, top up; create and edit groups;
+//! disable, enable and reprice models. Key changes go to the keys file, group and model changes to the
+//! overrides file; both are rewritten atomically and take effect at once.
+
+use serde_json::{json, Map, Value};
+
+use crate::access::keys::{self, CreditChange, KeyOpError};
+use crate::config::{ConfigError, GroupSpec, ModelChange};
+use crate::protocol::ApiError;
+use crate::server::Gateway;
+
+fn key_error(e: KeyOpError) -> ApiError {
+    if e.field.is_empty() {
+        ApiError::internal(e.message)
+    } else if e.message.starts_with("no key named") {
+        ApiError::not_found(e.message).with_param(e.field)
+    } else {
+        ApiError::invalid_param(e.field, format!("{}: {}", e.field, e.message))
+    }
+}
+
+fn config_error(e: ConfigError) -> ApiError {
+    if e.field.is_empty() {
+        ApiError::internal(e.message)
+    } else {
+        let field = e.field.rsplit('.').next().unwrap_or(&e.field).to_string();
+        ApiError::invalid_param(&field, format!("{field}: {}", e.message))
+    }
+}
+
+fn object(body: &Value) -> Result<&Map<String, Value>, ApiError> {
+    body.as_object()
+        .ok_or_else(|| ApiError::invalid("expected a JSON object"))
+}
+
+fn opt_amount(o: &Map<String, Value>, k: &str) -> Result<Option<f64>, ApiError> {
+    match o.get(k) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_f64()
+            .filter(|f| f.is_finite() && *f >= 0.0)
+            .map(Some)
+            .ok_or_else(|| {
+                ApiError::invalid_param(k, format!("{k}: expected a number of 0 or more"))
+            }),
+    }
+}
+
+/// `GET /admin/keys`.
+pub fn keys(gw: &Gateway) -> Value {
+    let data: Vec<Value> = gw
+        .keys
+        .records()
+        .iter()
+        .map(|k| {
+            let spent = gw.accounts.spent(&k.name);
+            json!({
+                "name": k.name,
+                "group": k.group,
+                "credit": k.credit,
+                "spent": spent,
+                "balance": k.credit.map(|c| c - spent),
+                "disabled": k.disabled,
+                "created": k.created,
+            })
+        })
+        .collect();
+    json!({"data": data})
+}
+
+/// `POST /admin/keys {name, group, credit?}`: the new key is in the answer, once.
+pub fn create_key(gw: &Gateway, body: &Value) -> Result<Value, ApiError> {
+    let o = object(body)?;
+    let name = o.get("name").and_then(Value::as_str).unwrap_or("");
+    let group = o.get("group").and_then(Value::as_str).unwrap_or("");
+    let credit = opt_amount(o, "credit")?;
+    let config = gw.config();
+    if config.group(group).is_none() {
+        let known: Vec<&str> = config.groups.iter().map(|g| g.name.as_str()).collect();
+        return Err(ApiError::invalid_param(
+            "group",
+            format!(
+                "group: unknown group {group:?}; expected one of [{}]",
+                known.join(", ")
+            ),
+        ));
+    }
+    let key = keys::add_key(&config.data_dir, name, group, credit).map_err(key_error)?;
+    gw.keys.reload_if_changed();
+    Ok(json!({"name": name, "group": group, "credit": credit, "key": key}))
+}
+
+pub fn revoke_key(gw: &Gateway, name: &str) -> Result<Value, ApiError> {
+    keys::revoke_key(&gw.config().data_dir, name).map_err(key_error)?;
+    gw.keys.reload_if_changed();
+    Ok(json!({"name": name, "disabled": true}))
+}
+
+pub fn rotate_key(gw: &Gateway, name: &str) -> Result<Value, ApiError> {
+    let key = keys::rotate_key(&gw.config().data_dir, name).map_err(key_error)?;
+    gw.keys.reload_if_changed();
+    Ok(json!({"name": name, "key": key}))
+}
+
+/// `POST /admin/keys/{name}/credit {add | set | unlimited: true}`.
+pub fn credit(gw: &Gateway, name: &str, body: &Value) -> Result<Value, ApiError> {
+    let o = object(body)?;
+    let change = match (
+        opt_amount(o, "add")?,
+        opt_amount(o, "set")?,
+        o.get("unlimited").and_then(Value::as_bool),
+    ) {
+        (Some(a), None, None | Some(false)) => CreditChange::Add(a),
+        (None, Some(s), None | Some(false)) => CreditChange::Set(s),
+        (None, None, Some(true)) => CreditChange::Unlimited,
+        _ => {
+            return Err(ApiError::invalid(
+                "give exactly one of `add`, `set` or `unlimited: true`",
+            ))
+        }
+    };
+    let credit = keys::change_credit(&gw.config().data_dir, name, change).map_err(key_error)?;
+    gw.keys.reload_if_changed();
+    let spent = gw.accounts.spent(name);
+    Ok(
+        json!({"name": name, "credit": credit, "spent": spent, "balance": credit.map(|c| c - spent)}),
+    )
+}
+
+/// `GET /admin/groups`.
+pub fn groups(gw: &Gateway) -> Value {
+    let config = gw.config();
+    json!({"data": config.groups})
+}
+
+/// `POST /admin/groups` (create) or `PUT /admin/groups/{name}` (edit): `{name, models, rpm, tpm,
+/// max_concurrent}`.
+pub fn save_group(gw: &Gateway, body: &Value, name: Option<&str>) -> Result<Value, ApiError> {
+    let o = object(body)?;
+    let limit = |k: &str| -> Result<Option<u64>, ApiError> {
+        match o.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v.as_u64().map(Some).ok_or_else(|| {
+                ApiError::invalid_param(
+                    k,
+                    format!("{k}: expected a whole number, or null for no limit"),
+                )
+            }),
+        }
+    };
+    let models: Vec<String> = match o.get("models") {
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|m| {
+                m.as_str().map(|s| s.trim().to_string()).ok_or_else(|| {
+                    ApiError::invalid_param("models", "models: expected a list of names or globs")
+                })
+            })
+            .collect::<Result<_, _>>()?,
+        Some(Value::String(s)) => s
+            .split([',', '\n'])
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect(),
+        _ => {
+            return Err(ApiError::invalid_param(
+                "models",
+                "models: expected a list of names or globs",
+            ))
+        }
+    };
+    let spec = GroupSpec {
+        name: name.map(str::to_string).unwrap_or_else(|| {
+            o.get("name")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .trim()
+                .to_string()
+        }),
+        models,
+        rpm: limit("rpm")?,
+        tpm: limit("tpm")?,
+        max_concurrent: limit("max_concurrent")?,
+    };
+    spec.validate().map_err(config_error)?;
+    let exists = gw.config().group(&spec.name).is_some();
+    match (name, exists) {
+        (None, true) => {
+            return Err(ApiError::new(
+                409,
+                crate::protocol::ErrorKind::InvalidRequest,
+                format!("name: a group named {:?} already exists", spec.name),
+            )
+            .with_param("name"))
+        }
+        (Some(n), false) => {
+            return Err(ApiError::not_found(format!("no group named {n:?}")).with_param("name"))
+        }
+        _ => {}
+    }
+    let saved = spec.clone();
+    gw.change_overrides(|o| {
+        o.groups.retain(|g| g.name != saved.name);
+        o.groups.push(saved);
+        Ok(())
+    })
+    .map_err(config_error)?;
+    Ok(json!(spec))
+}
+
+/// `GET /admin/models[?probe=1]`: every model with its upstreams, prices, state and live availability.
+pub fn models(gw: &Gateway, probe: bool) -> Value {
+    let config = gw.config();
+    let probes = if probe {
+        gw.stats.probe_all(&gw.agent, &config)
+    } else {
+        Default::default()
+    };
+    let data: Vec<Value> = config
+        .models
+        .iter()
+        .map(|m| {
+            let upstreams: Vec<Value> = m
+                .upstreams
+                .iter()
+                .map(|u| {
+                    let kind = config.upstream(u).map(|x| x.kind.name()).unwrap_or("?");
+                    json!({"name": u, "kind": kind, "probe": probes.get(u)})
+                })
+                .collect();
+            json!({
+                "name": m.name,
+                "upstream_model": m.upstream_model,
+                "upstreams": upstreams,
+                "input_price": m.input_price,
+                "cached_input_price": m.cached_input_price,
+                "output_price": m.output_price,
+                "max_output_tokens": m.max_output_tokens,
+                "disabled": m.disabled,
+                "availability": gw.stats.model_json(&m.name),
+            })
+        })
+        .collect();
+    json!({"data": data})
+}
+
+/// `POST /admin/models/{name} {disabled?, input_price?, output_price?, cached_input_price?}`.
+pub fn change_model(gw: &Gateway, name: &str, body: &Value) -> Result<Value, ApiError> {
+    let o = object(body)?;
+    if gw.config().model_any(name).is_none() {
+        return Err(ApiError::not_found(format!("no model named {name:?}")).with_param("name"));
+    }
+    let disabled = match o.get("disabled") {
+        None | Some(Value::Null) => None,
+        Some(Value::Bool(b)) => Some(*b),
+        Some(_) => {
+            return Err(ApiError::invalid_param(
+                "disabled",
+                "disabled: expected true or false",
+            ))
+        }
+    };
+    let change = ModelChange {
+        disabled,
+        input_price: opt_amount(o, "input_price")?,
+        output_price: opt_amount(o, "output_price")?,
+        cached_input_price: opt_amount(o, "cached_input_price")?,
+    };
+    change.validate().map_err(config_error)?;
+    gw.change_overrides(|ov| {
+        let entry = ov.models.entry(name.to_string()).or_default();
+        if change.disabled.is_some() {
+            entry.disabled = change.disabled;
+        }
+        for (slot, v) in [
+            (&mut entry.input_price, change.input_price),
+            (&mut entry.output_price, change.output_price),
+            (&mut entry.cached_input_price, change.cached_input_price),
+        ] {
+            if v.is_some() {
+                *slot = v;
+            }
+        }
+        Ok(())
+    })
+    .map_err(config_error)?;
+    let config = gw.config();
+    let m = config
+        .model_any(name)
+        .ok_or_else(|| ApiError::internal("model vanished"))?;
+    Ok(
+        json!({"name": m.name, "disabled": m.disabled, "input_price": m.input_price,
+              "output_price": m.output_price, "cached_input_price": m.cached_input_price}),
+    )
+}

@@ -1,0 +1,1 @@
+/* placeholder: the console UI is being written */

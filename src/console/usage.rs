@@ -1,0 +1,253 @@
+//! Usage for the console and scripts: filtered records (JSON or CSV) and the overview (last hour and day,
+//! a per-hour series, top keys and models by spend).
+
+use std::collections::HashMap;
+
+use serde_json::{json, Value};
+
+use crate::http::Exchange;
+use crate::ledger::{Filter, Record, Status, StatusFilter};
+use crate::protocol::ApiError;
+use crate::server::Gateway;
+use crate::util::{rfc3339, rfc3339_millis, unix_now};
+
+/// A time bound from a query parameter: RFC 3339, or Unix seconds.
+fn time_param(ex: &Exchange, name: &str) -> Result<Option<String>, ApiError> {
+    let Some(v) = ex.request.query_param(name).filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    if let Ok(secs) = v.parse::<u64>() {
+        return Ok(Some(rfc3339(secs)));
+    }
+    match crate::util::parse_rfc3339(&v) {
+        Some(secs) => Ok(Some(rfc3339_millis(secs * 1000 + millis_of(&v)))),
+        None => Err(ApiError::invalid_param(
+            name,
+            format!("`{name}` must be RFC 3339 (2026-11-22T10:00:00Z) or Unix seconds"),
+        )),
+    }
+}
+
+fn millis_of(ts: &str) -> u64 {
+    ts.get(19..)
+        .and_then(|rest| rest.strip_prefix('.'))
+        .map(|f| {
+            f.chars()
+                .take_while(char::is_ascii_digit)
+                .chain("000".chars())
+                .take(3)
+                .collect::<String>()
+        })
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The filter in the query string.
+fn filter(ex: &Exchange, default_limit: usize, max_limit: usize) -> Result<Filter, ApiError> {
+    let q = |n: &str| ex.request.query_param(n).filter(|v| !v.is_empty());
+    let status = match q("status") {
+        None => None,
+        Some(s) => Some(StatusFilter::parse(&s).ok_or_else(|| {
+            ApiError::invalid_param(
+                "status",
+                "`status` must be a code (200), a class (4xx), client_closed or error",
+            )
+        })?),
+    };
+    let number = |n: &str, default: usize| -> Result<usize, ApiError> {
+        match q(n) {
+            None => Ok(default),
+            Some(v) => v
+                .parse()
+                .map_err(|_| ApiError::invalid_param(n, format!("`{n}` must be a number"))),
+        }
+    };
+    Ok(Filter {
+        key: q("key"),
+        model: q("model"),
+        status,
+        client_request_id: q("client_request_id"),
+        request_id: q("request_id"),
+        since: time_param(ex, "since")?,
+        until: time_param(ex, "until")?,
+        offset: number("offset", 0)?,
+        limit: number("limit", default_limit)?.clamp(1, max_limit),
+    })
+}
+
+fn query(gw: &Gateway, f: &Filter) -> Result<Vec<Record>, ApiError> {
+    gw.ledger
+        .query(f)
+        .map_err(|e| ApiError::internal(format!("cannot read the usage ledger: {e}")))
+}
+
+/// `GET /admin/usage`: records newest first.
+pub fn records(gw: &Gateway, ex: &Exchange) -> Result<Value, ApiError> {
+    let f = filter(ex, 100, 10_000)?;
+    Ok(json!({"data": query(gw, &f)?}))
+}
+
+/// `GET /admin/usage.csv`: the filtered records as CSV (up to 100,000).
+pub fn csv(gw: &Gateway, ex: &Exchange) -> Result<String, ApiError> {
+    let f = filter(ex, 100_000, 100_000)?;
+    let mut out = String::from(
+        "ts,request_id,client_request_id,key,group,model,protocol,upstream,stream,status,input_tokens,\
+         cached_input_tokens,output_tokens,reasoning_tokens,estimated,cost,latency_ms,error\n",
+    );
+    for r in query(gw, &f)? {
+        let status = match r.status {
+            Status::Http(c) => c.to_string(),
+            Status::ClientClosed => "client_closed".into(),
+        };
+        let fields = [
+            r.ts,
+            r.request_id,
+            r.client_request_id.unwrap_or_default(),
+            r.key,
+            r.group,
+            r.model,
+            r.protocol,
+            r.upstream,
+            r.stream.to_string(),
+            status,
+            r.input_tokens.to_string(),
+            r.cached_input_tokens.to_string(),
+            r.output_tokens.to_string(),
+            r.reasoning_tokens.to_string(),
+            r.estimated.to_string(),
+            format!("{}", r.cost),
+            r.latency_ms.to_string(),
+            r.error.unwrap_or_default(),
+        ];
+        let line: Vec<String> = fields.iter().map(|f| csv_field(f)).collect();
+        out.push_str(&line.join(","));
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+/// One CSV field: quoted when needed, and defused when a spreadsheet would read it as a formula.
+fn csv_field(s: &str) -> String {
+    let mut v = s.to_string();
+    if v.starts_with(['=', '+', '-', '@', '\t', '\r']) && v.parse::<f64>().is_err() {
+        v.insert(0, '\'');
+    }
+    if v.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", v.replace('"', "\"\""))
+    } else {
+        v
+    }
+}
+
+#[derive(Default, Clone, Copy)]
+struct Totals {
+    requests: u64,
+    tokens: u64,
+    cost: f64,
+    errors: u64,
+}
+
+impl Totals {
+    fn add(&mut self, r: &Record) {
+        self.requests += 1;
+        self.tokens += r.input_tokens + r.output_tokens;
+        self.cost += r.cost;
+        if matches!(r.status, Status::Http(s) if s >= 400) || r.error.is_some() {
+            self.errors += 1;
+        }
+    }
+
+    fn json(&self) -> Value {
+        let rate = if self.requests == 0 {
+            0.0
+        } else {
+            self.errors as f64 / self.requests as f64
+        };
+        json!({"requests": self.requests, "tokens": self.tokens, "cost": self.cost, "errors": self.errors, "error_rate": rate})
+    }
+}
+
+/// `GET /admin/overview`: last hour and day, 24 hourly buckets (oldest first), top keys and models by spend
+/// over the day.
+pub fn overview(gw: &Gateway) -> Result<Value, ApiError> {
+    let now = unix_now();
+    let hour_start = now - now % 3600;
+    let first_bucket = hour_start - 23 * 3600;
+    let (day_ts, hour_ts) = (rfc3339(now - 86_400), rfc3339(now - 3600));
+    let mut last_hour = Totals::default();
+    let mut last_day = Totals::default();
+    let mut buckets = [Totals::default(); 24];
+    let mut keys: HashMap<String, Totals> = HashMap::new();
+    let mut models: HashMap<String, Totals> = HashMap::new();
+    let f = Filter {
+        since: Some(rfc3339(first_bucket.min(now - 86_400))),
+        limit: usize::MAX,
+        ..Filter::default()
+    };
+    for r in query(gw, &f)? {
+        let Some(t) = crate::util::parse_rfc3339(&r.ts) else {
+            continue;
+        };
+        if r.ts >= day_ts {
+            last_day.add(&r);
+            keys.entry(r.key.clone()).or_default().add(&r);
+            models.entry(r.model.clone()).or_default().add(&r);
+        }
+        if r.ts >= hour_ts {
+            last_hour.add(&r);
+        }
+        if t >= first_bucket {
+            let i = ((t - first_bucket) / 3600) as usize;
+            if i < 24 {
+                buckets[i].add(&r);
+            }
+        }
+    }
+    let top = |m: HashMap<String, Totals>, field: &str| -> Vec<Value> {
+        let mut v: Vec<(String, Totals)> = m.into_iter().collect();
+        v.sort_by(|a, b| {
+            b.1.cost
+                .total_cmp(&a.1.cost)
+                .then(b.1.requests.cmp(&a.1.requests))
+        });
+        v.into_iter()
+            .take(5)
+            .map(|(name, t)| {
+                let mut j = t.json();
+                j[field] = json!(name);
+                j
+            })
+            .collect()
+    };
+    let hourly: Vec<Value> = buckets
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let mut j = t.json();
+            j["hour"] = json!(rfc3339(first_bucket + i as u64 * 3600));
+            j
+        })
+        .collect();
+    Ok(json!({
+        "now": rfc3339(now),
+        "last_hour": last_hour.json(),
+        "last_day": last_day.json(),
+        "hourly": hourly,
+        "top_keys": top(keys, "key"),
+        "top_models": top(models, "model"),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_fields_are_quoted_and_defused() {
+        assert_eq!(csv_field("plain"), "plain");
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+        assert_eq!(csv_field("=HYPERLINK(1)"), "'=HYPERLINK(1)");
+        assert_eq!(csv_field("-0.5"), "-0.5");
+    }
+}

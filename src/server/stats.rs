@@ -1,0 +1,164 @@
+//! Live availability of each model for the console: last success and last error (with time), recent
+//! latency and error rate over the last requests, and on demand a probe of whether each upstream answers.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::config::{Config, Upstream, UpstreamKind};
+
+const WINDOW: usize = 100;
+
+#[derive(Default)]
+struct ModelStats {
+    last_success_ms: Option<u64>,
+    last_error_ms: Option<u64>,
+    last_error: Option<String>,
+    /// (latency ms, failed) of the last requests.
+    recent: VecDeque<(u64, bool)>,
+}
+
+/// Per-model counters, updated when a request that reached an upstream ends.
+#[derive(Default)]
+pub struct Stats {
+    models: Mutex<HashMap<String, ModelStats>>,
+    probes: Mutex<HashMap<String, (Instant, Value)>>,
+}
+
+impl Stats {
+    pub fn observe(&self, model: &str, latency_ms: u64, failed: bool, error: Option<&str>) {
+        let now = crate::util::unix_millis();
+        let mut m = match self.models.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        let st = m.entry(model.to_string()).or_default();
+        if failed {
+            st.last_error_ms = Some(now);
+            st.last_error = error.map(|e| e.chars().take(300).collect());
+        } else {
+            st.last_success_ms = Some(now);
+        }
+        st.recent.push_back((latency_ms, failed));
+        while st.recent.len() > WINDOW {
+            st.recent.pop_front();
+        }
+    }
+
+    /// The console's view of one model's recent health.
+    pub fn model_json(&self, model: &str) -> Value {
+        let m = match self.models.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        let Some(st) = m.get(model) else {
+            return json!({"requests": 0, "last_success": null, "last_error": null, "last_error_message": null,
+                          "latency_p50_ms": null, "latency_p95_ms": null, "error_rate": null});
+        };
+        let mut lat: Vec<u64> = st
+            .recent
+            .iter()
+            .filter(|(_, f)| !f)
+            .map(|(l, _)| *l)
+            .collect();
+        lat.sort_unstable();
+        let pct = |p: f64| -> Option<u64> {
+            (!lat.is_empty()).then(|| lat[((lat.len() - 1) as f64 * p).round() as usize])
+        };
+        let errors = st.recent.iter().filter(|(_, f)| *f).count();
+        json!({
+            "requests": st.recent.len(),
+            "last_success": st.last_success_ms.map(crate::util::rfc3339_millis),
+            "last_error": st.last_error_ms.map(crate::util::rfc3339_millis),
+            "last_error_message": st.last_error,
+            "latency_p50_ms": pct(0.5),
+            "latency_p95_ms": pct(0.95),
+            "error_rate": if st.recent.is_empty() { Value::Null } else { json!(errors as f64 / st.recent.len() as f64) },
+        })
+    }
+
+    /// Whether each upstream answers now: a light GET of its model list (cached for 15 s), in parallel.
+    pub fn probe_all(&self, agent: &ureq::Agent, config: &Config) -> HashMap<String, Value> {
+        let mut out = HashMap::new();
+        let mut todo: Vec<&Upstream> = Vec::new();
+        {
+            let cache = match self.probes.lock() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            for u in &config.upstreams {
+                match cache.get(&u.name) {
+                    Some((at, v)) if at.elapsed() < Duration::from_secs(15) => {
+                        out.insert(u.name.clone(), v.clone());
+                    }
+                    _ => todo.push(u),
+                }
+            }
+        }
+        let results: Vec<(String, Value)> = std::thread::scope(|s| {
+            let handles: Vec<_> = todo
+                .iter()
+                .map(|u| s.spawn(move || (u.name.clone(), probe(agent, u))))
+                .collect();
+            handles.into_iter().filter_map(|h| h.join().ok()).collect()
+        });
+        let mut cache = match self.probes.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        for (name, v) in results {
+            cache.insert(name.clone(), (Instant::now(), v.clone()));
+            out.insert(name, v);
+        }
+        out
+    }
+}
+
+/// One probe: any HTTP answer below 500 means the upstream is there (401 would mean a wrong upstream key,
+/// which is reported as such).
+fn probe(agent: &ureq::Agent, u: &Upstream) -> Value {
+    let checked = crate::util::rfc3339_millis(crate::util::unix_millis());
+    if u.kind == UpstreamKind::Mock {
+        return json!({"up": true, "status": null, "latency_ms": 0, "checked": checked, "detail": "built-in mock"});
+    }
+    let url = match u.kind {
+        UpstreamKind::Anthropic => format!("{}/v1/models", u.base_url),
+        _ => format!("{}/models", u.base_url),
+    };
+    let mut req = agent.get(&url);
+    match (u.kind, &u.api_key) {
+        (UpstreamKind::Anthropic, Some(k)) => {
+            req = req
+                .header("x-api-key", k.as_str())
+                .header("anthropic-version", "2023-06-01")
+        }
+        (_, Some(k)) => req = req.header("authorization", format!("Bearer {k}")),
+        _ => {}
+    }
+    let started = Instant::now();
+    let result = req
+        .config()
+        .timeout_global(Some(
+            Duration::from_secs(3).min(u.connect_timeout + Duration::from_secs(2)),
+        ))
+        .build()
+        .call();
+    let ms = started.elapsed().as_millis() as u64;
+    match result {
+        Ok(resp) => {
+            let status = resp.status().as_u16();
+            let detail = match status {
+                401 | 403 => "answers, but refuses the configured upstream key",
+                s if s >= 500 => "answers with a server error",
+                _ => "answers",
+            };
+            json!({"up": status < 500, "status": status, "latency_ms": ms, "checked": checked, "detail": detail})
+        }
+        Err(e) => {
+            let detail = crate::upstream::http::map_error(&u.name, e).message.clone();
+            json!({"up": false, "status": null, "latency_ms": ms, "checked": checked, "detail": detail})
+        }
+    }
+}
