@@ -619,3 +619,110 @@ fn keepalives_flow_while_the_upstream_is_silent() {
         assert_eq!(text, "Paris.", "{client} <- {upstream}: {seen}");
     }
 }
+
+/// A client that goes away mid-stream, or while a non-streaming answer is still being generated: the
+/// upstream connection is cut (long before the upstream would have finished), the worker is free for the
+/// next request, and the usage record says `client_closed`.
+#[test]
+fn a_vanished_client_cuts_the_upstream_and_frees_the_worker() {
+    let (closed_tx, closed_rx) = std::sync::mpsc::channel::<()>();
+    let closed_tx = Mutex::new(closed_tx);
+    let fake = FakeUpstream::start(move |rec| {
+        let body: Value = serde_json::from_slice(&rec.body).unwrap();
+        let tx = closed_tx.lock().unwrap().clone();
+        if body["stream"] == true {
+            let event = b"data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"first words\"}}]}\n\n";
+            let mut prelude = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+            prelude.extend_from_slice(format!("{:x}\r\n", event.len()).as_bytes());
+            prelude.extend_from_slice(event);
+            prelude.extend_from_slice(b"\r\n");
+            Reply::HoldUntilClosed {
+                prelude,
+                closed: tx,
+            }
+        } else if body["messages"][0]["content"] == "quick" {
+            Reply::json(
+                200,
+                &json!({"id": "c", "object": "chat.completion", "created": 1, "model": "x",
+                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "ok"}}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}),
+            )
+        } else {
+            Reply::HoldUntilClosed {
+                prelude: Vec::new(),
+                closed: tx,
+            }
+        }
+    });
+    let dir = TempDir::new("vanish");
+    let config = standard_config(
+        dir.path(),
+        Some(fake.addr),
+        &format!("workers = 1\nadmin_token_env = \"{ADMIN_TOKEN_ENV}\""),
+    );
+    let gw = Gateway::start_with(dir, &config);
+    let auth = format!("Bearer {}", gw.key);
+
+    // Mid-stream.
+    let mut s = gw.connect();
+    let body = json!({"model": "m-chat", "stream": true, "messages": [{"role": "user", "content": "long"}]});
+    send_request(
+        &mut s,
+        "POST",
+        "/v1/chat/completions",
+        &[("authorization", &auth), ("x-client-request-id", "gone-1")],
+        body.to_string().as_bytes(),
+        true,
+    );
+    let mut r = BufReader::new(s);
+    assert_eq!(read_head(&mut r).0, 200);
+    let first = read_chunk(&mut r).unwrap();
+    assert!(String::from_utf8_lossy(&first).contains("first words"));
+    drop(r);
+    closed_rx
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("the upstream connection is cut");
+
+    // While a non-streaming answer is pending.
+    let mut s = gw.connect();
+    let body = json!({"model": "m-chat", "messages": [{"role": "user", "content": "slow"}]});
+    send_request(
+        &mut s,
+        "POST",
+        "/v1/chat/completions",
+        &[("authorization", &auth), ("x-client-request-id", "gone-2")],
+        body.to_string().as_bytes(),
+        true,
+    );
+    wait_for(
+        || fake.received().len() == 2,
+        "the request to reach the upstream",
+    );
+    drop(s);
+    closed_rx
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("the upstream connection is cut");
+
+    // The only worker is free again.
+    let r = gw.post(
+        "/v1/chat/completions",
+        &json!({"model": "m-chat", "messages": [{"role": "user", "content": "quick"}]}),
+    );
+    assert_eq!(r.status, 200);
+    for id in ["gone-1", "gone-2"] {
+        let mut recs = Vec::new();
+        wait_for(
+            || {
+                recs = gw
+                    .admin(&format!("/admin/usage?client_request_id={id}"))
+                    .json()["data"]
+                    .as_array()
+                    .unwrap()
+                    .clone();
+                !recs.is_empty()
+            },
+            "the record",
+        );
+        assert_eq!(recs[0]["status"], "client_closed", "{id}: {}", recs[0]);
+    }
+}

@@ -30,6 +30,13 @@ struct SharedInner {
 }
 
 impl SharedStream {
+    /// Ends the stream for every writer (the client is gone).
+    pub fn close(&self) {
+        if let Ok(mut g) = self.inner.lock() {
+            g.open = false;
+        }
+    }
+
     /// Writes `chunk` if nothing was written for `idle`. Returns false once the stream is finished or
     /// broken (the caller can forget it).
     pub fn ping_if_idle(&self, idle: Duration, chunk: &[u8]) -> bool {
@@ -186,6 +193,11 @@ impl ResponseWriter {
         }
         self.buf.extend_from_slice(b"\r\n");
         self.status = status;
+    }
+
+    /// A second handle on the client's socket (for watching whether the client is still there).
+    pub fn socket(&self) -> io::Result<TcpStream> {
+        self.stream.try_clone()
     }
 
     /// Shares the chunked body in progress so another thread can write keepalive chunks into it.

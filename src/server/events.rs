@@ -1,8 +1,8 @@
 //! Writing a canonical event stream to a client: the client protocol's stream encoder, one chunk per step,
 //! usage tracked on the way (and estimated when the upstream reports none).
 
-use super::keepalive::Keepalive;
 use super::respond::{self, Trace};
+use super::watchdog::Watchdog;
 use crate::http::ResponseWriter;
 use crate::protocol::canon::{StreamEvent, Usage};
 use crate::protocol::{ApiError, StreamEncoder};
@@ -31,11 +31,11 @@ impl<'a> EventWriter<'a> {
         enc: Box<dyn StreamEncoder>,
         start: StreamEvent,
         extra_headers: &[(&str, &str)],
-        keepalive: &Keepalive,
+        watchdog: &Watchdog,
     ) -> Result<Self, ClientGone> {
         respond::start_sse(w, trace, extra_headers).map_err(|_| ClientGone)?;
         if let Ok(shared) = w.share() {
-            keepalive.watch(&shared, trace.protocol);
+            watchdog.stream_started(shared, trace.protocol);
         }
         let input_estimate = match &start {
             StreamEvent::Start { input_tokens, .. } => *input_tokens,

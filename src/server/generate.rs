@@ -62,7 +62,14 @@ pub fn handle(gw: &Gateway, ex: &mut Exchange, protocol: Protocol) {
         };
         trace.extra = info.headers;
         reservation = Some(res);
-        dispatch(gw, &config, ex, &trace, &mut out, &prepared)
+        let watch = gw.watchdog.watch(ex.response().socket());
+        let result = dispatch(gw, &config, ex, &trace, &mut out, &prepared);
+        if watch.cancelled() {
+            // The client went away; whatever the upstream call ended with, nobody is listening.
+            out.client_closed = true;
+            return Ok(());
+        }
+        result
     });
     if let Err(e) = result {
         if !ex.response().is_started() {

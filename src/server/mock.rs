@@ -45,7 +45,7 @@ pub fn serve(
         input_tokens: reply.response.usage.input_tokens,
     };
     let Ok(mut writer) =
-        EventWriter::start(ex.response(), trace, encoder, start, &[], &gw.keepalive)
+        EventWriter::start(ex.response(), trace, encoder, start, &[], &gw.watchdog)
     else {
         out.client_closed = true;
         return Ok(());

@@ -5,13 +5,13 @@ mod accounting;
 mod count_tokens;
 mod events;
 mod generate;
-mod keepalive;
 mod mock;
 mod relay;
 pub mod respond;
 mod router;
 mod stats;
 mod translate;
+mod watchdog;
 
 use std::net::TcpListener;
 use std::sync::atomic::Ordering;
@@ -35,7 +35,7 @@ pub struct Gateway {
     pub keys: Arc<KeyStore>,
     pub agent: ureq::Agent,
     pub started_unix: u64,
-    pub keepalive: Arc<keepalive::Keepalive>,
+    pub watchdog: Arc<watchdog::Watchdog>,
     pub ledger: crate::ledger::Ledger,
     pub accounts: Arc<crate::access::accounts::Accounts>,
     /// SHA-256 of the admin token (None: the admin API refuses every call).
@@ -142,16 +142,16 @@ pub fn run(
         base: config.clone(),
         keys: keys.clone(),
         started_unix: crate::util::unix_now(),
-        keepalive: Arc::new(keepalive::Keepalive::new(config.keepalive)),
+        watchdog: Arc::new(watchdog::Watchdog::new(config.keepalive)),
         ledger,
         accounts: Arc::new(crate::access::accounts::Accounts::new(spent)),
         admin_token,
         stats: stats::Stats::default(),
     });
     {
-        let k = gw.keepalive.clone();
+        let k = gw.watchdog.clone();
         let _ = std::thread::Builder::new()
-            .name("tollgate-keepalive".into())
+            .name("tollgate-watchdog".into())
             .spawn(move || k.run());
     }
     let state = Arc::new(ServerState::default());

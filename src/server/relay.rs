@@ -123,7 +123,7 @@ fn relay_stream(
         return;
     }
     if let Ok(shared) = w.share() {
-        gw.keepalive.watch(&shared, trace.protocol);
+        gw.watchdog.stream_started(shared, trace.protocol);
     }
     out.status = 200;
     let mut watch = StreamWatch::new(trace.protocol, hide_usage);

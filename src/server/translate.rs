@@ -86,7 +86,7 @@ pub fn translate(
             input_tokens: input_estimate,
         };
         let Ok(mut writer) =
-            EventWriter::start(ex.response(), trace, encoder, start, &extra, &gw.keepalive)
+            EventWriter::start(ex.response(), trace, encoder, start, &extra, &gw.watchdog)
         else {
             out.client_closed = true;
             return Ok(());
@@ -172,7 +172,7 @@ pub fn translate(
             input_tokens: resp.usage.input_tokens,
         };
         let Ok(mut writer) =
-            EventWriter::start(ex.response(), trace, encoder, start, &extra, &gw.keepalive)
+            EventWriter::start(ex.response(), trace, encoder, start, &extra, &gw.watchdog)
         else {
             out.client_closed = true;
             return Ok(());

@@ -15,8 +15,11 @@ use crate::protocol::ApiError;
 /// Largest non-streamed upstream body we read.
 const MAX_RESPONSE_BYTES: u64 = 64 * 1024 * 1024;
 
-/// Builds the agent all workers share.
+/// Builds the agent all workers share: ureq's usual connector chain (CONNECT proxies, TCP, rustls) with
+/// the TCP step tapped, so a worker can cut its upstream connection (see `tap`).
 pub fn agent(max_idle: usize) -> ureq::Agent {
+    use ureq::unversioned::resolver::DefaultResolver;
+    use ureq::unversioned::transport::{ConnectProxyConnector, Connector, RustlsConnector};
     let config = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .max_redirects(0)
@@ -26,7 +29,11 @@ pub fn agent(max_idle: usize) -> ureq::Agent {
         .user_agent(concat!("tollgate/", env!("CARGO_PKG_VERSION")))
         .no_delay(true)
         .build();
-    config.into()
+    let connector =
+        ().chain(ConnectProxyConnector::default())
+            .chain(super::tap::TapConnector)
+            .chain(RustlsConnector::default());
+    ureq::Agent::with_parts(config, connector, DefaultResolver::default())
 }
 
 /// The URL of the generation endpoint of an upstream.

@@ -52,6 +52,12 @@ pub enum Reply {
     Close,
     /// Raw bytes, written as they are.
     Raw(Vec<u8>),
+    /// Writes `prelude` (raw bytes, e.g. an SSE head and a first event), then waits for the other side to
+    /// close the connection and reports it on `closed`.
+    HoldUntilClosed {
+        prelude: Vec<u8>,
+        closed: std::sync::mpsc::Sender<()>,
+    },
 }
 
 impl Reply {
@@ -214,6 +220,18 @@ fn serve(stream: TcpStream, handler: &Handler, requests: &Mutex<Vec<Recorded>>) 
                 return;
             }
             Reply::Close => return,
+            Reply::HoldUntilClosed { prelude, closed } => {
+                let _ = writer.write_all(&prelude);
+                let mut buf = [0u8; 1024];
+                loop {
+                    match reader.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) => {}
+                    }
+                }
+                let _ = closed.send(());
+                return;
+            }
             Reply::Raw(bytes) => {
                 let _ = writer.write_all(&bytes);
                 return;

@@ -1,0 +1,164 @@
+//! The watchdog: one thread that looks at every request in flight a few times a second.
+//!
+//! - A client that went away (its socket reads end-of-stream) gets its request cancelled: the upstream
+//!   connection the worker is waiting on is shut down (see `upstream::tap`), so the worker is free again
+//!   within a tick instead of waiting for the upstream to finish, and the usage record says
+//!   `client_closed`.
+//! - A stream silent for `keepalive_secs` gets a keepalive, so proxies with idle timeouts don't cut it: an
+//!   SSE comment for Chat and Responses clients (their SDKs skip comments), a `ping` event for Messages
+//!   clients. Written through the lock the worker writes with, so chunks never interleave.
+
+use std::cell::RefCell;
+use std::io;
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use crate::http::SharedStream;
+use crate::protocol::Protocol;
+use crate::upstream::tap::{self, UpstreamSlot};
+
+const COMMENT: &[u8] = b": keepalive\n\n";
+const PING: &[u8] = b"event: ping\ndata: {\"type\":\"ping\"}\n\n";
+
+/// One request being watched.
+pub struct Watch {
+    client: TcpStream,
+    upstream: Arc<UpstreamSlot>,
+    stream: Mutex<Option<(Arc<SharedStream>, &'static [u8])>>,
+    cancelled: AtomicBool,
+}
+
+thread_local! {
+    static CURRENT: RefCell<Option<Arc<Watch>>> = const { RefCell::new(None) };
+}
+
+/// Keeps a request watched until dropped.
+pub struct WatchGuard(Option<Arc<Watch>>);
+
+impl WatchGuard {
+    /// True once the watchdog saw the client go away.
+    pub fn cancelled(&self) -> bool {
+        self.0
+            .as_ref()
+            .is_some_and(|w| w.cancelled.load(Ordering::SeqCst))
+    }
+}
+
+impl Drop for WatchGuard {
+    fn drop(&mut self) {
+        tap::bind(None);
+        CURRENT.with(|c| *c.borrow_mut() = None);
+    }
+}
+
+pub struct Watchdog {
+    keepalive: Duration,
+    watches: Mutex<Vec<Weak<Watch>>>,
+}
+
+impl Watchdog {
+    pub fn new(keepalive: Duration) -> Watchdog {
+        Watchdog {
+            keepalive,
+            watches: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Watches the request the current thread is handling, whose client is on `client` (a clone of its
+    /// socket). Upstream sockets this thread uses from now on are published for cancelling.
+    pub fn watch(&self, client: io::Result<TcpStream>) -> WatchGuard {
+        let Ok(client) = client else {
+            return WatchGuard(None);
+        };
+        let upstream = Arc::new(UpstreamSlot::default());
+        let w = Arc::new(Watch {
+            client,
+            upstream: upstream.clone(),
+            stream: Mutex::new(None),
+            cancelled: AtomicBool::new(false),
+        });
+        tap::bind(Some(upstream));
+        CURRENT.with(|c| *c.borrow_mut() = Some(w.clone()));
+        if let Ok(mut v) = self.watches.lock() {
+            v.push(Arc::downgrade(&w));
+        }
+        WatchGuard(Some(w))
+    }
+
+    /// The current thread's request started streaming to its client on `stream`.
+    pub fn stream_started(&self, stream: Arc<SharedStream>, protocol: Protocol) {
+        let payload = if protocol == Protocol::Messages {
+            PING
+        } else {
+            COMMENT
+        };
+        CURRENT.with(|c| {
+            if let Some(w) = c.borrow().as_ref() {
+                if let Ok(mut s) = w.stream.lock() {
+                    *s = Some((stream, payload));
+                }
+            }
+        });
+    }
+
+    /// One pass over the requests in flight.
+    pub fn tick(&self) {
+        let live: Vec<Arc<Watch>> = match self.watches.lock() {
+            Ok(mut v) => {
+                v.retain(|w| w.strong_count() > 0);
+                v.iter().filter_map(Weak::upgrade).collect()
+            }
+            Err(_) => return,
+        };
+        for w in live {
+            if w.cancelled.load(Ordering::SeqCst) {
+                continue;
+            }
+            let stream = w.stream.lock().ok().and_then(|s| s.clone());
+            if client_gone(&w.client) {
+                w.cancelled.store(true, Ordering::SeqCst);
+                if let Some((s, _)) = &stream {
+                    s.close();
+                }
+                w.upstream.shutdown();
+                continue;
+            }
+            if let Some((s, payload)) = stream {
+                s.ping_if_idle(self.keepalive, payload);
+            }
+        }
+    }
+
+    /// Ticks forever, four times a second (or faster for very short keepalive intervals).
+    pub fn run(self: Arc<Self>) {
+        let period = Duration::from_millis(250)
+            .min(self.keepalive / 2)
+            .max(Duration::from_millis(20));
+        loop {
+            std::thread::sleep(period);
+            self.tick();
+        }
+    }
+}
+
+/// Whether the client closed its side: a peek that waits a microsecond sees end-of-stream or a reset.
+/// (A read timeout rather than non-blocking mode: the worker may be writing on the same socket.)
+fn client_gone(sock: &TcpStream) -> bool {
+    if sock
+        .set_read_timeout(Some(Duration::from_micros(1)))
+        .is_err()
+    {
+        return true;
+    }
+    let mut probe = [0u8; 1];
+    match sock.peek(&mut probe) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => !matches!(
+            e.kind(),
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+        ),
+    }
+}
