@@ -24,6 +24,7 @@ pub enum Command {
     Serve(ServeArgs),
     Keys(KeysArgs),
     Check(CheckArgs),
+    Doctor(DoctorArgs),
 }
 
 #[derive(FromArgs)]
@@ -33,6 +34,9 @@ pub struct ServeArgs {
     /// config file (TOML)
     #[argh(option)]
     pub config: Option<PathBuf>,
+    /// log format: text (default) or json (JSON lines)
+    #[argh(option)]
+    pub log_format: Option<String>,
 }
 
 #[derive(FromArgs)]
@@ -134,11 +138,32 @@ pub struct CheckArgs {
     pub config: PathBuf,
 }
 
+#[derive(FromArgs)]
+/// Check a gateway (tollgate or any other speaking these protocols) with minimal requests per protocol,
+/// non-streaming and streaming; prints each step with its likely cause, then a support report. Exit code 0
+/// only when every step passed.
+#[argh(subcommand, name = "doctor")]
+pub struct DoctorArgs {
+    /// the base URL a client is given: http://host:port or http://host:port/v1
+    #[argh(option)]
+    pub base_url: String,
+    /// the API key to check (never printed)
+    #[argh(option)]
+    pub key: String,
+    /// the model to ask
+    #[argh(option)]
+    pub model: String,
+    /// chat, responses, messages or all (default), or a comma-separated list
+    #[argh(option, default = "String::from(\"all\")")]
+    pub protocol: String,
+}
+
 /// Runs a command; returns the process exit code.
 pub fn run(args: Args) -> i32 {
     match args.command {
         Command::Serve(a) => serve(a),
         Command::Check(a) => check(&a.config),
+        Command::Doctor(a) => crate::doctor::run(a),
         Command::Keys(k) => match k.command {
             KeysCommand::Add(a) => keys_add(a),
             KeysCommand::List(a) => keys_list(a),
@@ -315,14 +340,6 @@ fn with_config(config: Option<&Path>, f: impl FnOnce(&Config) -> Result<(), Stri
     }
 }
 
-fn init_logging(level: &str) {
-    let level = level.parse().unwrap_or(log::LevelFilter::Info);
-    let _ = simple_logger::SimpleLogger::new()
-        .with_level(level)
-        .with_utc_timestamps()
-        .init();
-}
-
 fn serve(a: ServeArgs) -> i32 {
     let mut config = match load(a.config.as_deref()) {
         Ok(c) => c,
@@ -339,7 +356,14 @@ fn serve(a: ServeArgs) -> i32 {
         }
         config.listen = listen;
     }
-    init_logging(&config.log_level);
+    if let Some(format) = &a.log_format {
+        if format != "text" && format != "json" {
+            eprintln!("--log-format: expected text or json, got {format:?}");
+            return 1;
+        }
+        config.log_format = format.clone();
+    }
+    crate::logging::init(&config.log_level, config.log_format == "json");
     if let Err(e) = fs::create_dir_all(&config.data_dir) {
         log::error!("cannot create data_dir {}: {e}", config.data_dir.display());
         return 1;

@@ -726,3 +726,59 @@ fn a_vanished_client_cuts_the_upstream_and_frees_the_worker() {
         assert_eq!(recs[0]["status"], "client_closed", "{id}: {}", recs[0]);
     }
 }
+
+/// An upstream that keeps failing is skipped (breaker open) while its model's other upstream serves; with
+/// no upstream left, the client gets 503 with retry-after at once.
+#[test]
+fn a_failing_upstream_is_skipped_by_its_breaker() {
+    let ok = json!({"id": "c", "object": "chat.completion", "created": 1, "model": "x",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "fine"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}});
+    let good = FakeUpstream::start(move |_| Reply::json(200, &ok));
+    let bad = FakeUpstream::start(|_| {
+        Reply::json(
+            500,
+            &json!({"error": {"message": "broken", "type": "server_error"}}),
+        )
+    });
+    let dir = TempDir::new("breaker");
+    let config = format!(
+        "{}[[upstreams]]\nname = \"bad\"\nkind = \"openai-chat\"\nbase_url = \"http://{}/v1\"\nbreaker_failures = 2\nbreaker_cooldown_secs = 600\n\n\
+         [[upstreams]]\nname = \"good\"\nkind = \"openai-chat\"\nbase_url = \"http://{}/v1\"\n\n\
+         [[models]]\nname = \"m\"\nupstream = [\"bad\", \"good\"]\n\n[[models]]\nname = \"only-bad\"\nupstream = \"bad\"\n",
+        base_config(dir.path(), ""),
+        bad.addr,
+        good.addr
+    );
+    let gw = Gateway::start_with(dir, &config);
+    let body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+    for _ in 0..5 {
+        assert_eq!(gw.post("/v1/chat/completions", &body).status, 200);
+    }
+    assert_eq!(
+        bad.received().len(),
+        2,
+        "after two failures in a row the bad upstream is skipped"
+    );
+    assert_eq!(good.received().len(), 5);
+    wait_for(
+        || gw.all_logs().contains("failed 2 times in a row"),
+        "the breaker's log line",
+    );
+    let r = gw.post(
+        "/v1/chat/completions",
+        &json!({"model": "only-bad", "messages": [{"role": "user", "content": "hi"}]}),
+    );
+    assert_eq!(r.status, 503);
+    let retry: u64 = r.header("retry-after").unwrap().parse().unwrap();
+    assert!(retry > 0 && retry <= 600);
+    assert!(r.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("cooling down"));
+    assert_eq!(
+        bad.received().len(),
+        2,
+        "refused without calling the upstream"
+    );
+}

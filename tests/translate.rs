@@ -792,10 +792,9 @@ fn codex_tool_shapes_are_bridged() {
     assert_eq!(call["namespace"], "fs");
     assert_eq!(call["call_id"], "call_9");
     let rid = r.header("x-request-id").unwrap().to_string();
-    assert!(
-        gw.all_logs().contains("left out hosted tools"),
-        "{}",
-        gw.all_logs()
+    wait_for(
+        || gw.all_logs().contains("left out hosted tools"),
+        "the log line naming the dropped tool",
     );
     assert!(gw.log_line(&rid).contains(" in=30 "));
 

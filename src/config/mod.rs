@@ -85,6 +85,11 @@ pub struct Upstream {
     pub idle_timeout: Duration,
     /// Mock only: pause between streamed deltas.
     pub mock_delay: Duration,
+    /// Longest a whole call may take, streams included.
+    pub total_timeout: Duration,
+    /// Failures in a row before the breaker skips this upstream, and for how long.
+    pub breaker_failures: u32,
+    pub breaker_cooldown: Duration,
     /// Chat upstreams: send the output limit as `max_completion_tokens` (OpenAI's current name; default for
     /// api.openai.com) rather than `max_tokens` (what local servers take; the default elsewhere).
     pub max_completion_tokens: bool,
@@ -138,6 +143,8 @@ pub struct Config {
     /// Sync each usage record before its response ends.
     pub ledger_strict: bool,
     pub log_level: String,
+    /// `text` or `json` (JSON lines).
+    pub log_format: String,
     pub upstreams: Vec<Upstream>,
     pub models: Vec<Model>,
     pub groups: Vec<Group>,
@@ -160,6 +167,7 @@ struct RawConfig {
     ledger_sync_ms: Option<u64>,
     ledger_strict: Option<bool>,
     log_level: Option<String>,
+    log_format: Option<String>,
     #[serde(default)]
     upstreams: Vec<RawUpstream>,
     #[serde(default)]
@@ -180,6 +188,9 @@ struct RawUpstream {
     idle_timeout_secs: Option<u64>,
     mock_delay_ms: Option<u64>,
     max_tokens_field: Option<String>,
+    total_timeout_secs: Option<u64>,
+    breaker_failures: Option<u32>,
+    breaker_cooldown_secs: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -429,6 +440,18 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             )?,
             idle_timeout: secs(&f("idle_timeout_secs"), u.idle_timeout_secs, 300)?,
             mock_delay: Duration::from_millis(u.mock_delay_ms.unwrap_or(0)),
+            total_timeout: secs(&f("total_timeout_secs"), u.total_timeout_secs, 3600)?,
+            breaker_failures: match u.breaker_failures {
+                Some(0) => {
+                    return Err(err(
+                        f("breaker_failures"),
+                        "expected a number of failures greater than 0",
+                    ))
+                }
+                Some(n) => n,
+                None => 5,
+            },
+            breaker_cooldown: secs(&f("breaker_cooldown_secs"), u.breaker_cooldown_secs, 30)?,
             max_completion_tokens: match u.max_tokens_field.as_deref() {
                 None => is_openai,
                 Some("max_tokens") => false,
@@ -602,6 +625,16 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         },
         ledger_strict: raw.ledger_strict.unwrap_or(false),
         log_level,
+        log_format: match raw.log_format.as_deref() {
+            None | Some("text") => "text".to_string(),
+            Some("json") => "json".to_string(),
+            Some(other) => {
+                return Err(err(
+                    "log_format",
+                    format!("expected \"text\" or \"json\", got {other:?}"),
+                ))
+            }
+        },
         upstreams,
         models,
         groups,

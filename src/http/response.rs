@@ -143,8 +143,8 @@ impl ResponseWriter {
         }
     }
 
-    /// Writes what `hold_end` kept back.
-    pub(crate) fn release_held(&mut self) -> io::Result<()> {
+    /// Writes what `hold_end` kept back (also done by the connection when the exchange is returned).
+    pub fn release_held(&mut self) -> io::Result<()> {
         if self.held.is_empty() {
             return Ok(());
         }

@@ -13,6 +13,9 @@ use std::io::{self, BufRead, BufReader, BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
 use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
 use serde::{Deserialize, Serialize};
 
@@ -107,6 +110,8 @@ pub struct Ledger {
     tx: Sender<Msg>,
     path: PathBuf,
     strict: bool,
+    /// False after the last write or sync failed (for `/readyz`).
+    healthy: Arc<AtomicBool>,
 }
 
 impl Ledger {
@@ -120,10 +125,20 @@ impl Ledger {
         let replay = replay(&path)?;
         let file = OpenOptions::new().create(true).append(true).open(&path)?;
         let (tx, rx) = unbounded();
+        let healthy = Arc::new(AtomicBool::new(true));
+        let h = healthy.clone();
         std::thread::Builder::new()
             .name("tollgate-ledger".into())
-            .spawn(move || writer(file, rx, sync_interval))?;
-        Ok((Ledger { tx, path, strict }, replay))
+            .spawn(move || writer(file, rx, sync_interval, h))?;
+        Ok((
+            Ledger {
+                tx,
+                path,
+                strict,
+                healthy,
+            },
+            replay,
+        ))
     }
 
     /// Queues a record. In strict mode, waits until it is on disk.
@@ -159,9 +174,14 @@ impl Ledger {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// Whether the writer is alive and its last write and sync succeeded.
+    pub fn healthy(&self) -> bool {
+        self.healthy.load(Ordering::Relaxed)
+    }
 }
 
-fn writer(file: File, rx: Receiver<Msg>, sync_interval: Duration) {
+fn writer(file: File, rx: Receiver<Msg>, sync_interval: Duration, healthy: Arc<AtomicBool>) {
     let mut out = BufWriter::with_capacity(64 * 1024, file);
     let mut dirty = false;
     let mut last_sync = Instant::now();
@@ -181,6 +201,7 @@ fn writer(file: File, rx: Receiver<Msg>, sync_interval: Duration) {
                         line.push(b'\n');
                         if let Err(e) = out.write_all(&line) {
                             log::error!("usage ledger: cannot write a record: {e}");
+                            healthy.store(false, Ordering::Relaxed);
                         }
                         dirty = true;
                     }
@@ -197,8 +218,12 @@ fn writer(file: File, rx: Receiver<Msg>, sync_interval: Duration) {
         if due || !acks.is_empty() || closed {
             if dirty {
                 let synced = out.flush().and_then(|_| out.get_ref().sync_data());
-                if let Err(e) = synced {
-                    log::error!("usage ledger: cannot sync: {e}");
+                match synced {
+                    Ok(()) => healthy.store(true, Ordering::Relaxed),
+                    Err(e) => {
+                        log::error!("usage ledger: cannot sync: {e}");
+                        healthy.store(false, Ordering::Relaxed);
+                    }
                 }
                 dirty = false;
             }

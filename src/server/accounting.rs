@@ -56,6 +56,7 @@ pub fn admit(
 }
 
 /// Settles the reservation and writes the usage record (only for requests that reached an upstream).
+/// Returns the cost charged.
 pub fn record(
     gw: &Gateway,
     config: &Config,
@@ -63,12 +64,12 @@ pub fn record(
     trace: &Trace,
     out: &Outcome,
     reservation: Option<Reservation>,
-) {
+) -> f64 {
     if !out.upstream_called {
         if let Some(r) = reservation {
             r.release();
         }
-        return;
+        return 0.0;
     }
     let usage = out.usage.unwrap_or_default();
     let model = out.model.as_deref().and_then(|m| config.model_any(m));
@@ -114,4 +115,5 @@ pub fn record(
         latency_ms: latency.as_millis() as u64,
         error: out.error.clone(),
     });
+    charged
 }

@@ -14,6 +14,7 @@ pub struct ClientGone;
 
 pub struct EventWriter<'a> {
     w: &'a mut ResponseWriter,
+    trace: &'a Trace,
     enc: Box<dyn StreamEncoder>,
     buf: Vec<u8>,
     usage: Option<Usage>,
@@ -27,7 +28,7 @@ impl<'a> EventWriter<'a> {
     /// Starts the SSE response and sends the protocol's opening event(s).
     pub fn start(
         w: &'a mut ResponseWriter,
-        trace: &Trace,
+        trace: &'a Trace,
         enc: Box<dyn StreamEncoder>,
         start: StreamEvent,
         extra_headers: &[(&str, &str)],
@@ -43,6 +44,7 @@ impl<'a> EventWriter<'a> {
         };
         let mut ew = EventWriter {
             w,
+            trace,
             enc,
             buf: Vec::with_capacity(1024),
             usage: None,
@@ -58,9 +60,15 @@ impl<'a> EventWriter<'a> {
     pub fn emit(&mut self, ev: &StreamEvent) -> Result<(), ClientGone> {
         match ev {
             StreamEvent::Usage(u) => self.usage = Some(*u),
-            StreamEvent::TextDelta(t) | StreamEvent::ReasoningDelta(t) => self.produced.push_str(t),
+            StreamEvent::TextDelta(t) | StreamEvent::ReasoningDelta(t) => {
+                self.trace.mark_first_token();
+                self.produced.push_str(t)
+            }
             StreamEvent::ToolArgsDelta { delta, .. } => self.produced.push_str(delta),
-            StreamEvent::ToolCallStart { name, .. } => self.produced.push_str(name),
+            StreamEvent::ToolCallStart { name, .. } => {
+                self.trace.mark_first_token();
+                self.produced.push_str(name)
+            }
             StreamEvent::Error(e) => self.error = Some(e.clone()),
             _ => {}
         }

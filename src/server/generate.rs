@@ -44,10 +44,9 @@ impl Outcome {
 /// Handles one POST to a generation endpoint.
 pub fn handle(gw: &Gateway, ex: &mut Exchange, protocol: Protocol) {
     let config = gw.config();
-    if config.ledger_strict {
-        // The record is synced before the client sees the end of the answer.
-        ex.response().hold_end();
-    }
+    // The end of the answer waits until the usage record is queued (synced, in strict mode): a client that
+    // has its answer finds its record in the admin API.
+    ex.response().hold_end();
     let mut trace = Trace::new(ex, protocol);
     let mut out = Outcome::default();
     let mut reservation = None;
@@ -56,6 +55,12 @@ pub fn handle(gw: &Gateway, ex: &mut Exchange, protocol: Protocol) {
         let (res, info) = match admitted {
             Ok(pair) => pair,
             Err((e, info)) => {
+                let counter = if e.code.as_deref() == Some("insufficient_quota") {
+                    &gw.metrics.quota_exhausted
+                } else {
+                    &gw.metrics.rate_limited
+                };
+                counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 trace.extra = info.headers;
                 return Err(e);
             }
@@ -78,18 +83,80 @@ pub fn handle(gw: &Gateway, ex: &mut Exchange, protocol: Protocol) {
         out.status = e.status;
         out.error = Some(e.message.clone());
     }
-    accounting::record(gw, &config, ex, &trace, &out, reservation);
+    let cost = accounting::record(gw, &config, ex, &trace, &out, reservation);
+    let _ = ex.response().release_held();
+    observe(gw, &trace, &out, cost);
     log_outcome(ex, &trace, &out);
 }
 
+/// Feeds the metrics with a finished request.
+fn observe(gw: &Gateway, trace: &Trace, out: &Outcome, cost: f64) {
+    if trace.streaming.get() {
+        super::metrics::ACTIVE_STREAMS.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    let status = if out.client_closed {
+        "client_closed".to_string()
+    } else {
+        out.status.to_string()
+    };
+    let usage = out.usage.unwrap_or_default();
+    let upstream_failed = out.upstream_called
+        && !out.client_closed
+        && (out.status >= 500 || (out.status == 200 && out.error.is_some()));
+    gw.metrics.observe(&super::metrics::Observation {
+        protocol: trace.protocol.name(),
+        model: out.model.as_deref().unwrap_or("-"),
+        status: &status,
+        upstream: out.upstream.as_deref(),
+        upstream_failed,
+        total: trace.received.elapsed(),
+        overhead: trace.overhead(),
+        first_token: trace.first_token.get(),
+        input_tokens: usage.input_tokens,
+        cached_input_tokens: usage.cached_input_tokens,
+        output_tokens: usage.output_tokens,
+        reasoning_tokens: usage.reasoning_tokens,
+        cost,
+    });
+}
+
 fn log_outcome(ex: &Exchange, trace: &Trace, out: &Outcome) {
-    let ms = ex.received.elapsed().as_millis();
+    let ms = ex.received.elapsed().as_millis() as u64;
     let usage = out.usage.unwrap_or_default();
     let status = if out.client_closed {
         "client_closed".to_string()
     } else {
         out.status.to_string()
     };
+    let level = if out.error.is_some() && out.status >= 500 {
+        log::Level::Warn
+    } else {
+        log::Level::Info
+    };
+    if crate::logging::json() {
+        let v = serde_json::json!({
+            "ts": crate::util::rfc3339_millis(crate::util::unix_millis()),
+            "level": level.as_str(),
+            "target": crate::logging::REQUEST_TARGET,
+            "request_id": trace.request_id,
+            "client_request_id": trace.client_request_id,
+            "key": out.key,
+            "group": out.group,
+            "model": out.model,
+            "protocol": trace.protocol.name(),
+            "upstream": out.upstream,
+            "stream": out.stream,
+            "status": status,
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "estimated": out.estimated,
+            "latency_ms": ms,
+            "overhead_ms": trace.overhead().as_secs_f64() * 1000.0,
+            "error": out.error,
+        });
+        log::log!(target: crate::logging::REQUEST_TARGET, level, "{v}");
+        return;
+    }
     let line = format!(
         "{} client_request_id={} key={} group={} model={} protocol={} upstream={} stream={} status={} in={} out={}{} ms={}",
         trace.request_id,
@@ -107,9 +174,8 @@ fn log_outcome(ex: &Exchange, trace: &Trace, out: &Outcome) {
         ms,
     );
     match &out.error {
-        Some(e) if out.status >= 500 => log::warn!("{line} error={e:?}"),
-        Some(e) => log::info!("{line} error={e:?}"),
-        None => log::info!("{line}"),
+        Some(e) => log::log!(target: crate::logging::REQUEST_TARGET, level, "{line} error={e:?}"),
+        None => log::log!(target: crate::logging::REQUEST_TARGET, level, "{line}"),
     }
 }
 
@@ -183,15 +249,41 @@ fn dispatch(
 ) -> Result<(), ApiError> {
     let protocol = trace.protocol;
     let (model, body, stream) = (p.model, &p.body, p.stream);
-    let count = model.upstreams.len();
-    for (i, name) in model.upstreams.iter().enumerate() {
+    // Upstreams whose breaker is open are skipped; when all are, the client hears when to come back.
+    let mut candidates = Vec::new();
+    let mut soonest: Option<std::time::Duration> = None;
+    for name in &model.upstreams {
         let Some(upstream) = config.upstream(name) else {
             return Err(ApiError::internal(format!(
                 "model `{}` names an unknown upstream",
                 model.name
             )));
         };
+        match gw.breakers.admit(&upstream.name) {
+            crate::upstream::breaker::Admit::Yes => candidates.push(upstream),
+            crate::upstream::breaker::Admit::No(wait) => {
+                log::debug!(
+                    "{}: skipping upstream `{}` (breaker open)",
+                    trace.request_id,
+                    upstream.name
+                );
+                soonest = Some(soonest.map_or(wait, |s| s.min(wait)));
+            }
+        }
+    }
+    if candidates.is_empty() {
+        let secs = soonest.map_or(1, |w| w.as_secs().max(1));
+        return Err(ApiError::unavailable(format!(
+            "every upstream of model `{}` failed repeatedly and is cooling down; retry in {secs} s",
+            model.name
+        ))
+        .with_retry_after(secs)
+        .with_code("upstream_unavailable"));
+    }
+    let count = candidates.len();
+    for (i, upstream) in candidates.into_iter().enumerate() {
         out.upstream = Some(upstream.name.clone());
+        out.error = None;
         let started = Instant::now();
         let attempt = match upstream.kind {
             UpstreamKind::Mock => {
@@ -202,6 +294,22 @@ fn dispatch(
             }
             _ => super::translate::translate(gw, ex, trace, out, upstream, model, body, stream),
         };
+        // The breaker hears about the upstream's health: unreachable, timeouts, 5xx and broken streams.
+        let failed = match &attempt {
+            Err(e) => out.upstream_called && e.status >= 500,
+            Ok(()) => out.error.is_some() && !out.client_closed,
+        };
+        if failed {
+            gw.breakers.failure(
+                &upstream.name,
+                upstream.breaker_failures,
+                upstream.breaker_cooldown,
+            );
+        } else if attempt.is_ok() && !out.client_closed {
+            gw.breakers.success(&upstream.name);
+        } else {
+            gw.breakers.inconclusive(&upstream.name);
+        }
         match attempt {
             Ok(()) => return Ok(()),
             Err(e) if i + 1 < count && !ex.response().is_started() && retryable(&e) => {

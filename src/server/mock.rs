@@ -56,6 +56,7 @@ pub fn serve(
             && !matches!(ev, StreamEvent::Finish(_) | StreamEvent::Usage(_))
         {
             std::thread::sleep(upstream.mock_delay);
+            trace.add_upstream_wait(upstream.mock_delay);
         }
         if writer.emit(ev).is_err() {
             out.client_closed = true;

@@ -5,6 +5,7 @@ mod accounting;
 mod count_tokens;
 mod events;
 mod generate;
+pub mod metrics;
 mod mock;
 mod relay;
 pub mod respond;
@@ -42,6 +43,12 @@ pub struct Gateway {
     pub admin_token: Option<[u8; 32]>,
     /// Live per-model availability for the console.
     pub stats: stats::Stats,
+    pub metrics: metrics::Metrics,
+    pub breakers: crate::upstream::breaker::Breakers,
+    /// Connection and overload counters of the HTTP layer.
+    pub state: Arc<ServerState>,
+    /// The worker queue's sending side (for its depth).
+    pub queue: crossbeam_channel::Sender<Exchange>,
 }
 
 impl Gateway {
@@ -135,7 +142,13 @@ pub fn run(
         }
     };
     let keys = Arc::new(keys);
+    let state = Arc::new(ServerState::default());
+    let (tx, rx) = bounded::<Exchange>(config.queue_size);
     let gw = Arc::new(Gateway {
+        metrics: metrics::Metrics::default(),
+        breakers: Default::default(),
+        state: state.clone(),
+        queue: tx.clone(),
         agent: crate::upstream::http::agent(config.workers),
         live: std::sync::RwLock::new(live),
         overrides: std::sync::Mutex::new(overrides),
@@ -154,9 +167,7 @@ pub fn run(
             .name("tollgate-watchdog".into())
             .spawn(move || k.run());
     }
-    let state = Arc::new(ServerState::default());
 
-    let (tx, rx) = bounded::<Exchange>(config.queue_size);
     for i in 0..config.workers {
         let rx = rx.clone();
         let gw = gw.clone();

@@ -45,7 +45,10 @@ pub fn passthrough(
         None
     };
     out.upstream_called = true;
-    let reply = uphttp::send(&gw.agent, upstream, &bytes, stream, beta.as_deref())?;
+    let sent = std::time::Instant::now();
+    let reply = uphttp::send(&gw.agent, upstream, &bytes, stream, beta.as_deref());
+    trace.add_upstream_wait(sent.elapsed());
+    let reply = reply?;
     let status = reply.status;
     if status >= 400 {
         let retry_after = reply.retry_after;
@@ -73,7 +76,10 @@ pub fn passthrough(
         return Ok(());
     }
     let content_type = reply.content_type.clone();
-    let bytes = reply.read_all(&upstream.name)?;
+    let reading = std::time::Instant::now();
+    let bytes = reply.read_all(&upstream.name);
+    trace.add_upstream_wait(reading.elapsed());
+    let bytes = bytes?;
     let parsed: Option<Value> = serde_json::from_slice(&bytes).ok();
     let Some(v) = parsed.filter(Value::is_object) else {
         let snippet: String = String::from_utf8_lossy(&bytes)
@@ -130,9 +136,15 @@ fn relay_stream(
     watch.input_estimate = input_estimate;
     let mut failure: Option<ApiError> = None;
     loop {
-        match events.next_event() {
+        let waiting = std::time::Instant::now();
+        let next = events.next_event();
+        trace.add_upstream_wait(waiting.elapsed());
+        match next {
             Ok(Some(ev)) => {
                 let relay = watch.observe(&ev);
+                if !watch.produced.is_empty() {
+                    trace.mark_first_token();
+                }
                 if relay {
                     let written = if ev.terminated {
                         w.write_chunk(&ev.raw)

@@ -1,12 +1,24 @@
 //! Writing answers with the headers every response carries: `x-request-id` (and `request-id` for Messages
 //! clients), the echoed `x-client-request-id`, `retry-after` on errors that have one.
 
+use std::cell::Cell;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
 use crate::http::{Exchange, ResponseWriter};
 use crate::protocol::{sse, ApiError, Protocol};
 
-/// Identifies one request in headers, logs and records.
+/// Identifies one request in headers, logs and records, and times it.
 #[derive(Clone, Debug)]
 pub struct Trace {
+    /// When the request's head was complete.
+    pub received: Instant,
+    /// Time spent waiting on the upstream so far (sending, waiting for the answer, reading it).
+    pub upstream_wait: Cell<Duration>,
+    /// When the first generated token went to the client (streams).
+    pub first_token: Cell<Option<Duration>>,
+    /// Whether an SSE stream was started (counted in the active-streams gauge until the request ends).
+    pub streaming: Cell<bool>,
     pub request_id: String,
     pub client_request_id: Option<String>,
     /// The protocol whose shape errors take.
@@ -23,11 +35,38 @@ impl Trace {
             .filter(|v| !v.is_empty() && v.len() <= 512)
             .map(str::to_string);
         Trace {
+            received: ex.received,
+            upstream_wait: Cell::new(Duration::ZERO),
+            first_token: Cell::new(None),
+            streaming: Cell::new(false),
             request_id: crate::util::new_id("req_"),
             client_request_id,
             protocol,
             extra: Vec::new(),
         }
+    }
+
+    /// Adds time spent waiting on the upstream.
+    pub fn add_upstream_wait(&self, d: Duration) {
+        self.upstream_wait.set(self.upstream_wait.get() + d);
+    }
+
+    /// Notes the first generated token sent (only the first call counts).
+    pub fn mark_first_token(&self) {
+        if self.first_token.get().is_none() {
+            self.first_token.set(Some(self.received.elapsed()));
+        }
+    }
+
+    /// The gateway's own time so far: everything but waiting on the upstream.
+    pub fn overhead(&self) -> Duration {
+        self.received
+            .elapsed()
+            .saturating_sub(self.upstream_wait.get())
+    }
+
+    fn overhead_header(&self) -> String {
+        format!("{:.3}", self.overhead().as_secs_f64() * 1000.0)
     }
 
     /// The tracing headers, plus `extra`.
@@ -54,7 +93,11 @@ pub fn json(
     body: &[u8],
     extra: &[(&str, &str)],
 ) {
-    let mut headers = trace.headers(&[("content-type", "application/json")]);
+    let overhead = trace.overhead_header();
+    let mut headers = trace.headers(&[
+        ("content-type", "application/json"),
+        ("x-tollgate-overhead-ms", &overhead),
+    ]);
     headers.extend_from_slice(extra);
     if let Err(e) = w.send(status, &headers, body) {
         log::debug!("{}: could not send the response: {e}", trace.request_id);
@@ -92,7 +135,13 @@ pub fn start_sse(
     trace: &Trace,
     extra: &[(&str, &str)],
 ) -> std::io::Result<()> {
+    let overhead = trace.overhead_header();
     let mut headers = trace.headers(&sse::SSE_HEADERS);
+    headers.push(("x-tollgate-overhead-ms", &overhead));
     headers.extend_from_slice(extra);
-    w.start_chunked(200, &headers)
+    let started = w.start_chunked(200, &headers);
+    if started.is_ok() && !trace.streaming.replace(true) {
+        super::metrics::ACTIVE_STREAMS.fetch_add(1, Ordering::Relaxed);
+    }
+    started
 }

@@ -46,12 +46,60 @@ pub fn route(gw: &Gateway, ex: &mut Exchange) {
         ("GET" | "HEAD", "/healthz") => {
             respond::json(ex.response(), &trace, 200, br#"{"status":"ok"}"#, &[]);
         }
+        ("GET" | "HEAD", "/readyz") => {
+            let draining = gw
+                .state
+                .shutting_down
+                .load(std::sync::atomic::Ordering::SeqCst);
+            let ledger = gw.ledger.healthy();
+            let ready = !draining && ledger;
+            let body = json!({"status": if ready { "ready" } else { "not ready" }, "config": "loaded",
+                              "ledger": if ledger { "writable" } else { "failing" }, "draining": draining});
+            respond::json(
+                ex.response(),
+                &trace,
+                if ready { 200 } else { 503 },
+                body.to_string().as_bytes(),
+                &[],
+            );
+        }
+        ("GET" | "HEAD", "/metrics") => {
+            use std::sync::atomic::Ordering;
+            let gauges = [
+                (
+                    "tollgate_queue_depth",
+                    "Requests waiting for a worker.",
+                    gw.queue.len() as f64,
+                ),
+                (
+                    "tollgate_open_connections",
+                    "Client connections open.",
+                    gw.state.open_connections.load(Ordering::Relaxed) as f64,
+                ),
+                (
+                    "tollgate_in_flight_requests",
+                    "Requests handed to a worker and not yet answered.",
+                    gw.state.in_flight.load(Ordering::Relaxed) as f64,
+                ),
+                (
+                    "tollgate_workers",
+                    "Worker threads.",
+                    gw.config().workers as f64,
+                ),
+            ];
+            let text = gw
+                .metrics
+                .render(&gauges, gw.state.rejected.load(Ordering::Relaxed) as u64);
+            let headers =
+                trace.headers(&[("content-type", "text/plain; version=0.0.4; charset=utf-8")]);
+            let _ = ex.response().send(200, &headers, text.as_bytes());
+        }
         ("GET" | "HEAD", "/v1/models") => models(gw, ex, &trace, None, anthropic),
         ("GET" | "HEAD", p) if p.starts_with("/v1/models/") => {
             let id = crate::http::percent_decode(&p["/v1/models/".len()..]);
             models(gw, ex, &trace, Some(id), anthropic)
         }
-        (_, "/v1/models" | "/healthz") => {
+        (_, "/v1/models" | "/healthz" | "/readyz" | "/metrics") => {
             let e = ApiError::new(
                 405,
                 crate::protocol::ErrorKind::MethodNotAllowed,

@@ -62,7 +62,10 @@ pub fn translate(
     };
 
     out.upstream_called = true;
-    let reply = uphttp::send(&gw.agent, upstream, &bytes, stream, None)?;
+    let sent = std::time::Instant::now();
+    let reply = uphttp::send(&gw.agent, upstream, &bytes, stream, None);
+    trace.add_upstream_wait(sent.elapsed());
+    let reply = reply?;
     let status = reply.status;
     if status >= 400 {
         let retry_after = reply.retry_after;
@@ -97,7 +100,10 @@ pub fn translate(
         let mut decoded = Vec::new();
         let mut done = false;
         loop {
-            match events.next_event() {
+            let waiting = std::time::Instant::now();
+            let next = events.next_event();
+            trace.add_upstream_wait(waiting.elapsed());
+            match next {
                 Ok(Some(ev)) => {
                     decoded.clear();
                     done = decoder.feed(&ev, &mut decoded);
@@ -140,7 +146,10 @@ pub fn translate(
 
     // A complete JSON answer (also when a stream was asked for and the upstream answered in one piece).
     let content_type = reply.content_type.clone();
-    let raw = reply.read_all(&upstream.name)?;
+    let reading = std::time::Instant::now();
+    let raw = reply.read_all(&upstream.name);
+    trace.add_upstream_wait(reading.elapsed());
+    let raw = raw?;
     let v: Value = serde_json::from_slice(&raw).ok().filter(Value::is_object).ok_or_else(|| {
         let snippet: String = String::from_utf8_lossy(&raw).trim().chars().take(120).collect();
         ApiError::bad_gateway(format!(

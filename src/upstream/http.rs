@@ -133,6 +133,7 @@ pub fn send_to(
         .timeout_connect(Some(upstream.connect_timeout))
         .timeout_recv_response(Some(upstream.first_byte_timeout))
         .timeout_per_read(Some(per_read))
+        .timeout_global(Some(upstream.total_timeout))
         .build();
     let resp = req.send(body).map_err(|e| map_error(&upstream.name, e))?;
     let status = resp.status().as_u16();
@@ -212,6 +213,18 @@ fn sanitize(msg: &str) -> String {
 
 /// Classifies a mid-stream read failure.
 pub fn stream_read_error(upstream: &str, e: &std::io::Error) -> ApiError {
+    if let Some(ureq::Error::Timeout(t)) = e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<ureq::Error>())
+    {
+        let what = match t {
+            ureq::Timeout::Global => {
+                "the call took longer than its total timeout (total_timeout_secs)"
+            }
+            _ => "it went silent mid-stream for longer than idle_timeout_secs",
+        };
+        return ApiError::gateway_timeout(format!("upstream `{upstream}` timed out: {what}"));
+    }
     match e.kind() {
         std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => ApiError::gateway_timeout(
             format!("upstream `{upstream}` went silent mid-stream (idle timeout)"),

@@ -207,6 +207,11 @@ pub fn stop_from(reason: &str, sequence: Option<&str>) -> StopReason {
 
 /// Decodes a `message` body. With `structured_via_tool`, the forced tool's input is the answer's text.
 pub fn decode_response(body: &Value, opts: &EgressOptions) -> Result<Response, ApiError> {
+    if !body.get("content").is_some_and(Value::is_array) {
+        return Err(ApiError::bad_gateway(
+            "upstream answer is not a Messages `message` object (no `content`)",
+        ));
+    }
     let mut content = Vec::new();
     let mut structured = false;
     for b in body

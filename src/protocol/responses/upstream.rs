@@ -222,7 +222,12 @@ fn stop_of(resp: &Value, calls: bool) -> Result<StopReason, ApiError> {
 
 /// Decodes a `response` body.
 pub fn decode_response(body: &Value) -> Result<Response, ApiError> {
-    let (content, calls) = decode_output(body.get("output").unwrap_or(&Value::Null));
+    let Some(output) = body.get("output").filter(|o| o.is_array()) else {
+        return Err(ApiError::bad_gateway(
+            "upstream answer is not a Responses `response` object (no `output`)",
+        ));
+    };
+    let (content, calls) = decode_output(output);
     Ok(Response {
         id: body
             .get("id")

@@ -1,0 +1,488 @@
+//! `tollgate doctor`: the specification's diagnostic procedure ("Errors" and "Diagnostic procedure" in
+//! `SPEC.md`) as a client, against any gateway that speaks Chat Completions, Responses or Messages (not only
+//! tollgate).
+//!
+//! ```text
+//! tollgate doctor --base-url URL --key KEY --model M [--protocol chat|responses|messages|all]
+//! ```
+//!
+//! Steps: (1) the base URL's shape and the key's form, then per protocol (2) the minimal non-streaming
+//! request (60 s overall timeout) and (3) the same request streamed (180 s). Each step prints its status,
+//! latency, the text received and the request id; a failed one names its likely cause from the
+//! specification's status table. A support report closes the output. Exit code: 0 when every step passed,
+//! 1 when any failed (the shape step included), 2 for unusable arguments.
+//!
+//! Decisions where the issue left room:
+//!
+//! - **Base URL forms.** `http://host:port[/prefix]` and the same with `/v1` are both accepted: one trailing
+//!   `/v1` is removed to get the root, and the endpoints are `{root}/v1/chat/completions`,
+//!   `{root}/v1/responses` and `{root}/v1/messages`.
+//! - **Shape problems are errors or notes.** Errors fail the shape step (exit 1) but the requests are still
+//!   sent whenever a URL can be derived, so the output shows what else is wrong: a doubled `/v1`, a full
+//!   endpoint path inside the base URL, a missing scheme (tried with `http://` for local hosts, `https://`
+//!   otherwise), whitespace (removed), credentials, a query string or a fragment (removed; OpenAI SDKs append
+//!   the endpoint *after* a query, which gives 404), a `//` in the path. A doubled `/v1` and an endpoint path
+//!   are *not* corrected: the requests go where a client configured that way would send them, so the 404 and
+//!   the gateway's own hint appear too. Notes, which do not fail: which client family takes the given form,
+//!   `0.0.0.0` as a destination, loopback while running in a container, plain HTTP to a remote host.
+//!   An unsupported scheme, a malformed one, a missing host or a bad port: no request is sent.
+//! - **The key's form** is checked like the URL: surrounding or inner whitespace, a `Bearer ` prefix or
+//!   quotes pasted with it are errors (the specification's 401 causes); the requests are sent with the
+//!   cleaned key, so the output tells whether the key itself is good.
+//! - **Minimal requests**: the model plus "Reply with the word pong."; nothing else, except the
+//!   `max_tokens` Messages requires (256: room for a model that thinks first, while one word needs a few
+//!   tokens). No reasoning, tools, schema, `store` or stream options.
+//! - **Credentials**: Chat and Responses send `Authorization: Bearer`. Messages sends the key both as
+//!   `x-api-key` (the specification's primary form) and as `Authorization: Bearer` (the accepted
+//!   alternative, and what the installed Anthropic SDK 2.12 actually sends for `api_key=`, while Claude Code
+//!   and older SDKs use `x-api-key`): a gateway that accepts either form passes, and a 401 then means the key
+//!   or the address, not the header style. Messages also sends `anthropic-version: 2023-06-01`.
+//! - **Tracing**: every request carries `X-Client-Request-ID: doctor-<run>-<protocol>-<plain|stream>` (one
+//!   random run id, so each request has its own id that can be looked up exactly, e.g. tollgate's
+//!   `/admin/usage?client_request_id=…`). The request id is read from `x-request-id`, else `request-id`,
+//!   else the error body's `request_id`.
+//! - **Success** is the specification's: HTTP 2xx with text at the documented place. A 2xx without text
+//!   fails the step. A stream passes only when it reaches its terminal event (`data: [DONE]`,
+//!   `response.completed`, `message_stop`) with text; an error event (`data: {"error":…}`, `event: error`,
+//!   `response.failed`, `response.incomplete`), events the official SDKs cannot parse (non-JSON data, a
+//!   first event other than `response.created`/`message_start`, a Messages event without an `event:` line)
+//!   or an end without the terminal event fail it. A stream failure after a passing non-streaming request
+//!   gets the specification's stream-only cause (SSE parsing, proxy buffering or idle timeout). Events that
+//!   all arrive at once after a long silence add a buffering note.
+//! - **Timings**: time to the response head and total; for streams also time to the first body byte and
+//!   to the first text.
+//! - **Redirects** are not followed (SDKs do not follow them for POST); a 3xx names its `Location`.
+//!   Proxies come from `ALL_PROXY`/`HTTPS_PROXY`/`HTTP_PROXY`/`NO_PROXY`, as for the SDKs, and the report
+//!   names the one in effect (credentials removed).
+//! - **Secrets**: the key is never printed, only `tg_3d…(43 chars)` (only the length for keys shorter
+//!   than 16); any echo of it in an answer is replaced the same way. The support report also replaces the
+//!   prompt and leaves out the received text (the mock model, for one, quotes the prompt back). The URL in
+//!   the report has credentials, query and fragment replaced by `***`.
+//! - **Local time**: tollgate has no time-zone crate, so the offset comes from `date +%z` (which follows
+//!   `TZ` and the system zone) applied to the same instant as the UTC time; without a working `date` the
+//!   report says local time is unknown and gives UTC only.
+//! - **Container detection**: `/.dockerenv`, `/run/.containerenv`, `docker|kubepods|containerd|lxc` in
+//!   `/proc/1/cgroup`, or `KUBERNETES_SERVICE_HOST`; the report says which one matched.
+//! - `--protocol` also takes a comma-separated list (`chat,messages`).
+
+mod cause;
+mod probe;
+mod report;
+mod stream;
+mod url;
+
+use std::io::Write;
+
+use probe::{clip, fmt_duration, Connect, Kind, Outcome, Proto};
+use url::{Finding, Severity};
+
+use crate::cli::DoctorArgs;
+
+/// The client name and version the report and the `User-Agent` give.
+pub const CLIENT: &str = concat!("tollgate-doctor/", env!("CARGO_PKG_VERSION"));
+
+/// Runs the doctor; returns the exit code.
+pub fn run(args: DoctorArgs) -> i32 {
+    let protocols = match parse_protocols(&args.protocol) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("--protocol: {e}");
+            return 2;
+        }
+    };
+    if args.key.trim().is_empty() {
+        eprintln!("--key: the key is empty");
+        return 2;
+    }
+    if args.model.trim().is_empty() {
+        eprintln!("--model: the model name is empty");
+        return 2;
+    }
+    let started_unix = crate::util::unix_now();
+    let container = report::container_evidence();
+    let shape = url::analyze(&args.base_url, container.is_some());
+    let (key, key_findings) = check_key(&args.key);
+    let (model, model_findings) = check_model(&args.model);
+    let scrub = report::Scrubber {
+        key: &key,
+        also: &args.key,
+        prompt: false,
+    };
+    let key = key.as_str();
+    let model = model.as_str();
+
+    let total_steps = 1 + 2 * protocols.len();
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "{CLIENT}: the diagnostic procedure of the specification"
+    );
+    field(&mut out, "base URL", &shape.redacted);
+    field(&mut out, "key", &report::key_preview(key));
+    field(&mut out, "model", model);
+    field(
+        &mut out,
+        "protocols",
+        &protocols
+            .iter()
+            .map(|p| p.name())
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    let _ = writeln!(out);
+
+    // Step 1: the base URL's shape and the key's and model's form.
+    let mut setup: Vec<&Finding> = shape
+        .findings
+        .iter()
+        .chain(&key_findings)
+        .chain(&model_findings)
+        .collect();
+    // Errors first (a stable sort keeps each group's order).
+    setup.sort_by_key(|f| f.severity != Severity::Error);
+    let setup_failed = setup.iter().any(|f| f.severity == Severity::Error);
+    let _ = writeln!(
+        out,
+        "[1/{total_steps}] Base URL and key: {}",
+        if setup_failed { "FAIL" } else { "PASS" }
+    );
+    match &shape.root {
+        Some(root) => {
+            let eps: Vec<String> = protocols
+                .iter()
+                .map(|p| format!("{root}{}", p.path()))
+                .collect();
+            field(&mut out, "endpoints", &eps.join(", "));
+            if !shape.has_errors() {
+                if let (Some(o), Some(a)) = (shape.openai_base(), shape.anthropic_base()) {
+                    field(
+                        &mut out,
+                        "clients",
+                        &format!("OpenAI SDKs (Chat Completions, Responses) take {o}; Anthropic SDKs (Messages) take {a}"),
+                    );
+                }
+            }
+        }
+        None => field(
+            &mut out,
+            "endpoints",
+            "none: no request can be sent to this base URL",
+        ),
+    }
+    for f in &setup {
+        let label = match f.severity {
+            Severity::Error => "error",
+            Severity::Note => "note",
+        };
+        field(&mut out, label, &scrub.clean(&f.text));
+    }
+    let _ = writeln!(out);
+
+    // Steps 2..: per protocol, the minimal request, then streamed.
+    let agent = probe::agent();
+    let run_id = crate::util::random_base62(10);
+    let mut outcomes: Vec<Outcome> = Vec::new();
+    let mut causes: Vec<Option<String>> = Vec::new();
+    let mut step = 1;
+    for &proto in &protocols {
+        for stream in [false, true] {
+            step += 1;
+            let _ = write!(
+                out,
+                "[{step}/{total_steps}] {}, {}: ",
+                proto.title(),
+                if stream { "streaming" } else { "non-streaming" }
+            );
+            let _ = out.flush();
+            let client_id = format!(
+                "doctor-{run_id}-{}-{}",
+                proto.name(),
+                if stream { "stream" } else { "plain" }
+            );
+            let o = match &shape.root {
+                Some(root) => probe::run(&agent, proto, root, key, model, stream, &client_id),
+                None => not_sent(proto, stream, &client_id),
+            };
+            let plain = outcomes.iter().find(|p| p.proto == proto && !p.stream);
+            let cause = o
+                .failure
+                .as_ref()
+                .map(|_| cause::likely_cause(&o, plain, &shape, model, container.is_some()));
+            print_outcome(&mut out, &o, cause.as_deref(), &scrub);
+            outcomes.push(o);
+            causes.push(cause);
+        }
+    }
+
+    let failed_requests = outcomes.iter().filter(|o| !o.passed()).count();
+    let failed_steps = failed_requests + usize::from(setup_failed);
+    if failed_steps == 0 {
+        let _ = writeln!(
+            out,
+            "Result: PASS: all {total_steps} steps passed. The protocol path works; the gateway's console \
+             should show a usage record for each request id above."
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "Result: FAIL: {failed_steps} of {total_steps} steps failed. Fix the first cause above, change one \
+             setting at a time and run the doctor again."
+        );
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "Support report (paste everything between the two marker lines into a support request):"
+    );
+    let setup_errors: Vec<String> = setup
+        .iter()
+        .filter(|f| f.severity == Severity::Error)
+        .map(|f| f.text.clone())
+        .collect();
+    let facts = report::Facts {
+        started_unix,
+        local_offset: report::local_offset(),
+        os: report::os_description(),
+        container,
+        proxy: report::proxy_setting(),
+        key,
+        given_key: &args.key,
+        model,
+        protocols: &protocols,
+        redacted_url: &shape.redacted,
+        setup_errors: &setup_errors,
+        outcomes: &outcomes,
+        causes: &causes,
+        failed_steps,
+        total_steps,
+    };
+    let _ = write!(out, "{}", report::render(&facts));
+    let _ = out.flush();
+    if failed_steps == 0 {
+        0
+    } else {
+        1
+    }
+}
+
+/// `chat`, `responses`, `messages`, `all`, or a comma-separated list.
+fn parse_protocols(s: &str) -> Result<Vec<Proto>, String> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(|p| p.trim().to_ascii_lowercase()) {
+        let add: &[Proto] = match part.as_str() {
+            "all" => &Proto::ALL,
+            "chat" => &[Proto::Chat],
+            "responses" => &[Proto::Responses],
+            "messages" => &[Proto::Messages],
+            _ => {
+                return Err(format!(
+                    "unknown protocol {part:?}; expected chat, responses, messages or all"
+                ))
+            }
+        };
+        for p in add {
+            if !out.contains(p) {
+                out.push(*p);
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn error(text: String) -> Finding {
+    Finding {
+        severity: Severity::Error,
+        text,
+    }
+}
+
+/// The key as a client should send it, and what is wrong with the given form.
+fn check_key(given: &str) -> (String, Vec<Finding>) {
+    let mut findings = Vec::new();
+    let mut key = given.to_string();
+    if key.trim().len() != key.len() {
+        findings.push(error(
+            "the key has leading or trailing whitespace (a copied line break?); a key with spaces gives 401. \
+             The doctor sent it without."
+                .into(),
+        ));
+        key = key.trim().to_string();
+    }
+    for q in ['"', '\''] {
+        if key.len() >= 2 && key.starts_with(q) && key.ends_with(q) {
+            findings.push(error(
+                "the key is wrapped in quotes, which become part of the key (401). The doctor sent it without."
+                    .into(),
+            ));
+            key = key[1..key.len() - 1].to_string();
+        }
+    }
+    if key.len() > 7 && key[..7].eq_ignore_ascii_case("bearer ") {
+        findings.push(error(
+            "the key starts with `Bearer `: clients add that word themselves, so the header would read \
+             `Bearer Bearer …` (401). Give the key alone. The doctor sent it without."
+                .into(),
+        ));
+        key = key[7..].trim_start().to_string();
+    }
+    if key.contains(char::is_whitespace) {
+        findings.push(error(
+            "the key contains whitespace inside it: keys have none; a key with spaces or line breaks gives 401 \
+             (was it wrapped or pasted in pieces?). The doctor sent it without."
+                .into(),
+        ));
+        key.retain(|c| !c.is_whitespace());
+    }
+    (key, findings)
+}
+
+/// The model as a client should send it.
+fn check_model(given: &str) -> (String, Vec<Finding>) {
+    let model = given.trim();
+    if model.len() == given.len() {
+        return (model.to_string(), Vec::new());
+    }
+    (
+        model.to_string(),
+        vec![error(
+            "the model name has leading or trailing whitespace; gateways compare names exactly (404 or 403). \
+             The doctor sent it without."
+                .into(),
+        )],
+    )
+}
+
+/// A step that could not be tried: no URL could be derived from the base URL.
+pub(crate) fn not_sent(proto: Proto, stream: bool, client_id: &str) -> Outcome {
+    Outcome {
+        proto,
+        stream,
+        url: String::new(),
+        client_request_id: client_id.to_string(),
+        status: None,
+        content_type: None,
+        request_id: None,
+        echoed: false,
+        headers_at: None,
+        first_byte: None,
+        first_text: None,
+        total: std::time::Duration::ZERO,
+        text: String::new(),
+        events: 0,
+        failure: Some(probe::Failure {
+            kind: Kind::Connect(Connect::Other),
+            detail: "not sent: the base URL gives no usable address (see step 1)".into(),
+            message: None,
+            code: None,
+            retry_after: None,
+            location: None,
+        }),
+        notes: Vec::new(),
+    }
+}
+
+fn field(out: &mut impl Write, label: &str, value: &str) {
+    let _ = writeln!(out, "    {label:<12}{value}");
+}
+
+fn print_outcome(out: &mut impl Write, o: &Outcome, cause: Option<&str>, scrub: &report::Scrubber) {
+    let _ = writeln!(out, "{}", if o.passed() { "PASS" } else { "FAIL" });
+    if !o.url.is_empty() {
+        field(out, "request", &format!("POST {}", o.url));
+    }
+    let status = match o.status {
+        Some(s) => {
+            let reason = ureq::http::StatusCode::from_u16(s)
+                .ok()
+                .and_then(|c| c.canonical_reason())
+                .unwrap_or("");
+            let mut v = format!("{s} {reason}").trim_end().to_string();
+            if o.stream {
+                v.push_str(&format!(
+                    ", {}",
+                    o.content_type.as_deref().unwrap_or("no content-type")
+                ));
+            }
+            v
+        }
+        None => "none (no HTTP answer)".into(),
+    };
+    field(out, "status", &status);
+    let mut latency = String::new();
+    if let Some(h) = o.headers_at {
+        latency.push_str(&format!("head after {}, ", fmt_duration(h)));
+    }
+    if o.stream {
+        if let Some(b) = o.first_byte {
+            latency.push_str(&format!("first byte after {}, ", fmt_duration(b)));
+        }
+        if let Some(t) = o.first_text {
+            latency.push_str(&format!("first text after {}, ", fmt_duration(t)));
+        }
+    }
+    latency.push_str(&format!("total {}", fmt_duration(o.total)));
+    if o.stream && o.events > 0 {
+        latency.push_str(&format!(
+            " ({} events{})",
+            o.events,
+            if o.passed() {
+                format!(", ended with `{}`", o.proto.terminal())
+            } else {
+                String::new()
+            }
+        ));
+    }
+    field(out, "latency", &latency);
+    let text = if o.text.is_empty() {
+        "(none)".to_string()
+    } else {
+        format!("{:?}", clip(o.text.trim(), 300))
+    };
+    field(out, "text", &scrub.clean(&text));
+    let rid = format!(
+        "{} (X-Client-Request-ID {}{})",
+        o.request_id.as_deref().unwrap_or("none received"),
+        o.client_request_id,
+        if o.echoed { ", echoed" } else { "" }
+    );
+    field(out, "request id", &rid);
+    if let Some(f) = &o.failure {
+        field(out, "error", &scrub.clean(&f.detail));
+    }
+    if let Some(c) = cause {
+        field(out, "cause", &scrub.clean(c));
+    }
+    for n in &o.notes {
+        field(out, "note", n);
+    }
+    let _ = writeln!(out);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn protocols() {
+        assert_eq!(parse_protocols("all").unwrap(), Proto::ALL.to_vec());
+        assert_eq!(
+            parse_protocols("Messages, chat").unwrap(),
+            vec![Proto::Messages, Proto::Chat]
+        );
+        assert!(parse_protocols("grpc").is_err());
+    }
+
+    #[test]
+    fn key_forms() {
+        let (k, f) = check_key("tg_abc");
+        assert_eq!((k.as_str(), f.len()), ("tg_abc", 0));
+        let (k, f) = check_key(" Bearer tg_abc\n");
+        assert_eq!(k, "tg_abc");
+        assert_eq!(f.len(), 2);
+        let (k, f) = check_key("\"tg_a bc\"");
+        assert_eq!(k, "tg_abc");
+        assert_eq!(f.len(), 2);
+        let (m, f) = check_model(" mock");
+        assert_eq!((m.as_str(), f.len()), ("mock", 1));
+    }
+}

@@ -1,0 +1,645 @@
+//! One diagnostic request: the minimal body of a protocol, sent once without and once with streaming, and
+//! what came back (status, ids, timings, text, or what went wrong). Answers and streams are read the way the
+//! official SDKs read them (see `PROTOCOLS.md` and the SDKs' `_streaming.py`).
+
+use std::cell::Cell;
+use std::io::{self, BufReader, Read};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+/// The one short text of the minimal request. Never printed in the support report.
+pub const PROMPT: &str = "Reply with the word pong.";
+/// `max_tokens` of the Messages request (the protocol requires one): room for a model that thinks before it
+/// answers, while the prompt asks for one word.
+pub const MESSAGES_MAX_TOKENS: u64 = 256;
+/// The specification's client-side overall timeouts.
+pub const PLAIN_TIMEOUT: Duration = Duration::from_secs(60);
+pub const STREAM_TIMEOUT: Duration = Duration::from_secs(180);
+/// Largest answer body read.
+const MAX_BODY: u64 = 8 * 1024 * 1024;
+/// Longest error body or transport message kept as "the full error".
+pub const MAX_DETAIL: usize = 4000;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Proto {
+    Chat,
+    Responses,
+    Messages,
+}
+
+impl Proto {
+    pub const ALL: [Proto; 3] = [Proto::Chat, Proto::Responses, Proto::Messages];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Proto::Chat => "chat",
+            Proto::Responses => "responses",
+            Proto::Messages => "messages",
+        }
+    }
+
+    pub fn title(self) -> &'static str {
+        match self {
+            Proto::Chat => "Chat Completions",
+            Proto::Responses => "Responses",
+            Proto::Messages => "Messages",
+        }
+    }
+
+    pub fn path(self) -> &'static str {
+        match self {
+            Proto::Chat => "/v1/chat/completions",
+            Proto::Responses => "/v1/responses",
+            Proto::Messages => "/v1/messages",
+        }
+    }
+
+    /// The event that ends a complete stream.
+    pub fn terminal(self) -> &'static str {
+        match self {
+            Proto::Chat => "data: [DONE]",
+            Proto::Responses => "response.completed",
+            Proto::Messages => "message_stop",
+        }
+    }
+
+    /// The minimal request: model plus one short text; no reasoning, tools or schema.
+    pub fn body(self, model: &str, stream: bool) -> Value {
+        let mut v = match self {
+            Proto::Chat => {
+                json!({"model": model, "messages": [{"role": "user", "content": PROMPT}]})
+            }
+            Proto::Responses => json!({"model": model, "input": PROMPT}),
+            Proto::Messages => json!({
+                "model": model,
+                "max_tokens": MESSAGES_MAX_TOKENS,
+                "messages": [{"role": "user", "content": PROMPT}],
+            }),
+        };
+        if stream {
+            v["stream"] = Value::Bool(true);
+        }
+        v
+    }
+}
+
+/// Why no HTTP answer came.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Connect {
+    Refused,
+    HostNotFound,
+    Tls,
+    /// Closed without an answer, or an answer that is not HTTP.
+    Closed,
+    Other,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// No HTTP answer.
+    Connect(Connect),
+    /// The overall timeout (60 s, or 180 s streaming) ran out.
+    Timeout,
+    /// An HTTP status other than 2xx.
+    Status(u16),
+    /// A 2xx answer without usable text (not JSON, no text, a failed status).
+    Answer,
+    /// A streaming request answered with something that is not an event stream.
+    NotSse,
+    /// An error event inside the stream.
+    StreamError,
+    /// Events the SDKs cannot parse (not JSON, wrong order, no `event:` line).
+    StreamBad,
+    /// The stream ended without its terminal event.
+    StreamCut,
+}
+
+impl Kind {
+    /// Failures only a stream can have.
+    pub fn is_stream_only(self) -> bool {
+        matches!(
+            self,
+            Kind::NotSse | Kind::StreamError | Kind::StreamBad | Kind::StreamCut
+        )
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Failure {
+    pub kind: Kind,
+    /// The full error: the answer body, the in-stream event, or the transport error.
+    pub detail: String,
+    /// `error.message` of an error body.
+    pub message: Option<String>,
+    /// `error.code` (OpenAI) or `error.type` (Anthropic) of an error body.
+    pub code: Option<String>,
+    pub retry_after: Option<String>,
+    pub location: Option<String>,
+}
+
+impl Failure {
+    pub(super) fn new(kind: Kind, detail: impl Into<String>) -> Failure {
+        Failure {
+            kind,
+            detail: clip(&detail.into(), MAX_DETAIL),
+            message: None,
+            code: None,
+            retry_after: None,
+            location: None,
+        }
+    }
+}
+
+/// What one request did.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub proto: Proto,
+    pub stream: bool,
+    pub url: String,
+    pub client_request_id: String,
+    pub status: Option<u16>,
+    pub content_type: Option<String>,
+    /// `x-request-id`, `request-id`, or `request_id` of an error body.
+    pub request_id: Option<String>,
+    /// Whether the answer echoed our `X-Client-Request-ID`.
+    pub echoed: bool,
+    pub headers_at: Option<Duration>,
+    pub first_byte: Option<Duration>,
+    pub first_text: Option<Duration>,
+    pub total: Duration,
+    pub text: String,
+    /// Stream events read (comments and keepalives not counted).
+    pub events: usize,
+    pub failure: Option<Failure>,
+    /// Observations that do not fail the step.
+    pub notes: Vec<String>,
+}
+
+impl Outcome {
+    pub fn passed(&self) -> bool {
+        self.failure.is_none()
+    }
+}
+
+/// The agent: statuses come back as answers, redirects are not followed (a POST would not be), proxies come
+/// from the usual environment variables as for the SDKs.
+pub fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .user_agent(super::CLIENT)
+        .build()
+        .into()
+}
+
+/// Sends the minimal request of `proto` to `{root}{path}` and reads the answer or the stream.
+pub fn run(
+    agent: &ureq::Agent,
+    proto: Proto,
+    root: &str,
+    key: &str,
+    model: &str,
+    stream: bool,
+    client_request_id: &str,
+) -> Outcome {
+    let url = format!("{root}{}", proto.path());
+    let mut out = Outcome {
+        proto,
+        stream,
+        url: url.clone(),
+        client_request_id: client_request_id.to_string(),
+        status: None,
+        content_type: None,
+        request_id: None,
+        echoed: false,
+        headers_at: None,
+        first_byte: None,
+        first_text: None,
+        total: Duration::ZERO,
+        text: String::new(),
+        events: 0,
+        failure: None,
+        notes: Vec::new(),
+    };
+    let body = proto.body(model, stream).to_string();
+    let mut req = agent
+        .post(&url)
+        .header("content-type", "application/json")
+        .header(
+            "accept",
+            if stream {
+                "text/event-stream"
+            } else {
+                "application/json"
+            },
+        )
+        .header("x-client-request-id", client_request_id)
+        .header("authorization", format!("Bearer {key}"));
+    if proto == Proto::Messages {
+        req = req
+            .header("x-api-key", key)
+            .header("anthropic-version", "2023-06-01");
+    }
+    let req = req
+        .config()
+        .timeout_global(Some(if stream {
+            STREAM_TIMEOUT
+        } else {
+            PLAIN_TIMEOUT
+        }))
+        .build();
+    let start = Instant::now();
+    let resp = req.send(body.as_bytes());
+    let resp = match resp {
+        Ok(r) => r,
+        Err(e) => {
+            out.total = start.elapsed();
+            let mut f = transport_failure(e);
+            if f.kind == Kind::Timeout {
+                f.detail = format!(
+                    "no answer within the overall timeout of {} s ({})",
+                    if stream {
+                        STREAM_TIMEOUT
+                    } else {
+                        PLAIN_TIMEOUT
+                    }
+                    .as_secs(),
+                    f.detail
+                );
+            }
+            out.failure = Some(f);
+            return out;
+        }
+    };
+    out.headers_at = Some(start.elapsed());
+    let status = resp.status().as_u16();
+    out.status = Some(status);
+    let header = |name: &str| {
+        resp.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    out.content_type = header("content-type");
+    out.request_id = header("x-request-id").or_else(|| header("request-id"));
+    out.echoed = header("x-client-request-id").as_deref() == Some(client_request_id);
+    let retry_after = header("retry-after");
+    let location = header("location");
+    let is_sse = out
+        .content_type
+        .as_deref()
+        .is_some_and(|c| c.to_ascii_lowercase().starts_with("text/event-stream"));
+
+    let first = Rc::new(Cell::new(None));
+    let reader = Timed {
+        inner: resp.into_body().into_reader(),
+        start,
+        first: first.clone(),
+    };
+
+    if (200..300).contains(&status) && stream && is_sse {
+        let r =
+            super::stream::read_stream(proto, BufReader::with_capacity(16 * 1024, reader), start);
+        out.total = start.elapsed();
+        out.first_byte = first.get();
+        out.first_text = r.first_text;
+        out.events = r.events;
+        out.text = r.text;
+        out.failure = r.failure;
+        if out.failure.is_none() {
+            if out.text.trim().is_empty() {
+                out.failure = Some(Failure::new(
+                    Kind::Answer,
+                    format!(
+                        "the stream completed ({} events) but carried no text",
+                        out.events
+                    ),
+                ));
+            } else if let (Some(a), Some(b)) = (r.first_event, r.last_event) {
+                // Everything at once after a long wait: something on the way held the events back.
+                if out.events >= 3
+                    && a >= Duration::from_secs(2)
+                    && b - a < Duration::from_millis(100)
+                {
+                    out.notes.push(format!(
+                        "all {} events arrived within {} after {} of silence: something between here and \
+                         the model may buffer the stream (a proxy without SSE support); clients then see \
+                         no text until the end",
+                        out.events,
+                        fmt_duration(b - a),
+                        fmt_duration(a)
+                    ));
+                }
+            }
+        }
+        return out;
+    }
+
+    // A whole body: the non-streaming answer, an error, or a stream request answered without a stream.
+    let mut bytes = Vec::new();
+    let read = reader.take(MAX_BODY).read_to_end(&mut bytes);
+    out.total = start.elapsed();
+    out.first_byte = first.get();
+    if let Err(e) = read {
+        let (kind, detail) = classify(ureq::Error::from(e));
+        let kind = if kind == Kind::Timeout {
+            Kind::Timeout
+        } else {
+            Kind::Connect(Connect::Closed)
+        };
+        out.failure = Some(Failure::new(
+            kind,
+            format!("HTTP {status}, then reading the body failed: {detail}"),
+        ));
+        return out;
+    }
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    let json: Option<Value> = serde_json::from_slice(&bytes).ok();
+    if out.request_id.is_none() {
+        out.request_id = json
+            .as_ref()
+            .and_then(|v| v["request_id"].as_str())
+            .map(str::to_string);
+    }
+
+    if !(200..300).contains(&status) {
+        let (message, code) = json.as_ref().map(error_fields).unwrap_or((None, None));
+        let mut f = Failure::new(
+            Kind::Status(status),
+            if text.trim().is_empty() {
+                format!("HTTP {status} with an empty body")
+            } else {
+                format!("HTTP {status}: {}", text.trim())
+            },
+        );
+        f.message = message;
+        f.code = code;
+        f.retry_after = retry_after;
+        f.location = location;
+        out.failure = Some(f);
+        return out;
+    }
+    if stream {
+        out.failure = Some(Failure::new(
+            Kind::NotSse,
+            format!(
+                "HTTP {status} with content-type {:?} instead of text/event-stream; the body starts: {}",
+                out.content_type.as_deref().unwrap_or("(none)"),
+                clip(text.trim(), 300)
+            ),
+        ));
+        return out;
+    }
+    let Some(v) = json else {
+        out.failure = Some(Failure::new(
+            Kind::Answer,
+            format!(
+                "HTTP {status} but the body is not JSON (content-type {:?}); it starts: {}",
+                out.content_type.as_deref().unwrap_or("(none)"),
+                clip(text.trim(), 300)
+            ),
+        ));
+        return out;
+    };
+    match answer_text(proto, &v) {
+        Ok(t) if !t.trim().is_empty() => out.text = t,
+        Ok(_) => {
+            out.failure = Some(Failure::new(
+                Kind::Answer,
+                format!(
+                    "HTTP {status} but the answer has no text ({}): {}",
+                    stop_reason(proto, &v),
+                    text.trim()
+                ),
+            ))
+        }
+        Err(e) => {
+            out.failure = Some(Failure::new(
+                Kind::Answer,
+                format!("HTTP {status} but {e}: {}", text.trim()),
+            ))
+        }
+    }
+    out
+}
+
+/// A reader that notes when its first byte arrived.
+struct Timed<R> {
+    inner: R,
+    start: Instant,
+    first: Rc<Cell<Option<Duration>>>,
+}
+
+impl<R: Read> Read for Timed<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if n > 0 && self.first.get().is_none() {
+            self.first.set(Some(self.start.elapsed()));
+        }
+        Ok(n)
+    }
+}
+
+fn transport_failure(e: ureq::Error) -> Failure {
+    let (kind, detail) = classify(e);
+    Failure::new(kind, detail)
+}
+
+/// Sorts a transport error into what the user can act on.
+pub(super) fn classify(e: ureq::Error) -> (Kind, String) {
+    let detail = e.to_string();
+    let kind = match &e {
+        ureq::Error::Timeout(_) => Kind::Timeout,
+        ureq::Error::HostNotFound => Kind::Connect(Connect::HostNotFound),
+        ureq::Error::Tls(_) | ureq::Error::Rustls(_) | ureq::Error::Pem(_) => {
+            Kind::Connect(Connect::Tls)
+        }
+        ureq::Error::Protocol(_) => Kind::Connect(Connect::Closed),
+        ureq::Error::Io(io) => match io.kind() {
+            io::ErrorKind::ConnectionRefused => Kind::Connect(Connect::Refused),
+            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => Kind::Timeout,
+            io::ErrorKind::UnexpectedEof
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe => Kind::Connect(Connect::Closed),
+            _ => Kind::Connect(Connect::Other),
+        },
+        _ => Kind::Connect(Connect::Other),
+    };
+    (kind, detail)
+}
+
+/// `error.message` and `error.code` (or `error.type`) of an OpenAI or Anthropic error body.
+pub fn error_fields(v: &Value) -> (Option<String>, Option<String>) {
+    let e = &v["error"];
+    let message = e["message"]
+        .as_str()
+        .or_else(|| v["message"].as_str())
+        .map(str::to_string);
+    let code = e["code"]
+        .as_str()
+        .or_else(|| e["type"].as_str())
+        .or_else(|| v["code"].as_str())
+        .map(str::to_string);
+    (message, code)
+}
+
+/// The text of a non-streaming answer, where the specification says it is.
+pub fn answer_text(proto: Proto, v: &Value) -> Result<String, String> {
+    match proto {
+        Proto::Chat => {
+            let msg = &v["choices"][0]["message"];
+            if msg.is_null() {
+                return Err("the answer has no `choices[0].message`".into());
+            }
+            if let Some(r) = msg["refusal"].as_str() {
+                if msg["content"].as_str().unwrap_or("").is_empty() {
+                    return Err(format!("the model refused: {r}"));
+                }
+            }
+            Ok(msg["content"].as_str().unwrap_or("").to_string())
+        }
+        Proto::Responses => {
+            match v["status"].as_str() {
+                Some("failed") => {
+                    return Err(format!(
+                        "the response has status `failed` ({})",
+                        v["error"]["message"].as_str().unwrap_or("no message")
+                    ))
+                }
+                Some("incomplete") => {
+                    return Err(format!(
+                        "the response has status `incomplete` ({})",
+                        v["incomplete_details"]["reason"]
+                            .as_str()
+                            .unwrap_or("no reason")
+                    ))
+                }
+                _ => {}
+            }
+            let Some(items) = v["output"].as_array() else {
+                return Err("the answer has no `output` array".into());
+            };
+            Ok(items
+                .iter()
+                .filter_map(|i| i["content"].as_array())
+                .flatten()
+                .filter_map(|p| p["text"].as_str())
+                .collect())
+        }
+        Proto::Messages => {
+            let Some(blocks) = v["content"].as_array() else {
+                return Err("the answer has no `content` array".into());
+            };
+            Ok(blocks
+                .iter()
+                .filter(|b| b["type"] == "text")
+                .filter_map(|b| b["text"].as_str())
+                .collect())
+        }
+    }
+}
+
+/// The stop reason of an answer, for a message about missing text.
+fn stop_reason(proto: Proto, v: &Value) -> String {
+    let r = match proto {
+        Proto::Chat => v["choices"][0]["finish_reason"].as_str(),
+        Proto::Responses => v["status"].as_str(),
+        Proto::Messages => v["stop_reason"].as_str(),
+    };
+    match r {
+        Some(r) => format!("stop reason `{r}`"),
+        None => "no stop reason".to_string(),
+    }
+}
+
+/// `s` cut to at most `max` bytes (at a character boundary), marked when cut.
+pub fn clip(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes in all)", &s[..end], s.len())
+}
+
+/// `850 ms`, `12.3 s`.
+pub fn fmt_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 10_000 {
+        format!("{ms} ms")
+    } else {
+        format!("{:.1} s", d.as_secs_f64())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn minimal_bodies() {
+        let b = Proto::Chat.body("m", false);
+        assert_eq!(b["messages"][0]["content"], PROMPT);
+        assert!(b.get("stream").is_none());
+        let b = Proto::Responses.body("m", true);
+        assert_eq!(b["input"], PROMPT);
+        assert_eq!(b["stream"], true);
+        let b = Proto::Messages.body("m", false);
+        assert_eq!(b["max_tokens"], MESSAGES_MAX_TOKENS);
+        for p in Proto::ALL {
+            let b = p.body("m", true);
+            for field in [
+                "tools",
+                "reasoning",
+                "reasoning_effort",
+                "response_format",
+                "text",
+            ] {
+                assert!(b.get(field).is_none(), "{field}");
+            }
+        }
+    }
+
+    #[test]
+    fn answer_texts() {
+        let chat = json!({"choices": [{"message": {"role": "assistant", "content": "pong"}}]});
+        assert_eq!(answer_text(Proto::Chat, &chat).unwrap(), "pong");
+        let resp = json!({"status": "completed", "output": [
+            {"type": "reasoning", "summary": []},
+            {"type": "message", "content": [{"type": "output_text", "text": "pong"}]}]});
+        assert_eq!(answer_text(Proto::Responses, &resp).unwrap(), "pong");
+        let failed = json!({"status": "failed", "error": {"message": "x"}, "output": []});
+        assert!(answer_text(Proto::Responses, &failed).is_err());
+        let msg = json!({"content": [{"type": "thinking", "thinking": "hm"}, {"type": "text", "text": "pong"}]});
+        assert_eq!(answer_text(Proto::Messages, &msg).unwrap(), "pong");
+        assert!(answer_text(Proto::Messages, &json!({"id": "x"})).is_err());
+    }
+
+    #[test]
+    fn error_fields_of_both_shapes() {
+        let openai = json!({"error": {"message": "bad key", "type": "invalid_request_error", "code": "invalid_api_key"}});
+        assert_eq!(
+            error_fields(&openai),
+            (Some("bad key".into()), Some("invalid_api_key".into()))
+        );
+        let anthropic =
+            json!({"type": "error", "error": {"type": "not_found_error", "message": "no"}});
+        assert_eq!(
+            error_fields(&anthropic),
+            (Some("no".into()), Some("not_found_error".into()))
+        );
+    }
+
+    #[test]
+    fn clip_and_durations() {
+        assert_eq!(clip("abc", 5), "abc");
+        assert_eq!(clip("héllo", 2), "h… (6 bytes in all)");
+        assert_eq!(fmt_duration(Duration::from_millis(850)), "850 ms");
+        assert_eq!(fmt_duration(Duration::from_millis(12_340)), "12.3 s");
+    }
+}

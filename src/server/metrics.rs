@@ -1,0 +1,236 @@
+//! Prometheus metrics (`GET /metrics`, text format 0.0.4): requests by protocol, model and status; latency
+//! histograms for the whole request, for the gateway's own overhead (total minus time waiting on the
+//! upstream) and for time to first token of streams; tokens and cost by model; upstream errors; active
+//! streams, queue depth, open connections and rejected requests.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Seconds; the upper bounds of the histogram buckets.
+const LATENCY_BUCKETS: [f64; 14] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+];
+const OVERHEAD_BUCKETS: [f64; 12] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+];
+
+struct Histogram {
+    bounds: &'static [f64],
+    counts: Vec<AtomicU64>,
+    sum_nanos: AtomicU64,
+    count: AtomicU64,
+}
+
+impl Histogram {
+    fn new(bounds: &'static [f64]) -> Histogram {
+        Histogram {
+            bounds,
+            counts: (0..bounds.len()).map(|_| AtomicU64::new(0)).collect(),
+            sum_nanos: AtomicU64::new(0),
+            count: AtomicU64::new(0),
+        }
+    }
+
+    fn observe(&self, d: Duration) {
+        let s = d.as_secs_f64();
+        if let Some(i) = self.bounds.iter().position(|b| s <= *b) {
+            self.counts[i].fetch_add(1, Ordering::Relaxed);
+        }
+        self.sum_nanos
+            .fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        let mut cumulative = 0;
+        for (b, c) in self.bounds.iter().zip(&self.counts) {
+            cumulative += c.load(Ordering::Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {cumulative}");
+        }
+        let count = self.count.load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
+        let _ = writeln!(
+            out,
+            "{name}_sum {}",
+            self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9
+        );
+        let _ = writeln!(out, "{name}_count {count}");
+    }
+}
+
+/// One finished request, as the metrics see it.
+pub struct Observation<'a> {
+    pub protocol: &'a str,
+    pub model: &'a str,
+    pub status: &'a str,
+    pub upstream: Option<&'a str>,
+    pub upstream_failed: bool,
+    pub total: Duration,
+    pub overhead: Duration,
+    pub first_token: Option<Duration>,
+    pub input_tokens: u64,
+    pub cached_input_tokens: u64,
+    pub output_tokens: u64,
+    pub reasoning_tokens: u64,
+    pub cost: f64,
+}
+
+/// Streams being answered now (a process-wide gauge: started where SSE responses start).
+pub static ACTIVE_STREAMS: AtomicI64 = AtomicI64::new(0);
+
+pub struct Metrics {
+    requests: Mutex<BTreeMap<(String, String, String), u64>>,
+    tokens: Mutex<BTreeMap<(String, &'static str), u64>>,
+    cost: Mutex<BTreeMap<String, f64>>,
+    upstream_errors: Mutex<BTreeMap<String, u64>>,
+    duration: Histogram,
+    overhead: Histogram,
+    first_token: Histogram,
+    pub rate_limited: AtomicU64,
+    pub quota_exhausted: AtomicU64,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            requests: Mutex::default(),
+            tokens: Mutex::default(),
+            cost: Mutex::default(),
+            upstream_errors: Mutex::default(),
+            duration: Histogram::new(&LATENCY_BUCKETS),
+            overhead: Histogram::new(&OVERHEAD_BUCKETS),
+            first_token: Histogram::new(&LATENCY_BUCKETS),
+            rate_limited: AtomicU64::new(0),
+            quota_exhausted: AtomicU64::new(0),
+        }
+    }
+}
+
+/// Label values are quoted strings: escape what the text format requires.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+impl Metrics {
+    pub fn observe(&self, o: &Observation) {
+        if let Ok(mut m) = self.requests.lock() {
+            *m.entry((
+                o.protocol.to_string(),
+                o.model.to_string(),
+                o.status.to_string(),
+            ))
+            .or_default() += 1;
+        }
+        self.duration.observe(o.total);
+        self.overhead.observe(o.overhead);
+        if let Some(t) = o.first_token {
+            self.first_token.observe(t);
+        }
+        if o.input_tokens + o.output_tokens > 0 {
+            if let Ok(mut m) = self.tokens.lock() {
+                for (kind, n) in [
+                    ("input", o.input_tokens),
+                    ("cached_input", o.cached_input_tokens),
+                    ("output", o.output_tokens),
+                    ("reasoning", o.reasoning_tokens),
+                ] {
+                    *m.entry((o.model.to_string(), kind)).or_default() += n;
+                }
+            }
+        }
+        if o.cost > 0.0 {
+            if let Ok(mut m) = self.cost.lock() {
+                *m.entry(o.model.to_string()).or_default() += o.cost;
+            }
+        }
+        if let (true, Some(u)) = (o.upstream_failed, o.upstream) {
+            if let Ok(mut m) = self.upstream_errors.lock() {
+                *m.entry(u.to_string()).or_default() += 1;
+            }
+        }
+    }
+
+    /// The text exposition. `gauges` are (name, help, value) read at the moment of the scrape.
+    pub fn render(&self, gauges: &[(&str, &str, f64)], rejected_overload: u64) -> String {
+        let mut out = String::with_capacity(8192);
+        out.push_str("# HELP tollgate_requests_total Generation requests by client protocol, model and status.\n# TYPE tollgate_requests_total counter\n");
+        if let Ok(m) = self.requests.lock() {
+            for ((p, model, s), n) in m.iter() {
+                let _ = writeln!(
+                    out,
+                    "tollgate_requests_total{{protocol=\"{}\",model=\"{}\",status=\"{}\"}} {n}",
+                    label(p),
+                    label(model),
+                    label(s)
+                );
+            }
+        }
+        self.duration.render(
+            &mut out,
+            "tollgate_request_duration_seconds",
+            "Time from request received to last byte answered.",
+        );
+        self.overhead.render(
+            &mut out,
+            "tollgate_overhead_seconds",
+            "The gateway's own time: total minus time waiting on the upstream.",
+        );
+        self.first_token.render(
+            &mut out,
+            "tollgate_time_to_first_token_seconds",
+            "Streams: time from request received to the first generated token sent.",
+        );
+        out.push_str("# HELP tollgate_tokens_total Tokens by model and kind.\n# TYPE tollgate_tokens_total counter\n");
+        if let Ok(m) = self.tokens.lock() {
+            for ((model, kind), n) in m.iter() {
+                let _ = writeln!(
+                    out,
+                    "tollgate_tokens_total{{model=\"{}\",kind=\"{kind}\"}} {n}",
+                    label(model)
+                );
+            }
+        }
+        out.push_str("# HELP tollgate_cost_total Credits charged by model.\n# TYPE tollgate_cost_total counter\n");
+        if let Ok(m) = self.cost.lock() {
+            for (model, c) in m.iter() {
+                let _ = writeln!(out, "tollgate_cost_total{{model=\"{}\"}} {c}", label(model));
+            }
+        }
+        out.push_str("# HELP tollgate_upstream_errors_total Upstream failures (5xx, timeouts, unreachable, broken streams) by upstream.\n# TYPE tollgate_upstream_errors_total counter\n");
+        if let Ok(m) = self.upstream_errors.lock() {
+            for (u, n) in m.iter() {
+                let _ = writeln!(
+                    out,
+                    "tollgate_upstream_errors_total{{upstream=\"{}\"}} {n}",
+                    label(u)
+                );
+            }
+        }
+        out.push_str("# HELP tollgate_rejected_requests_total Requests refused before an upstream call, by reason.\n# TYPE tollgate_rejected_requests_total counter\n");
+        let _ = writeln!(
+            out,
+            "tollgate_rejected_requests_total{{reason=\"overload\"}} {rejected_overload}"
+        );
+        let _ = writeln!(
+            out,
+            "tollgate_rejected_requests_total{{reason=\"rate_limit\"}} {}",
+            self.rate_limited.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "tollgate_rejected_requests_total{{reason=\"quota\"}} {}",
+            self.quota_exhausted.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(out, "# HELP tollgate_active_streams Streams being answered now.\n# TYPE tollgate_active_streams gauge\ntollgate_active_streams {}", ACTIVE_STREAMS.load(Ordering::Relaxed));
+        for (name, help, v) in gauges {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+        }
+        out
+    }
+}
