@@ -1,0 +1,401 @@
+//! The config file's raw TOML shape and its validation into [`Config`]: every error names the field
+//! (`models[2].upstream`) and says what was expected.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{
+    err, Config, ConfigError, Group, Model, Upstream, UpstreamKind, DEFAULT_MAX_OUTPUT_TOKENS,
+};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConfig {
+    listen: Option<String>,
+    data_dir: Option<String>,
+    admin_token_env: Option<String>,
+    workers: Option<usize>,
+    queue_size: Option<usize>,
+    max_connections: Option<usize>,
+    max_body_bytes: Option<u64>,
+    read_timeout_secs: Option<u64>,
+    write_timeout_secs: Option<u64>,
+    shutdown_grace_secs: Option<u64>,
+    keepalive_secs: Option<u64>,
+    ledger_sync_ms: Option<u64>,
+    ledger_strict: Option<bool>,
+    log_level: Option<String>,
+    log_format: Option<String>,
+    #[serde(default)]
+    upstreams: Vec<RawUpstream>,
+    #[serde(default)]
+    models: Vec<RawModel>,
+    #[serde(default)]
+    groups: Vec<RawGroup>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawUpstream {
+    name: String,
+    kind: String,
+    base_url: Option<String>,
+    api_key_env: Option<String>,
+    connect_timeout_secs: Option<u64>,
+    first_byte_timeout_secs: Option<u64>,
+    idle_timeout_secs: Option<u64>,
+    mock_delay_ms: Option<u64>,
+    max_tokens_field: Option<String>,
+    total_timeout_secs: Option<u64>,
+    breaker_failures: Option<u32>,
+    breaker_cooldown_secs: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawModel {
+    name: String,
+    upstream: OneOrMany,
+    upstream_model: Option<String>,
+    input_price: Option<f64>,
+    cached_input_price: Option<f64>,
+    output_price: Option<f64>,
+    max_output_tokens: Option<u64>,
+    structured_output: Option<String>,
+    reasoning: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGroup {
+    name: String,
+    models: Vec<String>,
+    rpm: Option<u64>,
+    tpm: Option<u64>,
+    max_concurrent: Option<u64>,
+}
+
+pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
+    let listen = raw.listen.unwrap_or_else(|| "127.0.0.1:8080".into());
+    listen.parse::<SocketAddr>().map_err(|_| {
+        err(
+            "listen",
+            format!("expected host:port such as 127.0.0.1:8080, got {listen:?}"),
+        )
+    })?;
+    let positive = |field: &str, v: Option<usize>, default: usize| -> Result<usize, ConfigError> {
+        match v {
+            Some(0) => Err(err(field, "expected a number greater than 0, got 0")),
+            Some(n) => Ok(n),
+            None => Ok(default),
+        }
+    };
+    let secs = |field: &str, v: Option<u64>, default: u64| -> Result<Duration, ConfigError> {
+        match v {
+            Some(0) => Err(err(
+                field,
+                "expected a number of seconds greater than 0, got 0",
+            )),
+            Some(n) => Ok(Duration::from_secs(n)),
+            None => Ok(Duration::from_secs(default)),
+        }
+    };
+    let log_level = raw.log_level.unwrap_or_else(|| "info".into());
+    if !["error", "warn", "info", "debug", "trace", "off"].contains(&log_level.as_str()) {
+        return Err(err(
+            "log_level",
+            format!("expected one of error, warn, info, debug, trace, off; got {log_level:?}"),
+        ));
+    }
+    let admin_token_env = raw
+        .admin_token_env
+        .unwrap_or_else(|| "TOLLGATE_ADMIN_TOKEN".into());
+    if admin_token_env.is_empty() {
+        return Err(err(
+            "admin_token_env",
+            "expected the name of an environment variable, got an empty string",
+        ));
+    }
+
+    let mut upstreams = Vec::new();
+    let mut seen = HashSet::new();
+    for (i, u) in raw.upstreams.into_iter().enumerate() {
+        let f = |k: &str| format!("upstreams[{i}].{k}");
+        if u.name.is_empty() {
+            return Err(err(f("name"), "expected a non-empty name"));
+        }
+        if !seen.insert(u.name.clone()) {
+            return Err(err(
+                f("name"),
+                format!("duplicate upstream name {:?}", u.name),
+            ));
+        }
+        let kind = match u.kind.as_str() {
+            "openai-chat" => UpstreamKind::OpenAiChat,
+            "openai-responses" => UpstreamKind::OpenAiResponses,
+            "anthropic" => UpstreamKind::Anthropic,
+            "mock" => UpstreamKind::Mock,
+            other => {
+                return Err(err(
+                    f("kind"),
+                    format!(
+                    "expected one of openai-chat, openai-responses, anthropic, mock; got {other:?}"
+                ),
+                ))
+            }
+        };
+        let base_url = match (kind, u.base_url) {
+            (UpstreamKind::Mock, b) => b.unwrap_or_default(),
+            (_, None) => {
+                return Err(err(
+                    f("base_url"),
+                    "expected a URL such as http://127.0.0.1:9001/v1",
+                ))
+            }
+            (_, Some(b)) => {
+                if !(b.starts_with("http://") || b.starts_with("https://")) {
+                    return Err(err(
+                        f("base_url"),
+                        format!("expected an http:// or https:// URL, got {b:?}"),
+                    ));
+                }
+                b.trim_end_matches('/').to_string()
+            }
+        };
+        let is_openai = base_url.contains("://api.openai.com");
+        let api_key = match &u.api_key_env {
+            None => None,
+            Some(var) => match std::env::var(var) {
+                Ok(v) if !v.is_empty() => Some(v),
+                _ => {
+                    return Err(err(
+                        f("api_key_env"),
+                        format!("the environment variable {var} is not set; set it to the upstream's API key or remove api_key_env"),
+                    ))
+                }
+            },
+        };
+        upstreams.push(Upstream {
+            name: u.name,
+            kind,
+            base_url,
+            api_key,
+            connect_timeout: secs(&f("connect_timeout_secs"), u.connect_timeout_secs, 10)?,
+            first_byte_timeout: secs(
+                &f("first_byte_timeout_secs"),
+                u.first_byte_timeout_secs,
+                600,
+            )?,
+            idle_timeout: secs(&f("idle_timeout_secs"), u.idle_timeout_secs, 300)?,
+            mock_delay: Duration::from_millis(u.mock_delay_ms.unwrap_or(0)),
+            total_timeout: secs(&f("total_timeout_secs"), u.total_timeout_secs, 3600)?,
+            breaker_failures: match u.breaker_failures {
+                Some(0) => {
+                    return Err(err(
+                        f("breaker_failures"),
+                        "expected a number of failures greater than 0",
+                    ))
+                }
+                Some(n) => n,
+                None => 5,
+            },
+            breaker_cooldown: secs(&f("breaker_cooldown_secs"), u.breaker_cooldown_secs, 30)?,
+            max_completion_tokens: match u.max_tokens_field.as_deref() {
+                None => is_openai,
+                Some("max_tokens") => false,
+                Some("max_completion_tokens") => true,
+                Some(other) => {
+                    return Err(err(
+                        f("max_tokens_field"),
+                        format!(
+                            "expected \"max_tokens\" or \"max_completion_tokens\", got {other:?}"
+                        ),
+                    ))
+                }
+            },
+        });
+    }
+
+    let mut models = Vec::new();
+    let mut seen = HashSet::new();
+    for (i, m) in raw.models.into_iter().enumerate() {
+        let f = |k: &str| format!("models[{i}].{k}");
+        if m.name.is_empty() || m.name.chars().any(char::is_whitespace) {
+            return Err(err(
+                f("name"),
+                format!("expected a non-empty name without spaces, got {:?}", m.name),
+            ));
+        }
+        if !seen.insert(m.name.clone()) {
+            return Err(err(f("name"), format!("duplicate model name {:?}", m.name)));
+        }
+        let names = match m.upstream {
+            OneOrMany::One(s) => vec![s],
+            OneOrMany::Many(v) => v,
+        };
+        if names.is_empty() {
+            return Err(err(
+                f("upstream"),
+                "expected an upstream name or a non-empty list of them",
+            ));
+        }
+        for n in &names {
+            if !upstreams.iter().any(|u: &Upstream| &u.name == n) {
+                let known: Vec<&str> = upstreams.iter().map(|u| u.name.as_str()).collect();
+                return Err(err(
+                    f("upstream"),
+                    format!(
+                        "unknown upstream {n:?}; expected one of [{}]",
+                        known.join(", ")
+                    ),
+                ));
+            }
+        }
+        for (k, v) in [
+            ("input_price", m.input_price),
+            ("output_price", m.output_price),
+            ("cached_input_price", m.cached_input_price),
+        ] {
+            if let Some(p) = v {
+                if !(p.is_finite() && p >= 0.0) {
+                    return Err(err(
+                        f(k),
+                        format!("expected a price of 0 or more credits per 1M tokens, got {p}"),
+                    ));
+                }
+            }
+        }
+        if m.max_output_tokens == Some(0) {
+            return Err(err(
+                f("max_output_tokens"),
+                "expected a number greater than 0, got 0",
+            ));
+        }
+        models.push(Model {
+            upstream_model: m.upstream_model.unwrap_or_else(|| m.name.clone()),
+            name: m.name,
+            upstreams: names,
+            input_price: m.input_price.unwrap_or(0.0),
+            cached_input_price: m.cached_input_price,
+            output_price: m.output_price.unwrap_or(0.0),
+            max_output_tokens: m.max_output_tokens.unwrap_or(DEFAULT_MAX_OUTPUT_TOKENS),
+            reasoning: m.reasoning.unwrap_or(false),
+            disabled: false,
+            structured_via_tool: match m.structured_output.as_deref() {
+                None | Some("native") => false,
+                Some("tool") => true,
+                Some(other) => {
+                    return Err(err(
+                        f("structured_output"),
+                        format!("expected \"native\" or \"tool\", got {other:?}"),
+                    ))
+                }
+            },
+        });
+    }
+    if models.is_empty() {
+        return Err(err("models", "expected at least one [[models]] entry"));
+    }
+
+    let mut groups = Vec::new();
+    let mut seen = HashSet::new();
+    for (i, g) in raw.groups.into_iter().enumerate() {
+        let f = |k: &str| format!("groups[{i}].{k}");
+        if g.name.is_empty() || g.name.chars().any(char::is_whitespace) {
+            return Err(err(
+                f("name"),
+                format!("expected a non-empty name without spaces, got {:?}", g.name),
+            ));
+        }
+        if !seen.insert(g.name.clone()) {
+            return Err(err(f("name"), format!("duplicate group name {:?}", g.name)));
+        }
+        for (k, v) in [
+            ("rpm", g.rpm),
+            ("tpm", g.tpm),
+            ("max_concurrent", g.max_concurrent),
+        ] {
+            if v == Some(0) {
+                return Err(err(
+                    f(k),
+                    "expected a limit greater than 0 (leave it out for no limit)",
+                ));
+            }
+        }
+        groups.push(Group {
+            name: g.name,
+            models: g.models,
+            rpm: g.rpm,
+            tpm: g.tpm,
+            max_concurrent: g.max_concurrent,
+        });
+    }
+    if groups.is_empty() {
+        groups.push(Group {
+            name: "default".into(),
+            models: vec!["*".into()],
+            rpm: None,
+            tpm: None,
+            max_concurrent: None,
+        });
+    }
+
+    Ok(Config {
+        listen,
+        data_dir: PathBuf::from(raw.data_dir.unwrap_or_else(|| "./tollgate-data".into())),
+        admin_token_env,
+        workers: positive("workers", raw.workers, 256)?,
+        queue_size: positive("queue_size", raw.queue_size, 1024)?,
+        max_connections: positive("max_connections", raw.max_connections, 4096)?,
+        max_body_bytes: match raw.max_body_bytes {
+            Some(0) => {
+                return Err(err(
+                    "max_body_bytes",
+                    "expected a number of bytes greater than 0",
+                ))
+            }
+            Some(n) => n,
+            None => 32 * 1024 * 1024,
+        },
+        read_timeout: secs("read_timeout_secs", raw.read_timeout_secs, 60)?,
+        write_timeout: secs("write_timeout_secs", raw.write_timeout_secs, 60)?,
+        shutdown_grace: secs("shutdown_grace_secs", raw.shutdown_grace_secs, 30)?,
+        keepalive: secs("keepalive_secs", raw.keepalive_secs, 15)?,
+        ledger_sync: match raw.ledger_sync_ms {
+            Some(0) => {
+                return Err(err(
+                    "ledger_sync_ms",
+                    "expected a number of milliseconds greater than 0",
+                ))
+            }
+            Some(n) => Duration::from_millis(n),
+            None => Duration::from_millis(200),
+        },
+        ledger_strict: raw.ledger_strict.unwrap_or(false),
+        log_level,
+        log_format: match raw.log_format.as_deref() {
+            None | Some("text") => "text".to_string(),
+            Some("json") => "json".to_string(),
+            Some(other) => {
+                return Err(err(
+                    "log_format",
+                    format!("expected \"text\" or \"json\", got {other:?}"),
+                ))
+            }
+        },
+        upstreams,
+        models,
+        groups,
+    })
+}
