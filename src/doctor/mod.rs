@@ -65,6 +65,7 @@
 //!   `/proc/1/cgroup`, or `KUBERNETES_SERVICE_HOST`; the report says which one matched.
 //! - `--protocol` also takes a comma-separated list (`chat,messages`).
 
+mod answer;
 mod cause;
 mod probe;
 mod report;
@@ -73,7 +74,8 @@ mod url;
 
 use std::io::Write;
 
-use probe::{clip, fmt_duration, Connect, Kind, Outcome, Proto};
+use answer::{clip, fmt_duration};
+use probe::{Connect, Kind, Outcome, Proto};
 use url::{Finding, Severity};
 
 use crate::cli::DoctorArgs;

@@ -7,9 +7,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::probe::{
-    classify, clip, error_fields, fmt_duration, Failure, Kind, Proto, STREAM_TIMEOUT,
-};
+use super::answer::{clip, error_fields, fmt_duration};
+use super::probe::{classify, Failure, Kind, Proto, STREAM_TIMEOUT};
 use crate::protocol::sse::SseReader;
 
 /// What reading a stream gave.
