@@ -604,6 +604,9 @@ fn the_admin_api_needs_its_token_and_is_closed_without_one() {
         "newest first"
     );
     assert_eq!(usage_records(&gw, "limit=1").len(), 1);
+    assert_eq!(gw.admin("/admin/usage?limit=2").json()["has_more"], true);
+    assert_eq!(gw.admin("/admin/usage?limit=3").json()["has_more"], false);
+    assert_eq!(usage_records(&gw, "limit=2&offset=2").len(), 1);
     assert_eq!(usage_records(&gw, "key=nobody").len(), 0);
     assert_eq!(usage_records(&gw, "model=m-basic&status=200").len(), 3);
     assert_eq!(

@@ -55,7 +55,8 @@ fn authorize(gw: &Gateway, ex: &Exchange) -> Result<(), ApiError> {
     if presented.is_empty() || !constant_time_eq(&token_digest(presented), expected) {
         return Err(ApiError::unauthorized(
             "Missing or wrong admin token (send `Authorization: Bearer <admin token>`).",
-        ));
+        )
+        .with_code("invalid_admin_token"));
     }
     Ok(())
 }

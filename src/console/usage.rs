@@ -83,8 +83,14 @@ fn query(gw: &Gateway, f: &Filter) -> Result<Vec<Record>, ApiError> {
 
 /// `GET /admin/usage`: records newest first.
 pub fn records(gw: &Gateway, ex: &Exchange) -> Result<Value, ApiError> {
-    let f = filter(ex, 100, 10_000)?;
-    Ok(json!({"data": query(gw, &f)?}))
+    let mut f = filter(ex, 100, 10_000)?;
+    // One more than asked tells whether there is a next page.
+    let limit = f.limit;
+    f.limit += 1;
+    let mut data = query(gw, &f)?;
+    let has_more = data.len() > limit;
+    data.truncate(limit);
+    Ok(json!({"data": data, "has_more": has_more}))
 }
 
 /// `GET /admin/usage.csv`: the filtered records as CSV (up to 100,000).

@@ -79,6 +79,18 @@ impl Stats {
         })
     }
 
+    /// The last probe results still in the cache (no new probes).
+    pub fn cached_probes(&self) -> HashMap<String, Value> {
+        let cache = match self.probes.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        cache
+            .iter()
+            .map(|(k, (_, v))| (k.clone(), v.clone()))
+            .collect()
+    }
+
     /// Whether each upstream answers now: a light GET of its model list (cached for 15 s), in parallel.
     pub fn probe_all(&self, agent: &ureq::Agent, config: &Config) -> HashMap<String, Value> {
         let mut out = HashMap::new();
