@@ -116,3 +116,16 @@ pub fn bad_value(path: &str, expected: &str) -> ApiError {
 pub fn wrong_type(path: &str, expected: &str, got: &Value) -> ApiError {
     wrong(path, expected, got)
 }
+
+/// The string at `key` of an upstream's JSON, or "" (a missing field in an answer is not the client's fault).
+pub fn str_at(v: &Value, key: &str) -> String {
+    str_or(v, key, "")
+}
+
+/// The string at `key`, or `default`.
+pub fn str_or(v: &Value, key: &str, default: &str) -> String {
+    v.get(key)
+        .and_then(Value::as_str)
+        .unwrap_or(default)
+        .to_string()
+}

@@ -2,6 +2,7 @@
 //! protocol-agnostic HTTP layer in `crate::http`.
 
 mod accounting;
+mod call;
 mod count_tokens;
 mod events;
 mod generate;

@@ -4,6 +4,7 @@
 
 use serde_json::{json, Value};
 
+use super::call;
 use super::generate::{chat_wants_usage, Outcome};
 use super::respond::{self, Trace};
 use super::Gateway;
@@ -44,23 +45,7 @@ pub fn passthrough(
     } else {
         None
     };
-    out.upstream_called = true;
-    let sent = std::time::Instant::now();
-    let reply = uphttp::send(&gw.agent, upstream, &bytes, stream, beta.as_deref());
-    trace.add_upstream_wait(sent.elapsed());
-    let reply = reply?;
-    let status = reply.status;
-    if status >= 400 {
-        let retry_after = reply.retry_after;
-        let body = reply.read_all(&upstream.name)?;
-        return Err(ApiError::from_upstream(status, &body, retry_after));
-    }
-    if !(200..300).contains(&status) {
-        return Err(ApiError::bad_gateway(format!(
-            "upstream `{}` answered HTTP {status}",
-            upstream.name
-        )));
-    }
+    let reply = call::send(gw, trace, out, upstream, &bytes, stream, beta.as_deref())?;
     if stream && reply.is_event_stream() {
         let input_estimate = (bytes.len() as u64 / 4).max(1);
         relay_stream(
@@ -75,30 +60,7 @@ pub fn passthrough(
         );
         return Ok(());
     }
-    let content_type = reply.content_type.clone();
-    let reading = std::time::Instant::now();
-    let bytes = reply.read_all(&upstream.name);
-    trace.add_upstream_wait(reading.elapsed());
-    let bytes = bytes?;
-    let parsed: Option<Value> = serde_json::from_slice(&bytes).ok();
-    let Some(v) = parsed.filter(Value::is_object) else {
-        let snippet: String = String::from_utf8_lossy(&bytes)
-            .trim()
-            .chars()
-            .take(120)
-            .collect();
-        return Err(ApiError::bad_gateway(format!(
-            "upstream `{}` answered HTTP {status} with a body that is not a JSON object (content-type {content_type:?}): {snippet}",
-            upstream.name
-        )));
-    };
-    if v.get("error").is_some_and(|e| !e.is_null())
-        || v.get("type").and_then(Value::as_str) == Some("error")
-    {
-        let mut e = ApiError::from_upstream(502, &bytes, None);
-        e.status = 502;
-        return Err(e);
-    }
+    let (bytes, v) = call::read_json(trace, upstream, reply)?;
     if stream {
         return Err(ApiError::bad_gateway(format!(
             "upstream `{}` answered a streaming request with a plain JSON body instead of an event stream",

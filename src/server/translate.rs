@@ -3,6 +3,7 @@
 
 use serde_json::Value;
 
+use super::call;
 use super::events::EventWriter;
 use super::generate::{chat_wants_usage, response_id, Outcome};
 use super::respond::{self, Trace};
@@ -61,23 +62,7 @@ pub fn translate(
         vec![("x-tollgate-dropped-tools", dropped.as_str())]
     };
 
-    out.upstream_called = true;
-    let sent = std::time::Instant::now();
-    let reply = uphttp::send(&gw.agent, upstream, &bytes, stream, None);
-    trace.add_upstream_wait(sent.elapsed());
-    let reply = reply?;
-    let status = reply.status;
-    if status >= 400 {
-        let retry_after = reply.retry_after;
-        let body = reply.read_all(&upstream.name)?;
-        return Err(ApiError::from_upstream(status, &body, retry_after));
-    }
-    if !(200..300).contains(&status) {
-        return Err(ApiError::bad_gateway(format!(
-            "upstream `{}` answered HTTP {status}",
-            upstream.name
-        )));
-    }
+    let reply = call::send(gw, trace, out, upstream, &bytes, stream, None)?;
     let input_estimate = estimate_tokens(&req.all_text());
 
     if stream && reply.is_event_stream() {
@@ -145,25 +130,7 @@ pub fn translate(
     }
 
     // A complete JSON answer (also when a stream was asked for and the upstream answered in one piece).
-    let content_type = reply.content_type.clone();
-    let reading = std::time::Instant::now();
-    let raw = reply.read_all(&upstream.name);
-    trace.add_upstream_wait(reading.elapsed());
-    let raw = raw?;
-    let v: Value = serde_json::from_slice(&raw).ok().filter(Value::is_object).ok_or_else(|| {
-        let snippet: String = String::from_utf8_lossy(&raw).trim().chars().take(120).collect();
-        ApiError::bad_gateway(format!(
-            "upstream `{}` answered with a body that is not a JSON object (content-type {content_type:?}): {snippet}",
-            upstream.name
-        ))
-    })?;
-    if v.get("error").is_some_and(|e| !e.is_null())
-        || v.get("type").and_then(Value::as_str) == Some("error")
-    {
-        let mut e = ApiError::from_upstream(502, &raw, None);
-        e.status = 502;
-        return Err(e);
-    }
+    let (_, v) = call::read_json(trace, upstream, reply)?;
     let mut resp = target.decode_response(&v, &opts)?;
     let estimated = fill_usage(&mut resp, input_estimate);
     out.set_usage((resp.usage, estimated));

@@ -1,6 +1,7 @@
 //! Talking to a Chat Completions upstream on behalf of a client of another protocol: the canonical request
 //! as a Chat body, and the upstream's answer (JSON or chunk stream) back as canonical values.
 
+use crate::protocol::fields::{str_at, str_or};
 use serde_json::{json, Map, Value};
 
 use super::{image_url_string, usage_from};
@@ -234,21 +235,9 @@ pub fn decode_response(body: &Value) -> Result<Response, ApiError> {
     {
         let f = c.get("function").unwrap_or(&Value::Null);
         content.push(Part::ToolCall {
-            id: c
-                .get("id")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string(),
-            name: f
-                .get("name")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string(),
-            arguments: f
-                .get("arguments")
-                .and_then(Value::as_str)
-                .unwrap_or("{}")
-                .to_string(),
+            id: str_at(c, "id"),
+            name: str_at(f, "name"),
+            arguments: str_or(f, "arguments", "{}"),
         });
         calls += 1;
     }
@@ -262,16 +251,8 @@ pub fn decode_response(body: &Value) -> Result<Response, ApiError> {
         stop = StopReason::ToolUse;
     }
     Ok(Response {
-        id: body
-            .get("id")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string(),
-        model: body
-            .get("model")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string(),
+        id: str_at(body, "id"),
+        model: str_at(body, "model"),
         content,
         stop,
         usage: body.get("usage").and_then(usage_from).unwrap_or_default(),
@@ -317,11 +298,7 @@ impl ChatStreamDecoder {
                     .map(str::to_string)
                     .unwrap_or_else(|| crate::util::new_id("call_"));
                 self.calls.push((upstream_index, i, id.clone()));
-                let name = f
-                    .get("name")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string();
+                let name = str_at(f, "name");
                 out.push(StreamEvent::ToolCallStart { index: i, id, name });
                 i
             }
@@ -355,11 +332,7 @@ impl StreamDecoder for ChatStreamDecoder {
             return true;
         };
         if let Some(e) = v.get("error").filter(|e| !e.is_null()) {
-            let msg = e
-                .get("message")
-                .and_then(Value::as_str)
-                .unwrap_or("upstream error")
-                .to_string();
+            let msg = str_or(e, "message", "upstream error");
             let mut err = ApiError::bad_gateway(format!("upstream error: {msg}"));
             err.code = e
                 .get("code")

@@ -1,6 +1,7 @@
 //! Talking to a Messages (Anthropic) upstream on behalf of a client of another protocol: the canonical
 //! request as a Messages body, and the upstream's answer (JSON or event stream) back as canonical values.
 
+use crate::protocol::fields::{str_at, str_or};
 use serde_json::{json, Map, Value};
 
 use super::{arguments_object, usage_from};
@@ -221,18 +222,9 @@ pub fn decode_response(body: &Value, opts: &EgressOptions) -> Result<Response, A
         .flatten()
     {
         match b.get("type").and_then(Value::as_str) {
-            Some("text") => content.push(Part::Text(
-                b.get("text")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string(),
-            )),
+            Some("text") => content.push(Part::Text(str_or(b, "text", ""))),
             Some("thinking") => content.push(Part::Reasoning {
-                text: b
-                    .get("thinking")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string(),
+                text: str_or(b, "thinking", ""),
                 signature: b
                     .get("signature")
                     .and_then(Value::as_str)
@@ -246,11 +238,7 @@ pub fn decode_response(body: &Value, opts: &EgressOptions) -> Result<Response, A
                     content.push(Part::Text(input.to_string()));
                 } else {
                     content.push(Part::ToolCall {
-                        id: b
-                            .get("id")
-                            .and_then(Value::as_str)
-                            .unwrap_or_default()
-                            .to_string(),
+                        id: str_at(b, "id"),
                         name: name.to_string(),
                         arguments: input.to_string(),
                     });
@@ -269,16 +257,8 @@ pub fn decode_response(body: &Value, opts: &EgressOptions) -> Result<Response, A
         stop = StopReason::EndTurn;
     }
     Ok(Response {
-        id: body
-            .get("id")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string(),
-        model: body
-            .get("model")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string(),
+        id: str_at(body, "id"),
+        model: str_at(body, "model"),
         content,
         stop,
         usage: body.get("usage").and_then(usage_from).unwrap_or_default(),
@@ -362,11 +342,7 @@ impl StreamDecoder for MessagesStreamDecoder {
                         } else {
                             let i = self.next_call;
                             self.next_call += 1;
-                            let id = cb
-                                .get("id")
-                                .and_then(Value::as_str)
-                                .unwrap_or_default()
-                                .to_string();
+                            let id = str_at(cb, "id");
                             out.push(StreamEvent::ToolCallStart {
                                 index: i,
                                 id,

@@ -1,6 +1,7 @@
 //! Talking to a Responses upstream on behalf of a client of another protocol: the canonical request as a
 //! Responses body, and the upstream's answer (JSON or event stream) back as canonical values.
 
+use crate::protocol::fields::{str_at, str_or};
 use serde_json::{json, Map, Value};
 
 use super::usage_from;
@@ -158,21 +159,9 @@ fn decode_output(output: &Value) -> (Vec<Part>, bool) {
             Some("function_call") => {
                 calls = true;
                 content.push(Part::ToolCall {
-                    id: item
-                        .get("call_id")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_string(),
-                    name: item
-                        .get("name")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_string(),
-                    arguments: item
-                        .get("arguments")
-                        .and_then(Value::as_str)
-                        .unwrap_or("{}")
-                        .to_string(),
+                    id: str_at(item, "call_id"),
+                    name: str_at(item, "name"),
+                    arguments: str_or(item, "arguments", "{}"),
                 });
             }
             Some("reasoning") => {
@@ -229,16 +218,8 @@ pub fn decode_response(body: &Value) -> Result<Response, ApiError> {
     };
     let (content, calls) = decode_output(output);
     Ok(Response {
-        id: body
-            .get("id")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string(),
-        model: body
-            .get("model")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string(),
+        id: str_at(body, "id"),
+        model: str_at(body, "model"),
         stop: stop_of(body, calls)?,
         content,
         usage: body.get("usage").and_then(usage_from).unwrap_or_default(),
@@ -278,16 +259,8 @@ impl StreamDecoder for ResponsesStreamDecoder {
                     self.calls.push((output_index, index, false));
                     out.push(StreamEvent::ToolCallStart {
                         index,
-                        id: item
-                            .get("call_id")
-                            .and_then(Value::as_str)
-                            .unwrap_or_default()
-                            .to_string(),
-                        name: item
-                            .get("name")
-                            .and_then(Value::as_str)
-                            .unwrap_or_default()
-                            .to_string(),
+                        id: str_at(item, "call_id"),
+                        name: str_at(item, "name"),
                     });
                     if let Some(a) = item
                         .get("arguments")
@@ -323,11 +296,7 @@ impl StreamDecoder for ResponsesStreamDecoder {
             "response.function_call_arguments.delta" => {
                 if let Some(call) = self.calls.iter_mut().find(|c| c.0 == output_index) {
                     call.2 = true;
-                    let delta = v
-                        .get("delta")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_string();
+                    let delta = str_at(&v, "delta");
                     out.push(StreamEvent::ToolArgsDelta {
                         index: call.1,
                         delta,
