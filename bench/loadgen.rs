@@ -1,0 +1,183 @@
+//! The suite's load generator as a command, for ad-hoc runs and profiling sessions.
+//!
+//! ```text
+//! loadgen --addr 127.0.0.1:8080 [--key tg_…] [--api chat|messages] [--model bench] [--marker in=10,out=5]
+//!         [--conns 16] [--duration 5] [--warmup 0.5] [--rate 2000] [--pid PID]…
+//!         [--stream --events 200 --gap-us 1000 --streams 25]
+//! ```
+//!
+//! Without `--stream`: non-streaming requests, closed loop (or open loop with `--rate`, requests/s in
+//! total). With `--stream`: each connection runs `--streams` streams of `--events` events one after the
+//! other. `--pid` (repeatable) adds a process whose CPU time per request is reported. `--model
+//! bench-model` and no key target the fake upstream directly.
+
+#[path = "common/client.rs"]
+mod client;
+#[path = "common/load.rs"]
+mod load;
+#[path = "common/procs.rs"]
+mod procs;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use load::{quantile, LoadSpec, StreamSpec, Watch};
+
+fn main() {
+    let mut addr: Option<SocketAddr> = None;
+    let mut key = "none".to_string();
+    let mut api = "chat".to_string();
+    let mut model = "bench".to_string();
+    let mut marker = String::new();
+    let (mut conns, mut duration, mut warmup) = (1usize, 5.0f64, 0.5f64);
+    let mut rate: Option<f64> = None;
+    let mut pids = Vec::new();
+    let (mut stream, mut events, mut gap_us, mut streams) = (false, 200usize, 1000u64, 25usize);
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut val = || args.next().unwrap_or_else(|| panic!("{a} needs a value"));
+        match a.as_str() {
+            "--addr" => addr = Some(val().parse().expect("--addr host:port")),
+            "--key" => key = val(),
+            "--api" => api = val(),
+            "--model" => model = val(),
+            "--marker" => marker = val(),
+            "--conns" => conns = val().parse().unwrap(),
+            "--duration" => duration = val().parse().unwrap(),
+            "--warmup" => warmup = val().parse().unwrap(),
+            "--rate" => rate = Some(val().parse().unwrap()),
+            "--pid" => pids.push(val().parse().unwrap()),
+            "--stream" => stream = true,
+            "--events" => events = val().parse().unwrap(),
+            "--gap-us" => gap_us = val().parse().unwrap(),
+            "--streams" => streams = val().parse().unwrap(),
+            _ => {
+                eprintln!("unknown argument {a:?}; see the header of bench/loadgen.rs");
+                std::process::exit(2);
+            }
+        }
+    }
+    let addr = addr.expect("--addr host:port");
+    if stream {
+        marker = format!("events={events},gap_us={gap_us},{marker}");
+    }
+    let stream_field = if stream { "\"stream\":true," } else { "" };
+    let body = format!(
+        r#"{{"model":"{model}",{stream_field}"max_tokens":64,"messages":[{{"role":"user","content":"Hello! Please answer briefly. bench:{marker}"}}]}}"#
+    );
+    let auth = format!("Bearer {key}");
+    let request = Arc::new(match api.as_str() {
+        "chat" => client::post(
+            addr,
+            "/v1/chat/completions",
+            &[("authorization", &auth)],
+            &body,
+        ),
+        "messages" => client::post(
+            addr,
+            "/v1/messages",
+            &[
+                ("authorization", &auth),
+                ("anthropic-version", "2023-06-01"),
+            ],
+            &body,
+        ),
+        other => panic!("--api chat|messages, not {other}"),
+    });
+    let watch = Watch { pids: pids.clone() };
+    if stream {
+        let r = load::run_streams(
+            &StreamSpec {
+                addr,
+                request,
+                conns,
+                per_conn: streams,
+                events,
+                stagger: Duration::from_millis(1),
+                read_timeout: Duration::from_secs(60),
+                rss_every: Duration::ZERO,
+            },
+            &watch,
+        );
+        println!(
+            "streams {} ok {} errors {:?} wall {:.2} s",
+            r.streams,
+            r.ok,
+            r.errors,
+            r.wall.as_secs_f64()
+        );
+        for (name, v) in [
+            ("first byte", &r.first_byte_ns),
+            ("first event", &r.first_event_ns),
+        ] {
+            println!(
+                "{name:<12} p50 {:8.1} µs  p90 {:8.1} µs  p99 {:8.1} µs",
+                quantile(v, 0.5) as f64 / 1e3,
+                quantile(v, 0.9) as f64 / 1e3,
+                quantile(v, 0.99) as f64 / 1e3
+            );
+        }
+        println!(
+            "upstream wrote the first event after: p50 {:8.1} µs  p90 {:8.1} µs  p99 {:8.1} µs",
+            quantile(&r.inbound_ns, 0.5) as f64 / 1e3,
+            quantile(&r.inbound_ns, 0.9) as f64 / 1e3,
+            quantile(&r.inbound_ns, 0.99) as f64 / 1e3
+        );
+        let e = &r.event_delay_ns;
+        println!(
+            "event delay  p50 {:8.1} µs  p90 {:8.1} µs  p99 {:8.1} µs  p99.9 {:8.1} µs ({} events)",
+            quantile(e, 0.5) as f64 / 1e3,
+            quantile(e, 0.9) as f64 / 1e3,
+            quantile(e, 0.99) as f64 / 1e3,
+            quantile(e, 0.999) as f64 / 1e3,
+            e.len()
+        );
+        for (i, pid) in pids.iter().enumerate() {
+            println!(
+                "pid {pid}: CPU {:.3} s, {:.1} µs per event",
+                r.cpu[i],
+                r.cpu[i] * 1e6 / e.len().max(1) as f64
+            );
+        }
+    } else {
+        let r = load::run_load(
+            &LoadSpec {
+                addr,
+                request,
+                conns,
+                warmup: Duration::from_secs_f64(warmup),
+                duration: Duration::from_secs_f64(duration),
+                rate,
+                bucket: Duration::ZERO,
+            },
+            &watch,
+        );
+        println!(
+            "requests {} ({:.0}/s) ok {} errors {:?}",
+            r.requests,
+            r.rps(),
+            r.ok,
+            r.errors
+        );
+        println!(
+            "latency p50 {:.1} µs  p90 {:.1} µs  p99 {:.1} µs  p99.9 {:.1} µs  mean {:.1} µs",
+            r.p(0.5),
+            r.p(0.9),
+            r.p(0.99),
+            r.p(0.999),
+            r.mean_us()
+        );
+        for (i, pid) in pids.iter().enumerate() {
+            println!(
+                "pid {pid}: CPU {:.3} s, {:.1} µs per request",
+                r.cpu[i],
+                r.cpu_us_per_req(i)
+            );
+        }
+        println!(
+            "loadgen: {:.1} µs per request",
+            r.cpu_us_per_req(pids.len())
+        );
+    }
+}

@@ -1,0 +1,186 @@
+//! In-process microbenchmark of the per-request pieces of access control and accounting:
+//! `KeyStore::check`, `Accounts::check_and_reserve` + `Reservation::settle` (without and with limits and
+//! credit, and at several sizes of the key's sliding one-minute window), and `Ledger::append`.
+//!
+//! `cargo run --release --example bench-micro`
+
+use std::collections::HashMap;
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tollgate::access::accounts::{Accounts, Ask};
+use tollgate::access::{KeyCheck, KeyStore};
+use tollgate::config::Group;
+use tollgate::ledger::{Ledger, Record, Status};
+
+fn ns_per(d: Duration, n: u64) -> f64 {
+    d.as_nanos() as f64 / n as f64
+}
+
+fn main() {
+    let dir = std::env::temp_dir().join(format!("tollgate-micro-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+
+    // KeyStore::check: 100 keys in the file, a valid key, an unknown one.
+    let mut keys = Vec::new();
+    for i in 0..100 {
+        keys.push(
+            tollgate::access::keys::add_key(&dir, &format!("key-{i}"), "default", None).unwrap(),
+        );
+    }
+    let store = KeyStore::open(&dir).unwrap();
+    let n = 200_000u64;
+    let t = Instant::now();
+    for i in 0..n {
+        let k = &keys[(i % 100) as usize];
+        match black_box(store.check(black_box(k))) {
+            KeyCheck::Valid(_) => {}
+            _ => panic!("key not valid"),
+        }
+    }
+    let valid = t.elapsed();
+    let unknown_key = format!("tg_{}", "x".repeat(40));
+    let t = Instant::now();
+    for _ in 0..n {
+        black_box(store.check(black_box(&unknown_key)));
+    }
+    let unknown = t.elapsed();
+    let t = Instant::now();
+    for i in 0..n {
+        black_box(tollgate::access::keys::hash_key(black_box(
+            &keys[(i % 100) as usize],
+        )));
+    }
+    let hash = t.elapsed();
+    let t = Instant::now();
+    for i in 0..n {
+        use sha2::Digest;
+        black_box(sha2::Sha256::digest(black_box(
+            keys[(i % 100) as usize].as_bytes(),
+        )));
+    }
+    let digest = t.elapsed();
+    println!(
+        "KeyStore::check (100 keys): valid {:.0} ns/op, unknown {:.0} ns/op; of which hash_key {:.0} ns (SHA-256 itself {:.0} ns, hex formatting the rest)",
+        ns_per(valid, n),
+        ns_per(unknown, n),
+        ns_per(hash, n),
+        ns_per(digest, n)
+    );
+
+    // Accounts: check_and_reserve + settle, per window size (admissions of this key in the last minute).
+    let free = Group {
+        name: "free".into(),
+        models: vec!["*".into()],
+        rpm: None,
+        tpm: None,
+        max_concurrent: None,
+    };
+    let limited = Group {
+        name: "limited".into(),
+        models: vec!["*".into()],
+        rpm: Some(1_000_000_000),
+        tpm: Some(1_000_000_000_000),
+        max_concurrent: Some(1_000_000_000),
+    };
+    println!(
+        "Accounts::check_and_reserve + Reservation::settle, by admissions already in the key's 1-minute window \
+         (check + settle = total, ns/op):"
+    );
+    println!(
+        "  {:>8}  {:>34}  {:>34}",
+        "window", "no limits, no credit (check+settle)", "rpm+tpm+max_concurrent+credit"
+    );
+    for window in [0usize, 1_000, 10_000, 100_000, 300_000] {
+        let mut cells = Vec::new();
+        for (group, credit) in [(&free, None), (&limited, Some(1e12))] {
+            let acc = Arc::new(Accounts::new(HashMap::new()));
+            // Fill the window cheaply: admissions held forever (no settle, so no scan).
+            for _ in 0..window {
+                let ask = Ask {
+                    key: "bench",
+                    credit: None,
+                    group: None,
+                    tokens: 100,
+                    cost: 0.0,
+                };
+                let (r, _) = acc.check_and_reserve(&ask).ok().unwrap();
+                std::mem::forget(r);
+            }
+            // Few operations relative to the window, since each one adds an entry to it.
+            let ops: u64 = if window < 10_000 { 200 } else { 1_000 };
+            let mut t_check = Duration::ZERO;
+            let mut t_settle = Duration::ZERO;
+            for _ in 0..ops {
+                let ask = Ask {
+                    key: "bench",
+                    credit,
+                    group: Some(group),
+                    tokens: 1_074,
+                    cost: 0.000_05,
+                };
+                let t0 = Instant::now();
+                let (r, info) = acc.check_and_reserve(black_box(&ask)).ok().unwrap();
+                let t1 = Instant::now();
+                black_box(info);
+                r.settle(0.000_02, 17);
+                t_settle += t1.elapsed();
+                t_check += t1 - t0;
+            }
+            cells.push(format!(
+                "{:9.0} + {:9.0} = {:9.0} ns",
+                ns_per(t_check, ops),
+                ns_per(t_settle, ops),
+                ns_per(t_check + t_settle, ops)
+            ));
+        }
+        println!("  {:>8}  {:>34}  {:>34}", window, cells[0], cells[1]);
+    }
+
+    // Ledger::append: the caller's side (building the record as accounting::record does, and queueing it)
+    // and the writer thread's (serialising and writing), measured as the time until flush() returns.
+    let ldir = dir.join("ledger");
+    std::fs::create_dir_all(&ldir).unwrap();
+    let (ledger, _) = Ledger::open(&ldir, Duration::from_millis(200), false).unwrap();
+    let n = 200_000u64;
+    let t = Instant::now();
+    for i in 0..n {
+        ledger.append(Record {
+            ts: tollgate::util::rfc3339_millis(tollgate::util::unix_millis()),
+            request_id: format!("req_{:024}", i),
+            client_request_id: None,
+            key: "bench".to_string(),
+            group: "default".to_string(),
+            model: "bench".to_string(),
+            protocol: "chat".to_string(),
+            upstream: "fake".to_string(),
+            stream: false,
+            status: Status::Http(200),
+            input_tokens: 10,
+            cached_input_tokens: 0,
+            output_tokens: 5,
+            reasoning_tokens: 0,
+            estimated: false,
+            cost: 0.00002,
+            latency_ms: 1,
+            error: None,
+        });
+    }
+    let queued = t.elapsed();
+    ledger.flush();
+    let total = t.elapsed();
+    let size = std::fs::metadata(ldir.join(tollgate::ledger::LEDGER_FILE))
+        .map(|m| m.len())
+        .unwrap_or(0);
+    println!(
+        "Ledger::append ({n} records, {:.1} MB)  caller {:5.0} ns/record (build + queue); until written and synced {:5.0} ns/record ({:.0} records/s)",
+        size as f64 / 1e6,
+        ns_per(queued, n),
+        ns_per(total, n),
+        n as f64 / total.as_secs_f64()
+    );
+    drop(ledger);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# tollgate's benchmark suite, in one command: builds the release binaries (tollgate and the bench
+# programs in bench/), then runs every phase against a fake upstream on this machine and prints the
+# figures, each set against the direct path, and a summary against the targets (docs/PERFORMANCE.md).
+# About 5 minutes on 2 CPUs after the build.
+#
+#   bench/run.sh                  the full suite
+#   bench/run.sh --quick          short runs, to try it out (not for the record)
+#   bench/run.sh --only a,b       some phases: d (size, cold start), a (request/response), w (wrk),
+#                                 e (access + accounting), b (streaming), s (sustained), l (logging),
+#                                 c (1,000 streams)
+#
+# wrk (Debian package `wrk`) is used for a cross-check when it is installed; nothing else is needed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release --bin tollgate \
+  --example fake-upstream --example bench-suite --example bench-micro --example ledger-replay --example loadgen
+# 1,000 concurrent streams need about 3,500 descriptors in tollgate and 1,000 in each of the others.
+ulimit -n 20000 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+mkdir -p target/bench
+out="target/bench/suite-$(date -u +%Y%m%dT%H%M%SZ).txt"
+target/release/examples/bench-suite "$@" | tee "$out"
+echo "(raw output saved to $out)"

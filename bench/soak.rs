@@ -1,0 +1,907 @@
+//! Soak test: mixed traffic with injected faults against a fake upstream, for a chosen time; then checks
+//! that the usage ledger matches what the clients saw. Not part of the test command.
+//!
+//! `bench/soak.sh [SECONDS]` (builds, then runs this), or
+//! `target/release/examples/soak [--duration 300] [--clients 32] [--seed 1] [--keep] [--mix Kind=weight,…]`
+//!
+//! Every request carries its own `X-Client-Request-ID`, so each usage record can be matched to the request
+//! that caused it. The mix (weights out of 100):
+//!
+//! | kind | what happens | the client expects | the ledger must hold |
+//! |---|---|---|---|
+//! | chat / messages, non-streamed (18 / 10) | normal answer | 200, usage as the upstream sent it | 1 record, 200, the same tokens |
+//! | chat / messages, streamed (14 / 10) | 3–30 events, 0–20 ms apart | 200, every event, the end marker | 1 record, 200, the same tokens |
+//! | upstream error (10) | the upstream answers 400, 429, 500 or 503 | that status | 1 record with that status and an error |
+//! | slow upstream (5) | 200–800 ms before the answer | 200 | 1 record, 200 |
+//! | upstream too slow (2) | 3 s before the head; first_byte_timeout_secs = 2 | 504 | 1 record, 504 |
+//! | broken stream (8) | the upstream drops the connection after 1–5 of 20 events | 200, then an in-stream error | 1 record, 200, error set |
+//! | stalled stream (2) | the upstream goes silent 3 s; idle_timeout_secs = 2 | 200, then an in-stream error | 1 record, 200, error set |
+//! | client leaves mid-stream (8) | the client closes after 3 of 50 events (20 ms apart) | – | 1 record, `client_closed` |
+//! | client leaves early (4) | the client closes 200 ms into a 1.5 s wait | – | 1 record, `client_closed` |
+//! | bad key (3) / bad JSON (2) | refused before any upstream call | 401 / 400 | no record |
+//!
+//! Chat and Messages (translated to the Chat upstream) are mixed in every kind that streams or fails. The
+//! breaker is set out of reach (`breaker_failures`), so injected failures never make tollgate skip the
+//! upstream (the breaker has its own tests). Every 25th answered request is also looked up at once through
+//! `GET /admin/usage?client_request_id=…` (its record must already be there). At the end tollgate is
+//! stopped with SIGTERM (which flushes the ledger) and `usage.jsonl` is compared, request by request.
+
+#[path = "common/client.rs"]
+mod client;
+#[path = "common/procs.rs"]
+mod procs;
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use client::Conn;
+use procs::{Bins, Gateway, Instance, Upstream};
+use serde_json::Value;
+
+const ADMIN_TOKEN: &str = "soak-admin-token-0123456789abcdef";
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        // xorshift64*
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo + 1)
+    }
+    fn chance(&mut self, pct: u64) -> bool {
+        self.next() % 100 < pct
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    ChatOk,
+    MessagesOk,
+    ChatStream,
+    MessagesStream,
+    UpstreamError,
+    SlowOk,
+    SlowTimeout,
+    BrokenStream,
+    StalledStream,
+    ClientLeavesMidStream,
+    ClientLeavesEarly,
+    BadKey,
+    BadJson,
+}
+
+const MIX: [(Kind, u64); 13] = [
+    (Kind::ChatOk, 18),
+    (Kind::MessagesOk, 10),
+    (Kind::ChatStream, 14),
+    (Kind::MessagesStream, 10),
+    (Kind::UpstreamError, 10),
+    (Kind::SlowOk, 5),
+    (Kind::SlowTimeout, 2),
+    (Kind::BrokenStream, 8),
+    (Kind::StalledStream, 2),
+    (Kind::ClientLeavesMidStream, 8),
+    (Kind::ClientLeavesEarly, 4),
+    (Kind::BadKey, 3),
+    (Kind::BadJson, 2),
+];
+
+fn pick(rng: &mut Rng, mix: &[(Kind, u64)]) -> Kind {
+    let total: u64 = mix.iter().map(|m| m.1).sum();
+    let mut r = rng.next() % total;
+    for &(k, w) in mix {
+        if r < w {
+            return k;
+        }
+        r -= w;
+    }
+    Kind::ChatOk
+}
+
+/// What the ledger must say about one request.
+#[derive(Clone, Debug)]
+struct LedgerExpect {
+    /// `200`, `504`, … or `client_closed`.
+    status: String,
+    error: bool,
+    /// (input, output) tokens, when they are known exactly.
+    tokens: Option<(u64, u64)>,
+    stream: bool,
+    protocol: &'static str,
+}
+
+/// One request as sent, and what should come of it.
+struct Plan {
+    messages: bool,
+    stream: bool,
+    marker: String,
+    /// The status the client must see (None: the client leaves before the answer ends).
+    status: Option<u16>,
+    /// Streams: content events to expect (when the stream must complete).
+    events: usize,
+    /// The stream must end with an in-stream error event.
+    in_stream_error: bool,
+    /// Non-streamed successes: the usage the answer must report.
+    usage: Option<(u64, u64)>,
+    /// The client leaves: after this many content events (streams) or this long (non-streamed).
+    leave_after_events: Option<usize>,
+    leave_after: Option<Duration>,
+    bad_key: bool,
+    bad_json: bool,
+    ledger: Option<LedgerExpect>,
+}
+
+fn plan(kind: Kind, rng: &mut Rng) -> Plan {
+    let input = rng.range(5, 400);
+    let output = rng.range(1, 200);
+    let mut p = Plan {
+        messages: rng.chance(50),
+        stream: false,
+        marker: format!("in={input},out={output}"),
+        status: Some(200),
+        events: 0,
+        in_stream_error: false,
+        usage: Some((input, output)),
+        leave_after_events: None,
+        leave_after: None,
+        bad_key: false,
+        bad_json: false,
+        ledger: None,
+    };
+    let ok_ledger = |stream: bool, tokens: Option<(u64, u64)>, messages: bool| LedgerExpect {
+        status: "200".into(),
+        error: false,
+        tokens,
+        stream,
+        protocol: if messages { "messages" } else { "chat" },
+    };
+    match kind {
+        Kind::ChatOk | Kind::MessagesOk => {
+            p.messages = kind == Kind::MessagesOk;
+            p.ledger = Some(ok_ledger(false, Some((input, output)), p.messages));
+        }
+        Kind::ChatStream | Kind::MessagesStream => {
+            p.messages = kind == Kind::MessagesStream;
+            p.stream = true;
+            let events = rng.range(3, 30);
+            let gap = rng.range(0, 20_000);
+            p.marker = format!("in={input},events={events},gap_us={gap}");
+            p.events = events as usize;
+            p.usage = None;
+            p.ledger = Some(ok_ledger(true, Some((input, events)), p.messages));
+        }
+        Kind::UpstreamError => {
+            let status = [400u16, 429, 500, 503][rng.range(0, 3) as usize];
+            p.stream = rng.chance(50);
+            p.marker = format!("in={input},status={status}");
+            p.status = Some(status);
+            p.usage = None;
+            p.ledger = Some(LedgerExpect {
+                status: status.to_string(),
+                error: true,
+                tokens: None,
+                stream: p.stream,
+                protocol: if p.messages { "messages" } else { "chat" },
+            });
+        }
+        Kind::SlowOk => {
+            let delay = rng.range(200, 800);
+            p.marker = format!("in={input},out={output},delay_ms={delay}");
+            p.ledger = Some(ok_ledger(false, Some((input, output)), p.messages));
+        }
+        Kind::SlowTimeout => {
+            p.marker = format!("in={input},out={output},delay_ms=3000");
+            p.status = Some(504);
+            p.usage = None;
+            p.ledger = Some(LedgerExpect {
+                status: "504".into(),
+                error: true,
+                tokens: None,
+                stream: false,
+                protocol: if p.messages { "messages" } else { "chat" },
+            });
+        }
+        Kind::BrokenStream | Kind::StalledStream => {
+            p.stream = true;
+            p.marker = if kind == Kind::BrokenStream {
+                format!("in={input},events=20,gap_us=2000,break={}", rng.range(1, 5))
+            } else {
+                format!("in={input},events=5,gap_us=1000,stall_ms=3000")
+            };
+            p.in_stream_error = true;
+            p.usage = None;
+            p.ledger = Some(LedgerExpect {
+                status: "200".into(),
+                error: true,
+                tokens: None,
+                stream: true,
+                protocol: if p.messages { "messages" } else { "chat" },
+            });
+        }
+        Kind::ClientLeavesMidStream => {
+            p.stream = true;
+            p.marker = format!("in={input},events=50,gap_us=20000");
+            p.status = None;
+            p.usage = None;
+            p.leave_after_events = Some(3);
+            p.ledger = Some(LedgerExpect {
+                status: "client_closed".into(),
+                error: false,
+                tokens: None,
+                stream: true,
+                protocol: if p.messages { "messages" } else { "chat" },
+            });
+        }
+        Kind::ClientLeavesEarly => {
+            p.marker = format!("in={input},out={output},delay_ms=1500");
+            p.status = None;
+            p.usage = None;
+            p.leave_after = Some(Duration::from_millis(200));
+            p.ledger = Some(LedgerExpect {
+                status: "client_closed".into(),
+                error: false,
+                tokens: None,
+                stream: false,
+                protocol: if p.messages { "messages" } else { "chat" },
+            });
+        }
+        Kind::BadKey => {
+            p.bad_key = true;
+            p.status = Some(401);
+            p.usage = None;
+        }
+        Kind::BadJson => {
+            p.bad_json = true;
+            p.status = Some(400);
+            p.usage = None;
+        }
+    }
+    p
+}
+
+fn build(p: &Plan, addr: SocketAddr, key: &str, id: &str) -> Vec<u8> {
+    let key = if p.bad_key {
+        "tg_0000000000000000000000000000000000000000"
+    } else {
+        key
+    };
+    let stream = if p.stream { "\"stream\":true," } else { "" };
+    let mut body = format!(
+        r#"{{"model":"soak",{stream}"max_tokens":256,"messages":[{{"role":"user","content":"Soak request {id}. bench:{}"}}]}}"#,
+        p.marker
+    );
+    if p.bad_json {
+        body.truncate(body.len() / 2);
+    }
+    let auth = format!("Bearer {key}");
+    if p.messages {
+        client::post(
+            addr,
+            "/v1/messages",
+            &[
+                ("authorization", &auth),
+                ("anthropic-version", "2023-06-01"),
+                ("x-client-request-id", id),
+            ],
+            &body,
+        )
+    } else {
+        client::post(
+            addr,
+            "/v1/chat/completions",
+            &[("authorization", &auth), ("x-client-request-id", id)],
+            &body,
+        )
+    }
+}
+
+/// What the client saw, as a class for the report, and whether it matched the plan.
+fn run_one(
+    p: &Plan,
+    conn: &mut Option<Conn>,
+    addr: SocketAddr,
+    req: &[u8],
+) -> (String, Option<String>) {
+    if conn.is_none() {
+        match Conn::connect(addr, Duration::from_secs(30)) {
+            Ok(c) => *conn = Some(c),
+            Err(e) => {
+                return (
+                    format!("connect failed: {:?}", e.kind()),
+                    Some("connect failed".into()),
+                )
+            }
+        }
+    }
+    let c = conn.as_mut().unwrap();
+    if let Some(after) = p.leave_after {
+        // Send, wait a little, leave.
+        if let Err(e) = c.send(req) {
+            *conn = None;
+            return (
+                format!("transport: {:?}", e.kind()),
+                Some("send failed".into()),
+            );
+        }
+        std::thread::sleep(after);
+        *conn = None;
+        return ("client left early (by design)".into(), None);
+    }
+    let sent = c.send(req);
+    if let Err(e) = sent {
+        *conn = None;
+        return (
+            format!("transport: {:?}", e.kind()),
+            Some("send failed".into()),
+        );
+    }
+    let head = match c.read_head() {
+        Ok(h) => h,
+        Err(e) => {
+            *conn = None;
+            return (
+                format!("transport: {:?}", e.kind()),
+                Some(format!("no response head: {e}")),
+            );
+        }
+    };
+    let status = head.status;
+    let class_http = |s: u16| {
+        if s == 200 {
+            "HTTP 200".to_string()
+        } else {
+            format!("HTTP {s}")
+        }
+    };
+    if status != 200 || !head.event_stream {
+        let body = match c.read_body(head.framing) {
+            Ok(b) => b,
+            Err(e) => {
+                *conn = None;
+                return (
+                    format!("transport: {:?}", e.kind()),
+                    Some(format!("body unreadable: {e}")),
+                );
+            }
+        };
+        if head.close {
+            *conn = None;
+        }
+        let mut class = class_http(status);
+        if status != 200 {
+            let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let kind = v
+                .pointer("/error/type")
+                .and_then(Value::as_str)
+                .unwrap_or("?");
+            class = format!("HTTP {status} ({kind})");
+        }
+        let wrong = match p.status {
+            None => Some(format!("expected the client to leave, got HTTP {status}")),
+            Some(s) if s != status => Some(format!(
+                "expected HTTP {s}, got HTTP {status}: {}",
+                String::from_utf8_lossy(&body)
+                    .chars()
+                    .take(200)
+                    .collect::<String>()
+            )),
+            Some(_) if p.stream && status == 200 => {
+                Some("expected a stream, got a plain body".into())
+            }
+            Some(_) => match p.usage {
+                Some((i, o)) => {
+                    let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                    let got = if p.messages {
+                        (
+                            v.pointer("/usage/input_tokens"),
+                            v.pointer("/usage/output_tokens"),
+                        )
+                    } else {
+                        (
+                            v.pointer("/usage/prompt_tokens"),
+                            v.pointer("/usage/completion_tokens"),
+                        )
+                    };
+                    let got = (got.0.and_then(Value::as_u64), got.1.and_then(Value::as_u64));
+                    (got != (Some(i), Some(o)))
+                        .then(|| format!("usage {got:?}, expected ({i}, {o})"))
+                }
+                None => None,
+            },
+        };
+        return (class, wrong);
+    }
+    // A stream.
+    let mut content = 0usize;
+    let mut end = false;
+    let mut error = false;
+    let leave = p.leave_after_events;
+    let read = c.read_events(head.framing, |e| {
+        if e.sent_unix_ns().is_some() {
+            content += 1;
+        }
+        if e.is_error() {
+            error = true;
+        }
+        if e.is_end() {
+            end = true;
+        }
+        leave.is_none_or(|n| content < n)
+    });
+    if leave.is_some() {
+        *conn = None;
+        return match read {
+            Ok(false) => ("client left mid-stream (by design)".into(), None),
+            Ok(true) => (
+                "stream ended before the client left".into(),
+                Some("stream ended before the client could leave".into()),
+            ),
+            Err(e) => (
+                format!("transport: {:?}", e.kind()),
+                Some(format!("stream read failed: {e}")),
+            ),
+        };
+    }
+    if head.close {
+        *conn = None;
+    }
+    match read {
+        Err(e) => {
+            *conn = None;
+            (
+                format!("transport: {:?}", e.kind()),
+                Some(format!("stream read failed: {e}")),
+            )
+        }
+        Ok(_) => {
+            let class = if error {
+                "HTTP 200, in-stream error".to_string()
+            } else if !end {
+                "HTTP 200, stream without end marker".to_string()
+            } else {
+                "HTTP 200 stream".to_string()
+            };
+            let wrong = if p.status != Some(200) {
+                Some(format!("expected {:?}, got a stream", p.status))
+            } else if p.in_stream_error {
+                (!error).then(|| "expected an in-stream error".to_string())
+            } else if error || !end {
+                Some(format!("stream incomplete: end={end} error={error}"))
+            } else if content != p.events {
+                Some(format!("{content} content events, expected {}", p.events))
+            } else {
+                None
+            };
+            (class, wrong)
+        }
+    }
+}
+
+#[derive(Default)]
+struct Tally {
+    sent: u64,
+    by_kind: BTreeMap<String, u64>,
+    seen: BTreeMap<String, u64>,
+    wrong: BTreeMap<String, u64>,
+    wrong_examples: Vec<String>,
+    /// client request id → what the ledger must hold (None: no record).
+    expected: HashMap<String, Option<LedgerExpect>>,
+    kinds: HashMap<String, Kind>,
+    admin_checks: u64,
+    admin_failures: Vec<String>,
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let duration =
+        Duration::from_secs(arg("--duration").and_then(|v| v.parse().ok()).unwrap_or(60));
+    let clients: usize = arg("--clients").and_then(|v| v.parse().ok()).unwrap_or(32);
+    let seed: u64 = arg("--seed").and_then(|v| v.parse().ok()).unwrap_or(1);
+    let keep = args.iter().any(|a| a == "--keep");
+    // `--mix Kind=weight,…` replaces the standard mix (to amplify one kind of traffic).
+    let mix: Vec<(Kind, u64)> = match arg("--mix") {
+        None => MIX.to_vec(),
+        Some(spec) => spec
+            .split(',')
+            .map(|kv| {
+                let (k, w) = kv.split_once('=').expect("--mix Kind=weight,…");
+                let kind = MIX
+                    .iter()
+                    .map(|m| m.0)
+                    .find(|m| format!("{m:?}") == k)
+                    .unwrap_or_else(|| {
+                        panic!(
+                            "unknown kind {k}; kinds: {:?}",
+                            MIX.iter().map(|m| m.0).collect::<Vec<_>>()
+                        )
+                    });
+                (kind, w.parse().expect("weight"))
+            })
+            .collect(),
+    };
+
+    let bins = Bins::locate();
+    let root = bins.examples.parent().unwrap().join("soak-run");
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).unwrap();
+    let upstream = Upstream::start(&bins);
+    let config = format!(
+        r#"listen = "127.0.0.1:0"
+data_dir = "data"
+log_level = "warn"
+admin_token_env = "TOLLGATE_SOAK_ADMIN_TOKEN"
+
+[[upstreams]]
+name = "fake"
+kind = "openai-chat"
+base_url = "http://{}/v1"
+first_byte_timeout_secs = 2
+idle_timeout_secs = 2
+breaker_failures = 4000000000
+
+[[models]]
+name = "soak"
+upstream = "fake"
+upstream_model = "soak-model"
+input_price = 1.0
+output_price = 2.0
+
+[[groups]]
+name = "default"
+models = ["*"]
+"#,
+        upstream.addr
+    );
+    let inst = Instance::new(&root, "tollgate", &config);
+    let key = inst.add_key(&bins, "soak", "default", None);
+    let gw = Gateway::start(&bins, &inst, &[("TOLLGATE_SOAK_ADMIN_TOKEN", ADMIN_TOKEN)]);
+    let pid = gw.pid();
+    let addr = gw.addr;
+
+    println!("# tollgate soak");
+    println!();
+    println!(
+        "date: {}; machine: {} CPUs; commit {}",
+        procs::command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        procs::command_output("git", &["rev-parse", "--short", "HEAD"])
+    );
+    println!(
+        "duration {} s, {clients} clients (closed loop), seed {seed}; tollgate pid {pid} on {addr}, fake upstream on {}",
+        duration.as_secs(),
+        upstream.addr
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let rss_start = procs::rss_mib(pid);
+    let threads_start = procs::threads(pid);
+    let fds_start = procs::open_fds(pid);
+    println!("start: RSS {rss_start:.1} MiB, {threads_start} threads, {fds_start} open fds");
+    println!();
+
+    let tally = Mutex::new(Tally::default());
+    let stop = AtomicBool::new(false);
+    let count = AtomicU64::new(0);
+    let started = Instant::now();
+    let mut peak_rss = rss_start;
+    std::thread::scope(|s| {
+        for t in 0..clients {
+            let (tally, stop, count, key, mix) = (&tally, &stop, &count, &key, &mix[..]);
+            std::thread::Builder::new()
+                .stack_size(256 * 1024)
+                .spawn_scoped(s, move || {
+                    let mut rng =
+                        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                            ^ ((t as u64 + 1) * 0x1234_5677));
+                    for _ in 0..8 {
+                        rng.next();
+                    }
+                    let mut conn: Option<Conn> = None;
+                    let mut admin: Option<Conn> = None;
+                    let mut n = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        n += 1;
+                        let kind = pick(&mut rng, mix);
+                        let p = plan(kind, &mut rng);
+                        let id = format!("soak-{seed}-{t}-{n}");
+                        let req = build(&p, addr, key, &id);
+                        let (class, wrong) = run_one(&p, &mut conn, addr, &req);
+                        let total = count.fetch_add(1, Ordering::Relaxed) + 1;
+                        // Every 25th answered request that reached the upstream: its record must be there.
+                        let mut admin_failure = None;
+                        let checked = total % 25 == 0
+                            && p.ledger.is_some()
+                            && p.status.is_some()
+                            && wrong.is_none();
+                        if checked {
+                            admin_failure = admin_lookup(&mut admin, addr, &id).err();
+                        }
+                        let mut tl = tally.lock().unwrap();
+                        tl.sent += 1;
+                        *tl.by_kind.entry(format!("{kind:?}")).or_default() += 1;
+                        *tl.seen.entry(class).or_default() += 1;
+                        if let Some(w) = wrong {
+                            *tl.wrong.entry(format!("{kind:?}")).or_default() += 1;
+                            if tl.wrong_examples.len() < 20 {
+                                tl.wrong_examples.push(format!("{id} {kind:?}: {w}"));
+                            }
+                        }
+                        if checked {
+                            tl.admin_checks += 1;
+                            if let Some(f) = admin_failure {
+                                tl.admin_failures.push(format!("{id}: {f}"));
+                            }
+                        }
+                        tl.kinds.insert(id.clone(), kind);
+                        tl.expected.insert(id, p.ledger);
+                    }
+                })
+                .expect("spawn client");
+        }
+        // Progress every 10 s, and the peak RSS.
+        let mut next_report = started + Duration::from_secs(10);
+        while started.elapsed() < duration {
+            std::thread::sleep(Duration::from_millis(500));
+            peak_rss = peak_rss.max(procs::rss_mib(pid));
+            if Instant::now() >= next_report {
+                next_report += Duration::from_secs(10);
+                println!(
+                    "  {:>4.0} s: {:>7} requests, RSS {:.1} MiB, {} threads, {} fds",
+                    started.elapsed().as_secs_f64(),
+                    count.load(Ordering::Relaxed),
+                    procs::rss_mib(pid),
+                    procs::threads(pid),
+                    procs::open_fds(pid)
+                );
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    let elapsed = started.elapsed();
+    // Let the requests whose clients left settle (the watchdog notices within a tick).
+    std::thread::sleep(Duration::from_secs(3));
+    let rss_end = procs::rss_mib(pid);
+    let threads_end = procs::threads(pid);
+    let fds_end = procs::open_fds(pid);
+    let hwm = procs::hwm_mib(pid);
+    let upstream_requests = upstream_stats(upstream.addr);
+    let exit = gw.stop();
+
+    let tally = tally.into_inner().unwrap();
+    println!();
+    println!(
+        "requests: {} in {:.0} s ({:.0}/s); tollgate exit code after SIGTERM: {:?}",
+        tally.sent,
+        elapsed.as_secs_f64(),
+        tally.sent as f64 / elapsed.as_secs_f64(),
+        exit
+    );
+    println!();
+    println!("by kind (what was sent):");
+    for (k, v) in &tally.by_kind {
+        println!("  {k:<24} {v:>7}");
+    }
+    println!();
+    println!("by outcome (what the clients saw; errors by kind):");
+    for (k, v) in &tally.seen {
+        println!("  {k:<44} {v:>7}");
+    }
+    println!();
+    let wrong_total: u64 = tally.wrong.values().sum();
+    println!("outcomes that differ from the plan: {wrong_total}");
+    for (k, v) in &tally.wrong {
+        println!("  {k:<24} {v:>7}");
+    }
+    for e in &tally.wrong_examples {
+        println!("    e.g. {e}");
+    }
+    println!();
+    println!(
+        "tollgate: RSS {rss_start:.1} MiB at start, {rss_end:.1} MiB at the end (peak {:.1} MiB, VmHWM {hwm:.1} MiB); threads {threads_start} → {threads_end}; open fds {fds_start} → {fds_end}",
+        peak_rss
+    );
+    println!();
+
+    // The ledger, request by request.
+    let text = std::fs::read_to_string(inst.ledger_path()).unwrap_or_default();
+    let mut records: HashMap<String, Vec<Value>> = HashMap::new();
+    let mut unreadable = 0u64;
+    let mut without_id = 0u64;
+    let mut lines = 0u64;
+    for line in text.lines() {
+        lines += 1;
+        match serde_json::from_str::<Value>(line) {
+            Ok(v) => match v.get("client_request_id").and_then(Value::as_str) {
+                Some(id) => records.entry(id.to_string()).or_default().push(v),
+                None => without_id += 1,
+            },
+            Err(_) => unreadable += 1,
+        }
+    }
+    let (mut matched, mut missing, mut duplicated, mut unexpected, mut mismatched) =
+        (0u64, 0u64, 0u64, 0u64, 0u64);
+    let mut mismatch_kinds: BTreeMap<String, u64> = BTreeMap::new();
+    let mut examples: Vec<String> = Vec::new();
+    for (id, exp) in &tally.expected {
+        let got = records.get(id).map(Vec::as_slice).unwrap_or(&[]);
+        let kind = tally
+            .kinds
+            .get(id)
+            .map(|k| format!("{k:?}"))
+            .unwrap_or_default();
+        match (exp, got.len()) {
+            (None, 0) => matched += 1,
+            (None, _) => {
+                unexpected += 1;
+                if examples.len() < 20 {
+                    examples.push(format!(
+                        "{id} ({kind}): a record for a request that never reached the upstream"
+                    ));
+                }
+            }
+            (Some(_), 0) => {
+                missing += 1;
+                if examples.len() < 20 {
+                    examples.push(format!("{id} ({kind}): no record"));
+                }
+            }
+            (Some(e), n) => {
+                if n > 1 {
+                    duplicated += 1;
+                }
+                let r = &got[0];
+                let status = match r.get("status") {
+                    Some(Value::Number(n)) => n.to_string(),
+                    Some(Value::String(s)) => s.clone(),
+                    _ => "?".into(),
+                };
+                let has_error = r.get("error").is_some_and(|e| !e.is_null());
+                // (what differs, for the tally; the details, for the examples)
+                let mut diffs: Vec<(String, String)> = Vec::new();
+                if status != e.status {
+                    diffs.push((
+                        format!("status {status} instead of {}", e.status),
+                        format!("status {status} (expected {})", e.status),
+                    ));
+                }
+                if e.status != "client_closed" && has_error != e.error {
+                    let what = if has_error { "error set" } else { "no error" };
+                    let text = r.get("error").and_then(Value::as_str).unwrap_or("");
+                    diffs.push((what.into(), format!("{what}: {text:?}")));
+                }
+                if r.get("stream").and_then(Value::as_bool) != Some(e.stream) {
+                    diffs.push(("stream flag".into(), "stream flag".into()));
+                }
+                if r.get("protocol").and_then(Value::as_str) != Some(e.protocol) {
+                    diffs.push(("protocol".into(), "protocol".into()));
+                }
+                if let Some((i, o)) = e.tokens {
+                    let gi = r.get("input_tokens").and_then(Value::as_u64);
+                    let go = r.get("output_tokens").and_then(Value::as_u64);
+                    if (gi, go) != (Some(i), Some(o)) {
+                        diffs.push((
+                            "tokens".into(),
+                            format!("tokens ({gi:?}, {go:?}), expected ({i}, {o})"),
+                        ));
+                    }
+                    let cost = r.get("cost").and_then(Value::as_f64).unwrap_or(-1.0);
+                    let want = (i as f64 * 1.0 + o as f64 * 2.0) / 1e6;
+                    if (cost - want).abs() > 1e-12 {
+                        diffs.push(("cost".into(), format!("cost {cost}, expected {want}")));
+                    }
+                }
+                if diffs.is_empty() {
+                    matched += 1;
+                } else {
+                    mismatched += 1;
+                    let label: Vec<&str> = diffs.iter().map(|d| d.0.as_str()).collect();
+                    *mismatch_kinds
+                        .entry(format!("{kind}: {}", label.join(", ")))
+                        .or_default() += 1;
+                    if examples.len() < 20 {
+                        let detail: Vec<&str> = diffs.iter().map(|d| d.1.as_str()).collect();
+                        examples.push(format!("{id} ({kind}): {}", detail.join("; ")));
+                    }
+                }
+            }
+        }
+    }
+    let known: std::collections::HashSet<&String> = tally.expected.keys().collect();
+    let strangers = records.keys().filter(|k| !known.contains(k)).count() as u64 + without_id;
+    let expected_records = tally.expected.values().filter(|e| e.is_some()).count() as u64;
+    println!("ledger ({}):", inst.ledger_path().display());
+    println!(
+        "  {lines} lines ({unreadable} unreadable); {expected_records} requests reached the upstream by the plan; the fake upstream counted {}",
+        upstream_requests.map_or("?".into(), |n| n.to_string())
+    );
+    println!(
+        "  requests whose record (or absence of one) matches: {matched} of {}; missing records {missing}; records for requests that never reached an upstream {unexpected}; duplicated {duplicated}; field mismatches {mismatched}; records with no known request {strangers}",
+        tally.expected.len()
+    );
+    for (k, v) in &mismatch_kinds {
+        println!("    {k}: {v}");
+    }
+    for e in &examples {
+        println!("    e.g. {e}");
+    }
+    println!(
+        "  admin API look-ups right after the answer: {} of {} found their record",
+        tally.admin_checks - tally.admin_failures.len() as u64,
+        tally.admin_checks
+    );
+    for f in tally.admin_failures.iter().take(5) {
+        println!("    e.g. {f}");
+    }
+    let ledger_ok = missing == 0
+        && unexpected == 0
+        && duplicated == 0
+        && mismatched == 0
+        && strangers == 0
+        && unreadable == 0
+        && upstream_requests.is_none_or(|n| n == lines)
+        && tally.admin_failures.is_empty();
+    let pass = ledger_ok && wrong_total == 0 && exit == Some(0);
+    println!();
+    println!(
+        "ledger matches the responses: {}",
+        if ledger_ok { "yes" } else { "NO" }
+    );
+    println!("verdict: {}", if pass { "PASS" } else { "FAIL" });
+    drop(upstream);
+    if !keep {
+        let _ = std::fs::remove_dir_all(&root);
+    } else {
+        println!("(work files kept in {})", root.display());
+    }
+    std::process::exit(if pass { 0 } else { 1 });
+}
+
+fn admin_lookup(admin: &mut Option<Conn>, addr: SocketAddr, id: &str) -> Result<(), String> {
+    if admin.is_none() {
+        *admin = Some(Conn::connect(addr, Duration::from_secs(10)).map_err(|e| e.to_string())?);
+    }
+    let c = admin.as_mut().unwrap();
+    let auth = format!("Bearer {ADMIN_TOKEN}");
+    let req = client::get(
+        addr,
+        &format!("/admin/usage?client_request_id={id}"),
+        &[("authorization", &auth)],
+    );
+    let r = c.roundtrip(&req).map_err(|e| {
+        *admin = None;
+        e.to_string()
+    })?;
+    if r.head.close {
+        *admin = None;
+    }
+    if r.head.status != 200 {
+        return Err(format!("HTTP {}", r.head.status));
+    }
+    let v: Value = serde_json::from_slice(&r.body).map_err(|e| e.to_string())?;
+    let n = v.get("data").and_then(Value::as_array).map_or(0, Vec::len);
+    if n == 1 {
+        Ok(())
+    } else {
+        Err(format!("{n} records"))
+    }
+}
+
+fn upstream_stats(addr: SocketAddr) -> Option<u64> {
+    let mut c = Conn::connect(addr, Duration::from_secs(5)).ok()?;
+    let r = c.roundtrip(&client::get(addr, "/stats", &[])).ok()?;
+    let v: Value = serde_json::from_slice(&r.body).ok()?;
+    v.get("requests").and_then(Value::as_u64)
+}
