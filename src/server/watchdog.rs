@@ -1,8 +1,8 @@
 //! The watchdog: one thread that looks at every request in flight a few times a second.
 //!
-//! - A client that went away (its socket reads end-of-stream) gets its request cancelled: the upstream
-//!   connection the worker is waiting on is shut down (see `upstream::tap`), so the worker is free again
-//!   within a tick instead of waiting for the upstream to finish, and the usage record says
+//! - A client that went away (its socket reads end-of-stream) gets its request cancelled: the worker, waiting
+//!   on its upstream in half-second slices (see `upstream::tap`), drops that upstream connection and is free
+//!   again within a second instead of waiting for the upstream to finish; the usage record says
 //!   `client_closed`.
 //! - A stream silent for `keepalive_secs` gets a keepalive, so proxies with idle timeouts don't cut it: an
 //!   SSE comment for Chat and Responses clients (their SDKs skip comments), a `ping` event for Messages
@@ -122,7 +122,7 @@ impl Watchdog {
                 if let Some((s, _)) = &stream {
                     s.close();
                 }
-                w.upstream.shutdown();
+                w.upstream.cancel();
                 continue;
             }
             if let Some((s, payload)) = stream {

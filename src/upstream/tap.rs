@@ -1,45 +1,43 @@
-//! Knowing which upstream socket a worker is waiting on, so it can be cut when the client goes away.
+//! Letting a worker give up on its upstream when its client goes away.
 //!
-//! `ureq` pools connections and does not say which one a request uses. The connector here wraps ureq's own
-//! TCP connector and keeps the socket's shutdown handle in the transport; every time the transport sends or
-//! waits for input it publishes that handle into the slot the current thread has bound (if any). A watchdog
-//! thread that sees the client disconnect shuts the socket down, and the worker's blocked read returns at
-//! once. This uses ureq's `unversioned` transport API, so ureq is pinned to one minor version.
+//! A blocked read on an upstream socket cannot be interrupted from outside without touching sockets that
+//! `ureq`'s pool may already have handed to another request. So cancellation is cooperative and stays on
+//! the worker's own thread: the transport below waits for upstream input in slices of half a second and,
+//! between slices, checks the cancel flag of the request its thread is serving (bound with [`bind`]). When
+//! the watchdog has set it, the wait ends with an error, ureq drops that connection (it never returns to the
+//! pool), and the worker is free. The real timeouts are unchanged: slices only split them.
+//!
+//! This uses ureq's `unversioned` transport API, so ureq is pinned to one minor version.
 
 use std::cell::RefCell;
 use std::fmt;
-use std::sync::{Arc, Mutex, Weak};
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use ureq::unversioned::transport::time::Duration as UDuration;
 use ureq::unversioned::transport::{
-    Buffers, ConnectionDetails, Connector, Either, NextTimeout, ShutdownHandle, TcpConnector,
-    Transport,
+    Buffers, ConnectionDetails, Connector, Either, NextTimeout, TcpConnector, Transport,
 };
 
-/// Where a worker's current upstream socket is published.
+/// How long one wait for upstream input lasts before the cancel flag is looked at again.
+const SLICE: Duration = Duration::from_millis(500);
+
+/// The cancel flag of one request.
 #[derive(Default)]
 pub struct UpstreamSlot {
-    handle: Mutex<Option<Weak<dyn ShutdownHandle>>>,
+    cancelled: AtomicBool,
 }
 
 impl UpstreamSlot {
-    /// Cuts the upstream connection the bound thread is using (if it is still open).
-    pub fn shutdown(&self) {
-        let handle = match self.handle.lock() {
-            Ok(g) => g.clone(),
-            Err(p) => p.into_inner().clone(),
-        };
-        if let Some(h) = handle.and_then(|w| w.upgrade()) {
-            h.shutdown();
-        }
+    /// Asks the thread serving this request to stop waiting on its upstream.
+    pub fn cancel(&self) {
+        self.cancelled.store(true, Ordering::SeqCst);
     }
 
-    fn publish(&self, h: &Weak<dyn ShutdownHandle>) {
-        if let Ok(mut g) = self.handle.lock() {
-            let same = g.as_ref().is_some_and(|old| Weak::ptr_eq(old, h));
-            if !same {
-                *g = Some(h.clone());
-            }
-        }
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::SeqCst)
     }
 }
 
@@ -47,77 +45,36 @@ thread_local! {
     static BOUND: RefCell<Option<Arc<UpstreamSlot>>> = const { RefCell::new(None) };
 }
 
-/// Binds (or, with `None`, unbinds) the slot upstream sockets used on this thread are published to.
+/// Binds (or, with `None`, unbinds) the request this thread is serving.
 pub fn bind(slot: Option<Arc<UpstreamSlot>>) {
     BOUND.with(|b| *b.borrow_mut() = slot);
 }
 
-fn publish(h: &Option<Weak<dyn ShutdownHandle>>) {
-    if let Some(h) = h {
-        BOUND.with(|b| {
-            if let Some(slot) = b.borrow().as_ref() {
-                slot.publish(h);
-            }
-        });
-    }
+fn bound() -> Option<Arc<UpstreamSlot>> {
+    BOUND.with(|b| b.borrow().clone())
 }
 
-/// ureq's TCP connector, keeping each socket's shutdown handle.
+/// ureq's TCP connector, with transports that wait in cancellable slices.
 #[derive(Debug, Default)]
 pub struct TapConnector;
-
-type Register = dyn Fn(Weak<dyn ShutdownHandle>) -> Result<(), ureq::Error> + Send + Sync;
 
 impl<In: Transport> Connector<In> for TapConnector {
     type Out = Either<In, Tapped>;
 
-    fn connect(
-        &self,
-        details: &ConnectionDetails,
-        chained: Option<In>,
-    ) -> Result<Option<Self::Out>, ureq::Error> {
+    fn connect(&self, details: &ConnectionDetails, chained: Option<In>) -> Result<Option<Self::Out>, ureq::Error> {
         if chained.is_some() {
             // A proxy connection made earlier in the chain: used as it is.
             return Ok(chained.map(Either::A));
         }
-        let captured: Arc<Mutex<Option<Weak<dyn ShutdownHandle>>>> = Arc::default();
-        let keep = captured.clone();
-        let original = details.register_shutdown.clone();
-        let register: Arc<Register> = Arc::new(move |w: Weak<dyn ShutdownHandle>| {
-            if let Ok(mut g) = keep.lock() {
-                *g = Some(w.clone());
-            }
-            original(w)
-        });
-        let inner_details = ConnectionDetails {
-            uri: details.uri,
-            addrs: details.addrs.clone(),
-            config: details.config,
-            request_level: details.request_level,
-            resolver: details.resolver,
-            now: details.now,
-            timeout: details.timeout,
-            current_time: details.current_time.clone(),
-            run_connector: details.run_connector.clone(),
-            register_shutdown: register,
-        };
-        let connected: Option<Either<(), _>> =
-            TcpConnector::default().connect(&inner_details, None)?;
-        let Some(Either::B(tcp)) = connected else {
-            return Ok(None);
-        };
-        let handle = captured.lock().ok().and_then(|mut g| g.take());
-        Ok(Some(Either::B(Tapped {
-            inner: Box::new(tcp),
-            handle,
-        })))
+        let connected: Option<Either<(), _>> = TcpConnector::default().connect(details, None)?;
+        let Some(Either::B(tcp)) = connected else { return Ok(None) };
+        Ok(Some(Either::B(Tapped { inner: Box::new(tcp) })))
     }
 }
 
-/// A TCP transport that publishes its shutdown handle to the thread using it.
+/// A TCP transport whose waits for input give up when the bound request is cancelled.
 pub struct Tapped {
     inner: Box<dyn Transport>,
-    handle: Option<Weak<dyn ShutdownHandle>>,
 }
 
 impl fmt::Debug for Tapped {
@@ -132,13 +89,26 @@ impl Transport for Tapped {
     }
 
     fn transmit_output(&mut self, amount: usize, timeout: NextTimeout) -> Result<(), ureq::Error> {
-        publish(&self.handle);
         self.inner.transmit_output(amount, timeout)
     }
 
     fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
-        publish(&self.handle);
-        self.inner.await_input(timeout)
+        let Some(slot) = bound() else { return self.inner.await_input(timeout) };
+        // The wait's real budget, as the TCP transport would compute it.
+        let real = timeout.for_read();
+        let budget: Duration = *real.after;
+        let start = Instant::now();
+        loop {
+            if slot.is_cancelled() {
+                return Err(ureq::Error::Io(io::Error::new(io::ErrorKind::ConnectionAborted, "the client went away")));
+            }
+            let slice = budget.saturating_sub(start.elapsed()).min(SLICE);
+            let t = NextTimeout { after: UDuration::Exact(slice), reason: real.reason, per_read: None, per_write: timeout.per_write };
+            match self.inner.await_input(t) {
+                Err(ureq::Error::Timeout(_)) if start.elapsed() < budget => continue,
+                other => return other,
+            }
+        }
     }
 
     fn is_open(&mut self) -> bool {
