@@ -782,3 +782,58 @@ fn a_failing_upstream_is_skipped_by_its_breaker() {
         "refused without calling the upstream"
     );
 }
+
+/// Large answers pass intact: a 2 MB JSON body and a stream with a 300 KB event, through the small
+/// per-connection buffers tollgate gives its upstream connections.
+#[test]
+fn large_upstream_answers_pass_intact() {
+    let big = "word ".repeat(400_000);
+    let text = big.clone();
+    let fake = FakeUpstream::start(move |rec| {
+        let body: Value = serde_json::from_slice(&rec.body).unwrap();
+        if body["stream"] == true {
+            let chunk = json!({"id": "x", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                "choices": [{"index": 0, "delta": {"content": &text[..300_000]}, "finish_reason": null}]});
+            let usage = json!({"id": "x", "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": [],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}});
+            Reply::sse(vec![
+                format!("data: {chunk}\n\n").into_bytes(),
+                format!("data: {usage}\n\n").into_bytes(),
+                b"data: [DONE]\n\n".to_vec(),
+            ])
+        } else {
+            Reply::json(
+                200,
+                &json!({"id": "c", "object": "chat.completion", "created": 1, "model": "x",
+                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": &text}}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}),
+            )
+        }
+    });
+    let gw = Gateway::start_with_fake(fake.addr, "");
+    let r = gw.post(
+        "/v1/chat/completions",
+        &json!({"model": "m-chat", "messages": [{"role": "user", "content": "long"}]}),
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.json()["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .len(),
+        big.len()
+    );
+    // Translated too, streamed to a Messages client.
+    let r = gw.post("/v1/messages", &json!({"model": "m-chat", "max_tokens": 10, "stream": true, "messages": [{"role": "user", "content": "long"}]}));
+    let text: String = r
+        .events()
+        .iter()
+        .filter_map(|(_, d)| serde_json::from_str::<Value>(d).ok())
+        .filter_map(|v| {
+            v.pointer("/delta/text")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(text.len(), 300_000);
+}

@@ -30,6 +30,8 @@ struct KeyState {
     requests: VecDeque<Instant>,
     /// (time, tokens) charged in the last minute.
     tokens: VecDeque<(Instant, u64)>,
+    /// The sum of `tokens`, kept as entries come and go.
+    tokens_total: u64,
 }
 
 impl KeyState {
@@ -46,12 +48,14 @@ impl KeyState {
             .front()
             .is_some_and(|(t, _)| now.duration_since(*t) >= WINDOW)
         {
-            self.tokens.pop_front();
+            if let Some((_, n)) = self.tokens.pop_front() {
+                self.tokens_total -= n;
+            }
         }
     }
 
     fn tokens_in_window(&self) -> u64 {
-        self.tokens.iter().map(|(_, n)| n).sum()
+        self.tokens_total
     }
 }
 
@@ -179,7 +183,12 @@ impl Accounts {
     ) -> Result<(Reservation, RateInfo), (ApiError, RateInfo)> {
         let now = Instant::now();
         let mut keys = self.lock();
-        let st = keys.entry(ask.key.to_string()).or_default();
+        if !keys.contains_key(ask.key) {
+            keys.insert(ask.key.to_string(), KeyState::default());
+        }
+        let Some(st) = keys.get_mut(ask.key) else {
+            return Err((ApiError::internal("accounts"), RateInfo::default()));
+        };
         st.prune(now);
         let mut info = RateInfo::default();
         let (rpm, tpm, conc) = match ask.group {
@@ -282,8 +291,14 @@ impl Accounts {
                 return Err((err, info));
             }
         }
-        st.requests.push_back(now);
-        st.tokens.push_back((now, ask.tokens));
+        // The windows are kept only for keys with limits on them.
+        if rpm.is_some() {
+            st.requests.push_back(now);
+        }
+        if tpm.is_some() {
+            st.tokens.push_back((now, ask.tokens));
+            st.tokens_total += ask.tokens;
+        }
         st.reserved += ask.cost;
         st.in_flight += 1;
         let res = Reservation {
@@ -307,12 +322,19 @@ impl Accounts {
         actual_tokens: u64,
     ) {
         let mut keys = self.lock();
-        let st = keys.entry(key.to_string()).or_default();
+        let Some(st) = keys.get_mut(key) else { return };
         st.reserved = (st.reserved - reserved).max(0.0);
         st.spent += actual_cost;
         st.in_flight = st.in_flight.saturating_sub(1);
-        if let Some(entry) = st.tokens.iter_mut().find(|(t, n)| *t == at && *n == tokens) {
+        // Recent entries are at the back.
+        if let Some(entry) = st
+            .tokens
+            .iter_mut()
+            .rev()
+            .find(|(t, n)| *t == at && *n == tokens)
+        {
             entry.1 = actual_tokens;
+            st.tokens_total = st.tokens_total - tokens + actual_tokens;
         }
     }
 }

@@ -45,11 +45,13 @@ pub fn generate_key() -> String {
 
 /// The stored form of a key.
 pub fn hash_key(key: &str) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let digest = Sha256::digest(key.as_bytes());
     let mut hex = String::with_capacity(7 + 64);
     hex.push_str("sha256:");
     for b in digest {
-        hex.push_str(&format!("{b:02x}"));
+        hex.push(HEX[(b >> 4) as usize] as char);
+        hex.push(HEX[(b & 15) as usize] as char);
     }
     hex
 }

@@ -24,7 +24,7 @@ pub struct SharedStream {
 }
 
 struct SharedInner {
-    stream: TcpStream,
+    stream: Arc<TcpStream>,
     last_write: Instant,
     open: bool,
 }
@@ -48,7 +48,7 @@ impl SharedStream {
         }
         if g.last_write.elapsed() >= idle {
             let framed = frame_chunk(chunk);
-            if g.stream.write_all(&framed).is_err() {
+            if (&*g.stream).write_all(&framed).is_err() {
                 g.open = false;
                 return false;
             }
@@ -69,7 +69,8 @@ fn frame_chunk(data: &[u8]) -> Vec<u8> {
 /// The writing half of one request/response exchange on a connection.
 pub struct ResponseWriter {
     shared: Option<Arc<SharedStream>>,
-    stream: TcpStream,
+    /// Shared (not duplicated) with the watchdog and the keepalive writer: no descriptor per request.
+    stream: Arc<TcpStream>,
     state: State,
     keep_alive: bool,
     head_only: bool,
@@ -86,7 +87,7 @@ impl ResponseWriter {
     pub(crate) fn new(stream: TcpStream) -> Self {
         ResponseWriter {
             shared: None,
-            stream,
+            stream: Arc::new(stream),
             state: State::Fresh,
             keep_alive: true,
             head_only: false,
@@ -148,7 +149,7 @@ impl ResponseWriter {
         if self.held.is_empty() {
             return Ok(());
         }
-        let r = self.stream.write_all(&self.held);
+        let r = (&*self.stream).write_all(&self.held);
         self.held.clear();
         if r.is_err() {
             self.state = State::Broken;
@@ -196,8 +197,8 @@ impl ResponseWriter {
     }
 
     /// A second handle on the client's socket (for watching whether the client is still there).
-    pub fn socket(&self) -> io::Result<TcpStream> {
-        self.stream.try_clone()
+    pub fn socket(&self) -> Arc<TcpStream> {
+        self.stream.clone()
     }
 
     /// Shares the chunked body in progress so another thread can write keepalive chunks into it.
@@ -210,7 +211,7 @@ impl ResponseWriter {
         }
         let shared = Arc::new(SharedStream {
             inner: Mutex::new(SharedInner {
-                stream: self.stream.try_clone()?,
+                stream: self.stream.clone(),
                 last_write: Instant::now(),
                 open: true,
             }),
@@ -223,7 +224,7 @@ impl ResponseWriter {
         let result = match &self.shared {
             Some(shared) => match shared.inner.lock() {
                 Ok(mut g) if g.open => {
-                    let r = g.stream.write_all(&self.buf);
+                    let r = (&*g.stream).write_all(&self.buf);
                     g.last_write = Instant::now();
                     if r.is_err() {
                         g.open = false;
@@ -232,7 +233,7 @@ impl ResponseWriter {
                 }
                 _ => Err(io::Error::new(io::ErrorKind::BrokenPipe, "client gone")),
             },
-            None => self.stream.write_all(&self.buf),
+            None => (&*self.stream).write_all(&self.buf),
         };
         self.buf.clear();
         if result.is_err() {
@@ -318,25 +319,6 @@ impl ResponseWriter {
     /// Whether `TCP_NODELAY` is set on the socket (it is on every accepted socket).
     pub fn nodelay(&self) -> io::Result<bool> {
         self.stream.nodelay()
-    }
-
-    /// True if the client has closed its side: a non-blocking peek sees end of stream or an error.
-    /// Pipelined bytes waiting to be read do not count as closed.
-    pub fn client_gone(&self) -> bool {
-        if self.state == State::Broken {
-            return true;
-        }
-        if self.stream.set_nonblocking(true).is_err() {
-            return false;
-        }
-        let mut probe = [0u8; 1];
-        let gone = match self.stream.peek(&mut probe) {
-            Ok(0) => true,
-            Ok(_) => false,
-            Err(e) => e.kind() != io::ErrorKind::WouldBlock,
-        };
-        let _ = self.stream.set_nonblocking(false);
-        gone
     }
 }
 

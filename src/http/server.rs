@@ -13,8 +13,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, Sender};
-
 use super::request::{parse_head, BodyKind, ChunkedDecoder, HttpError, Limits, Request};
 use super::response::ResponseWriter;
 
@@ -55,7 +53,43 @@ pub struct Exchange {
     /// When the request's head was complete.
     pub received: Instant,
     writer: Option<ResponseWriter>,
-    done: Sender<ResponseWriter>,
+    done: Arc<Handback>,
+}
+
+/// Where a worker hands the writer back to its connection thread. A mutex and a condition variable, so the
+/// connection thread sleeps at once instead of spinning while the worker is busy (on two cores, spinning
+/// and yielding waiters cost more than the request).
+#[derive(Default)]
+struct Handback {
+    slot: std::sync::Mutex<Option<ResponseWriter>>,
+    ready: std::sync::Condvar,
+}
+
+impl Handback {
+    fn give(&self, w: ResponseWriter) {
+        let mut slot = match self.slot.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        *slot = Some(w);
+        self.ready.notify_one();
+    }
+
+    fn take(&self) -> ResponseWriter {
+        let mut slot = match self.slot.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        loop {
+            if let Some(w) = slot.take() {
+                return w;
+            }
+            slot = match self.ready.wait(slot) {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+        }
+    }
 }
 
 impl Exchange {
@@ -68,7 +102,7 @@ impl Exchange {
 impl Drop for Exchange {
     fn drop(&mut self) {
         if let Some(w) = self.writer.take() {
-            let _ = self.done.send(w);
+            self.done.give(w);
         }
     }
 }
@@ -196,7 +230,7 @@ impl Connection {
     }
 
     fn serve_requests(&self, reader: &mut TcpStream, mut writer: ResponseWriter) {
-        let (done_tx, done_rx) = bounded::<ResponseWriter>(1);
+        let handback = Arc::new(Handback::default());
         let mut buf: Vec<u8> = Vec::with_capacity(8192);
         loop {
             let request = match self.read_request(reader, &mut buf) {
@@ -236,7 +270,7 @@ impl Connection {
                 );
                 return;
             }
-            // Lend the writer to a worker; it comes back through `done_rx` when the exchange is dropped.
+            // Lend the writer to a worker; it comes back through `handback` when the exchange is dropped.
             writer.reset(request.keep_alive, head_only);
             self.state.in_flight.fetch_add(1, Ordering::SeqCst);
             let path = request.path.clone();
@@ -245,7 +279,7 @@ impl Connection {
                 peer: self.peer,
                 received: Instant::now(),
                 writer: Some(writer),
-                done: done_tx.clone(),
+                done: handback.clone(),
             };
             if let Err(mut rejected) = (self.dispatch)(exchange) {
                 self.state.rejected.fetch_add(1, Ordering::Relaxed);
@@ -260,11 +294,8 @@ impl Connection {
                     &[("retry-after", "1")],
                 );
             }
-            let returned = done_rx.recv();
-            let released = match returned {
-                Ok(mut w) => w.release_held().is_ok().then_some(w),
-                Err(_) => None,
-            };
+            let mut w = handback.take();
+            let released = w.release_held().is_ok().then_some(w);
             self.state.in_flight.fetch_sub(1, Ordering::SeqCst);
             let Some(w) = released else { return };
             if !w.reusable() || self.state.shutting_down.load(Ordering::SeqCst) {
@@ -410,16 +441,22 @@ fn read_some_limited(
         return Err(io::Error::new(io::ErrorKind::TimedOut, "deadline passed"));
     }
     reader.set_read_timeout(Some(remaining))?;
-    let mut tmp = [0u8; 16 * 1024];
-    let want = max.min(tmp.len());
+    // Read straight into the buffer's spare room (kept on the heap: a thousand connection threads with
+    // 16 KiB stack buffers would cost more than their small stacks).
+    let want = max.min(16 * 1024);
+    let start = buf.len();
+    buf.resize(start + want, 0);
     loop {
-        match reader.read(&mut tmp[..want]) {
+        match reader.read(&mut buf[start..]) {
             Ok(n) => {
-                buf.extend_from_slice(&tmp[..n]);
+                buf.truncate(start + n);
                 return Ok(n);
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
+            Err(e) => {
+                buf.truncate(start);
+                return Err(e);
+            }
         }
     }
 }

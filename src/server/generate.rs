@@ -68,7 +68,8 @@ pub fn handle(gw: &Gateway, ex: &mut Exchange, protocol: Protocol) {
         trace.extra = info.headers;
         reservation = Some(res);
         let watch = gw.watchdog.watch(ex.response().socket());
-        let result = dispatch(gw, &config, ex, &trace, &mut out, &prepared);
+        let mut prepared = prepared;
+        let result = dispatch(gw, &config, ex, &trace, &mut out, &mut prepared);
         if watch.cancelled() {
             // The client went away; whatever the upstream call ended with, nobody is listening.
             out.client_closed = true;
@@ -245,10 +246,11 @@ fn dispatch(
     ex: &mut Exchange,
     trace: &Trace,
     out: &mut Outcome,
-    p: &Prepared,
+    p: &mut Prepared,
 ) -> Result<(), ApiError> {
     let protocol = trace.protocol;
-    let (model, body, stream) = (p.model, &p.body, p.stream);
+    let (model, stream) = (p.model, p.stream);
+    let client_wants_usage = chat_wants_usage(&p.body);
     // Upstreams whose breaker is open are skipped; when all are, the client hears when to come back.
     let mut candidates = Vec::new();
     let mut soonest: Option<std::time::Duration> = None;
@@ -287,12 +289,20 @@ fn dispatch(
         let started = Instant::now();
         let attempt = match upstream.kind {
             UpstreamKind::Mock => {
-                super::mock::serve(gw, ex, trace, out, upstream, model, body, stream)
+                super::mock::serve(gw, ex, trace, out, upstream, model, &p.body, stream)
             }
-            kind if kind.protocol() == Some(protocol) => {
-                relay::passthrough(gw, ex, trace, out, upstream, model, body.clone(), stream)
-            }
-            _ => super::translate::translate(gw, ex, trace, out, upstream, model, body, stream),
+            kind if kind.protocol() == Some(protocol) => relay::passthrough(
+                gw,
+                ex,
+                trace,
+                out,
+                upstream,
+                model,
+                &mut p.body,
+                stream,
+                client_wants_usage,
+            ),
+            _ => super::translate::translate(gw, ex, trace, out, upstream, model, &p.body, stream),
         };
         // The breaker hears about the upstream's health: unreachable, timeouts, 5xx and broken streams.
         let failed = match &attempt {

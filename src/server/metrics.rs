@@ -140,13 +140,26 @@ impl Metrics {
                     ("output", o.output_tokens),
                     ("reasoning", o.reasoning_tokens),
                 ] {
-                    *m.entry((o.model.to_string(), kind)).or_default() += n;
+                    match m
+                        .iter_mut()
+                        .find(|((model, k), _)| model == o.model && *k == kind)
+                    {
+                        Some((_, total)) => *total += n,
+                        None => {
+                            m.insert((o.model.to_string(), kind), n);
+                        }
+                    }
                 }
             }
         }
         if o.cost > 0.0 {
             if let Ok(mut m) = self.cost.lock() {
-                *m.entry(o.model.to_string()).or_default() += o.cost;
+                match m.get_mut(o.model) {
+                    Some(c) => *c += o.cost,
+                    None => {
+                        m.insert(o.model.to_string(), o.cost);
+                    }
+                }
             }
         }
         if let (true, Some(u)) = (o.upstream_failed, o.upstream) {

@@ -5,7 +5,7 @@
 use serde_json::{json, Value};
 
 use super::call;
-use super::generate::{chat_wants_usage, Outcome};
+use super::generate::Outcome;
 use super::respond::{self, Trace};
 use super::Gateway;
 use crate::config::{Model, Upstream};
@@ -23,14 +23,17 @@ pub fn passthrough(
     out: &mut Outcome,
     upstream: &Upstream,
     model: &Model,
-    mut body: Value,
+    body: &mut Value,
     stream: bool,
+    client_wants_usage: bool,
 ) -> Result<(), ApiError> {
+    // The body is changed in place (no copy): the model renamed, stream usage switched on. Both are
+    // idempotent, so a failover to the next upstream can change it again.
     let protocol = trace.protocol;
     body["model"] = json!(model.upstream_model);
     let mut hide_usage = false;
     if protocol == Protocol::Chat && stream {
-        hide_usage = !chat_wants_usage(&body);
+        hide_usage = !client_wants_usage;
         match body.get_mut("stream_options") {
             Some(Value::Object(so)) => {
                 so.insert("include_usage".into(), json!(true));
@@ -38,7 +41,7 @@ pub fn passthrough(
             _ => body["stream_options"] = json!({"include_usage": true}),
         }
     }
-    let bytes = serde_json::to_vec(&body).map_err(|e| ApiError::internal(e.to_string()))?;
+    let bytes = serde_json::to_vec(&*body).map_err(|e| ApiError::internal(e.to_string()))?;
     let beta: Option<String> = if protocol == Protocol::Messages {
         let all: Vec<&str> = ex.request.header_all("anthropic-beta").collect();
         (!all.is_empty()).then(|| all.join(","))

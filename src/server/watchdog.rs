@@ -24,7 +24,7 @@ const PING: &[u8] = b"event: ping\ndata: {\"type\":\"ping\"}\n\n";
 
 /// One request being watched.
 pub struct Watch {
-    client: TcpStream,
+    client: Arc<TcpStream>,
     upstream: Arc<UpstreamSlot>,
     stream: Mutex<Option<(Arc<SharedStream>, &'static [u8])>>,
     cancelled: AtomicBool,
@@ -66,12 +66,9 @@ impl Watchdog {
         }
     }
 
-    /// Watches the request the current thread is handling, whose client is on `client` (a clone of its
-    /// socket). Upstream sockets this thread uses from now on are published for cancelling.
-    pub fn watch(&self, client: io::Result<TcpStream>) -> WatchGuard {
-        let Ok(client) = client else {
-            return WatchGuard(None);
-        };
+    /// Watches the request the current thread is handling, whose client is on `client`. Upstream waits on
+    /// this thread end when the watchdog cancels it.
+    pub fn watch(&self, client: Arc<TcpStream>) -> WatchGuard {
         let upstream = Arc::new(UpstreamSlot::default());
         let w = Arc::new(Watch {
             client,
@@ -143,22 +140,31 @@ impl Watchdog {
     }
 }
 
-/// Whether the client closed its side: a peek that waits a microsecond sees end-of-stream or a reset.
-/// (A read timeout rather than non-blocking mode: the worker may be writing on the same socket.)
+/// Whether the client closed its side: a non-blocking peek (MSG_PEEK | MSG_DONTWAIT, which changes nothing
+/// on the socket, unlike a read timeout or non-blocking mode the connection's other users would see) finds
+/// end-of-stream or an error.
 fn client_gone(sock: &TcpStream) -> bool {
-    if sock
-        .set_read_timeout(Some(Duration::from_micros(1)))
-        .is_err()
-    {
-        return true;
-    }
+    use std::os::fd::AsRawFd;
     let mut probe = [0u8; 1];
-    match sock.peek(&mut probe) {
-        Ok(0) => true,
-        Ok(_) => false,
-        Err(e) => !matches!(
-            e.kind(),
-            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
-        ),
+    // SAFETY: recv on a descriptor this TcpStream owns and keeps open for the call, into a 1-byte buffer we
+    // own; MSG_PEEK leaves the data in the socket.
+    let n = unsafe {
+        libc::recv(
+            sock.as_raw_fd(),
+            probe.as_mut_ptr().cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    match n {
+        0 => true,
+        n if n > 0 => false,
+        _ => {
+            let e = io::Error::last_os_error();
+            !matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+            )
+        }
     }
 }

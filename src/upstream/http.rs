@@ -18,7 +18,6 @@ const MAX_RESPONSE_BYTES: u64 = 64 * 1024 * 1024;
 /// Builds the agent all workers share: ureq's usual connector chain (CONNECT proxies, TCP, rustls) with
 /// the TCP step tapped, so a worker can cut its upstream connection (see `tap`).
 pub fn agent(max_idle: usize) -> ureq::Agent {
-    use ureq::unversioned::resolver::DefaultResolver;
     use ureq::unversioned::transport::{ConnectProxyConnector, Connector, RustlsConnector};
     let config = ureq::Agent::config_builder()
         .http_status_as_error(false)
@@ -28,12 +27,68 @@ pub fn agent(max_idle: usize) -> ureq::Agent {
         .max_idle_age(Duration::from_secs(50))
         .user_agent(concat!("tollgate/", env!("CARGO_PKG_VERSION")))
         .no_delay(true)
+        // Small buffers: a thousand open streams each hold one connection.
+        .input_buffer_size(16 * 1024)
+        .output_buffer_size(8 * 1024)
         .build();
     let connector =
         ().chain(ConnectProxyConnector::default())
             .chain(super::tap::TapConnector)
             .chain(RustlsConnector::default());
-    ureq::Agent::with_parts(config, connector, DefaultResolver::default())
+    ureq::Agent::with_parts(config, connector, CachingResolver::default())
+}
+
+/// Name resolution without a thread per request: IP-literal hosts (local model servers) need no lookup at
+/// all, and names are looked up once per 30 seconds. (ureq's default resolver runs every lookup, even for a
+/// pooled connection, on a new thread whenever a timeout is set, and tollgate always sets one.)
+#[derive(Debug, Default)]
+struct CachingResolver {
+    inner: ureq::unversioned::resolver::DefaultResolver,
+    cache: std::sync::Mutex<
+        std::collections::HashMap<String, (std::time::Instant, ResolvedSocketAddrs)>,
+    >,
+}
+
+use ureq::unversioned::resolver::{ResolvedSocketAddrs, Resolver};
+
+const RESOLVE_TTL: Duration = Duration::from_secs(30);
+
+impl Resolver for CachingResolver {
+    fn resolve(
+        &self,
+        uri: &http::Uri,
+        config: &ureq::config::Config,
+        timeout: ureq::unversioned::transport::NextTimeout,
+    ) -> Result<ResolvedSocketAddrs, ureq::Error> {
+        let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
+            return self.inner.resolve(uri, config, timeout);
+        };
+        let port = authority
+            .port_u16()
+            .unwrap_or(if scheme == "https" { 443 } else { 80 });
+        let host = authority
+            .host()
+            .trim_start_matches('[')
+            .trim_end_matches(']');
+        if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+            let mut addrs = self.empty();
+            addrs.push(std::net::SocketAddr::new(ip, port));
+            return Ok(addrs);
+        }
+        let key = format!("{scheme}://{host}:{port}");
+        if let Ok(cache) = self.cache.lock() {
+            if let Some((at, addrs)) = cache.get(&key) {
+                if at.elapsed() < RESOLVE_TTL {
+                    return Ok(addrs.clone());
+                }
+            }
+        }
+        let addrs = self.inner.resolve(uri, config, timeout)?;
+        if let Ok(mut cache) = self.cache.lock() {
+            cache.insert(key, (std::time::Instant::now(), addrs.clone()));
+        }
+        Ok(addrs)
+    }
 }
 
 /// The URL of the generation endpoint of an upstream.

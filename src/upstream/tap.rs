@@ -61,14 +61,22 @@ pub struct TapConnector;
 impl<In: Transport> Connector<In> for TapConnector {
     type Out = Either<In, Tapped>;
 
-    fn connect(&self, details: &ConnectionDetails, chained: Option<In>) -> Result<Option<Self::Out>, ureq::Error> {
+    fn connect(
+        &self,
+        details: &ConnectionDetails,
+        chained: Option<In>,
+    ) -> Result<Option<Self::Out>, ureq::Error> {
         if chained.is_some() {
             // A proxy connection made earlier in the chain: used as it is.
             return Ok(chained.map(Either::A));
         }
         let connected: Option<Either<(), _>> = TcpConnector::default().connect(details, None)?;
-        let Some(Either::B(tcp)) = connected else { return Ok(None) };
-        Ok(Some(Either::B(Tapped { inner: Box::new(tcp) })))
+        let Some(Either::B(tcp)) = connected else {
+            return Ok(None);
+        };
+        Ok(Some(Either::B(Tapped {
+            inner: Box::new(tcp),
+        })))
     }
 }
 
@@ -93,17 +101,27 @@ impl Transport for Tapped {
     }
 
     fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
-        let Some(slot) = bound() else { return self.inner.await_input(timeout) };
+        let Some(slot) = bound() else {
+            return self.inner.await_input(timeout);
+        };
         // The wait's real budget, as the TCP transport would compute it.
         let real = timeout.for_read();
         let budget: Duration = *real.after;
         let start = Instant::now();
         loop {
             if slot.is_cancelled() {
-                return Err(ureq::Error::Io(io::Error::new(io::ErrorKind::ConnectionAborted, "the client went away")));
+                return Err(ureq::Error::Io(io::Error::new(
+                    io::ErrorKind::ConnectionAborted,
+                    "the client went away",
+                )));
             }
             let slice = budget.saturating_sub(start.elapsed()).min(SLICE);
-            let t = NextTimeout { after: UDuration::Exact(slice), reason: real.reason, per_read: None, per_write: timeout.per_write };
+            let t = NextTimeout {
+                after: UDuration::Exact(slice),
+                reason: real.reason,
+                per_read: None,
+                per_write: timeout.per_write,
+            };
             match self.inner.await_input(t) {
                 Err(ureq::Error::Timeout(_)) if start.elapsed() < budget => continue,
                 other => return other,
