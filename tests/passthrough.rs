@@ -194,6 +194,8 @@ fn replay(
             if let Some(m) = exp["message"].as_str() {
                 assert!(client_events.last().unwrap().1.contains(m), "{ctx}");
             }
+        } else if let Some(raw) = &fx.upstream_raw {
+            assert_eq!(&resp.text(), raw, "{ctx}: body not relayed byte for byte");
         } else {
             assert_eq!(
                 resp.json(),
@@ -262,6 +264,8 @@ fn chat_fixtures_replay() {
         "upstream_error",
         "stream_error",
         "stream_truncated",
+        "error_in_200",
+        "duplicate_usage",
     ] {
         replay(
             &b,
@@ -304,6 +308,7 @@ fn messages_fixtures_replay() {
         "upstream_error",
         "stream_error",
         "stream_truncated",
+        "error_in_200",
     ] {
         replay(
             &b,

@@ -123,7 +123,7 @@ proptest! {
     fn response_decoders_never_panic(v in json_value()) {
         for p in [Protocol::Chat, Protocol::Responses, Protocol::Messages] {
             let _ = p.decode_response(&v, &opts());
-            let _ = p.usage_from_response(&v);
+            let _ = p.usage_from(&v);
         }
     }
 

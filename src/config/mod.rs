@@ -253,6 +253,12 @@ models = ["*"]
 
 /// Glob match with `*` (any run) and `?` (one character), as used in group model lists.
 pub fn glob_match(pattern: &str, name: &str) -> bool {
+    if pattern == "*" {
+        return true;
+    }
+    if !pattern.contains(['*', '?']) {
+        return pattern == name;
+    }
     let p: Vec<char> = pattern.chars().collect();
     let n: Vec<char> = name.chars().collect();
     let (mut pi, mut ni) = (0, 0);

@@ -149,9 +149,13 @@ impl fmt::Display for HttpError {
 /// Tries to parse a request head from the start of `buf`.
 ///
 /// Returns `Ok(None)` when more bytes are needed, or the head and the number of bytes it used.
+/// The most header fields a request may have, whatever `Limits::max_headers` says.
+const HEADER_SLOTS: usize = 256;
+
 pub fn parse_head(buf: &[u8], limits: &Limits) -> Result<Option<(Head, usize)>, HttpError> {
-    let mut storage = vec![httparse::EMPTY_HEADER; limits.max_headers];
-    let mut req = httparse::Request::new(&mut storage);
+    // On the stack: a heap block this size per request costs more than the parse.
+    let mut storage = [httparse::EMPTY_HEADER; HEADER_SLOTS];
+    let mut req = httparse::Request::new(&mut storage[..limits.max_headers.min(HEADER_SLOTS)]);
     let used = match req.parse(buf) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => {

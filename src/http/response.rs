@@ -164,11 +164,8 @@ impl ResponseWriter {
 
     fn write_head(&mut self, status: u16, headers: &[(&str, &str)], framing: Framing) {
         self.buf.clear();
-        self.buf.extend_from_slice(b"HTTP/1.1 ");
-        self.buf.extend_from_slice(status.to_string().as_bytes());
-        self.buf.push(b' ');
-        self.buf.extend_from_slice(reason(status).as_bytes());
-        self.buf.extend_from_slice(b"\r\n");
+        // Writing into a Vec cannot fail.
+        let _ = write!(self.buf, "HTTP/1.1 {status} {}\r\n", reason(status));
         for (name, value) in headers {
             // Header injection guard: values come from config and upstreams too.
             if value.bytes().any(|b| b == b'\r' || b == b'\n') || name.is_empty() {
@@ -181,9 +178,7 @@ impl ResponseWriter {
         }
         match framing {
             Framing::Length(n) => {
-                self.buf.extend_from_slice(b"content-length: ");
-                self.buf.extend_from_slice(n.to_string().as_bytes());
-                self.buf.extend_from_slice(b"\r\n");
+                let _ = write!(self.buf, "content-length: {n}\r\n");
             }
             Framing::Chunked => self
                 .buf

@@ -88,12 +88,12 @@ impl Protocol {
         }
     }
 
-    /// Reads normalised usage from a complete response body of this protocol.
-    pub fn usage_from_response(self, body: &serde_json::Value) -> Option<canon::Usage> {
+    /// Reads a `usage` object of this protocol.
+    pub fn usage_from(self, usage: &serde_json::Value) -> Option<canon::Usage> {
         match self {
-            Protocol::Chat => chat::usage_from(body.get("usage")?),
-            Protocol::Responses => responses::usage_from(body.get("usage")?),
-            Protocol::Messages => messages::usage_from(body.get("usage")?),
+            Protocol::Chat => chat::usage_from(usage),
+            Protocol::Responses => responses::usage_from(usage),
+            Protocol::Messages => messages::usage_from(usage),
         }
     }
 }

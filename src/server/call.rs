@@ -48,31 +48,94 @@ pub fn read_json(
     upstream: &Upstream,
     reply: Reply,
 ) -> Result<(Vec<u8>, Value), ApiError> {
-    let (status, content_type) = (reply.status, reply.content_type.clone());
-    let reading = std::time::Instant::now();
-    let raw = reply.read_all(&upstream.name);
-    trace.add_upstream_wait(reading.elapsed());
-    let raw = raw?;
+    let (raw, status, content_type) = read_raw(trace, upstream, reply)?;
+    read_parsed(raw, upstream, status, &content_type)
+}
+
+/// What a relayed JSON answer is read for: whether it is an error object, and its usage. Deserialised
+/// without building the whole document (other fields are skipped, strings borrowed).
+#[derive(serde::Deserialize)]
+struct Peek<'a> {
+    #[serde(default)]
+    error: Option<serde::de::IgnoredAny>,
+    #[serde(default, rename = "type", borrow)]
+    kind: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default)]
+    usage: Option<Value>,
+}
+
+/// [`read_json`] for answers passed on as they are: the same checks, and only `usage` parsed.
+pub fn read_usage(
+    trace: &Trace,
+    upstream: &Upstream,
+    reply: Reply,
+) -> Result<(Vec<u8>, Option<Value>), ApiError> {
+    let (raw, status, content_type) = read_raw(trace, upstream, reply)?;
+    let peek = raw
+        .trim_ascii_start()
+        .starts_with(b"{")
+        .then(|| serde_json::from_slice::<Peek>(&raw).ok())
+        .flatten();
+    let Some(peek) = peek else {
+        // Duplicate keys, for one, fail the narrow read; the full one decides.
+        let (raw, mut v) = read_parsed(raw, upstream, status, &content_type)?;
+        let usage = v.get_mut("usage").map(Value::take);
+        return Ok((raw, usage));
+    };
+    let Peek { error, kind, usage } = peek;
+    check_not_error(&raw, error.is_some(), kind.as_deref())?;
+    drop(kind);
+    Ok((raw, usage))
+}
+
+fn read_parsed(
+    raw: Vec<u8>,
+    upstream: &Upstream,
+    status: u16,
+    content_type: &str,
+) -> Result<(Vec<u8>, Value), ApiError> {
     let Some(v) = serde_json::from_slice::<Value>(&raw)
         .ok()
         .filter(Value::is_object)
     else {
-        let snippet: String = String::from_utf8_lossy(&raw)
-            .trim()
-            .chars()
-            .take(120)
-            .collect();
-        return Err(ApiError::bad_gateway(format!(
-            "upstream `{}` answered HTTP {status} with a body that is not a JSON object (content-type {content_type:?}): {snippet}",
-            upstream.name
-        )));
+        return Err(not_json(upstream, status, content_type, &raw));
     };
-    if v.get("error").is_some_and(|e| !e.is_null())
-        || v.get("type").and_then(Value::as_str) == Some("error")
-    {
-        let mut e = ApiError::from_upstream(502, &raw, None);
+    let kind = v.get("type").and_then(Value::as_str);
+    check_not_error(&raw, v.get("error").is_some_and(|e| !e.is_null()), kind)?;
+    Ok((raw, v))
+}
+
+fn read_raw(
+    trace: &Trace,
+    upstream: &Upstream,
+    mut reply: Reply,
+) -> Result<(Vec<u8>, u16, String), ApiError> {
+    let (status, content_type) = (reply.status, std::mem::take(&mut reply.content_type));
+    let reading = std::time::Instant::now();
+    let raw = reply.read_all(&upstream.name);
+    trace.add_upstream_wait(reading.elapsed());
+    Ok((raw?, status, content_type))
+}
+
+fn not_json(upstream: &Upstream, status: u16, content_type: &str, raw: &[u8]) -> ApiError {
+    let snippet: String = String::from_utf8_lossy(raw)
+        .trim()
+        .chars()
+        .take(120)
+        .collect();
+    ApiError::bad_gateway(format!(
+        "upstream `{}` answered HTTP {status} with a body that is not a JSON object (content-type {content_type:?}): {snippet}",
+        upstream.name
+    ))
+}
+
+/// A 2xx answer that is an error object (`error` set, or Anthropic's `"type": "error"`) is the upstream's
+/// failure, passed on as a 502 with its details.
+fn check_not_error(raw: &[u8], has_error: bool, kind: Option<&str>) -> Result<(), ApiError> {
+    if has_error || kind == Some("error") {
+        let mut e = ApiError::from_upstream(502, raw, None);
         e.status = 502;
         return Err(e);
     }
-    Ok((raw, v))
+    Ok(())
 }

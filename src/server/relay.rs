@@ -63,14 +63,14 @@ pub fn passthrough(
         );
         return Ok(());
     }
-    let (bytes, v) = call::read_json(trace, upstream, reply)?;
+    let (bytes, usage) = call::read_usage(trace, upstream, reply)?;
     if stream {
         return Err(ApiError::bad_gateway(format!(
             "upstream `{}` answered a streaming request with a plain JSON body instead of an event stream",
             upstream.name
         )));
     }
-    out.usage = protocol.usage_from_response(&v);
+    out.usage = usage.and_then(|u| protocol.usage_from(&u));
     respond::json(ex.response(), trace, 200, &bytes, &[]);
     out.status = 200;
     Ok(())

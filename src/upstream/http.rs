@@ -117,11 +117,16 @@ impl Reply {
 
     /// Reads the whole body (bounded).
     pub fn read_all(mut self, upstream: &str) -> Result<Vec<u8>, ApiError> {
+        // Sized from Content-Length (up to 1 MiB) when there is one, so the body is read without regrowing.
+        let expected = self.body.content_length().unwrap_or(0).min(1 << 20);
+        let mut buf = Vec::with_capacity(expected as usize);
         self.body
             .with_config()
             .limit(MAX_RESPONSE_BYTES)
-            .read_to_vec()
-            .map_err(|e| map_error(upstream, e))
+            .reader()
+            .read_to_end(&mut buf)
+            .map_err(|e| map_error(upstream, ureq::Error::from(e)))?;
+        Ok(buf)
     }
 
     /// The body as a stream of SSE events.

@@ -248,6 +248,8 @@ pub struct Fixture {
     pub upstream_headers: Vec<(String, String)>,
     /// JSON body (non-streaming) or None for SSE.
     pub upstream_body: Option<Value>,
+    /// A non-streaming body sent byte for byte (`raw_body`), for bodies a JSON value cannot hold.
+    pub upstream_raw: Option<String>,
     /// SSE event blocks, for streaming fixtures.
     pub upstream_events: Vec<Vec<u8>>,
     /// The stream is cut off without its end (the fixture's SSE file ends mid-stream).
@@ -281,6 +283,7 @@ impl Fixture {
             upstream_status: up["status"].as_u64().unwrap_or(200) as u16,
             upstream_headers,
             upstream_body: up.get("body").cloned(),
+            upstream_raw: up["raw_body"].as_str().map(str::to_string),
             upstream_events,
             upstream_abort: up["abort"].as_bool().unwrap_or(false),
             expect: v["expect"].clone(),
@@ -289,7 +292,12 @@ impl Fixture {
 
     /// The reply the fake upstream sends for this fixture.
     pub fn reply(&self) -> Reply {
-        match &self.upstream_body {
+        let raw = self.upstream_raw.as_ref().map(|r| r.clone().into_bytes());
+        match raw.or_else(|| {
+            self.upstream_body
+                .as_ref()
+                .map(|b| b.to_string().into_bytes())
+        }) {
             Some(body) => {
                 let mut headers = self.upstream_headers.clone();
                 if !headers.iter().any(|(k, _)| k == "content-type") {
@@ -298,7 +306,7 @@ impl Fixture {
                 Reply::Json {
                     status: self.upstream_status,
                     headers,
-                    body: body.to_string().into_bytes(),
+                    body,
                 }
             }
             None => Reply::Sse {
