@@ -150,13 +150,15 @@ impl fmt::Display for HttpError {
 ///
 /// Returns `Ok(None)` when more bytes are needed, or the head and the number of bytes it used.
 /// The most header fields a request may have, whatever `Limits::max_headers` says.
-const HEADER_SLOTS: usize = 256;
+const HEADER_SLOTS: usize = 128;
 
 pub fn parse_head(buf: &[u8], limits: &Limits) -> Result<Option<(Head, usize)>, HttpError> {
-    // On the stack: a heap block this size per request costs more than the parse.
-    let mut storage = [httparse::EMPTY_HEADER; HEADER_SLOTS];
-    let mut req = httparse::Request::new(&mut storage[..limits.max_headers.min(HEADER_SLOTS)]);
-    let used = match req.parse(buf) {
+    // On the stack and left uninitialised (a heap block per request costs more than the parse; initialised
+    // slots would keep stack pages of every connection thread resident).
+    let mut storage = [const { std::mem::MaybeUninit::<httparse::Header>::uninit() }; HEADER_SLOTS];
+    let mut req = httparse::Request::new(&mut []);
+    let slots = &mut storage[..limits.max_headers.min(HEADER_SLOTS)];
+    let used = match req.parse_with_uninit_headers(buf, slots) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => {
             if buf.len() > limits.max_head_bytes {

@@ -131,7 +131,8 @@ impl Reply {
 
     /// The body as a stream of SSE events.
     pub fn into_sse(self) -> SseReader<BufReader<impl Read>> {
-        SseReader::new(BufReader::with_capacity(16 * 1024, self.body.into_reader()))
+        // Small: ureq already buffers the socket below; this one only splits lines.
+        SseReader::new(BufReader::with_capacity(4 * 1024, self.body.into_reader()))
     }
 }
 
