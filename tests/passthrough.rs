@@ -842,3 +842,66 @@ fn large_upstream_answers_pass_intact() {
         .collect();
     assert_eq!(text.len(), 300_000);
 }
+
+/// Keepalives for every stream come from one watchdog thread, so a client that stops reading must not hold
+/// them up for the others: while a flood fills a non-reading client's socket (its worker blocked in a write),
+/// a silent stream keeps getting its keepalive every second.
+#[test]
+fn a_client_that_stops_reading_does_not_hold_up_other_streams_keepalives() {
+    let chunk = |text: &str| {
+        format!(
+            "data: {}\n\n",
+            json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "x",
+                "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": null}]})
+        )
+        .into_bytes()
+    };
+    let flood = chunk(&"x".repeat(16_000));
+    let first = chunk("hello");
+    let (gate_tx, gate_rx) = std::sync::mpsc::channel::<()>();
+    let gate = Mutex::new(Some(gate_rx));
+    let fake = FakeUpstream::start(move |rec| {
+        if rec.json()["messages"][0]["content"] == "flood" {
+            // 32 MB: far more than the socket buffers between tollgate and a client that reads nothing.
+            Reply::Sse {
+                events: vec![flood.clone(); 2000],
+                gate: None,
+                abort: false,
+            }
+        } else {
+            Reply::Sse {
+                // The first event, then silence until the test opens the gate.
+                events: vec![first.clone(), b"data: [DONE]\n\n".to_vec()],
+                gate: gate.lock().unwrap().take().map(|rx| (1, rx)),
+                abort: false,
+            }
+        }
+    });
+    // A write to the stuck client would wait this long: longer than the test's read timeout.
+    let gw = Gateway::start_with_fake(fake.addr, "keepalive_secs = 1\nwrite_timeout_secs = 600");
+    let auth = format!("Bearer {}", gw.key);
+    let open = |content: &str| {
+        let mut s = gw.connect();
+        let body = json!({"model": "m-chat", "stream": true,
+            "messages": [{"role": "user", "content": content}]});
+        send_request(
+            &mut s,
+            "POST",
+            "/v1/chat/completions",
+            &[("authorization", &auth)],
+            body.to_string().as_bytes(),
+            true,
+        );
+        s
+    };
+    let stuck = open("flood");
+    let mut quiet = BufReader::new(open("quiet"));
+    assert_eq!(read_head(&mut quiet).0, 200);
+    let mut keepalives = 0;
+    while keepalives < 5 {
+        let c = read_chunk(&mut quiet).expect("keepalives keep coming on the quiet stream");
+        keepalives += String::from_utf8_lossy(&c).matches(": keepalive").count();
+    }
+    gate_tx.send(()).unwrap();
+    drop(stuck);
+}

@@ -38,23 +38,57 @@ impl SharedStream {
     }
 
     /// Writes `chunk` if nothing was written for `idle`. Returns false once the stream is finished or
-    /// broken (the caller can forget it).
+    /// broken (the caller can forget it). Never waits: not for the worker (which holding the lock is
+    /// writing, so the stream is not idle) and not for a client that reads nothing (whose socket buffer is
+    /// full, so a keepalive would be pointless); the caller serves many streams from one thread.
     pub fn ping_if_idle(&self, idle: Duration, chunk: &[u8]) -> bool {
-        let Ok(mut g) = self.inner.lock() else {
-            return false;
+        let mut g = match self.inner.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::WouldBlock) => return true,
+            Err(std::sync::TryLockError::Poisoned(_)) => return false,
         };
         if !g.open {
             return false;
         }
         if g.last_write.elapsed() >= idle {
             let framed = frame_chunk(chunk);
-            if (&*g.stream).write_all(&framed).is_err() {
+            let sent = match send_nonblocking(&g.stream, &framed) {
+                Ok(0) => return true,
+                // A chunk once begun must be finished, or the framing breaks: the rest (a few bytes at most,
+                // since the buffer had room for the start) is written normally.
+                Ok(n) => (&*g.stream).write_all(&framed[n..]),
+                Err(e) => Err(e),
+            };
+            if sent.is_err() {
                 g.open = false;
                 return false;
             }
             g.last_write = Instant::now();
         }
         true
+    }
+}
+
+/// One `send` that does not wait: `Ok(0)` when the socket buffer is full.
+fn send_nonblocking(stream: &TcpStream, data: &[u8]) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: send on a descriptor the TcpStream owns and keeps open for the call, from a slice we borrow
+    // for the call; MSG_DONTWAIT affects this call only.
+    let n = unsafe {
+        libc::send(
+            stream.as_raw_fd(),
+            data.as_ptr().cast(),
+            data.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+    if n >= 0 {
+        return Ok(n as usize);
+    }
+    let e = io::Error::last_os_error();
+    match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
+        _ => Err(e),
     }
 }
 
