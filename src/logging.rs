@@ -1,14 +1,24 @@
-//! Logging to stderr: human-readable lines (simple_logger) by default, or JSON lines (`log_format = "json"`
-//! or `tollgate serve --log-format json`) for log shippers. Never a key, an upstream credential or a prompt:
+//! Logging to stderr: human-readable lines by default, or JSON lines (`log_format = "json"` or
+//! `tollgate serve --log-format json`) for log shippers. Never a key, an upstream credential or a prompt:
 //! nothing logged carries them.
+//!
+//! A line is formatted on the thread that logs it and written by one writer thread, so a slow consumer of
+//! stderr (a pipe, journald under pressure) never holds up a request; the queue is bounded, and when it is
+//! full a logging thread waits rather than dropping lines. `log::logger().flush()` returns once every line
+//! logged before it is written (the binary calls it before it exits).
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
+
+use crossbeam_channel::{Receiver, Sender};
 
 static JSON: AtomicBool = AtomicBool::new(false);
 
 /// The target of the one-line-per-request summaries.
 pub const REQUEST_TARGET: &str = "tollgate::request";
+
+/// Lines waiting for the writer before a logging thread waits.
+const QUEUE: usize = 16 * 1024;
 
 /// Whether logs are JSON lines.
 pub fn json() -> bool {
@@ -18,24 +28,76 @@ pub fn json() -> bool {
 /// Starts logging at `level` (`info`, `debug`, ...), as text or JSON lines.
 pub fn init(level: &str, json: bool) {
     let level = level.parse().unwrap_or(log::LevelFilter::Info);
-    if json {
-        JSON.store(true, Ordering::Relaxed);
-        if log::set_boxed_logger(Box::new(JsonLogger { level })).is_ok() {
-            log::set_max_level(level);
-        }
-    } else {
-        let _ = simple_logger::SimpleLogger::new()
-            .with_level(level)
-            .with_utc_timestamps()
-            .init();
+    JSON.store(json, Ordering::Relaxed);
+    let (tx, rx) = crossbeam_channel::bounded(QUEUE);
+    let writer = std::thread::Builder::new()
+        .name("tollgate-log".into())
+        .spawn(move || write_lines(rx));
+    // Without the writer thread, lines are written by the thread that logs them.
+    let tx = writer.ok().map(|_| tx);
+    if log::set_boxed_logger(Box::new(Logger { level, json, tx })).is_ok() {
+        log::set_max_level(level);
     }
 }
 
-struct JsonLogger {
-    level: log::LevelFilter,
+enum Msg {
+    Line(String),
+    Flush(Sender<()>),
 }
 
-impl log::Log for JsonLogger {
+fn write_lines(rx: Receiver<Msg>) {
+    let mut out = std::io::BufWriter::with_capacity(64 * 1024, std::io::stderr());
+    for msg in rx.iter() {
+        match msg {
+            Msg::Line(line) => {
+                let _ = out.write_all(line.as_bytes());
+                if rx.is_empty() {
+                    let _ = out.flush();
+                }
+            }
+            Msg::Flush(done) => {
+                let _ = out.flush();
+                let _ = done.send(());
+            }
+        }
+    }
+    let _ = out.flush();
+}
+
+struct Logger {
+    level: log::LevelFilter,
+    json: bool,
+    tx: Option<Sender<Msg>>,
+}
+
+impl Logger {
+    fn format(&self, record: &log::Record) -> String {
+        let ts = crate::util::rfc3339_millis(crate::util::unix_millis());
+        let msg = record.args().to_string();
+        let mut line = if !self.json {
+            format!(
+                "{ts} {:<5} [{}] {msg}",
+                record.level().as_str(),
+                record.target()
+            )
+        } else if record.target() == REQUEST_TARGET && msg.starts_with('{') {
+            // Request summaries are already JSON objects with their own fields.
+            msg
+        } else {
+            serde_json::json!({
+                "ts": ts,
+                "level": record.level().as_str(),
+                "target": record.target(),
+                "message": msg,
+            })
+            .to_string()
+        };
+        line.push('\n');
+        line
+    }
+}
+
+impl log::Log for Logger {
     fn enabled(&self, metadata: &log::Metadata) -> bool {
         metadata.level() <= self.level
     }
@@ -44,24 +106,27 @@ impl log::Log for JsonLogger {
         if !self.enabled(record.metadata()) {
             return;
         }
-        let msg = record.args().to_string();
-        let line = if record.target() == REQUEST_TARGET && msg.starts_with('{') {
-            // Request summaries are already JSON objects with their own fields.
-            msg
-        } else {
-            serde_json::json!({
-                "ts": crate::util::rfc3339_millis(crate::util::unix_millis()),
-                "level": record.level().as_str(),
-                "target": record.target(),
-                "message": msg,
-            })
-            .to_string()
+        let line = self.format(record);
+        let line = match &self.tx {
+            Some(tx) => match tx.send(Msg::Line(line)) {
+                Ok(()) => return,
+                Err(e) => match e.into_inner() {
+                    Msg::Line(line) => line,
+                    Msg::Flush(_) => return,
+                },
+            },
+            None => line,
         };
-        let mut err = std::io::stderr().lock();
-        let _ = writeln!(err, "{line}");
+        let _ = std::io::stderr().lock().write_all(line.as_bytes());
     }
 
     fn flush(&self) {
+        if let Some(tx) = &self.tx {
+            let (done_tx, done_rx) = crossbeam_channel::bounded(1);
+            if tx.send(Msg::Flush(done_tx)).is_ok() {
+                let _ = done_rx.recv();
+            }
+        }
         let _ = std::io::stderr().flush();
     }
 }

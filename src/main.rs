@@ -2,5 +2,8 @@
 
 fn main() {
     let args: tollgate::cli::Args = argh::from_env();
-    std::process::exit(tollgate::cli::run(args));
+    let code = tollgate::cli::run(args);
+    // Log lines still queued for the writer thread are written before the process ends.
+    log::logger().flush();
+    std::process::exit(code);
 }
