@@ -170,9 +170,11 @@ fn malformed_upstream_replies_get_clear_errors_and_records() {
         "api_key_env = \"TG_TEST_UPSTREAM_KEY\"\nbreaker_failures = 1000",
     );
     let gw = Gateway::start_with(dir, &config);
-    let sse_head =
-        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
-            .to_vec();
+    // The fake upstream closes the connection after a raw reply, so the head says so: otherwise a complete
+    // raw answer leaves the connection in tollgate's pool, and the next case could go out on it just as the
+    // fake closes it (a race no server that announces its close can cause).
+    let sse_head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+        .to_vec();
     let chunk = |data: &str| -> Vec<u8> {
         let mut v = format!("{:x}\r\n", data.len()).into_bytes();
         v.extend_from_slice(data.as_bytes());
