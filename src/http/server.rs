@@ -52,7 +52,8 @@ pub struct Exchange {
     pub peer: SocketAddr,
     /// When the request's head was complete.
     pub received: Instant,
-    writer: Option<ResponseWriter>,
+    /// Always present; moved out only in `Drop`, which is the last use of the exchange.
+    writer: std::mem::ManuallyDrop<ResponseWriter>,
     done: Arc<Handback>,
 }
 
@@ -94,16 +95,16 @@ impl Handback {
 
 impl Exchange {
     pub fn response(&mut self) -> &mut ResponseWriter {
-        // The writer is only taken in Drop.
-        self.writer.as_mut().expect("writer present until drop")
+        &mut self.writer
     }
 }
 
 impl Drop for Exchange {
     fn drop(&mut self) {
-        if let Some(w) = self.writer.take() {
-            self.done.give(w);
-        }
+        // SAFETY: `writer` is initialised from construction on and this is its only move out; `self` is not
+        // used after `drop`.
+        let w = unsafe { std::mem::ManuallyDrop::take(&mut self.writer) };
+        self.done.give(w);
     }
 }
 
@@ -278,7 +279,7 @@ impl Connection {
                 request,
                 peer: self.peer,
                 received: Instant::now(),
-                writer: Some(writer),
+                writer: std::mem::ManuallyDrop::new(writer),
                 done: handback.clone(),
             };
             if let Err(mut rejected) = (self.dispatch)(exchange) {
