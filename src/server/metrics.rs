@@ -82,10 +82,20 @@ pub struct Observation<'a> {
 /// Streams being answered now (a process-wide gauge: started where SSE responses start).
 pub static ACTIVE_STREAMS: AtomicI64 = AtomicI64::new(0);
 
+/// The token kinds of `tollgate_tokens_total`, in the order of `ModelCounters::tokens`.
+const TOKEN_KINDS: [&str; 4] = ["input", "cached_input", "output", "reasoning"];
+
+/// Everything counted per model, found with one look-up that allocates nothing once the model is known.
+#[derive(Default)]
+struct ModelCounters {
+    /// (protocol, status, requests): a handful per model, so a list.
+    requests: Vec<(String, String, u64)>,
+    tokens: [u64; 4],
+    cost: f64,
+}
+
 pub struct Metrics {
-    requests: Mutex<BTreeMap<(String, String, String), u64>>,
-    tokens: Mutex<BTreeMap<(String, &'static str), u64>>,
-    cost: Mutex<BTreeMap<String, f64>>,
+    models: Mutex<BTreeMap<String, ModelCounters>>,
     upstream_errors: Mutex<BTreeMap<String, u64>>,
     duration: Histogram,
     overhead: Histogram,
@@ -97,9 +107,7 @@ pub struct Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Metrics {
-            requests: Mutex::default(),
-            tokens: Mutex::default(),
-            cost: Mutex::default(),
+            models: Mutex::default(),
             upstream_errors: Mutex::default(),
             duration: Histogram::new(&LATENCY_BUCKETS),
             overhead: Histogram::new(&OVERHEAD_BUCKETS),
@@ -119,48 +127,37 @@ fn label(v: &str) -> String {
 
 impl Metrics {
     pub fn observe(&self, o: &Observation) {
-        if let Ok(mut m) = self.requests.lock() {
-            *m.entry((
-                o.protocol.to_string(),
-                o.model.to_string(),
-                o.status.to_string(),
-            ))
-            .or_default() += 1;
+        if let Ok(mut m) = self.models.lock() {
+            if !m.contains_key(o.model) {
+                m.insert(o.model.to_string(), ModelCounters::default());
+            }
+            if let Some(c) = m.get_mut(o.model) {
+                match c
+                    .requests
+                    .iter_mut()
+                    .find(|(p, s, _)| p == o.protocol && s == o.status)
+                {
+                    Some((_, _, n)) => *n += 1,
+                    None => c
+                        .requests
+                        .push((o.protocol.to_string(), o.status.to_string(), 1)),
+                }
+                let counts = [
+                    o.input_tokens,
+                    o.cached_input_tokens,
+                    o.output_tokens,
+                    o.reasoning_tokens,
+                ];
+                for (total, n) in c.tokens.iter_mut().zip(counts) {
+                    *total += n;
+                }
+                c.cost += o.cost;
+            }
         }
         self.duration.observe(o.total);
         self.overhead.observe(o.overhead);
         if let Some(t) = o.first_token {
             self.first_token.observe(t);
-        }
-        if o.input_tokens + o.output_tokens > 0 {
-            if let Ok(mut m) = self.tokens.lock() {
-                for (kind, n) in [
-                    ("input", o.input_tokens),
-                    ("cached_input", o.cached_input_tokens),
-                    ("output", o.output_tokens),
-                    ("reasoning", o.reasoning_tokens),
-                ] {
-                    match m
-                        .iter_mut()
-                        .find(|((model, k), _)| model == o.model && *k == kind)
-                    {
-                        Some((_, total)) => *total += n,
-                        None => {
-                            m.insert((o.model.to_string(), kind), n);
-                        }
-                    }
-                }
-            }
-        }
-        if o.cost > 0.0 {
-            if let Ok(mut m) = self.cost.lock() {
-                match m.get_mut(o.model) {
-                    Some(c) => *c += o.cost,
-                    None => {
-                        m.insert(o.model.to_string(), o.cost);
-                    }
-                }
-            }
         }
         if let (true, Some(u)) = (o.upstream_failed, o.upstream) {
             if let Ok(mut m) = self.upstream_errors.lock() {
@@ -173,8 +170,14 @@ impl Metrics {
     pub fn render(&self, gauges: &[(&str, &str, f64)], rejected_overload: u64) -> String {
         let mut out = String::with_capacity(8192);
         out.push_str("# HELP tollgate_requests_total Generation requests by client protocol, model and status.\n# TYPE tollgate_requests_total counter\n");
-        if let Ok(m) = self.requests.lock() {
-            for ((p, model, s), n) in m.iter() {
+        let models = match self.models.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        for (model, c) in models.iter() {
+            let mut requests: Vec<_> = c.requests.iter().collect();
+            requests.sort();
+            for (p, s, n) in requests {
                 let _ = writeln!(
                     out,
                     "tollgate_requests_total{{protocol=\"{}\",model=\"{}\",status=\"{}\"}} {n}",
@@ -200,8 +203,11 @@ impl Metrics {
             "Streams: time from request received to the first generated token sent.",
         );
         out.push_str("# HELP tollgate_tokens_total Tokens by model and kind.\n# TYPE tollgate_tokens_total counter\n");
-        if let Ok(m) = self.tokens.lock() {
-            for ((model, kind), n) in m.iter() {
+        for (model, c) in models
+            .iter()
+            .filter(|(_, c)| c.tokens.iter().any(|&n| n > 0))
+        {
+            for (kind, n) in TOKEN_KINDS.iter().zip(c.tokens) {
                 let _ = writeln!(
                     out,
                     "tollgate_tokens_total{{model=\"{}\",kind=\"{kind}\"}} {n}",
@@ -210,11 +216,15 @@ impl Metrics {
             }
         }
         out.push_str("# HELP tollgate_cost_total Credits charged by model.\n# TYPE tollgate_cost_total counter\n");
-        if let Ok(m) = self.cost.lock() {
-            for (model, c) in m.iter() {
-                let _ = writeln!(out, "tollgate_cost_total{{model=\"{}\"}} {c}", label(model));
-            }
+        for (model, c) in models.iter().filter(|(_, c)| c.cost > 0.0) {
+            let _ = writeln!(
+                out,
+                "tollgate_cost_total{{model=\"{}\"}} {}",
+                label(model),
+                c.cost
+            );
         }
+        drop(models);
         out.push_str("# HELP tollgate_upstream_errors_total Upstream failures (5xx, timeouts, unreachable, broken streams) by upstream.\n# TYPE tollgate_upstream_errors_total counter\n");
         if let Ok(m) = self.upstream_errors.lock() {
             for (u, n) in m.iter() {

@@ -34,7 +34,12 @@ impl Stats {
             Ok(g) => g,
             Err(p) => p.into_inner(),
         };
-        let st = m.entry(model.to_string()).or_default();
+        if !m.contains_key(model) {
+            m.insert(model.to_string(), Default::default());
+        }
+        let Some(st) = m.get_mut(model) else {
+            return;
+        };
         if failed {
             st.last_error_ms = Some(now);
             st.last_error = error.map(|e| e.chars().take(300).collect());
