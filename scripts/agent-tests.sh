@@ -62,6 +62,8 @@ ns_codex=(codex:responses:ns codex:chat:ns codex:messages:ns)
 default_runs=("${plain_claude[@]}" "${plain_codex[@]}" "${tool_claude[@]}" "${tool_codex[@]}")
 default_runs+=("${ns_codex[@]}")
 
+# shellcheck source=scripts/lib.sh
+source "$root/scripts/lib.sh"
 say() { echo "agent-tests: $*" >&2; }
 die() {
     say "error: $*"
@@ -108,18 +110,9 @@ command -v node >/dev/null || die "node is needed (the agents' npm wrappers)"
 
 # ------------------------------------------------------------------------------------- install agents
 
-lock="$agents_dir/package-lock.json"
-stamp="$agents_dir/node_modules/.agent-tests-lock.sha256"
-want="$(sha256sum "$lock" | cut -d' ' -f1)"
-have="$(cat "$stamp" 2>/dev/null || true)"
-if [ ! -x "$claude_bin" ] || [ ! -x "$codex_bin" ] || [ "$have" != "$want" ]; then
-    command -v npm >/dev/null || die "npm is needed to install the agents"
-    say "installing the agents: npm ci --prefix tests/agents"
-    t0=$SECONDS
-    npm ci --prefix "$agents_dir" --no-audit --no-fund --loglevel=error >&2
-    echo "$want" >"$stamp"
-    say "installed in $((SECONDS - t0)) s ($(du -sh "$agents_dir/node_modules" | cut -f1))"
-fi
+force=0
+if [ ! -x "$claude_bin" ] || [ ! -x "$codex_bin" ]; then force=1; fi
+npm_ci_if_changed "$agents_dir" "the agents" "$force"
 # Claude Code's postinstall copies the native binary over a placeholder; npm versions that skip install
 # scripts leave the placeholder, so run it by hand then.
 if ! "$claude_bin" --version >/dev/null 2>&1; then
@@ -168,20 +161,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-
-# wait_for FILE SED-EXPRESSION PID: prints the first match of the sed expression in FILE, waiting up to 30 s
-# while process PID lives.
-wait_for() {
-    local file="$1" expr="$2" pid="$3" found="" i
-    for ((i = 0; i < 300; i++)); do
-        found="$(sed -n "$expr" "$file" 2>/dev/null | head -1)"
-        [ -n "$found" ] && break
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    [ -n "$found" ] || return 1
-    echo "$found"
-}
 
 python3 -u "$agents_dir/fake_upstream.py" "$records" >"$out/fake-upstream.out" 2>"$out/fake-upstream.err" &
 fake_pid=$!

@@ -21,6 +21,8 @@ artifacts="$root/test-artifacts/console"
 chromium="${CHROMIUM:-/usr/bin/chromium}"
 admin_token="console-test-admin-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')"
 
+# shellcheck source=scripts/lib.sh
+source "$root/scripts/lib.sh"
 say() { echo "console-tests: $*" >&2; }
 die() {
     say "error: $*"
@@ -32,15 +34,9 @@ command -v node >/dev/null || die "node is needed (playwright-core)"
 
 # ------------------------------------------------------------------------------------ install playwright
 
-lock="$console_dir/package-lock.json"
-stamp="$console_dir/node_modules/.console-tests-lock.sha256"
-want="$(sha256sum "$lock" | cut -d' ' -f1)"
-if [ ! -d "$console_dir/node_modules/playwright-core" ] || [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
-    command -v npm >/dev/null || die "npm is needed to install playwright-core"
-    say "installing playwright-core: npm ci --prefix tests/console"
-    npm ci --prefix "$console_dir" --no-audit --no-fund --loglevel=error >&2
-    echo "$want" >"$stamp"
-fi
+force=0
+if [ ! -d "$console_dir/node_modules/playwright-core" ]; then force=1; fi
+npm_ci_if_changed "$console_dir" "playwright-core" "$force"
 
 # ------------------------------------------------------------------------------------- build tollgate
 
@@ -76,20 +72,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-
-# wait_for FILE SED-EXPRESSION PID: prints the first match of the sed expression in FILE, waiting up to 30 s
-# while process PID lives.
-wait_for() {
-    local file="$1" expr="$2" pid="$3" found="" i
-    for ((i = 0; i < 300; i++)); do
-        found="$(sed -n "$expr" "$file" 2>/dev/null | head -1)"
-        [ -n "$found" ] && break
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    [ -n "$found" ] || return 1
-    echo "$found"
-}
 
 # write_config DIR: a gateway on a free port with the mock model, priced so that requests cost credits.
 write_config() {
