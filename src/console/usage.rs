@@ -104,6 +104,7 @@ pub fn csv(gw: &Gateway, ex: &Exchange) -> Result<String, ApiError> {
         let status = match r.status {
             Status::Http(c) => c.to_string(),
             Status::ClientClosed => "client_closed".into(),
+            Status::Shutdown => "shutdown".into(),
         };
         let fields = [
             r.ts,

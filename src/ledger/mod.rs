@@ -1,22 +1,27 @@
 //! The usage ledger: one JSON line per request that reached an upstream, in `data_dir/usage.jsonl`.
 //!
-//! Workers hand records to one writer thread over an unbounded channel and never wait for the disk. The
-//! writer batches lines and syncs them every `sync_interval` (so a `kill -9` loses at most that much); in
-//! strict mode each record is synced before the worker lets its response end. At start the file is replayed
-//! to rebuild every key's spend; a torn last line (a crash mid-write) is cut off with a warning.
+//! Workers hand records to one writer thread (`writer.rs`) over an unbounded channel and never wait for the
+//! disk. The writer batches lines and writes and syncs them every `sync_interval` (so a `kill -9` loses at
+//! most that much); in strict mode each record is synced before the worker lets its response end. A record
+//! leaves the writer's memory only once it is written and synced: when a write or sync fails (disk full, I/O
+//! error) the file is cut back to its last complete line and every unwritten record is kept, in order, and
+//! retried every 500 ms (strict-mode records are handed back to their caller at once instead). At start the
+//! file is replayed to rebuild every key's spend; a torn last line (a crash mid-write) is cut off with a
+//! warning, and impossible records (negative cost, bad token counts) are refused.
 
 mod query;
+mod writer;
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
-use std::io::{self, BufRead, BufReader, BufWriter, Seek, SeekFrom, Write};
+use std::fs::{File, OpenOptions, Permissions};
+use std::io::{self, BufRead, BufReader, Seek, SeekFrom};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
-
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
-use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{unbounded, SendError, Sender};
 use serde::{Deserialize, Serialize};
 
 pub use query::{Filter, StatusFilter};
@@ -24,12 +29,23 @@ pub use query::{Filter, StatusFilter};
 /// File name of the ledger inside `data_dir`.
 pub const LEDGER_FILE: &str = "usage.jsonl";
 
-/// The status a request ended with: the HTTP status the client got, or `client_closed` when the client went
-/// away before the answer was complete.
+/// Default for [`Ledger::set_backlog_limit`].
+pub const DEFAULT_BACKLOG_LIMIT: usize = 10_000;
+
+/// How long `flush` waits for the writer's answer (it answers after one write attempt; only a disk that
+/// hangs inside a write or sync makes it wait this long).
+const FLUSH_WAIT: Duration = Duration::from_secs(10);
+
+/// How long `query` waits for its flush before reading the file anyway.
+const QUERY_FLUSH_WAIT: Duration = Duration::from_secs(2);
+
+/// The status a request ended with: the HTTP status the client got, `client_closed` when the client went
+/// away before the answer was complete, or `shutdown` when the server's shutdown deadline cut it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
     Http(u16),
     ClientClosed,
+    Shutdown,
 }
 
 impl Serialize for Status {
@@ -37,6 +53,7 @@ impl Serialize for Status {
         match self {
             Status::Http(c) => s.serialize_u16(*c),
             Status::ClientClosed => s.serialize_str("client_closed"),
+            Status::Shutdown => s.serialize_str("shutdown"),
         }
     }
 }
@@ -52,6 +69,7 @@ impl<'de> Deserialize<'de> for Status {
         Ok(match Raw::deserialize(d)? {
             Raw::Code(c) => Status::Http(c),
             Raw::Text(t) if t == "client_closed" => Status::ClientClosed,
+            Raw::Text(t) if t == "shutdown" => Status::Shutdown,
             Raw::Text(t) => Status::Http(t.parse().unwrap_or(0)),
         })
     }
@@ -94,15 +112,40 @@ pub struct Replay {
     /// Total cost per key name.
     pub spent: HashMap<String, f64>,
     pub records: u64,
-    /// Lines that did not parse (skipped).
+    /// Lines that did not parse or held an impossible record (skipped, not counted).
     pub bad_lines: u64,
     /// Bytes of a torn last line that were cut off.
     pub torn_bytes: u64,
 }
 
+/// What a strict-mode caller gets back: `Err` hands the record back when its write failed.
+type Ack = Sender<Result<(), Box<Record>>>;
+
+/// The answer to a flush: whether nothing is left unwritten, and (when asked for) copies of what is.
+type FlushAck = Sender<(bool, Vec<Record>)>;
+
 enum Msg {
-    Record(Box<Record>, Option<Sender<()>>),
-    Flush(Sender<()>),
+    /// A record; the sender is there when the caller waits (strict mode).
+    Record(Box<Record>, Option<Ack>),
+    /// One write attempt of everything queued, answered with whether nothing is left unwritten (and, when
+    /// asked and something is, copies of the unwritten records).
+    Flush { ack: FlushAck, snapshot: bool },
+    /// Retry the backlog for up to this long, then log what is left; answered with that count.
+    Close {
+        within: Duration,
+        ack: Sender<usize>,
+    },
+}
+
+/// State the handle and the writer share.
+struct Shared {
+    /// False from a failed write or sync until a later write and sync succeed.
+    healthy: AtomicBool,
+    /// Records handed to the ledger and not yet written and synced.
+    backlog: AtomicUsize,
+    backlog_limit: AtomicUsize,
+    /// Failed write, sync or cut-back attempts so far.
+    write_errors: AtomicU64,
 }
 
 /// The handle workers use; cheap to share.
@@ -110,8 +153,7 @@ pub struct Ledger {
     tx: Sender<Msg>,
     path: PathBuf,
     strict: bool,
-    /// False after the last write or sync failed (for `/readyz`).
-    healthy: Arc<AtomicBool>,
+    shared: Arc<Shared>,
 }
 
 impl Ledger {
@@ -123,52 +165,127 @@ impl Ledger {
     ) -> io::Result<(Ledger, Replay)> {
         let path = data_dir.join(LEDGER_FILE);
         let replay = replay(&path)?;
-        let file = OpenOptions::new().create(true).append(true).open(&path)?;
+        let file = open_for_append(&path)?;
+        let good_len = file.metadata()?.len();
         let (tx, rx) = unbounded();
-        let healthy = Arc::new(AtomicBool::new(true));
-        let h = healthy.clone();
+        let shared = Arc::new(Shared {
+            healthy: AtomicBool::new(true),
+            backlog: AtomicUsize::new(0),
+            backlog_limit: AtomicUsize::new(DEFAULT_BACKLOG_LIMIT),
+            write_errors: AtomicU64::new(0),
+        });
+        let w = writer::Writer::new(file, path.clone(), good_len, sync_interval, shared.clone());
         std::thread::Builder::new()
             .name("tollgate-ledger".into())
-            .spawn(move || writer(file, rx, sync_interval, h))?;
+            .spawn(move || w.run(rx))?;
         Ok((
             Ledger {
                 tx,
                 path,
                 strict,
-                healthy,
+                shared,
             },
             replay,
         ))
     }
 
-    /// Queues a record. In strict mode, waits until it is on disk.
+    /// Queues a record. In strict mode, waits until it is on disk; if its write fails it is queued again
+    /// (kept in memory and retried), so it is never lost.
     pub fn append(&self, rec: Record) {
         if self.strict {
-            let (ack_tx, ack_rx) = crossbeam_channel::bounded(1);
-            if self
-                .tx
-                .send(Msg::Record(Box::new(rec), Some(ack_tx)))
-                .is_ok()
-            {
-                let _ = ack_rx.recv();
+            if let Err(rec) = self.try_append(rec) {
+                self.requeue(*rec);
             }
         } else {
-            let _ = self.tx.send(Msg::Record(Box::new(rec), None));
+            self.requeue(rec);
         }
     }
 
-    /// Waits until everything queued so far is written and synced.
-    pub fn flush(&self) {
+    /// Default mode: queues the record and returns `Ok` at once. Strict mode: waits until the record is
+    /// written and synced; if that write or sync fails, the record is handed back at once (it is no longer
+    /// queued) so the caller can amend it and [`requeue`](Ledger::requeue) it.
+    pub fn try_append(&self, rec: Record) -> Result<(), Box<Record>> {
+        if !self.strict {
+            self.requeue(rec);
+            return Ok(());
+        }
         let (ack_tx, ack_rx) = crossbeam_channel::bounded(1);
-        if self.tx.send(Msg::Flush(ack_tx)).is_ok() {
-            let _ = ack_rx.recv_timeout(Duration::from_secs(30));
+        self.shared.backlog.fetch_add(1, Ordering::Relaxed);
+        if let Err(SendError(msg)) = self.tx.send(Msg::Record(Box::new(rec), Some(ack_tx))) {
+            self.shared.backlog.fetch_sub(1, Ordering::Relaxed);
+            return match msg {
+                Msg::Record(rec, _) => Err(rec),
+                _ => Ok(()),
+            };
+        }
+        match ack_rx.recv() {
+            Ok(result) => result,
+            Err(_) => {
+                // Only a writer thread that died with the record could get here.
+                log::error!("usage ledger: the writer thread is gone; a record may be lost");
+                Ok(())
+            }
         }
     }
 
-    /// Records matching `filter`, newest first (everything queued so far is flushed first).
+    /// Queues a record without waiting, in either mode (kept in memory while the disk is failing). Never
+    /// fails and never blocks on the disk.
+    pub fn requeue(&self, rec: Record) {
+        self.shared.backlog.fetch_add(1, Ordering::Relaxed);
+        if let Err(SendError(msg)) = self.tx.send(Msg::Record(Box::new(rec), None)) {
+            self.shared.backlog.fetch_sub(1, Ordering::Relaxed);
+            if let Msg::Record(rec, _) = msg {
+                writer::log_unwritten(&serde_json::to_string(&rec).unwrap_or_default());
+            }
+        }
+    }
+
+    /// Makes one attempt to write and sync everything queued so far; true when nothing is left unwritten.
+    /// Returns after that one attempt even when the disk is failing.
+    pub fn flush(&self) -> bool {
+        self.flush_within(FLUSH_WAIT, false).0
+    }
+
+    fn flush_within(&self, wait: Duration, snapshot: bool) -> (bool, Vec<Record>) {
+        let (ack_tx, ack_rx) = crossbeam_channel::bounded(1);
+        if self
+            .tx
+            .send(Msg::Flush {
+                ack: ack_tx,
+                snapshot,
+            })
+            .is_err()
+        {
+            return (false, Vec::new());
+        }
+        ack_rx.recv_timeout(wait).unwrap_or((false, Vec::new()))
+    }
+
+    /// At shutdown: keeps retrying the backlog for up to `within`; each record still unwritten then is
+    /// logged at ERROR as `unwritten usage record: {json}` and dropped. Returns how many were.
+    pub fn close(&self, within: Duration) -> usize {
+        let (ack_tx, ack_rx) = crossbeam_channel::bounded(1);
+        if self
+            .tx
+            .send(Msg::Close {
+                within,
+                ack: ack_tx,
+            })
+            .is_err()
+        {
+            return self.backlog();
+        }
+        // The writer answers at `within`; more only if a write or sync hangs.
+        ack_rx
+            .recv_timeout(within + FLUSH_WAIT)
+            .unwrap_or_else(|_| self.backlog())
+    }
+
+    /// Records matching `filter`, newest first. Everything queued so far is flushed first; records the
+    /// disk does not take right now are found in memory.
     pub fn query(&self, filter: &Filter) -> io::Result<Vec<Record>> {
-        self.flush();
-        query::scan(&self.path, filter)
+        let (_, unwritten) = self.flush_within(QUERY_FLUSH_WAIT, true);
+        query::scan_with_unwritten(&self.path, filter, unwritten)
     }
 
     pub fn path(&self) -> &Path {
@@ -177,76 +294,82 @@ impl Ledger {
 
     /// Whether the writer is alive and its last write and sync succeeded.
     pub fn healthy(&self) -> bool {
-        self.healthy.load(Ordering::Relaxed)
+        self.shared.healthy.load(Ordering::Relaxed)
+    }
+
+    /// Records handed to the ledger and not yet written and synced (about 0 in normal operation).
+    pub fn backlog(&self) -> usize {
+        self.shared.backlog.load(Ordering::Relaxed)
+    }
+
+    /// The backlog at which [`accepting`](Ledger::accepting) turns false (default 10,000).
+    pub fn set_backlog_limit(&self, n: usize) {
+        self.shared.backlog_limit.store(n, Ordering::Relaxed);
+    }
+
+    /// Whether new requests should be taken: false when the backlog reached its limit, and in strict mode
+    /// also while the last write attempt failed (until a later one succeeds).
+    pub fn accepting(&self) -> bool {
+        self.backlog() < self.shared.backlog_limit.load(Ordering::Relaxed)
+            && (!self.strict || self.healthy())
+    }
+
+    /// Failed write, sync or cut-back attempts so far.
+    pub fn write_errors(&self) -> u64 {
+        self.shared.write_errors.load(Ordering::Relaxed)
     }
 }
 
-fn writer(file: File, rx: Receiver<Msg>, sync_interval: Duration, healthy: Arc<AtomicBool>) {
-    let mut out = BufWriter::with_capacity(64 * 1024, file);
-    let mut dirty = false;
-    let mut last_sync = Instant::now();
-    let mut acks: Vec<Sender<()>> = Vec::new();
-    loop {
-        let wait = if dirty {
-            sync_interval.saturating_sub(last_sync.elapsed())
-        } else {
-            Duration::from_secs(3600)
-        };
-        let msg = rx.recv_timeout(wait);
-        let closed = matches!(msg, Err(RecvTimeoutError::Disconnected));
-        match msg {
-            Ok(Msg::Record(rec, ack)) => {
-                match serde_json::to_vec(&rec) {
-                    Ok(mut line) => {
-                        line.push(b'\n');
-                        if let Err(e) = out.write_all(&line) {
-                            log::error!("usage ledger: cannot write a record: {e}");
-                            healthy.store(false, Ordering::Relaxed);
-                        }
-                        dirty = true;
-                    }
-                    Err(e) => log::error!("usage ledger: cannot encode a record: {e}"),
-                }
-                if let Some(a) = ack {
-                    acks.push(a);
+/// Opens the ledger for appending; a new file gets mode 0600 whatever the umask.
+fn open_for_append(path: &Path) -> io::Result<File> {
+    match OpenOptions::new()
+        .append(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(f) => {
+            f.set_permissions(Permissions::from_mode(0o600))?;
+            // Make the new directory entry durable too (best effort).
+            if let Some(dir) = path.parent() {
+                if let Ok(d) = File::open(dir) {
+                    let _ = d.sync_all();
                 }
             }
-            Ok(Msg::Flush(ack)) => acks.push(ack),
-            Err(_) => {}
+            Ok(f)
         }
-        let due = dirty && last_sync.elapsed() >= sync_interval;
-        if due || !acks.is_empty() || closed {
-            if dirty {
-                let synced = out.flush().and_then(|_| out.get_ref().sync_data());
-                match synced {
-                    Ok(()) => healthy.store(true, Ordering::Relaxed),
-                    Err(e) => {
-                        log::error!("usage ledger: cannot sync: {e}");
-                        healthy.store(false, Ordering::Relaxed);
-                    }
-                }
-                dirty = false;
-            }
-            last_sync = Instant::now();
-            for a in acks.drain(..) {
-                let _ = a.send(());
-            }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            OpenOptions::new().append(true).open(path)
         }
-        if closed {
-            return;
-        }
+        Err(e) => Err(e),
     }
 }
 
+/// The fields replay needs; the token counts are there only to be checked (non-negative integers).
 #[derive(Deserialize)]
 struct Spend<'a> {
     #[serde(borrow)]
     key: std::borrow::Cow<'a, str>,
     cost: f64,
+    #[serde(rename = "input_tokens")]
+    _input: u64,
+    #[serde(rename = "output_tokens")]
+    _output: u64,
+    #[serde(default, rename = "cached_input_tokens")]
+    _cached: u64,
+    #[serde(default, rename = "reasoning_tokens")]
+    _reasoning: u64,
+}
+
+/// Whether a line that is not a valid record still looks like one (an object with a cost): a damaged or
+/// forged record rather than a stray line.
+fn looks_like_record(text: &[u8]) -> bool {
+    text.first() == Some(&b'{') && text.windows(6).any(|w| w == b"\"cost\"")
 }
 
 /// Reads the whole ledger, totalling spend per key. A last line without its newline is torn: it is cut off
-/// (so new records do not glue onto it) and reported.
+/// (so new records do not glue onto it) and reported. Impossible records (a negative or non-finite cost,
+/// token counts that are not non-negative integers) are not counted and are logged at ERROR.
 fn replay(path: &Path) -> io::Result<Replay> {
     let mut result = Replay::default();
     let file = match OpenOptions::new().read(true).write(true).open(path) {
@@ -279,9 +402,24 @@ fn replay(path: &Path) -> io::Result<Replay> {
             continue;
         }
         match serde_json::from_slice::<Spend>(text) {
-            Ok(s) => {
+            Ok(s) if s.cost.is_finite() && s.cost >= 0.0 => {
                 *result.spent.entry(s.key.into_owned()).or_insert(0.0) += s.cost;
                 result.records += 1;
+            }
+            Ok(s) => {
+                result.bad_lines += 1;
+                log::error!(
+                    "usage ledger {}: line {line_no} has an impossible cost ({}); not counted",
+                    path.display(),
+                    s.cost
+                );
+            }
+            Err(e) if looks_like_record(text) => {
+                result.bad_lines += 1;
+                log::error!(
+                    "usage ledger {}: line {line_no} is an impossible record ({e}); not counted",
+                    path.display()
+                );
             }
             Err(e) => {
                 result.bad_lines += 1;
@@ -303,67 +441,4 @@ fn replay(path: &Path) -> io::Result<Replay> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn record(key: &str, cost: f64, n: u64) -> Record {
-        Record {
-            ts: crate::util::rfc3339_millis(1_700_000_000_000 + n),
-            request_id: format!("req_{n}"),
-            client_request_id: None,
-            key: key.into(),
-            group: "g".into(),
-            model: "m".into(),
-            protocol: "chat".into(),
-            upstream: "u".into(),
-            stream: false,
-            status: Status::Http(200),
-            input_tokens: 1,
-            cached_input_tokens: 0,
-            output_tokens: 2,
-            reasoning_tokens: 0,
-            estimated: false,
-            cost,
-            latency_ms: 3,
-            error: None,
-        }
-    }
-
-    #[test]
-    fn records_roundtrip_and_replay_totals_spend() {
-        let dir =
-            std::env::temp_dir().join(format!("tollgate-ledger-{}", crate::util::random_base62(8)));
-        std::fs::create_dir_all(&dir).unwrap();
-        {
-            let (ledger, replay) = Ledger::open(&dir, Duration::from_millis(50), false).unwrap();
-            assert_eq!(replay.records, 0);
-            ledger.append(record("a", 1.5, 1));
-            ledger.append(record("a", 2.0, 2));
-            let mut closed = record("b", 0.25, 3);
-            closed.status = Status::ClientClosed;
-            ledger.append(closed);
-            let found = ledger.query(&Filter::default()).unwrap();
-            assert_eq!(found.len(), 3);
-            assert_eq!(found[0].request_id, "req_3", "newest first");
-            assert_eq!(found[0].status, Status::ClientClosed);
-        }
-        // A torn tail is cut off and reported; the rest still counts.
-        let path = dir.join(LEDGER_FILE);
-        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
-        f.write_all(b"{\"ts\":\"2026-01-01T00:00:00.000Z\",\"key\":\"a\",\"co")
-            .unwrap();
-        drop(f);
-        let (ledger, replay) = Ledger::open(&dir, Duration::from_millis(50), true).unwrap();
-        assert_eq!(replay.records, 3);
-        assert!(replay.torn_bytes > 0);
-        assert_eq!(replay.spent["a"], 3.5);
-        assert_eq!(replay.spent["b"], 0.25);
-        ledger.append(record("a", 1.0, 4));
-        let text = std::fs::read_to_string(&path).unwrap();
-        assert_eq!(text.lines().count(), 4);
-        assert!(text
-            .lines()
-            .all(|l| serde_json::from_str::<Record>(l).is_ok()));
-        std::fs::remove_dir_all(dir).unwrap();
-    }
-}
+mod tests;

@@ -15,15 +15,19 @@ pub enum StatusFilter {
     /// A class such as 4xx (the leading digit).
     Class(u16),
     ClientClosed,
-    /// Any status of 400 or more, or a client disconnect, or a stream that failed after it started.
+    /// Requests cut by the server's shutdown deadline.
+    Shutdown,
+    /// Any status of 400 or more, a client disconnect, a request cut by shutdown, or a stream that failed
+    /// after it started.
     Error,
 }
 
 impl StatusFilter {
-    /// Parses `200`, `4xx`, `client_closed` or `error`.
+    /// Parses `200`, `4xx`, `client_closed`, `shutdown` or `error`.
     pub fn parse(s: &str) -> Option<StatusFilter> {
         match s {
             "client_closed" => Some(StatusFilter::ClientClosed),
+            "shutdown" => Some(StatusFilter::Shutdown),
             "error" | "errors" => Some(StatusFilter::Error),
             _ if s.len() == 3 && s.ends_with("xx") => s[..1].parse().ok().map(StatusFilter::Class),
             _ => s.parse().ok().map(StatusFilter::Code),
@@ -35,8 +39,9 @@ impl StatusFilter {
             (StatusFilter::Code(c), Status::Http(s)) => *c == s,
             (StatusFilter::Class(c), Status::Http(s)) => s / 100 == *c,
             (StatusFilter::ClientClosed, Status::ClientClosed) => true,
+            (StatusFilter::Shutdown, Status::Shutdown) => true,
             (StatusFilter::Error, Status::Http(s)) => s >= 400 || r.error.is_some(),
-            (StatusFilter::Error, Status::ClientClosed) => true,
+            (StatusFilter::Error, Status::ClientClosed | Status::Shutdown) => true,
             _ => false,
         }
     }
@@ -117,6 +122,32 @@ pub fn scan(path: &Path, filter: &Filter) -> io::Result<Vec<Record>> {
     Ok(out)
 }
 
+/// Like [`scan`], with records not yet in the file (the writer's backlog, oldest first) counted as the
+/// newest.
+pub fn scan_with_unwritten(
+    path: &Path,
+    filter: &Filter,
+    unwritten: Vec<Record>,
+) -> io::Result<Vec<Record>> {
+    let limit = filter.limit();
+    let matched: Vec<Record> = unwritten
+        .into_iter()
+        .rev()
+        .filter(|r| filter.matches(r))
+        .collect();
+    let skipped = filter.offset.min(matched.len());
+    let mut out: Vec<Record> = matched.into_iter().skip(skipped).take(limit).collect();
+    if out.len() < limit {
+        let rest = Filter {
+            offset: filter.offset - skipped,
+            limit: limit - out.len(),
+            ..filter.clone()
+        };
+        out.extend(scan(path, &rest)?);
+    }
+    Ok(out)
+}
+
 /// How far before `since` a backwards scan keeps looking.
 const STOP_MARGIN_SECS: u64 = 6 * 3600;
 
@@ -187,6 +218,10 @@ mod tests {
         assert_eq!(
             StatusFilter::parse("client_closed"),
             Some(StatusFilter::ClientClosed)
+        );
+        assert_eq!(
+            StatusFilter::parse("shutdown"),
+            Some(StatusFilter::Shutdown)
         );
         assert_eq!(StatusFilter::parse("nope"), None);
     }

@@ -269,7 +269,12 @@ pub fn run(
         std::thread::sleep(Duration::from_millis(20));
     }
     let left = state.in_flight.load(Ordering::SeqCst);
-    gw.ledger.flush();
+    // Records the disk does not take within the time left (at least 2 s) are logged, one per line.
+    gw.ledger.close(
+        deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_secs(2)),
+    );
     if left > 0 {
         log::warn!("shutdown deadline passed with {left} requests still in flight");
     } else {

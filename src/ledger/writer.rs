@@ -1,0 +1,349 @@
+//! The ledger's writer thread. It buffers lines itself rather than through a `BufWriter`, so a failed write
+//! can be undone: it knows the file length made of complete lines (`good_len`), and when a write or sync
+//! fails it cuts the file back to it and keeps every unwritten record, in order, until a later write and
+//! sync of all of them succeed.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, SendError, Sender, TryRecvError};
+
+use super::{Ack, FlushAck, Msg, Record, Shared};
+
+/// How often the backlog is retried while the disk fails.
+pub(super) const RETRY_EVERY: Duration = Duration::from_millis(500);
+
+/// While a failure lasts, at most one ERROR line this often.
+const LOG_EVERY: Duration = Duration::from_secs(30);
+
+/// Unwritten bytes that trigger a write before `sync_interval` is up.
+const EARLY_WRITE_BYTES: usize = 1024 * 1024;
+
+/// Bytes handed to one `write` call.
+const CHUNK: usize = 256 * 1024;
+
+/// Messages taken from the channel before one write attempt (so a flood cannot postpone it for ever).
+const MAX_DRAIN: usize = 8192;
+
+/// One record waiting to be written and synced.
+struct Entry {
+    /// The JSON line, newline included.
+    line: Vec<u8>,
+    rec: Box<Record>,
+    /// A strict-mode caller waiting for the outcome.
+    ack: Option<Ack>,
+}
+
+/// A stretch of failed writes, for logging.
+struct Episode {
+    last_log: Instant,
+}
+
+pub(super) struct Writer {
+    file: File,
+    path: PathBuf,
+    /// Length of the file made of complete, synced lines.
+    good_len: u64,
+    /// A cut back to `good_len` failed: it must succeed before anything else is written.
+    need_truncate: bool,
+    pending: VecDeque<Entry>,
+    pending_bytes: usize,
+    sync_interval: Duration,
+    last_sync: Instant,
+    last_attempt: Instant,
+    /// Some while writes fail.
+    episode: Option<Episode>,
+    /// A `close` in progress: its deadline and who waits for the count.
+    close: Option<(Instant, Sender<usize>)>,
+    shared: Arc<Shared>,
+    scratch: Vec<u8>,
+}
+
+/// Logs a record that will not reach the file, in a form an operator can recover it from.
+pub(super) fn log_unwritten(json: &str) {
+    log::error!("unwritten usage record: {json}");
+}
+
+impl Writer {
+    pub(super) fn new(
+        file: File,
+        path: PathBuf,
+        good_len: u64,
+        sync_interval: Duration,
+        shared: Arc<Shared>,
+    ) -> Writer {
+        let now = Instant::now();
+        Writer {
+            file,
+            path,
+            good_len,
+            need_truncate: false,
+            pending: VecDeque::new(),
+            pending_bytes: 0,
+            sync_interval,
+            last_sync: now,
+            last_attempt: now,
+            episode: None,
+            close: None,
+            shared,
+            scratch: Vec::new(),
+        }
+    }
+
+    pub(super) fn run(mut self, rx: Receiver<Msg>) {
+        let mut flushes: Vec<(FlushAck, bool)> = Vec::new();
+        loop {
+            let mut urgent = false;
+            let mut disconnected = false;
+            match rx.recv_timeout(self.next_wait()) {
+                Ok(msg) => self.take(msg, &mut urgent, &mut flushes),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => disconnected = true,
+            }
+            // Whatever else is queued already goes into the same attempt.
+            for _ in 0..MAX_DRAIN {
+                if disconnected {
+                    break;
+                }
+                match rx.try_recv() {
+                    Ok(msg) => self.take(msg, &mut urgent, &mut flushes),
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => disconnected = true,
+                }
+            }
+            if urgent || disconnected || self.due() {
+                self.attempt();
+            }
+            let done = self.pending.is_empty();
+            for (ack, snapshot) in flushes.drain(..) {
+                let unwritten = if snapshot && !done {
+                    self.pending.iter().map(|e| (*e.rec).clone()).collect()
+                } else {
+                    Vec::new()
+                };
+                let _ = ack.send((done, unwritten));
+            }
+            if let Some((deadline, ack)) = self.close.take() {
+                if done || Instant::now() >= deadline {
+                    let _ = ack.send(self.give_up());
+                } else {
+                    self.close = Some((deadline, ack));
+                }
+            }
+            if disconnected {
+                self.give_up();
+                return;
+            }
+        }
+    }
+
+    fn take(&mut self, msg: Msg, urgent: &mut bool, flushes: &mut Vec<(FlushAck, bool)>) {
+        match msg {
+            Msg::Record(rec, ack) => {
+                *urgent |= ack.is_some();
+                match serde_json::to_vec(&rec) {
+                    Ok(mut line) => {
+                        line.push(b'\n');
+                        self.pending_bytes += line.len();
+                        self.pending.push_back(Entry { line, rec, ack });
+                    }
+                    Err(e) => {
+                        self.shared.backlog.fetch_sub(1, Ordering::Relaxed);
+                        log::error!("usage ledger: cannot encode a record ({e}): {rec:?}");
+                        if let Some(ack) = ack {
+                            let _ = ack.send(Err(rec));
+                        }
+                    }
+                }
+            }
+            Msg::Flush { ack, snapshot } => {
+                *urgent = true;
+                flushes.push((ack, snapshot));
+            }
+            Msg::Close { within, ack } => {
+                *urgent = true;
+                self.close = Some((Instant::now() + within, ack));
+            }
+        }
+    }
+
+    fn failing(&self) -> bool {
+        self.episode.is_some()
+    }
+
+    /// Whether a write attempt is due without anyone asking for one.
+    fn due(&self) -> bool {
+        if self.failing() {
+            return (self.need_truncate || !self.pending.is_empty())
+                && self.last_attempt.elapsed() >= RETRY_EVERY;
+        }
+        !self.pending.is_empty()
+            && (self.last_sync.elapsed() >= self.sync_interval
+                || self.pending_bytes >= EARLY_WRITE_BYTES)
+    }
+
+    /// How long to wait for a message before something is due.
+    fn next_wait(&self) -> Duration {
+        let mut wait = if self.failing() && (self.need_truncate || !self.pending.is_empty()) {
+            RETRY_EVERY.saturating_sub(self.last_attempt.elapsed())
+        } else if !self.pending.is_empty() {
+            self.sync_interval.saturating_sub(self.last_sync.elapsed())
+        } else {
+            Duration::from_secs(3600)
+        };
+        if let Some((deadline, _)) = &self.close {
+            wait = wait.min(deadline.saturating_duration_since(Instant::now()));
+        }
+        wait
+    }
+
+    /// One attempt to write and sync every pending record.
+    fn attempt(&mut self) {
+        if self.need_truncate || !self.pending.is_empty() {
+            self.last_attempt = Instant::now();
+        }
+        if self.need_truncate {
+            if let Err(e) = self.file.set_len(self.good_len) {
+                self.failed(&e);
+                return;
+            }
+            self.need_truncate = false;
+        }
+        if self.pending.is_empty() {
+            return;
+        }
+        match self.write_pending() {
+            Ok(()) => self.succeeded(),
+            Err(e) => {
+                // Cut off whatever part of the batch reached the file, so no partial line stays.
+                if let Err(te) = self.file.set_len(self.good_len) {
+                    log::error!(
+                        "usage ledger {}: cannot cut the file back to its last complete line at {} bytes \
+                         ({te}); retrying before the next write",
+                        self.path.display(),
+                        self.good_len
+                    );
+                    self.need_truncate = true;
+                }
+                self.failed(&e);
+            }
+        }
+    }
+
+    fn write_pending(&mut self) -> io::Result<()> {
+        self.scratch.clear();
+        for e in &self.pending {
+            if !self.scratch.is_empty() && self.scratch.len() + e.line.len() > CHUNK {
+                self.file.write_all(&self.scratch)?;
+                self.scratch.clear();
+            }
+            self.scratch.extend_from_slice(&e.line);
+        }
+        self.file.write_all(&self.scratch)?;
+        self.scratch.clear();
+        if self.scratch.capacity() > 4 * CHUNK {
+            self.scratch = Vec::new();
+        }
+        self.file.sync_data()
+    }
+
+    fn succeeded(&mut self) {
+        let n = self.pending.len();
+        self.good_len += self.pending_bytes as u64;
+        self.pending_bytes = 0;
+        for e in self.pending.drain(..) {
+            if let Some(ack) = e.ack {
+                let _ = ack.send(Ok(()));
+            }
+        }
+        self.shared.backlog.fetch_sub(n, Ordering::Relaxed);
+        self.shared.healthy.store(true, Ordering::Relaxed);
+        self.last_sync = Instant::now();
+        if self.episode.take().is_some() {
+            log::info!(
+                "usage ledger {}: writable again; {n} records written from the backlog",
+                self.path.display()
+            );
+        }
+    }
+
+    /// After a failed write, sync or cut-back: strict-mode records go back to their callers, the rest stay.
+    fn failed(&mut self, e: &io::Error) {
+        self.shared.write_errors.fetch_add(1, Ordering::Relaxed);
+        self.shared.healthy.store(false, Ordering::Relaxed);
+        let mut handed_back = 0usize;
+        for mut entry in std::mem::take(&mut self.pending) {
+            let Some(ack) = entry.ack.take() else {
+                self.pending.push_back(entry);
+                continue;
+            };
+            match ack.send(Err(entry.rec)) {
+                Ok(()) => {
+                    handed_back += 1;
+                    self.pending_bytes -= entry.line.len();
+                }
+                // Nobody waits for it any more: it stays with the others.
+                Err(SendError(Err(rec))) => self.pending.push_back(Entry {
+                    line: entry.line,
+                    rec,
+                    ack: None,
+                }),
+                Err(SendError(Ok(()))) => {}
+            }
+        }
+        self.shared
+            .backlog
+            .fetch_sub(handed_back, Ordering::Relaxed);
+        let handed = if handed_back > 0 {
+            format!("; {handed_back} handed back to their callers")
+        } else {
+            String::new()
+        };
+        let now = Instant::now();
+        match &mut self.episode {
+            None => {
+                log::error!(
+                    "usage ledger {}: cannot write ({e}); {} records kept in memory{handed}, retrying every \
+                     500 ms",
+                    self.path.display(),
+                    self.pending.len()
+                );
+                self.episode = Some(Episode { last_log: now });
+            }
+            Some(ep) if now.duration_since(ep.last_log) >= LOG_EVERY => {
+                log::error!(
+                    "usage ledger {}: still cannot write ({e}); {} records waiting{handed}",
+                    self.path.display(),
+                    self.pending.len()
+                );
+                ep.last_log = now;
+            }
+            Some(_) => {}
+        }
+    }
+
+    /// Drops every pending record: logged one per line so an operator can recover it (a strict-mode
+    /// record goes back to its caller instead). Returns how many were logged.
+    fn give_up(&mut self) -> usize {
+        let mut logged = 0;
+        let n = self.pending.len();
+        for e in self.pending.drain(..) {
+            // (A strict-mode record is only pending here if its caller stopped waiting.)
+            if let Some(ack) = e.ack {
+                if ack.send(Err(e.rec)).is_ok() {
+                    continue;
+                }
+            }
+            log_unwritten(&String::from_utf8_lossy(&e.line[..e.line.len() - 1]));
+            logged += 1;
+        }
+        self.pending_bytes = 0;
+        self.shared.backlog.fetch_sub(n, Ordering::Relaxed);
+        logged
+    }
+}
