@@ -12,5 +12,5 @@ mod server;
 pub use request::{
     parse_head, percent_decode, BodyKind, ChunkedDecoder, HttpError, Limits, Request,
 };
-pub use response::{reason, ResponseWriter, SharedStream};
+pub use response::{reason, ResponseWriter, SharedStream, Withheld};
 pub use server::{serve, Dispatch, ErrorRenderer, Exchange, HttpConfig, ServerState};

@@ -114,7 +114,28 @@ pub struct ResponseWriter {
     /// Hold the end of the response (a whole Content-Length response, or the last chunk) until the
     /// exchange is returned to its connection.
     hold: bool,
+    /// Also hold every chunk written from now on (`hold_rest`), not only the last.
+    holding_rest: bool,
+    /// Framed bytes to write on release.
     held: Vec<u8>,
+    /// The unframed data of the chunks in `held` (what `withhold` hands back).
+    held_data: Vec<u8>,
+    /// The client spoke HTTP/1.0: a stream is sent without chunked framing and ends when the connection
+    /// closes.
+    http10: bool,
+    /// The response in progress is a stream (chunked, or close-delimited for HTTP/1.0).
+    chunked: bool,
+}
+
+/// What [`ResponseWriter::withhold`] took back from a held response.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Withheld {
+    /// Nothing was held back (or the response was already on the wire).
+    Nothing,
+    /// A whole Content-Length response: the writer is fresh again and can send another.
+    Whole,
+    /// The held tail of a stream (the data of its held chunks): the stream is open again for more chunks.
+    Tail(Vec<u8>),
 }
 
 impl ResponseWriter {
@@ -126,7 +147,11 @@ impl ResponseWriter {
             keep_alive: true,
             head_only: false,
             hold: false,
+            holding_rest: false,
             held: Vec::new(),
+            held_data: Vec::new(),
+            http10: false,
+            chunked: false,
             status: 0,
             bytes_written: 0,
             buf: Vec::with_capacity(4096),
@@ -135,6 +160,11 @@ impl ResponseWriter {
 
     /// Prepares the writer for the next request on the same connection.
     pub(crate) fn reset(&mut self, keep_alive: bool, head_only: bool) {
+        self.reset_for(keep_alive, head_only, false);
+    }
+
+    /// [`reset`](Self::reset) for a request of the given HTTP version (`http10`: HTTP/1.0).
+    pub(crate) fn reset_for(&mut self, keep_alive: bool, head_only: bool, http10: bool) {
         if let Some(shared) = self.shared.take() {
             if let Ok(mut g) = shared.inner.lock() {
                 g.open = false;
@@ -142,7 +172,11 @@ impl ResponseWriter {
         }
         self.state = State::Fresh;
         self.hold = false;
+        self.holding_rest = false;
         self.held.clear();
+        self.held_data.clear();
+        self.http10 = http10;
+        self.chunked = false;
         self.keep_alive = keep_alive;
         self.head_only = head_only;
         self.status = 0;
@@ -178,8 +212,47 @@ impl ResponseWriter {
         }
     }
 
+    /// From now on, holds back every chunk written (not only the last) until release: what the handler does
+    /// after the stream's last events are written can still replace them (see [`withhold`](Self::withhold)).
+    /// Only in effect after `hold_end`.
+    pub fn hold_rest(&mut self) {
+        if self.hold && self.state == State::Streaming {
+            self.holding_rest = true;
+        }
+    }
+
+    /// Takes back what is held and not yet on the wire, so the handler can answer differently: a whole
+    /// response (the writer is fresh again), or a stream's held tail (the stream stays open for more chunks).
+    pub fn withhold(&mut self) -> Withheld {
+        if self.held.is_empty() {
+            return Withheld::Nothing;
+        }
+        self.held.clear();
+        match self.state {
+            State::Done
+                if !self.holding_rest && self.held_data.is_empty() && !self.was_chunked() =>
+            {
+                self.state = State::Fresh;
+                self.bytes_written = 0;
+                Withheld::Whole
+            }
+            State::Done | State::Streaming => {
+                self.state = State::Streaming;
+                self.bytes_written -= self.held_data.len() as u64;
+                Withheld::Tail(std::mem::take(&mut self.held_data))
+            }
+            _ => Withheld::Nothing,
+        }
+    }
+
+    fn was_chunked(&self) -> bool {
+        self.chunked
+    }
+
     /// Writes what `hold_end` kept back (also done by the connection when the exchange is returned).
     pub fn release_held(&mut self) -> io::Result<()> {
+        self.holding_rest = false;
+        self.held_data.clear();
         if self.held.is_empty() {
             return Ok(());
         }
@@ -213,6 +286,10 @@ impl ResponseWriter {
         match framing {
             Framing::Length(n) => {
                 let _ = write!(self.buf, "content-length: {n}\r\n");
+            }
+            Framing::Chunked if self.http10 => {
+                // HTTP/1.0 has no chunked coding: the body ends when the connection closes.
+                self.keep_alive = false;
             }
             Framing::Chunked => self
                 .buf
@@ -298,6 +375,7 @@ impl ResponseWriter {
         }
         self.write_head(status, headers, Framing::Chunked);
         self.state = State::Streaming;
+        self.chunked = true;
         self.flush_buf()
     }
 
@@ -312,11 +390,20 @@ impl ResponseWriter {
             return Ok(());
         }
         self.buf.clear();
-        self.buf
-            .extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+        if !self.http10 {
+            self.buf
+                .extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+        }
         self.buf.extend_from_slice(data);
-        self.buf.extend_from_slice(b"\r\n");
-        self.flush_buf()?;
+        if !self.http10 {
+            self.buf.extend_from_slice(b"\r\n");
+        }
+        if self.holding_rest {
+            self.held.append(&mut self.buf);
+            self.held_data.extend_from_slice(data);
+        } else {
+            self.flush_buf()?;
+        }
         self.bytes_written += data.len() as u64;
         Ok(())
     }
@@ -329,9 +416,11 @@ impl ResponseWriter {
             State::Broken => return Err(io::Error::new(io::ErrorKind::BrokenPipe, "client gone")),
             State::Fresh => return Err(io::Error::other("no response in progress")),
         }
-        if self.hold {
-            self.held = b"0\r\n\r\n".to_vec();
-        } else if !self.head_only {
+        if self.http10 || self.head_only {
+            // Nothing ends an HTTP/1.0 stream but the connection closing (it is not kept alive).
+        } else if self.hold {
+            self.held.extend_from_slice(b"0\r\n\r\n");
+        } else {
             self.buf.clear();
             self.buf.extend_from_slice(b"0\r\n\r\n");
             self.flush_buf()?;

@@ -272,7 +272,7 @@ impl Connection {
                 return;
             }
             // Lend the writer to a worker; it comes back through `handback` when the exchange is dropped.
-            writer.reset(request.keep_alive, head_only);
+            writer.reset_for(request.keep_alive, head_only, request.version == 0);
             self.state.in_flight.fetch_add(1, Ordering::SeqCst);
             let path = request.path.clone();
             let exchange = Exchange {
