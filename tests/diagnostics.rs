@@ -43,7 +43,7 @@ fn health_readiness_and_metrics() {
     for needle in [
         "tollgate_requests_total{protocol=\"chat\",model=\"mock\",status=\"200\"} 1",
         "tollgate_requests_total{protocol=\"messages\",model=\"mock\",status=\"200\"} 2",
-        "tollgate_requests_total{protocol=\"chat\",model=\"nope\",status=\"404\"} 1",
+        "tollgate_requests_total{protocol=\"chat\",model=\"unknown\",status=\"404\"} 1",
         "tollgate_request_duration_seconds_count 4",
         "tollgate_overhead_seconds_bucket{le=\"+Inf\"} 4",
         "tollgate_time_to_first_token_seconds_count 1",

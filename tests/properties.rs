@@ -134,7 +134,7 @@ proptest! {
             let mut dec = up.stream_decoder(&opts());
             let mut encs: Vec<_> = [Protocol::Chat, Protocol::Responses, Protocol::Messages]
                 .iter()
-                .map(|c| c.stream_encoder(&Request::default(), true))
+                .map(|c| c.stream_encoder(&Request::default(), true, "req_test"))
                 .collect();
             let mut out = Vec::new();
             let mut bytes = Vec::new();

@@ -38,34 +38,55 @@ pub fn authenticate(
 }
 
 fn presented_key(req: &Request, protocol: Protocol) -> Result<&str, ApiError> {
-    if let Some(k) = req.header("x-api-key") {
-        if !k.is_empty() {
-            return Ok(k);
-        }
-    }
     let how = match protocol {
         Protocol::Messages => "`x-api-key: <key>` or `Authorization: Bearer <key>`",
         _ => "`Authorization: Bearer <key>`",
     };
-    let Some(auth) = req.header("authorization") else {
-        return Err(ApiError::unauthorized(format!(
-            "Missing API key. Send it as {how}."
-        )));
-    };
-    let mut split = auth.splitn(2, ' ');
-    let scheme = split.next().unwrap_or("");
-    let rest = split.next();
-    match rest {
-        Some(key) if scheme.eq_ignore_ascii_case("bearer") => {
-            let key = key.trim_start();
-            if key.is_empty() {
-                Err(ApiError::unauthorized(format!("Empty API key. Send it as {how}.")))
-            } else {
-                Ok(key)
+    // Every credential the request carries; two different ones are refused rather than one billed.
+    let mut keys: Vec<(&'static str, &str)> = Vec::new();
+    for k in req.header_all("x-api-key").filter(|k| !k.is_empty()) {
+        keys.push(("`x-api-key`", k));
+    }
+    let mut bad_auth: Option<ApiError> = None;
+    for auth in req.header_all("authorization") {
+        let mut split = auth.splitn(2, ' ');
+        let scheme = split.next().unwrap_or("");
+        match split.next() {
+            Some(key) if scheme.eq_ignore_ascii_case("bearer") => {
+                let key = key.trim_start();
+                if key.is_empty() {
+                    bad_auth.get_or_insert_with(|| {
+                        ApiError::unauthorized(format!("Empty API key. Send it as {how}."))
+                    });
+                } else {
+                    keys.push(("`Authorization`", key));
+                }
+            }
+            _ => {
+                bad_auth.get_or_insert_with(|| {
+                    ApiError::unauthorized(format!(
+                        "The Authorization header must be `Bearer <key>` (the word Bearer, a space, then the key). \
+                         Send it as {how}."
+                    ))
+                });
             }
         }
-        _ => Err(ApiError::unauthorized(format!(
-            "The Authorization header must be `Bearer <key>` (the word Bearer, a space, then the key). Send it as {how}."
+    }
+    let first = keys.first().copied();
+    if let Some(((first_in, _), (other_in, _))) =
+        first.and_then(|f| keys.iter().find(|(_, k)| *k != f.1).map(|o| (f, *o)))
+    {
+        return Err(ApiError::invalid(format!(
+            "The request carries two different API keys (in {first_in} and {other_in}). Send exactly one key, \
+             as {how}."
+        ))
+        .with_code("conflicting_credentials"));
+    }
+    match (first, bad_auth) {
+        (Some((_, key)), _) => Ok(key),
+        (None, Some(e)) => Err(e),
+        (None, None) => Err(ApiError::unauthorized(format!(
+            "Missing API key. Send it as {how}."
         ))),
     }
 }
@@ -141,6 +162,36 @@ mod tests {
                 .unwrap_err()
                 .status,
             401
+        );
+    }
+
+    #[test]
+    fn two_different_keys_are_refused() {
+        let e = presented_key(
+            &req(&[("authorization", "Bearer abc"), ("x-api-key", "xyz")]),
+            Protocol::Messages,
+        )
+        .unwrap_err();
+        assert_eq!(e.status, 400);
+        assert!(e.message.contains("two different API keys"));
+        assert!(!e.message.contains("abc") && !e.message.contains("xyz"));
+        let e = presented_key(
+            &req(&[
+                ("authorization", "Bearer abc"),
+                ("authorization", "Bearer xyz"),
+            ]),
+            Protocol::Chat,
+        )
+        .unwrap_err();
+        assert_eq!(e.status, 400);
+        assert_eq!(
+            presented_key(
+                &req(&[("authorization", "Bearer abc"), ("x-api-key", "abc")]),
+                Protocol::Messages
+            )
+            .unwrap(),
+            "abc",
+            "the same key twice is one credential"
         );
     }
 }

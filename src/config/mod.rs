@@ -140,6 +140,8 @@ pub struct Config {
     pub ledger_sync: Duration,
     /// Sync each usage record before its response ends.
     pub ledger_strict: bool,
+    /// Usage records kept in memory while the ledger's disk fails; when reached, new requests get 503.
+    pub ledger_backlog_records: usize,
     pub log_level: String,
     /// `text` or `json` (JSON lines).
     pub log_format: String,

@@ -28,6 +28,7 @@ pub(super) struct RawConfig {
     keepalive_secs: Option<u64>,
     ledger_sync_ms: Option<u64>,
     ledger_strict: Option<bool>,
+    ledger_backlog_records: Option<u64>,
     log_level: Option<String>,
     log_format: Option<String>,
     #[serde(default)]
@@ -383,6 +384,16 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             None => Duration::from_millis(200),
         },
         ledger_strict: raw.ledger_strict.unwrap_or(false),
+        ledger_backlog_records: match raw.ledger_backlog_records {
+            None => 10_000,
+            Some(n) if (1..=10_000_000).contains(&n) => n as usize,
+            Some(n) => {
+                return Err(err(
+                    "ledger_backlog_records",
+                    format!("expected 1 to 10000000 records, got {n}"),
+                ))
+            }
+        },
         log_level,
         log_format: match raw.log_format.as_deref() {
             None | Some("text") => "text".to_string(),

@@ -226,7 +226,14 @@ pub fn models(gw: &Gateway, probe: bool) -> Value {
                 .iter()
                 .map(|u| {
                     let kind = config.upstream(u).map(|x| x.kind.name()).unwrap_or("?");
-                    json!({"name": u, "kind": kind, "probe": probes.get(u)})
+                    let b = gw.breakers.view(u);
+                    let breaker = json!({
+                        "state": b.state,
+                        "until": b.until_unix_ms.map(crate::util::rfc3339_millis),
+                        "reason": b.reason,
+                        "failures": b.failures,
+                    });
+                    json!({"name": u, "kind": kind, "probe": probes.get(u), "breaker": breaker})
                 })
                 .collect();
             json!({

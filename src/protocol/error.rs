@@ -43,6 +43,9 @@ pub struct ErrorInfo {
     /// The upstream's own `type`, kept when the client speaks the same family of protocol.
     pub openai_type: Option<String>,
     pub anthropic_type: Option<String>,
+    /// The upstream did not answer at all (no response head): unreachable, refused, or silent past its
+    /// first-byte timeout. Only such failures may open an upstream's breaker.
+    pub unanswered: bool,
 }
 
 impl ApiError {
@@ -56,6 +59,7 @@ impl ApiError {
             retry_after: None,
             openai_type: None,
             anthropic_type: None,
+            unanswered: false,
         }))
     }
 
@@ -111,6 +115,12 @@ impl ApiError {
 
     pub fn with_code(mut self, code: &str) -> Self {
         self.code = Some(code.to_string());
+        self
+    }
+
+    /// Marks the error as the upstream not answering at all.
+    pub fn unanswered(mut self) -> Self {
+        self.unanswered = true;
         self
     }
 
@@ -218,20 +228,33 @@ impl ApiError {
     /// its message, type, param and code.
     pub fn from_upstream(status: u16, body: &[u8], retry_after: Option<u64>) -> Self {
         let kind = Self::kind_for_status(status);
-        let parsed: Option<Value> = serde_json::from_slice(body).ok();
+        let parsed: Option<Value> = serde_json::from_slice(body)
+            .ok()
+            .or_else(|| error_in_event_stream(body));
         let mut err = ApiError::new(status, kind, String::new());
         err.retry_after = retry_after;
-        let obj = parsed.as_ref().and_then(|v| v.get("error"));
+        let nested = parsed.as_ref().and_then(|v| v.get("error"));
+        let typed_error = parsed
+            .as_ref()
+            .and_then(|v| v.get("type"))
+            .and_then(Value::as_str)
+            == Some("error");
+        // Anthropic nests its error under a `"type": "error"` envelope; a Responses `error` event carries
+        // its fields at the top level.
+        let is_anthropic = typed_error && nested.is_some();
+        let obj = match (nested, &parsed) {
+            (None, Some(v)) if typed_error => Some(v),
+            (o, _) => o,
+        };
         match obj {
             Some(Value::Object(o)) => {
                 let msg = o.get("message").and_then(Value::as_str).unwrap_or("");
                 err.message = format!("upstream error: {msg}");
-                let ty = o.get("type").and_then(Value::as_str).map(str::to_string);
-                let is_anthropic = parsed
-                    .as_ref()
-                    .and_then(|v| v.get("type"))
+                let ty = o
+                    .get("type")
                     .and_then(Value::as_str)
-                    == Some("error");
+                    .filter(|t| *t != "error" || is_anthropic)
+                    .map(str::to_string);
                 if is_anthropic {
                     err.anthropic_type = ty;
                 } else {
@@ -260,6 +283,18 @@ impl ApiError {
         }
         err
     }
+}
+
+/// An error reply whose body is an event stream (some servers answer a failed streaming request with an SSE
+/// `error` event and a 5xx): the first event whose data is a JSON error.
+fn error_in_event_stream(body: &[u8]) -> Option<Value> {
+    let text = std::str::from_utf8(body).ok()?;
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .find(|v| {
+            v.get("error").is_some() || v.get("type").and_then(Value::as_str) == Some("error")
+        })
 }
 
 impl std::ops::Deref for ApiError {
@@ -313,5 +348,18 @@ mod tests {
         assert_eq!(e.retry_after, Some(3));
         let e = ApiError::from_upstream(502, b"<html>bad gateway</html>", None);
         assert!(e.message.contains("<html>bad gateway"));
+    }
+
+    #[test]
+    fn an_event_stream_error_body_is_read_for_its_message_and_code() {
+        let body = b"event: error\ndata: {\"error\":{\"message\":\"model crashed\",\"type\":\"server_error\",\"code\":\"engine_dead\"}}\n\n";
+        let e = ApiError::from_upstream(500, body, None);
+        assert_eq!(e.message, "upstream error: model crashed");
+        assert_eq!(e.code.as_deref(), Some("engine_dead"));
+        let body = b"event: error\ndata: {\"type\":\"error\",\"code\":\"overloaded\",\"message\":\"busy\",\"sequence_number\":0}\n\n";
+        let e = ApiError::from_upstream(503, body, None);
+        assert_eq!(e.message, "upstream error: busy");
+        assert_eq!(e.code.as_deref(), Some("overloaded"));
+        assert!(!e.message.contains("data:"));
     }
 }

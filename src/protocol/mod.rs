@@ -8,6 +8,7 @@ pub mod chat;
 pub mod egress;
 mod error;
 pub mod fields;
+pub mod limits;
 pub mod messages;
 pub mod responses;
 pub mod sse;
@@ -75,17 +76,52 @@ impl Protocol {
         }
     }
 
-    /// A stream encoder that turns canonical events into this protocol's SSE lifecycle.
+    /// A stream encoder that turns canonical events into this protocol's SSE lifecycle; its error events
+    /// carry `request_id`.
     pub fn stream_encoder(
         self,
         req: &canon::Request,
         include_usage: bool,
+        request_id: &str,
     ) -> Box<dyn StreamEncoder> {
+        let id = request_id.to_string();
         match self {
-            Protocol::Chat => Box::new(chat::ChatStreamEncoder::new(include_usage)),
-            Protocol::Responses => Box::new(responses::ResponsesStreamEncoder::new(req)),
-            Protocol::Messages => Box::new(messages::MessagesStreamEncoder::new()),
+            Protocol::Chat => {
+                Box::new(chat::ChatStreamEncoder::new(include_usage).with_request_id(id))
+            }
+            Protocol::Responses => {
+                Box::new(responses::ResponsesStreamEncoder::new(req).with_request_id(id))
+            }
+            Protocol::Messages => {
+                Box::new(messages::MessagesStreamEncoder::new().with_request_id(id))
+            }
         }
+    }
+
+    /// The in-stream error event of this protocol, for a stream that fails after it started; it carries the
+    /// request id. `next_seq`: Responses events are numbered, and the error takes the next number.
+    pub fn error_event(self, err: &ApiError, request_id: &str, next_seq: Option<u64>) -> Vec<u8> {
+        use serde_json::json;
+        let mut out = Vec::new();
+        match self {
+            Protocol::Chat => {
+                let d = json!({"error": err.openai_object(request_id)});
+                sse::push_event(&mut out, None, &d.to_string());
+            }
+            Protocol::Messages => {
+                let d = json!({"type": "error", "error": err.anthropic_object(request_id),
+                               "request_id": request_id});
+                sse::push_event(&mut out, Some("error"), &d.to_string());
+            }
+            Protocol::Responses => {
+                let code = err.code.clone().unwrap_or_else(|| "server_error".into());
+                let d = json!({"type": "error", "code": code,
+                               "message": err.openai_object(request_id)["message"],
+                               "param": err.param, "sequence_number": next_seq.unwrap_or(0)});
+                sse::push_event(&mut out, Some("error"), &d.to_string());
+            }
+        }
+        out
     }
 
     /// Reads a `usage` object of this protocol.

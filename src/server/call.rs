@@ -22,10 +22,13 @@ pub fn send(
     beta: Option<&str>,
 ) -> Result<Reply, ApiError> {
     out.upstream_called = true;
+    out.upstream_calls += 1;
     let sent = std::time::Instant::now();
     let reply = uphttp::send(&gw.agent, upstream, body, stream, beta);
     trace.add_upstream_wait(sent.elapsed());
-    let reply = reply?;
+    // Every failure before a response head means the upstream did not answer (unreachable, refused, silent
+    // past its first-byte timeout): the only kind that may open its breaker.
+    let reply = reply.map_err(ApiError::unanswered)?;
     let status = reply.status;
     if status >= 400 {
         let retry_after = reply.retry_after;

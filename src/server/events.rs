@@ -21,6 +21,8 @@ pub struct EventWriter<'a> {
     input_estimate: u64,
     /// Everything generated so far, for an output estimate when no usage comes.
     produced: String,
+    /// A running estimate of the tokens in `produced` (summed per delta, so cheap per event).
+    produced_tokens: u64,
     pub error: Option<ApiError>,
 }
 
@@ -50,6 +52,7 @@ impl<'a> EventWriter<'a> {
             usage: None,
             input_estimate,
             produced: String::new(),
+            produced_tokens: 0,
             error: None,
         };
         ew.emit(&start)?;
@@ -62,18 +65,28 @@ impl<'a> EventWriter<'a> {
             StreamEvent::Usage(u) => self.usage = Some(*u),
             StreamEvent::TextDelta(t) | StreamEvent::ReasoningDelta(t) => {
                 self.trace.mark_first_token();
-                self.produced.push_str(t)
+                self.produce(t);
             }
-            StreamEvent::ToolArgsDelta { delta, .. } => self.produced.push_str(delta),
+            StreamEvent::ToolArgsDelta { delta, .. } => self.produce(delta),
             StreamEvent::ToolCallStart { name, .. } => {
                 self.trace.mark_first_token();
-                self.produced.push_str(name)
+                self.produce(name);
             }
             StreamEvent::Error(e) => self.error = Some(e.clone()),
             _ => {}
         }
         self.enc.encode(ev, &mut self.buf);
         self.flush()
+    }
+
+    fn produce(&mut self, text: &str) {
+        self.produced.push_str(text);
+        self.produced_tokens += estimate_tokens(text);
+    }
+
+    /// The output the upstream reported so far (if any) and an estimate of what was produced.
+    pub fn output_so_far(&self) -> (Option<u64>, u64) {
+        (self.usage.map(|u| u.output_tokens), self.produced_tokens)
     }
 
     fn flush(&mut self) -> Result<(), ClientGone> {
@@ -104,6 +117,11 @@ impl<'a> EventWriter<'a> {
     /// events and the end of the chunked body.
     pub fn finish(mut self) -> Result<(Usage, bool), ClientGone> {
         let (usage, estimated) = self.usage();
+        if self.trace.hold_tail {
+            // Strict ledger: the closing events wait until the usage record is synced.
+            self.flush()?;
+            self.w.hold_rest();
+        }
         if estimated && self.error.is_none() {
             self.enc.encode(&StreamEvent::Usage(usage), &mut self.buf);
         }

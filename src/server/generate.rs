@@ -1,7 +1,7 @@
 //! The generation endpoints' pipeline: authenticate, parse, validate, authorize, pick the upstream, answer
 //! (mock, passthrough or, later, translation), and report the outcome.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -10,10 +10,11 @@ use super::relay;
 use super::respond::{self, Trace};
 use super::Gateway;
 use crate::access;
-use crate::config::{Config, Model, UpstreamKind};
+use crate::config::{Config, Model, Upstream, UpstreamKind};
 use crate::http::Exchange;
 use crate::protocol::canon::Usage;
-use crate::protocol::{fields, messages, ApiError, Protocol};
+use crate::protocol::{fields, limits, messages, ApiError, Protocol};
+use crate::upstream::breaker::{Admit, Policy, Standing, Verdict};
 use crate::util::new_id;
 
 /// What happened to one request, for the log line and the usage ledger.
@@ -21,6 +22,8 @@ use crate::util::new_id;
 pub struct Outcome {
     /// The request got as far as calling an upstream (so it gets a usage record).
     pub upstream_called: bool,
+    /// Upstream calls made (one per attempt that reached its upstream).
+    pub upstream_calls: u32,
     pub key: Option<String>,
     pub group: Option<String>,
     pub model: Option<String>,
@@ -32,12 +35,27 @@ pub struct Outcome {
     pub client_closed: bool,
     /// Usage was estimated from the text because the upstream reported none.
     pub estimated: bool,
+    /// The output limit sent upstream by the attempt that answered (None: the request carried none). Output
+    /// beyond it is never billed.
+    pub output_limit: Option<u64>,
+    /// The request was cut by the shutdown deadline.
+    pub shutdown: bool,
 }
 
 impl Outcome {
     pub fn set_usage(&mut self, (usage, estimated): (Usage, bool)) {
         self.usage = Some(usage);
         self.estimated = estimated;
+    }
+
+    /// Forgets what an earlier attempt on another upstream left behind.
+    fn start_attempt(&mut self, upstream: &str) {
+        self.upstream = Some(upstream.to_string());
+        self.status = 0;
+        self.usage = None;
+        self.error = None;
+        self.estimated = false;
+        self.output_limit = None;
     }
 }
 
@@ -48,9 +66,19 @@ pub fn handle(gw: &Gateway, ex: &mut Exchange, protocol: Protocol) {
     // has its answer finds its record in the admin API.
     ex.response().hold_end();
     let mut trace = Trace::new(ex, protocol);
+    trace.hold_tail = config.ledger_strict;
     let mut out = Outcome::default();
     let mut reservation = None;
     let result = prepare(gw, &config, ex, &trace, &mut out).and_then(|prepared| {
+        if gw.watchdog.is_shut_down() {
+            return Err(shutdown_error());
+        }
+        if !gw.ledger.accepting() {
+            gw.metrics
+                .ledger_refused
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Err(accounting::ledger_unavailable(gw));
+        }
         let admitted = accounting::admit(gw, &config, &prepared);
         let (res, info) = match admitted {
             Ok(pair) => pair,
@@ -67,10 +95,10 @@ pub fn handle(gw: &Gateway, ex: &mut Exchange, protocol: Protocol) {
         };
         trace.extra = info.headers;
         reservation = Some(res);
-        let watch = gw.watchdog.watch(ex.response().socket());
+        let _watch = gw.watchdog.watch(ex.response().socket(), trace.cut.clone());
         let mut prepared = prepared;
         let result = dispatch(gw, &config, ex, &trace, &mut out, &mut prepared);
-        if watch.cancelled() {
+        if trace.client_gone() {
             // The client went away; whatever the upstream call ended with, nobody is listening.
             out.client_closed = true;
             return Ok(());
@@ -78,35 +106,54 @@ pub fn handle(gw: &Gateway, ex: &mut Exchange, protocol: Protocol) {
         result
     });
     if let Err(e) = result {
+        let e = if trace.cut_by_shutdown() {
+            shutdown_error()
+        } else {
+            e
+        };
         if !ex.response().is_started() {
             respond::error(ex.response(), &trace, &e);
         }
         out.status = e.status;
         out.error = Some(e.message.clone());
     }
-    let cost = accounting::record(gw, &config, ex, &trace, &out, reservation);
-    let _ = ex.response().release_held();
-    observe(gw, &trace, &out, cost);
+    out.shutdown = trace.cut_by_shutdown();
+    let cost = accounting::record(gw, &config, ex, &trace, &mut out, reservation);
+    // Metrics and the log line before the answer's last byte: a client that reads `/metrics` right after its
+    // answer sees its request counted.
+    observe(gw, &config, &trace, &out, cost);
     log_outcome(ex, &trace, &out);
+    let _ = ex.response().release_held();
+}
+
+/// The error a request cut by the shutdown deadline ends with.
+pub fn shutdown_error() -> ApiError {
+    ApiError::unavailable(
+        "The gateway is shutting down and its grace period for requests in flight has ended; this answer was \
+         cut short. Retry the request.",
+    )
+    .with_code("shutting_down")
 }
 
 /// Feeds the metrics with a finished request.
-fn observe(gw: &Gateway, trace: &Trace, out: &Outcome, cost: f64) {
-    if trace.streaming.get() {
+fn observe(gw: &Gateway, config: &Config, trace: &Trace, out: &Outcome, cost: f64) {
+    if trace.streaming.replace(false) {
         super::metrics::ACTIVE_STREAMS.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
-    let status = if out.client_closed {
-        "client_closed".to_string()
-    } else {
-        out.status.to_string()
-    };
+    let status = status_text(out);
     let usage = out.usage.unwrap_or_default();
     let upstream_failed = out.upstream_called
         && !out.client_closed
         && (out.status >= 500 || (out.status == 200 && out.error.is_some()));
+    // Label values come only from configured models, so invented names cannot grow the series.
+    let model = match out.model.as_deref() {
+        Some(m) if config.model_any(m).is_some() => m,
+        Some(_) => "unknown",
+        None => "-",
+    };
     gw.metrics.observe(&super::metrics::Observation {
         protocol: trace.protocol.name(),
-        model: out.model.as_deref().unwrap_or("-"),
+        model,
         status: &status,
         upstream: out.upstream.as_deref(),
         upstream_failed,
@@ -121,14 +168,21 @@ fn observe(gw: &Gateway, trace: &Trace, out: &Outcome, cost: f64) {
     });
 }
 
+/// The status as logs and metrics show it: the HTTP status, or `client_closed` / `shutdown`.
+fn status_text(out: &Outcome) -> String {
+    if out.client_closed {
+        "client_closed".to_string()
+    } else if out.shutdown {
+        "shutdown".to_string()
+    } else {
+        out.status.to_string()
+    }
+}
+
 fn log_outcome(ex: &Exchange, trace: &Trace, out: &Outcome) {
     let ms = ex.received.elapsed().as_millis() as u64;
     let usage = out.usage.unwrap_or_default();
-    let status = if out.client_closed {
-        "client_closed".to_string()
-    } else {
-        out.status.to_string()
-    };
+    let status = status_text(out);
     let level = if out.error.is_some() && out.status >= 500 {
         log::Level::Warn
     } else {
@@ -188,6 +242,33 @@ pub struct Prepared<'a> {
     pub body_len: usize,
     pub stream: bool,
     pub model: &'a Model,
+    /// The output limit the client asked for, read from its own protocol's field(s) only.
+    pub requested_output: Option<u64>,
+}
+
+impl Prepared<'_> {
+    /// The output limit admission reserves for: the client's, or the model's `max_output_tokens`. No
+    /// upstream request of this request asks for more (see [`Prepared::limit_for_upstream`]).
+    pub fn reserved_output(&self) -> u64 {
+        self.requested_output
+            .unwrap_or(self.model.max_output_tokens)
+    }
+
+    /// Whether every upstream request must carry an output limit: the key has a finite balance, so the
+    /// worst case reserved must be the worst case possible.
+    pub fn must_limit(&self) -> bool {
+        self.identity.credit.is_some()
+    }
+
+    /// The output limit a passthrough request carries upstream: the client's own, or (keys with a finite
+    /// balance) the reserved one, added when the client sent none.
+    pub fn limit_for_upstream(&self) -> Option<u64> {
+        if self.must_limit() {
+            Some(self.reserved_output())
+        } else {
+            self.requested_output
+        }
+    }
 }
 
 fn prepare<'a>(
@@ -207,9 +288,12 @@ fn prepare<'a>(
             "anthropic-version: header is required (for example `anthropic-version: 2023-06-01`).",
         ));
     }
-    let body = parse_body(&ex.request.body)?;
+    let mut body = parse_body(&ex.request.body)?;
     let stream = validate_envelope(protocol, &body)?;
     out.stream = stream;
+    // One output limit: the client protocol's own field; other protocols' limit fields are dropped so that
+    // no upstream can honour a limit admission did not reserve for.
+    let requested_output = limits::normalize(protocol, &mut body)?;
     let model_name = body
         .get("model")
         .and_then(Value::as_str)
@@ -235,11 +319,13 @@ fn prepare<'a>(
         body_len: ex.request.body.len(),
         stream,
         model,
+        requested_output,
     })
 }
 
-/// Sends the request to the model's upstreams in order, moving on only before the first byte reached the
-/// client and only for failures another upstream may not have.
+/// Sends the request to the model's upstreams, moving on only before the first byte reached the client and
+/// only for failures another upstream may not have. Upstreams whose breaker is open (they stopped answering)
+/// are skipped; upstreams ejected for answering with errors are tried after the healthy ones, never refused.
 fn dispatch(
     gw: &Gateway,
     config: &Config,
@@ -248,12 +334,10 @@ fn dispatch(
     out: &mut Outcome,
     p: &mut Prepared,
 ) -> Result<(), ApiError> {
-    let protocol = trace.protocol;
-    let (model, stream) = (p.model, p.stream);
-    let client_wants_usage = chat_wants_usage(&p.body);
-    // Upstreams whose breaker is open are skipped; when all are, the client hears when to come back.
-    let mut candidates = Vec::new();
-    let mut soonest: Option<std::time::Duration> = None;
+    let model = p.model;
+    let mut ready = Vec::new();
+    let mut ejected = Vec::new();
+    let mut skipped = Vec::new();
     for name in &model.upstreams {
         let Some(upstream) = config.upstream(name) else {
             return Err(ApiError::internal(format!(
@@ -261,68 +345,51 @@ fn dispatch(
                 model.name
             )));
         };
-        match gw.breakers.admit(&upstream.name) {
-            crate::upstream::breaker::Admit::Yes => candidates.push(upstream),
-            crate::upstream::breaker::Admit::No(wait) => {
-                log::debug!(
-                    "{}: skipping upstream `{}` (breaker open)",
-                    trace.request_id,
-                    upstream.name
-                );
-                soonest = Some(soonest.map_or(wait, |s| s.min(wait)));
-            }
+        match gw.breakers.standing(&upstream.name) {
+            Standing::Ready => ready.push(upstream),
+            Standing::Ejected => ejected.push(upstream),
+            Standing::Skipped(wait) => skipped.push((upstream, wait)),
         }
     }
-    if candidates.is_empty() {
-        let secs = soonest.map_or(1, |w| w.as_secs().max(1));
-        return Err(ApiError::unavailable(format!(
-            "every upstream of model `{}` failed repeatedly and is cooling down; retry in {secs} s",
-            model.name
-        ))
-        .with_retry_after(secs)
-        .with_code("upstream_unavailable"));
-    }
-    let count = candidates.len();
-    for (i, upstream) in candidates.into_iter().enumerate() {
-        out.upstream = Some(upstream.name.clone());
-        out.error = None;
+    let plan: Vec<&Upstream> = ready.into_iter().chain(ejected).collect();
+    let mut last: Option<ApiError> = None;
+    for (i, upstream) in plan.iter().copied().enumerate() {
+        // Admitted just before it is tried: a probe granted here is reported below, or given back.
+        let ticket = match gw.breakers.admit(&upstream.name) {
+            Admit::Yes(t) => t,
+            Admit::No(wait) => {
+                skipped.push((upstream, wait));
+                continue;
+            }
+        };
+        out.start_attempt(&upstream.name);
+        let calls = out.upstream_calls;
         let started = Instant::now();
         let attempt = match upstream.kind {
-            UpstreamKind::Mock => {
-                super::mock::serve(gw, ex, trace, out, upstream, model, &p.body, stream)
+            UpstreamKind::Mock => super::mock::serve(gw, ex, trace, out, upstream, p),
+            kind if kind.protocol() == Some(trace.protocol) => {
+                relay::passthrough(gw, ex, trace, out, upstream, p)
             }
-            kind if kind.protocol() == Some(protocol) => relay::passthrough(
-                gw,
-                ex,
-                trace,
-                out,
-                upstream,
-                model,
-                &mut p.body,
-                stream,
-                client_wants_usage,
-            ),
-            _ => super::translate::translate(gw, ex, trace, out, upstream, model, &p.body, stream),
+            _ => super::translate::translate(gw, ex, trace, out, upstream, p),
         };
-        // The breaker hears about the upstream's health: unreachable, timeouts, 5xx and broken streams.
-        let failed = match &attempt {
-            Err(e) => out.upstream_called && e.status >= 500,
-            Ok(()) => out.error.is_some() && !out.client_closed,
-        };
-        if failed {
-            gw.breakers.failure(
-                &upstream.name,
-                upstream.breaker_failures,
-                upstream.breaker_cooldown,
-            );
-        } else if attempt.is_ok() && !out.client_closed {
-            gw.breakers.success(&upstream.name);
-        } else {
-            gw.breakers.inconclusive(&upstream.name);
-        }
+        let verdict = verdict(&attempt, out, trace, out.upstream_calls > calls);
+        gw.breakers.report(
+            ticket,
+            verdict,
+            Policy {
+                failures: upstream.breaker_failures,
+                cooldown: upstream.breaker_cooldown,
+            },
+        );
         match attempt {
             Ok(()) => return Ok(()),
-            Err(e) if i + 1 < count && !ex.response().is_started() && retryable(&e) => {
+            Err(e)
+                if i + 1 < plan.len()
+                    && !ex.response().is_started()
+                    && retryable(&e)
+                    && !trace.client_gone()
+                    && !trace.cut_by_shutdown() =>
+            {
                 log::warn!(
                     "{}: upstream `{}` failed after {} ms ({}); trying the next one",
                     trace.request_id,
@@ -330,14 +397,65 @@ fn dispatch(
                     started.elapsed().as_millis(),
                     e
                 );
+                last = Some(e);
             }
             Err(e) => return Err(e),
         }
     }
-    Err(ApiError::internal(format!(
-        "model `{}` has no upstream",
-        model.name
-    )))
+    Err(last.unwrap_or_else(|| unavailable(gw, model, &skipped)))
+}
+
+/// What an attempt says about its upstream's health (see `upstream::breaker`).
+fn verdict(attempt: &Result<(), ApiError>, out: &Outcome, trace: &Trace, called: bool) -> Verdict {
+    if !called || trace.client_gone() || trace.cut_by_shutdown() {
+        return Verdict::Inconclusive;
+    }
+    match attempt {
+        Err(e) if e.unanswered => Verdict::Silent(e.message.clone()),
+        Err(e) if e.status >= 500 => Verdict::Erroring(e.message.clone()),
+        Err(_) => Verdict::Alive,
+        Ok(()) if out.client_closed => Verdict::Inconclusive,
+        Ok(()) => match &out.error {
+            Some(e) => Verdict::Erroring(e.clone()),
+            None => Verdict::Success,
+        },
+    }
+}
+
+/// 503 when no upstream of the model may be tried now: each was skipped because it stopped answering.
+fn unavailable(gw: &Gateway, model: &Model, skipped: &[(&Upstream, Duration)]) -> ApiError {
+    let secs = skipped
+        .iter()
+        .map(|(_, w)| w.as_secs_f64().ceil() as u64)
+        .min()
+        .unwrap_or(1)
+        .max(1);
+    let why: Vec<String> = skipped
+        .iter()
+        .map(|(u, _)| {
+            let v = gw.breakers.view(&u.name);
+            let reason = v.reason.unwrap_or_else(|| "no answer".into());
+            if v.state == "probing" {
+                format!(
+                    "`{}` stopped answering ({reason}) and another request is checking whether it is back",
+                    u.name
+                )
+            } else {
+                format!(
+                    "`{}` did not answer {} times in a row (last: {reason})",
+                    u.name, v.failures
+                )
+            }
+        })
+        .collect();
+    ApiError::unavailable(format!(
+        "The model `{}` cannot be served right now: upstream {}. tollgate tries a silent upstream again with one \
+         request at a time; retry in {secs} s.",
+        model.name,
+        why.join("; upstream ")
+    ))
+    .with_retry_after(secs)
+    .with_code("upstream_unavailable")
 }
 
 /// Failures worth trying the next upstream for: unreachable, timed out, overloaded, 5xx, 429.

@@ -102,6 +102,8 @@ pub struct Metrics {
     first_token: Histogram,
     pub rate_limited: AtomicU64,
     pub quota_exhausted: AtomicU64,
+    /// Requests refused because the usage ledger could not take more records.
+    pub ledger_refused: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -114,7 +116,20 @@ impl Default for Metrics {
             first_token: Histogram::new(&LATENCY_BUCKETS),
             rate_limited: AtomicU64::new(0),
             quota_exhausted: AtomicU64::new(0),
+            ledger_refused: AtomicU64::new(0),
         }
+    }
+}
+
+/// An amount of credits as a plain decimal without float noise (`0.000945`, not
+/// `0.0009450000000000005`): rounded to 1e-9 credits, trailing zeros dropped.
+pub fn decimal(v: f64) -> String {
+    let s = format!("{:.9}", v);
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    if s.is_empty() || s == "-0" {
+        "0".to_string()
+    } else {
+        s.to_string()
     }
 }
 
@@ -221,7 +236,7 @@ impl Metrics {
                 out,
                 "tollgate_cost_total{{model=\"{}\"}} {}",
                 label(model),
-                c.cost
+                decimal(c.cost)
             );
         }
         drop(models);
@@ -250,10 +265,75 @@ impl Metrics {
             "tollgate_rejected_requests_total{{reason=\"quota\"}} {}",
             self.quota_exhausted.load(Ordering::Relaxed)
         );
+        let _ = writeln!(
+            out,
+            "tollgate_rejected_requests_total{{reason=\"ledger\"}} {}",
+            self.ledger_refused.load(Ordering::Relaxed)
+        );
         let _ = writeln!(out, "# HELP tollgate_active_streams Streams being answered now.\n# TYPE tollgate_active_streams gauge\ntollgate_active_streams {}", ACTIVE_STREAMS.load(Ordering::Relaxed));
         for (name, help, v) in gauges {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
         }
         out
     }
+}
+
+/// The whole `/metrics` text: the counters and histograms, and gauges read at the moment of the scrape
+/// (queue, connections, workers, the usage ledger's backlog, each configured upstream's breaker).
+pub fn scrape(gw: &super::Gateway) -> String {
+    let config = gw.config();
+    let gauges = [
+        (
+            "tollgate_queue_depth",
+            "Requests waiting for a worker.",
+            gw.queue.len() as f64,
+        ),
+        (
+            "tollgate_open_connections",
+            "Client connections open.",
+            gw.state.open_connections.load(Ordering::Relaxed) as f64,
+        ),
+        (
+            "tollgate_in_flight_requests",
+            "Requests handed to a worker and not yet answered.",
+            gw.state.in_flight.load(Ordering::Relaxed) as f64,
+        ),
+        ("tollgate_workers", "Worker threads.", config.workers as f64),
+        (
+            "tollgate_ledger_backlog_records",
+            "Usage records not yet written to the ledger file (kept in memory while its disk fails).",
+            gw.ledger.backlog() as f64,
+        ),
+        (
+            "tollgate_ledger_healthy",
+            "1 while the usage ledger's last write and sync succeeded, 0 after a failure.",
+            if gw.ledger.healthy() { 1.0 } else { 0.0 },
+        ),
+    ];
+    let mut out = gw
+        .metrics
+        .render(&gauges, gw.state.rejected.load(Ordering::Relaxed) as u64);
+    let _ = writeln!(
+        out,
+        "# HELP tollgate_ledger_write_errors_total Failed writes or syncs of the usage ledger.\n\
+         # TYPE tollgate_ledger_write_errors_total counter\ntollgate_ledger_write_errors_total {}",
+        gw.ledger.write_errors()
+    );
+    out.push_str(
+        "# HELP tollgate_upstream_breaker Breaker state per upstream: 1 for the state it is in (closed; open: \
+         it stopped answering and is skipped; probing: one request is checking it; ejected: it answers with \
+         errors and is passed over while a sibling is healthy).\n# TYPE tollgate_upstream_breaker gauge\n",
+    );
+    for u in &config.upstreams {
+        let view = gw.breakers.view(&u.name);
+        for state in ["closed", "open", "probing", "ejected"] {
+            let _ = writeln!(
+                out,
+                "tollgate_upstream_breaker{{upstream=\"{}\",state=\"{state}\"}} {}",
+                label(&u.name),
+                u8::from(view.state == state)
+            );
+        }
+    }
+    out
 }

@@ -1,32 +1,33 @@
 //! Answers from the built-in mock model, in the client's protocol, streamed or not.
 
-use serde_json::Value;
-
 use super::events::EventWriter;
-use super::generate::{chat_wants_usage, response_id, Outcome};
+use super::generate::{chat_wants_usage, response_id, Outcome, Prepared};
 use super::respond::{self, Trace};
 use super::Gateway;
-use crate::config::{Model, Upstream};
+use crate::config::Upstream;
 use crate::http::Exchange;
 use crate::protocol::canon::StreamEvent;
 use crate::protocol::ApiError;
 use crate::upstream::mock;
 use crate::util::unix_now;
 
-#[allow(clippy::too_many_arguments)]
 pub fn serve(
     gw: &Gateway,
     ex: &mut Exchange,
     trace: &Trace,
     out: &mut Outcome,
     upstream: &Upstream,
-    model: &Model,
-    body: &Value,
-    stream: bool,
+    p: &Prepared,
 ) -> Result<(), ApiError> {
     let protocol = trace.protocol;
-    let req = protocol.decode_request(body)?;
+    let (model, stream) = (p.model, p.stream);
+    let mut req = protocol.decode_request(&p.body)?;
+    if req.max_tokens.is_none() && p.must_limit() {
+        req.max_tokens = Some(p.reserved_output());
+    }
+    out.output_limit = req.max_tokens;
     out.upstream_called = true;
+    out.upstream_calls += 1;
     let mut reply = mock::reply(&req, &model.name);
     reply.response.id = response_id(protocol);
     out.usage = Some(reply.response.usage);
@@ -37,7 +38,7 @@ pub fn serve(
         out.status = 200;
         return Ok(());
     }
-    let encoder = protocol.stream_encoder(&req, chat_wants_usage(body));
+    let encoder = protocol.stream_encoder(&req, chat_wants_usage(&p.body), &trace.request_id);
     let start = StreamEvent::Start {
         id: reply.response.id.clone(),
         model: model.name.clone(),
@@ -52,6 +53,13 @@ pub fn serve(
     };
     out.status = 200;
     for ev in &reply.events {
+        if trace.cut_by_shutdown() {
+            let _ = writer.emit(&StreamEvent::Error(super::generate::shutdown_error()));
+            out.error = Some(super::generate::shutdown_error().message.clone());
+            out.set_usage(writer.usage());
+            let _ = writer.finish();
+            return Ok(());
+        }
         if !upstream.mock_delay.is_zero()
             && !matches!(ev, StreamEvent::Finish(_) | StreamEvent::Usage(_))
         {

@@ -88,12 +88,15 @@ impl Gateway {
     }
 }
 
-/// Renders errors the HTTP layer answers by itself, in the shape of the protocol at that path.
+/// Renders errors the HTTP layer answers by itself, in the shape of the protocol at that path, with the
+/// headers every other answer carries (`x-request-id`, `x-should-retry` where a retry cannot help,
+/// `x-tollgate-overhead-ms`).
 fn render_http_error(
     path: Option<&str>,
     status: u16,
     message: &str,
 ) -> (Vec<(String, String)>, Vec<u8>) {
+    let began = Instant::now();
     let protocol = match path {
         Some(p) if p.contains("/messages") => Protocol::Messages,
         _ => Protocol::Chat,
@@ -110,7 +113,15 @@ fn render_http_error(
     if protocol == Protocol::Messages {
         headers.push(("request-id".to_string(), request_id.clone()));
     }
-    (headers, err.body(protocol, &request_id))
+    if let Some(v) = respond::should_retry(status) {
+        headers.push(("x-should-retry".to_string(), v.to_string()));
+    }
+    let body = err.body(protocol, &request_id);
+    headers.push((
+        "x-tollgate-overhead-ms".to_string(),
+        format!("{:.3}", began.elapsed().as_secs_f64() * 1000.0),
+    ));
+    (headers, body)
 }
 
 /// Starts the gateway on `listener` and blocks until a shutdown signal has been handled; returns the exit
@@ -142,6 +153,7 @@ pub fn run(
             return 1;
         }
     };
+    ledger.set_backlog_limit(config.ledger_backlog_records);
     let keys = Arc::new(keys);
     let state = Arc::new(ServerState::default());
     let (tx, rx) = bounded::<Exchange>(config.queue_size);
@@ -269,19 +281,41 @@ pub fn run(
         std::thread::sleep(Duration::from_millis(20));
     }
     let left = state.in_flight.load(Ordering::SeqCst);
-    // Records the disk does not take within the time left (at least 2 s) are logged, one per line.
-    gw.ledger.close(
-        deadline
-            .saturating_duration_since(Instant::now())
-            .max(Duration::from_secs(2)),
-    );
     if left > 0 {
-        log::warn!("shutdown deadline passed with {left} requests still in flight");
-    } else {
-        log::info!("all requests finished; bye");
+        // Nothing is lost at the deadline: every request still running is cut (its upstream call ends,
+        // the client gets the protocol's in-stream error or 503) and leaves its usage record.
+        log::warn!(
+            "shutdown grace of {} s has passed with {left} requests still in flight: cutting them (each ends \
+             with an error and keeps its usage record)",
+            config.shutdown_grace.as_secs()
+        );
+        gw.watchdog.cut_all_for_shutdown();
+        let cut_deadline = Instant::now() + CUT_WAIT;
+        while state.in_flight.load(Ordering::SeqCst) > 0 && Instant::now() < cut_deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let stuck = state.in_flight.load(Ordering::SeqCst);
+        if stuck > 0 {
+            log::error!(
+                "{stuck} requests did not end within {} s of being cut; exiting without them",
+                CUT_WAIT.as_secs()
+            );
+        }
     }
+    let unwritten = gw.ledger.close(Duration::from_secs(5));
+    if unwritten > 0 {
+        log::error!(
+            "{unwritten} usage records could not be written to the ledger; they are in the log above as \
+             `unwritten usage record` lines"
+        );
+        return 1;
+    }
+    log::info!("all requests finished and recorded; bye");
     0
 }
+
+/// How long requests cut at the shutdown deadline get to end (their upstream waits end within a slice).
+const CUT_WAIT: Duration = Duration::from_secs(10);
 
 fn signal_name(sig: Option<i32>) -> &'static str {
     match sig {

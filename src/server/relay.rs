@@ -5,32 +5,43 @@
 use serde_json::{json, Value};
 
 use super::call;
-use super::generate::Outcome;
+use super::generate::{chat_wants_usage, Outcome, Prepared};
 use super::respond::{self, Trace};
 use super::Gateway;
-use crate::config::{Model, Upstream};
+use crate::config::Upstream;
 use crate::http::Exchange;
 use crate::protocol::canon::Usage;
 use crate::protocol::sse::{push_event, SseEvent};
-use crate::protocol::{chat, messages, responses, ApiError, Protocol};
+use crate::protocol::{chat, limits, messages, responses, ApiError, Protocol};
 use crate::upstream::http as uphttp;
 
-#[allow(clippy::too_many_arguments)]
 pub fn passthrough(
     gw: &Gateway,
     ex: &mut Exchange,
     trace: &Trace,
     out: &mut Outcome,
     upstream: &Upstream,
-    model: &Model,
-    body: &mut Value,
-    stream: bool,
-    client_wants_usage: bool,
+    p: &mut Prepared,
 ) -> Result<(), ApiError> {
-    // The body is changed in place (no copy): the model renamed, stream usage switched on. Both are
-    // idempotent, so a failover to the next upstream can change it again.
+    // The body is changed in place (no copy): the model renamed, stream usage switched on, the output limit
+    // set where the key's balance needs one. All are idempotent, so a failover to the next upstream can
+    // change it again.
     let protocol = trace.protocol;
-    body["model"] = json!(model.upstream_model);
+    let stream = p.stream;
+    let client_wants_usage = chat_wants_usage(&p.body);
+    let limit = p.limit_for_upstream();
+    if p.must_limit() {
+        let chat_field = if upstream.max_completion_tokens {
+            "max_completion_tokens"
+        } else {
+            "max_tokens"
+        };
+        let reserved = p.reserved_output();
+        limits::apply(protocol, &mut p.body, reserved, chat_field);
+    }
+    out.output_limit = limit;
+    let body = &mut p.body;
+    body["model"] = json!(p.model.upstream_model);
     let mut hide_usage = false;
     if protocol == Protocol::Chat && stream {
         hide_usage = !client_wants_usage;
@@ -50,25 +61,17 @@ pub fn passthrough(
     };
     let reply = call::send(gw, trace, out, upstream, &bytes, stream, beta.as_deref())?;
     if stream && reply.is_event_stream() {
-        let input_estimate = (bytes.len() as u64 / 4).max(1);
-        relay_stream(
-            gw,
-            ex,
-            trace,
-            out,
-            upstream,
-            reply,
-            hide_usage,
-            input_estimate,
-        );
+        let watch = StreamWatch::new(protocol, hide_usage, (bytes.len() as u64 / 4).max(1), limit);
+        relay_stream(gw, ex, trace, out, upstream, reply, watch);
         return Ok(());
     }
     let (bytes, usage) = call::read_usage(trace, upstream, reply)?;
     if stream {
-        return Err(ApiError::bad_gateway(format!(
-            "upstream `{}` answered a streaming request with a plain JSON body instead of an event stream",
-            upstream.name
-        )));
+        // A plain JSON answer to a streaming request: sent as a stream in the client's protocol, the same
+        // way a translated answer is.
+        let v: Value = serde_json::from_slice(&bytes)
+            .map_err(|e| ApiError::bad_gateway(format!("upstream `{}`: {e}", upstream.name)))?;
+        return super::translate::answer_as_stream(gw, ex, trace, out, upstream, p, &v, protocol);
     }
     out.usage = usage.and_then(|u| protocol.usage_from(&u));
     respond::json(ex.response(), trace, 200, &bytes, &[]);
@@ -76,7 +79,6 @@ pub fn passthrough(
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
 fn relay_stream(
     gw: &Gateway,
     ex: &mut Exchange,
@@ -84,8 +86,7 @@ fn relay_stream(
     out: &mut Outcome,
     upstream: &Upstream,
     reply: uphttp::Reply,
-    hide_usage: bool,
-    input_estimate: u64,
+    mut watch: StreamWatch,
 ) {
     let mut events = reply.into_sse();
     let w = ex.response();
@@ -97,8 +98,6 @@ fn relay_stream(
         gw.watchdog.stream_started(shared, trace.protocol);
     }
     out.status = 200;
-    let mut watch = StreamWatch::new(trace.protocol, hide_usage);
-    watch.input_estimate = input_estimate;
     let mut failure: Option<ApiError> = None;
     loop {
         let waiting = std::time::Instant::now();
@@ -109,6 +108,18 @@ fn relay_stream(
                 let relay = watch.observe(&ev);
                 if !watch.produced.is_empty() {
                     trace.mark_first_token();
+                }
+                if watch.beyond_limit() {
+                    failure = Some(super::accounting::limit_exceeded(
+                        &upstream.name,
+                        watch.limit.unwrap_or(0),
+                    ));
+                    watch.done = false;
+                    break;
+                }
+                if watch.done && trace.hold_tail {
+                    // Strict ledger: the closing events wait for the record to be synced.
+                    w.hold_rest();
                 }
                 if relay {
                     let written = if ev.terminated {
@@ -128,7 +139,11 @@ fn relay_stream(
             Ok(None) => break,
             Err(e) => {
                 if !watch.done {
-                    failure = Some(uphttp::stream_read_error(&upstream.name, &e));
+                    failure = Some(if trace.cut_by_shutdown() {
+                        super::generate::shutdown_error()
+                    } else {
+                        uphttp::stream_read_error(&upstream.name, &e)
+                    });
                 }
                 break;
             }
@@ -172,11 +187,15 @@ struct StreamWatch {
     response: Option<Value>,
     /// Text and tool arguments seen so far, for an estimate when the stream ends without usage.
     produced: String,
+    /// A running estimate of the tokens in `produced` (summed per event, so cheap per event).
+    produced_tokens: u64,
     input_estimate: u64,
+    /// The output limit sent upstream.
+    limit: Option<u64>,
 }
 
 impl StreamWatch {
-    fn new(protocol: Protocol, hide_usage: bool) -> Self {
+    fn new(protocol: Protocol, hide_usage: bool, input_estimate: u64, limit: Option<u64>) -> Self {
         StreamWatch {
             protocol,
             hide_usage,
@@ -186,8 +205,20 @@ impl StreamWatch {
             last_seq: None,
             response: None,
             produced: String::new(),
-            input_estimate: 0,
+            produced_tokens: 0,
+            input_estimate,
+            limit,
         }
+    }
+
+    /// Whether the stream went past its output limit (see `accounting::beyond_limit`).
+    fn beyond_limit(&self) -> bool {
+        self.limit.is_some()
+            && super::accounting::beyond_limit(
+                self.limit,
+                self.usage.map(|u| u.output_tokens),
+                self.produced_tokens,
+            )
     }
 
     /// The usage the upstream reported, or an estimate (and whether it is one).
@@ -253,6 +284,7 @@ impl StreamWatch {
         let Ok(any) = serde_json::from_str::<Any>(&ev.data) else {
             return;
         };
+        let before = self.produced.len();
         match any.delta {
             Some(DeltaField::Text(t)) => self.produced.push_str(&t),
             Some(DeltaField::Block(b)) => {
@@ -275,6 +307,7 @@ impl StreamWatch {
                 }
             }
         }
+        self.produced_tokens += crate::util::estimate_tokens(&self.produced[before..]);
     }
 
     /// Looks at one event; returns whether to pass it on.
@@ -398,34 +431,20 @@ impl StreamWatch {
         }
     }
 
-    /// The protocol's in-stream error for a stream that broke.
+    /// The protocol's in-stream error for a stream that broke (for Responses, continuing the upstream's
+    /// numbering and followed by `response.failed` when the opening response is known).
     fn error_event(&mut self, err: &ApiError, request_id: &str, out: &mut Vec<u8>) {
-        match self.protocol {
-            Protocol::Chat => {
-                push_event(
-                    out,
-                    None,
-                    &json!({"error": err.openai_object(request_id)}).to_string(),
-                );
-            }
-            Protocol::Messages => {
-                let d = json!({"type": "error", "error": err.anthropic_object(request_id)});
-                push_event(out, Some("error"), &d.to_string());
-            }
-            Protocol::Responses => {
-                let mut seq = self.last_seq.map_or(0, |s| s + 1);
+        let seq = self.last_seq.map_or(0, |s| s + 1);
+        out.extend_from_slice(&self.protocol.error_event(err, request_id, Some(seq)));
+        if self.protocol == Protocol::Responses {
+            if let Some(mut r) = self.response.take() {
                 let code = err.code.clone().unwrap_or_else(|| "server_error".into());
                 let message = err.openai_object(request_id)["message"].clone();
-                let d = json!({"type": "error", "code": code, "message": message, "param": null, "sequence_number": seq});
-                push_event(out, Some("error"), &d.to_string());
-                if let Some(mut r) = self.response.take() {
-                    seq += 1;
-                    r["status"] = json!("failed");
-                    r["error"] = json!({"code": code, "message": message});
-                    let d =
-                        json!({"type": "response.failed", "sequence_number": seq, "response": r});
-                    push_event(out, Some("response.failed"), &d.to_string());
-                }
+                r["status"] = json!("failed");
+                r["error"] = json!({"code": code, "message": message});
+                let d =
+                    json!({"type": "response.failed", "sequence_number": seq + 1, "response": r});
+                push_event(out, Some("response.failed"), &d.to_string());
             }
         }
     }
@@ -474,7 +493,7 @@ mod tests {
 
     #[test]
     fn chat_usage_chunk_is_read_and_hidden_on_request() {
-        let mut w = StreamWatch::new(Protocol::Chat, true);
+        let mut w = StreamWatch::new(Protocol::Chat, true, 0, None);
         assert!(w.observe(&ev(
             None,
             r#"{"choices":[{"delta":{"content":"a"}}],"usage":null}"#
@@ -490,7 +509,7 @@ mod tests {
 
     #[test]
     fn messages_usage_merges_start_and_delta() {
-        let mut w = StreamWatch::new(Protocol::Messages, false);
+        let mut w = StreamWatch::new(Protocol::Messages, false, 0, None);
         w.observe(&ev(Some("message_start"), r#"{"message":{"usage":{"input_tokens":10,"cache_read_input_tokens":5,"output_tokens":1}}}"#));
         w.observe(&ev(
             Some("message_delta"),
@@ -507,7 +526,7 @@ mod tests {
 
     #[test]
     fn responses_error_event_continues_the_sequence() {
-        let mut w = StreamWatch::new(Protocol::Responses, false);
+        let mut w = StreamWatch::new(Protocol::Responses, false, 0, None);
         w.observe(&ev(Some("response.created"), r#"{"type":"response.created","sequence_number":0,"response":{"id":"resp_1","status":"in_progress"}}"#));
         w.observe(&ev(
             Some("response.output_text.delta"),

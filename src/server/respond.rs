@@ -25,6 +25,11 @@ pub struct Trace {
     pub protocol: Protocol,
     /// More headers for every answer to this request (rate-limit state).
     pub extra: Vec<(String, String)>,
+    /// Set by the watchdog when the request is cut (client gone, or the shutdown deadline).
+    pub cut: super::watchdog::Cut,
+    /// Strict ledger: streams hold their closing events back until the usage record is synced, so a record
+    /// that cannot be written can still turn the stream's end into an error.
+    pub hold_tail: bool,
 }
 
 impl Trace {
@@ -43,7 +48,19 @@ impl Trace {
             client_request_id,
             protocol,
             extra: Vec::new(),
+            cut: Default::default(),
+            hold_tail: false,
         }
+    }
+
+    /// The client went away (the watchdog saw its socket close).
+    pub fn client_gone(&self) -> bool {
+        self.cut.load(Ordering::SeqCst) == super::watchdog::CUT_CLIENT_GONE
+    }
+
+    /// The request was cut by the shutdown deadline.
+    pub fn cut_by_shutdown(&self) -> bool {
+        self.cut.load(Ordering::SeqCst) == super::watchdog::CUT_SHUTDOWN
     }
 
     /// Adds time spent waiting on the upstream.
@@ -119,14 +136,18 @@ pub fn error_with(w: &mut ResponseWriter, trace: &Trace, err: &ApiError, extra: 
     if err.status == 401 && trace.protocol != Protocol::Messages {
         headers.push(("www-authenticate", "Bearer"));
     }
-    // SDKs retry 408, 409, 429 and 5xx; tell them not to when a retry cannot help.
-    if err.status == 501
-        || (400..500).contains(&err.status) && !matches!(err.status, 408 | 409 | 429)
-    {
-        headers.push(("x-should-retry", "false"));
+    if let Some(v) = should_retry(err.status) {
+        headers.push(("x-should-retry", v));
     }
     headers.extend_from_slice(extra);
     json(w, trace, err.status, &body, &headers);
+}
+
+/// The `x-should-retry` value for an error status, when SDKs should be told: they retry 408, 409, 429 and
+/// 5xx, so a status where a retry cannot help says `false`.
+pub fn should_retry(status: u16) -> Option<&'static str> {
+    (status == 501 || (400..500).contains(&status) && !matches!(status, 408 | 409 | 429))
+        .then_some("false")
 }
 
 /// Starts an SSE response.

@@ -64,32 +64,7 @@ pub fn route(gw: &Gateway, ex: &mut Exchange) {
             );
         }
         ("GET" | "HEAD", "/metrics") => {
-            use std::sync::atomic::Ordering;
-            let gauges = [
-                (
-                    "tollgate_queue_depth",
-                    "Requests waiting for a worker.",
-                    gw.queue.len() as f64,
-                ),
-                (
-                    "tollgate_open_connections",
-                    "Client connections open.",
-                    gw.state.open_connections.load(Ordering::Relaxed) as f64,
-                ),
-                (
-                    "tollgate_in_flight_requests",
-                    "Requests handed to a worker and not yet answered.",
-                    gw.state.in_flight.load(Ordering::Relaxed) as f64,
-                ),
-                (
-                    "tollgate_workers",
-                    "Worker threads.",
-                    gw.config().workers as f64,
-                ),
-            ];
-            let text = gw
-                .metrics
-                .render(&gauges, gw.state.rejected.load(Ordering::Relaxed) as u64);
+            let text = super::metrics::scrape(gw);
             let headers =
                 trace.headers(&[("content-type", "text/plain; version=0.0.4; charset=utf-8")]);
             let _ = ex.response().send(200, &headers, text.as_bytes());

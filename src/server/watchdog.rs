@@ -11,7 +11,7 @@
 use std::cell::RefCell;
 use std::io;
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -22,12 +22,40 @@ use crate::upstream::tap::{self, UpstreamSlot};
 const COMMENT: &[u8] = b": keepalive\n\n";
 const PING: &[u8] = b"event: ping\ndata: {\"type\":\"ping\"}\n\n";
 
+/// Why a request was cut short (the value of a request's cut flag, see [`Cut`]).
+pub const CUT_NONE: u8 = 0;
+pub const CUT_CLIENT_GONE: u8 = 1;
+pub const CUT_SHUTDOWN: u8 = 2;
+
+/// A request's cut flag: set by the watchdog when its client went away or the shutdown deadline passed, read
+/// by the worker serving it.
+pub type Cut = Arc<AtomicU8>;
+
 /// One request being watched.
 pub struct Watch {
     client: Arc<TcpStream>,
     upstream: Arc<UpstreamSlot>,
     stream: Mutex<Option<(Arc<SharedStream>, &'static [u8])>>,
-    cancelled: AtomicBool,
+    cut: Cut,
+}
+
+impl Watch {
+    /// Cuts the request for `reason`: its upstream wait ends and its stream takes no more keepalives.
+    fn cut(&self, reason: u8) {
+        if self
+            .cut
+            .compare_exchange(CUT_NONE, reason, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
+            return;
+        }
+        if reason == CUT_CLIENT_GONE {
+            if let Some((s, _)) = self.stream.lock().ok().and_then(|s| s.clone()) {
+                s.close();
+            }
+        }
+        self.upstream.cancel();
+    }
 }
 
 thread_local! {
@@ -35,16 +63,7 @@ thread_local! {
 }
 
 /// Keeps a request watched until dropped.
-pub struct WatchGuard(Option<Arc<Watch>>);
-
-impl WatchGuard {
-    /// True once the watchdog saw the client go away.
-    pub fn cancelled(&self) -> bool {
-        self.0
-            .as_ref()
-            .is_some_and(|w| w.cancelled.load(Ordering::SeqCst))
-    }
-}
+pub struct WatchGuard(#[allow(dead_code)] Option<Arc<Watch>>);
 
 impl Drop for WatchGuard {
     fn drop(&mut self) {
@@ -56,6 +75,8 @@ impl Drop for WatchGuard {
 pub struct Watchdog {
     keepalive: Duration,
     watches: Mutex<Vec<Weak<Watch>>>,
+    /// Set once the shutdown deadline has passed: requests that start from now on are cut at once.
+    shutdown: std::sync::atomic::AtomicBool,
 }
 
 impl Watchdog {
@@ -63,18 +84,24 @@ impl Watchdog {
         Watchdog {
             keepalive,
             watches: Mutex::new(Vec::new()),
+            shutdown: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
-    /// Watches the request the current thread is handling, whose client is on `client`. Upstream waits on
-    /// this thread end when the watchdog cancels it.
-    pub fn watch(&self, client: Arc<TcpStream>) -> WatchGuard {
+    /// Watches the request the current thread is handling, whose client is on `client`; `cut` is the
+    /// request's flag. Upstream waits on this thread end when the watchdog cuts the request.
+    pub fn watch(&self, client: Arc<TcpStream>, cut: Cut) -> WatchGuard {
         let upstream = Arc::new(UpstreamSlot::default());
+        if self.shutdown.load(Ordering::SeqCst) {
+            let _ =
+                cut.compare_exchange(CUT_NONE, CUT_SHUTDOWN, Ordering::SeqCst, Ordering::SeqCst);
+            upstream.cancel();
+        }
         let w = Arc::new(Watch {
             client,
             upstream: upstream.clone(),
             stream: Mutex::new(None),
-            cancelled: AtomicBool::new(false),
+            cut,
         });
         tap::bind(Some(upstream));
         CURRENT.with(|c| *c.borrow_mut() = Some(w.clone()));
@@ -82,6 +109,24 @@ impl Watchdog {
             v.push(Arc::downgrade(&w));
         }
         WatchGuard(Some(w))
+    }
+
+    /// The shutdown deadline has passed: cuts every request in flight (its upstream call ends, and the
+    /// worker ends its answer with an error) and every request that starts from now on.
+    pub fn cut_all_for_shutdown(&self) {
+        self.shutdown.store(true, Ordering::SeqCst);
+        let live: Vec<Arc<Watch>> = match self.watches.lock() {
+            Ok(v) => v.iter().filter_map(Weak::upgrade).collect(),
+            Err(_) => return,
+        };
+        for w in live {
+            w.cut(CUT_SHUTDOWN);
+        }
+    }
+
+    /// Whether the shutdown deadline has passed.
+    pub fn is_shut_down(&self) -> bool {
+        self.shutdown.load(Ordering::SeqCst)
     }
 
     /// The current thread's request started streaming to its client on `stream`.
@@ -110,18 +155,14 @@ impl Watchdog {
             Err(_) => return,
         };
         for w in live {
-            if w.cancelled.load(Ordering::SeqCst) {
+            if w.cut.load(Ordering::SeqCst) != CUT_NONE {
+                continue;
+            }
+            if client_gone(&w.client) {
+                w.cut(CUT_CLIENT_GONE);
                 continue;
             }
             let stream = w.stream.lock().ok().and_then(|s| s.clone());
-            if client_gone(&w.client) {
-                w.cancelled.store(true, Ordering::SeqCst);
-                if let Some((s, _)) = &stream {
-                    s.close();
-                }
-                w.upstream.cancel();
-                continue;
-            }
             if let Some((s, payload)) = stream {
                 s.ping_if_idle(self.keepalive, payload);
             }

@@ -1,29 +1,150 @@
-//! Circuit breakers, one per upstream: after `breaker_failures` failures in a row (unreachable, timed out,
-//! 5xx, a stream that broke) an upstream is skipped for `breaker_cooldown_secs`; then one request is let
-//! through as a probe: success closes the breaker, failure opens it for another cool-down.
+//! Circuit breakers, one per upstream, built on one rule: an upstream that answers at all is alive, and
+//! tollgate never refuses a request that the last upstream of its model could answer.
+//!
+//! Two kinds of failure are counted apart (each run resets on a success):
+//! - **Silent**: the upstream did not answer (connection refused or failed, name not found, no response head
+//!   before `first_byte_timeout`). After `breaker_failures` in a row the breaker *opens*: the upstream is
+//!   skipped for `breaker_cooldown_secs`, because waiting on it would tie up workers other models need. After
+//!   the cool-down one request at a time *probes* it (an answer of any kind closes the breaker; silence opens
+//!   it again); while it is open or being probed and it is the model's last upstream, requests get 503 with
+//!   `retry-after` naming the upstream and what failed.
+//! - **Erroring**: the upstream answered, but with a 5xx, an error object, or a stream that broke midway.
+//!   After `breaker_failures` in a row it is *ejected* for `breaker_cooldown_secs`: passed over while the model
+//!   has another upstream that is not ejected or open, and still tried (last) when it has none. So a run of
+//!   errors moves traffic to a healthy sibling but never takes a model offline by itself.
+//!
+//! An upstream is admitted just before it is tried ([`Breakers::admit`]); a probe that is granted but never
+//! reported (the request ended first) is released when its [`Ticket`] is dropped, so a probe cannot stick.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-#[derive(Default)]
-struct State {
-    consecutive: u32,
-    open_until: Option<Instant>,
-    probing: bool,
+/// How an attempt on an upstream went, as far as its health is concerned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// It answered (any 2xx, or a client error such as 400): alive and well.
+    Success,
+    /// It answered 4xx for the request's own reasons (bad request, rate limit): alive; says nothing about
+    /// errors.
+    Alive,
+    /// It answered with a server error or broke a stream midway (the text says what).
+    Erroring(String),
+    /// It did not answer at all (the text says what failed).
+    Silent(String),
+    /// Nothing was learnt (the client left, or the call was never made).
+    Inconclusive,
 }
 
-/// Whether an upstream may be tried now.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Admit {
-    Yes,
-    /// Open: skip it for this long.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Mode {
+    Closed,
+    /// Not answering: skipped until `until`; then one probe at a time.
+    Open {
+        until: Instant,
+    },
+    /// A probe is in flight.
+    Probing,
+    /// Answering with errors: passed over while a healthy sibling exists, until `until`.
+    Ejected {
+        until: Instant,
+    },
+}
+
+#[derive(Debug)]
+struct State {
+    mode: Mode,
+    silent: u32,
+    erroring: u32,
+    /// Why the breaker is not closed (the last failure's text).
+    why: Option<String>,
+    /// Wall-clock time (Unix ms) until which the upstream is skipped, for display.
+    until_unix_ms: Option<u64>,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State {
+            mode: Mode::Closed,
+            silent: 0,
+            erroring: 0,
+            why: None,
+            until_unix_ms: None,
+        }
+    }
+}
+
+/// Where an upstream stands when a request plans its attempts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Standing {
+    /// Closed, or its cool-down is over (a probe may be due).
+    Ready,
+    /// Ejected for errors: tried after the ready ones only.
+    Ejected,
+    /// Open or being probed: skipped; the duration says when to come back.
+    Skipped(Duration),
+}
+
+/// Whether an upstream may be tried now, asked just before trying it.
+#[derive(Debug)]
+pub enum Admit<'a> {
+    Yes(Ticket<'a>),
+    /// Open, or another request is probing it: skip it for about this long.
     No(Duration),
 }
 
-#[derive(Default)]
+/// The right to try one upstream once. Report the outcome with [`Breakers::report`]; dropped unreported
+/// (the request ended before the attempt said anything), a probe it carries is given back.
+#[derive(Debug)]
+pub struct Ticket<'a> {
+    upstream: String,
+    probe: bool,
+    reported: bool,
+    breakers: &'a Breakers,
+}
+
+impl Ticket<'_> {
+    /// Whether this attempt is the probe of an upstream whose cool-down just ended.
+    pub fn is_probe(&self) -> bool {
+        self.probe
+    }
+}
+
+impl Drop for Ticket<'_> {
+    fn drop(&mut self) {
+        if self.probe && !self.reported {
+            self.breakers.release_probe(&self.upstream);
+        }
+    }
+}
+
+/// A snapshot of one breaker, for `/metrics`, `GET /admin/models` and the console.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct View {
+    /// `closed`, `open`, `probing` or `ejected`.
+    pub state: &'static str,
+    /// Unix ms until which it is skipped (open or ejected).
+    pub until_unix_ms: Option<u64>,
+    /// The failure that put it there.
+    pub reason: Option<String>,
+    /// Failures in a row of the kind that counts toward the current state.
+    pub failures: u32,
+}
+
+/// Thresholds of one upstream.
+#[derive(Debug, Clone, Copy)]
+pub struct Policy {
+    pub failures: u32,
+    pub cooldown: Duration,
+}
+
+#[derive(Default, Debug)]
 pub struct Breakers {
     states: Mutex<HashMap<String, State>>,
+}
+
+fn until_unix(d: Duration) -> u64 {
+    crate::util::unix_millis() + d.as_millis() as u64
 }
 
 impl Breakers {
@@ -34,69 +155,182 @@ impl Breakers {
         }
     }
 
-    /// Asks to try `upstream`. After the cool-down, the first caller gets to probe; others keep waiting
-    /// until the probe's result is in.
-    pub fn admit(&self, upstream: &str) -> Admit {
-        let mut states = self.lock();
-        let Some(st) = states.get_mut(upstream) else {
-            return Admit::Yes;
+    /// Where `upstream` stands now (no state changes).
+    pub fn standing(&self, upstream: &str) -> Standing {
+        let states = self.lock();
+        let Some(st) = states.get(upstream) else {
+            return Standing::Ready;
         };
-        match st.open_until {
-            None => Admit::Yes,
-            Some(until) => {
-                let now = Instant::now();
-                if now < until {
-                    Admit::No(until - now)
-                } else if st.probing {
-                    Admit::No(Duration::from_secs(1))
-                } else {
-                    st.probing = true;
-                    Admit::Yes
+        let now = Instant::now();
+        match st.mode {
+            Mode::Closed => Standing::Ready,
+            Mode::Open { until } if now < until => Standing::Skipped(until - now),
+            Mode::Open { .. } => Standing::Ready,
+            Mode::Probing => Standing::Skipped(Duration::from_secs(1)),
+            Mode::Ejected { until } if now < until => Standing::Ejected,
+            Mode::Ejected { .. } => Standing::Ready,
+        }
+    }
+
+    /// Asks to try `upstream` now. After an open breaker's cool-down the first caller gets the probe; others
+    /// are told to wait until its result is in.
+    pub fn admit(&self, upstream: &str) -> Admit<'_> {
+        let mut states = self.lock();
+        let mut probe = false;
+        if let Some(st) = states.get_mut(upstream) {
+            let now = Instant::now();
+            match st.mode {
+                Mode::Open { until } if now < until => return Admit::No(until - now),
+                Mode::Open { .. } => {
+                    st.mode = Mode::Probing;
+                    probe = true;
+                }
+                Mode::Probing => return Admit::No(Duration::from_secs(1)),
+                Mode::Closed | Mode::Ejected { .. } => {}
+            }
+        }
+        Admit::Yes(Ticket {
+            upstream: upstream.to_string(),
+            probe,
+            reported: false,
+            breakers: self,
+        })
+    }
+
+    fn release_probe(&self, upstream: &str) {
+        if let Some(st) = self.lock().get_mut(upstream) {
+            if st.mode == Mode::Probing {
+                // Back to "cool-down over": the next request probes.
+                st.mode = Mode::Open {
+                    until: Instant::now(),
+                };
+            }
+        }
+    }
+
+    /// Records how an attempt went.
+    pub fn report(&self, mut ticket: Ticket<'_>, verdict: Verdict, policy: Policy) {
+        ticket.reported = true;
+        let name = ticket.upstream.as_str();
+        let mut states = self.lock();
+        if !states.contains_key(name) {
+            if matches!(
+                verdict,
+                Verdict::Success | Verdict::Alive | Verdict::Inconclusive
+            ) {
+                return;
+            }
+            states.insert(name.to_string(), State::default());
+        }
+        let Some(st) = states.get_mut(name) else {
+            return;
+        };
+        let was_probing = st.mode == Mode::Probing;
+        let threshold = policy.failures.max(1);
+        match verdict {
+            Verdict::Inconclusive => {
+                if was_probing {
+                    st.mode = Mode::Open {
+                        until: Instant::now(),
+                    };
                 }
             }
-        }
-    }
-
-    pub fn success(&self, upstream: &str) {
-        let mut states = self.lock();
-        if let Some(st) = states.get_mut(upstream) {
-            if st.open_until.is_some() {
-                log::info!("upstream `{upstream}` answers again: breaker closed");
+            Verdict::Success => {
+                if st.mode != Mode::Closed {
+                    log::info!("upstream `{name}` answers again: breaker closed");
+                }
+                *st = State::default();
             }
-            *st = State::default();
-        }
-    }
-
-    /// The attempt said nothing about the upstream's health (the client left): a pending probe is given
-    /// back, so the next request probes.
-    pub fn inconclusive(&self, upstream: &str) {
-        if let Some(st) = self.lock().get_mut(upstream) {
-            st.probing = false;
-        }
-    }
-
-    pub fn failure(&self, upstream: &str, threshold: u32, cooldown: Duration) {
-        let mut states = self.lock();
-        let st = states.entry(upstream.to_string()).or_default();
-        st.consecutive += 1;
-        if st.probing || st.consecutive >= threshold {
-            if !st.probing {
-                log::warn!(
-                    "upstream `{upstream}` failed {} times in a row: skipped for {} s",
-                    st.consecutive,
-                    cooldown.as_secs()
-                );
+            Verdict::Alive => {
+                st.silent = 0;
+                if was_probing || matches!(st.mode, Mode::Open { .. }) {
+                    log::info!("upstream `{name}` answers again: breaker closed");
+                    st.mode = Mode::Closed;
+                    st.why = None;
+                    st.until_unix_ms = None;
+                }
             }
-            st.open_until = Some(Instant::now() + cooldown);
-            st.probing = false;
+            Verdict::Erroring(why) => {
+                st.silent = 0;
+                st.erroring += 1;
+                let ejected_now =
+                    matches!(st.mode, Mode::Ejected { until } if Instant::now() < until);
+                if was_probing || matches!(st.mode, Mode::Open { .. }) {
+                    // It answers: no longer open, whatever it answered.
+                    log::info!("upstream `{name}` answers again (with an error): breaker closed");
+                    st.mode = Mode::Closed;
+                }
+                if st.erroring >= threshold && !ejected_now {
+                    log::warn!(
+                        "upstream `{name}` answered with errors {} times in a row ({why}): passed over for {} s \
+                         while its models have a healthy upstream",
+                        st.erroring,
+                        policy.cooldown.as_secs()
+                    );
+                    st.mode = Mode::Ejected {
+                        until: Instant::now() + policy.cooldown,
+                    };
+                    st.until_unix_ms = Some(until_unix(policy.cooldown));
+                }
+                st.why = Some(why);
+            }
+            Verdict::Silent(why) => {
+                st.silent += 1;
+                if was_probing || st.silent >= threshold {
+                    if was_probing {
+                        log::warn!(
+                            "upstream `{name}` still does not answer ({why}): skipped for another {} s",
+                            policy.cooldown.as_secs()
+                        );
+                    } else {
+                        log::warn!(
+                            "upstream `{name}` did not answer {} times in a row ({why}): skipped for {} s, then \
+                             probed by one request at a time",
+                            st.silent,
+                            policy.cooldown.as_secs()
+                        );
+                    }
+                    st.mode = Mode::Open {
+                        until: Instant::now() + policy.cooldown,
+                    };
+                    st.until_unix_ms = Some(until_unix(policy.cooldown));
+                }
+                st.why = Some(why);
+            }
         }
     }
 
-    /// Seconds until `upstream` is tried again (None: closed).
-    pub fn open_for(&self, upstream: &str) -> Option<u64> {
+    /// The breaker of `upstream` as the operator sees it.
+    pub fn view(&self, upstream: &str) -> View {
         let states = self.lock();
-        let until = states.get(upstream)?.open_until?;
-        Some(until.saturating_duration_since(Instant::now()).as_secs())
+        let Some(st) = states.get(upstream) else {
+            return View {
+                state: "closed",
+                until_unix_ms: None,
+                reason: None,
+                failures: 0,
+            };
+        };
+        let now = Instant::now();
+        let (state, until, failures) = match st.mode {
+            Mode::Closed => ("closed", None, st.silent.max(st.erroring)),
+            Mode::Open { until } if now < until => ("open", st.until_unix_ms, st.silent),
+            // Cool-down over: the next request probes it.
+            Mode::Open { .. } => ("open", st.until_unix_ms, st.silent),
+            Mode::Probing => ("probing", None, st.silent),
+            Mode::Ejected { until } if now < until => ("ejected", st.until_unix_ms, st.erroring),
+            Mode::Ejected { .. } => ("closed", None, st.erroring),
+        };
+        View {
+            state,
+            until_unix_ms: until,
+            reason: if state == "closed" {
+                None
+            } else {
+                st.why.clone()
+            },
+            failures,
+        }
     }
 }
 
@@ -104,29 +338,97 @@ impl Breakers {
 mod tests {
     use super::*;
 
-    #[test]
-    fn opens_after_the_threshold_and_probes_after_the_cooldown() {
-        let b = Breakers::default();
-        let cd = Duration::from_millis(30);
-        for _ in 0..2 {
-            assert_eq!(b.admit("u"), Admit::Yes);
-            b.failure("u", 3, cd);
+    fn policy(ms: u64) -> Policy {
+        Policy {
+            failures: 3,
+            cooldown: Duration::from_millis(ms),
         }
-        assert_eq!(b.admit("u"), Admit::Yes);
-        b.failure("u", 3, cd);
+    }
+
+    fn fail(b: &Breakers, v: Verdict, p: Policy) {
+        match b.admit("u") {
+            Admit::Yes(t) => b.report(t, v, p),
+            Admit::No(_) => panic!("not admitted"),
+        }
+    }
+
+    #[test]
+    fn silence_opens_after_the_threshold_and_probes_one_at_a_time() {
+        let b = Breakers::default();
+        let p = policy(30);
+        for _ in 0..3 {
+            fail(&b, Verdict::Silent("connection refused".into()), p);
+        }
         assert!(matches!(b.admit("u"), Admit::No(_)));
+        assert_eq!(b.view("u").state, "open");
+        assert_eq!(b.view("u").reason.as_deref(), Some("connection refused"));
         std::thread::sleep(Duration::from_millis(40));
-        assert_eq!(b.admit("u"), Admit::Yes, "the probe");
+        let Admit::Yes(probe) = b.admit("u") else {
+            panic!("the probe")
+        };
+        assert!(probe.is_probe());
         assert!(matches!(b.admit("u"), Admit::No(_)), "one probe at a time");
-        b.failure("u", 3, cd);
+        assert_eq!(b.view("u").state, "probing");
+        b.report(probe, Verdict::Silent("timed out".into()), p);
         assert!(
             matches!(b.admit("u"), Admit::No(_)),
-            "a failed probe reopens"
+            "a silent probe reopens"
         );
         std::thread::sleep(Duration::from_millis(40));
-        assert_eq!(b.admit("u"), Admit::Yes);
-        b.success("u");
-        assert_eq!(b.admit("u"), Admit::Yes);
-        assert_eq!(b.admit("u"), Admit::Yes);
+        let Admit::Yes(probe) = b.admit("u") else {
+            panic!("the probe")
+        };
+        b.report(probe, Verdict::Success, p);
+        assert_eq!(b.view("u").state, "closed");
+        assert!(matches!(b.admit("u"), Admit::Yes(_)));
+    }
+
+    #[test]
+    fn an_unreported_probe_is_given_back() {
+        let b = Breakers::default();
+        let p = policy(0);
+        for _ in 0..3 {
+            fail(&b, Verdict::Silent("refused".into()), p);
+        }
+        let Admit::Yes(probe) = b.admit("u") else {
+            panic!("the probe")
+        };
+        drop(probe);
+        let Admit::Yes(again) = b.admit("u") else {
+            panic!("the probe was given back")
+        };
+        assert!(again.is_probe());
+    }
+
+    #[test]
+    fn errors_eject_but_never_refuse() {
+        let b = Breakers::default();
+        let p = policy(60_000);
+        for _ in 0..5 {
+            fail(&b, Verdict::Erroring("HTTP 500".into()), p);
+        }
+        assert_eq!(b.standing("u"), Standing::Ejected);
+        assert_eq!(b.view("u").state, "ejected");
+        assert!(
+            matches!(b.admit("u"), Admit::Yes(_)),
+            "an ejected upstream is still admitted"
+        );
+        fail(&b, Verdict::Success, p);
+        assert_eq!(b.standing("u"), Standing::Ready);
+    }
+
+    #[test]
+    fn an_answer_of_any_kind_closes_an_open_breaker() {
+        let b = Breakers::default();
+        let p = policy(0);
+        for _ in 0..3 {
+            fail(&b, Verdict::Silent("refused".into()), p);
+        }
+        let Admit::Yes(probe) = b.admit("u") else {
+            panic!("the probe")
+        };
+        b.report(probe, Verdict::Erroring("HTTP 503".into()), p);
+        assert_eq!(b.view("u").state, "closed");
+        assert!(matches!(b.admit("u"), Admit::Yes(_)));
     }
 }

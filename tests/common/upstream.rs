@@ -89,7 +89,14 @@ pub struct FakeUpstream {
 
 impl FakeUpstream {
     pub fn start(handler: impl Fn(&Recorded) -> Reply + Send + Sync + 'static) -> FakeUpstream {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        FakeUpstream::start_on(TcpListener::bind("127.0.0.1:0").unwrap(), handler)
+    }
+
+    /// [`start`](Self::start) on a listener bound by the caller (an upstream coming back on its port).
+    pub fn start_on(
+        listener: TcpListener,
+        handler: impl Fn(&Recorded) -> Reply + Send + Sync + 'static,
+    ) -> FakeUpstream {
         let addr = listener.local_addr().unwrap();
         let requests = Arc::new(Mutex::new(Vec::new()));
         let handler: Arc<Handler> = Arc::new(handler);

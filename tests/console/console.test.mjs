@@ -410,6 +410,10 @@ step('disables and enables a model, reprices it, and checks upstreams', async ()
 
   await page.click('#probe-upstreams');
   await card.locator('td.probe .badge', { hasText: 'up' }).waitFor();
+  // Each upstream shows its breaker state, as GET /admin/models reports it.
+  await card.locator('td.breaker .badge', { hasText: 'closed' }).waitFor();
+  const mock = (await admin('/admin/models')).data.find((m) => m.name === 'mock');
+  check(mock.upstreams[0].breaker.state === 'closed', `breaker reported as ${JSON.stringify(mock.upstreams[0].breaker)}`);
   await screenshot('models');
 });
 

@@ -1187,9 +1187,28 @@
     );
   }
 
+  // Breaker states as the gateway reports them (see GET /admin/models): what each means for traffic.
+  const BREAKER_TEXT = {
+    closed: ['closed', 'ok', 'receives traffic'],
+    open: ['open', 'bad', 'stopped answering: skipped, then checked by one request at a time'],
+    probing: ['probing', 'warn', 'one request is checking whether it answers again'],
+    ejected: ['ejected', 'warn', 'answers with errors: passed over while a sibling upstream is healthy, never refused'],
+  };
+
+  function breakerCell(b) {
+    if (!b) return el('span', { class: 'muted', text: '—' });
+    const [label, tone, meaning] = BREAKER_TEXT[b.state] || [b.state, 'warn', ''];
+    return [
+      badge(label, tone),
+      b.state !== 'closed' && el('div', { class: 'sub', text: meaning }),
+      b.reason && b.state !== 'closed' && el('div', { class: 'sub error-text', text: b.reason }),
+      b.until && b.state !== 'closed' && el('div', { class: 'sub' }, 'until ', timeEl(b.until)),
+    ];
+  }
+
   function upstreamTable(upstreams) {
     return table(
-      [['Name'], ['Kind'], ['Probe'], ['HTTP', 'num'], ['Latency', 'num'], ['Detail']],
+      [['Name'], ['Kind'], ['Breaker'], ['Probe'], ['HTTP', 'num'], ['Latency', 'num'], ['Detail']],
       upstreams.map((u) => {
         const p = u.probe || lastProbes.get(u.name);
         return el(
@@ -1197,6 +1216,7 @@
           { data: { upstream: u.name } },
           td(el('span', { text: u.name })),
           td(el('code', { text: u.kind })),
+          td(breakerCell(u.breaker), 'breaker'),
           td(p ? badge(p.up ? 'up' : 'down', p.up ? 'ok' : 'bad') : el('span', { class: 'muted', text: 'not checked' }), 'probe'),
           td(p && p.status !== null ? String(p.status) : '—', 'num'),
           td(p ? fmtMs(p.latency_ms) : '—', 'num'),

@@ -113,9 +113,17 @@ pub struct ChatStreamEncoder {
     usage: Usage,
     failed: bool,
     saw_tool_call: bool,
+    /// Carried by error events.
+    request_id: String,
 }
 
 impl ChatStreamEncoder {
+    /// Sets the request id error events carry.
+    pub fn with_request_id(mut self, id: String) -> Self {
+        self.request_id = id;
+        self
+    }
+
     pub fn new(include_usage: bool) -> Self {
         ChatStreamEncoder {
             include_usage,
@@ -127,6 +135,7 @@ impl ChatStreamEncoder {
             usage: Usage::default(),
             failed: false,
             saw_tool_call: false,
+            request_id: String::new(),
         }
     }
 
@@ -185,7 +194,7 @@ impl StreamEncoder for ChatStreamEncoder {
             StreamEvent::Finish(reason) => self.stop = Some(reason.clone()),
             StreamEvent::Error(e) => {
                 self.failed = true;
-                let v = json!({"error": e.openai_object("")});
+                let v = json!({"error": e.openai_object(&self.request_id)});
                 push_event(out, None, &v.to_string());
             }
         }

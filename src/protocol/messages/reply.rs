@@ -106,6 +106,8 @@ pub struct MessagesStreamEncoder {
     stop: Option<StopReason>,
     signature: Option<String>,
     failed: bool,
+    /// Carried by error events.
+    request_id: String,
 }
 
 impl Default for MessagesStreamEncoder {
@@ -124,7 +126,14 @@ impl MessagesStreamEncoder {
             stop: None,
             signature: None,
             failed: false,
+            request_id: String::new(),
         }
+    }
+
+    /// Sets the request id error events carry.
+    pub fn with_request_id(mut self, id: String) -> Self {
+        self.request_id = id;
+        self
     }
 
     fn emit(out: &mut Vec<u8>, ty: &str, mut data: Value) {
@@ -219,7 +228,8 @@ impl StreamEncoder for MessagesStreamEncoder {
             StreamEvent::Finish(r) => self.stop = Some(r.clone()),
             StreamEvent::Error(e) => {
                 self.failed = true;
-                let d = json!({"error": e.anthropic_object("")});
+                let d = json!({"error": e.anthropic_object(&self.request_id),
+                               "request_id": self.request_id});
                 Self::emit(out, "error", d);
             }
         }

@@ -97,7 +97,7 @@ pub fn encode_request(req: &Request, opts: &EgressOptions) -> Result<Value, ApiE
     }
     let mut body = Map::new();
     body.insert("model".into(), json!(opts.model));
-    let mut max_tokens = req.max_tokens.unwrap_or(opts.default_max_tokens).max(1);
+    let max_tokens = req.max_tokens.unwrap_or(opts.default_max_tokens).max(1);
     let mut tools: Vec<Value> = req
         .tools
         .iter()
@@ -141,8 +141,10 @@ pub fn encode_request(req: &Request, opts: &EgressOptions) -> Result<Value, ApiE
         let choice = tool_choice.get_or_insert_with(|| json!({"type": "auto"}));
         choice["disable_parallel_tool_use"] = json!(true);
     }
-    // Thinking: from the effort level, within max_tokens; off when the history holds tool calls (they would
-    // need the thinking blocks that only Anthropic itself produced) or a tool is forced.
+    // Thinking: from the effort level, within max_tokens (the limit the gateway reserved for is never raised:
+    // a budget that does not fit leaves half of max_tokens for the answer, and below Anthropic's minimum
+    // budget of 1024 thinking stays off); off when the history holds tool calls (they would need the
+    // thinking blocks that only Anthropic itself produced) or a tool is forced.
     let has_tool_history = req
         .messages
         .iter()
@@ -152,10 +154,12 @@ pub fn encode_request(req: &Request, opts: &EgressOptions) -> Result<Value, ApiE
         .is_some_and(|c| c["type"] == "any" || c["type"] == "tool");
     let mut thinking = false;
     if let Some(budget) = req.reasoning_effort.as_deref().and_then(thinking_budget) {
-        if !has_tool_history && !forced {
-            if max_tokens <= budget {
-                max_tokens = budget + max_tokens.max(1024);
-            }
+        let budget = if budget < max_tokens {
+            budget
+        } else {
+            max_tokens / 2
+        };
+        if !has_tool_history && !forced && budget >= 1024 {
             body.insert(
                 "thinking".into(),
                 json!({"type": "enabled", "budget_tokens": budget}),
@@ -513,14 +517,30 @@ mod tests {
         let req = Request {
             messages: vec![Message::text(Role::User, "hi")],
             reasoning_effort: Some("medium".into()),
-            max_tokens: Some(1000),
+            max_tokens: Some(20_000),
             temperature: Some(0.5),
             ..Request::default()
         };
         let v = encode_request(&req, &opts()).unwrap();
         assert_eq!(v["thinking"]["budget_tokens"], 8192);
-        assert!(v["max_tokens"].as_u64().unwrap() > 8192);
+        assert_eq!(v["max_tokens"], 20_000, "the limit is never raised");
         assert!(v.get("temperature").is_none());
+        let small = Request {
+            max_tokens: Some(4000),
+            ..req.clone()
+        };
+        let v = encode_request(&small, &opts()).unwrap();
+        assert_eq!(v["thinking"]["budget_tokens"], 2000, "half the limit");
+        assert_eq!(v["max_tokens"], 4000);
+        let tiny = Request {
+            max_tokens: Some(1000),
+            ..req
+        };
+        let v = encode_request(&tiny, &opts()).unwrap();
+        assert!(
+            v.get("thinking").is_none(),
+            "no room for Anthropic's minimum budget"
+        );
     }
 
     #[test]

@@ -226,9 +226,17 @@ pub struct ResponsesStreamEncoder {
     usage: Usage,
     stop: Option<StopReason>,
     failed: bool,
+    /// Carried by error events.
+    request_id: String,
 }
 
 impl ResponsesStreamEncoder {
+    /// Sets the request id error events carry.
+    pub fn with_request_id(mut self, id: String) -> Self {
+        self.request_id = id;
+        self
+    }
+
     pub fn new(req: &Request) -> Self {
         ResponsesStreamEncoder {
             req: req.clone(),
@@ -240,6 +248,7 @@ impl ResponsesStreamEncoder {
             usage: Usage::default(),
             stop: None,
             failed: false,
+            request_id: String::new(),
         }
     }
 
@@ -438,11 +447,12 @@ impl StreamEncoder for ResponsesStreamEncoder {
             StreamEvent::Error(e) => {
                 self.failed = true;
                 let code = e.code.clone().unwrap_or_else(|| "server_error".to_string());
-                let d = json!({"code": code, "message": e.message, "param": e.param});
+                let message = e.openai_object(&self.request_id)["message"].clone();
+                let d = json!({"code": code, "message": message, "param": e.param});
                 self.emit(out, "error", d);
                 let mut r = self.response.clone();
                 r["status"] = json!("failed");
-                r["error"] = json!({"code": code, "message": e.message});
+                r["error"] = json!({"code": code, "message": message});
                 r["output"] = Value::Array(self.done_items.clone());
                 self.emit(out, "response.failed", json!({"response": r}));
             }

@@ -1,0 +1,132 @@
+//! The output limit of a request: which fields carry it in each protocol, how it is read, and how a body going
+//! upstream is made to carry exactly the limit the gateway reserved for.
+//!
+//! Each protocol has its own field (Chat: `max_completion_tokens` and the older `max_tokens`; Responses:
+//! `max_output_tokens`; Messages: `max_tokens`). A request may carry another protocol's field as well, and an
+//! upstream may honour it: so the gateway reads only the client protocol's own fields and removes the others
+//! before anything is reserved or forwarded, and a Chat request with both of its fields gets the lower value in
+//! both.
+
+use serde_json::{json, Map, Value};
+
+use super::{ApiError, Protocol};
+
+const ALL: [&str; 3] = ["max_completion_tokens", "max_tokens", "max_output_tokens"];
+
+/// The fields that carry the output limit in requests of `protocol`, preferred first.
+pub fn own_fields(protocol: Protocol) -> &'static [&'static str] {
+    match protocol {
+        Protocol::Chat => &["max_completion_tokens", "max_tokens"],
+        Protocol::Responses => &["max_output_tokens"],
+        Protocol::Messages => &["max_tokens"],
+    }
+}
+
+fn read(o: &Map<String, Value>, field: &str) -> Result<Option<u64>, ApiError> {
+    match o.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v.as_u64().map(Some).ok_or_else(|| {
+            ApiError::invalid_param(
+                field,
+                format!("{field}: expected a non-negative integer, got {v}"),
+            )
+        }),
+    }
+}
+
+/// Reads the output limit a request of `protocol` asks for, and leaves its body carrying only that: other
+/// protocols' limit fields are removed, and a Chat request's two fields both get the lower of the two.
+pub fn normalize(protocol: Protocol, body: &mut Value) -> Result<Option<u64>, ApiError> {
+    let Some(o) = body.as_object_mut() else {
+        return Ok(None);
+    };
+    let own = own_fields(protocol);
+    let mut limit: Option<u64> = None;
+    for f in own {
+        if let Some(n) = read(o, f)? {
+            limit = Some(limit.map_or(n, |l| l.min(n)));
+        }
+    }
+    for f in ALL {
+        if !own.contains(&f) {
+            o.remove(f);
+        }
+    }
+    if let Some(n) = limit {
+        for f in own {
+            if o.get(*f).is_some_and(|v| !v.is_null()) {
+                o.insert((*f).to_string(), json!(n));
+            }
+        }
+    }
+    Ok(limit)
+}
+
+/// Makes a body for an upstream of `protocol` carry `limit` as its output limit: the fields it has are set to
+/// it, and when it has none, `chat_field` (for Chat: `max_completion_tokens` or `max_tokens`, what the upstream
+/// takes) or the protocol's own field is added.
+pub fn apply(protocol: Protocol, body: &mut Value, limit: u64, chat_field: &str) {
+    let Some(o) = body.as_object_mut() else {
+        return;
+    };
+    let own = own_fields(protocol);
+    let mut present = false;
+    for f in own {
+        if o.get(*f).is_some_and(|v| !v.is_null()) {
+            o.insert((*f).to_string(), json!(limit));
+            present = true;
+        }
+    }
+    if !present {
+        let field = match protocol {
+            Protocol::Chat => chat_field,
+            _ => own[0],
+        };
+        o.insert(field.to_string(), json!(limit));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decoy_fields_of_other_protocols_are_removed() {
+        let mut b = json!({"max_tokens": 8192, "max_completion_tokens": 0, "max_output_tokens": 1});
+        assert_eq!(normalize(Protocol::Messages, &mut b).unwrap(), Some(8192));
+        assert_eq!(b, json!({"max_tokens": 8192}));
+        let mut b = json!({"max_tokens": 0, "max_output_tokens": 8192});
+        assert_eq!(normalize(Protocol::Responses, &mut b).unwrap(), Some(8192));
+        assert_eq!(b, json!({"max_output_tokens": 8192}));
+    }
+
+    #[test]
+    fn chat_takes_the_lower_of_its_two_fields_in_both() {
+        let mut b = json!({"max_tokens": 10, "max_completion_tokens": 500, "max_output_tokens": 1});
+        assert_eq!(normalize(Protocol::Chat, &mut b).unwrap(), Some(10));
+        assert_eq!(b, json!({"max_tokens": 10, "max_completion_tokens": 10}));
+        let mut b = json!({"messages": []});
+        assert_eq!(normalize(Protocol::Chat, &mut b).unwrap(), None);
+        let mut b = json!({"max_tokens": -1});
+        assert_eq!(
+            normalize(Protocol::Chat, &mut b)
+                .unwrap_err()
+                .param
+                .as_deref(),
+            Some("max_tokens")
+        );
+    }
+
+    #[test]
+    fn apply_lowers_or_adds_the_field_the_upstream_takes() {
+        let mut b = json!({"max_tokens": 100});
+        apply(Protocol::Chat, &mut b, 50, "max_completion_tokens");
+        assert_eq!(b, json!({"max_tokens": 50}));
+        let mut b = json!({});
+        apply(Protocol::Chat, &mut b, 50, "max_completion_tokens");
+        assert_eq!(b, json!({"max_completion_tokens": 50}));
+        let mut b = json!({});
+        apply(Protocol::Responses, &mut b, 7, "max_tokens");
+        assert_eq!(b, json!({"max_output_tokens": 7}));
+    }
+}
