@@ -20,6 +20,13 @@
 //! | client leaves early (4) | the client closes 200 ms into a 1.5 s wait | – | 1 record, `client_closed` |
 //! | bad key (3) / bad JSON (2) | refused before any upstream call | 401 / 400 | no record |
 //!
+//! **Disk-full phase**: the data directory is a tmpfs (mounted by the soak; it needs root, and says so and
+//! skips the phase otherwise). From 40 % to 60 % of the run the file system is filled to the last byte, so
+//! the ledger cannot write; requests keep being answered, their records wait in memory (`/readyz` says the
+//! ledger is failing, `tollgate_ledger_backlog_records` grows) and are written when the filler is removed.
+//! The request-by-request check at the end then proves that not one record was lost. (`--no-disk-full`
+//! turns the phase off.)
+//!
 //! Chat and Messages (translated to the Chat upstream) are mixed in every kind that streams or fails. The
 //! breaker is set out of reach (`breaker_failures`), so injected failures never make tollgate skip the
 //! upstream (the breaker has its own tests). Every 25th answered request is also looked up at once through
@@ -512,6 +519,7 @@ fn main() {
     let clients: usize = arg("--clients").and_then(|v| v.parse().ok()).unwrap_or(32);
     let seed: u64 = arg("--seed").and_then(|v| v.parse().ok()).unwrap_or(1);
     let keep = args.iter().any(|a| a == "--keep");
+    let disk_full = !args.iter().any(|a| a == "--no-disk-full");
     // `--mix Kind=weight,…` replaces the standard mix (to amplify one kind of traffic).
     let mix: Vec<(Kind, u64)> = match arg("--mix") {
         None => MIX.to_vec(),
@@ -544,6 +552,8 @@ fn main() {
 data_dir = "data"
 log_level = "warn"
 admin_token_env = "TOLLGATE_SOAK_ADMIN_TOKEN"
+# The disk-full phase keeps every record in memory; no refusals for a full backlog here.
+ledger_backlog_records = 10000000
 
 [[upstreams]]
 name = "fake"
@@ -567,6 +577,11 @@ models = ["*"]
         upstream.addr
     );
     let inst = Instance::new(&root, "tollgate", &config);
+    let disk = if disk_full {
+        Tmpfs::mount(&inst.dir.join("data"))
+    } else {
+        None
+    };
     let key = inst.add_key(&bins, "soak", "default", None);
     let gw = Gateway::start(&bins, &inst, &[("TOLLGATE_SOAK_ADMIN_TOKEN", ADMIN_TOKEN)]);
     let pid = gw.pid();
@@ -593,6 +608,7 @@ models = ["*"]
     println!();
 
     let tally = Mutex::new(Tally::default());
+    let phase = Mutex::new(Phase::default());
     let stop = AtomicBool::new(false);
     let count = AtomicU64::new(0);
     let started = Instant::now();
@@ -651,11 +667,39 @@ models = ["*"]
                 })
                 .expect("spawn client");
         }
-        // Progress every 10 s, and the peak RSS.
+        // Progress every 10 s, and the peak RSS; the disk-full phase from 40 % to 60 % of the run.
         let mut next_report = started + Duration::from_secs(10);
+        let (fill_at, free_at) = (duration * 2 / 5, duration * 3 / 5);
+        let mut filler: Option<std::path::PathBuf> = None;
         while started.elapsed() < duration {
             std::thread::sleep(Duration::from_millis(500));
             peak_rss = peak_rss.max(procs::rss_mib(pid));
+            if let Some(d) = &disk {
+                let t = started.elapsed();
+                if t >= fill_at && filler.is_none() && !phase.lock().unwrap().done {
+                    filler = Some(d.fill());
+                    phase.lock().unwrap().filled_at = Some(t);
+                    println!(
+                        "  {:>4.0} s: data directory filled to the last byte",
+                        t.as_secs_f64()
+                    );
+                }
+                if t >= free_at || (filler.is_some() && t + Duration::from_secs(1) >= duration) {
+                    if let Some(f) = filler.take() {
+                        let (backlog, errors, ready) = ledger_state(&mut None, addr);
+                        let _ = std::fs::remove_file(&f);
+                        let mut ph = phase.lock().unwrap();
+                        ph.done = true;
+                        ph.peak_backlog = backlog;
+                        ph.write_errors = errors;
+                        ph.readyz_while_full = ready;
+                        println!(
+                            "  {:>4.0} s: filler removed (backlog {backlog} records, {errors} failed writes, readyz {ready})",
+                            t.as_secs_f64()
+                        );
+                    }
+                }
+            }
             if Instant::now() >= next_report {
                 next_report += Duration::from_secs(10);
                 println!(
@@ -678,6 +722,14 @@ models = ["*"]
     let fds_end = procs::open_fds(pid);
     let hwm = procs::hwm_mib(pid);
     let upstream_requests = upstream_stats(upstream.addr);
+    if disk.is_some() {
+        // The backlog must drain by itself once the disk has room again.
+        let drained_by = Instant::now() + Duration::from_secs(30);
+        while ledger_state(&mut None, addr).0 > 0 && Instant::now() < drained_by {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let backlog_at_end = ledger_state(&mut None, addr).0;
     let exit = gw.stop();
 
     let tally = tally.into_inner().unwrap();
@@ -822,6 +874,28 @@ models = ["*"]
     let known: std::collections::HashSet<&String> = tally.expected.keys().collect();
     let strangers = records.keys().filter(|k| !known.contains(k)).count() as u64 + without_id;
     let expected_records = tally.expected.values().filter(|e| e.is_some()).count() as u64;
+    let phase = phase.into_inner().unwrap();
+    match (&disk, phase.filled_at) {
+        (None, _) => println!("disk-full phase: skipped (--no-disk-full, or no tmpfs could be mounted)"),
+        (Some(_), None) => println!("disk-full phase: the run was too short to reach it"),
+        (Some(_), Some(at)) => println!(
+            "disk-full phase: from {:.0} s, the disk full for {:.0} s; backlog at its end {} records, {} failed \
+             ledger writes, readyz while full: {}; backlog left when the clients stopped: {backlog_at_end}",
+            at.as_secs_f64(),
+            (duration * 3 / 5).saturating_sub(at).as_secs_f64(),
+            phase.peak_backlog,
+            phase.write_errors,
+            phase.readyz_while_full
+        ),
+    }
+    let phase_failed = disk.is_some()
+        && phase.filled_at.is_some()
+        && (phase.write_errors == 0 || backlog_at_end > 0 || phase.readyz_while_full == 200);
+    if phase_failed {
+        println!(
+            "  FAIL: the full disk was not noticed, or its backlog was not written afterwards"
+        );
+    }
     println!("ledger ({}):", inst.ledger_path().display());
     println!(
         "  {lines} lines ({unreadable} unreadable); {expected_records} requests reached the upstream by the plan; the fake upstream counted {}",
@@ -853,7 +927,7 @@ models = ["*"]
         && unreadable == 0
         && upstream_requests.is_none_or(|n| n == lines)
         && tally.admin_failures.is_empty();
-    let pass = ledger_ok && wrong_total == 0 && exit == Some(0);
+    let pass = ledger_ok && wrong_total == 0 && exit == Some(0) && !phase_failed;
     println!();
     println!(
         "ledger matches the responses: {}",
@@ -861,6 +935,12 @@ models = ["*"]
     );
     println!("verdict: {}", if pass { "PASS" } else { "FAIL" });
     drop(upstream);
+    if keep {
+        // Left mounted, so the kept ledger can be read.
+        std::mem::forget(disk);
+    } else {
+        drop(disk);
+    }
     if !keep {
         let _ = std::fs::remove_dir_all(&root);
     } else {
@@ -896,6 +976,89 @@ fn admin_lookup(admin: &mut Option<Conn>, addr: SocketAddr, id: &str) -> Result<
         Ok(())
     } else {
         Err(format!("{n} records"))
+    }
+}
+
+/// What the disk-full phase saw.
+#[derive(Default)]
+struct Phase {
+    filled_at: Option<Duration>,
+    done: bool,
+    peak_backlog: u64,
+    write_errors: u64,
+    readyz_while_full: u16,
+}
+
+/// (records waiting in the ledger's backlog, failed ledger writes, the `/readyz` status), from the gateway.
+fn ledger_state(conn: &mut Option<Conn>, addr: SocketAddr) -> (u64, u64, u16) {
+    let mut get = |path: &str| -> Option<(u16, Vec<u8>)> {
+        if conn.is_none() {
+            *conn = Conn::connect(addr, Duration::from_secs(5)).ok();
+        }
+        let r = conn.as_mut()?.roundtrip(&client::get(addr, path, &[])).ok();
+        if r.as_ref().is_none_or(|r| r.head.close) {
+            *conn = None;
+        }
+        r.map(|r| (r.head.status, r.body))
+    };
+    let ready = get("/readyz").map_or(0, |r| r.0);
+    let metrics = get("/metrics").map(|r| String::from_utf8_lossy(&r.1).into_owned());
+    let value = |name: &str| -> u64 {
+        metrics
+            .as_deref()
+            .and_then(|m| m.lines().find_map(|l| l.strip_prefix(name)))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .map_or(0, |v| v as u64)
+    };
+    (
+        value("tollgate_ledger_backlog_records "),
+        value("tollgate_ledger_write_errors_total "),
+        ready,
+    )
+}
+
+/// The soak's data directory on a tmpfs, so that it can be filled; unmounted when dropped.
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    fn mount(at: &std::path::Path) -> Option<Tmpfs> {
+        std::fs::create_dir_all(at).ok()?;
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=1g,mode=0700", "tmpfs"])
+            .arg(at)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            println!(
+                "disk-full phase: cannot mount a tmpfs at {} (needs root); skipped",
+                at.display()
+            );
+            return None;
+        }
+        Some(Tmpfs(at.to_path_buf()))
+    }
+
+    /// Writes a filler file until the file system refuses more bytes.
+    fn fill(&self) -> std::path::PathBuf {
+        use std::io::Write;
+        let path = self.0.join("filler");
+        if let Ok(mut f) = std::fs::File::create(&path) {
+            for size in [1 << 20, 4096, 64, 1] {
+                let block = vec![0u8; size];
+                while f.write_all(&block).is_ok() {}
+            }
+        }
+        path
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
     }
 }
 
