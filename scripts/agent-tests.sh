@@ -219,13 +219,14 @@ name = "default"
 models = ["*"]
 EOF
 
+# `serve --config` mints no key: make the agents' key first (group "default", the config's first group).
+client_key="$(add_key "$out/tollgate.toml" default default "$upstream_key_env=$upstream_key")" ||
+    die "tollgate keys add failed"
 env -u TOLLGATE_LISTEN "$upstream_key_env=$upstream_key" \
     "$TOLLGATE_BIN" serve --config "$out/tollgate.toml" >"$out/tollgate.out" 2>"$out/tollgate.log" &
 gateway_pid=$!
 gateway_addr="$(wait_for "$out/tollgate.log" 's|.*listening on http://\([0-9.:]*\).*|\1|p' "$gateway_pid")" ||
     die "tollgate did not start: $(tail -5 "$out/tollgate.log")"
-client_key="$(wait_for "$out/tollgate.out" '/^tg_/p' "$gateway_pid")" ||
-    die "tollgate printed no first-start key: $(cat "$out/tollgate.out")"
 
 tollgate_version="$(sed -n 's|.*\(tollgate [0-9][^ ]*\) listening on.*|\1|p' "$out/tollgate.log" | head -1)"
 say "$claude_version; $codex_version; ${tollgate_version:-tollgate} on $gateway_addr;" \

@@ -100,6 +100,8 @@ EOF
 }
 
 write_config "$out/gateway"
+# `serve --config` mints no key: make the first key before the start (group "default", the first group).
+first_key="$(add_key "$out/gateway/tollgate.toml" default default)" || die "tollgate keys add failed"
 env -u TOLLGATE_LISTEN TG_CONSOLE_ADMIN="$admin_token" \
     "$TOLLGATE_BIN" serve --config "$out/gateway/tollgate.toml" >"$out/gateway/stdout.log" 2>"$out/gateway/stderr.log" &
 gateway_pid=$!
@@ -113,8 +115,6 @@ closed_pid=$!
 listen_expr='s|.*listening on http://\([0-9.:]*\).*|\1|p'
 gateway_addr="$(wait_for "$out/gateway/stderr.log" "$listen_expr" "$gateway_pid")" ||
     die "tollgate did not start: $(tail -5 "$out/gateway/stderr.log")"
-first_key="$(wait_for "$out/gateway/stdout.log" '/^tg_/p' "$gateway_pid")" ||
-    die "tollgate printed no first-start key: $(cat "$out/gateway/stdout.log")"
 closed_addr="$(wait_for "$out/closed/stderr.log" "$listen_expr" "$closed_pid")" ||
     die "the second tollgate (no admin token) did not start: $(tail -5 "$out/closed/stderr.log")"
 say "tollgate on $gateway_addr, without admin token on $closed_addr; $("$chromium" --version 2>/dev/null | head -1)"

@@ -30,3 +30,20 @@ wait_for() {
     [ -n "$found" ] || return 1
     echo "$found"
 }
+
+# add_key CONFIG NAME GROUP [VAR=VALUE...]: `$TOLLGATE_BIN keys add` with the given extra environment (the
+# config's api_key_env variables must be set for it to load); prints the key, the last line of its output.
+# `tollgate serve --config` mints no key: a test makes its first key this way before starting the server.
+add_key() {
+    local config="$1" name="$2" group="$3" output key
+    shift 3
+    output="$(env "$@" "$TOLLGATE_BIN" keys add --config "$config" --name "$name" --group "$group")" || return 1
+    key="$(printf '%s\n' "$output" | tail -n 1)"
+    case "$key" in
+    tg_*) echo "$key" ;;
+    *)
+        echo "tollgate keys add printed no key: $output" >&2
+        return 1
+        ;;
+    esac
+}

@@ -364,20 +364,22 @@ fn serve(a: ServeArgs) -> i32 {
         config.log_format = format.clone();
     }
     crate::logging::init(&config.log_level, config.log_format == "json");
-    if let Err(e) = fs::create_dir_all(&config.data_dir) {
+    if let Err(e) = crate::util::create_private_dir_all(&config.data_dir) {
         log::error!("cannot create data_dir {}: {e}", config.data_dir.display());
         return 1;
     }
     let keys_path = config.data_dir.join(KEYS_FILE);
-    if !keys_path.exists() {
-        let group = config
-            .groups
-            .first()
-            .map(|g| g.name.clone())
-            .unwrap_or_else(|| "default".into());
-        match add_key(&config, "default", &group, None) {
+    let first_group = config
+        .groups
+        .first()
+        .map(|g| g.name.clone())
+        .unwrap_or_else(|| "default".into());
+    // Only the embedded defaults (a newcomer's first command) get a key minted for them. With a config file
+    // the operator creates keys; an unlimited key nobody asked for is not made behind their back.
+    if a.config.is_none() && fs::symlink_metadata(&keys_path).is_err() {
+        match add_key(&config, "default", &first_group, None) {
             Ok(key) => {
-                println!("First start: created the API key \"default\" (group {group:?}). It is shown only this once:");
+                println!("First start: created the API key \"default\" (group {first_group:?}). It is shown only this once:");
                 println!("{key}");
                 let _ = std::io::stdout().flush();
             }
@@ -394,6 +396,19 @@ fn serve(a: ServeArgs) -> i32 {
             return 1;
         }
     };
+    if keys.records().is_empty() {
+        let config_flag = a
+            .config
+            .as_deref()
+            .map(|p| format!(" --config {}", p.display()))
+            .unwrap_or_default();
+        log::warn!(
+            "no API keys in {}: every request is refused (401) until you add one with \
+             `tollgate keys add{config_flag} --name NAME --group {first_group}` (it prints the key; a running \
+             server picks it up within a second)",
+            keys_path.display()
+        );
+    }
     let (ledger, replay) = match crate::ledger::Ledger::open(
         &config.data_dir,
         config.ledger_sync,

@@ -7,33 +7,116 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 const BASE62: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 
-/// Replaces `path` with `data` so that readers see either the old or the new file, never a mix.
+/// Mode of the files tollgate creates (keys, overrides, locks): owner read/write only.
+pub const PRIVATE_FILE_MODE: u32 = 0o600;
+/// Mode of the directories tollgate creates (the data directory): owner only.
+pub const PRIVATE_DIR_MODE: u32 = 0o700;
+
+/// Creates `dir` and any missing parents with mode 0700 whatever the umask (directories that already exist
+/// are left as they are).
+pub fn create_private_dir_all(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    if dir.as_os_str().is_empty() || dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent() {
+        create_private_dir_all(parent)?;
+    }
+    match fs::DirBuilder::new().mode(PRIVATE_DIR_MODE).create(dir) {
+        // The umask may have taken bits away from 0700: set them exactly.
+        Ok(()) => fs::set_permissions(dir, fs::Permissions::from_mode(PRIVATE_DIR_MODE)),
+        // Created by someone else meanwhile: theirs to keep as it is.
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Opens (creating when missing) a file private to its owner: mode 0600 whatever the umask, and never
+/// through a symbolic link (`O_NOFOLLOW`). For lock files; the content is left as it is.
+pub fn open_private(path: &Path) -> io::Result<fs::File> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let f = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(PRIVATE_FILE_MODE)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| symlink_error(path, e))?;
+    if f.metadata()?.permissions().mode() & 0o7777 != PRIVATE_FILE_MODE {
+        // Created under a umask that took owner bits away, or left by an older version: best effort (a
+        // file owned by another user cannot be changed, and the lock works all the same).
+        let _ = f.set_permissions(fs::Permissions::from_mode(PRIVATE_FILE_MODE));
+    }
+    Ok(f)
+}
+
+/// `O_NOFOLLOW` on a symbolic link fails with ELOOP, whose text ("too many levels of symbolic links")
+/// misleads: say what happened.
+fn symlink_error(path: &Path, e: io::Error) -> io::Error {
+    if e.raw_os_error() == Some(libc::ELOOP) {
+        return refused_symlink(path);
+    }
+    e
+}
+
+fn refused_symlink(path: &Path) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!(
+            "{} is a symbolic link; refusing to write through it (tollgate writes only regular files it owns: \
+             remove the link)",
+            path.display()
+        ),
+    )
+}
+
+/// Replaces `path` with `data` so that readers see either the old or the new file, never a mix: the data
+/// goes to a new temporary file next to it (an unpredictable name, created exclusively, never through a
+/// symbolic link, mode 0600), is synced, and is renamed over `path`; then the directory is synced. A target
+/// that is a symbolic link is refused. On any failure the temporary file is removed and `path` is untouched.
 pub fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(
-        ".{}.tmp.{}",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
-        std::process::id()
-    ));
-    {
-        let mut f = fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)?;
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            f.set_permissions(fs::Permissions::from_mode(0o600))?;
+    create_private_dir_all(dir)?;
+    match fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => return Err(refused_symlink(path)),
+        Ok(m) if !m.is_file() => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} exists and is not a regular file", path.display()),
+            ))
         }
-        f.write_all(data)?;
-        f.sync_all()?;
+        _ => {}
     }
-    if let Err(e) = fs::rename(&tmp, path) {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+    let (tmp, mut file) = {
+        let mut attempt = 0;
+        loop {
+            let tmp = dir.join(format!(".{name}.{}.tmp", random_base62(16)));
+            match fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(PRIVATE_FILE_MODE)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&tmp)
+            {
+                Ok(f) => break (tmp, f),
+                // ~95 random bits: a clash is someone guessing; try another name a few times.
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && attempt < 8 => attempt += 1,
+                Err(e) => return Err(e),
+            }
+        }
+    };
+    let written = file
+        .set_permissions(fs::Permissions::from_mode(PRIVATE_FILE_MODE))
+        .and_then(|()| file.write_all(data))
+        .and_then(|()| file.sync_all());
+    drop(file);
+    if let Err(e) = written.and_then(|()| fs::rename(&tmp, path)) {
         let _ = fs::remove_file(&tmp);
         return Err(e);
     }
@@ -198,6 +281,67 @@ mod tests {
             Some(parse_rfc3339("2026-11-22T10:04:05Z").unwrap())
         );
         assert_eq!(parse_rfc3339("yesterday"), None);
+    }
+
+    fn tmpdir(tag: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("tollgate-util-{tag}-{}", random_base62(8)));
+        fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn entries(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn atomic_writes_are_private_and_leave_nothing_behind() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tmpdir("atomic");
+        let p = d.join("sub/dir/f.json");
+        write_atomic(&p, b"one").unwrap();
+        write_atomic(&p, b"two").unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"two");
+        assert_eq!(entries(&d.join("sub/dir")), ["f.json"]);
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&p), 0o600);
+        assert_eq!(mode(&d.join("sub")), 0o700);
+        assert_eq!(mode(&d.join("sub/dir")), 0o700);
+        fs::remove_dir_all(d).unwrap();
+    }
+
+    #[test]
+    fn atomic_writes_refuse_symlinks_and_clean_up_on_failure() {
+        let d = tmpdir("atomic-link");
+        let victim = d.join("victim");
+        fs::write(&victim, b"precious").unwrap();
+        let link = d.join("keys.jsonl");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        let e = write_atomic(&link, b"evil").unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        assert_eq!(fs::read(&victim).unwrap(), b"precious");
+        assert!(fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        // A lock file is not opened through a link either.
+        let lock = d.join("keys.lock");
+        std::os::unix::fs::symlink(&victim, &lock).unwrap();
+        let e = open_private(&lock).unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        // A target that is not a regular file is refused, and nothing is left behind.
+        let target = d.join("dir-target");
+        fs::create_dir_all(target.join("x")).unwrap();
+        assert!(write_atomic(&target, b"data").is_err());
+        assert_eq!(
+            entries(&d),
+            ["dir-target", "keys.jsonl", "keys.lock", "victim"]
+        );
+        fs::remove_dir_all(d).unwrap();
     }
 
     #[test]

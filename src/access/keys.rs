@@ -3,15 +3,16 @@
 //!
 //! The file holds one JSON object per line: name, group, the key's SHA-256 (hex), optional credit, whether
 //! it is disabled, and when it was created. The plaintext key is never stored. Rewrites are atomic (write a
-//! temporary file, fsync, rename, fsync the directory). A running server reloads the file when it changes;
-//! a file that no longer parses leaves the last good set in force and logs the line.
+//! temporary file, fsync, rename, fsync the directory) and private (mode 0600). A running server reloads the
+//! file when it changes (any rewrite: inode, length, times and a SHA-256 of the content are compared); a file
+//! that no longer parses, has disappeared or holds no keys leaves the last good set in force and logs an
+//! error once. Keys end by being revoked, never by a file going missing.
 
 use std::collections::HashMap;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -93,10 +94,13 @@ pub fn parse_keys(text: &str) -> Result<Vec<KeyRecord>, KeysFileError> {
         }
         let rec: KeyRecord =
             serde_json::from_str(line).map_err(|e| KeysFileError::Line(i + 1, e.to_string()))?;
-        if !rec.hash.starts_with("sha256:") || rec.hash.len() != 7 + 64 {
+        let hex_ok = rec.hash.strip_prefix("sha256:").is_some_and(|h| {
+            h.len() == 64 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        });
+        if !hex_ok {
             return Err(KeysFileError::Line(
                 i + 1,
-                "hash must be sha256: followed by 64 hex digits".into(),
+                "hash must be sha256: followed by 64 lowercase hex digits".into(),
             ));
         }
         if rec.name.is_empty() {
@@ -171,24 +175,98 @@ impl KeySet {
 pub struct KeyStore {
     path: PathBuf,
     set: RwLock<Arc<KeySet>>,
-    stamp: Mutex<Option<(SystemTime, u64)>>,
+    /// What the last look at the file saw; also serialises reloads.
+    seen: Mutex<Seen>,
 }
 
-fn file_stamp(path: &Path) -> Option<(SystemTime, u64)> {
+/// The file's identity and metadata: a rewrite in place changes the length or the times, a replacement
+/// (an atomic rename, an editor's save) the inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileMeta {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+fn file_meta(path: &Path) -> Option<FileMeta> {
+    use std::os::unix::fs::MetadataExt;
     let m = fs::metadata(path).ok()?;
-    Some((m.modified().ok()?, m.len()))
+    Some(FileMeta {
+        dev: m.dev(),
+        ino: m.ino(),
+        len: m.len(),
+        mtime: (m.mtime(), m.mtime_nsec()),
+        ctime: (m.ctime(), m.ctime_nsec()),
+    })
+}
+
+/// Seconds within which a file's timestamps cannot tell two writes apart (coarse filesystem clocks): a
+/// file modified this close to the moment it was read is read again and its hash compared.
+const RACY_SECS: i64 = 2;
+
+/// What the reload last saw of the keys file.
+struct Seen {
+    /// None when the file was missing (or could not be examined).
+    meta: Option<FileMeta>,
+    /// SHA-256 of the content read; None when the file was missing.
+    digest: Option<[u8; 32]>,
+    /// When it was read (Unix seconds).
+    read_at: i64,
+}
+
+impl Seen {
+    /// Whether a rewrite could have kept every timestamp: the file was read within `RACY_SECS` of its last
+    /// modification (the trick git uses for its index).
+    fn racy(&self) -> bool {
+        self.meta
+            .is_some_and(|m| self.read_at <= m.mtime.0.max(m.ctime.0) + RACY_SECS)
+    }
+}
+
+fn now_secs() -> i64 {
+    i64::try_from(crate::util::unix_now()).unwrap_or(i64::MAX)
+}
+
+/// The file's bytes, None when it is missing.
+fn read_bytes(path: &Path) -> io::Result<Option<Vec<u8>>> {
+    match fs::read(path) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+fn parse_bytes(bytes: &[u8]) -> Result<Vec<KeyRecord>, KeysFileError> {
+    let text = std::str::from_utf8(bytes).map_err(|e| {
+        KeysFileError::Io(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("not valid UTF-8 ({e})"),
+        ))
+    })?;
+    parse_keys(text)
 }
 
 impl KeyStore {
-    /// Loads the keys file in `data_dir`.
+    /// Loads the keys file in `data_dir` (a missing file is an empty set).
     pub fn open(data_dir: &Path) -> Result<KeyStore, KeysFileError> {
         let path = data_dir.join(KEYS_FILE);
-        let stamp = file_stamp(&path);
-        let records = read_keys(&path)?;
+        let meta = file_meta(&path);
+        let read_at = now_secs();
+        let bytes = read_bytes(&path).map_err(KeysFileError::Io)?;
+        let records = match &bytes {
+            Some(b) => parse_bytes(b)?,
+            None => Vec::new(),
+        };
         Ok(KeyStore {
             set: RwLock::new(Arc::new(KeySet::from_records(&records))),
             path,
-            stamp: Mutex::new(stamp),
+            seen: Mutex::new(Seen {
+                meta,
+                digest: bytes.map(|b| Sha256::digest(&b).into()),
+                read_at,
+            }),
         })
     }
 
@@ -226,43 +304,94 @@ impl KeyStore {
         }
     }
 
-    /// Reloads the file if its modification time or size changed. A file that fails to parse keeps the
-    /// current set and logs where it is broken. Returns true when a new set was installed.
+    /// Reloads the file if it changed: its inode, length or times differ, or (while its timestamps cannot
+    /// tell writes apart) the SHA-256 of its content does. Returns true when a new set was installed.
+    ///
+    /// The current set stays in force, with one ERROR per change of the file, when the file fails to parse
+    /// (the log names the line), cannot be read, has disappeared or holds no key records: an empty keys file
+    /// is far more often a mistake than an intent, and keys end by being revoked.
     pub fn reload_if_changed(&self) -> bool {
-        let now = file_stamp(&self.path);
-        {
-            let mut last = match self.stamp.lock() {
-                Ok(g) => g,
-                Err(p) => p.into_inner(),
-            };
-            if *last == now {
+        let mut seen = match self.seen.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        let meta = file_meta(&self.path);
+        if meta == seen.meta && !seen.racy() {
+            return false;
+        }
+        let read_at = now_secs();
+        let bytes = match read_bytes(&self.path) {
+            Ok(b) => b,
+            Err(e) => {
+                // Logged once per change of what the file looks like; the digest is kept, so the same
+                // content readable again is no change.
+                if meta != seen.meta {
+                    log::error!(
+                        "cannot read the keys file {} ({e}); keeping the previous {} keys in force",
+                        self.path.display(),
+                        self.current().records.len()
+                    );
+                }
+                seen.meta = meta;
+                seen.read_at = read_at;
                 return false;
             }
-            *last = now;
+        };
+        let digest: Option<[u8; 32]> = bytes.as_ref().map(|b| Sha256::digest(b).into());
+        let changed = digest != seen.digest;
+        *seen = Seen {
+            meta,
+            digest,
+            read_at,
+        };
+        if !changed {
+            return false;
         }
-        match read_keys(&self.path) {
-            Ok(records) => {
-                let set = Arc::new(KeySet::from_records(&records));
-                match self.set.write() {
-                    Ok(mut g) => *g = set,
-                    Err(p) => *p.into_inner() = set,
+        let in_force = self.current().records.len();
+        let records = match bytes {
+            None if in_force == 0 => {
+                log::info!("keys file {} is missing; no keys", self.path.display());
+                return false;
+            }
+            None => {
+                self.log_kept("has disappeared", in_force);
+                return false;
+            }
+            Some(b) => match parse_bytes(&b) {
+                Ok(records) => records,
+                Err(e) => {
+                    log::error!(
+                        "keys file {} is invalid ({e}); keeping the previous {in_force} keys in force",
+                        self.path.display(),
+                    );
+                    return false;
                 }
-                log::info!(
-                    "keys reloaded from {} ({} keys)",
-                    self.path.display(),
-                    records.len()
-                );
-                true
-            }
-            Err(e) => {
-                log::error!(
-                    "keys file {} is invalid ({e}); keeping the previous {} keys in force",
-                    self.path.display(),
-                    self.len()
-                );
-                false
-            }
+            },
+        };
+        if records.is_empty() && in_force > 0 {
+            self.log_kept("holds no keys (no key records)", in_force);
+            return false;
         }
+        let set = Arc::new(KeySet::from_records(&records));
+        match self.set.write() {
+            Ok(mut g) => *g = set,
+            Err(p) => *p.into_inner() = set,
+        }
+        log::info!(
+            "keys reloaded from {} ({} keys)",
+            self.path.display(),
+            records.len()
+        );
+        true
+    }
+
+    fn log_kept(&self, what: &str, in_force: usize) {
+        log::error!(
+            "keys file {} {what}; keeping the previous {in_force} keys in force. An empty or missing keys \
+             file is taken for a mistake: restore the file (a valid one is loaded as usual). To end a key, \
+             revoke it: tollgate keys revoke --name NAME",
+            self.path.display()
+        );
     }
 }
 
@@ -324,6 +453,87 @@ mod tests {
         fs::remove_dir_all(dir).unwrap();
     }
 
+    fn record(name: &str, key: &str, disabled: bool, created: &str) -> KeyRecord {
+        KeyRecord {
+            name: name.into(),
+            group: "default".into(),
+            hash: hash_key(key),
+            credit: None,
+            disabled,
+            created: created.into(),
+        }
+    }
+
+    #[test]
+    fn a_missing_or_empty_file_keeps_the_keys_in_force() {
+        let dir = tmpdir("empty");
+        let path = dir.join(KEYS_FILE);
+        let key = generate_key();
+        write_keys(&path, &[record("a", &key, false, "")]).unwrap();
+        let store = KeyStore::open(&dir).unwrap();
+        fs::remove_file(&path).unwrap();
+        assert!(!store.reload_if_changed());
+        assert!(matches!(store.check(&key), KeyCheck::Valid(_)));
+        fs::write(&path, "# only a comment\n\n").unwrap();
+        assert!(!store.reload_if_changed());
+        assert!(matches!(store.check(&key), KeyCheck::Valid(_)));
+        assert_eq!(store.records().len(), 1);
+        // A valid file coming back is loaded as usual.
+        let other = generate_key();
+        write_keys(&path, &[record("b", &other, false, "")]).unwrap();
+        assert!(store.reload_if_changed());
+        assert_eq!(store.check(&key), KeyCheck::Unknown);
+        assert!(matches!(store.check(&other), KeyCheck::Valid(_)));
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_rewrite_that_keeps_every_timestamp_is_noticed_by_its_hash() {
+        let dir = tmpdir("samesize");
+        let path = dir.join(KEYS_FILE);
+        let key = generate_key();
+        let line = |disabled, created| {
+            serde_json::to_string(&record("a", &key, disabled, created)).unwrap() + "\n"
+        };
+        let (before, after) = (line(false, "x"), line(true, "xy"));
+        assert_eq!(before.len(), after.len());
+        fs::write(&path, &before).unwrap();
+        let store = KeyStore::open(&dir).unwrap();
+        fs::write(&path, &after).unwrap();
+        // As if the rewrite fell in the same timestamp tick: the metadata looks unchanged.
+        store.seen.lock().unwrap().meta = file_meta(&path);
+        assert!(store.reload_if_changed());
+        assert_eq!(store.check(&key), KeyCheck::Revoked("a".into()));
+        // Once the file is older than its last read by more than the racy window, it is not read again.
+        store.seen.lock().unwrap().read_at = now_secs() + 3 * RACY_SECS;
+        fs::write(&path, &before).unwrap();
+        store.seen.lock().unwrap().meta = file_meta(&path);
+        assert!(!store.reload_if_changed());
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn hashes_must_be_lowercase_hex() {
+        let mut r = record("a", "k", false, "");
+        let good = serde_json::to_string(&r).unwrap();
+        assert_eq!(parse_keys(&good).unwrap().len(), 1);
+        let h = r.hash.clone();
+        let upper = format!("sha256:{}", h[7..].to_uppercase());
+        assert_ne!(upper, h);
+        for bad in [
+            upper,
+            format!("sha256:g{}", &h[8..]),
+            format!("{} ", &h[..70]),
+        ] {
+            assert_eq!(bad.len(), 71);
+            r.hash = bad;
+            match parse_keys(&serde_json::to_string(&r).unwrap()) {
+                Err(KeysFileError::Line(1, m)) => assert!(m.contains("lowercase hex"), "{m}"),
+                other => panic!("{} accepted: {other:?}", r.hash),
+            }
+        }
+    }
+
     #[test]
     fn broken_lines_are_reported_by_number() {
         let text = format!(
@@ -380,14 +590,9 @@ pub fn update_keys<T>(
     let io = |what: &str, p: &Path, e: &dyn std::fmt::Display| {
         KeyOpError::new("", format!("cannot {what} {}: {e}", p.display()))
     };
-    fs::create_dir_all(data_dir).map_err(|e| io("create", data_dir, &e))?;
+    crate::util::create_private_dir_all(data_dir).map_err(|e| io("create", data_dir, &e))?;
     let lock_path = data_dir.join("keys.lock");
-    let lock = fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(|e| io("open", &lock_path, &e))?;
+    let lock = crate::util::open_private(&lock_path).map_err(|e| io("open", &lock_path, &e))?;
     lock.lock().map_err(|e| io("lock", &lock_path, &e))?;
     let path = data_dir.join(KEYS_FILE);
     let mut records = read_keys(&path).map_err(|e| io("read", &path, &e))?;

@@ -51,7 +51,8 @@ impl Drop for TempDir {
 pub struct Gateway {
     pub child: Child,
     pub addr: SocketAddr,
-    /// The key created at first start (group of the first `[[groups]]`).
+    /// A key of the first `[[groups]]`: with `--config`, made with `tollgate keys add` before the start (a
+    /// server with a config file mints none); with the embedded defaults, the one printed at first start.
     pub key: String,
     pub dir: TempDir,
     pub logs: Arc<Mutex<Vec<String>>>,
@@ -123,7 +124,9 @@ impl Gateway {
         Gateway::start_command(dir, &mut cmd)
     }
 
-    /// Starts a prepared command (which must run `tollgate serve`) and waits for its address and key.
+    /// Starts a prepared command (which must run `tollgate serve`, directly or in an `sh -c` script) and
+    /// waits for its address and key. With `--config FILE` the key is first made with `tollgate keys add`
+    /// (same environment and directory); without, it is read from the first-start output.
     pub fn start_command(dir: TempDir, cmd: &mut Command) -> Gateway {
         Gateway::start_command_keyed(dir, cmd, None)
     }
@@ -138,10 +141,14 @@ impl Gateway {
     }
 
     fn start_command_keyed(dir: TempDir, cmd: &mut Command, known_key: Option<String>) -> Gateway {
-        let mut child = cmd
-            .env(UPSTREAM_KEY_ENV, UPSTREAM_KEY)
+        cmd.env(UPSTREAM_KEY_ENV, UPSTREAM_KEY)
             .env(ADMIN_TOKEN_ENV, ADMIN_TOKEN)
-            .env_remove("TOLLGATE_ADMIN_TOKEN")
+            .env_remove("TOLLGATE_ADMIN_TOKEN");
+        let known_key = known_key.or_else(|| {
+            let config = config_arg(cmd)?;
+            Some(first_key_for(cmd, &config))
+        });
+        let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -336,6 +343,70 @@ impl Gateway {
         }
         self.request("POST", path, &h, body.to_string().as_bytes())
     }
+}
+
+/// The `--config FILE` of a `tollgate serve` command, or of the `sh -c` script that runs it.
+fn config_arg(cmd: &Command) -> Option<PathBuf> {
+    let args: Vec<String> = cmd
+        .get_args()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    for (i, a) in args.iter().enumerate() {
+        if a == "--config" {
+            return args.get(i + 1).map(PathBuf::from);
+        }
+        if let Some((_, rest)) = a.split_once("--config ") {
+            return rest.split_whitespace().next().map(PathBuf::from);
+        }
+    }
+    None
+}
+
+/// The name of the first `[[groups]]` of a config file ("default" when it has none).
+pub fn first_group(config: &Path) -> String {
+    let text = std::fs::read_to_string(config)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", config.display()));
+    let value: toml::Value =
+        toml::from_str(&text).unwrap_or_else(|e| panic!("{} is not TOML: {e}", config.display()));
+    value
+        .get("groups")
+        .and_then(|g| g.get(0))
+        .and_then(|g| g.get("name"))
+        .and_then(|n| n.as_str())
+        .unwrap_or("default")
+        .to_string()
+}
+
+/// `tollgate keys add --config CONFIG --name default --group <first group>` with the environment and working
+/// directory `cmd` will start with; returns the key (the last line of its output).
+fn first_key_for(cmd: &Command, config: &Path) -> String {
+    let mut add = Command::new(bin());
+    add.args(["keys", "add", "--config"]).arg(config).args([
+        "--name",
+        "default",
+        "--group",
+        &first_group(config),
+    ]);
+    if let Some(d) = cmd.get_current_dir() {
+        add.current_dir(d);
+    }
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => add.env(k, v),
+            None => add.env_remove(k),
+        };
+    }
+    let out = add.output().expect("run tollgate keys add");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "tollgate keys add before the start failed: {}{}",
+        stdout,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let key = stdout.lines().last().unwrap_or("").trim().to_string();
+    assert!(key.starts_with("tg_"), "no key from keys add: {stdout}");
+    key
 }
 
 impl Drop for Gateway {

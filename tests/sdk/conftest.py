@@ -297,9 +297,22 @@ def gateway(fake_upstream):
     with tempfile.TemporaryDirectory(prefix="tollgate-sdk-") as tmp:
         cfg = Path(tmp) / "tollgate.toml"
         cfg.write_text(_config(Path(tmp) / "data", fake_upstream.addr))
+        env = {**os.environ, "TG_TEST_UPSTREAM_KEY": UPSTREAM_KEY}
+        # `serve --config` mints no key: make one first (group "default", the config's first group); the key
+        # is the last line of the output.
+        added = subprocess.run(
+            [_tollgate_bin(), "keys", "add", "--config", str(cfg), "--name", "default", "--group", "default"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+        )
+        key = (added.stdout.strip().splitlines() or [""])[-1].strip()
+        if added.returncode != 0 or not key.startswith("tg_"):
+            raise RuntimeError(f"tollgate keys add failed:\n{added.stdout}{added.stderr}")
         proc = subprocess.Popen(
             [_tollgate_bin(), "serve", "--config", str(cfg)],
-            env={**os.environ, "TG_TEST_UPSTREAM_KEY": UPSTREAM_KEY},
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -316,16 +329,15 @@ def gateway(fake_upstream):
                 logs.append(line)
 
         def read_stdout():
-            for line in proc.stdout:
-                if line.startswith("tg_"):
-                    found.put(("key", line.strip()))
+            for _ in proc.stdout:
+                pass  # nothing expected; read so that the pipe never fills
 
         threading.Thread(target=read_stderr, daemon=True).start()
         threading.Thread(target=read_stdout, daemon=True).start()
-        got: dict[str, str] = {}
+        got: dict[str, str] = {"key": key}
         deadline = time.monotonic() + 30
         try:
-            while len(got) < 2:
+            while "addr" not in got:
                 try:
                     kind, value = found.get(timeout=max(0.0, deadline - time.monotonic()))
                 except queue.Empty:
