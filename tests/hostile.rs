@@ -304,10 +304,18 @@ fn malformed_upstream_replies_get_clear_errors_and_records() {
                 );
                 let r = read_response(&mut BufReader::new(s));
                 requests += 1;
-                assert_eq!(
-                    fake.received().len(),
-                    before + 1,
-                    "{ctx}: the upstream got exactly this request: {}",
+                // A connection closed before any byte of the answer is indistinguishable from a pooled
+                // connection the upstream closed while idle: when it was a reused one, the gateway sends the
+                // request once more, on a new connection (which then fails the same way here).
+                let sent = fake.received().len() - before;
+                let expected = if *name == "connection closed before any answer" {
+                    1..=2
+                } else {
+                    1..=1
+                };
+                assert!(
+                    expected.contains(&sent),
+                    "{ctx}: the upstream got this request {sent} times: {}",
                     r.text()
                 );
                 if r.status == 200 {

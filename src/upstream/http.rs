@@ -8,9 +8,16 @@ use std::time::Duration;
 
 use ureq::http;
 
+use super::tap;
 use crate::config::{Upstream, UpstreamKind};
 use crate::protocol::sse::SseReader;
 use crate::protocol::ApiError;
+
+/// How long an idle upstream connection stays in the pool.
+const IDLE_AGE: Duration = Duration::from_secs(4);
+
+/// Extra attempts for a call the upstream cannot have taken (each one drops a stale pooled connection).
+const STALE_RETRIES: u32 = 3;
 
 /// Largest non-streamed upstream body we read.
 const MAX_RESPONSE_BYTES: u64 = 64 * 1024 * 1024;
@@ -24,7 +31,10 @@ pub fn agent(max_idle: usize) -> ureq::Agent {
         .max_redirects(0)
         .max_idle_connections(max_idle.max(16))
         .max_idle_connections_per_host(max_idle.max(16))
-        .max_idle_age(Duration::from_secs(50))
+        // Idle connections are kept for less than the usual server-side keep-alive limits (uvicorn, which
+        // vLLM and many local servers run on, and Node close idle connections after 5 s), so the pool rarely
+        // hands out one the upstream is about to close; the retry in `send_to` covers the race that is left.
+        .max_idle_age(IDLE_AGE)
         .user_agent(concat!("tollgate/", env!("CARGO_PKG_VERSION")))
         .no_delay(true)
         // Small buffers: a thousand open streams each hold one connection.
@@ -162,41 +172,68 @@ pub fn send_to(
     } else {
         upstream.first_byte_timeout
     };
-    let mut req = agent
-        .post(url)
-        .header("content-type", "application/json")
-        .header(
-            "accept",
-            if stream {
-                "text/event-stream"
-            } else {
-                "application/json"
-            },
-        );
-    match upstream.kind {
-        UpstreamKind::Anthropic => {
-            req = req.header("anthropic-version", "2023-06-01");
-            if let Some(key) = &upstream.api_key {
-                req = req.header("x-api-key", key.as_str());
+    let make = || {
+        let mut req = agent
+            .post(url)
+            .header("content-type", "application/json")
+            .header(
+                "accept",
+                if stream {
+                    "text/event-stream"
+                } else {
+                    "application/json"
+                },
+            );
+        match upstream.kind {
+            UpstreamKind::Anthropic => {
+                req = req.header("anthropic-version", "2023-06-01");
+                if let Some(key) = &upstream.api_key {
+                    req = req.header("x-api-key", key.as_str());
+                }
+                if let Some(b) = beta {
+                    req = req.header("anthropic-beta", b);
+                }
             }
-            if let Some(b) = beta {
-                req = req.header("anthropic-beta", b);
+            _ => {
+                if let Some(key) = &upstream.api_key {
+                    req = req.header("authorization", format!("Bearer {key}"));
+                }
             }
         }
-        _ => {
-            if let Some(key) = &upstream.api_key {
-                req = req.header("authorization", format!("Bearer {key}"));
+        req.config()
+            .timeout_connect(Some(upstream.connect_timeout))
+            .timeout_recv_response(Some(upstream.first_byte_timeout))
+            .timeout_per_read(Some(per_read))
+            .timeout_global(Some(upstream.total_timeout))
+            .build()
+    };
+    // A pooled connection the upstream closed while it sat idle fails before any byte of the answer: the
+    // upstream never took that request, so it is sent again (on another pooled connection or a new one).
+    // Never after any byte came back, never after a timeout, never when a new connection failed.
+    let mut tries = 0;
+    let resp = loop {
+        tap::begin_attempt();
+        match make().send(body) {
+            Ok(r) => break r,
+            Err(e)
+                if tries < STALE_RETRIES
+                    && !matches!(
+                        e,
+                        ureq::Error::Timeout(_)
+                            | ureq::Error::ConnectionFailed
+                            | ureq::Error::HostNotFound
+                    )
+                    && tap::attempt().safe_to_retry() =>
+            {
+                tries += 1;
+                log::debug!(
+                    "upstream `{}`: a reused connection was closed before the answer ({e}); sending again",
+                    upstream.name
+                );
             }
+            Err(e) => return Err(map_error(&upstream.name, e)),
         }
-    }
-    let req = req
-        .config()
-        .timeout_connect(Some(upstream.connect_timeout))
-        .timeout_recv_response(Some(upstream.first_byte_timeout))
-        .timeout_per_read(Some(per_read))
-        .timeout_global(Some(upstream.total_timeout))
-        .build();
-    let resp = req.send(body).map_err(|e| map_error(&upstream.name, e))?;
+    };
     let status = resp.status().as_u16();
     let headers = resp.headers();
     let content_type = header_str(headers, "content-type").to_ascii_lowercase();

@@ -21,8 +21,9 @@ use ureq::unversioned::transport::{
     Buffers, ConnectionDetails, Connector, Either, NextTimeout, TcpConnector, Transport,
 };
 
-/// How long one wait for upstream input lasts before the cancel flag is looked at again.
-const SLICE: Duration = Duration::from_millis(500);
+/// How long one wait for upstream input lasts before the cancel flag is looked at again (with the
+/// watchdog's quarter-second tick, a worker is free within half a second of its client leaving).
+const SLICE: Duration = Duration::from_millis(250);
 
 /// The cancel flag of one request.
 #[derive(Default)]
@@ -43,6 +44,50 @@ impl UpstreamSlot {
 
 thread_local! {
     static BOUND: RefCell<Option<Arc<UpstreamSlot>>> = const { RefCell::new(None) };
+    static ATTEMPT: std::cell::Cell<Attempt> = const { std::cell::Cell::new(Attempt::NEW) };
+}
+
+/// What one upstream call on this thread did at the transport level: whether it tried to open a new
+/// connection, whether any byte came back, and whether a write failed. From it the caller can tell a call
+/// the upstream cannot have taken (a reused connection closed before any byte of the answer, or a failed
+/// write) from one it may have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attempt {
+    pub connects: u32,
+    pub input: bool,
+    pub write_failed: bool,
+}
+
+impl Attempt {
+    const NEW: Attempt = Attempt {
+        connects: 0,
+        input: false,
+        write_failed: false,
+    };
+
+    /// The upstream cannot have received the whole request: a write failed, or a pooled connection (no
+    /// new connection was tried) ended before any byte of the answer.
+    pub fn safe_to_retry(self) -> bool {
+        self.write_failed || (self.connects == 0 && !self.input)
+    }
+}
+
+/// Starts recording a new upstream call on this thread.
+pub fn begin_attempt() {
+    ATTEMPT.with(|a| a.set(Attempt::NEW));
+}
+
+/// What the current upstream call on this thread did so far.
+pub fn attempt() -> Attempt {
+    ATTEMPT.with(|a| a.get())
+}
+
+fn note(f: impl FnOnce(&mut Attempt)) {
+    ATTEMPT.with(|a| {
+        let mut v = a.get();
+        f(&mut v);
+        a.set(v);
+    });
 }
 
 /// Binds (or, with `None`, unbinds) the request this thread is serving.
@@ -66,9 +111,12 @@ impl<In: Transport> Connector<In> for TapConnector {
         details: &ConnectionDetails,
         chained: Option<In>,
     ) -> Result<Option<Self::Out>, ureq::Error> {
-        if chained.is_some() {
-            // A proxy connection made earlier in the chain: used as it is.
-            return Ok(chained.map(Either::A));
+        note(|a| a.connects += 1);
+        if let Some(proxied) = chained {
+            // A connection through a CONNECT proxy, made earlier in the chain: tapped the same way.
+            return Ok(Some(Either::B(Tapped {
+                inner: Box::new(proxied),
+            })));
         }
         let connected: Option<Either<(), _>> = TcpConnector::default().connect(details, None)?;
         let Some(Either::B(tcp)) = connected else {
@@ -97,10 +145,32 @@ impl Transport for Tapped {
     }
 
     fn transmit_output(&mut self, amount: usize, timeout: NextTimeout) -> Result<(), ureq::Error> {
-        self.inner.transmit_output(amount, timeout)
+        let r = self.inner.transmit_output(amount, timeout);
+        if r.is_err() {
+            note(|a| a.write_failed = true);
+        }
+        r
     }
 
     fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
+        let r = self.await_input_sliced(timeout);
+        if matches!(r, Ok(true)) {
+            note(|a| a.input = true);
+        }
+        r
+    }
+
+    fn is_open(&mut self) -> bool {
+        self.inner.is_open()
+    }
+
+    fn is_tls(&self) -> bool {
+        self.inner.is_tls()
+    }
+}
+
+impl Tapped {
+    fn await_input_sliced(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
         let Some(slot) = bound() else {
             return self.inner.await_input(timeout);
         };
@@ -127,13 +197,5 @@ impl Transport for Tapped {
                 other => return other,
             }
         }
-    }
-
-    fn is_open(&mut self) -> bool {
-        self.inner.is_open()
-    }
-
-    fn is_tls(&self) -> bool {
-        self.inner.is_tls()
     }
 }

@@ -97,6 +97,29 @@ impl FakeUpstream {
         listener: TcpListener,
         handler: impl Fn(&Recorded) -> Reply + Send + Sync + 'static,
     ) -> FakeUpstream {
+        FakeUpstream::start_inner(listener, None, handler)
+    }
+
+    /// An upstream that closes keep-alive connections idle for longer than `idle`, the way uvicorn (vLLM)
+    /// and Node do, caught at its worst moment: the close crosses a request already on its way, so a request
+    /// arriving on a connection idle longer than `idle` is dropped unread and unanswered (the connection is
+    /// closed). Such requests are not recorded: the upstream never took them.
+    pub fn start_idle_close(
+        idle: Duration,
+        handler: impl Fn(&Recorded) -> Reply + Send + Sync + 'static,
+    ) -> FakeUpstream {
+        FakeUpstream::start_inner(
+            TcpListener::bind("127.0.0.1:0").unwrap(),
+            Some(idle),
+            handler,
+        )
+    }
+
+    fn start_inner(
+        listener: TcpListener,
+        idle_close: Option<Duration>,
+        handler: impl Fn(&Recorded) -> Reply + Send + Sync + 'static,
+    ) -> FakeUpstream {
         let addr = listener.local_addr().unwrap();
         let requests = Arc::new(Mutex::new(Vec::new()));
         let handler: Arc<Handler> = Arc::new(handler);
@@ -109,7 +132,7 @@ impl FakeUpstream {
                     connections.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     let requests = requests.clone();
                     let handler = handler.clone();
-                    std::thread::spawn(move || serve(stream, &*handler, &requests));
+                    std::thread::spawn(move || serve(stream, &*handler, &requests, idle_close));
                 }
             });
         }
@@ -133,14 +156,26 @@ impl FakeUpstream {
     }
 }
 
-fn serve(stream: TcpStream, handler: &Handler, requests: &Mutex<Vec<Recorded>>) {
+fn serve(
+    stream: TcpStream,
+    handler: &Handler,
+    requests: &Mutex<Vec<Recorded>>,
+    idle_close: Option<Duration>,
+) {
     let _ = stream.set_nodelay(true);
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut writer = stream;
+    let mut answered_at: Option<std::time::Instant> = None;
     loop {
         let mut line = String::new();
         if reader.read_line(&mut line).unwrap_or(0) == 0 {
             return;
+        }
+        if let (Some(idle), Some(at)) = (idle_close, answered_at) {
+            if at.elapsed() > idle {
+                let _ = writer.shutdown(std::net::Shutdown::Both);
+                return;
+            }
         }
         let mut parts = line.split_whitespace();
         let method = parts.next().unwrap_or("").to_string();
@@ -244,6 +279,7 @@ fn serve(stream: TcpStream, handler: &Handler, requests: &Mutex<Vec<Recorded>>) 
                 return;
             }
         }
+        answered_at = Some(std::time::Instant::now());
     }
 }
 
