@@ -156,6 +156,9 @@ pub struct DoctorArgs {
     /// chat, responses, messages or all (default), or a comma-separated list
     #[argh(option, default = "String::from(\"all\")")]
     pub protocol: String,
+    /// the config file of a tollgate on this machine: its data directory's permissions are checked too
+    #[argh(option)]
+    pub config: Option<PathBuf>,
 }
 
 /// Runs a command; returns the process exit code.
@@ -192,6 +195,9 @@ fn check(path: &Path) -> i32 {
                 c.groups.len(),
                 c.listen
             );
+            if let Some(w) = crate::util::data_dir_exposure(&c.data_dir) {
+                println!("warning: {w}");
+            }
             0
         }
         Err(e) => {
@@ -364,9 +370,21 @@ fn serve(a: ServeArgs) -> i32 {
         config.log_format = format.clone();
     }
     crate::logging::init(&config.log_level, config.log_format == "json");
+    // Upstream credentials (and the admin token) are scrubbed from every error text and log line.
+    let admin_token = config.admin_token();
+    crate::secrets::register(
+        config
+            .upstreams
+            .iter()
+            .filter_map(|u| u.api_key.as_deref())
+            .chain(admin_token.as_deref()),
+    );
     if let Err(e) = crate::util::create_private_dir_all(&config.data_dir) {
         log::error!("cannot create data_dir {}: {e}", config.data_dir.display());
         return 1;
+    }
+    if let Some(w) = crate::util::data_dir_exposure(&config.data_dir) {
+        log::warn!("{w}");
     }
     let keys_path = config.data_dir.join(KEYS_FILE);
     let first_group = config

@@ -10,6 +10,7 @@ pub mod http;
 pub mod ledger;
 pub mod logging;
 pub mod protocol;
+pub mod secrets;
 pub mod server;
 pub mod upstream;
 pub mod util;

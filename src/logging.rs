@@ -1,6 +1,8 @@
 //! Logging to stderr: human-readable lines by default, or JSON lines (`log_format = "json"` or
 //! `tollgate serve --log-format json`) for log shippers. Never a key, an upstream credential or a prompt:
-//! nothing logged carries them.
+//! nothing logged carries them, every line is scrubbed of upstream credentials as a last line of defence,
+//! third-party crates that dump wire data are capped at info, and control characters in text lines are
+//! escaped so that no client-chosen string can forge a line.
 //!
 //! A line is formatted on the thread that logs it and written by one writer thread, so a slow consumer of
 //! stderr (a pipe, journald under pressure) never holds up a request; the queue is bounded, and when it is
@@ -73,12 +75,16 @@ struct Logger {
 impl Logger {
     fn format(&self, record: &log::Record) -> String {
         let ts = crate::util::rfc3339_millis(crate::util::unix_millis());
-        let msg = record.args().to_string();
+        // No log line carries an upstream credential, whatever was logged.
+        let msg = crate::secrets::scrubbed(&record.args().to_string());
         let mut line = if !self.json {
+            // Client-chosen strings (model names, request ids) cannot forge a line: control characters are
+            // escaped.
             format!(
-                "{ts} {:<5} [{}] {msg}",
+                "{ts} {:<5} [{}] {}",
                 record.level().as_str(),
-                record.target()
+                record.target(),
+                escape_controls(&msg)
             )
         } else if record.target() == REQUEST_TARGET && msg.starts_with('{') {
             // Request summaries are already JSON objects with their own fields.
@@ -97,8 +103,37 @@ impl Logger {
     }
 }
 
+/// Control characters (line breaks above all) written as escapes, so one log record is one line.
+fn escape_controls(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => out.push_str(&format!("\\u{{{:04x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// Third-party crates that can dump wire data (request headers with credentials) at debug or trace level
+/// are capped at info, whatever `log_level` says.
+fn third_party_capped(target: &str) -> bool {
+    ["ureq", "ureq_proto", "rustls", "httparse"]
+        .iter()
+        .any(|c| target == *c || target.starts_with(&format!("{c}::")))
+}
+
 impl log::Log for Logger {
     fn enabled(&self, metadata: &log::Metadata) -> bool {
+        if metadata.level() > log::Level::Info && third_party_capped(metadata.target()) {
+            return false;
+        }
         metadata.level() <= self.level
     }
 

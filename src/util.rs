@@ -126,6 +126,26 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
+/// A warning when `data_dir` can be read or entered by other users (group or world permission bits): it
+/// holds the usage ledger and the key hashes. None when it is private or does not exist yet.
+pub fn data_dir_exposure(dir: &Path) -> Option<String> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = fs::metadata(dir).ok()?.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            return Some(format!(
+                "data_dir {} is open to other users (mode {mode:03o}); it holds the usage ledger and the key \
+                 hashes: `chmod 700 {}`",
+                dir.display(),
+                dir.display()
+            ));
+        }
+    }
+    let _ = dir;
+    None
+}
+
 /// `len` random base62 characters from the OS's CSPRNG.
 pub fn random_base62(len: usize) -> String {
     let mut out = String::with_capacity(len);

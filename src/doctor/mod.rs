@@ -122,6 +122,15 @@ pub fn run(args: DoctorArgs) -> i32 {
     field(&mut out, "base URL", &shape.redacted);
     field(&mut out, "key", &report::key_preview(key));
     field(&mut out, "model", model);
+    if let Some(path) = &args.config {
+        match crate::config::Config::load(path) {
+            Ok(c) => match crate::util::data_dir_exposure(&c.data_dir) {
+                Some(w) => field(&mut out, "data dir", &format!("WARNING: {w}")),
+                None => field(&mut out, "data dir", "private (not open to other users)"),
+            },
+            Err(e) => field(&mut out, "config", &format!("cannot read: {e}")),
+        }
+    }
     field(
         &mut out,
         "protocols",

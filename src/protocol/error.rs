@@ -281,7 +281,25 @@ impl ApiError {
         if err.message == "upstream error: " {
             err.message = format!("upstream answered HTTP {status}");
         }
-        err
+        err.scrub_secrets()
+    }
+
+    /// The error with every upstream credential (and masked echo of one) removed from its texts: upstreams
+    /// echo the key they were sent in their error messages.
+    pub fn scrub_secrets(mut self) -> Self {
+        use crate::secrets::scrub;
+        if let std::borrow::Cow::Owned(m) = scrub(&self.message) {
+            self.message = m;
+        }
+        let info = &mut *self.0;
+        for field in [&mut info.param, &mut info.code] {
+            if let Some(v) = field.as_deref() {
+                if let std::borrow::Cow::Owned(s) = scrub(v) {
+                    *field = Some(s);
+                }
+            }
+        }
+        self
     }
 }
 

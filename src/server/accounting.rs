@@ -114,7 +114,10 @@ pub fn record(
         }
     }
     let model = out.model.as_deref().and_then(|m| config.model_any(m));
-    let mut charged = model.map_or(0.0, |m| cost(m, &usage));
+    let mut charged = match model {
+        Some(m) if !out.unbilled => cost(m, &usage),
+        _ => 0.0,
+    };
     let latency = ex.received.elapsed();
     if let Some(m) = &out.model {
         let failed = out.status >= 500
@@ -153,7 +156,7 @@ pub fn record(
         estimated: out.estimated,
         cost: charged,
         latency_ms: latency.as_millis() as u64,
-        error: out.error.clone(),
+        error: out.error.as_deref().map(crate::secrets::scrubbed),
     };
     if let Err(mut rec) = gw.ledger.try_append(rec) {
         // Strict mode, and the record could not be synced: the answer must not end as a success.

@@ -21,10 +21,38 @@ pub fn send(
     stream: bool,
     beta: Option<&str>,
 ) -> Result<Reply, ApiError> {
+    let url = uphttp::endpoint(upstream);
+    send_call(gw, trace, out, upstream, &url, body, stream, beta)
+}
+
+/// [`send`] to another endpoint of the upstream (non-streaming): `count_tokens`.
+pub fn send_to(
+    gw: &Gateway,
+    trace: &Trace,
+    out: &mut Outcome,
+    upstream: &Upstream,
+    url: &str,
+    body: &[u8],
+    beta: Option<&str>,
+) -> Result<Reply, ApiError> {
+    send_call(gw, trace, out, upstream, url, body, false, beta)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn send_call(
+    gw: &Gateway,
+    trace: &Trace,
+    out: &mut Outcome,
+    upstream: &Upstream,
+    url: &str,
+    body: &[u8],
+    stream: bool,
+    beta: Option<&str>,
+) -> Result<Reply, ApiError> {
     out.upstream_called = true;
     out.upstream_calls += 1;
     let sent = std::time::Instant::now();
-    let reply = uphttp::send(&gw.agent, upstream, body, stream, beta);
+    let reply = uphttp::send_to(&gw.agent, upstream, url, body, stream, beta);
     trace.add_upstream_wait(sent.elapsed());
     // Every failure before a response head means the upstream did not answer (unreachable, refused, silent
     // past its first-byte timeout): the only kind that may open its breaker.

@@ -61,6 +61,15 @@ impl<'a> EventWriter<'a> {
 
     /// Encodes one event and writes whatever it produced as one chunk.
     pub fn emit(&mut self, ev: &StreamEvent) -> Result<(), ClientGone> {
+        if let StreamEvent::Error(e) = ev {
+            // Upstream texts reach the client here: never with an upstream credential in them.
+            let clean = StreamEvent::Error(e.clone().scrub_secrets());
+            return self.emit_clean(&clean);
+        }
+        self.emit_clean(ev)
+    }
+
+    fn emit_clean(&mut self, ev: &StreamEvent) -> Result<(), ClientGone> {
         match ev {
             StreamEvent::Usage(u) => self.usage = Some(*u),
             StreamEvent::TextDelta(t) | StreamEvent::ReasoningDelta(t) => {

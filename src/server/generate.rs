@@ -40,6 +40,8 @@ pub struct Outcome {
     pub output_limit: Option<u64>,
     /// The request was cut by the shutdown deadline.
     pub shutdown: bool,
+    /// Recorded at no cost (`count_tokens`: metered, not billed).
+    pub unbilled: bool,
 }
 
 impl Outcome {

@@ -104,8 +104,17 @@ fn relay_stream(
         let next = events.next_event();
         trace.add_upstream_wait(waiting.elapsed());
         match next {
-            Ok(Some(ev)) => {
+            Ok(Some(mut ev)) => {
                 let relay = watch.observe(&ev);
+                // Events are relayed as they came, but never with an upstream credential in them (upstreams
+                // echo the key in error events).
+                if crate::secrets::suspicious(&ev.raw) {
+                    if let std::borrow::Cow::Owned(clean) =
+                        crate::secrets::scrub(&String::from_utf8_lossy(&ev.raw))
+                    {
+                        ev.raw = clean.into_bytes();
+                    }
+                }
                 if !watch.produced.is_empty() {
                     trace.mark_first_token();
                 }
@@ -453,10 +462,10 @@ impl StreamWatch {
 /// The `message` of an error object, or the whole value as text.
 fn error_message(e: &Value) -> String {
     let m = e.get("message").and_then(Value::as_str).map(str::to_string);
-    format!(
+    crate::secrets::scrubbed(&format!(
         "upstream error in stream: {}",
         m.unwrap_or_else(|| e.to_string())
-    )
+    ))
 }
 
 /// The integer after `key` in a JSON text, found without parsing it.
