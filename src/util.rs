@@ -207,27 +207,88 @@ pub fn rfc3339(secs: u64) -> String {
     format!("{}Z", &s[..19])
 }
 
-/// Parses an RFC 3339 UTC timestamp (`2026-11-22T10:04:05Z`, fractions and `+00:00` accepted) into seconds
-/// since the Unix epoch.
-pub fn parse_rfc3339(s: &str) -> Option<u64> {
+/// Parses an RFC 3339 timestamp strictly into milliseconds since the Unix epoch: `YYYY-MM-DDTHH:MM:SS`, an
+/// optional fraction (1 to 9 digits; below a millisecond truncated), and `Z` or an offset `±HH:MM`, nothing
+/// else. Impossible dates (`2026-02-31`) and times are refused; a leap second (`:60`) is read as `:59`.
+pub fn parse_rfc3339_millis(s: &str) -> Option<i64> {
     let b = s.as_bytes();
-    if b.len() < 19
+    let digits = |r: std::ops::Range<usize>| -> Option<i64> {
+        let part = b.get(r)?;
+        part.iter()
+            .all(u8::is_ascii_digit)
+            .then(|| part.iter().fold(0i64, |n, d| n * 10 + i64::from(d - b'0')))
+    };
+    if b.len() < 20
         || b[4] != b'-'
         || b[7] != b'-'
-        || !(b[10] == b'T' || b[10] == b' ')
+        || !matches!(b[10], b'T' | b't' | b' ')
         || b[13] != b':'
+        || b[16] != b':'
     {
         return None;
     }
-    let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
-    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (h, mi, se) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || se > 60 {
+    let (y, mo, d) = (digits(0..4)?, digits(5..7)?, digits(8..10)?);
+    let (h, mi, se) = (digits(11..13)?, digits(14..16)?, digits(17..19)?);
+    if !(1..=12).contains(&mo) || d < 1 || d > days_in_month(y, mo as u32) || h > 23 || mi > 59 {
         return None;
     }
+    let se = match se {
+        0..=59 => se,
+        60 => 59,
+        _ => return None,
+    };
+    let mut i = 19;
+    let mut millis = 0i64;
+    if b[i] == b'.' {
+        let start = i + 1;
+        i = start;
+        while i < b.len() && b[i].is_ascii_digit() {
+            i += 1;
+        }
+        let n = i - start;
+        if n == 0 || n > 9 {
+            return None;
+        }
+        for k in 0..3 {
+            millis = millis * 10
+                + b.get(start + k)
+                    .filter(|_| k < n)
+                    .map_or(0, |d| i64::from(d - b'0'));
+        }
+    }
+    let offset_secs = match b.get(i..)? {
+        b"Z" | b"z" => 0,
+        [sign @ (b'+' | b'-'), _, _, b':', _, _] => {
+            let oh = digits(i + 1..i + 3)?;
+            let om = digits(i + 4..i + 6)?;
+            if oh > 23 || om > 59 {
+                return None;
+            }
+            let v = oh * 3600 + om * 60;
+            if *sign == b'-' {
+                -v
+            } else {
+                v
+            }
+        }
+        _ => return None,
+    };
     let days = days_from_civil(y, mo as u32, d as u32);
-    let secs = days * 86_400 + h * 3600 + mi * 60 + se;
-    u64::try_from(secs).ok()
+    Some((days * 86_400 + h * 3600 + mi * 60 + se - offset_secs) * 1000 + millis)
+}
+
+/// [`parse_rfc3339_millis`] in whole seconds since the Unix epoch (None before 1970).
+pub fn parse_rfc3339(s: &str) -> Option<u64> {
+    u64::try_from(parse_rfc3339_millis(s)?.div_euclid(1000)).ok()
+}
+
+fn days_in_month(y: i64, m: u32) -> i64 {
+    match m {
+        4 | 6 | 9 | 11 => 30,
+        2 if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
+        2 => 28,
+        _ => 31,
+    }
 }
 
 /// (year, month, day) to days since 1970-01-01 (inverse of `civil_from_days`).
@@ -301,6 +362,48 @@ mod tests {
             Some(parse_rfc3339("2026-11-22T10:04:05Z").unwrap())
         );
         assert_eq!(parse_rfc3339("yesterday"), None);
+    }
+
+    #[test]
+    fn rfc3339_is_parsed_strictly_as_an_instant() {
+        let utc = parse_rfc3339_millis("2026-11-24T01:56:06Z").unwrap();
+        assert_eq!(
+            parse_rfc3339_millis("2026-11-24T03:56:06+02:00"),
+            Some(utc),
+            "offsets are applied"
+        );
+        assert_eq!(parse_rfc3339_millis("2026-11-23T20:56:06-05:00"), Some(utc));
+        assert_eq!(
+            parse_rfc3339_millis("2026-11-24T01:56:06.850Z"),
+            Some(utc + 850)
+        );
+        assert_eq!(
+            parse_rfc3339_millis("2026-11-24T01:56:06.8Z"),
+            Some(utc + 800)
+        );
+        assert_eq!(
+            parse_rfc3339_millis("2026-11-24T01:56:06.123456789Z"),
+            Some(utc + 123)
+        );
+        assert_eq!(
+            parse_rfc3339_millis("2024-02-29T00:00:00Z").map(|m| m > 0),
+            Some(true)
+        );
+        for bad in [
+            "2026-02-31T10:00:00Z",
+            "2025-02-29T10:00:00Z",
+            "2026-11-24T10:00:00garbage",
+            "2026-11-24T10:00:00",
+            "2026-11-24T24:00:00Z",
+            "2026-11-24T10:00:00+24:00",
+            "2026-11-24T10:00:00.Z",
+            "2026-11-24T10:00:00.1234567890Z",
+            "2026-13-01T00:00:00Z",
+            "+026-11-24T10:00:00Z",
+            "2026-11-24T10:00:00+0200",
+        ] {
+            assert_eq!(parse_rfc3339_millis(bad), None, "{bad}");
+        }
     }
 
     fn tmpdir(tag: &str) -> std::path::PathBuf {

@@ -9,37 +9,33 @@ use crate::http::Exchange;
 use crate::ledger::{Filter, Record, Status, StatusFilter};
 use crate::protocol::ApiError;
 use crate::server::Gateway;
-use crate::util::{rfc3339, rfc3339_millis, unix_now};
+use crate::util::{rfc3339, unix_now};
 
-/// A time bound from a query parameter: RFC 3339, or Unix seconds.
-fn time_param(ex: &Exchange, name: &str) -> Result<Option<String>, ApiError> {
+/// A time bound from a query parameter, as an instant (Unix milliseconds): RFC 3339 with any offset, or Unix
+/// seconds (the start of that second). Anything else is 400 naming the parameter.
+fn time_param(ex: &Exchange, name: &str) -> Result<Option<i64>, ApiError> {
     let Some(v) = ex.request.query_param(name).filter(|v| !v.is_empty()) else {
         return Ok(None);
     };
-    if let Ok(secs) = v.parse::<u64>() {
-        return Ok(Some(rfc3339(secs)));
+    if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) {
+        return match v.parse::<i64>().ok().and_then(|s| s.checked_mul(1000)) {
+            Some(ms) => Ok(Some(ms)),
+            None => Err(ApiError::invalid_param(
+                name,
+                format!("`{name}` is out of range"),
+            )),
+        };
     }
-    match crate::util::parse_rfc3339(&v) {
-        Some(secs) => Ok(Some(rfc3339_millis(secs * 1000 + millis_of(&v)))),
+    match crate::util::parse_rfc3339_millis(&v) {
+        Some(ms) => Ok(Some(ms)),
         None => Err(ApiError::invalid_param(
             name,
-            format!("`{name}` must be RFC 3339 (2026-11-22T10:00:00Z) or Unix seconds"),
+            format!(
+                "`{name}` must be an RFC 3339 time (2026-11-22T10:00:00Z, or with an offset such as \
+                 +02:00) or Unix seconds; got {v:?}"
+            ),
         )),
     }
-}
-
-fn millis_of(ts: &str) -> u64 {
-    ts.get(19..)
-        .and_then(|rest| rest.strip_prefix('.'))
-        .map(|f| {
-            f.chars()
-                .take_while(char::is_ascii_digit)
-                .chain("000".chars())
-                .take(3)
-                .collect::<String>()
-        })
-        .and_then(|m| m.parse().ok())
-        .unwrap_or(0)
 }
 
 /// The filter in the query string.
@@ -180,27 +176,28 @@ pub fn overview(gw: &Gateway) -> Result<Value, ApiError> {
     let now = unix_now();
     let hour_start = now - now % 3600;
     let first_bucket = hour_start - 23 * 3600;
-    let (day_ts, hour_ts) = (rfc3339(now - 86_400), rfc3339(now - 3600));
+    let (day_ms, hour_ms) = ((now as i64 - 86_400) * 1000, (now as i64 - 3600) * 1000);
     let mut last_hour = Totals::default();
     let mut last_day = Totals::default();
     let mut buckets = [Totals::default(); 24];
     let mut keys: HashMap<String, Totals> = HashMap::new();
     let mut models: HashMap<String, Totals> = HashMap::new();
     let f = Filter {
-        since: Some(rfc3339(first_bucket.min(now - 86_400))),
+        since: Some(first_bucket.min(now - 86_400) as i64 * 1000),
         limit: usize::MAX,
         ..Filter::default()
     };
     for r in query(gw, &f)? {
-        let Some(t) = crate::util::parse_rfc3339(&r.ts) else {
+        let Some(ms) = crate::util::parse_rfc3339_millis(&r.ts) else {
             continue;
         };
-        if r.ts >= day_ts {
+        let t = ms.div_euclid(1000).max(0) as u64;
+        if ms >= day_ms {
             last_day.add(&r);
             keys.entry(r.key.clone()).or_default().add(&r);
             models.entry(r.model.clone()).or_default().add(&r);
         }
-        if r.ts >= hour_ts {
+        if ms >= hour_ms {
             last_hour.add(&r);
         }
         if t >= first_bucket {

@@ -58,9 +58,9 @@
 //!   than 16); any echo of it in an answer is replaced the same way. The support report also replaces the
 //!   prompt and leaves out the received text (the mock model, for one, quotes the prompt back). The URL in
 //!   the report has credentials, query and fragment replaced by `***`.
-//! - **Local time**: tollgate has no time-zone crate, so the offset comes from `date +%z` (which follows
-//!   `TZ` and the system zone) applied to the same instant as the UTC time; without a working `date` the
-//!   report says local time is unknown and gives UTC only.
+//! - **Local time**: tollgate reads no time-zone files and runs no programs for it: when the machine's zone
+//!   is UTC (no `TZ` or a UTC one, `/etc/localtime` absent or UTC) the local time is the UTC time; otherwise
+//!   the report says the local offset was not determined and gives UTC only.
 //! - **Container detection**: `/.dockerenv`, `/run/.containerenv`, `docker|kubepods|containerd|lxc` in
 //!   `/proc/1/cgroup`, or `KUBERNETES_SERVICE_HOST`; the report says which one matched.
 //! - `--protocol` also takes a comma-separated list (`chat,messages`).

@@ -103,34 +103,37 @@ pub fn cgroup_container_word(cgroup: &str) -> Option<&'static str> {
         .find(|w| cgroup.contains(w))
 }
 
-/// The local UTC offset in seconds, from `date +%z` (which follows `TZ` and the system zone), or `None`
-/// when `date` is missing or says something else.
+/// The local UTC offset in seconds when it is known to be UTC (no `TZ`, or a UTC one, and `/etc/localtime`
+/// absent or pointing at UTC); `None` otherwise: tollgate reads no zone files and runs no programs for it, so
+/// the report then gives UTC times and says so.
 pub fn local_offset() -> Option<i64> {
-    let out = std::process::Command::new("date")
-        .arg("+%z")
-        .stderr(std::process::Stdio::null())
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        return None;
-    }
-    parse_offset(String::from_utf8_lossy(&out.stdout).trim())
-}
-
-/// `+0130` → 5400, `-0500` → -18000.
-pub fn parse_offset(s: &str) -> Option<i64> {
-    let b = s.as_bytes();
-    if b.len() != 5 || !b[1..].iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    let sign = match b[0] {
-        b'+' => 1,
-        b'-' => -1,
-        _ => return None,
+    let utc_name = |n: &str| {
+        let n = n.trim_start_matches(':');
+        matches!(
+            n,
+            "" | "UTC"
+                | "UTC0"
+                | "Etc/UTC"
+                | "Etc/UCT"
+                | "UCT"
+                | "Etc/Zulu"
+                | "Zulu"
+                | "GMT"
+                | "Etc/GMT"
+        )
     };
-    let h: i64 = s[1..3].parse().ok()?;
-    let m: i64 = s[3..5].parse().ok()?;
-    (h <= 14 && m < 60).then_some(sign * (h * 3600 + m * 60))
+    if let Ok(tz) = std::env::var("TZ") {
+        return utc_name(&tz).then_some(0);
+    }
+    match std::fs::read_link("/etc/localtime") {
+        Ok(target) => {
+            let t = target.to_string_lossy();
+            let zone = t.rsplit("zoneinfo/").next().unwrap_or("");
+            utc_name(zone).then_some(0)
+        }
+        Err(_) if !std::path::Path::new("/etc/localtime").exists() => Some(0),
+        Err(_) => None,
+    }
 }
 
 /// `2026-11-22 14:03 UTC`.
@@ -152,7 +155,8 @@ pub fn local_minute(unix: u64, offset: Option<i64>) -> String {
                 (a % 3600) / 60
             )
         }
-        None => "unknown (`date +%z` unavailable): see the UTC time".to_string(),
+        None => "not determined (tollgate does not read time-zone files): the times here are UTC"
+            .to_string(),
     }
 }
 
@@ -395,11 +399,6 @@ mod tests {
 
     #[test]
     fn offsets_and_minutes() {
-        assert_eq!(parse_offset("+0100"), Some(3600));
-        assert_eq!(parse_offset("-0530"), Some(-19800));
-        assert_eq!(parse_offset("+0000"), Some(0));
-        assert_eq!(parse_offset("CET"), None);
-        assert_eq!(parse_offset("+01:00"), None);
         // 2026-11-22T14:03:59Z
         let t = 1_795_356_239;
         assert_eq!(utc_minute(t), "2026-11-22 14:03 UTC");

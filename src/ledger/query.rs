@@ -55,9 +55,9 @@ pub struct Filter {
     pub status: Option<StatusFilter>,
     pub client_request_id: Option<String>,
     pub request_id: Option<String>,
-    /// RFC 3339 bounds on `ts` (inclusive, exclusive).
-    pub since: Option<String>,
-    pub until: Option<String>,
+    /// Bounds on `ts` as instants, Unix milliseconds (inclusive, exclusive).
+    pub since: Option<i64>,
+    pub until: Option<i64>,
     /// Skip this many matches (paging), then return at most `limit`.
     pub offset: usize,
     pub limit: usize,
@@ -73,14 +73,15 @@ impl Filter {
                 .as_ref()
                 .is_none_or(|c| r.client_request_id.as_ref() == Some(c))
             && self.request_id.as_ref().is_none_or(|c| &r.request_id == c)
-            && self
-                .since
-                .as_ref()
-                .is_none_or(|s| r.ts.as_str() >= s.as_str())
-            && self
-                .until
-                .as_ref()
-                .is_none_or(|u| r.ts.as_str() < u.as_str())
+            && (self.since.is_none() && self.until.is_none() || self.in_window(r))
+    }
+
+    /// Whether the record's `ts`, read as an instant, is within `since` and `until`.
+    fn in_window(&self, r: &Record) -> bool {
+        let Some(t) = crate::util::parse_rfc3339_millis(&r.ts) else {
+            return false;
+        };
+        self.since.is_none_or(|s| t >= s) && self.until.is_none_or(|u| t < u)
     }
 
     fn limit(&self) -> usize {
@@ -98,16 +99,12 @@ pub fn scan(path: &Path, filter: &Filter) -> io::Result<Vec<Record>> {
     let mut skipped = 0;
     // Records are appended when a request ends, stamped with when it began: a record more than this much
     // older than `since` means everything before it is older still (streams longer than that are rare).
-    let cutoff = filter
-        .since
-        .as_deref()
-        .and_then(crate::util::parse_rfc3339)
-        .map(|t| crate::util::rfc3339(t.saturating_sub(STOP_MARGIN_SECS)));
+    let cutoff = filter.since.map(|t| t - STOP_MARGIN_SECS as i64 * 1000);
     each_line_backwards(path, |line| {
         let Ok(r) = serde_json::from_slice::<Record>(line) else {
             return true;
         };
-        if cutoff.as_ref().is_some_and(|c| r.ts.as_str() < c.as_str()) {
+        if cutoff.is_some_and(|c| crate::util::parse_rfc3339_millis(&r.ts).is_some_and(|t| t < c)) {
             return false;
         }
         if filter.matches(&r) {

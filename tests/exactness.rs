@@ -1,0 +1,70 @@
+//! Exact by construction: time bounds compared as instants (RFC 3339 with offsets, Unix seconds meaning the
+//! start of that second, impossible dates refused), money as integers, paths decoded as paths.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+
+fn usage_count(gw: &Gateway, query: &str) -> (u16, usize) {
+    let r = gw.admin(&format!("/admin/usage?{query}"));
+    let n = if r.status == 200 {
+        r.json()["data"].as_array().unwrap().len()
+    } else {
+        0
+    };
+    (r.status, n)
+}
+
+#[test]
+fn time_bounds_are_instants() {
+    let gw = Gateway::start_mock(&format!("admin_token_env = \"{ADMIN_TOKEN_ENV}\""));
+    let r = gw.post(
+        "/v1/chat/completions",
+        &json!({"model": "mock", "messages": [{"role": "user", "content": "t"}]}),
+    );
+    assert_eq!(r.status, 200);
+    let rec = &gw.admin("/admin/usage").json()["data"][0];
+    let ts = rec["ts"].as_str().unwrap().to_string();
+    // The record's own second, as Unix seconds: the record (stamped later in that second) is included.
+    let secs = {
+        let out = std::process::Command::new("date")
+            .args(["-u", "-d", &ts, "+%s"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(
+        usage_count(&gw, &format!("since={secs}")),
+        (200, 1),
+        "since={secs} ts={ts}"
+    );
+    assert_eq!(usage_count(&gw, &format!("until={secs}")), (200, 0));
+    // The same instant written with an offset.
+    let hh: i64 = ts[11..13].parse().unwrap();
+    let shifted = format!("{}{:02}{}%2B02:00", &ts[..11], (hh + 2) % 24, &ts[13..19]);
+    if hh < 22 {
+        assert_eq!(
+            usage_count(&gw, &format!("since={shifted}")),
+            (200, 1),
+            "{shifted}"
+        );
+        assert_eq!(
+            usage_count(
+                &gw,
+                &format!("since={}{:02}{}Z", &ts[..11], hh + 2, &ts[13..19])
+            ),
+            (200, 0),
+            "the offset is not ignored"
+        );
+    }
+    for bad in [
+        "2026-02-31T00:00:00Z",
+        "2026-11-24T10:00:00garbage",
+        "yesterday",
+    ] {
+        let r = gw.admin(&format!("/admin/usage?since={bad}"));
+        assert_eq!(r.status, 400, "{bad}: {}", r.text());
+        assert_eq!(r.json()["error"]["param"], "since");
+    }
+}
