@@ -138,9 +138,20 @@ pub struct Policy {
     pub cooldown: Duration,
 }
 
-#[derive(Default, Debug)]
+#[derive(Debug)]
 pub struct Breakers {
     states: Mutex<HashMap<String, State>>,
+    /// An instant before any other this breaker set sees (a released probe's "cool-down over").
+    epoch: Instant,
+}
+
+impl Default for Breakers {
+    fn default() -> Self {
+        Breakers {
+            states: Mutex::default(),
+            epoch: Instant::now(),
+        }
+    }
 }
 
 fn until_unix(d: Duration) -> u64 {
@@ -157,11 +168,14 @@ impl Breakers {
 
     /// Where `upstream` stands now (no state changes).
     pub fn standing(&self, upstream: &str) -> Standing {
+        self.standing_at(upstream, Instant::now())
+    }
+
+    fn standing_at(&self, upstream: &str, now: Instant) -> Standing {
         let states = self.lock();
         let Some(st) = states.get(upstream) else {
             return Standing::Ready;
         };
-        let now = Instant::now();
         match st.mode {
             Mode::Closed => Standing::Ready,
             Mode::Open { until } if now < until => Standing::Skipped(until - now),
@@ -175,10 +189,13 @@ impl Breakers {
     /// Asks to try `upstream` now. After an open breaker's cool-down the first caller gets the probe; others
     /// are told to wait until its result is in.
     pub fn admit(&self, upstream: &str) -> Admit<'_> {
+        self.admit_at(upstream, Instant::now())
+    }
+
+    fn admit_at(&self, upstream: &str, now: Instant) -> Admit<'_> {
         let mut states = self.lock();
         let mut probe = false;
         if let Some(st) = states.get_mut(upstream) {
-            let now = Instant::now();
             match st.mode {
                 Mode::Open { until } if now < until => return Admit::No(until - now),
                 Mode::Open { .. } => {
@@ -200,16 +217,21 @@ impl Breakers {
     fn release_probe(&self, upstream: &str) {
         if let Some(st) = self.lock().get_mut(upstream) {
             if st.mode == Mode::Probing {
-                // Back to "cool-down over": the next request probes.
+                // Back to "cool-down over": the next request probes. (The earliest instant: whatever clock
+                // the caller uses, the cool-down is over.)
                 st.mode = Mode::Open {
-                    until: Instant::now(),
+                    until: self.epoch,
                 };
             }
         }
     }
 
     /// Records how an attempt went.
-    pub fn report(&self, mut ticket: Ticket<'_>, verdict: Verdict, policy: Policy) {
+    pub fn report(&self, ticket: Ticket<'_>, verdict: Verdict, policy: Policy) {
+        self.report_at(ticket, verdict, policy, Instant::now())
+    }
+
+    fn report_at(&self, mut ticket: Ticket<'_>, verdict: Verdict, policy: Policy, now: Instant) {
         ticket.reported = true;
         let name = ticket.upstream.as_str();
         let mut states = self.lock();
@@ -231,7 +253,7 @@ impl Breakers {
             Verdict::Inconclusive => {
                 if was_probing {
                     st.mode = Mode::Open {
-                        until: Instant::now(),
+                        until: now,
                     };
                 }
             }
@@ -254,7 +276,7 @@ impl Breakers {
                 st.silent = 0;
                 st.erroring += 1;
                 let ejected_now =
-                    matches!(st.mode, Mode::Ejected { until } if Instant::now() < until);
+                    matches!(st.mode, Mode::Ejected { until } if now < until);
                 if was_probing || matches!(st.mode, Mode::Open { .. }) {
                     // It answers: no longer open, whatever it answered.
                     log::info!("upstream `{name}` answers again (with an error): breaker closed");
@@ -268,7 +290,7 @@ impl Breakers {
                         policy.cooldown.as_secs()
                     );
                     st.mode = Mode::Ejected {
-                        until: Instant::now() + policy.cooldown,
+                        until: now + policy.cooldown,
                     };
                     st.until_unix_ms = Some(until_unix(policy.cooldown));
                 }
@@ -291,7 +313,7 @@ impl Breakers {
                         );
                     }
                     st.mode = Mode::Open {
-                        until: Instant::now() + policy.cooldown,
+                        until: now + policy.cooldown,
                     };
                     st.until_unix_ms = Some(until_unix(policy.cooldown));
                 }
@@ -430,5 +452,87 @@ mod tests {
         b.report(probe, Verdict::Erroring("HTTP 503".into()), p);
         assert_eq!(b.view("u").state, "closed");
         assert!(matches!(b.admit("u"), Admit::Yes(_)));
+    }
+
+    #[test]
+    fn a_fallbacks_probe_cannot_stick() {
+        // Model [a, b]: both stop answering, both come back, `a` serves, then `a` dies: `b` serves.
+        let b = Breakers::default();
+        let p = Policy {
+            failures: 1,
+            cooldown: Duration::from_secs(10),
+        };
+        let t0 = Instant::now();
+        for u in ["a", "b"] {
+            let Admit::Yes(t) = b.admit_at(u, t0) else {
+                panic!()
+            };
+            b.report_at(t, Verdict::Silent("refused".into()), p, t0);
+        }
+        let t1 = t0 + Duration::from_secs(11);
+        // Both are ready again; the request tries `a` first (admitted just before it is tried) and it serves.
+        assert_eq!(b.standing_at("a", t1), Standing::Ready);
+        assert_eq!(b.standing_at("b", t1), Standing::Ready);
+        let Admit::Yes(t) = b.admit_at("a", t1) else {
+            panic!()
+        };
+        b.report_at(t, Verdict::Success, p, t1);
+        // `b` was never admitted, so it holds no probe: when `a` dies, `b` is admitted and serves.
+        let t2 = t1 + Duration::from_secs(1);
+        let Admit::Yes(t) = b.admit_at("a", t2) else {
+            panic!()
+        };
+        b.report_at(t, Verdict::Silent("refused".into()), p, t2);
+        let Admit::Yes(t) = b.admit_at("b", t2) else {
+            panic!("the fallback is stuck")
+        };
+        b.report_at(t, Verdict::Success, p, t2);
+        assert_eq!(b.standing_at("b", t2), Standing::Ready);
+    }
+
+    proptest::proptest! {
+        /// Over any sequence of an upstream going down and up, requests arriving at random times, and
+        /// requests that end before reporting, an upstream that answers is never refused for longer than its
+        /// cool-down after it came back.
+        #[test]
+        fn an_answering_upstream_is_never_skipped_beyond_its_cooldown(
+            steps in proptest::collection::vec((0u64..3000, proptest::bool::ANY, 0u8..10), 1..200),
+            failures in 1u32..5,
+        ) {
+            let br = Breakers::default();
+            let cooldown = Duration::from_millis(1000);
+            let p = Policy { failures, cooldown };
+            let mut now = Instant::now();
+            let mut up = true;
+            let mut up_since = now;
+            for (dt, flip, action) in steps {
+                now += Duration::from_millis(dt);
+                if flip {
+                    up = !up;
+                    if up {
+                        up_since = now;
+                    }
+                }
+                match br.admit_at("u", now) {
+                    Admit::No(wait) => {
+                        proptest::prop_assert!(wait <= cooldown);
+                        if up {
+                            proptest::prop_assert!(
+                                now.duration_since(up_since) <= cooldown,
+                                "refused {:?} after it came back", now.duration_since(up_since)
+                            );
+                        }
+                    }
+                    Admit::Yes(ticket) => match action {
+                        // The request ended before its attempt said anything.
+                        0 => drop(ticket),
+                        1 => br.report_at(ticket, Verdict::Inconclusive, p, now),
+                        2 if up => br.report_at(ticket, Verdict::Erroring("HTTP 500".into()), p, now),
+                        _ if up => br.report_at(ticket, Verdict::Success, p, now),
+                        _ => br.report_at(ticket, Verdict::Silent("refused".into()), p, now),
+                    },
+                }
+            }
+        }
     }
 }
