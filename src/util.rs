@@ -316,25 +316,8 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
-/// An estimate of how many tokens a BPE tokenizer would make of `text`: each run of letters or digits
-/// costs one token per started 4 characters, every other visible character one token. Deterministic; used
-/// where an upstream reports no usage (and by the mock model).
-pub fn estimate_tokens(text: &str) -> u64 {
-    let mut tokens = 0u64;
-    let mut run = 0u64;
-    for c in text.chars() {
-        if c.is_alphanumeric() {
-            run += 1;
-        } else {
-            tokens += run.div_ceil(4);
-            run = 0;
-            if !c.is_whitespace() {
-                tokens += 1;
-            }
-        }
-    }
-    tokens + run.div_ceil(4)
-}
+/// See [`crate::protocol::estimate::tokens`] (where every usage estimate lives).
+pub use crate::protocol::estimate::tokens as estimate_tokens;
 
 #[cfg(test)]
 mod tests {
@@ -465,12 +448,5 @@ mod tests {
             ["dir-target", "keys.jsonl", "keys.lock", "victim"]
         );
         fs::remove_dir_all(d).unwrap();
-    }
-
-    #[test]
-    fn token_estimates() {
-        assert_eq!(estimate_tokens(""), 0);
-        assert_eq!(estimate_tokens("Hello, world!"), 6);
-        assert_eq!(estimate_tokens("a b c"), 3);
     }
 }

@@ -407,7 +407,7 @@ mod tests {
             local_minute(t, Some(-19800)),
             "2026-11-22 08:33 (UTC-05:30)"
         );
-        assert!(local_minute(t, None).starts_with("unknown"));
+        assert!(local_minute(t, None).starts_with("not determined"));
     }
 
     #[test]

@@ -7,9 +7,11 @@ pub mod canon;
 pub mod chat;
 pub mod egress;
 mod error;
+pub mod estimate;
 pub mod fields;
 pub mod limits;
 pub mod messages;
+pub mod observe;
 pub mod responses;
 pub mod sse;
 

@@ -5,8 +5,8 @@ use super::respond::{self, Trace};
 use super::watchdog::Watchdog;
 use crate::http::ResponseWriter;
 use crate::protocol::canon::{StreamEvent, Usage};
+use crate::protocol::estimate;
 use crate::protocol::{ApiError, StreamEncoder};
-use crate::util::estimate_tokens;
 
 /// The client went away (a write failed).
 #[derive(Debug)]
@@ -23,6 +23,8 @@ pub struct EventWriter<'a> {
     produced: String,
     /// A running estimate of the tokens in `produced` (summed per delta, so cheap per event).
     produced_tokens: u64,
+    /// The upstream's finish reason came (the stream completed).
+    finished: bool,
     pub error: Option<ApiError>,
 }
 
@@ -53,6 +55,7 @@ impl<'a> EventWriter<'a> {
             input_estimate,
             produced: String::new(),
             produced_tokens: 0,
+            finished: false,
             error: None,
         };
         ew.emit(&start)?;
@@ -82,6 +85,7 @@ impl<'a> EventWriter<'a> {
                 self.produce(name);
             }
             StreamEvent::Error(e) => self.error = Some(e.clone()),
+            StreamEvent::Finish(_) => self.finished = true,
             _ => {}
         }
         self.enc.encode(ev, &mut self.buf);
@@ -90,7 +94,7 @@ impl<'a> EventWriter<'a> {
 
     fn produce(&mut self, text: &str) {
         self.produced.push_str(text);
-        self.produced_tokens += estimate_tokens(text);
+        self.produced_tokens += estimate::tokens(text);
     }
 
     /// The output the upstream reported so far (if any) and an estimate of what was produced.
@@ -107,19 +111,11 @@ impl<'a> EventWriter<'a> {
         r.map_err(|_| ClientGone)
     }
 
-    /// Usage so far: the upstream's, or an estimate from what was produced (and whether it is one).
+    /// Usage so far, by the one rule for streams (`estimate::stream_usage`): as reported when the stream
+    /// completed with a report, else topped up with what was produced; and whether it is an estimate.
     pub fn usage(&self) -> (Usage, bool) {
-        match self.usage {
-            Some(u) if u.input_tokens > 0 || u.output_tokens > 0 => (u, false),
-            _ => (
-                Usage {
-                    input_tokens: self.input_estimate,
-                    output_tokens: estimate_tokens(&self.produced),
-                    ..Usage::default()
-                },
-                true,
-            ),
-        }
+        let completed = self.finished && self.error.is_none();
+        estimate::stream_usage(self.usage, completed, &self.produced, self.input_estimate)
     }
 
     /// Closes the stream: when no usage came, an estimate is sent first; then the protocol's closing

@@ -219,9 +219,7 @@ impl Breakers {
             if st.mode == Mode::Probing {
                 // Back to "cool-down over": the next request probes. (The earliest instant: whatever clock
                 // the caller uses, the cool-down is over.)
-                st.mode = Mode::Open {
-                    until: self.epoch,
-                };
+                st.mode = Mode::Open { until: self.epoch };
             }
         }
     }
@@ -252,9 +250,7 @@ impl Breakers {
         match verdict {
             Verdict::Inconclusive => {
                 if was_probing {
-                    st.mode = Mode::Open {
-                        until: now,
-                    };
+                    st.mode = Mode::Open { until: now };
                 }
             }
             Verdict::Success => {
@@ -275,8 +271,7 @@ impl Breakers {
             Verdict::Erroring(why) => {
                 st.silent = 0;
                 st.erroring += 1;
-                let ejected_now =
-                    matches!(st.mode, Mode::Ejected { until } if now < until);
+                let ejected_now = matches!(st.mode, Mode::Ejected { until } if now < until);
                 if was_probing || matches!(st.mode, Mode::Open { .. }) {
                     // It answers: no longer open, whatever it answered.
                     log::info!("upstream `{name}` answers again (with an error): breaker closed");
