@@ -6,20 +6,36 @@
 //!
 //! A line is formatted on the thread that logs it and written by one writer thread, so a slow consumer of
 //! stderr (a pipe, journald under pressure) never holds up a request; the queue is bounded, and when it is
-//! full a logging thread waits rather than dropping lines. `log::logger().flush()` returns once every line
-//! logged before it is written (the binary calls it before it exits).
+//! full a line is dropped rather than making a request thread wait (counted in
+//! `tollgate_log_lines_dropped_total`, and said in the log once the queue has room again); only lines that
+//! carry data nothing else holds (`MUST_WRITE_TARGET`: unwritten usage records at shutdown) wait for room.
+//! `log::logger().flush()` returns once every line logged before it is written (the binary calls it before
+//! it exits).
 
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crossbeam_channel::{Receiver, Sender};
 
 static JSON: AtomicBool = AtomicBool::new(false);
 
+/// Lines dropped because the writer's queue was full (a metric), and those not yet reported in the log.
+static DROPPED: AtomicU64 = AtomicU64::new(0);
+static DROPPED_SINCE_REPORT: AtomicU64 = AtomicU64::new(0);
+
+/// Log lines dropped so far because stderr could not keep up.
+pub fn dropped_lines() -> u64 {
+    DROPPED.load(Ordering::Relaxed)
+}
+
+/// Lines of this target are never dropped: they carry data nothing else holds (usage records the ledger
+/// could not write at shutdown).
+pub const MUST_WRITE_TARGET: &str = "tollgate::ledger::unwritten";
+
 /// The target of the one-line-per-request summaries.
 pub const REQUEST_TARGET: &str = "tollgate::request";
 
-/// Lines waiting for the writer before a logging thread waits.
+/// Lines waiting for the writer; beyond them a line is dropped (and counted).
 const QUEUE: usize = 16 * 1024;
 
 /// Whether logs are JSON lines.
@@ -143,9 +159,33 @@ impl log::Log for Logger {
         }
         let line = self.format(record);
         let line = match &self.tx {
-            Some(tx) => match tx.send(Msg::Line(line)) {
+            // Never wait on the writer: a full queue drops the line and counts it.
+            Some(tx) if record.target() == MUST_WRITE_TARGET => match tx.send(Msg::Line(line)) {
                 Ok(()) => return,
                 Err(e) => match e.into_inner() {
+                    Msg::Line(line) => line,
+                    Msg::Flush(_) => return,
+                },
+            },
+            Some(tx) => match tx.try_send(Msg::Line(line)) {
+                Ok(()) => {
+                    let dropped = DROPPED_SINCE_REPORT.swap(0, Ordering::Relaxed);
+                    if dropped > 0 {
+                        let note = format!(
+                            "{} WARN  [tollgate::logging] {dropped} log lines were dropped: stderr could not \
+                             keep up\n",
+                            crate::util::rfc3339_millis(crate::util::unix_millis())
+                        );
+                        let _ = tx.try_send(Msg::Line(note));
+                    }
+                    return;
+                }
+                Err(crossbeam_channel::TrySendError::Full(_)) => {
+                    DROPPED.fetch_add(1, Ordering::Relaxed);
+                    DROPPED_SINCE_REPORT.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                Err(crossbeam_channel::TrySendError::Disconnected(m)) => match m {
                     Msg::Line(line) => line,
                     Msg::Flush(_) => return,
                 },

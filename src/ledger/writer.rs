@@ -66,7 +66,7 @@ pub(super) struct Writer {
 
 /// Logs a record that will not reach the file, in a form an operator can recover it from.
 pub(super) fn log_unwritten(json: &str) {
-    log::error!("unwritten usage record: {json}");
+    log::error!(target: crate::logging::MUST_WRITE_TARGET, "unwritten usage record: {json}");
 }
 
 impl Writer {

@@ -19,39 +19,47 @@ const OVERHEAD_BUCKETS: [f64; 12] = [
 
 struct Histogram {
     bounds: &'static [f64],
+    /// One counter per bound, and a last one for values above every bound.
     counts: Vec<AtomicU64>,
     sum_nanos: AtomicU64,
-    count: AtomicU64,
 }
 
 impl Histogram {
     fn new(bounds: &'static [f64]) -> Histogram {
         Histogram {
             bounds,
-            counts: (0..bounds.len()).map(|_| AtomicU64::new(0)).collect(),
+            counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
             sum_nanos: AtomicU64::new(0),
-            count: AtomicU64::new(0),
         }
     }
 
     fn observe(&self, d: Duration) {
         let s = d.as_secs_f64();
-        if let Some(i) = self.bounds.iter().position(|b| s <= *b) {
-            self.counts[i].fetch_add(1, Ordering::Relaxed);
-        }
+        let i = self
+            .bounds
+            .iter()
+            .position(|b| s <= *b)
+            .unwrap_or(self.bounds.len());
+        self.counts[i].fetch_add(1, Ordering::Relaxed);
         self.sum_nanos
             .fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
-        self.count.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// One consistent snapshot: every counter is read once, and the cumulative buckets, `+Inf` and
+    /// `_count` are all computed from those reads (`+Inf` can never be below the last bucket).
     fn render(&self, out: &mut String, name: &str, help: &str) {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        let counts: Vec<u64> = self
+            .counts
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .collect();
         let mut cumulative = 0;
-        for (b, c) in self.bounds.iter().zip(&self.counts) {
-            cumulative += c.load(Ordering::Relaxed);
+        for (b, c) in self.bounds.iter().zip(&counts) {
+            cumulative += c;
             let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {cumulative}");
         }
-        let count = self.count.load(Ordering::Relaxed);
+        let count: u64 = counts.iter().sum();
         let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
         let _ = writeln!(
             out,
@@ -319,6 +327,12 @@ pub fn scrape(gw: &super::Gateway) -> String {
          # TYPE tollgate_ledger_write_errors_total counter\ntollgate_ledger_write_errors_total {}",
         gw.ledger.write_errors()
     );
+    let _ = writeln!(
+        out,
+        "# HELP tollgate_log_lines_dropped_total Log lines dropped because stderr could not keep up.\n\
+         # TYPE tollgate_log_lines_dropped_total counter\ntollgate_log_lines_dropped_total {}",
+        crate::logging::dropped_lines()
+    );
     out.push_str(
         "# HELP tollgate_upstream_breaker Breaker state per upstream: 1 for the state it is in (closed; open: \
          it stopped answering and is skipped; probing: one request is checking it; ejected: it answers with \
@@ -336,4 +350,37 @@ pub fn scrape(gw: &super::Gateway) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_histogram_scrape_is_one_snapshot() {
+        let h = Histogram::new(&OVERHEAD_BUCKETS);
+        for ms in [0u64, 1, 3, 700, 5000] {
+            h.observe(Duration::from_millis(ms));
+        }
+        let mut out = String::new();
+        h.render(&mut out, "x", "help");
+        let value = |prefix: &str| -> u64 {
+            out.lines()
+                .find_map(|l| l.strip_prefix(prefix))
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap()
+        };
+        assert_eq!(value("x_count "), 5);
+        assert_eq!(value("x_bucket{le=\"+Inf\"} "), 5);
+        assert_eq!(value("x_bucket{le=\"1\"} "), 4, "5 s is above every bound");
+    }
+
+    #[test]
+    fn costs_print_as_exact_decimals() {
+        assert_eq!(decimal(0.0009450000000000005), "0.000945");
+        assert_eq!(decimal(1.2239999999999824), "1.224");
+        assert_eq!(decimal(0.0), "0");
+    }
 }
