@@ -68,3 +68,56 @@ fn time_bounds_are_instants() {
         assert_eq!(r.json()["error"]["param"], "since");
     }
 }
+
+/// Paths are decoded as paths (`+` stays `+`, a malformed escape is 400), framing is digits only.
+#[test]
+fn paths_and_framing_are_parsed_strictly() {
+    use std::io::{Read, Write};
+    let gw = Gateway::start_mock("");
+    let auth = format!("Bearer {}", gw.key);
+    let r = gw.request("GET", "/v1/models/mock", &[("authorization", &auth)], b"");
+    assert_eq!(r.status, 200);
+    let r = gw.request("GET", "/v1/models/mo%63k", &[("authorization", &auth)], b"");
+    assert_eq!(r.status, 200, "an escape is decoded");
+    let r = gw.request("GET", "/v1/models/mock+x", &[("authorization", &auth)], b"");
+    assert_eq!(r.status, 404);
+    assert!(r.text().contains("mock+x"), "`+` stays `+`: {}", r.text());
+    let r = gw.request("GET", "/v1/models/%+1", &[("authorization", &auth)], b"");
+    assert_eq!(r.status, 400, "{}", r.text());
+    for (name, head) in [
+        ("a signed length", "Content-Length: +5\r\n"),
+        (
+            "a coding before chunked",
+            "Transfer-Encoding: gzip, chunked\r\n",
+        ),
+    ] {
+        let mut s = gw.connect();
+        write!(
+            s,
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\n{head}\r\nhello"
+        )
+        .unwrap();
+        let mut text = String::new();
+        let _ = s.read_to_string(&mut text);
+        assert!(
+            text.starts_with("HTTP/1.1 400") || text.starts_with("HTTP/1.1 501"),
+            "{name}: {text}"
+        );
+        assert!(
+            text.to_ascii_lowercase().contains("connection: close"),
+            "{name}: {text}"
+        );
+    }
+    let mut s = gw.connect();
+    write!(
+        s,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\nTransfer-Encoding: chunked\r\n\r\n 5 \r\nhello\r\n0\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    assert!(
+        text.starts_with("HTTP/1.1 400"),
+        "chunk size with spaces: {text}"
+    );
+}

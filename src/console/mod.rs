@@ -99,8 +99,9 @@ fn route(gw: &Gateway, ex: &Exchange) -> Result<Answer, ApiError> {
     let parts: Vec<String> = path
         .trim_start_matches("/admin/")
         .split('/')
-        .map(crate::http::percent_decode)
-        .collect();
+        .map(crate::http::decode_path_segment)
+        .collect::<Result<_, _>>()
+        .map_err(ApiError::invalid)?;
     let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
     let body = || -> Result<Value, ApiError> {
         if ex.request.body.is_empty() {

@@ -10,7 +10,8 @@ mod response;
 mod server;
 
 pub use request::{
-    parse_head, percent_decode, BodyKind, ChunkedDecoder, HttpError, Limits, Request,
+    decode_path_segment, form_decode, parse_head, BodyKind, ChunkedDecoder, HttpError, Limits,
+    Request,
 };
 pub use response::{reason, ResponseWriter, SharedStream, Withheld};
 pub use server::{serve, Dispatch, ErrorRenderer, Exchange, HttpConfig, ServerState};

@@ -59,34 +59,38 @@ impl Request {
     pub fn query_param(&self, name: &str) -> Option<String> {
         self.query.split('&').find_map(|pair| {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            (percent_decode(k) == name).then(|| percent_decode(v))
+            (form_decode(k) == name).then(|| form_decode(v))
         })
     }
 }
 
-/// Decodes `%XX` escapes and `+` (as space) in a query component. Invalid escapes are kept as they are.
-pub fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
-                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                    Some(b) => {
-                        out.push(b);
-                        i += 2;
-                    }
-                    None => out.push(b'%'),
-                }
-            }
-            b => out.push(b),
+/// Decodes a query component as a form value (`application/x-www-form-urlencoded`): `+` is a space and
+/// `%XX` escapes are decoded (`percent-encoding`); a malformed escape is kept as it is, as browsers do.
+pub fn form_decode(s: &str) -> String {
+    let spaced = s.replace('+', " ");
+    percent_encoding::percent_decode_str(&spaced)
+        .decode_utf8_lossy()
+        .into_owned()
+}
+
+/// Decodes one path segment: `%XX` escapes only (`+` stays `+`); a malformed escape or bytes that are not
+/// UTF-8 are an error (the caller answers 400).
+pub fn decode_path_segment(s: &str) -> Result<String, String> {
+    let b = s.as_bytes();
+    for (i, &c) in b.iter().enumerate() {
+        if c == b'%'
+            && !(b.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
+                && b.get(i + 2).is_some_and(u8::is_ascii_hexdigit))
+        {
+            return Err(format!(
+                "malformed percent escape in the path segment {s:?}"
+            ));
         }
-        i += 1;
     }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8()
+        .map(|c| c.into_owned())
+        .map_err(|_| format!("the path segment {s:?} is not UTF-8 once decoded"))
 }
 
 /// How the body of a request is framed.
@@ -204,14 +208,20 @@ pub fn parse_head(buf: &[u8], limits: &Limits) -> Result<Option<(Head, usize)>, 
 
     let mut content_length: Option<u64> = None;
     let mut chunked = false;
+    let mut transfer_encodings = 0;
     let mut connection_close = version == 0;
     let mut expect_continue = false;
     for (name, value) in &headers {
         match name.as_str() {
             "content-length" => {
-                let n: u64 = value.parse().map_err(|_| {
-                    HttpError::BadRequest(format!("invalid Content-Length {value:?}"))
-                })?;
+                // RFC 9112: digits only (no sign, no spaces, no list).
+                let digits = !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit());
+                let n: u64 = digits
+                    .then(|| value.parse().ok())
+                    .flatten()
+                    .ok_or_else(|| {
+                        HttpError::BadRequest(format!("invalid Content-Length {value:?}"))
+                    })?;
                 if content_length.is_some_and(|old| old != n) {
                     return Err(HttpError::BadRequest(
                         "conflicting Content-Length headers".into(),
@@ -220,12 +230,21 @@ pub fn parse_head(buf: &[u8], limits: &Limits) -> Result<Option<(Head, usize)>, 
                 content_length = Some(n);
             }
             "transfer-encoding" => {
-                let last = value.rsplit(',').next().unwrap_or("").trim();
-                if last.eq_ignore_ascii_case("chunked") {
+                // Exactly `chunked`: any other coding (or a list: `gzip, chunked` would need the gzip undone)
+                // is refused rather than half-read.
+                transfer_encodings += 1;
+                if value.eq_ignore_ascii_case("chunked") && transfer_encodings == 1 {
                     chunked = true;
-                } else {
+                } else if value.split(',').all(|t| {
+                    let t = t.trim();
+                    !t.is_empty() && t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                }) {
                     return Err(HttpError::NotImplemented(format!(
-                        "Transfer-Encoding {value:?}"
+                        "Transfer-Encoding {value:?} (only `chunked` is supported)"
+                    )));
+                } else {
+                    return Err(HttpError::BadRequest(format!(
+                        "invalid Transfer-Encoding {value:?}"
                     )));
                 }
             }
@@ -313,14 +332,8 @@ impl ChunkedDecoder {
                         }
                         return Ok((pos, false));
                     };
-                    let line = &input[pos..pos + line_end];
-                    let size_part = line.split(|&b| b == b';').next().unwrap_or(b"");
-                    let size_str = std::str::from_utf8(size_part)
-                        .map_err(|_| HttpError::BadRequest("invalid chunk size".into()))?
-                        .trim();
-                    let size = u64::from_str_radix(size_str, 16).map_err(|_| {
-                        HttpError::BadRequest(format!("invalid chunk size {size_str:?}"))
-                    })?;
+                    let line = &input[pos..pos + line_end + 2];
+                    let size = chunk_size(line)?;
                     pos += line_end + 2;
                     if size == 0 {
                         self.state = ChunkState::Trailers;
@@ -369,6 +382,33 @@ impl ChunkedDecoder {
                 }
             }
         }
+    }
+}
+
+/// The size of a chunk from its size line (with its CRLF): hex digits only (RFC 9112), then optionally
+/// whitespace and `;` extensions; read with `httparse`, after refusing what it would let through (an empty
+/// size, whitespace before the digits, or whitespace with no extension after it).
+fn chunk_size(line: &[u8]) -> Result<u64, HttpError> {
+    let bad = || {
+        HttpError::BadRequest(format!(
+            "invalid chunk size {:?}",
+            String::from_utf8_lossy(&line[..line.len().saturating_sub(2)])
+        ))
+    };
+    let body = &line[..line.len() - 2];
+    let (size, ext) = match body.iter().position(|&b| b == b';') {
+        Some(i) => (&body[..i], true),
+        None => (body, false),
+    };
+    let digits = size.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+    let rest = &size[digits..];
+    if digits == 0 || (!ext && !rest.is_empty()) || rest.iter().any(|b| !matches!(b, b' ' | b'\t'))
+    {
+        return Err(bad());
+    }
+    match httparse::parse_chunk_size(line) {
+        Ok(httparse::Status::Complete((_, n))) => Ok(n),
+        _ => Err(bad()),
     }
 }
 
@@ -490,6 +530,109 @@ mod tests {
         assert_eq!(h.request.query_param("limit").as_deref(), Some("5"));
         assert_eq!(h.request.query_param("x").as_deref(), Some(""));
         assert_eq!(h.request.query_param("y"), None);
-        assert_eq!(percent_decode("%zz%4"), "%zz%4");
+        assert_eq!(form_decode("%zz%4"), "%zz%4");
+        assert_eq!(form_decode("a+b%2Bc"), "a b+c");
+        assert_eq!(decode_path_segment("m-chat+x").unwrap(), "m-chat+x");
+        assert_eq!(decode_path_segment("a%2Fb%20c").unwrap(), "a/b c");
+        for bad in ["%+1", "%4", "%zz", "%ff"] {
+            assert!(decode_path_segment(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn framing_is_strict() {
+        for cl in ["+5", " 5x", "5, 5", "0x5", "", "5 5", "-0"] {
+            let raw = format!("POST / HTTP/1.1\r\nContent-Length: {cl}\r\n\r\n");
+            assert_eq!(
+                head(&raw).unwrap_err().status(),
+                400,
+                "Content-Length {cl:?}"
+            );
+        }
+        for te in ["gzip, chunked", "chunked, chunked", "identity", "gzip"] {
+            let raw = format!("POST / HTTP/1.1\r\nTransfer-Encoding: {te}\r\n\r\n");
+            assert_eq!(
+                head(&raw).unwrap_err().status(),
+                501,
+                "Transfer-Encoding {te:?}"
+            );
+        }
+        let raw =
+            "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n";
+        assert!(head(raw).is_err(), "two Transfer-Encoding headers");
+        let raw = "POST / HTTP/1.1\r\nTransfer-Encoding: chunked;x\r\n\r\n";
+        assert_eq!(head(raw).unwrap_err().status(), 400);
+        for line in [
+            " 5\r\n", "5 \r\n", "\r\n", "+5\r\n", "0x5\r\n", "5\t\r\n", "g\r\n",
+        ] {
+            assert!(chunk_size(line.as_bytes()).is_err(), "chunk size {line:?}");
+        }
+        assert_eq!(chunk_size(b"1F\r\n").unwrap(), 31);
+        assert_eq!(chunk_size(b"5;name=value\r\n").unwrap(), 5);
+        assert_eq!(chunk_size(b"5 ;name\r\n").unwrap(), 5);
+    }
+
+    proptest::proptest! {
+        /// Any body split into any chunks (with or without extensions), fed in any pieces, decodes to itself.
+        #[test]
+        fn chunked_bodies_round_trip(
+            body in proptest::collection::vec(proptest::num::u8::ANY, 0..600),
+            cuts in proptest::collection::vec(1usize..80, 1..20),
+            feed in 1usize..50,
+            ext in proptest::bool::ANY,
+        ) {
+            let mut wire = Vec::new();
+            let mut rest = &body[..];
+            let mut i = 0;
+            while !rest.is_empty() {
+                let n = cuts[i % cuts.len()].min(rest.len());
+                wire.extend_from_slice(format!("{n:X}{}\r\n", if ext { ";x=1" } else { "" }).as_bytes());
+                wire.extend_from_slice(&rest[..n]);
+                wire.extend_from_slice(b"\r\n");
+                rest = &rest[n..];
+                i += 1;
+            }
+            wire.extend_from_slice(b"0\r\n\r\n");
+            let mut d = ChunkedDecoder::default();
+            let mut out = Vec::new();
+            let mut buf: Vec<u8> = Vec::new();
+            let mut done = false;
+            for piece in wire.chunks(feed) {
+                buf.extend_from_slice(piece);
+                let (used, finished) = d.feed(&buf, &mut out, 1 << 20).unwrap();
+                buf.drain(..used);
+                done = finished;
+            }
+            proptest::prop_assert!(done);
+            proptest::prop_assert_eq!(out, body);
+        }
+
+        /// Any string encoded as a path segment decodes to itself (`+` included); hostile input never panics.
+        #[test]
+        fn path_segments_round_trip(text in "\\PC{0,30}", junk in "[%+0-9a-zA-Z]{0,12}") {
+            let encoded = percent_encoding::utf8_percent_encode(&text, percent_encoding::NON_ALPHANUMERIC)
+                .to_string();
+            proptest::prop_assert_eq!(decode_path_segment(&encoded).unwrap(), text.clone());
+            let plus = format!("{text}+").replace('%', "%25");
+            proptest::prop_assert_eq!(decode_path_segment(&plus).unwrap(), format!("{text}+"));
+            let _ = decode_path_segment(&junk);
+            let _ = form_decode(&junk);
+        }
+
+        /// Hostile size lines never panic and are refused unless they are hex digits.
+        #[test]
+        fn hostile_chunk_sizes_are_refused(line in "[ -~\t]{0,20}") {
+            let mut raw = line.clone().into_bytes();
+            raw.extend_from_slice(b"\r\n");
+            let ok = chunk_size(&raw).is_ok();
+            let size = line.split(';').next().unwrap_or("");
+            let strict = !size.trim_end_matches([' ', '\t']).is_empty()
+                && size.trim_end_matches([' ', '\t']).bytes().all(|b| b.is_ascii_hexdigit())
+                && (line.contains(';') || !size.ends_with([' ', '\t']))
+                && size.trim_end_matches([' ', '\t']).len() <= 16;
+            if ok {
+                proptest::prop_assert!(strict, "accepted {:?}", line);
+            }
+        }
     }
 }

@@ -71,8 +71,12 @@ pub fn route(gw: &Gateway, ex: &mut Exchange) {
         }
         ("GET" | "HEAD", "/v1/models") => models(gw, ex, &trace, None, anthropic),
         ("GET" | "HEAD", p) if p.starts_with("/v1/models/") => {
-            let id = crate::http::percent_decode(&p["/v1/models/".len()..]);
-            models(gw, ex, &trace, Some(id), anthropic)
+            match crate::http::decode_path_segment(&p["/v1/models/".len()..]) {
+                Ok(id) => models(gw, ex, &trace, Some(id), anthropic),
+                Err(m) => {
+                    respond::error(ex.response(), &trace, &ApiError::invalid_param("model", m))
+                }
+            }
         }
         (_, "/v1/models" | "/healthz" | "/readyz" | "/metrics") => {
             let e = ApiError::new(
