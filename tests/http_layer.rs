@@ -176,6 +176,8 @@ fn nodelay_is_set_on_every_accepted_socket() {
         read_timeout: Duration::from_secs(10),
         write_timeout: Duration::from_secs(10),
         max_connections: 100,
+        max_buffered_body_bytes: 1 << 30,
+        screen: None,
     });
     let record = seen.clone();
     let dispatch: Arc<http::Dispatch> = Arc::new(move |mut ex: Exchange| {

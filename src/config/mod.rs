@@ -131,6 +131,8 @@ pub struct Config {
     pub queue_size: usize,
     pub max_connections: usize,
     pub max_body_bytes: u64,
+    /// Request-body bytes held at once across all connections (beyond: 503).
+    pub max_buffered_body_bytes: u64,
     pub read_timeout: Duration,
     pub write_timeout: Duration,
     pub shutdown_grace: Duration,

@@ -22,6 +22,7 @@ pub(super) struct RawConfig {
     queue_size: Option<usize>,
     max_connections: Option<usize>,
     max_body_bytes: Option<u64>,
+    max_buffered_body_bytes: Option<u64>,
     read_timeout_secs: Option<u64>,
     write_timeout_secs: Option<u64>,
     shutdown_grace_secs: Option<u64>,
@@ -368,6 +369,16 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             }
             Some(n) => n,
             None => 32 * 1024 * 1024,
+        },
+        max_buffered_body_bytes: match raw.max_buffered_body_bytes {
+            Some(0) => {
+                return Err(err(
+                    "max_buffered_body_bytes",
+                    "expected a number of bytes greater than 0",
+                ))
+            }
+            Some(n) => n,
+            None => 256 * 1024 * 1024,
         },
         read_timeout: secs("read_timeout_secs", raw.read_timeout_secs, 60)?,
         write_timeout: secs("write_timeout_secs", raw.write_timeout_secs, 60)?,

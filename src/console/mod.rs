@@ -4,6 +4,7 @@
 //! refuses every call.
 
 mod assets;
+pub mod guard;
 mod manage;
 mod usage;
 
@@ -52,12 +53,28 @@ fn authorize(gw: &Gateway, ex: &Exchange) -> Result<(), ApiError> {
         })
         .map(str::trim)
         .unwrap_or("");
+    let addr = ex.peer.ip();
+    let now = std::time::Instant::now();
+    if let Some(wait) = gw.admin_guard.held(addr, now) {
+        let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+        return Err(ApiError::new(
+            429,
+            ErrorKind::RateLimit,
+            format!(
+                "Too many wrong admin tokens from this address; admin requests from it are held off for {secs} s."
+            ),
+        )
+        .with_code("admin_auth_throttled")
+        .with_retry_after(secs));
+    }
     if presented.is_empty() || !constant_time_eq(&token_digest(presented), expected) {
+        gw.admin_guard.failed(addr, now);
         return Err(ApiError::unauthorized(
             "Missing or wrong admin token (send `Authorization: Bearer <admin token>`).",
         )
         .with_code("invalid_admin_token"));
     }
+    gw.admin_guard.succeeded(addr);
     Ok(())
 }
 

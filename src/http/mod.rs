@@ -14,4 +14,6 @@ pub use request::{
     Request,
 };
 pub use response::{reason, ResponseWriter, SharedStream, Withheld};
-pub use server::{serve, Dispatch, ErrorRenderer, Exchange, HttpConfig, ServerState};
+pub use server::{
+    serve, Dispatch, Early, ErrorRenderer, Exchange, HttpConfig, Screen, ServerState,
+};

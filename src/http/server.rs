@@ -17,7 +17,7 @@ use super::request::{parse_head, BodyKind, ChunkedDecoder, HttpError, Limits, Re
 use super::response::ResponseWriter;
 
 /// Settings of the HTTP layer.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct HttpConfig {
     pub limits: Limits,
     /// Deadline for a whole request (head and body) once it starts, and for an idle keep-alive connection.
@@ -26,6 +26,27 @@ pub struct HttpConfig {
     pub write_timeout: Duration,
     /// Open connections above this get 503 and are closed.
     pub max_connections: usize,
+    /// Request-body bytes buffered at once across all connections; a body that would go beyond gets 503.
+    pub max_buffered_body_bytes: u64,
+    /// Looks at each request head before its body is read and may answer it at once (a missing or wrong
+    /// credential: no body is read for a caller who may not send one).
+    pub screen: Option<Arc<Screen>>,
+}
+
+/// An answer given to a request from its head alone.
+pub struct Early {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+/// See [`HttpConfig::screen`]: the request has its head only (an empty body).
+pub type Screen = dyn Fn(&Request) -> Option<Early> + Send + Sync;
+
+impl std::fmt::Debug for Early {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Early({})", self.status)
+    }
 }
 
 /// Counters shared by the accept loop, the connections and whoever drives shutdown.
@@ -36,6 +57,35 @@ pub struct ServerState {
     /// Requests handed to a worker and not yet answered.
     pub in_flight: AtomicUsize,
     pub rejected: AtomicUsize,
+    /// Request-body bytes buffered now (reserved before they are read).
+    pub buffered_body: std::sync::atomic::AtomicU64,
+}
+
+impl ServerState {
+    /// Reserves `n` more body bytes within `max`; false (nothing reserved) when they would not fit.
+    fn reserve_body(&self, n: u64, max: u64) -> bool {
+        let mut cur = self.buffered_body.load(Ordering::Relaxed);
+        loop {
+            if cur.saturating_add(n) > max {
+                return false;
+            }
+            match self.buffered_body.compare_exchange_weak(
+                cur,
+                cur + n,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    fn release_body(&self, n: u64) {
+        if n > 0 {
+            self.buffered_body.fetch_sub(n, Ordering::AcqRel);
+        }
+    }
 }
 
 /// Renders an error the HTTP layer answers by itself (bad framing, overload). Receives the request path
@@ -215,6 +265,10 @@ enum ReadOutcome {
     Failed(Option<String>, HttpError),
     /// Deadline passed in the middle of a request.
     TimedOut,
+    /// Answered from its head (the screen), its body unread: answer and close.
+    Screened(Early),
+    /// Too many body bytes buffered across connections: 503 and close.
+    OverBudget(Option<String>),
 }
 
 impl Connection {
@@ -234,9 +288,40 @@ impl Connection {
         let handback = Arc::new(Handback::default());
         let mut buf: Vec<u8> = Vec::with_capacity(8192);
         loop {
-            let request = match self.read_request(reader, &mut buf) {
+            let mut reserved = 0u64;
+            let read = self.read_request(reader, &mut buf, &mut reserved);
+            if read.is_err() {
+                self.state.release_body(reserved);
+                reserved = 0;
+            }
+            let request = match read {
                 Ok(request) => request,
                 Err(ReadOutcome::Closed) => return,
+                Err(ReadOutcome::Screened(early)) => {
+                    writer.reset(false, false);
+                    let headers: Vec<(&str, &str)> = early
+                        .headers
+                        .iter()
+                        .map(|(n, v)| (n.as_str(), v.as_str()))
+                        .collect();
+                    let _ = writer.send(early.status, &headers, &early.body);
+                    linger(reader);
+                    return;
+                }
+                Err(ReadOutcome::OverBudget(path)) => {
+                    self.state.rejected.fetch_add(1, Ordering::Relaxed);
+                    writer.reset(false, false);
+                    send_rendered(
+                        &mut writer,
+                        path.as_deref(),
+                        503,
+                        "the gateway is holding too many request bodies at once; retry shortly",
+                        &*self.render_error,
+                        &[("retry-after", "1")],
+                    );
+                    linger(reader);
+                    return;
+                }
                 Err(ReadOutcome::TimedOut) => {
                     writer.reset(false, false);
                     let msg = "request not received in time";
@@ -296,6 +381,8 @@ impl Connection {
                 );
             }
             let mut w = handback.take();
+            // The worker has dropped the request (and its body) by now.
+            self.state.release_body(reserved);
             let released = w.release_held().is_ok().then_some(w);
             self.state.in_flight.fetch_sub(1, Ordering::SeqCst);
             let Some(w) = released else { return };
@@ -307,10 +394,13 @@ impl Connection {
     }
 
     /// Reads one request from the socket; leftover bytes (pipelining) stay in `buf`.
+    /// Reads one request; `reserved` says how many body bytes it holds of the server-wide budget (the
+    /// caller releases them when the request is done, or at once on an error).
     fn read_request(
         &self,
         reader: &mut TcpStream,
         buf: &mut Vec<u8>,
+        reserved: &mut u64,
     ) -> Result<Request, ReadOutcome> {
         let limits = &self.config.limits;
         let idle_deadline = Instant::now() + self.config.read_timeout;
@@ -354,6 +444,19 @@ impl Connection {
         };
         let mut request = head.request;
         let path = Some(request.path.clone());
+        // Identity before memory: a request the screen answers from its head has no body read.
+        if let Some(screen) = &self.config.screen {
+            if let Some(early) = screen(&request) {
+                return Err(ReadOutcome::Screened(early));
+            }
+        }
+        let budget = self.config.max_buffered_body_bytes;
+        if let BodyKind::Length(n) = head.body {
+            if !self.state.reserve_body(n, budget) {
+                return Err(ReadOutcome::OverBudget(path));
+            }
+            *reserved = n;
+        }
         if head.expect_continue && head.body != BodyKind::None && buf.is_empty() {
             let _ = reader.write_all(b"HTTP/1.1 100 Continue\r\n\r\n");
         }
@@ -387,6 +490,13 @@ impl Connection {
                     match decoder.feed(buf, &mut body, limits.max_body_bytes) {
                         Ok((used, done)) => {
                             buf.drain(..used);
+                            // A chunked body reserves its bytes as it grows, in 64 KiB steps.
+                            while (body.len() as u64) > *reserved {
+                                if !self.state.reserve_body(64 * 1024, budget) {
+                                    return Err(ReadOutcome::OverBudget(path));
+                                }
+                                *reserved += 64 * 1024;
+                            }
                             if done {
                                 break;
                             }

@@ -42,6 +42,8 @@ pub struct Gateway {
     pub accounts: Arc<crate::access::accounts::Accounts>,
     /// SHA-256 of the admin token (None: the admin API refuses every call).
     pub admin_token: Option<[u8; 32]>,
+    /// Holds off addresses that keep presenting wrong admin tokens.
+    pub admin_guard: crate::console::guard::Guard,
     /// Live per-model availability for the console.
     pub stats: stats::Stats,
     pub metrics: metrics::Metrics,
@@ -124,6 +126,54 @@ fn render_http_error(
     (headers, body)
 }
 
+/// Identity before memory: a request to a generation endpoint without a valid key is answered 401 from
+/// its head, before its body is read (the handler checks the key again; this only spares the memory).
+fn screen_credentials(keys: Arc<KeyStore>) -> Arc<http::Screen> {
+    Arc::new(move |req: &crate::http::Request| {
+        if req.method != "POST" {
+            return None;
+        }
+        let protocol = match req.path.as_str() {
+            "/v1/messages/count_tokens" => Protocol::Messages,
+            p => Protocol::from_path(p)?,
+        };
+        let err = match crate::access::authenticate(req, protocol, &keys) {
+            Err(e) if e.status == 401 => e,
+            _ => return None,
+        };
+        let trace_id = crate::util::new_id("req_");
+        let began = Instant::now();
+        let mut headers = vec![
+            ("content-type".to_string(), "application/json".to_string()),
+            ("x-request-id".to_string(), trace_id.clone()),
+        ];
+        if protocol == Protocol::Messages {
+            headers.push(("request-id".to_string(), trace_id.clone()));
+        } else {
+            headers.push(("www-authenticate".to_string(), "Bearer".to_string()));
+        }
+        if let Some(v) = respond::should_retry(401) {
+            headers.push(("x-should-retry".to_string(), v.to_string()));
+        }
+        if let Some(c) = req
+            .header("x-client-request-id")
+            .filter(|v| !v.is_empty() && v.len() <= 512)
+        {
+            headers.push(("x-client-request-id".to_string(), c.to_string()));
+        }
+        let body = err.body(protocol, &trace_id);
+        headers.push((
+            "x-tollgate-overhead-ms".to_string(),
+            format!("{:.3}", began.elapsed().as_secs_f64() * 1000.0),
+        ));
+        Some(http::Early {
+            status: 401,
+            headers,
+            body,
+        })
+    })
+}
+
 /// Starts the gateway on `listener` and blocks until a shutdown signal has been handled; returns the exit
 /// code.
 pub fn run(
@@ -172,6 +222,7 @@ pub fn run(
         ledger,
         accounts: Arc::new(crate::access::accounts::Accounts::new(spent)),
         admin_token,
+        admin_guard: Default::default(),
         stats: stats::Stats::default(),
     });
     {
@@ -221,6 +272,8 @@ pub fn run(
         read_timeout: config.read_timeout,
         write_timeout: config.write_timeout,
         max_connections: config.max_connections,
+        max_buffered_body_bytes: config.max_buffered_body_bytes,
+        screen: Some(screen_credentials(keys.clone())),
     });
     let local = listener.local_addr().ok();
     let dispatch: Arc<http::Dispatch> = Arc::new(move |ex: Exchange| match tx.try_send(ex) {
