@@ -133,6 +133,11 @@ fn replay(
     assert_eq!(sent["model"], real_model, "{ctx}");
     let mut expected_body = fx.request.clone();
     expected_body["model"] = json!(real_model);
+    if protocol == "responses" {
+        // Nothing is stored in the operator's upstream account (no one could read it back).
+        assert_eq!(sent["store"], false, "{ctx}");
+        expected_body["store"] = json!(false);
+    }
     if protocol == "chat" && stream {
         assert_eq!(sent["stream_options"]["include_usage"], true, "{ctx}");
         sent.as_object_mut().unwrap().remove("stream_options");

@@ -109,6 +109,9 @@ pub struct Model {
     /// The model reasons: a client's reasoning effort is passed on when translating (OpenAI models without
     /// reasoning refuse the parameter, so it is off unless set).
     pub reasoning: bool,
+    /// Single-tenant opt-in: requests may reach state kept in the upstream account (stored responses,
+    /// files, containers, MCP; see `protocol::account`). Off: such fields are refused.
+    pub account_features: bool,
     /// Switched off by the operator (console): not listed, and requests get 404.
     pub disabled: bool,
 }

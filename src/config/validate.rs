@@ -76,6 +76,7 @@ struct RawModel {
     max_output_tokens: Option<u64>,
     structured_output: Option<String>,
     reasoning: Option<bool>,
+    account_features: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -293,6 +294,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             output_price: m.output_price.unwrap_or(0.0),
             max_output_tokens: m.max_output_tokens.unwrap_or(DEFAULT_MAX_OUTPUT_TOKENS),
             reasoning: m.reasoning.unwrap_or(false),
+            account_features: m.account_features.unwrap_or(false),
             disabled: false,
             structured_via_tool: match m.structured_output.as_deref() {
                 None | Some("native") => false,

@@ -3,6 +3,7 @@
 //! Each codec (`chat`, `responses`, `messages`) converts between its wire JSON/SSE and the canonical types in
 //! `canon`. Nothing here does I/O: codecs take and return values and bytes.
 
+pub mod account;
 pub mod canon;
 pub mod chat;
 pub mod egress;

@@ -72,6 +72,10 @@ fn count(
     if !access::group_allows(config, &identity.group, &model.name) {
         return Err(access::forbidden_model(&model.name, &identity.group));
     }
+    if !model.account_features {
+        let betas: Vec<&str> = ex.request.header_all("anthropic-beta").collect();
+        crate::protocol::account::refuse_account_features(Protocol::Messages, &body, &betas)?;
+    }
     let upstream = model
         .upstreams
         .first()

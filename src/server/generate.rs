@@ -13,7 +13,7 @@ use crate::access;
 use crate::config::{Config, Model, Upstream, UpstreamKind};
 use crate::http::Exchange;
 use crate::protocol::canon::Usage;
-use crate::protocol::{fields, limits, messages, ApiError, Protocol};
+use crate::protocol::{account, fields, limits, messages, ApiError, Protocol};
 use crate::upstream::breaker::{Admit, Policy, Standing, Verdict};
 use crate::util::new_id;
 
@@ -314,6 +314,12 @@ fn prepare<'a>(
         })?;
     if !access::group_allows(config, &identity.group, &model.name) {
         return Err(access::forbidden_model(&model.name, &identity.group));
+    }
+    // The operator's upstream account is shared by every key: nothing may reach state kept in it.
+    if !model.account_features {
+        let betas: Vec<&str> = ex.request.header_all("anthropic-beta").collect();
+        account::refuse_account_features(protocol, &body, &betas)?;
+        account::store_nothing(protocol, &mut body);
     }
     Ok(Prepared {
         identity,
