@@ -64,14 +64,32 @@ fn post_with(gw: &Gateway, path: &str, body: &Value, beta: Option<&str>) -> Resp
 fn account_state_is_refused_on_every_path() {
     let (fake, gw) = start();
     let responses: Vec<(&str, Value)> = vec![
-        ("previous_response_id", json!({"previous_response_id": "resp_other_tenant"})),
+        (
+            "previous_response_id",
+            json!({"previous_response_id": "resp_other_tenant"}),
+        ),
         ("conversation", json!({"conversation": "conv_1"})),
         ("background", json!({"background": true})),
-        ("tools", json!({"tools": [{"type": "file_search", "vector_store_ids": ["vs_1"]}]})),
-        ("tools", json!({"tools": [{"type": "mcp", "server_label": "x", "server_url": "https://evil.example"}]})),
-        ("tools", json!({"tools": [{"type": "code_interpreter", "container": {"type": "auto"}}]})),
-        ("input", json!({"input": [{"type": "item_reference", "id": "msg_1"}]})),
-        ("input", json!({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file_1"}]}]})),
+        (
+            "tools",
+            json!({"tools": [{"type": "file_search", "vector_store_ids": ["vs_1"]}]}),
+        ),
+        (
+            "tools",
+            json!({"tools": [{"type": "mcp", "server_label": "x", "server_url": "https://evil.example"}]}),
+        ),
+        (
+            "tools",
+            json!({"tools": [{"type": "code_interpreter", "container": {"type": "auto"}}]}),
+        ),
+        (
+            "input",
+            json!({"input": [{"type": "item_reference", "id": "msg_1"}]}),
+        ),
+        (
+            "input",
+            json!({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file_1"}]}]}),
+        ),
     ];
     // Responses clients, to a Responses upstream (passthrough) and to a Chat upstream (translation).
     for model in ["m-responses", "m-chat"] {
@@ -88,7 +106,11 @@ fn account_state_is_refused_on_every_path() {
     }
     let messages: Vec<(&str, Value, Option<&str>)> = vec![
         ("container", json!({"container": "container_1"}), None),
-        ("mcp_servers", json!({"mcp_servers": [{"type": "url", "url": "https://evil.example", "name": "x"}]}), None),
+        (
+            "mcp_servers",
+            json!({"mcp_servers": [{"type": "url", "url": "https://evil.example", "name": "x"}]}),
+            None,
+        ),
         (
             "messages",
             json!({"messages": [{"role": "user", "content": [{"type": "document", "source": {"type": "file", "file_id": "file_1"}}]}]}),
@@ -96,7 +118,11 @@ fn account_state_is_refused_on_every_path() {
         ),
         ("anthropic-beta", json!({}), Some("files-api-2025-04-14")),
         ("anthropic-beta", json!({}), Some("mcp-client-2025-04-04")),
-        ("anthropic-beta", json!({}), Some("code-execution-2025-05-22")),
+        (
+            "anthropic-beta",
+            json!({}),
+            Some("code-execution-2025-05-22"),
+        ),
     ];
     for model in ["m-messages", "m-chat"] {
         for (param, extra, beta) in &messages {
@@ -136,7 +162,11 @@ fn agent_betas_flow_and_nothing_is_stored() {
         None,
     );
     assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(fake.last().json()["store"], false, "stored responses could never be read back");
+    assert_eq!(
+        fake.last().json()["store"],
+        false,
+        "stored responses could never be read back"
+    );
 }
 
 #[test]
