@@ -50,7 +50,9 @@ fn main() {
                 output_tokens: 300 + (i % 400) as u64,
                 reasoning_tokens: 0,
                 estimated: false,
-                cost: 0.0042 + (i % 10) as f64 * 0.0001,
+                cost: tollgate::money::Money::from_units(
+                    4_200_000_000 + (i % 10) as i128 * 100_000_000,
+                ),
                 latency_ms: 800 + (i % 3000) as u64,
                 error: None,
             };

@@ -13,6 +13,7 @@ use tollgate::access::accounts::{Accounts, Ask};
 use tollgate::access::{KeyCheck, KeyStore};
 use tollgate::config::Group;
 use tollgate::ledger::{Ledger, Record, Status};
+use tollgate::money::Money;
 
 fn ns_per(d: Duration, n: u64) -> f64 {
     d.as_nanos() as f64 / n as f64
@@ -95,7 +96,10 @@ fn main() {
     );
     for window in [0usize, 1_000, 10_000, 100_000, 300_000] {
         let mut cells = Vec::new();
-        for (group, credit) in [(&free, None), (&limited, Some(1e12))] {
+        for (group, credit) in [
+            (&free, None),
+            (&limited, Some(Money::credits(1_000_000_000_000))),
+        ] {
             let acc = Arc::new(Accounts::new(HashMap::new()));
             // Fill the window cheaply: admissions held forever (no settle, so no scan).
             for _ in 0..window {
@@ -104,7 +108,7 @@ fn main() {
                     credit: None,
                     group: None,
                     tokens: 100,
-                    cost: 0.0,
+                    cost: Money::ZERO,
                 };
                 let (r, _) = acc.check_and_reserve(&ask).ok().unwrap();
                 std::mem::forget(r);
@@ -119,13 +123,13 @@ fn main() {
                     credit,
                     group: Some(group),
                     tokens: 1_074,
-                    cost: 0.000_05,
+                    cost: Money::from_units(50_000_000),
                 };
                 let t0 = Instant::now();
                 let (r, info) = acc.check_and_reserve(black_box(&ask)).ok().unwrap();
                 let t1 = Instant::now();
                 black_box(info);
-                r.settle(0.000_02, 17);
+                r.settle(Money::from_units(20_000_000), 17);
                 t_settle += t1.elapsed();
                 t_check += t1 - t0;
             }
@@ -163,7 +167,7 @@ fn main() {
             output_tokens: 5,
             reasoning_tokens: 0,
             estimated: false,
-            cost: 0.00002,
+            cost: Money::from_units(20_000_000),
             latency_ms: 1,
             error: None,
         });

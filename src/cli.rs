@@ -72,7 +72,7 @@ pub struct KeysAddArgs {
     pub group: String,
     /// credits the key may spend (default: unlimited)
     #[argh(option)]
-    pub credit: Option<f64>,
+    pub credit: Option<crate::money::Money>,
 }
 
 #[derive(FromArgs)]
@@ -120,10 +120,10 @@ pub struct KeysCreditArgs {
     pub name: String,
     /// credits to add
     #[argh(option)]
-    pub add: Option<f64>,
+    pub add: Option<crate::money::Money>,
     /// set the credit to this amount
     #[argh(option)]
-    pub set: Option<f64>,
+    pub set: Option<crate::money::Money>,
     /// remove the credit limit
     #[argh(switch)]
     pub unlimited: bool,
@@ -225,7 +225,7 @@ fn add_key(
     config: &Config,
     name: &str,
     group: &str,
-    credit: Option<f64>,
+    credit: Option<crate::money::Money>,
 ) -> Result<String, String> {
     if config.group(group).is_none() {
         let known: Vec<&str> = config.groups.iter().map(|g| g.name.as_str()).collect();

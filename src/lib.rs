@@ -9,6 +9,7 @@ pub mod doctor;
 pub mod http;
 pub mod ledger;
 pub mod logging;
+pub mod money;
 pub mod protocol;
 pub mod secrets;
 pub mod server;

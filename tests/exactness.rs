@@ -121,3 +121,70 @@ fn paths_and_framing_are_parsed_strictly() {
         "chunk size with spaces: {text}"
     );
 }
+
+/// Money is an integer count of 10⁻¹² credits: 25 requests at prices 0.3 / 1.2 per 1M tokens (floats gave
+/// `0.000033299999999999996`) record costs without noise, and the balance is exactly the credit minus their
+/// sum; a top-up writes an exact amount into the keys file; a price finer than the unit is refused.
+#[test]
+fn money_adds_up_to_the_unit() {
+    use tollgate::money::Money;
+    let dir = TempDir::new("money");
+    let config = format!(
+        "{}admin_token_env = \"{ADMIN_TOKEN_ENV}\"\n[[upstreams]]\nname = \"mock\"\nkind = \"mock\"\n\n\
+         [[models]]\nname = \"cheap\"\nupstream = \"mock\"\ninput_price = 0.3\noutput_price = 1.2\n\n\
+         [[groups]]\nname = \"default\"\nmodels = [\"*\"]\n",
+        base_config(dir.path(), "")
+    );
+    let gw = Gateway::start_with(dir, &config);
+    let key = gw.add_key("exact", "default", Some(1.0));
+    for i in 0..25 {
+        let r = gw.post_as(
+            &key,
+            "/v1/chat/completions",
+            &json!({"model": "cheap", "messages": [{"role": "user", "content": format!("request number {i} {}", "x".repeat(i))}]}),
+        );
+        assert_eq!(r.status, 200);
+    }
+    // A query flushes the ledger to its file.
+    let records = gw.admin("/admin/usage?key=exact&limit=100").json();
+    assert_eq!(records["data"].as_array().unwrap().len(), 25);
+    let ledger = std::fs::read_to_string(gw.dir.path().join("data/usage.jsonl")).unwrap();
+    let mut sum = Money::ZERO;
+    for line in ledger.lines().filter(|l| l.contains("\"key\":\"exact\"")) {
+        let text = line.split("\"cost\":").nth(1).unwrap();
+        let text = &text[..text.find([',', '}']).unwrap()];
+        let cost = Money::parse(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+        assert!(
+            text.len() <= 16 && !text.contains("9999") && !text.contains("0000000"),
+            "float noise in {text}"
+        );
+        sum += cost;
+    }
+    let row = gw.admin("/admin/keys").json()["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["name"] == "exact")
+        .cloned()
+        .unwrap();
+    let balance = Money::from_f64(row["balance"].as_f64().unwrap()).unwrap();
+    assert_eq!(balance, Money::credits(1) - sum, "{row}");
+    // A top-up is written exactly.
+    let (code, _, err) = gw.cli(&["keys", "credit", "--name", "exact", "--add", "0.1"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = gw.cli(&["keys", "credit", "--name", "exact", "--add", "0.2"]);
+    assert_eq!(code, 0, "{err}");
+    let keys = std::fs::read_to_string(gw.dir.path().join("data/keys.jsonl")).unwrap();
+    assert!(keys.contains("\"credit\":1.3"), "{keys}");
+    assert!(!keys.contains("1.3000000"), "{keys}");
+    // A price finer than the unit (7 decimals per 1M tokens) is refused by check.
+    let bad = gw.dir.path().join("bad.toml");
+    std::fs::write(&bad, config.replace("input_price = 0.3", "input_price = 0.0000001")).unwrap();
+    let out = std::process::Command::new(bin())
+        .args(["check", "--config"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("input_price"));
+}

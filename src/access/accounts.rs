@@ -17,14 +17,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::config::Group;
+use crate::money::Money;
 use crate::protocol::{ApiError, ErrorKind};
 
 const WINDOW: Duration = Duration::from_secs(60);
 
 #[derive(Default)]
 struct KeyState {
-    spent: f64,
-    reserved: f64,
+    spent: Money,
+    reserved: Money,
     in_flight: u64,
     /// Admission times in the last minute.
     requests: VecDeque<Instant>,
@@ -63,7 +64,7 @@ impl KeyState {
 pub struct Reservation {
     accounts: Arc<Accounts>,
     key: String,
-    cost: f64,
+    cost: Money,
     tokens: u64,
     at: Instant,
     settled: bool,
@@ -82,7 +83,7 @@ impl std::fmt::Debug for Reservation {
 impl Reservation {
     /// Ends the request: releases the reservation, charges the actual cost, and corrects its token count
     /// in the rate window to the real usage.
-    pub fn settle(mut self, actual_cost: f64, actual_tokens: u64) {
+    pub fn settle(mut self, actual_cost: Money, actual_tokens: u64) {
         self.settled = true;
         self.accounts.settle_parts(
             &self.key,
@@ -96,7 +97,7 @@ impl Reservation {
 
     /// Releases the reservation without charging (the request never reached an upstream).
     pub fn release(self) {
-        self.settle(0.0, 0);
+        self.settle(Money::ZERO, 0);
     }
 }
 
@@ -104,7 +105,7 @@ impl Drop for Reservation {
     fn drop(&mut self) {
         if !self.settled {
             self.accounts
-                .settle_parts(&self.key, self.cost, self.tokens, self.at, 0.0, 0);
+                .settle_parts(&self.key, self.cost, self.tokens, self.at, Money::ZERO, 0);
         }
     }
 }
@@ -124,12 +125,12 @@ pub struct Accounts {
 pub struct Ask<'a> {
     pub key: &'a str,
     /// The key's credit (None: unlimited).
-    pub credit: Option<f64>,
+    pub credit: Option<Money>,
     pub group: Option<&'a Group>,
     /// Tokens estimated for rate limiting (input plus requested output).
     pub tokens: u64,
     /// Worst-case cost to reserve against the balance.
-    pub cost: f64,
+    pub cost: Money,
 }
 
 fn reset_str(d: Duration) -> String {
@@ -145,7 +146,7 @@ fn reset_str(d: Duration) -> String {
 
 impl Accounts {
     /// Starts from the spend replayed from the ledger.
-    pub fn new(spent: HashMap<String, f64>) -> Accounts {
+    pub fn new(spent: HashMap<String, Money>) -> Accounts {
         let keys = spent
             .into_iter()
             .map(|(k, s)| {
@@ -171,8 +172,8 @@ impl Accounts {
     }
 
     /// Total spent by a key so far (settled requests).
-    pub fn spent(&self, key: &str) -> f64 {
-        self.lock().get(key).map_or(0.0, |s| s.spent)
+    pub fn spent(&self, key: &str) -> Money {
+        self.lock().get(key).map_or(Money::ZERO, |s| s.spent)
     }
 
     /// Admits a request or says why not (429 with `retry-after` and rate-limit headers), reserving its
@@ -277,12 +278,12 @@ impl Accounts {
         }
         if let Some(credit) = ask.credit {
             let available = credit - st.spent - st.reserved;
-            if available <= 0.0 {
+            if available <= Money::ZERO {
                 let err = ApiError::new(
                     429,
                     ErrorKind::InsufficientQuota,
                     format!(
-                        "You exceeded your current quota: this key's balance is used up (credit {credit}, spent {:.6}). \
+                        "You exceeded your current quota: this key's balance is used up (credit {credit}, spent {}). \
                          Check the balance in the console or ask the operator to top it up.",
                         st.spent
                     ),
@@ -315,15 +316,15 @@ impl Accounts {
     fn settle_parts(
         &self,
         key: &str,
-        reserved: f64,
+        reserved: Money,
         tokens: u64,
         at: Instant,
-        actual_cost: f64,
+        actual_cost: Money,
         actual_tokens: u64,
     ) {
         let mut keys = self.lock();
         let Some(st) = keys.get_mut(key) else { return };
-        st.reserved = (st.reserved - reserved).max(0.0);
+        st.reserved = (st.reserved - reserved).max(Money::ZERO);
         st.spent += actual_cost;
         st.in_flight = st.in_flight.saturating_sub(1);
         // Recent entries are at the back.
@@ -353,13 +354,17 @@ mod tests {
         }
     }
 
+    fn m(v: f64) -> Money {
+        Money::from_f64(v).unwrap()
+    }
+
     fn ask<'a>(g: &'a Group, credit: Option<f64>, tokens: u64, cost: f64) -> Ask<'a> {
         Ask {
             key: "k",
-            credit,
+            credit: credit.map(m),
             group: Some(g),
             tokens,
-            cost,
+            cost: m(cost),
         }
     }
 
@@ -381,8 +386,8 @@ mod tests {
             .headers
             .iter()
             .any(|(k, _)| k == "x-ratelimit-reset-requests"));
-        r1.settle(0.0, 1);
-        r2.settle(0.0, 1);
+        r1.settle(Money::ZERO, 1);
+        r2.settle(Money::ZERO, 1);
     }
 
     #[test]
@@ -391,9 +396,9 @@ mod tests {
         let g = group(None, Some(100), None);
         let (r, _) = a.check_and_reserve(&ask(&g, None, 90, 0.0)).unwrap();
         assert!(a.check_and_reserve(&ask(&g, None, 20, 0.0)).is_err());
-        r.settle(0.0, 10); // it really used 10
+        r.settle(Money::ZERO, 10); // it really used 10
         let (r, _) = a.check_and_reserve(&ask(&g, None, 20, 0.0)).unwrap();
-        r.settle(0.0, 20);
+        r.settle(Money::ZERO, 20);
     }
 
     #[test]
@@ -403,15 +408,15 @@ mod tests {
         let (r, _) = a.check_and_reserve(&ask(&g, None, 1, 0.0)).unwrap();
         let (err, _) = a.check_and_reserve(&ask(&g, None, 1, 0.0)).unwrap_err();
         assert!(err.message.contains("concurrent"));
-        r.settle(0.0, 1);
+        r.settle(Money::ZERO, 1);
         let (r, _) = a.check_and_reserve(&ask(&g, None, 1, 0.0)).unwrap();
-        r.settle(0.0, 1);
+        r.settle(Money::ZERO, 1);
     }
 
     #[test]
     fn balance_with_reservations_bounds_overspend() {
         let mut spent = HashMap::new();
-        spent.insert("k".to_string(), 9.0);
+        spent.insert("k".to_string(), m(9.0));
         let a = Arc::new(Accounts::new(spent));
         let g = group(None, None, None);
         // 1 credit left; each request reserves 0.6 worst case.
@@ -422,9 +427,9 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.code.as_deref(), Some("insufficient_quota"));
         assert!(err.message.contains("balance"));
-        r1.settle(0.5, 1);
-        r2.settle(0.5, 1);
-        assert!((a.spent("k") - 10.0).abs() < 1e-9);
+        r1.settle(m(0.5), 1);
+        r2.settle(m(0.5), 1);
+        assert_eq!(a.spent("k"), m(10.0));
         assert!(a.check_and_reserve(&ask(&g, Some(10.0), 1, 0.6)).is_err());
         let (r, _) = a.check_and_reserve(&ask(&g, Some(10.5), 1, 0.6)).unwrap();
         r.release();

@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
 use serde::{Deserialize, Serialize};
+
+use crate::money::Money;
 use sha2::{Digest, Sha256};
 
 /// File name of the keys file inside `data_dir`.
@@ -32,7 +34,7 @@ pub struct KeyRecord {
     /// `sha256:` followed by the hex digest of the key.
     pub hash: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub credit: Option<f64>,
+    pub credit: Option<Money>,
     #[serde(default)]
     pub disabled: bool,
     #[serde(default)]
@@ -134,7 +136,7 @@ pub fn write_keys(path: &Path, keys: &[KeyRecord]) -> io::Result<()> {
 pub struct Identity {
     pub name: String,
     pub group: String,
-    pub credit: Option<f64>,
+    pub credit: Option<Money>,
 }
 
 /// The outcome of checking a presented key.
@@ -614,9 +616,9 @@ fn valid_name(name: &str) -> Result<(), KeyOpError> {
     Ok(())
 }
 
-fn valid_credit(credit: Option<f64>) -> Result<(), KeyOpError> {
+fn valid_credit(credit: Option<Money>) -> Result<(), KeyOpError> {
     match credit {
-        Some(c) if !(c.is_finite() && c >= 0.0) => Err(KeyOpError::new(
+        Some(c) if c.is_negative() => Err(KeyOpError::new(
             "credit",
             format!("expected an amount of 0 or more, got {c}"),
         )),
@@ -629,7 +631,7 @@ pub fn add_key(
     data_dir: &Path,
     name: &str,
     group: &str,
-    credit: Option<f64>,
+    credit: Option<Money>,
 ) -> Result<String, KeyOpError> {
     valid_name(name)?;
     valid_credit(credit)?;
@@ -689,9 +691,9 @@ pub fn rotate_key(data_dir: &Path, name: &str) -> Result<String, KeyOpError> {
 #[derive(Debug, Clone, Copy)]
 pub enum CreditChange {
     /// Top up by this amount (the key must have a credit).
-    Add(f64),
+    Add(Money),
     /// Set the credit to this amount.
-    Set(f64),
+    Set(Money),
     /// Remove the limit.
     Unlimited,
 }
@@ -701,7 +703,7 @@ pub fn change_credit(
     data_dir: &Path,
     name: &str,
     change: CreditChange,
-) -> Result<Option<f64>, KeyOpError> {
+) -> Result<Option<Money>, KeyOpError> {
     match change {
         CreditChange::Add(a) => valid_credit(Some(a))?,
         CreditChange::Set(a) => valid_credit(Some(a))?,

@@ -3,6 +3,8 @@
 //! answers with the built-in mock model.
 
 use std::fmt;
+
+use crate::money::Money;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -99,9 +101,9 @@ pub struct Model {
     /// Upstream names, tried in order before the first byte.
     pub upstreams: Vec<String>,
     pub upstream_model: String,
-    pub input_price: f64,
-    pub cached_input_price: Option<f64>,
-    pub output_price: f64,
+    pub input_price: Money,
+    pub cached_input_price: Option<Money>,
+    pub output_price: Money,
     pub max_output_tokens: u64,
     /// Anthropic upstreams: ask for structured output with a forced tool (for Anthropic-compatible servers
     /// without `output_config.format`) instead of natively.

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use crate::money::Money;
 use serde::{Deserialize, Serialize};
 
 use super::{err, Config, ConfigError, Group};
@@ -31,11 +32,11 @@ pub struct ModelChange {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disabled: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub input_price: Option<f64>,
+    pub input_price: Option<Money>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub output_price: Option<f64>,
+    pub output_price: Option<Money>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cached_input_price: Option<f64>,
+    pub cached_input_price: Option<Money>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -95,12 +96,7 @@ impl ModelChange {
             ("cached_input_price", self.cached_input_price),
         ] {
             if let Some(p) = v {
-                if !(p.is_finite() && p >= 0.0) {
-                    return Err(err(
-                        k,
-                        format!("expected a price of 0 or more credits per 1M tokens, got {p}"),
-                    ));
-                }
+                crate::money::check_price(p).map_err(|m| err(k, m))?;
             }
         }
         Ok(())
@@ -200,7 +196,7 @@ mod tests {
             "mock".into(),
             ModelChange {
                 disabled: Some(true),
-                output_price: Some(3.0),
+                output_price: Some(Money::credits(3)),
                 ..Default::default()
             },
         );
@@ -208,7 +204,7 @@ mod tests {
         assert_eq!(c.group("default").unwrap().rpm, Some(5));
         assert_eq!(c.group("new").unwrap().max_concurrent, Some(2));
         assert!(c.model("mock").is_none(), "disabled models are hidden");
-        assert_eq!(c.model_any("mock").unwrap().output_price, 3.0);
+        assert_eq!(c.model_any("mock").unwrap().output_price, Money::credits(3));
         o.groups[0].rpm = Some(0);
         assert!(base.with_overrides(&o).unwrap_err().field.ends_with("rpm"));
     }

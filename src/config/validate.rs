@@ -11,6 +11,7 @@ use serde::Deserialize;
 use super::{
     err, Config, ConfigError, Group, Model, Upstream, UpstreamKind, DEFAULT_MAX_OUTPUT_TOKENS,
 };
+use crate::money::Money;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -70,9 +71,9 @@ struct RawModel {
     name: String,
     upstream: OneOrMany,
     upstream_model: Option<String>,
-    input_price: Option<f64>,
-    cached_input_price: Option<f64>,
-    output_price: Option<f64>,
+    input_price: Option<Money>,
+    cached_input_price: Option<Money>,
+    output_price: Option<Money>,
     max_output_tokens: Option<u64>,
     structured_output: Option<String>,
     reasoning: Option<bool>,
@@ -271,12 +272,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             ("cached_input_price", m.cached_input_price),
         ] {
             if let Some(p) = v {
-                if !(p.is_finite() && p >= 0.0) {
-                    return Err(err(
-                        f(k),
-                        format!("expected a price of 0 or more credits per 1M tokens, got {p}"),
-                    ));
-                }
+                crate::money::check_price(p).map_err(|m| err(f(k), m))?;
             }
         }
         if m.max_output_tokens == Some(0) {
@@ -289,9 +285,9 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             upstream_model: m.upstream_model.unwrap_or_else(|| m.name.clone()),
             name: m.name,
             upstreams: names,
-            input_price: m.input_price.unwrap_or(0.0),
+            input_price: m.input_price.unwrap_or_default(),
             cached_input_price: m.cached_input_price,
-            output_price: m.output_price.unwrap_or(0.0),
+            output_price: m.output_price.unwrap_or_default(),
             max_output_tokens: m.max_output_tokens.unwrap_or(DEFAULT_MAX_OUTPUT_TOKENS),
             reasoning: m.reasoning.unwrap_or(false),
             account_features: m.account_features.unwrap_or(false),

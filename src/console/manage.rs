@@ -2,6 +2,7 @@
 //! disable, enable and reprice models. Key changes go to the keys file, group and model changes to the
 //! overrides file; both are rewritten atomically and take effect at once.
 
+use crate::money::Money;
 use serde_json::{json, Map, Value};
 
 use crate::access::keys::{self, CreditChange, KeyOpError};
@@ -33,17 +34,22 @@ fn object(body: &Value) -> Result<&Map<String, Value>, ApiError> {
         .ok_or_else(|| ApiError::invalid("expected a JSON object"))
 }
 
-fn opt_amount(o: &Map<String, Value>, k: &str) -> Result<Option<f64>, ApiError> {
-    match o.get(k) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => v
+/// An amount of credits: a JSON number, or a decimal string for exactness beyond a float's 15 digits.
+fn opt_amount(o: &Map<String, Value>, k: &str) -> Result<Option<Money>, ApiError> {
+    let bad = |why: String| ApiError::invalid_param(k, format!("{k}: {why}"));
+    let m = match o.get(k) {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Number(n)) => n
             .as_f64()
-            .filter(|f| f.is_finite() && *f >= 0.0)
-            .map(Some)
-            .ok_or_else(|| {
-                ApiError::invalid_param(k, format!("{k}: expected a number of 0 or more"))
-            }),
+            .and_then(Money::from_f64)
+            .ok_or_else(|| bad("expected an amount".into()))?,
+        Some(Value::String(t)) => Money::parse(t).map_err(bad)?,
+        Some(_) => return Err(bad("expected a number of 0 or more".into())),
+    };
+    if m.is_negative() {
+        return Err(bad("expected a number of 0 or more".into()));
     }
+    Ok(Some(m))
 }
 
 /// `GET /admin/keys`.

@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 
 use crate::http::Exchange;
 use crate::ledger::{Filter, Record, Status, StatusFilter};
+use crate::money::Money;
 use crate::protocol::ApiError;
 use crate::server::Gateway;
 use crate::util::{rfc3339, unix_now};
@@ -146,7 +147,7 @@ fn csv_field(s: &str) -> String {
 struct Totals {
     requests: u64,
     tokens: u64,
-    cost: f64,
+    cost: Money,
     errors: u64,
 }
 
@@ -211,7 +212,7 @@ pub fn overview(gw: &Gateway) -> Result<Value, ApiError> {
         let mut v: Vec<(String, Totals)> = m.into_iter().collect();
         v.sort_by(|a, b| {
             b.1.cost
-                .total_cmp(&a.1.cost)
+                .cmp(&a.1.cost)
                 .then(b.1.requests.cmp(&a.1.requests))
         });
         v.into_iter()

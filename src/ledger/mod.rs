@@ -24,6 +24,8 @@ use std::time::Duration;
 use crossbeam_channel::{unbounded, SendError, Sender};
 use serde::{Deserialize, Serialize};
 
+use crate::money::Money;
+
 pub use query::{Filter, StatusFilter};
 
 /// File name of the ledger inside `data_dir`.
@@ -100,7 +102,7 @@ pub struct Record {
     #[serde(default)]
     pub estimated: bool,
     /// Credits charged.
-    pub cost: f64,
+    pub cost: Money,
     pub latency_ms: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -110,7 +112,7 @@ pub struct Record {
 #[derive(Debug, Default)]
 pub struct Replay {
     /// Total cost per key name.
-    pub spent: HashMap<String, f64>,
+    pub spent: HashMap<String, Money>,
     pub records: u64,
     /// Lines that did not parse or held an impossible record (skipped, not counted).
     pub bad_lines: u64,
@@ -403,7 +405,8 @@ fn replay(path: &Path) -> io::Result<Replay> {
         }
         match serde_json::from_slice::<Spend>(text) {
             Ok(s) if s.cost.is_finite() && s.cost >= 0.0 => {
-                *result.spent.entry(s.key.into_owned()).or_insert(0.0) += s.cost;
+                let cost = Money::from_f64(s.cost).unwrap_or_default();
+                *result.spent.entry(s.key.into_owned()).or_default() += cost;
                 result.records += 1;
             }
             Ok(s) => {

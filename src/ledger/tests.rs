@@ -1,6 +1,7 @@
 //! Ledger tests; the disk-full ones run on a real, small tmpfs.
 
 use super::*;
+use crate::money::Money;
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
@@ -23,7 +24,7 @@ fn record(key: &str, cost: f64, n: u64) -> Record {
         output_tokens: 2,
         reasoning_tokens: 0,
         estimated: false,
-        cost,
+        cost: Money::from_f64(cost).unwrap(),
         latency_ms: 3,
         error: None,
     }
@@ -56,8 +57,8 @@ fn records_roundtrip_and_replay_totals_spend() {
     let (ledger, replay) = Ledger::open(&dir, Duration::from_millis(50), true).unwrap();
     assert_eq!(replay.records, 3);
     assert!(replay.torn_bytes > 0);
-    assert_eq!(replay.spent["a"], 3.5);
-    assert_eq!(replay.spent["b"], 0.25);
+    assert_eq!(replay.spent["a"], Money::from_f64(3.5).unwrap());
+    assert_eq!(replay.spent["b"], Money::from_f64(0.25).unwrap());
     ledger.append(record("a", 1.0, 4));
     let text = std::fs::read_to_string(&path).unwrap();
     assert_eq!(text.lines().count(), 4);
@@ -307,7 +308,7 @@ fn replay_refuses_impossible_records() {
     assert_eq!(replay.records, 1);
     assert_eq!(replay.bad_lines, 5);
     assert_eq!(replay.spent.len(), 1);
-    assert_eq!(replay.spent["a"], 1.0);
+    assert_eq!(replay.spent["a"], Money::from_f64(1.0).unwrap());
     std::fs::remove_dir_all(dir).unwrap();
 }
 

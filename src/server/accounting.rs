@@ -8,18 +8,18 @@ use crate::access::accounts::{Ask, RateInfo, Reservation};
 use crate::config::{Config, Model};
 use crate::http::{Exchange, Withheld};
 use crate::ledger::{Record, Status};
+use crate::money::Money;
 use crate::protocol::canon::Usage;
 use crate::protocol::ApiError;
 use crate::util::{rfc3339_millis, unix_millis};
 
 /// Credits for `usage` at the model's prices (per 1M tokens; cached input at its own price when set).
-pub fn cost(model: &Model, u: &Usage) -> f64 {
+pub fn cost(model: &Model, u: &Usage) -> Money {
     let cached = u.cached_input_tokens.min(u.input_tokens);
     let cached_price = model.cached_input_price.unwrap_or(model.input_price);
-    ((u.input_tokens - cached) as f64 * model.input_price
-        + cached as f64 * cached_price
-        + u.output_tokens as f64 * model.output_price)
-        / 1_000_000.0
+    model.input_price.per_million(u.input_tokens - cached)
+        + cached_price.per_million(cached)
+        + model.output_price.per_million(u.output_tokens)
 }
 
 /// Checks the key's limits and balance and reserves the request's worst case: its estimated input and the
@@ -92,12 +92,12 @@ pub fn record(
     trace: &Trace,
     out: &mut Outcome,
     reservation: Option<Reservation>,
-) -> f64 {
+) -> Money {
     if !out.upstream_called {
         if let Some(r) = reservation {
             r.release();
         }
-        return 0.0;
+        return Money::ZERO;
     }
     let mut usage = out.usage.unwrap_or_default();
     if let Some(limit) = out.output_limit {
@@ -116,7 +116,7 @@ pub fn record(
     let model = out.model.as_deref().and_then(|m| config.model_any(m));
     let mut charged = match model {
         Some(m) if !out.unbilled => cost(m, &usage),
-        _ => 0.0,
+        _ => Money::ZERO,
     };
     let latency = ex.received.elapsed();
     if let Some(m) = &out.model {
@@ -179,9 +179,9 @@ pub fn record(
             Withheld::Whole => {
                 // Nothing reached the client: it gets the 503 and pays nothing.
                 respond::error(w, trace, &err);
-                charged = 0.0;
+                charged = Money::ZERO;
                 rec.status = Status::Http(503);
-                rec.cost = 0.0;
+                rec.cost = Money::ZERO;
                 out.status = 503;
             }
             Withheld::Tail(held) => {

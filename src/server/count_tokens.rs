@@ -90,7 +90,7 @@ fn count(
         credit: None,
         group: config.group(&identity.group),
         tokens: (ex.request.body.len() as u64 / 4).max(1),
-        cost: 0.0,
+        cost: crate::money::Money::ZERO,
     };
     match gw.accounts.check_and_reserve(&ask) {
         Ok((res, info)) => {

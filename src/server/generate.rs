@@ -138,7 +138,7 @@ pub fn shutdown_error() -> ApiError {
 }
 
 /// Feeds the metrics with a finished request.
-fn observe(gw: &Gateway, config: &Config, trace: &Trace, out: &Outcome, cost: f64) {
+fn observe(gw: &Gateway, config: &Config, trace: &Trace, out: &Outcome, cost: crate::money::Money) {
     if trace.streaming.replace(false) {
         super::metrics::ACTIVE_STREAMS.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }

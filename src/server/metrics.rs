@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::money::Money;
+
 /// Seconds; the upper bounds of the histogram buckets.
 const LATENCY_BUCKETS: [f64; 14] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
@@ -84,7 +86,7 @@ pub struct Observation<'a> {
     pub cached_input_tokens: u64,
     pub output_tokens: u64,
     pub reasoning_tokens: u64,
-    pub cost: f64,
+    pub cost: Money,
 }
 
 /// Streams being answered now (a process-wide gauge: started where SSE responses start).
@@ -99,7 +101,7 @@ struct ModelCounters {
     /// (protocol, status, requests): a handful per model, so a list.
     requests: Vec<(String, String, u64)>,
     tokens: [u64; 4],
-    cost: f64,
+    cost: Money,
 }
 
 pub struct Metrics {
@@ -126,18 +128,6 @@ impl Default for Metrics {
             quota_exhausted: AtomicU64::new(0),
             ledger_refused: AtomicU64::new(0),
         }
-    }
-}
-
-/// An amount of credits as a plain decimal without float noise (`0.000945`, not
-/// `0.0009450000000000005`): rounded to 1e-9 credits, trailing zeros dropped.
-pub fn decimal(v: f64) -> String {
-    let s = format!("{:.9}", v);
-    let s = s.trim_end_matches('0').trim_end_matches('.');
-    if s.is_empty() || s == "-0" {
-        "0".to_string()
-    } else {
-        s.to_string()
     }
 }
 
@@ -239,12 +229,12 @@ impl Metrics {
             }
         }
         out.push_str("# HELP tollgate_cost_total Credits charged by model.\n# TYPE tollgate_cost_total counter\n");
-        for (model, c) in models.iter().filter(|(_, c)| c.cost > 0.0) {
+        for (model, c) in models.iter().filter(|(_, c)| c.cost > Money::ZERO) {
             let _ = writeln!(
                 out,
                 "tollgate_cost_total{{model=\"{}\"}} {}",
                 label(model),
-                decimal(c.cost)
+                c.cost
             );
         }
         drop(models);
@@ -375,12 +365,5 @@ mod tests {
         assert_eq!(value("x_count "), 5);
         assert_eq!(value("x_bucket{le=\"+Inf\"} "), 5);
         assert_eq!(value("x_bucket{le=\"1\"} "), 4, "5 s is above every bound");
-    }
-
-    #[test]
-    fn costs_print_as_exact_decimals() {
-        assert_eq!(decimal(0.0009450000000000005), "0.000945");
-        assert_eq!(decimal(1.2239999999999824), "1.224");
-        assert_eq!(decimal(0.0), "0");
     }
 }

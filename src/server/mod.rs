@@ -180,7 +180,7 @@ pub fn run(
     config: Config,
     keys: KeyStore,
     ledger: crate::ledger::Ledger,
-    spent: std::collections::HashMap<String, f64>,
+    spent: std::collections::HashMap<String, crate::money::Money>,
     listener: TcpListener,
 ) -> i32 {
     let admin_token = config
