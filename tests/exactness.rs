@@ -179,7 +179,11 @@ fn money_adds_up_to_the_unit() {
     assert!(!keys.contains("1.3000000"), "{keys}");
     // A price finer than the unit (7 decimals per 1M tokens) is refused by check.
     let bad = gw.dir.path().join("bad.toml");
-    std::fs::write(&bad, config.replace("input_price = 0.3", "input_price = 0.0000001")).unwrap();
+    std::fs::write(
+        &bad,
+        config.replace("input_price = 0.3", "input_price = 0.0000001"),
+    )
+    .unwrap();
     let out = std::process::Command::new(bin())
         .args(["check", "--config"])
         .arg(&bad)

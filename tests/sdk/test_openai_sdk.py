@@ -290,7 +290,8 @@ def test_responses_passthrough_text(oai, gateway, upstream):
     assert r.output_text == fx["expect"]["text"]
     assert gateway.usage(r._request_id) == (fx["expect"]["usage"]["in"], fx["expect"]["usage"]["out"])
     assert upstream.last.path == "/v1/responses"
-    assert upstream.last.json() == {**fx["request"], "model": "real-responses-model"}
+    # Sent as it came, but never stored in the operator's account (SECURITY.md).
+    assert upstream.last.json() == {**fx["request"], "model": "real-responses-model", "store": False}
 
 
 def test_responses_passthrough_stream_helper(oai, upstream):
