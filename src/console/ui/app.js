@@ -375,11 +375,19 @@
       el('div', { class: 'actions' }, done),
     );
     copy.addEventListener('click', () => copyText(key, secret, copied));
-    done.addEventListener('click', () => dialog.close());
-    dialog.addEventListener('close', () => {
+    // The 'close' event fires a task after close() (and after Esc), so the plaintext is wiped and the
+    // dialog removed at once here rather than waiting for it; the event handler covers Esc.
+    const wipe = () => {
       secret.textContent = '';
       copied.textContent = '';
+      dialog.remove();
+    };
+    done.addEventListener('click', () => {
+      wipe();
+      dialog.close();
     });
+    dialog.addEventListener('cancel', wipe);
+    dialog.addEventListener('close', wipe);
     copy.focus();
   }
 
