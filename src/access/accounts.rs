@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::Group;
 use crate::money::Money;
-use crate::protocol::{ApiError, ErrorKind};
+use crate::protocol::{ApiError, ErrorKind, Origin};
 
 const WINDOW: Duration = Duration::from_secs(60);
 
@@ -273,6 +273,7 @@ impl Accounts {
                 format!("Rate limit reached: {what}. Retry in {secs} s."),
             )
             .with_code("rate_limit_exceeded")
+            .with_origin(Origin::RateLimit)
             .with_retry_after(secs);
             return Err((err, info));
         }
@@ -288,7 +289,8 @@ impl Accounts {
                         st.spent
                     ),
                 )
-                .with_code("insufficient_quota");
+                .with_code("insufficient_quota")
+                .with_origin(Origin::Quota);
                 return Err((err, info));
             }
         }
@@ -379,9 +381,9 @@ mod tests {
             .any(|(k, v)| k == "x-ratelimit-remaining-requests" && v == "1"));
         let (r2, _) = a.check_and_reserve(&ask(&g, None, 1, 0.0)).unwrap();
         let (err, info) = a.check_and_reserve(&ask(&g, None, 1, 0.0)).unwrap_err();
-        assert_eq!(err.status, 429);
-        assert!(err.message.contains("requests-per-minute limit of 2"));
-        assert!((1..=60).contains(&err.retry_after.unwrap()));
+        assert_eq!(err.status(), 429);
+        assert!(err.message().contains("requests-per-minute limit of 2"));
+        assert!((1..=60).contains(&err.retry_after().unwrap()));
         assert!(info
             .headers
             .iter()
@@ -407,7 +409,7 @@ mod tests {
         let g = group(None, None, Some(1));
         let (r, _) = a.check_and_reserve(&ask(&g, None, 1, 0.0)).unwrap();
         let (err, _) = a.check_and_reserve(&ask(&g, None, 1, 0.0)).unwrap_err();
-        assert!(err.message.contains("concurrent"));
+        assert!(err.message().contains("concurrent"));
         r.settle(Money::ZERO, 1);
         let (r, _) = a.check_and_reserve(&ask(&g, None, 1, 0.0)).unwrap();
         r.settle(Money::ZERO, 1);
@@ -425,8 +427,8 @@ mod tests {
         let (err, _) = a
             .check_and_reserve(&ask(&g, Some(10.0), 1, 0.6))
             .unwrap_err();
-        assert_eq!(err.code.as_deref(), Some("insufficient_quota"));
-        assert!(err.message.contains("balance"));
+        assert_eq!(err.code(), Some("insufficient_quota"));
+        assert!(err.message().contains("balance"));
         r1.settle(m(0.5), 1);
         r2.settle(m(0.5), 1);
         assert_eq!(a.spent("k"), m(10.0));

@@ -144,23 +144,25 @@ mod tests {
         assert_eq!(
             presented_key(&req(&[("authorization", "abc")]), Protocol::Chat)
                 .unwrap_err()
-                .status,
+                .status(),
             401
         );
         assert_eq!(
-            presented_key(&req(&[]), Protocol::Chat).unwrap_err().status,
+            presented_key(&req(&[]), Protocol::Chat)
+                .unwrap_err()
+                .status(),
             401
         );
         assert_eq!(
             presented_key(&req(&[("authorization", "Bearer ")]), Protocol::Chat)
                 .unwrap_err()
-                .status,
+                .status(),
             401
         );
         assert_eq!(
             presented_key(&req(&[("authorization", "Basic abc")]), Protocol::Chat)
                 .unwrap_err()
-                .status,
+                .status(),
             401
         );
     }
@@ -172,9 +174,9 @@ mod tests {
             Protocol::Messages,
         )
         .unwrap_err();
-        assert_eq!(e.status, 400);
-        assert!(e.message.contains("two different API keys"));
-        assert!(!e.message.contains("abc") && !e.message.contains("xyz"));
+        assert_eq!(e.status(), 400);
+        assert!(e.message().contains("two different API keys"));
+        assert!(!e.message().contains("abc") && !e.message().contains("xyz"));
         let e = presented_key(
             &req(&[
                 ("authorization", "Bearer abc"),
@@ -183,7 +185,7 @@ mod tests {
             Protocol::Chat,
         )
         .unwrap_err();
-        assert_eq!(e.status, 400);
+        assert_eq!(e.status(), 400);
         assert_eq!(
             presented_key(
                 &req(&[("authorization", "Bearer abc"), ("x-api-key", "abc")]),

@@ -213,7 +213,7 @@ mod tests {
     fn param(p: Protocol, body: Value, betas: &[&str]) -> Option<String> {
         refuse_account_features(p, &body, betas)
             .err()
-            .map(|e| e.param.clone().unwrap_or_default())
+            .map(|e| e.param().unwrap_or_default().to_string())
     }
 
     #[test]

@@ -25,27 +25,42 @@ pub enum ErrorKind {
     Overloaded,
 }
 
-/// An error answered to a client: status, kind, a message meant for humans, and OpenAI's `param`/`code`.
-/// Boxed, so `Result<_, ApiError>` stays one pointer wide on the hot path.
+/// Where an error came from: the gateway itself, one of its limits, or the upstream. Decides what the
+/// breaker, the availability stats and the metrics count as an upstream failure, without reading texts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// The gateway answered by itself: bad input, authentication, permissions, its own state.
+    Gateway,
+    /// A key's rate or concurrency limit.
+    RateLimit,
+    /// A key's balance.
+    Quota,
+    /// The upstream answered with an error, broke its stream, or sent something unusable.
+    Upstream,
+    /// The upstream did not answer at all (no response head): unreachable, refused, or silent past its
+    /// first-byte timeout. Only such failures may open an upstream's breaker.
+    UpstreamSilent,
+}
+
+/// An error answered to a client: status, kind, origin, a message meant for humans, and OpenAI's
+/// `param`/`code`. Boxed, so `Result<_, ApiError>` stays one pointer wide on the hot path. Fields are read
+/// through methods and set through the `with_*` builders.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApiError(Box<ErrorInfo>);
 
-/// The fields of an [`ApiError`] (reached through `Deref`).
 #[derive(Debug, Clone, PartialEq)]
-pub struct ErrorInfo {
-    pub status: u16,
-    pub kind: ErrorKind,
-    pub message: String,
-    pub param: Option<String>,
-    pub code: Option<String>,
+struct ErrorInfo {
+    status: u16,
+    kind: ErrorKind,
+    origin: Origin,
+    message: String,
+    param: Option<String>,
+    code: Option<String>,
     /// Seconds, sent as `retry-after`.
-    pub retry_after: Option<u64>,
+    retry_after: Option<u64>,
     /// The upstream's own `type`, kept when the client speaks the same family of protocol.
-    pub openai_type: Option<String>,
-    pub anthropic_type: Option<String>,
-    /// The upstream did not answer at all (no response head): unreachable, refused, or silent past its
-    /// first-byte timeout. Only such failures may open an upstream's breaker.
-    pub unanswered: bool,
+    openai_type: Option<String>,
+    anthropic_type: Option<String>,
 }
 
 impl ApiError {
@@ -53,14 +68,49 @@ impl ApiError {
         ApiError(Box::new(ErrorInfo {
             status,
             kind,
+            origin: Origin::Gateway,
             message: message.into(),
             param: None,
             code: None,
             retry_after: None,
             openai_type: None,
             anthropic_type: None,
-            unanswered: false,
         }))
+    }
+
+    pub fn status(&self) -> u16 {
+        self.0.status
+    }
+
+    pub fn kind(&self) -> ErrorKind {
+        self.0.kind
+    }
+
+    pub fn origin(&self) -> Origin {
+        self.0.origin
+    }
+
+    /// The upstream failed (answered with an error, or not at all), as opposed to the gateway or a limit
+    /// refusing the request.
+    pub fn is_upstream(&self) -> bool {
+        matches!(self.0.origin, Origin::Upstream | Origin::UpstreamSilent)
+    }
+
+    pub fn message(&self) -> &str {
+        &self.0.message
+    }
+
+    pub fn param(&self) -> Option<&str> {
+        self.0.param.as_deref()
+    }
+
+    pub fn code(&self) -> Option<&str> {
+        self.0.code.as_deref()
+    }
+
+    /// Seconds, sent as `retry-after`.
+    pub fn retry_after(&self) -> Option<u64> {
+        self.0.retry_after
     }
 
     pub fn invalid(message: impl Into<String>) -> Self {
@@ -97,11 +147,15 @@ impl ApiError {
     }
 
     pub fn bad_gateway(message: impl Into<String>) -> Self {
-        Self::new(502, ErrorKind::BadGateway, message).with_code("upstream_error")
+        Self::new(502, ErrorKind::BadGateway, message)
+            .with_code("upstream_error")
+            .with_origin(Origin::Upstream)
     }
 
     pub fn gateway_timeout(message: impl Into<String>) -> Self {
-        Self::new(504, ErrorKind::Timeout, message).with_code("upstream_timeout")
+        Self::new(504, ErrorKind::Timeout, message)
+            .with_code("upstream_timeout")
+            .with_origin(Origin::Upstream)
     }
 
     pub fn unavailable(message: impl Into<String>) -> Self {
@@ -109,23 +163,51 @@ impl ApiError {
     }
 
     pub fn with_param(mut self, param: &str) -> Self {
-        self.param = Some(param.to_string());
+        self.0.param = Some(param.to_string());
         self
     }
 
     pub fn with_code(mut self, code: &str) -> Self {
-        self.code = Some(code.to_string());
+        self.0.code = Some(code.to_string());
         self
     }
 
     /// Marks the error as the upstream not answering at all.
-    pub fn unanswered(mut self) -> Self {
-        self.unanswered = true;
+    pub fn unanswered(self) -> Self {
+        self.with_origin(Origin::UpstreamSilent)
+    }
+
+    pub fn with_origin(mut self, origin: Origin) -> Self {
+        self.0.origin = origin;
+        self
+    }
+
+    /// The same error answered with another status (the kind follows it).
+    pub fn with_status(mut self, status: u16) -> Self {
+        self.0.status = status;
+        self.0.kind = Self::kind_for_status(status);
+        self
+    }
+
+    pub fn with_kind(mut self, kind: ErrorKind) -> Self {
+        self.0.kind = kind;
+        self
+    }
+
+    /// Sets `code` (or clears it).
+    pub fn with_code_opt(mut self, code: Option<String>) -> Self {
+        self.0.code = code;
+        self
+    }
+
+    /// Keeps the upstream's Anthropic error `type`.
+    pub fn with_anthropic_type(mut self, ty: Option<String>) -> Self {
+        self.0.anthropic_type = ty;
         self
     }
 
     pub fn with_retry_after(mut self, secs: u64) -> Self {
-        self.retry_after = Some(secs);
+        self.0.retry_after = Some(secs);
         self
     }
 
@@ -150,10 +232,10 @@ impl ApiError {
 
     /// OpenAI's `error.type`.
     pub fn openai_type(&self) -> &str {
-        if let Some(t) = &self.openai_type {
+        if let Some(t) = &self.0.openai_type {
             return t;
         }
-        match self.kind {
+        match self.0.kind {
             ErrorKind::InvalidRequest
             | ErrorKind::Authentication
             | ErrorKind::NotFound
@@ -169,10 +251,10 @@ impl ApiError {
 
     /// Anthropic's `error.type`.
     pub fn anthropic_type(&self) -> &str {
-        if let Some(t) = &self.anthropic_type {
+        if let Some(t) = &self.0.anthropic_type {
             return t;
         }
-        match self.kind {
+        match self.0.kind {
             ErrorKind::InvalidRequest | ErrorKind::MethodNotAllowed => "invalid_request_error",
             ErrorKind::Authentication => "authentication_error",
             ErrorKind::Permission => "permission_error",
@@ -187,10 +269,10 @@ impl ApiError {
     }
 
     fn message_with_id(&self, request_id: &str) -> String {
-        if request_id.is_empty() || self.message.contains(request_id) {
-            self.message.clone()
+        if request_id.is_empty() || self.0.message.contains(request_id) {
+            self.0.message.clone()
         } else {
-            format!("{} (request id: {request_id})", self.message)
+            format!("{} (request id: {request_id})", self.0.message)
         }
     }
 
@@ -199,8 +281,8 @@ impl ApiError {
         json!({
             "message": self.message_with_id(request_id),
             "type": self.openai_type(),
-            "param": self.param,
-            "code": self.code,
+            "param": self.0.param,
+            "code": self.0.code,
         })
     }
 
@@ -231,8 +313,8 @@ impl ApiError {
         let parsed: Option<Value> = serde_json::from_slice(body)
             .ok()
             .or_else(|| error_in_event_stream(body));
-        let mut err = ApiError::new(status, kind, String::new());
-        err.retry_after = retry_after;
+        let mut err = ApiError::new(status, kind, String::new()).with_origin(Origin::Upstream);
+        err.0.retry_after = retry_after;
         let nested = parsed.as_ref().and_then(|v| v.get("error"));
         let typed_error = parsed
             .as_ref()
@@ -249,37 +331,37 @@ impl ApiError {
         match obj {
             Some(Value::Object(o)) => {
                 let msg = o.get("message").and_then(Value::as_str).unwrap_or("");
-                err.message = format!("upstream error: {msg}");
+                err.0.message = format!("upstream error: {msg}");
                 let ty = o
                     .get("type")
                     .and_then(Value::as_str)
                     .filter(|t| *t != "error" || is_anthropic)
                     .map(str::to_string);
                 if is_anthropic {
-                    err.anthropic_type = ty;
+                    err.0.anthropic_type = ty;
                 } else {
-                    err.openai_type = ty;
-                    err.param = o.get("param").and_then(Value::as_str).map(str::to_string);
-                    err.code = o.get("code").and_then(|c| match c {
+                    err.0.openai_type = ty;
+                    err.0.param = o.get("param").and_then(Value::as_str).map(str::to_string);
+                    err.0.code = o.get("code").and_then(|c| match c {
                         Value::String(s) => Some(s.clone()),
                         Value::Number(n) => Some(n.to_string()),
                         _ => None,
                     });
                 }
             }
-            Some(Value::String(s)) => err.message = format!("upstream error: {s}"),
+            Some(Value::String(s)) => err.0.message = format!("upstream error: {s}"),
             _ => {
                 let text = String::from_utf8_lossy(body);
                 let snippet: String = text.trim().chars().take(200).collect();
-                err.message = if snippet.is_empty() {
+                err.0.message = if snippet.is_empty() {
                     format!("upstream answered HTTP {status} with an empty body")
                 } else {
                     format!("upstream answered HTTP {status}: {snippet}")
                 };
             }
         }
-        if err.message == "upstream error: " {
-            err.message = format!("upstream answered HTTP {status}");
+        if err.0.message == "upstream error: " {
+            err.0.message = format!("upstream answered HTTP {status}");
         }
         err.scrub_secrets()
     }
@@ -288,8 +370,8 @@ impl ApiError {
     /// echo the key they were sent in their error messages.
     pub fn scrub_secrets(mut self) -> Self {
         use crate::secrets::scrub;
-        if let std::borrow::Cow::Owned(m) = scrub(&self.message) {
-            self.message = m;
+        if let std::borrow::Cow::Owned(m) = scrub(&self.0.message) {
+            self.0.message = m;
         }
         let info = &mut *self.0;
         for field in [&mut info.param, &mut info.code] {
@@ -315,24 +397,13 @@ fn error_in_event_stream(body: &[u8]) -> Option<Value> {
         })
 }
 
-impl std::ops::Deref for ApiError {
-    type Target = ErrorInfo;
-    fn deref(&self) -> &ErrorInfo {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for ApiError {
-    fn deref_mut(&mut self) -> &mut ErrorInfo {
-        &mut self.0
-    }
-}
-
 impl std::fmt::Display for ApiError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}", self.status, self.message)
+        write!(f, "{} {}", self.0.status, self.0.message)
     }
 }
+
+impl std::error::Error for ApiError {}
 
 #[cfg(test)]
 mod tests {
@@ -356,28 +427,28 @@ mod tests {
     fn upstream_errors_keep_their_details() {
         let body = br#"{"error":{"message":"too long","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#;
         let e = ApiError::from_upstream(400, body, None);
-        assert_eq!(e.code.as_deref(), Some("context_length_exceeded"));
-        assert_eq!(e.param.as_deref(), Some("messages"));
+        assert_eq!(e.code(), Some("context_length_exceeded"));
+        assert_eq!(e.param(), Some("messages"));
         let body =
             br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
         let e = ApiError::from_upstream(529, body, Some(3));
         assert_eq!(e.anthropic_type(), "overloaded_error");
         assert_eq!(e.openai_type(), "service_unavailable_error");
-        assert_eq!(e.retry_after, Some(3));
+        assert_eq!(e.retry_after(), Some(3));
         let e = ApiError::from_upstream(502, b"<html>bad gateway</html>", None);
-        assert!(e.message.contains("<html>bad gateway"));
+        assert!(e.message().contains("<html>bad gateway"));
     }
 
     #[test]
     fn an_event_stream_error_body_is_read_for_its_message_and_code() {
         let body = b"event: error\ndata: {\"error\":{\"message\":\"model crashed\",\"type\":\"server_error\",\"code\":\"engine_dead\"}}\n\n";
         let e = ApiError::from_upstream(500, body, None);
-        assert_eq!(e.message, "upstream error: model crashed");
-        assert_eq!(e.code.as_deref(), Some("engine_dead"));
+        assert_eq!(e.message(), "upstream error: model crashed");
+        assert_eq!(e.code(), Some("engine_dead"));
         let body = b"event: error\ndata: {\"type\":\"error\",\"code\":\"overloaded\",\"message\":\"busy\",\"sequence_number\":0}\n\n";
         let e = ApiError::from_upstream(503, body, None);
-        assert_eq!(e.message, "upstream error: busy");
-        assert_eq!(e.code.as_deref(), Some("overloaded"));
-        assert!(!e.message.contains("data:"));
+        assert_eq!(e.message(), "upstream error: busy");
+        assert_eq!(e.code(), Some("overloaded"));
+        assert!(!e.message().contains("data:"));
     }
 }

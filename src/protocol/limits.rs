@@ -109,10 +109,7 @@ mod tests {
         assert_eq!(normalize(Protocol::Chat, &mut b).unwrap(), None);
         let mut b = json!({"max_tokens": -1});
         assert_eq!(
-            normalize(Protocol::Chat, &mut b)
-                .unwrap_err()
-                .param
-                .as_deref(),
+            normalize(Protocol::Chat, &mut b).unwrap_err().param(),
             Some("max_tokens")
         );
     }

@@ -16,7 +16,7 @@ pub mod observe;
 pub mod responses;
 pub mod sse;
 
-pub use error::{ApiError, ErrorKind};
+pub use error::{ApiError, ErrorKind, Origin};
 
 /// The three client-facing protocols.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -117,10 +117,10 @@ impl Protocol {
                 sse::push_event(&mut out, Some("error"), &d.to_string());
             }
             Protocol::Responses => {
-                let code = err.code.clone().unwrap_or_else(|| "server_error".into());
+                let code = err.code().unwrap_or("server_error");
                 let d = json!({"type": "error", "code": code,
                                "message": err.openai_object(request_id)["message"],
-                               "param": err.param, "sequence_number": next_seq.unwrap_or(0)});
+                               "param": err.param(), "sequence_number": next_seq.unwrap_or(0)});
                 sse::push_event(&mut out, Some("error"), &d.to_string());
             }
         }

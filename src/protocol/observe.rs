@@ -288,7 +288,7 @@ impl StreamObserver {
         out.extend_from_slice(&self.protocol.error_event(err, request_id, Some(seq)));
         if self.protocol == Protocol::Responses {
             if let Some(mut r) = self.response.take() {
-                let code = err.code.clone().unwrap_or_else(|| "server_error".into());
+                let code = err.code().unwrap_or("server_error");
                 let message = err.openai_object(request_id)["message"].clone();
                 r["status"] = json!("failed");
                 r["error"] = json!({"code": code, "message": message});

@@ -194,7 +194,7 @@ pub fn record(
             }
             Withheld::Nothing => {}
         }
-        out.error = Some(err.message.clone());
+        out.error = Some(err.message().to_string());
         rec.error = out.error.clone();
         gw.ledger.requeue(*rec);
     }

@@ -164,9 +164,7 @@ fn not_json(upstream: &Upstream, status: u16, content_type: &str, raw: &[u8]) ->
 /// failure, passed on as a 502 with its details.
 fn check_not_error(raw: &[u8], has_error: bool, kind: Option<&str>) -> Result<(), ApiError> {
     if has_error || kind == Some("error") {
-        let mut e = ApiError::from_upstream(502, raw, None);
-        e.status = 502;
-        return Err(e);
+        return Err(ApiError::from_upstream(502, raw, None));
     }
     Ok(())
 }

@@ -36,8 +36,8 @@ pub fn handle(gw: &Gateway, ex: &mut Exchange) {
             if !ex.response().is_started() {
                 respond::error(ex.response(), &trace, &e);
             }
-            out.status = e.status;
-            out.error = Some(e.message.clone());
+            out.status = e.status();
+            out.error = Some(e.message().to_string());
         }
     }
     accounting::record(gw, &config, ex, &trace, &mut out, reservation);

@@ -85,7 +85,7 @@ pub fn handle(gw: &Gateway, ex: &mut Exchange, protocol: Protocol) {
         let (res, info) = match admitted {
             Ok(pair) => pair,
             Err((e, info)) => {
-                let counter = if e.code.as_deref() == Some("insufficient_quota") {
+                let counter = if e.origin() == crate::protocol::Origin::Quota {
                     &gw.metrics.quota_exhausted
                 } else {
                     &gw.metrics.rate_limited
@@ -116,8 +116,8 @@ pub fn handle(gw: &Gateway, ex: &mut Exchange, protocol: Protocol) {
         if !ex.response().is_started() {
             respond::error(ex.response(), &trace, &e);
         }
-        out.status = e.status;
-        out.error = Some(e.message.clone());
+        out.status = e.status();
+        out.error = Some(e.message().to_string());
     }
     out.shutdown = trace.cut_by_shutdown();
     let cost = accounting::record(gw, &config, ex, &trace, &mut out, reservation);
@@ -419,8 +419,10 @@ fn verdict(attempt: &Result<(), ApiError>, out: &Outcome, trace: &Trace, called:
         return Verdict::Inconclusive;
     }
     match attempt {
-        Err(e) if e.unanswered => Verdict::Silent(e.message.clone()),
-        Err(e) if e.status >= 500 => Verdict::Erroring(e.message.clone()),
+        Err(e) if e.origin() == crate::protocol::Origin::UpstreamSilent => {
+            Verdict::Silent(e.message().to_string())
+        }
+        Err(e) if e.status() >= 500 => Verdict::Erroring(e.message().to_string()),
         Err(_) => Verdict::Alive,
         Ok(()) if out.client_closed => Verdict::Inconclusive,
         Ok(()) => match &out.error {
@@ -468,7 +470,7 @@ fn unavailable(gw: &Gateway, model: &Model, skipped: &[(&Upstream, Duration)]) -
 
 /// Failures worth trying the next upstream for: unreachable, timed out, overloaded, 5xx, 429.
 fn retryable(e: &ApiError) -> bool {
-    e.status == 429 || e.status >= 500
+    e.status() == 429 || e.status() >= 500
 }
 
 fn parse_body(body: &[u8]) -> Result<Value, ApiError> {

@@ -55,7 +55,7 @@ pub fn serve(
     for ev in &reply.events {
         if trace.cut_by_shutdown() {
             let _ = writer.emit(&StreamEvent::Error(super::generate::shutdown_error()));
-            out.error = Some(super::generate::shutdown_error().message.clone());
+            out.error = Some(super::generate::shutdown_error().message().to_string());
             out.set_usage(writer.usage());
             let _ = writer.finish();
             return Ok(());

@@ -138,7 +138,7 @@ fn screen_credentials(keys: Arc<KeyStore>) -> Arc<http::Screen> {
             p => Protocol::from_path(p)?,
         };
         let err = match crate::access::authenticate(req, protocol, &keys) {
-            Err(e) if e.status == 401 => e,
+            Err(e) if e.status() == 401 => e,
             _ => return None,
         };
         let trace_id = crate::util::new_id("req_");
@@ -188,7 +188,7 @@ fn log_screened(req: &crate::http::Request, protocol: Protocol, request_id: &str
             "client_request_id": client, "key": null, "group": null, "model": null,
             "protocol": protocol.name(), "upstream": null, "stream": false, "status": "401",
             "input_tokens": 0, "output_tokens": 0, "estimated": false, "latency_ms": 0,
-            "error": err.message,
+            "error": err.message(),
         });
         log::info!(target: target, "{v}");
     } else {
@@ -198,7 +198,7 @@ fn log_screened(req: &crate::http::Request, protocol: Protocol, request_id: &str
              status=401 in=0 out=0 ms=0 error={:?}",
             client.unwrap_or("-"),
             protocol.name(),
-            err.message
+            err.message()
         );
     }
 }

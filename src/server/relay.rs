@@ -172,10 +172,10 @@ fn relay_stream(
                 upstream.name
             ))
         });
-        log::warn!("{}: {}", trace.request_id, err.message);
+        log::warn!("{}: {}", trace.request_id, err.message());
         let mut buf = Vec::new();
         watch.error_event(&err, &trace.request_id, &mut buf);
-        out.error = Some(err.message.clone());
+        out.error = Some(err.message().to_string());
         if w.write_chunk(&buf).is_err() {
             out.client_closed = true;
             return;

@@ -128,19 +128,19 @@ pub fn error(w: &mut ResponseWriter, trace: &Trace, err: &ApiError) {
 
 pub fn error_with(w: &mut ResponseWriter, trace: &Trace, err: &ApiError, extra: &[(&str, &str)]) {
     let body = err.body(trace.protocol, &trace.request_id);
-    let retry = err.retry_after.map(|s| s.to_string());
+    let retry = err.retry_after().map(|s| s.to_string());
     let mut headers: Vec<(&str, &str)> = Vec::new();
     if let Some(r) = &retry {
         headers.push(("retry-after", r));
     }
-    if err.status == 401 && trace.protocol != Protocol::Messages {
+    if err.status() == 401 && trace.protocol != Protocol::Messages {
         headers.push(("www-authenticate", "Bearer"));
     }
-    if let Some(v) = should_retry(err.status) {
+    if let Some(v) = should_retry(err.status()) {
         headers.push(("x-should-retry", v));
     }
     headers.extend_from_slice(extra);
-    json(w, trace, err.status, &body, &headers);
+    json(w, trace, err.status(), &body, &headers);
 }
 
 /// The `x-should-retry` value for an error status, when SDKs should be told: they retry 408, 409, 429 and

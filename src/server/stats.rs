@@ -174,7 +174,9 @@ fn probe(agent: &ureq::Agent, u: &Upstream) -> Value {
             json!({"up": status < 500, "status": status, "latency_ms": ms, "checked": checked, "detail": detail})
         }
         Err(e) => {
-            let detail = crate::upstream::http::map_error(&u.name, e).message.clone();
+            let detail = crate::upstream::http::map_error(&u.name, e)
+                .message()
+                .to_string();
             json!({"up": false, "status": null, "latency_ms": ms, "checked": checked, "detail": detail})
         }
     }

@@ -138,7 +138,7 @@ pub fn translate(
             let _ = writer.emit(&StreamEvent::Error(err));
         }
         if let Some(e) = &writer.error {
-            out.error = Some(e.message.clone());
+            out.error = Some(e.message().to_string());
         }
         match writer.finish() {
             Ok(u) => out.set_usage(u),

@@ -354,9 +354,9 @@ mod tests {
     #[test]
     fn input_instead_of_messages_names_the_field() {
         let e = decode_request(&json!({"model": "m", "input": "hi"})).unwrap_err();
-        assert_eq!(e.status, 400);
-        assert_eq!(e.param.as_deref(), Some("messages"));
-        assert!(e.message.contains("input"));
+        assert_eq!(e.status(), 400);
+        assert_eq!(e.param(), Some("messages"));
+        assert!(e.message().contains("input"));
     }
 
     #[test]
@@ -395,8 +395,8 @@ mod tests {
         let e =
             decode_request(&json!({"model": "m", "messages": [{"role": "user", "content": 5}]}))
                 .unwrap_err();
-        assert_eq!(e.param.as_deref(), Some("messages[0].content"));
+        assert_eq!(e.param(), Some("messages[0].content"));
         let e = decode_request(&json!({"model": 1, "messages": []})).unwrap_err();
-        assert_eq!(e.param.as_deref(), Some("model"));
+        assert_eq!(e.param(), Some("model"));
     }
 }

@@ -333,12 +333,12 @@ impl StreamDecoder for ChatStreamDecoder {
         };
         if let Some(e) = v.get("error").filter(|e| !e.is_null()) {
             let msg = str_or(e, "message", "upstream error");
-            let mut err = ApiError::bad_gateway(format!("upstream error: {msg}"));
-            err.code = e
+            let code = e
                 .get("code")
                 .and_then(Value::as_str)
                 .map(str::to_string)
                 .or(Some("server_error".into()));
+            let err = ApiError::bad_gateway(format!("upstream error: {msg}")).with_code_opt(code);
             out.push(StreamEvent::Error(err));
             return true;
         }

@@ -262,10 +262,10 @@ mod tests {
     #[test]
     fn max_tokens_is_required() {
         let e = decode_request(&json!({"model": "m", "messages": []})).unwrap_err();
-        assert_eq!(e.param.as_deref(), Some("max_tokens"));
+        assert_eq!(e.param(), Some("max_tokens"));
         let e =
             decode_request(&json!({"model": "m", "max_tokens": "5", "messages": []})).unwrap_err();
-        assert_eq!(e.param.as_deref(), Some("max_tokens"));
+        assert_eq!(e.param(), Some("max_tokens"));
     }
 
     #[test]

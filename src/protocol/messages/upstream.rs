@@ -423,13 +423,11 @@ impl StreamDecoder for MessagesStreamDecoder {
                     .pointer("/error/message")
                     .and_then(Value::as_str)
                     .unwrap_or("upstream error");
-                let mut e = ApiError::bad_gateway(format!("upstream error: {msg}"));
-                e.anthropic_type = v
-                    .pointer("/error/type")
-                    .and_then(Value::as_str)
-                    .map(str::to_string);
-                if e.anthropic_type.as_deref() == Some("overloaded_error") {
-                    e.kind = crate::protocol::ErrorKind::Overloaded;
+                let ty = v.pointer("/error/type").and_then(Value::as_str);
+                let mut e = ApiError::bad_gateway(format!("upstream error: {msg}"))
+                    .with_anthropic_type(ty.map(str::to_string));
+                if ty == Some("overloaded_error") {
+                    e = e.with_kind(crate::protocol::ErrorKind::Overloaded);
                 }
                 out.push(StreamEvent::Error(e));
                 return true;

@@ -385,9 +385,9 @@ mod tests {
     #[test]
     fn messages_instead_of_input_names_the_field() {
         let e = decode_request(&json!({"model": "m", "messages": []})).unwrap_err();
-        assert_eq!(e.param.as_deref(), Some("input"));
+        assert_eq!(e.param(), Some("input"));
         let e = decode_request(&json!({"model": "m"})).unwrap_err();
-        assert_eq!(e.param.as_deref(), Some("input"));
+        assert_eq!(e.param(), Some("input"));
     }
 
     #[test]

@@ -446,9 +446,9 @@ impl StreamEncoder for ResponsesStreamEncoder {
             StreamEvent::Finish(r) => self.stop = Some(r.clone()),
             StreamEvent::Error(e) => {
                 self.failed = true;
-                let code = e.code.clone().unwrap_or_else(|| "server_error".to_string());
+                let code = e.code().unwrap_or("server_error");
                 let message = e.openai_object(&self.request_id)["message"].clone();
-                let d = json!({"code": code, "message": message, "param": e.param});
+                let d = json!({"code": code, "message": message, "param": e.param()});
                 self.emit(out, "error", d);
                 let mut r = self.response.clone();
                 r["status"] = json!("failed");

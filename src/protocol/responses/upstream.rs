@@ -331,8 +331,8 @@ impl StreamDecoder for ResponsesStreamDecoder {
                     .get("message")
                     .and_then(Value::as_str)
                     .unwrap_or("upstream error");
-                let mut e = ApiError::bad_gateway(format!("upstream error: {msg}"));
-                e.code = v.get("code").and_then(Value::as_str).map(str::to_string);
+                let code = v.get("code").and_then(Value::as_str).map(str::to_string);
+                let e = ApiError::bad_gateway(format!("upstream error: {msg}")).with_code_opt(code);
                 out.push(StreamEvent::Error(e));
                 return true;
             }
@@ -361,7 +361,7 @@ mod tests {
             structured_via_tool: false,
         };
         assert_eq!(
-            encode_request(&req, &opts).unwrap_err().param.as_deref(),
+            encode_request(&req, &opts).unwrap_err().param(),
             Some("stop")
         );
         let req = Request {
