@@ -108,6 +108,20 @@ pub fn forbidden_model(model: &str, group: &str) -> ApiError {
     .with_code("model_not_allowed")
 }
 
+/// The stored form of the admin token.
+pub fn token_digest(token: &str) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(token.as_bytes()).into()
+}
+
+/// Equality that takes the same time wherever the inputs differ.
+pub fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    a.iter()
+        .zip(b.iter())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+        == 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,7 @@ use serde_json::{json, Map, Value};
 use crate::access::keys::{self, CreditChange, KeyOpError};
 use crate::config::{ConfigError, GroupSpec, ModelChange};
 use crate::protocol::ApiError;
-use crate::server::Gateway;
+use crate::server::gateway::Gateway;
 
 fn key_error(e: KeyOpError) -> ApiError {
     if e.field.is_empty() {

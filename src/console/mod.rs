@@ -9,27 +9,15 @@ mod manage;
 mod usage;
 
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 
+use crate::access::{constant_time_eq, token_digest};
 use crate::http::Exchange;
 use crate::protocol::{ApiError, ErrorKind};
-use crate::server::respond::{self, Trace};
-use crate::server::Gateway;
+use crate::server::gateway::Gateway;
+use crate::server::respond;
+use crate::server::trace::Trace;
 
 pub use assets::serve as serve_ui;
-
-/// The stored form of the admin token.
-pub fn token_digest(token: &str) -> [u8; 32] {
-    Sha256::digest(token.as_bytes()).into()
-}
-
-/// Equality that takes the same time wherever the inputs differ.
-fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
-    a.iter()
-        .zip(b.iter())
-        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-        == 0
-}
 
 fn authorize(gw: &Gateway, ex: &Exchange) -> Result<(), ApiError> {
     let Some(expected) = &gw.admin_token else {

@@ -9,7 +9,7 @@ use crate::http::Exchange;
 use crate::ledger::{Filter, Record, Status, StatusFilter};
 use crate::money::Money;
 use crate::protocol::ApiError;
-use crate::server::Gateway;
+use crate::server::gateway::Gateway;
 use crate::util::{rfc3339, unix_now};
 
 /// A time bound from a query parameter, as an instant (Unix milliseconds): RFC 3339 with any offset, or Unix

@@ -162,6 +162,44 @@ impl ApiError {
         Self::new(503, ErrorKind::Unavailable, message).with_retry_after(1)
     }
 
+    /// A request cut by the shutdown deadline.
+    pub fn shutting_down() -> Self {
+        Self::unavailable(
+            "The gateway is shutting down and its grace period for requests in flight has ended; this answer was \
+             cut short. Retry the request.",
+        )
+        .with_code("shutting_down")
+    }
+
+    /// A stream cut at the output limit its upstream was sent and went past.
+    pub fn output_limit_exceeded(upstream: &str, limit: u64) -> Self {
+        Self::bad_gateway(format!(
+            "upstream `{upstream}` went past the output limit of {limit} tokens it was sent; the stream was cut \
+             there and is billed up to the limit"
+        ))
+        .with_code("output_limit_exceeded")
+    }
+
+    /// 503 while the usage ledger cannot take more records (its disk is failing; `backlog` records wait):
+    /// nothing is answered that could not be recorded.
+    pub fn ledger_unavailable(backlog: usize) -> Self {
+        Self::unavailable(format!(
+            "The gateway cannot write its usage ledger right now ({backlog} records waiting for the disk); requests \
+             are refused until it can, so that no answer goes unrecorded. The operator has been told (see /readyz)."
+        ))
+        .with_retry_after(5)
+        .with_code("ledger_unavailable")
+    }
+
+    /// Strict ledger: this request's usage record could not be synced, so its answer is withheld.
+    pub fn record_not_synced() -> Self {
+        Self::unavailable(
+            "The gateway could not write this request's usage record to its ledger (its disk is failing), so the \
+             answer is withheld. The operator has been told; retry later.",
+        )
+        .with_code("ledger_unavailable")
+    }
+
     pub fn with_param(mut self, param: &str) -> Self {
         self.0.param = Some(param.to_string());
         self

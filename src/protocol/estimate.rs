@@ -1,7 +1,7 @@
 //! Usage estimates, in one place: what tollgate counts when an upstream reports no usage (or a stream breaks
 //! before it does), and what admission reserves before any decoding.
 
-use super::canon::Usage;
+use super::canon::{Part, Request, Response, Usage};
 
 /// An estimate of how many tokens a BPE tokenizer would make of `text`: each run of letters or digits
 /// costs one token per started 4 characters, every other visible character one token. Deterministic; used
@@ -63,6 +63,38 @@ pub fn stream_usage(
             true,
         ),
     }
+}
+
+/// Fills in the usage of a complete answer whose upstream reported none, from its text (input from the
+/// request's); returns whether it had to.
+pub fn complete_usage(resp: &mut Response, input_estimate: u64) -> bool {
+    if resp.usage.input_tokens > 0 || resp.usage.output_tokens > 0 {
+        return false;
+    }
+    let mut produced = String::new();
+    for p in &resp.content {
+        match p {
+            Part::Text(t) | Part::Reasoning { text: t, .. } => produced.push_str(t),
+            Part::ToolCall {
+                name, arguments, ..
+            } => {
+                produced.push_str(name);
+                produced.push_str(arguments);
+            }
+            _ => {}
+        }
+    }
+    resp.usage = Usage {
+        input_tokens: input_estimate,
+        output_tokens: tokens(&produced),
+        ..Usage::default()
+    };
+    true
+}
+
+/// The input of a decoded request estimated from its text.
+pub fn input_from_request(req: &Request) -> u64 {
+    tokens(&req.all_text())
 }
 
 #[cfg(test)]

@@ -86,6 +86,16 @@ pub fn apply(protocol: Protocol, body: &mut Value, limit: u64, chat_field: &str)
     }
 }
 
+/// Whether a stream has gone past its output limit: the upstream reported more output than the limit, or
+/// it produced text estimated at more than twice the limit (an upstream that ignores limits and reports
+/// nothing until the end). Such a stream is cut there; output beyond the limit is never billed.
+pub fn beyond(limit: Option<u64>, reported_output: Option<u64>, produced_estimate: u64) -> bool {
+    let Some(limit) = limit else {
+        return false;
+    };
+    reported_output.is_some_and(|r| r > limit) || produced_estimate > limit.saturating_mul(2) + 64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,6 +4,7 @@
 //! `canon`. Nothing here does I/O: codecs take and return values and bytes.
 
 pub mod account;
+pub mod answer;
 pub mod canon;
 pub mod chat;
 pub mod egress;
@@ -13,6 +14,7 @@ pub mod fields;
 pub mod limits;
 pub mod messages;
 pub mod observe;
+pub mod request;
 pub mod responses;
 pub mod sse;
 

@@ -130,9 +130,9 @@ impl StreamObserver {
         !self.produced.is_empty()
     }
 
-    /// The message of the error event the upstream sent, if any (taken).
-    pub fn take_upstream_error(&mut self) -> Option<String> {
-        self.upstream_error.take()
+    /// The error event the upstream sent, if any, as the upstream's failure.
+    pub fn upstream_error(&self) -> Option<ApiError> {
+        self.upstream_error.as_deref().map(ApiError::bad_gateway)
     }
 
     /// The output the upstream reported so far (if any) and an estimate of what was produced.
@@ -143,7 +143,8 @@ impl StreamObserver {
     /// The usage to bill, by the one rule for streams (`estimate::stream_usage`), and whether it is an
     /// estimate.
     pub fn usage(&self) -> (Usage, bool) {
-        estimate::stream_usage(self.usage, self.done, &self.produced, self.input_estimate)
+        let completed = self.done && self.upstream_error.is_none();
+        estimate::stream_usage(self.usage, completed, &self.produced, self.input_estimate)
     }
 
     /// Looks at one event; returns whether to pass it on.
@@ -309,6 +310,19 @@ fn error_message(e: &Value) -> String {
     ))
 }
 
+/// The sequence number the event replacing a Responses stream's held closing events takes (the first one
+/// held), if any.
+pub fn next_sequence(held: &[u8]) -> Option<u64> {
+    let text = String::from_utf8_lossy(held);
+    let at = text.find("\"sequence_number\":")? + "\"sequence_number\":".len();
+    let digits: String = text[at..]
+        .trim_start()
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -383,7 +397,9 @@ mod tests {
         ));
         assert!(w.done());
         assert_eq!(
-            w.take_upstream_error().as_deref(),
+            w.upstream_error()
+                .map(|e| e.message().to_string())
+                .as_deref(),
             Some("upstream error in stream: boom")
         );
     }

@@ -25,6 +25,17 @@ impl SseEvent {
     pub fn is_comment(&self) -> bool {
         self.event.is_none() && !self.has_data
     }
+
+    /// The block's bytes as they are relayed: as received, closed with a blank line when the stream ended
+    /// before one.
+    pub fn framed(&self) -> std::borrow::Cow<'_, [u8]> {
+        if self.terminated {
+            return std::borrow::Cow::Borrowed(&self.raw);
+        }
+        let mut raw = self.raw.clone();
+        raw.extend_from_slice(if raw.ends_with(b"\n") { b"\n" } else { b"\n\n" });
+        std::borrow::Cow::Owned(raw)
+    }
 }
 
 /// Reads SSE event blocks from a byte stream.

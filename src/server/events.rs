@@ -1,8 +1,9 @@
 //! Writing a canonical event stream to a client: the client protocol's stream encoder, one chunk per step,
 //! usage tracked on the way (and estimated when the upstream reports none).
 
-use super::respond::{self, Trace};
-use super::watchdog::Watchdog;
+use super::respond;
+use super::trace::Trace;
+use super::watchdog::WatchGuard;
 use crate::http::ResponseWriter;
 use crate::protocol::canon::{StreamEvent, Usage};
 use crate::protocol::estimate;
@@ -36,11 +37,11 @@ impl<'a> EventWriter<'a> {
         enc: Box<dyn StreamEncoder>,
         start: StreamEvent,
         extra_headers: &[(&str, &str)],
-        watchdog: &Watchdog,
+        watch: &WatchGuard,
     ) -> Result<Self, ClientGone> {
         respond::start_sse(w, trace, extra_headers).map_err(|_| ClientGone)?;
         if let Ok(shared) = w.share() {
-            watchdog.stream_started(shared, trace.protocol);
+            watch.stream_started(shared, trace.protocol);
         }
         let input_estimate = match &start {
             StreamEvent::Start { input_tokens, .. } => *input_tokens,

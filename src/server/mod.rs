@@ -2,16 +2,23 @@
 //! protocol-agnostic HTTP layer in `crate::http`.
 
 mod accounting;
+mod attempt;
+mod builtin;
 mod call;
 mod count_tokens;
 mod events;
+mod failover;
+pub mod gateway;
 mod generate;
 pub mod metrics;
-mod mock;
-mod relay;
+mod outcome;
+mod passthrough;
+mod prepared;
+mod report;
 pub mod respond;
 mod router;
 mod stats;
+pub mod trace;
 mod translate;
 mod watchdog;
 
@@ -20,75 +27,14 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, TrySendError};
+use crossbeam_channel::{bounded, Receiver, TrySendError};
 
+use self::gateway::Gateway;
 use crate::access::KeyStore;
 use crate::config::Config;
 use crate::http::{self, Exchange, HttpConfig, Limits, ServerState};
+use crate::protocol::request::Endpoint;
 use crate::protocol::{ApiError, Protocol};
-
-/// What every worker shares.
-pub struct Gateway {
-    /// The config file (or embedded defaults) as loaded; the console's overrides apply on top.
-    base: Config,
-    /// `base` with the overrides applied: what requests see. Swapped whole when the console changes it.
-    live: std::sync::RwLock<Arc<Config>>,
-    overrides: std::sync::Mutex<crate::config::Overrides>,
-    pub keys: Arc<KeyStore>,
-    pub agent: ureq::Agent,
-    pub started_unix: u64,
-    pub watchdog: Arc<watchdog::Watchdog>,
-    pub ledger: crate::ledger::Ledger,
-    pub accounts: Arc<crate::access::accounts::Accounts>,
-    /// SHA-256 of the admin token (None: the admin API refuses every call).
-    pub admin_token: Option<[u8; 32]>,
-    /// Holds off addresses that keep presenting wrong admin tokens.
-    pub admin_guard: crate::console::guard::Guard,
-    /// Live per-model availability for the console.
-    pub stats: stats::Stats,
-    pub metrics: metrics::Metrics,
-    pub breakers: crate::upstream::breaker::Breakers,
-    /// Connection and overload counters of the HTTP layer.
-    pub state: Arc<ServerState>,
-    /// The worker queue's sending side (for its depth).
-    pub queue: crossbeam_channel::Sender<Exchange>,
-}
-
-impl Gateway {
-    /// The configuration in force (a request keeps the one it started with).
-    pub fn config(&self) -> Arc<Config> {
-        match self.live.read() {
-            Ok(g) => g.clone(),
-            Err(p) => p.into_inner().clone(),
-        }
-    }
-
-    /// Changes the console's overrides: `f` edits them; the result is validated, saved atomically and put
-    /// in force at once.
-    pub fn change_overrides(
-        &self,
-        f: impl FnOnce(&mut crate::config::Overrides) -> Result<(), crate::config::ConfigError>,
-    ) -> Result<(), crate::config::ConfigError> {
-        let mut o = match self.overrides.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
-        let mut next = o.clone();
-        f(&mut next)?;
-        let config = self.base.with_overrides(&next)?;
-        next.save(&self.base.data_dir)
-            .map_err(|e| crate::config::ConfigError {
-                field: String::new(),
-                message: format!("cannot save the overrides: {e}"),
-            })?;
-        *o = next;
-        match self.live.write() {
-            Ok(mut g) => *g = Arc::new(config),
-            Err(p) => *p.into_inner() = Arc::new(config),
-        }
-        Ok(())
-    }
-}
 
 /// Renders errors the HTTP layer answers by itself, in the shape of the protocol at that path, with the
 /// headers every other answer carries (`x-request-id`, `x-should-retry` where a retry cannot help,
@@ -99,10 +45,7 @@ fn render_http_error(
     message: &str,
 ) -> (Vec<(String, String)>, Vec<u8>) {
     let began = Instant::now();
-    let protocol = match path {
-        Some(p) if p.contains("/messages") => Protocol::Messages,
-        _ => Protocol::Chat,
-    };
+    let protocol = Protocol::for_errors_at(path);
     let request_id = crate::util::new_id("req_");
     let mut err = ApiError::new(status, ApiError::kind_for_status(status), message);
     if status == 503 {
@@ -133,10 +76,7 @@ fn screen_credentials(keys: Arc<KeyStore>) -> Arc<http::Screen> {
         if req.method != "POST" {
             return None;
         }
-        let protocol = match req.path.as_str() {
-            "/v1/messages/count_tokens" => Protocol::Messages,
-            p => Protocol::from_path(p)?,
-        };
+        let protocol = Endpoint::from_path(&req.path)?.protocol();
         let err = match crate::access::authenticate(req, protocol, &keys) {
             Err(e) if e.status() == 401 => e,
             _ => return None,
@@ -212,40 +152,53 @@ pub fn run(
     spent: std::collections::HashMap<String, crate::money::Money>,
     listener: TcpListener,
 ) -> i32 {
-    let admin_token = config
-        .admin_token()
-        .map(|t| crate::console::token_digest(&t));
-    if admin_token.is_none() {
-        log::info!("admin API closed: {} is not set", config.admin_token_env);
-    }
-    let overrides = match crate::config::Overrides::load(&config.data_dir) {
-        Ok(o) => o,
+    let (gw, rx) = match build(config, keys, ledger, spent) {
+        Ok(built) => built,
         Err(e) => {
             log::error!("{e}");
             return 1;
         }
     };
-    let live = match config.with_overrides(&overrides) {
-        Ok(c) => Arc::new(c),
+    let local = listener.local_addr().ok();
+    let signals = match start(&gw, rx, listener) {
+        Ok(s) => s,
         Err(e) => {
-            log::error!("the console's overrides do not apply: {e}");
+            log::error!("{e}");
             return 1;
         }
     };
+    drain(&gw, signals, local)
+}
+
+/// Builds the shared state: the configuration with the console's overrides, keys, accounts, the ledger.
+/// Returns it with the receiving side of the worker queue.
+fn build(
+    config: Config,
+    keys: KeyStore,
+    ledger: crate::ledger::Ledger,
+    spent: std::collections::HashMap<String, crate::money::Money>,
+) -> Result<(Arc<Gateway>, Receiver<Exchange>), String> {
+    let admin_token = config
+        .admin_token()
+        .map(|t| crate::access::token_digest(&t));
+    if admin_token.is_none() {
+        log::info!("admin API closed: {} is not set", config.admin_token_env);
+    }
+    let overrides = crate::config::Overrides::load(&config.data_dir).map_err(|e| e.to_string())?;
+    let live = config
+        .with_overrides(&overrides)
+        .map_err(|e| format!("the console's overrides do not apply: {e}"))?;
     ledger.set_backlog_limit(config.ledger_backlog_records);
-    let keys = Arc::new(keys);
-    let state = Arc::new(ServerState::default());
     let (tx, rx) = bounded::<Exchange>(config.queue_size);
     let gw = Arc::new(Gateway {
         metrics: metrics::Metrics::default(),
         breakers: Default::default(),
-        state: state.clone(),
-        queue: tx.clone(),
+        state: Arc::new(ServerState::default()),
+        queue: tx,
         agent: crate::upstream::http::agent(config.workers),
-        live: std::sync::RwLock::new(live),
+        live: std::sync::RwLock::new(Arc::new(live)),
         overrides: std::sync::Mutex::new(overrides),
-        base: config.clone(),
-        keys: keys.clone(),
+        keys: Arc::new(keys),
         started_unix: crate::util::unix_now(),
         watchdog: Arc::new(watchdog::Watchdog::new(config.keepalive)),
         ledger,
@@ -253,46 +206,41 @@ pub fn run(
         admin_token,
         admin_guard: Default::default(),
         stats: stats::Stats::default(),
+        base: config,
     });
-    {
-        let k = gw.watchdog.clone();
-        let _ = std::thread::Builder::new()
-            .name("tollgate-watchdog".into())
-            .spawn(move || k.run());
-    }
+    Ok((gw, rx))
+}
 
+/// Starts the watchdog, the workers, the key reloader and the accept loop, and installs the signal
+/// handlers. A thread that cannot be started stops startup.
+fn start(
+    gw: &Arc<Gateway>,
+    rx: Receiver<Exchange>,
+    listener: TcpListener,
+) -> Result<signal_hook::iterator::Signals, String> {
+    let config = &gw.base;
+    let watchdog = gw.watchdog.clone();
+    spawn("tollgate-watchdog", move || watchdog.run())?;
     for i in 0..config.workers {
-        let rx = rx.clone();
-        let gw = gw.clone();
-        let spawned = std::thread::Builder::new()
+        let (rx, gw) = (rx.clone(), gw.clone());
+        std::thread::Builder::new()
             .name(format!("tollgate-worker-{i}"))
             .stack_size(1024 * 1024)
             .spawn(move || {
                 while let Ok(ex) = rx.recv() {
                     work(&gw, ex);
                 }
-            });
-        if let Err(e) = spawned {
-            log::error!("could not start worker {i}: {e}");
-            return 1;
-        }
+            })
+            .map_err(|e| format!("could not start worker {i}: {e}"))?;
     }
-    drop(rx);
-
     // Keys reload: notice edits by `tollgate keys` (or by hand) within about a second.
-    {
-        let keys = keys.clone();
-        let state = state.clone();
-        let _ = std::thread::Builder::new()
-            .name("tollgate-keys".into())
-            .spawn(move || {
-                while !state.shutting_down.load(Ordering::SeqCst) {
-                    std::thread::sleep(Duration::from_millis(500));
-                    keys.reload_if_changed();
-                }
-            });
-    }
-
+    let (keys, state) = (gw.keys.clone(), gw.state.clone());
+    spawn("tollgate-keys", move || {
+        while !state.shutting_down.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(500));
+            keys.reload_if_changed();
+        }
+    })?;
     let http_config = Arc::new(HttpConfig {
         limits: Limits {
             max_body_bytes: config.max_body_bytes,
@@ -302,43 +250,45 @@ pub fn run(
         write_timeout: config.write_timeout,
         max_connections: config.max_connections,
         max_buffered_body_bytes: config.max_buffered_body_bytes,
-        screen: Some(screen_credentials(keys.clone())),
+        screen: Some(screen_credentials(gw.keys.clone())),
     });
-    let local = listener.local_addr().ok();
+    let tx = gw.queue.clone();
     let dispatch: Arc<http::Dispatch> = Arc::new(move |ex: Exchange| match tx.try_send(ex) {
         Ok(()) => Ok(()),
         Err(TrySendError::Full(ex)) | Err(TrySendError::Disconnected(ex)) => Err(Box::new(ex)),
     });
-    let accept = {
-        let state = state.clone();
-        std::thread::Builder::new()
-            .name("tollgate-accept".into())
-            .spawn(move || {
-                http::serve(
-                    listener,
-                    http_config,
-                    state,
-                    dispatch,
-                    Arc::new(render_http_error),
-                );
-            })
-    };
-    if let Err(e) = accept {
-        log::error!("could not start the accept loop: {e}");
-        return 1;
-    }
+    let state = gw.state.clone();
+    spawn("tollgate-accept", move || {
+        http::serve(
+            listener,
+            http_config,
+            state,
+            dispatch,
+            Arc::new(render_http_error),
+        );
+    })?;
+    signal_hook::iterator::Signals::new([signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT])
+        .map_err(|e| format!("could not install signal handlers: {e}"))
+}
 
-    let signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGINT,
-    ]);
-    let mut signals = match signals {
-        Ok(s) => s,
-        Err(e) => {
-            log::error!("could not install signal handlers: {e}");
-            return 1;
-        }
-    };
+fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), String> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(f)
+        .map(drop)
+        .map_err(|e| format!("could not start the {name} thread: {e}"))
+}
+
+/// Waits for the first signal, then drains: no new connections, requests in flight get the grace period,
+/// those still running are cut (each keeps its usage record), and the ledger is closed. Returns the exit
+/// code.
+fn drain(
+    gw: &Gateway,
+    mut signals: signal_hook::iterator::Signals,
+    local: Option<std::net::SocketAddr>,
+) -> i32 {
+    let config = &gw.base;
+    let state = &gw.state;
     let first = signals.forever().next();
     log::info!(
         "received {}; no longer accepting, draining {} in-flight requests (up to {} s)",
@@ -358,10 +308,7 @@ pub fn run(
             std::process::exit(1);
         }
     });
-    let deadline = Instant::now() + config.shutdown_grace;
-    while state.in_flight.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until_idle(state, config.shutdown_grace);
     let left = state.in_flight.load(Ordering::SeqCst);
     if left > 0 {
         // Nothing is lost at the deadline: every request still running is cut (its upstream call ends,
@@ -372,10 +319,7 @@ pub fn run(
             config.shutdown_grace.as_secs()
         );
         gw.watchdog.cut_all_for_shutdown();
-        let cut_deadline = Instant::now() + CUT_WAIT;
-        while state.in_flight.load(Ordering::SeqCst) > 0 && Instant::now() < cut_deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_until_idle(state, CUT_WAIT);
         let stuck = state.in_flight.load(Ordering::SeqCst);
         if stuck > 0 {
             log::error!(
@@ -394,6 +338,14 @@ pub fn run(
     }
     log::info!("all requests finished and recorded; bye");
     0
+}
+
+/// Waits until no request is in flight, or `limit` has passed.
+fn wait_until_idle(state: &ServerState, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while state.in_flight.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// How long requests cut at the shutdown deadline get to end (their upstream waits end within a slice).

@@ -2,10 +2,14 @@
 
 use serde_json::{json, Value};
 
-use super::respond::{self, Trace};
-use super::{generate, Gateway};
+use super::gateway::Gateway;
+use super::generate;
+use super::metrics::scrape::scrape;
+use super::respond;
+use super::trace::Trace;
 use crate::access;
 use crate::http::Exchange;
+use crate::protocol::request::Endpoint;
 use crate::protocol::{ApiError, Protocol};
 
 /// Handles one exchange from start to finish.
@@ -13,14 +17,11 @@ pub fn route(gw: &Gateway, ex: &mut Exchange) {
     let method = ex.request.method.clone();
     let path = ex.request.path.clone();
     let anthropic = ex.request.header("anthropic-version").is_some();
-    if path == "/v1/messages/count_tokens" && method == "POST" {
-        return super::count_tokens::handle(gw, ex);
-    }
-    if let Some(protocol) = Protocol::from_path(&path) {
+    if let Some(endpoint) = Endpoint::from_path(&path) {
         if method == "POST" {
-            generate::handle(gw, ex, protocol);
+            generate::handle(gw, ex, endpoint);
         } else {
-            let trace = Trace::new(ex, protocol);
+            let trace = Trace::new(ex, endpoint.protocol());
             let e = ApiError::new(
                 405,
                 crate::protocol::ErrorKind::MethodNotAllowed,
@@ -30,10 +31,10 @@ pub fn route(gw: &Gateway, ex: &mut Exchange) {
         }
         return;
     }
-    let shape = if anthropic || path.contains("/messages") {
+    let shape = if anthropic {
         Protocol::Messages
     } else {
-        Protocol::Chat
+        Protocol::for_errors_at(Some(&path))
     };
     let trace = Trace::new(ex, shape);
     match (method.as_str(), path.as_str()) {
@@ -64,7 +65,7 @@ pub fn route(gw: &Gateway, ex: &mut Exchange) {
             );
         }
         ("GET" | "HEAD", "/metrics") => {
-            let text = super::metrics::scrape(gw);
+            let text = scrape(gw);
             let headers =
                 trace.headers(&[("content-type", "text/plain; version=0.0.4; charset=utf-8")]);
             let _ = ex.response().send(200, &headers, text.as_bytes());

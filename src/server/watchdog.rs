@@ -4,11 +4,14 @@
 //!   on its upstream in half-second slices (see `upstream::tap`), drops that upstream connection and is free
 //!   again within a second instead of waiting for the upstream to finish; the usage record says
 //!   `client_closed`.
-//! - A stream silent for `keepalive_secs` gets a keepalive, so proxies with idle timeouts don't cut it: an
-//!   SSE comment for Chat and Responses clients (their SDKs skip comments), a `ping` event for Messages
-//!   clients. Written through the lock the worker writes with, so chunks never interleave.
+//! - A stream silent for `keepalive_secs` gets a keepalive, so proxies with idle timeouts don't cut it (the
+//!   protocol's own, see `Protocol::keepalive`). Written through the lock the worker writes with, so chunks
+//!   never interleave.
+//!
+//! A request is watched through the [`WatchGuard`] its worker holds and passes to whatever starts a stream.
+//! The one per-thread binding left is the upstream cancel flag (`upstream::tap::bind`): the HTTP client's
+//! transport, which reads it, is called by ureq with no way to hand it per-request state.
 
-use std::cell::RefCell;
 use std::io;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -18,9 +21,6 @@ use std::time::Duration;
 use crate::http::SharedStream;
 use crate::protocol::Protocol;
 use crate::upstream::tap::{self, UpstreamSlot};
-
-const COMMENT: &[u8] = b": keepalive\n\n";
-const PING: &[u8] = b"event: ping\ndata: {\"type\":\"ping\"}\n\n";
 
 /// Why a request was cut short (the value of a request's cut flag, see [`Cut`]).
 pub const CUT_NONE: u8 = 0;
@@ -58,17 +58,21 @@ impl Watch {
     }
 }
 
-thread_local! {
-    static CURRENT: RefCell<Option<Arc<Watch>>> = const { RefCell::new(None) };
-}
-
 /// Keeps a request watched until dropped.
-pub struct WatchGuard(#[allow(dead_code)] Option<Arc<Watch>>);
+pub struct WatchGuard(Arc<Watch>);
+
+impl WatchGuard {
+    /// The request started streaming to its client on `stream`: it gets keepalives from now on.
+    pub fn stream_started(&self, stream: Arc<SharedStream>, protocol: Protocol) {
+        if let Ok(mut s) = self.0.stream.lock() {
+            *s = Some((stream, protocol.keepalive()));
+        }
+    }
+}
 
 impl Drop for WatchGuard {
     fn drop(&mut self) {
         tap::bind(None);
-        CURRENT.with(|c| *c.borrow_mut() = None);
     }
 }
 
@@ -104,11 +108,10 @@ impl Watchdog {
             cut,
         });
         tap::bind(Some(upstream));
-        CURRENT.with(|c| *c.borrow_mut() = Some(w.clone()));
         if let Ok(mut v) = self.watches.lock() {
             v.push(Arc::downgrade(&w));
         }
-        WatchGuard(Some(w))
+        WatchGuard(w)
     }
 
     /// The shutdown deadline has passed: cuts every request in flight (its upstream call ends, and the
@@ -127,22 +130,6 @@ impl Watchdog {
     /// Whether the shutdown deadline has passed.
     pub fn is_shut_down(&self) -> bool {
         self.shutdown.load(Ordering::SeqCst)
-    }
-
-    /// The current thread's request started streaming to its client on `stream`.
-    pub fn stream_started(&self, stream: Arc<SharedStream>, protocol: Protocol) {
-        let payload = if protocol == Protocol::Messages {
-            PING
-        } else {
-            COMMENT
-        };
-        CURRENT.with(|c| {
-            if let Some(w) = c.borrow().as_ref() {
-                if let Ok(mut s) = w.stream.lock() {
-                    *s = Some((stream, payload));
-                }
-            }
-        });
     }
 
     /// One pass over the requests in flight.

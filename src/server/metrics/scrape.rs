@@ -1,0 +1,74 @@
+//! The `/metrics` scrape: the counters and histograms of [`super::Metrics`], and gauges read from the
+//! running gateway at the moment of the scrape.
+
+use std::fmt::Write;
+use std::sync::atomic::Ordering;
+
+use super::label;
+use crate::server::gateway::Gateway;
+
+/// The whole `/metrics` text: the counters and histograms, and gauges read at the moment of the scrape
+/// (queue, connections, workers, the usage ledger's backlog, each configured upstream's breaker).
+pub fn scrape(gw: &Gateway) -> String {
+    let config = gw.config();
+    let gauges = [
+        (
+            "tollgate_queue_depth",
+            "Requests waiting for a worker.",
+            gw.queue.len() as f64,
+        ),
+        (
+            "tollgate_open_connections",
+            "Client connections open.",
+            gw.state.open_connections.load(Ordering::Relaxed) as f64,
+        ),
+        (
+            "tollgate_in_flight_requests",
+            "Requests handed to a worker and not yet answered.",
+            gw.state.in_flight.load(Ordering::Relaxed) as f64,
+        ),
+        ("tollgate_workers", "Worker threads.", config.workers as f64),
+        (
+            "tollgate_ledger_backlog_records",
+            "Usage records not yet written to the ledger file (kept in memory while its disk fails).",
+            gw.ledger.backlog() as f64,
+        ),
+        (
+            "tollgate_ledger_healthy",
+            "1 while the usage ledger's last write and sync succeeded, 0 after a failure.",
+            if gw.ledger.healthy() { 1.0 } else { 0.0 },
+        ),
+    ];
+    let mut out = gw
+        .metrics
+        .render(&gauges, gw.state.rejected.load(Ordering::Relaxed) as u64);
+    let _ = writeln!(
+        out,
+        "# HELP tollgate_ledger_write_errors_total Failed writes or syncs of the usage ledger.\n\
+         # TYPE tollgate_ledger_write_errors_total counter\ntollgate_ledger_write_errors_total {}",
+        gw.ledger.write_errors()
+    );
+    let _ = writeln!(
+        out,
+        "# HELP tollgate_log_lines_dropped_total Log lines dropped because stderr could not keep up.\n\
+         # TYPE tollgate_log_lines_dropped_total counter\ntollgate_log_lines_dropped_total {}",
+        crate::logging::dropped_lines()
+    );
+    out.push_str(
+        "# HELP tollgate_upstream_breaker Breaker state per upstream: 1 for the state it is in (closed; open: \
+         it stopped answering and is skipped; probing: one request is checking it; ejected: it answers with \
+         errors and is passed over while a sibling is healthy).\n# TYPE tollgate_upstream_breaker gauge\n",
+    );
+    for u in &config.upstreams {
+        let view = gw.breakers.view(&u.name);
+        for state in ["closed", "open", "probing", "ejected"] {
+            let _ = writeln!(
+                out,
+                "tollgate_upstream_breaker{{upstream=\"{}\",state=\"{state}\"}} {}",
+                label(&u.name),
+                u8::from(view.state == state)
+            );
+        }
+    }
+    out
+}

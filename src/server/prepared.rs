@@ -1,0 +1,143 @@
+//! The first steps of every request to a model (generation and token counting alike): authenticate, read
+//! and validate the body, find the model and check that the key's group may use it. What passes is a
+//! [`Prepared`] request.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::gateway::Gateway;
+use super::outcome::Outcome;
+use crate::access::{self, Identity};
+use crate::config::{Config, Model};
+use crate::http::Exchange;
+use crate::protocol::request::Endpoint;
+use crate::protocol::{account, estimate, fields, limits, ApiError, Protocol};
+
+/// A request that passed authentication and validation, and the model it names.
+pub struct Prepared<'a> {
+    /// The configuration the request started with (it keeps it to its end).
+    pub config: &'a Config,
+    pub endpoint: Endpoint,
+    pub identity: Arc<Identity>,
+    pub body: Value,
+    /// Size of the raw body, for the admission estimate of input tokens.
+    pub body_len: usize,
+    pub stream: bool,
+    /// The client's stream is to carry a usage report (Chat clients ask for it).
+    pub wants_stream_usage: bool,
+    pub model: &'a Model,
+    /// The output limit the client asked for, read from its own protocol's field(s) only.
+    pub requested_output: Option<u64>,
+}
+
+impl Prepared<'_> {
+    /// The output limit admission reserves for: the client's, or the model's `max_output_tokens`. No
+    /// upstream request of this request asks for more (see [`Prepared::limit_for_upstream`]).
+    pub fn reserved_output(&self) -> u64 {
+        self.requested_output
+            .unwrap_or(self.model.max_output_tokens)
+    }
+
+    /// Whether every upstream request must carry an output limit: the key has a finite balance, so the
+    /// worst case reserved must be the worst case possible.
+    pub fn must_limit(&self) -> bool {
+        self.identity.credit.is_some()
+    }
+
+    /// The output limit a passthrough request carries upstream: the client's own, or (keys with a finite
+    /// balance) the reserved one, added when the client sent none.
+    pub fn limit_for_upstream(&self) -> Option<u64> {
+        if self.must_limit() {
+            Some(self.reserved_output())
+        } else {
+            self.requested_output
+        }
+    }
+
+    /// The admission estimate of the input, from the raw body.
+    pub fn input_estimate(&self) -> u64 {
+        estimate::input_from_body(self.body_len)
+    }
+}
+
+/// Authenticates and validates a request to `endpoint`; fills in who asked for what in `out`.
+pub fn prepare<'a>(
+    gw: &Gateway,
+    config: &'a Config,
+    ex: &Exchange,
+    endpoint: Endpoint,
+    out: &mut Outcome,
+) -> Result<Prepared<'a>, ApiError> {
+    let protocol = endpoint.protocol();
+    let identity = access::authenticate(&ex.request, protocol, &gw.keys)?;
+    out.key = Some(identity.name.clone());
+    out.group = Some(identity.group.clone());
+    protocol.check_headers(&ex.request)?;
+    let mut body = parse_body(&ex.request.body)?;
+    let (stream, requested_output) = match endpoint {
+        Endpoint::Generate(_) => {
+            let stream = protocol.validate_envelope(&body)?;
+            // One output limit: the client protocol's own field; other protocols' limit fields are dropped
+            // so that no upstream can honour a limit admission did not reserve for.
+            (stream, limits::normalize(protocol, &mut body)?)
+        }
+        Endpoint::CountTokens => {
+            // Checked further only where it is estimated here: an Anthropic upstream judges its own.
+            let o = fields::object(&body, "body")?;
+            fields::req_str(o, "model", "")?;
+            (false, None)
+        }
+    };
+    out.stream = stream;
+    let model_name = Protocol::requested_model(&body).to_string();
+    out.model = Some(model_name.clone());
+    let model = find_model(config, &model_name)?;
+    if !access::group_allows(config, &identity.group, &model.name) {
+        return Err(access::forbidden_model(&model.name, &identity.group));
+    }
+    // The operator's upstream account is shared by every key: nothing may reach state kept in it.
+    if !model.account_features {
+        let betas: Vec<&str> = ex.request.header_all("anthropic-beta").collect();
+        account::refuse_account_features(protocol, &body, &betas)?;
+        if endpoint != Endpoint::CountTokens {
+            account::store_nothing(protocol, &mut body);
+        }
+    }
+    let wants_stream_usage = protocol.wants_stream_usage(&body);
+    Ok(Prepared {
+        config,
+        endpoint,
+        identity,
+        body,
+        body_len: ex.request.body.len(),
+        stream,
+        wants_stream_usage,
+        model,
+        requested_output,
+    })
+}
+
+/// The enabled model named `name`, or the client's 404 (saying so when the operator disabled it).
+fn find_model<'a>(config: &'a Config, name: &str) -> Result<&'a Model, ApiError> {
+    config
+        .model(name)
+        .ok_or_else(|| match config.model_any(name) {
+            Some(_) => ApiError::not_found(format!(
+                "The model `{name}` is disabled by the operator for now."
+            ))
+            .with_param("model")
+            .with_code("model_not_found"),
+            None => ApiError::model_not_found(name),
+        })
+}
+
+fn parse_body(body: &[u8]) -> Result<Value, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::invalid(
+            "The request body is empty; expected a JSON object.",
+        ));
+    }
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::invalid(format!("The request body is not valid JSON: {e}.")))
+}

@@ -1,0 +1,100 @@
+//! Reporting a finished request: the metrics it feeds and its request log line (text or JSON).
+
+use std::sync::atomic::Ordering;
+
+use super::gateway::Gateway;
+use super::metrics::{Observation, ACTIVE_STREAMS};
+use super::outcome::Outcome;
+use super::trace::Trace;
+use crate::config::Config;
+use crate::http::Exchange;
+use crate::logging::REQUEST_TARGET;
+use crate::money::Money;
+
+/// Feeds the metrics with a finished request.
+pub fn observe(gw: &Gateway, config: &Config, trace: &Trace, out: &Outcome, cost: Money) {
+    if trace.streaming.replace(false) {
+        ACTIVE_STREAMS.fetch_sub(1, Ordering::Relaxed);
+    }
+    let status = out.status_text();
+    let usage = out.answer.usage.unwrap_or_default();
+    // Label values come only from configured models, so invented names cannot grow the series.
+    let model = match out.model.as_deref() {
+        Some(m) if config.model_any(m).is_some() => m,
+        Some(_) => "unknown",
+        None => "-",
+    };
+    gw.metrics.observe(&Observation {
+        protocol: trace.protocol.name(),
+        model,
+        status: &status,
+        upstream: out.answer.upstream.as_deref(),
+        upstream_failed: out.answer.upstream_failure().is_some(),
+        total: trace.received.elapsed(),
+        overhead: trace.overhead(),
+        first_token: trace.first_token.get(),
+        input_tokens: usage.input_tokens,
+        cached_input_tokens: usage.cached_input_tokens,
+        output_tokens: usage.output_tokens,
+        reasoning_tokens: usage.reasoning_tokens,
+        cost,
+    });
+}
+
+/// Writes the request's log line.
+pub fn log_line(ex: &Exchange, trace: &Trace, out: &Outcome) {
+    let ms = ex.received.elapsed().as_millis() as u64;
+    let answer = &out.answer;
+    let usage = answer.usage.unwrap_or_default();
+    let status = out.status_text();
+    let error = answer.error.as_ref().map(|e| e.message());
+    let level = if answer.error.is_some() && answer.status >= 500 {
+        log::Level::Warn
+    } else {
+        log::Level::Info
+    };
+    if crate::logging::json() {
+        let v = serde_json::json!({
+            "ts": crate::util::rfc3339_millis(crate::util::unix_millis()),
+            "level": level.as_str(),
+            "target": REQUEST_TARGET,
+            "request_id": trace.request_id,
+            "client_request_id": trace.client_request_id,
+            "key": out.key,
+            "group": out.group,
+            "model": out.model,
+            "protocol": trace.protocol.name(),
+            "upstream": answer.upstream,
+            "stream": out.stream,
+            "status": status,
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "estimated": answer.estimated,
+            "latency_ms": ms,
+            "overhead_ms": trace.overhead().as_secs_f64() * 1000.0,
+            "error": error,
+        });
+        log::log!(target: REQUEST_TARGET, level, "{v}");
+        return;
+    }
+    let line = format!(
+        "{} client_request_id={} key={} group={} model={} protocol={} upstream={} stream={} status={} in={} out={}{} ms={}",
+        trace.request_id,
+        trace.client_request_id.as_deref().unwrap_or("-"),
+        out.key.as_deref().unwrap_or("-"),
+        out.group.as_deref().unwrap_or("-"),
+        out.model.as_deref().unwrap_or("-"),
+        trace.protocol.name(),
+        answer.upstream.as_deref().unwrap_or("-"),
+        out.stream,
+        status,
+        usage.input_tokens,
+        usage.output_tokens,
+        if answer.estimated { " estimated=true" } else { "" },
+        ms,
+    );
+    match error {
+        Some(e) => log::log!(target: REQUEST_TARGET, level, "{line} error={e:?}"),
+        None => log::log!(target: REQUEST_TARGET, level, "{line}"),
+    }
+}
