@@ -45,6 +45,9 @@ pub fn dispatch(
             cooldown: upstream.breaker_cooldown,
         };
         req.gw.breakers.report(ticket, answer.verdict(cut), policy);
+        if answer.upstream_failure().is_some() {
+            req.gw.metrics.upstream_failed(&upstream.name);
+        }
         out.keep(answer);
         match result {
             Ok(()) => return Ok(()),

@@ -28,8 +28,6 @@ pub fn observe(gw: &Gateway, config: &Config, trace: &Trace, out: &Outcome, cost
         protocol: trace.protocol.name(),
         model,
         status: &status,
-        upstream: out.answer.upstream.as_deref(),
-        upstream_failed: out.answer.upstream_failure().is_some(),
         total: trace.received.elapsed(),
         overhead: trace.overhead(),
         first_token: trace.first_token.get(),

@@ -79,8 +79,6 @@ pub struct Observation<'a> {
     pub protocol: &'a str,
     pub model: &'a str,
     pub status: &'a str,
-    pub upstream: Option<&'a str>,
-    pub upstream_failed: bool,
     pub total: Duration,
     pub overhead: Duration,
     pub first_token: Option<Duration>,
@@ -174,10 +172,12 @@ impl Metrics {
         if let Some(t) = o.first_token {
             self.first_token.observe(t);
         }
-        if let (true, Some(u)) = (o.upstream_failed, o.upstream) {
-            if let Ok(mut m) = self.upstream_errors.lock() {
-                *m.entry(u.to_string()).or_default() += 1;
-            }
+    }
+
+    /// Counts a failed attempt at `upstream` (every attempt, also those failover moved on from).
+    pub fn upstream_failed(&self, upstream: &str) {
+        if let Ok(mut m) = self.upstream_errors.lock() {
+            *m.entry(upstream.to_string()).or_default() += 1;
         }
     }
 
