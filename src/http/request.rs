@@ -1,7 +1,7 @@
 //! Parsing of HTTP/1.1 requests: the head (via `httparse`) and the body (Content-Length or chunked).
 //!
 //! Everything here is pure: it works on byte slices, so it can be fuzzed and unit-tested without sockets.
-//! The connection loop (`conn.rs`) feeds it bytes and enforces the time limits.
+//! The connection loop (`server.rs`) feeds it bytes and enforces the time limits.
 
 use std::fmt;
 

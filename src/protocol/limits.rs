@@ -63,9 +63,14 @@ pub fn normalize(protocol: Protocol, body: &mut Value) -> Result<Option<u64>, Ap
 }
 
 /// Makes a body for an upstream of `protocol` carry `limit` as its output limit: the fields it has are set to
-/// it, and when it has none, `chat_field` (for Chat: `max_completion_tokens` or `max_tokens`, what the upstream
-/// takes) or the protocol's own field is added.
-pub fn apply(protocol: Protocol, body: &mut Value, limit: u64, chat_field: &str) {
+/// it, and when it has none, the protocol's own field is added (for Chat: `max_completion_tokens` when the
+/// upstream takes it, else `max_tokens`).
+pub fn apply(protocol: Protocol, body: &mut Value, limit: u64, max_completion_tokens: bool) {
+    let chat_field = if max_completion_tokens {
+        "max_completion_tokens"
+    } else {
+        "max_tokens"
+    };
     let Some(o) = body.as_object_mut() else {
         return;
     };
@@ -127,13 +132,13 @@ mod tests {
     #[test]
     fn apply_lowers_or_adds_the_field_the_upstream_takes() {
         let mut b = json!({"max_tokens": 100});
-        apply(Protocol::Chat, &mut b, 50, "max_completion_tokens");
+        apply(Protocol::Chat, &mut b, 50, true);
         assert_eq!(b, json!({"max_tokens": 50}));
         let mut b = json!({});
-        apply(Protocol::Chat, &mut b, 50, "max_completion_tokens");
+        apply(Protocol::Chat, &mut b, 50, true);
         assert_eq!(b, json!({"max_completion_tokens": 50}));
         let mut b = json!({});
-        apply(Protocol::Responses, &mut b, 7, "max_tokens");
+        apply(Protocol::Responses, &mut b, 7, false);
         assert_eq!(b, json!({"max_output_tokens": 7}));
     }
 }

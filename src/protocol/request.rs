@@ -50,6 +50,21 @@ impl Protocol {
         }
     }
 
+    /// The protocol whose error shape suits an answer to `req` outside the model endpoints: Anthropic's
+    /// when it sends `anthropic-version` (an Anthropic SDK) or its path has `/messages`.
+    pub fn for_request(req: &Request) -> Protocol {
+        if req.header("anthropic-version").is_some() {
+            Protocol::Messages
+        } else {
+            Protocol::for_errors_at(Some(&req.path))
+        }
+    }
+
+    /// The `anthropic-beta` flags a request carries (each header value as it came).
+    pub fn beta_flags(req: &Request) -> Vec<&str> {
+        req.header_all("anthropic-beta").collect()
+    }
+
     /// A request without a header the protocol requires, as the client's error (`anthropic-version` for
     /// Messages).
     pub fn check_headers(self, req: &Request) -> Result<(), ApiError> {
@@ -132,7 +147,7 @@ impl Protocol {
         if self != Protocol::Messages {
             return None;
         }
-        let all: Vec<&str> = req.header_all("anthropic-beta").collect();
+        let all = Protocol::beta_flags(req);
         (!all.is_empty()).then(|| all.join(","))
     }
 }

@@ -95,10 +95,7 @@ fn screen_credentials(keys: Arc<KeyStore>) -> Arc<http::Screen> {
         if let Some(v) = respond::should_retry(401) {
             headers.push(("x-should-retry".to_string(), v.to_string()));
         }
-        if let Some(c) = req
-            .header("x-client-request-id")
-            .filter(|v| !v.is_empty() && v.len() <= 512)
-        {
+        if let Some(c) = trace::client_request_id(req) {
             headers.push(("x-client-request-id".to_string(), c.to_string()));
         }
         let body = err.body(protocol, &trace_id);
@@ -117,30 +114,16 @@ fn screen_credentials(keys: Arc<KeyStore>) -> Arc<http::Screen> {
 
 /// The request log line of a request answered 401 from its head (the same fields as every request line).
 fn log_screened(req: &crate::http::Request, protocol: Protocol, request_id: &str, err: &ApiError) {
-    let client = req
-        .header("x-client-request-id")
-        .filter(|v| !v.is_empty() && v.len() <= 512);
-    let target = crate::logging::REQUEST_TARGET;
-    if crate::logging::json() {
-        let v = serde_json::json!({
-            "ts": crate::util::rfc3339_millis(crate::util::unix_millis()),
-            "level": "INFO", "target": target, "request_id": request_id,
-            "client_request_id": client, "key": null, "group": null, "model": null,
-            "protocol": protocol.name(), "upstream": null, "stream": false, "status": "401",
-            "input_tokens": 0, "output_tokens": 0, "estimated": false, "latency_ms": 0,
-            "error": err.message(),
-        });
-        log::info!(target: target, "{v}");
-    } else {
-        log::info!(
-            target: target,
-            "{request_id} client_request_id={} key=- group=- model=- protocol={} upstream=- stream=false \
-             status=401 in=0 out=0 ms=0 error={:?}",
-            client.unwrap_or("-"),
-            protocol.name(),
-            err.message()
-        );
-    }
+    let mut out = outcome::Outcome::default();
+    out.answer.fail(err.clone());
+    let line = report::Line {
+        request_id,
+        client_request_id: trace::client_request_id(req),
+        protocol,
+        latency_ms: 0,
+        overhead_ms: 0.0,
+    };
+    report::write_line(&line, &out);
 }
 
 /// Starts the gateway on `listener` and blocks until a shutdown signal has been handled; returns the exit

@@ -21,13 +21,9 @@ pub fn serve(a: &mut Attempt) -> Result<(), ApiError> {
     // The body is changed in place (no copy). All edits are idempotent, so a failover to the next upstream
     // can change it again.
     if a.p.must_limit() {
-        let chat_field = if a.upstream.max_completion_tokens {
-            "max_completion_tokens"
-        } else {
-            "max_tokens"
-        };
         let reserved = a.p.reserved_output();
-        limits::apply(protocol, &mut a.p.body, reserved, chat_field);
+        let field = a.upstream.max_completion_tokens;
+        limits::apply(protocol, &mut a.p.body, reserved, field);
     }
     a.answer.output_limit = limit;
     protocol.edit_for_passthrough(&mut a.p.body, &a.p.model.upstream_model, stream);

@@ -98,7 +98,7 @@ pub fn prepare<'a>(
     }
     // The operator's upstream account is shared by every key: nothing may reach state kept in it.
     if !model.account_features {
-        let betas: Vec<&str> = ex.request.header_all("anthropic-beta").collect();
+        let betas = Protocol::beta_flags(&ex.request);
         account::refuse_account_features(protocol, &body, &betas)?;
         if endpoint != Endpoint::CountTokens {
             account::store_nothing(protocol, &mut body);

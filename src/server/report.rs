@@ -10,6 +10,7 @@ use crate::config::Config;
 use crate::http::Exchange;
 use crate::logging::REQUEST_TARGET;
 use crate::money::Money;
+use crate::protocol::Protocol;
 
 /// Feeds the metrics with a finished request.
 pub fn observe(gw: &Gateway, config: &Config, trace: &Trace, out: &Outcome, cost: Money) {
@@ -41,7 +42,27 @@ pub fn observe(gw: &Gateway, config: &Config, trace: &Trace, out: &Outcome, cost
 
 /// Writes the request's log line.
 pub fn log_line(ex: &Exchange, trace: &Trace, out: &Outcome) {
-    let ms = ex.received.elapsed().as_millis() as u64;
+    let line = Line {
+        request_id: &trace.request_id,
+        client_request_id: trace.client_request_id.as_deref(),
+        protocol: trace.protocol,
+        latency_ms: ex.received.elapsed().as_millis() as u64,
+        overhead_ms: trace.overhead().as_secs_f64() * 1000.0,
+    };
+    write_line(&line, out);
+}
+
+/// What a request log line says besides its outcome.
+pub struct Line<'a> {
+    pub request_id: &'a str,
+    pub client_request_id: Option<&'a str>,
+    pub protocol: Protocol,
+    pub latency_ms: u64,
+    pub overhead_ms: f64,
+}
+
+/// Writes a request log line (also for requests answered from their head, which have no trace).
+pub fn write_line(l: &Line, out: &Outcome) {
     let answer = &out.answer;
     let usage = answer.usage.unwrap_or_default();
     let status = out.status_text();
@@ -56,20 +77,20 @@ pub fn log_line(ex: &Exchange, trace: &Trace, out: &Outcome) {
             "ts": crate::util::rfc3339_millis(crate::util::unix_millis()),
             "level": level.as_str(),
             "target": REQUEST_TARGET,
-            "request_id": trace.request_id,
-            "client_request_id": trace.client_request_id,
+            "request_id": l.request_id,
+            "client_request_id": l.client_request_id,
             "key": out.key,
             "group": out.group,
             "model": out.model,
-            "protocol": trace.protocol.name(),
+            "protocol": l.protocol.name(),
             "upstream": answer.upstream,
             "stream": out.stream,
             "status": status,
             "input_tokens": usage.input_tokens,
             "output_tokens": usage.output_tokens,
             "estimated": answer.estimated,
-            "latency_ms": ms,
-            "overhead_ms": trace.overhead().as_secs_f64() * 1000.0,
+            "latency_ms": l.latency_ms,
+            "overhead_ms": l.overhead_ms,
             "error": error,
         });
         log::log!(target: REQUEST_TARGET, level, "{v}");
@@ -77,19 +98,19 @@ pub fn log_line(ex: &Exchange, trace: &Trace, out: &Outcome) {
     }
     let line = format!(
         "{} client_request_id={} key={} group={} model={} protocol={} upstream={} stream={} status={} in={} out={}{} ms={}",
-        trace.request_id,
-        trace.client_request_id.as_deref().unwrap_or("-"),
+        l.request_id,
+        l.client_request_id.unwrap_or("-"),
         out.key.as_deref().unwrap_or("-"),
         out.group.as_deref().unwrap_or("-"),
         out.model.as_deref().unwrap_or("-"),
-        trace.protocol.name(),
+        l.protocol.name(),
         answer.upstream.as_deref().unwrap_or("-"),
         out.stream,
         status,
         usage.input_tokens,
         usage.output_tokens,
         if answer.estimated { " estimated=true" } else { "" },
-        ms,
+        l.latency_ms,
     );
     match error {
         Some(e) => log::log!(target: REQUEST_TARGET, level, "{line} error={e:?}"),

@@ -16,7 +16,6 @@ use crate::protocol::{ApiError, Protocol};
 pub fn route(gw: &Gateway, ex: &mut Exchange) {
     let method = ex.request.method.clone();
     let path = ex.request.path.clone();
-    let anthropic = ex.request.header("anthropic-version").is_some();
     if let Some(endpoint) = Endpoint::from_path(&path) {
         if method == "POST" {
             generate::handle(gw, ex, endpoint);
@@ -31,11 +30,9 @@ pub fn route(gw: &Gateway, ex: &mut Exchange) {
         }
         return;
     }
-    let shape = if anthropic {
-        Protocol::Messages
-    } else {
-        Protocol::for_errors_at(Some(&path))
-    };
+    let shape = Protocol::for_request(&ex.request);
+    // Anthropic SDKs (they send `anthropic-version`) get Anthropic's model list shape.
+    let anthropic = shape == Protocol::Messages;
     let trace = Trace::new(ex, shape);
     match (method.as_str(), path.as_str()) {
         (_, p) if p.starts_with("/admin/") => crate::console::handle(gw, ex, &trace),

@@ -140,20 +140,8 @@ fn probe(agent: &ureq::Agent, u: &Upstream) -> Value {
     if u.kind == UpstreamKind::Mock {
         return json!({"up": true, "status": null, "latency_ms": 0, "checked": checked, "detail": "built-in mock"});
     }
-    let url = match u.kind {
-        UpstreamKind::Anthropic => format!("{}/v1/models", u.base_url),
-        _ => format!("{}/models", u.base_url),
-    };
-    let mut req = agent.get(&url);
-    match (u.kind, &u.api_key) {
-        (UpstreamKind::Anthropic, Some(k)) => {
-            req = req
-                .header("x-api-key", k.as_str())
-                .header("anthropic-version", "2023-06-01")
-        }
-        (_, Some(k)) => req = req.header("authorization", format!("Bearer {k}")),
-        _ => {}
-    }
+    let req =
+        crate::upstream::http::with_credentials(agent.get(crate::upstream::http::models_url(u)), u);
     let started = Instant::now();
     let result = req
         .config()

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::watchdog;
-use crate::http::Exchange;
+use crate::http::{Exchange, Request};
 use crate::protocol::Protocol;
 
 /// Identifies one request in headers, logs and records, and times it.
@@ -33,13 +33,15 @@ pub struct Trace {
     pub hold_tail: bool,
 }
 
+/// The client's own request id (`x-client-request-id`), when it sent a usable one (echoed and recorded).
+pub fn client_request_id(req: &Request) -> Option<&str> {
+    req.header("x-client-request-id")
+        .filter(|v| !v.is_empty() && v.len() <= 512)
+}
+
 impl Trace {
     pub fn new(ex: &Exchange, protocol: Protocol) -> Trace {
-        let client_request_id = ex
-            .request
-            .header("x-client-request-id")
-            .filter(|v| !v.is_empty() && v.len() <= 512)
-            .map(str::to_string);
+        let client_request_id = client_request_id(&ex.request).map(str::to_string);
         Trace {
             received: ex.received,
             upstream_wait: Cell::new(Duration::ZERO),

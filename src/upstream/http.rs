@@ -112,6 +112,31 @@ pub fn endpoint(upstream: &Upstream) -> String {
     format!("{}{}", upstream.base_url, path)
 }
 
+/// The upstream's credentials and version headers on a request to it: `x-api-key` and `anthropic-version`
+/// for Anthropic, a bearer token for the others.
+pub fn with_credentials<B>(
+    mut req: ureq::RequestBuilder<B>,
+    upstream: &Upstream,
+) -> ureq::RequestBuilder<B> {
+    if upstream.kind == UpstreamKind::Anthropic {
+        req = req.header("anthropic-version", "2023-06-01");
+        if let Some(key) = &upstream.api_key {
+            req = req.header("x-api-key", key.as_str());
+        }
+    } else if let Some(key) = &upstream.api_key {
+        req = req.header("authorization", format!("Bearer {key}"));
+    }
+    req
+}
+
+/// The URL of an upstream's model list (what the console's health probe asks for).
+pub fn models_url(upstream: &Upstream) -> String {
+    match upstream.kind {
+        UpstreamKind::Anthropic => format!("{}/v1/models", upstream.base_url),
+        _ => format!("{}/models", upstream.base_url),
+    }
+}
+
 /// An upstream's answer: its status and headers, and the body still to be read.
 pub struct Reply {
     pub status: u16,
@@ -184,21 +209,9 @@ pub fn send_to(
                     "application/json"
                 },
             );
-        match upstream.kind {
-            UpstreamKind::Anthropic => {
-                req = req.header("anthropic-version", "2023-06-01");
-                if let Some(key) = &upstream.api_key {
-                    req = req.header("x-api-key", key.as_str());
-                }
-                if let Some(b) = beta {
-                    req = req.header("anthropic-beta", b);
-                }
-            }
-            _ => {
-                if let Some(key) = &upstream.api_key {
-                    req = req.header("authorization", format!("Bearer {key}"));
-                }
-            }
+        req = with_credentials(req, upstream);
+        if let (UpstreamKind::Anthropic, Some(b)) = (upstream.kind, beta) {
+            req = req.header("anthropic-beta", b);
         }
         req.config()
             .timeout_connect(Some(upstream.connect_timeout))

@@ -189,6 +189,18 @@ impl Metrics {
     /// The text exposition. `gauges` are (name, help, value) read at the moment of the scrape.
     pub fn render(&self, gauges: &[(&str, &str, f64)], rejected_overload: u64) -> String {
         let mut out = String::with_capacity(8192);
+        self.render_models(&mut out);
+        self.render_upstreams(&mut out);
+        self.render_rejected(&mut out, rejected_overload);
+        let _ = writeln!(out, "# HELP tollgate_active_streams Streams being answered now.\n# TYPE tollgate_active_streams gauge\ntollgate_active_streams {}", ACTIVE_STREAMS.load(Ordering::Relaxed));
+        for (name, help, v) in gauges {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+        }
+        out
+    }
+
+    /// Requests, latency histograms, tokens and cost, by model.
+    fn render_models(&self, out: &mut String) {
         out.push_str("# HELP tollgate_requests_total Generation requests by client protocol, model and status.\n# TYPE tollgate_requests_total counter\n");
         let models = match self.models.lock() {
             Ok(g) => g,
@@ -207,21 +219,7 @@ impl Metrics {
                 );
             }
         }
-        self.duration.render(
-            &mut out,
-            "tollgate_request_duration_seconds",
-            "Time from request received to last byte answered.",
-        );
-        self.overhead.render(
-            &mut out,
-            "tollgate_overhead_seconds",
-            "The gateway's own time: total minus time waiting on the upstream.",
-        );
-        self.first_token.render(
-            &mut out,
-            "tollgate_time_to_first_token_seconds",
-            "Streams: time from request received to the first generated token sent.",
-        );
+        self.render_histograms(out);
         out.push_str("# HELP tollgate_tokens_total Tokens by model and kind.\n# TYPE tollgate_tokens_total counter\n");
         for (model, c) in models
             .iter()
@@ -244,8 +242,28 @@ impl Metrics {
                 c.cost
             );
         }
-        drop(models);
-        out.push_str("# HELP tollgate_upstream_errors_total Upstream failures (5xx, timeouts, unreachable, broken streams) by upstream.\n# TYPE tollgate_upstream_errors_total counter\n");
+    }
+
+    fn render_histograms(&self, out: &mut String) {
+        self.duration.render(
+            out,
+            "tollgate_request_duration_seconds",
+            "Time from request received to last byte answered.",
+        );
+        self.overhead.render(
+            out,
+            "tollgate_overhead_seconds",
+            "The gateway's own time: total minus time waiting on the upstream.",
+        );
+        self.first_token.render(
+            out,
+            "tollgate_time_to_first_token_seconds",
+            "Streams: time from request received to the first generated token sent.",
+        );
+    }
+
+    fn render_upstreams(&self, out: &mut String) {
+        out.push_str("# HELP tollgate_upstream_errors_total Failed attempts (5xx, 429, timeouts, unreachable, broken streams) by upstream.\n# TYPE tollgate_upstream_errors_total counter\n");
         if let Ok(m) = self.upstream_errors.lock() {
             for (u, n) in m.iter() {
                 let _ = writeln!(
@@ -255,31 +273,22 @@ impl Metrics {
                 );
             }
         }
+    }
+
+    fn render_rejected(&self, out: &mut String, overload: u64) {
         out.push_str("# HELP tollgate_rejected_requests_total Requests refused before an upstream call, by reason.\n# TYPE tollgate_rejected_requests_total counter\n");
-        let _ = writeln!(
-            out,
-            "tollgate_rejected_requests_total{{reason=\"overload\"}} {rejected_overload}"
-        );
-        let _ = writeln!(
-            out,
-            "tollgate_rejected_requests_total{{reason=\"rate_limit\"}} {}",
-            self.rate_limited.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "tollgate_rejected_requests_total{{reason=\"quota\"}} {}",
-            self.quota_exhausted.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "tollgate_rejected_requests_total{{reason=\"ledger\"}} {}",
-            self.ledger_refused.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(out, "# HELP tollgate_active_streams Streams being answered now.\n# TYPE tollgate_active_streams gauge\ntollgate_active_streams {}", ACTIVE_STREAMS.load(Ordering::Relaxed));
-        for (name, help, v) in gauges {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+        let reasons = [
+            ("overload", overload),
+            ("rate_limit", self.rate_limited.load(Ordering::Relaxed)),
+            ("quota", self.quota_exhausted.load(Ordering::Relaxed)),
+            ("ledger", self.ledger_refused.load(Ordering::Relaxed)),
+        ];
+        for (reason, n) in reasons {
+            let _ = writeln!(
+                out,
+                "tollgate_rejected_requests_total{{reason=\"{reason}\"}} {n}"
+            );
         }
-        out
     }
 }
 
