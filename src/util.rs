@@ -316,9 +316,6 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
-/// See [`crate::protocol::estimate::tokens`] (where every usage estimate lives).
-pub use crate::protocol::estimate::tokens as estimate_tokens;
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,8 @@ use serde_json::{json, Value};
 use crate::protocol::canon::{
     OutputFormat, Part, Request, Response, Role, StopReason, StreamEvent, ToolChoice, Usage,
 };
-use crate::util::{estimate_tokens, new_id, unix_now};
+use crate::protocol::estimate::tokens as estimate_tokens;
+use crate::util::{new_id, unix_now};
 
 /// The answer to a request, as the sequence of stream events and as the complete response they add up to.
 pub struct MockReply {
