@@ -1,7 +1,7 @@
-//! The likely cause of a failed step: the specification's status table ("Errors" in `SPEC.md`) and its
+//! The likely cause of a failed step: the specification's status table (its "Errors" section) and its
 //! streaming symptoms, made specific where the answer allows.
 
-use super::probe::{self, Connect, Kind, Outcome, Proto};
+use super::kinds::{self, Connect, Kind, Outcome, Proto};
 use super::url::{self, Shape};
 
 /// The likely cause of a failed step, from the specification's status table and stream symptoms.
@@ -46,7 +46,7 @@ pub fn likely_cause(
             Kind::Timeout => format!(
                 "The stream did not finish within {} s: a buffering proxy holding the events back, or an \
                  upstream that stalls (idle timeout).",
-                probe::STREAM_TIMEOUT.as_secs()
+                kinds::STREAM_TIMEOUT.as_secs()
             ),
             Kind::Answer => "The stream carried no text although it ended normally: the gateway's stream \
                              translation or the SSE parsing loses it."
@@ -97,9 +97,9 @@ pub fn likely_cause(
              stuck, or a proxy holds the answer back. If it persists, contact support with the time and \
              request id.",
             if o.stream {
-                probe::STREAM_TIMEOUT
+                kinds::STREAM_TIMEOUT
             } else {
-                probe::PLAIN_TIMEOUT
+                kinds::PLAIN_TIMEOUT
             }
             .as_secs()
         ),
@@ -116,7 +116,7 @@ pub fn likely_cause(
 }
 
 /// The specification's status table, made specific where the answer allows.
-fn status_cause(s: u16, f: &probe::Failure, proto: Proto, shape: &Shape, model: &str) -> String {
+fn status_cause(s: u16, f: &kinds::Failure, proto: Proto, shape: &Shape, model: &str) -> String {
     let message = f.message.as_deref().unwrap_or("");
     let code = f.code.as_deref().unwrap_or("");
     match s {
@@ -216,8 +216,8 @@ mod tests {
         assert_eq!(origin_of("http://h:1"), "http://h:1");
     }
 
-    fn failure(kind: Kind) -> probe::Failure {
-        probe::Failure {
+    fn failure(kind: Kind) -> kinds::Failure {
+        kinds::Failure {
             kind,
             detail: "x".into(),
             message: None,

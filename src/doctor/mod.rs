@@ -1,5 +1,5 @@
-//! `tollgate doctor`: the specification's diagnostic procedure ("Errors" and "Diagnostic procedure" in
-//! `SPEC.md`) as a client, against any gateway that speaks Chat Completions, Responses or Messages (not only
+//! `tollgate doctor`: the specification's diagnostic procedure (its "Errors" and "Diagnostic procedure"
+//! sections) as a client, against any gateway that speaks Chat Completions, Responses or Messages (not only
 //! tollgate).
 //!
 //! ```text
@@ -66,19 +66,22 @@
 //! - `--protocol` also takes a comma-separated list (`chat,messages`).
 
 mod answer;
+mod args;
 mod cause;
+mod kinds;
 mod probe;
 mod report;
 mod stream;
+mod text;
 mod url;
 
 use std::io::Write;
 
-use answer::{clip, fmt_duration};
-use probe::{Connect, Kind, Outcome, Proto};
+use kinds::{Connect, Kind, Outcome, Proto};
+use text::{clip, fmt_duration};
 use url::{Finding, Severity};
 
-use crate::cli::DoctorArgs;
+pub use args::DoctorArgs;
 
 /// The client name and version the report and the `User-Agent` give.
 pub const CLIENT: &str = concat!("tollgate-doctor/", env!("CARGO_PKG_VERSION"));
@@ -380,7 +383,7 @@ pub(crate) fn not_sent(proto: Proto, stream: bool, client_id: &str) -> Outcome {
         total: std::time::Duration::ZERO,
         text: String::new(),
         events: 0,
-        failure: Some(probe::Failure {
+        failure: Some(kinds::Failure {
             kind: Kind::Connect(Connect::Other),
             detail: "not sent: the base URL gives no usable address (see step 1)".into(),
             message: None,

@@ -4,8 +4,8 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::answer::{clip, fmt_duration};
-use super::probe::{Outcome, Proto, MAX_DETAIL, PROMPT};
+use super::kinds::{Outcome, Proto, MAX_DETAIL, PROMPT};
+use super::text::{clip, fmt_duration};
 
 pub const BEGIN: &str = "-----BEGIN TOLLGATE DOCTOR REPORT-----";
 pub const END: &str = "-----END TOLLGATE DOCTOR REPORT-----";

@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::answer::{clip, error_fields, fmt_duration};
-use super::probe::{classify, Failure, Kind, Proto, STREAM_TIMEOUT};
+use super::answer::error_fields;
+use super::kinds::{classify, Failure, Kind, Proto, STREAM_TIMEOUT};
+use super::text::{clip, fmt_duration};
 use crate::protocol::sse::SseReader;
 
 /// What reading a stream gave.

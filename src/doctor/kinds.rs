@@ -1,0 +1,205 @@
+//! What the doctor's steps share: the protocols it speaks, what a failure is, what one request did, and
+//! how a transport error is sorted.
+
+use std::io;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::text::clip;
+
+/// The one short text of the minimal request. Never printed in the support report.
+pub const PROMPT: &str = "Reply with the word pong.";
+/// `max_tokens` of the Messages request (the protocol requires one): room for a model that thinks before it
+/// answers, while the prompt asks for one word.
+pub const MESSAGES_MAX_TOKENS: u64 = 256;
+/// The specification's client-side overall timeouts.
+pub const PLAIN_TIMEOUT: Duration = Duration::from_secs(60);
+pub const STREAM_TIMEOUT: Duration = Duration::from_secs(180);
+/// Longest error body or transport message kept as "the full error".
+pub const MAX_DETAIL: usize = 4000;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Proto {
+    Chat,
+    Responses,
+    Messages,
+}
+
+impl Proto {
+    pub const ALL: [Proto; 3] = [Proto::Chat, Proto::Responses, Proto::Messages];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Proto::Chat => "chat",
+            Proto::Responses => "responses",
+            Proto::Messages => "messages",
+        }
+    }
+
+    pub fn title(self) -> &'static str {
+        match self {
+            Proto::Chat => "Chat Completions",
+            Proto::Responses => "Responses",
+            Proto::Messages => "Messages",
+        }
+    }
+
+    pub fn path(self) -> &'static str {
+        match self {
+            Proto::Chat => "/v1/chat/completions",
+            Proto::Responses => "/v1/responses",
+            Proto::Messages => "/v1/messages",
+        }
+    }
+
+    /// The event that ends a complete stream.
+    pub fn terminal(self) -> &'static str {
+        match self {
+            Proto::Chat => "data: [DONE]",
+            Proto::Responses => "response.completed",
+            Proto::Messages => "message_stop",
+        }
+    }
+
+    /// The minimal request: model plus one short text; no reasoning, tools or schema.
+    pub fn body(self, model: &str, stream: bool) -> Value {
+        let mut v = match self {
+            Proto::Chat => {
+                json!({"model": model, "messages": [{"role": "user", "content": PROMPT}]})
+            }
+            Proto::Responses => json!({"model": model, "input": PROMPT}),
+            Proto::Messages => json!({
+                "model": model,
+                "max_tokens": MESSAGES_MAX_TOKENS,
+                "messages": [{"role": "user", "content": PROMPT}],
+            }),
+        };
+        if stream {
+            v["stream"] = Value::Bool(true);
+        }
+        v
+    }
+}
+
+/// Why no HTTP answer came.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Connect {
+    Refused,
+    HostNotFound,
+    Tls,
+    /// Closed without an answer, or an answer that is not HTTP.
+    Closed,
+    Other,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// No HTTP answer.
+    Connect(Connect),
+    /// The overall timeout (60 s, or 180 s streaming) ran out.
+    Timeout,
+    /// An HTTP status other than 2xx.
+    Status(u16),
+    /// A 2xx answer without usable text (not JSON, no text, a failed status).
+    Answer,
+    /// A streaming request answered with something that is not an event stream.
+    NotSse,
+    /// An error event inside the stream.
+    StreamError,
+    /// Events the SDKs cannot parse (not JSON, wrong order, no `event:` line).
+    StreamBad,
+    /// The stream ended without its terminal event.
+    StreamCut,
+}
+
+impl Kind {
+    /// Failures only a stream can have.
+    pub fn is_stream_only(self) -> bool {
+        matches!(
+            self,
+            Kind::NotSse | Kind::StreamError | Kind::StreamBad | Kind::StreamCut
+        )
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Failure {
+    pub kind: Kind,
+    /// The full error: the answer body, the in-stream event, or the transport error.
+    pub detail: String,
+    /// `error.message` of an error body.
+    pub message: Option<String>,
+    /// `error.code` (OpenAI) or `error.type` (Anthropic) of an error body.
+    pub code: Option<String>,
+    pub retry_after: Option<String>,
+    pub location: Option<String>,
+}
+
+impl Failure {
+    pub fn new(kind: Kind, detail: impl Into<String>) -> Failure {
+        Failure {
+            kind,
+            detail: clip(&detail.into(), MAX_DETAIL),
+            message: None,
+            code: None,
+            retry_after: None,
+            location: None,
+        }
+    }
+}
+
+/// What one request did.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub proto: Proto,
+    pub stream: bool,
+    pub url: String,
+    pub client_request_id: String,
+    pub status: Option<u16>,
+    pub content_type: Option<String>,
+    /// `x-request-id`, `request-id`, or `request_id` of an error body.
+    pub request_id: Option<String>,
+    /// Whether the answer echoed our `X-Client-Request-ID`.
+    pub echoed: bool,
+    pub headers_at: Option<Duration>,
+    pub first_byte: Option<Duration>,
+    pub first_text: Option<Duration>,
+    pub total: Duration,
+    pub text: String,
+    /// Stream events read (comments and keepalives not counted).
+    pub events: usize,
+    pub failure: Option<Failure>,
+    /// Observations that do not fail the step.
+    pub notes: Vec<String>,
+}
+
+impl Outcome {
+    pub fn passed(&self) -> bool {
+        self.failure.is_none()
+    }
+}
+
+/// Sorts a transport error into what the user can act on.
+pub fn classify(e: ureq::Error) -> (Kind, String) {
+    let detail = e.to_string();
+    let kind = match &e {
+        ureq::Error::Timeout(_) => Kind::Timeout,
+        ureq::Error::HostNotFound => Kind::Connect(Connect::HostNotFound),
+        ureq::Error::Tls(_) | ureq::Error::Rustls(_) | ureq::Error::Pem(_) => {
+            Kind::Connect(Connect::Tls)
+        }
+        ureq::Error::Protocol(_) => Kind::Connect(Connect::Closed),
+        ureq::Error::Io(io) => match io.kind() {
+            io::ErrorKind::ConnectionRefused => Kind::Connect(Connect::Refused),
+            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => Kind::Timeout,
+            io::ErrorKind::UnexpectedEof
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe => Kind::Connect(Connect::Closed),
+            _ => Kind::Connect(Connect::Other),
+        },
+        _ => Kind::Connect(Connect::Other),
+    };
+    (kind, detail)
+}

@@ -1,0 +1,38 @@
+//! Short texts of the doctor's output: clipped details and durations.
+
+use std::time::Duration;
+
+/// `s` cut to at most `max` bytes (at a character boundary), marked when cut.
+pub fn clip(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes in all)", &s[..end], s.len())
+}
+
+/// `850 ms`, `12.3 s`.
+pub fn fmt_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 10_000 {
+        format!("{ms} ms")
+    } else {
+        format!("{:.1} s", d.as_secs_f64())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clip_and_durations() {
+        assert_eq!(clip("abc", 5), "abc");
+        assert_eq!(clip("héllo", 2), "h… (6 bytes in all)");
+        assert_eq!(fmt_duration(Duration::from_millis(850)), "850 ms");
+        assert_eq!(fmt_duration(Duration::from_millis(12_340)), "12.3 s");
+    }
+}
