@@ -1,6 +1,6 @@
 //! One diagnostic request: the minimal body of a protocol, sent once without and once with streaming, and
 //! what came back (status, ids, timings, text, or what went wrong). Answers and streams are read the way the
-//! official SDKs read them (as the SDKs' `_streaming.py` modules do).
+//! official SDKs read them (their `_streaming.py` modules).
 
 use super::answer::{answer_text, error_fields, stop_reason};
 use super::kinds::{

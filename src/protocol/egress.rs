@@ -23,14 +23,6 @@ pub fn tool_result_text(content: &[Part], is_error: bool) -> String {
     }
 }
 
-/// An OpenAI reasoning effort for a client's effort word (Anthropic's `max` has no OpenAI equivalent).
-pub fn openai_effort(effort: &str) -> &str {
-    match effort {
-        "max" => "high",
-        other => other,
-    }
-}
-
 /// The Anthropic thinking budget for an effort level; `None` turns thinking off.
 pub fn thinking_budget(effort: &str) -> Option<u64> {
     match effort {

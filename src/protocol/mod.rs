@@ -14,6 +14,7 @@ pub mod fields;
 pub mod limits;
 pub mod messages;
 pub mod observe;
+pub mod openai;
 pub mod request;
 pub mod responses;
 pub mod sse;

@@ -2,8 +2,9 @@
 
 use serde_json::{json, Map, Value};
 
-use super::canon::{ImageSource, Message, OutputFormat, Part, Request, Role, Tool, ToolChoice};
+use super::canon::{Message, OutputFormat, Part, Request, Role, Tool};
 use super::fields::{self, join, missing, opt_array, opt_bool, opt_f64, opt_str, opt_u64};
+use super::openai::{self, Shape};
 use super::ApiError;
 
 mod reply;
@@ -56,8 +57,8 @@ pub fn decode_request(body: &Value) -> Result<Request, ApiError> {
         }
     }
     req.tool_choice = match o.get("tool_choice") {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(decode_tool_choice(v)?),
+        None => None,
+        Some(v) => openai::decode_tool_choice(v, Shape::Nested)?,
     };
     req.parallel_tool_calls = opt_bool(o, "parallel_tool_calls", "")?;
     req.max_tokens = match opt_u64(o, "max_completion_tokens", "")? {
@@ -218,7 +219,7 @@ fn decode_user_content(content: &Value, path: &str) -> Result<Vec<Part>, ApiErro
                             Some(Value::Object(io)) => fields::req_str(io, "url", &ipath)?,
                             _ => return Err(missing(&join(&ipath, "url"))),
                         };
-                        out.push(Part::Image(parse_image_url(url)));
+                        out.push(Part::Image(openai::parse_image_url(url)));
                     }
                     other => {
                         return Err(ApiError::invalid_param(
@@ -241,29 +242,6 @@ fn decode_user_content(content: &Value, path: &str) -> Result<Vec<Part>, ApiErro
     }
 }
 
-/// Splits a `data:` URI into media type and base64 data; anything else is a URL.
-pub fn parse_image_url(url: &str) -> ImageSource {
-    if let Some(rest) = url.strip_prefix("data:") {
-        if let Some((meta, data)) = rest.split_once(',') {
-            if let Some(media_type) = meta.strip_suffix(";base64") {
-                return ImageSource::Base64 {
-                    media_type: media_type.to_string(),
-                    data: data.to_string(),
-                };
-            }
-        }
-    }
-    ImageSource::Url(url.to_string())
-}
-
-/// The URL form of an image (a data URI for inline images).
-pub fn image_url_string(src: &ImageSource) -> String {
-    match src {
-        ImageSource::Url(u) => u.clone(),
-        ImageSource::Base64 { media_type, data } => format!("data:{media_type};base64,{data}"),
-    }
-}
-
 fn decode_tool(t: &Value, path: &str) -> Result<Option<Tool>, ApiError> {
     let o = fields::object(t, path)?;
     match opt_str(o, "type", path)?.unwrap_or("function") {
@@ -277,44 +255,7 @@ fn decode_tool(t: &Value, path: &str) -> Result<Option<Tool>, ApiError> {
     }
     let fpath = join(path, "function");
     let f = fields::object(o.get("function").unwrap_or(&Value::Null), &fpath)?;
-    Ok(Some(Tool {
-        custom: false,
-        name: fields::req_str(f, "name", &fpath)?.to_string(),
-        description: opt_str(f, "description", &fpath)?.map(str::to_string),
-        parameters: f
-            .get("parameters")
-            .cloned()
-            .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
-        strict: opt_bool(f, "strict", &fpath)?,
-    }))
-}
-
-fn decode_tool_choice(v: &Value) -> Result<ToolChoice, ApiError> {
-    match v {
-        Value::String(s) => match s.as_str() {
-            "auto" => Ok(ToolChoice::Auto),
-            "none" => Ok(ToolChoice::None),
-            "required" => Ok(ToolChoice::Required),
-            _ => Err(fields::bad_value(
-                "tool_choice",
-                "\"auto\", \"none\", \"required\" or a function",
-            )),
-        },
-        Value::Object(o) => {
-            let f = fields::object(
-                o.get("function").unwrap_or(&Value::Null),
-                "tool_choice.function",
-            )?;
-            Ok(ToolChoice::Function(
-                fields::req_str(f, "name", "tool_choice.function")?.to_string(),
-            ))
-        }
-        other => Err(fields::wrong_type(
-            "tool_choice",
-            "a string or an object",
-            other,
-        )),
-    }
+    Ok(Some(openai::decode_function(f, &fpath)?))
 }
 
 fn decode_response_format(v: &Value) -> Result<OutputFormat, ApiError> {
@@ -350,6 +291,7 @@ fn decode_response_format(v: &Value) -> Result<OutputFormat, ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::canon::{ImageSource, ToolChoice};
 
     #[test]
     fn input_instead_of_messages_names_the_field() {

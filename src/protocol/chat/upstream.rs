@@ -4,11 +4,12 @@
 use crate::protocol::fields::{str_at, str_or};
 use serde_json::{json, Map, Value};
 
-use super::{image_url_string, usage_from};
+use super::usage_from;
 use crate::protocol::canon::{
-    Message, OutputFormat, Part, Request, Response, Role, StopReason, StreamEvent, ToolChoice,
+    Message, OutputFormat, Part, Request, Response, Role, StopReason, StreamEvent,
 };
-use crate::protocol::egress::{openai_effort, tool_result_text};
+use crate::protocol::egress::tool_result_text;
+use crate::protocol::openai::{self, image_url_string, Shape};
 use crate::protocol::sse::SseEvent;
 use crate::protocol::{ApiError, EgressOptions, StreamDecoder};
 
@@ -25,37 +26,7 @@ pub fn encode_request(req: &Request, opts: &EgressOptions) -> Result<Value, ApiE
     let mut body = Map::new();
     body.insert("model".into(), json!(opts.model));
     body.insert("messages".into(), Value::Array(messages));
-    if !req.tools.is_empty() {
-        let tools: Vec<Value> = req
-            .tools
-            .iter()
-            .map(|t| {
-                let mut f = json!({"name": t.name, "parameters": t.parameters});
-                if let Some(d) = &t.description {
-                    f["description"] = json!(d);
-                }
-                if let Some(s) = t.strict {
-                    f["strict"] = json!(s);
-                }
-                json!({"type": "function", "function": f})
-            })
-            .collect();
-        body.insert("tools".into(), Value::Array(tools));
-        if let Some(p) = req.parallel_tool_calls {
-            body.insert("parallel_tool_calls".into(), json!(p));
-        }
-    }
-    if let Some(choice) = &req.tool_choice {
-        body.insert(
-            "tool_choice".into(),
-            match choice {
-                ToolChoice::Auto => json!("auto"),
-                ToolChoice::None => json!("none"),
-                ToolChoice::Required => json!("required"),
-                ToolChoice::Function(n) => json!({"type": "function", "function": {"name": n}}),
-            },
-        );
-    }
+    openai::encode_tools(req, Shape::Nested, &mut body);
     if let Some(n) = req.max_tokens {
         let field = if opts.max_completion_tokens_field {
             "max_completion_tokens"
@@ -83,13 +54,7 @@ pub fn encode_request(req: &Request, opts: &EgressOptions) -> Result<Value, ApiE
             strict,
             description,
         }) => {
-            let mut js = json!({"name": name, "schema": schema});
-            if let Some(s) = strict {
-                js["strict"] = json!(s);
-            }
-            if let Some(d) = description {
-                js["description"] = json!(d);
-            }
+            let js = openai::schema_fields(name, schema, *strict, description.as_deref());
             body.insert(
                 "response_format".into(),
                 json!({"type": "json_schema", "json_schema": js}),
@@ -98,7 +63,7 @@ pub fn encode_request(req: &Request, opts: &EgressOptions) -> Result<Value, ApiE
         _ => {}
     }
     if let Some(e) = &req.reasoning_effort {
-        body.insert("reasoning_effort".into(), json!(openai_effort(e)));
+        body.insert("reasoning_effort".into(), json!(openai::effort(e)));
     }
     if let Some(u) = &req.user {
         body.insert("user".into(), json!(u));

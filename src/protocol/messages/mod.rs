@@ -43,6 +43,29 @@ pub fn decode_request(body: &Value) -> Result<Request, ApiError> {
         top_p: opt_f64(o, "top_p", "")?,
         ..Request::default()
     };
+    decode_system(o, &mut req)?;
+    decode_messages(o, &mut req)?;
+    decode_tools(o, &mut req)?;
+    if let Some(stops) = opt_array(o, "stop_sequences", "")? {
+        req.stop = stops
+            .iter()
+            .filter_map(|s| s.as_str().map(str::to_string))
+            .collect();
+    }
+    decode_output_options(o, &mut req);
+    // OpenAI limits `user` to 64 characters; Claude Code's user ids are longer.
+    req.user = o
+        .get("metadata")
+        .and_then(|m| m.get("user_id"))
+        .and_then(Value::as_str)
+        .map(|u| u.chars().take(64).collect());
+    Ok(req)
+}
+
+type Obj = serde_json::Map<String, Value>;
+
+/// `system`: a string or text blocks.
+fn decode_system(o: &Obj, req: &mut Request) -> Result<(), ApiError> {
     match o.get("system") {
         None | Some(Value::Null) => {}
         Some(Value::String(s)) => req.system.push(s.clone()),
@@ -62,6 +85,10 @@ pub fn decode_request(body: &Value) -> Result<Request, ApiError> {
             ))
         }
     }
+    Ok(())
+}
+
+fn decode_messages(o: &Obj, req: &mut Request) -> Result<(), ApiError> {
     for (i, m) in opt_array(o, "messages", "")?
         .into_iter()
         .flatten()
@@ -88,6 +115,11 @@ pub fn decode_request(body: &Value) -> Result<Request, ApiError> {
         )?;
         req.messages.push(Message { role, content });
     }
+    Ok(())
+}
+
+/// `tools` (deferred tools and Anthropic's server tools left out, the latter reported) and `tool_choice`.
+fn decode_tools(o: &Obj, req: &mut Request) -> Result<(), ApiError> {
     for (i, t) in opt_array(o, "tools", "")?.into_iter().flatten().enumerate() {
         let path = format!("tools[{i}]");
         let to = fields::object(t, &path)?;
@@ -122,12 +154,12 @@ pub fn decode_request(body: &Value) -> Result<Request, ApiError> {
             req.parallel_tool_calls = Some(false);
         }
     }
-    if let Some(stops) = opt_array(o, "stop_sequences", "")? {
-        req.stop = stops
-            .iter()
-            .filter_map(|s| s.as_str().map(str::to_string))
-            .collect();
-    }
+    Ok(())
+}
+
+/// Structured output (`output_config.format`, or the older `output_format`) and reasoning effort
+/// (`output_config.effort`, or a thinking budget).
+fn decode_output_options(o: &Obj, req: &mut Request) {
     let format = o
         .get("output_config")
         .and_then(|c| c.get("format"))
@@ -157,13 +189,6 @@ pub fn decode_request(body: &Value) -> Result<Request, ApiError> {
             req.reasoning_effort = Some(effort_for_budget(budget).to_string());
         }
     }
-    // OpenAI limits `user` to 64 characters; Claude Code's user ids are longer.
-    req.user = o
-        .get("metadata")
-        .and_then(|m| m.get("user_id"))
-        .and_then(Value::as_str)
-        .map(|u| u.chars().take(64).collect());
-    Ok(req)
 }
 
 /// The effort level a thinking budget corresponds to (the inverse of the budget policy).

@@ -70,6 +70,46 @@ fn blocks_of(parts: &[Part]) -> Vec<Value> {
 /// The canonical request as a Messages body.
 pub fn encode_request(req: &Request, opts: &EgressOptions) -> Result<Value, ApiError> {
     let mut system: Vec<String> = req.system.clone();
+    let messages = encode_messages(req, &mut system);
+    let mut body = Map::new();
+    body.insert("model".into(), json!(opts.model));
+    let max_tokens = req.max_tokens.unwrap_or(opts.default_max_tokens).max(1);
+    let (tools, tool_choice) = encode_tools(req, opts, &mut body, &mut system);
+    let thinking = encode_thinking(req, max_tokens, tool_choice.as_ref(), &mut body);
+    body.insert("max_tokens".into(), json!(max_tokens));
+    if !system.is_empty() {
+        body.insert("system".into(), json!(system.join("\n\n")));
+    }
+    body.insert("messages".into(), Value::Array(messages));
+    if !tools.is_empty() {
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    if let Some(c) = tool_choice {
+        body.insert("tool_choice".into(), c);
+    }
+    if !thinking {
+        if let Some(t) = req.temperature {
+            body.insert("temperature".into(), json!(t.clamp(0.0, 1.0)));
+        }
+        if let Some(p) = req.top_p {
+            body.insert("top_p".into(), json!(p.clamp(0.0, 1.0)));
+        }
+    }
+    if !req.stop.is_empty() {
+        body.insert("stop_sequences".into(), json!(req.stop));
+    }
+    if let Some(u) = &req.user {
+        body.insert("metadata".into(), json!({"user_id": u}));
+    }
+    if opts.stream {
+        body.insert("stream".into(), json!(true));
+    }
+    Ok(Value::Object(body))
+}
+
+/// The turns as Messages has them: system turns join the system prompt, consecutive turns of one role are
+/// merged (tool results then text stay in order).
+fn encode_messages(req: &Request, system: &mut Vec<String>) -> Vec<Value> {
     let mut messages: Vec<Value> = Vec::new();
     for m in &req.messages {
         let role = match m.role {
@@ -85,7 +125,6 @@ pub fn encode_request(req: &Request, opts: &EgressOptions) -> Result<Value, ApiE
         if blocks.is_empty() {
             continue;
         }
-        // Consecutive turns of one role are merged (tool results then text stay in order).
         match messages.last_mut() {
             Some(last) if last["role"] == role => {
                 if let Some(arr) = last["content"].as_array_mut() {
@@ -95,9 +134,17 @@ pub fn encode_request(req: &Request, opts: &EgressOptions) -> Result<Value, ApiE
             _ => messages.push(json!({"role": role, "content": blocks})),
         }
     }
-    let mut body = Map::new();
-    body.insert("model".into(), json!(opts.model));
-    let max_tokens = req.max_tokens.unwrap_or(opts.default_max_tokens).max(1);
+    messages
+}
+
+/// The tools and `tool_choice`, with structured output as a forced tool (or `output_config.format`, or an
+/// instruction for JSON objects) and parallel tool use switched off where asked.
+fn encode_tools(
+    req: &Request,
+    opts: &EgressOptions,
+    body: &mut Map<String, Value>,
+    system: &mut Vec<String>,
+) -> (Vec<Value>, Option<Value>) {
     let mut tools: Vec<Value> = req
         .tools
         .iter()
@@ -141,61 +188,40 @@ pub fn encode_request(req: &Request, opts: &EgressOptions) -> Result<Value, ApiE
         let choice = tool_choice.get_or_insert_with(|| json!({"type": "auto"}));
         choice["disable_parallel_tool_use"] = json!(true);
     }
-    // Thinking: from the effort level, within max_tokens (the limit the gateway reserved for is never raised:
-    // a budget that does not fit leaves half of max_tokens for the answer, and below Anthropic's minimum
-    // budget of 1024 thinking stays off); off when the history holds tool calls (they would need the
-    // thinking blocks that only Anthropic itself produced) or a tool is forced.
+    (tools, tool_choice)
+}
+
+/// Thinking: from the effort level, within max_tokens (the limit the gateway reserved for is never raised:
+/// a budget that does not fit leaves half of max_tokens for the answer, and below Anthropic's minimum
+/// budget of 1024 thinking stays off); off when the history holds tool calls (they would need the thinking
+/// blocks that only Anthropic itself produced) or a tool is forced. Returns whether it is on.
+fn encode_thinking(
+    req: &Request,
+    max_tokens: u64,
+    tool_choice: Option<&Value>,
+    body: &mut Map<String, Value>,
+) -> bool {
     let has_tool_history = req
         .messages
         .iter()
         .any(|m| m.content.iter().any(|p| matches!(p, Part::ToolCall { .. })));
-    let forced = tool_choice
-        .as_ref()
-        .is_some_and(|c| c["type"] == "any" || c["type"] == "tool");
-    let mut thinking = false;
-    if let Some(budget) = req.reasoning_effort.as_deref().and_then(thinking_budget) {
-        let budget = if budget < max_tokens {
-            budget
-        } else {
-            max_tokens / 2
-        };
-        if !has_tool_history && !forced && budget >= 1024 {
-            body.insert(
-                "thinking".into(),
-                json!({"type": "enabled", "budget_tokens": budget}),
-            );
-            thinking = true;
-        }
+    let forced = tool_choice.is_some_and(|c| c["type"] == "any" || c["type"] == "tool");
+    let Some(budget) = req.reasoning_effort.as_deref().and_then(thinking_budget) else {
+        return false;
+    };
+    let budget = if budget < max_tokens {
+        budget
+    } else {
+        max_tokens / 2
+    };
+    if has_tool_history || forced || budget < 1024 {
+        return false;
     }
-    body.insert("max_tokens".into(), json!(max_tokens));
-    if !system.is_empty() {
-        body.insert("system".into(), json!(system.join("\n\n")));
-    }
-    body.insert("messages".into(), Value::Array(messages));
-    if !tools.is_empty() {
-        body.insert("tools".into(), Value::Array(tools));
-    }
-    if let Some(c) = tool_choice {
-        body.insert("tool_choice".into(), c);
-    }
-    if !thinking {
-        if let Some(t) = req.temperature {
-            body.insert("temperature".into(), json!(t.clamp(0.0, 1.0)));
-        }
-        if let Some(p) = req.top_p {
-            body.insert("top_p".into(), json!(p.clamp(0.0, 1.0)));
-        }
-    }
-    if !req.stop.is_empty() {
-        body.insert("stop_sequences".into(), json!(req.stop));
-    }
-    if let Some(u) = &req.user {
-        body.insert("metadata".into(), json!({"user_id": u}));
-    }
-    if opts.stream {
-        body.insert("stream".into(), json!(true));
-    }
-    Ok(Value::Object(body))
+    body.insert(
+        "thinking".into(),
+        json!({"type": "enabled", "budget_tokens": budget}),
+    );
+    true
 }
 
 /// Canonical stop reason for a `stop_reason`.
@@ -324,118 +350,127 @@ impl StreamDecoder for MessagesStreamDecoder {
                     self.usage = u;
                 }
             }
-            "content_block_start" => {
-                let cb = v.get("content_block").unwrap_or(&Value::Null);
-                let kind = match cb.get("type").and_then(Value::as_str) {
-                    Some("text") => {
-                        if let Some(t) = cb
-                            .get("text")
-                            .and_then(Value::as_str)
-                            .filter(|t| !t.is_empty())
-                        {
-                            out.push(StreamEvent::TextDelta(t.to_string()));
-                        }
-                        Block::Text
-                    }
-                    Some("thinking") => Block::Thinking,
-                    Some("tool_use") => {
-                        let name = cb.get("name").and_then(Value::as_str).unwrap_or_default();
-                        if self.structured_via_tool && name == STRUCTURED_TOOL {
-                            self.structured = true;
-                            Block::Structured
-                        } else {
-                            let i = self.next_call;
-                            self.next_call += 1;
-                            let id = str_at(cb, "id");
-                            out.push(StreamEvent::ToolCallStart {
-                                index: i,
-                                id,
-                                name: name.to_string(),
-                            });
-                            Block::Tool(i)
-                        }
-                    }
-                    _ => Block::Other,
-                };
-                if self.blocks.len() <= index {
-                    self.blocks.resize(index + 1, Block::Other);
-                }
-                self.blocks[index] = kind;
-            }
-            "content_block_delta" => {
-                let block = self.blocks.get(index).copied().unwrap_or(Block::Other);
-                let d = v.get("delta").unwrap_or(&Value::Null);
-                let s = |k: &str| {
-                    d.get(k)
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_string()
-                };
-                match (d.get("type").and_then(Value::as_str), block) {
-                    (Some("text_delta"), _) => out.push(StreamEvent::TextDelta(s("text"))),
-                    (Some("thinking_delta"), _) => {
-                        out.push(StreamEvent::ReasoningDelta(s("thinking")))
-                    }
-                    (Some("signature_delta"), _) => {
-                        out.push(StreamEvent::ReasoningSignature(s("signature")))
-                    }
-                    (Some("input_json_delta"), Block::Tool(i)) => {
-                        out.push(StreamEvent::ToolArgsDelta {
-                            index: i,
-                            delta: s("partial_json"),
-                        })
-                    }
-                    (Some("input_json_delta"), Block::Structured) => {
-                        out.push(StreamEvent::TextDelta(s("partial_json")))
-                    }
-                    _ => {}
-                }
-            }
-            "message_delta" => {
-                if let Some(u) = v.get("usage").and_then(|u| u.as_object()) {
-                    let n = |k: &str| u.get(k).and_then(Value::as_u64);
-                    if let Some(o) = n("output_tokens") {
-                        self.usage.output_tokens = o;
-                    }
-                    if let Some(full) = v
-                        .get("usage")
-                        .and_then(usage_from)
-                        .filter(|f| f.input_tokens > 0)
-                    {
-                        self.usage.input_tokens = full.input_tokens;
-                        self.usage.cached_input_tokens = full.cached_input_tokens;
-                        self.usage.cache_creation_input_tokens = full.cache_creation_input_tokens;
-                    }
-                }
-                out.push(StreamEvent::Usage(self.usage));
-                if let Some(r) = v.pointer("/delta/stop_reason").and_then(Value::as_str) {
-                    let mut stop =
-                        stop_from(r, v.pointer("/delta/stop_sequence").and_then(Value::as_str));
-                    if self.structured && stop == StopReason::ToolUse {
-                        stop = StopReason::EndTurn;
-                    }
-                    out.push(StreamEvent::Finish(stop));
-                }
-            }
+            "content_block_start" => self.block_start(&v, index, out),
+            "content_block_delta" => self.block_delta(&v, index, out),
+            "message_delta" => self.message_delta(&v, out),
             "message_stop" => return true,
             "error" => {
-                let msg = v
-                    .pointer("/error/message")
-                    .and_then(Value::as_str)
-                    .unwrap_or("upstream error");
-                let ty = v.pointer("/error/type").and_then(Value::as_str);
-                let mut e = ApiError::bad_gateway(format!("upstream error: {msg}"))
-                    .with_anthropic_type(ty.map(str::to_string));
-                if ty == Some("overloaded_error") {
-                    e = e.with_kind(crate::protocol::ErrorKind::Overloaded);
-                }
-                out.push(StreamEvent::Error(e));
+                out.push(StreamEvent::Error(error_event(&v)));
                 return true;
             }
             _ => {}
         }
         false
     }
+}
+
+impl MessagesStreamDecoder {
+    fn block_start(&mut self, v: &Value, index: usize, out: &mut Vec<StreamEvent>) {
+        let cb = v.get("content_block").unwrap_or(&Value::Null);
+        let kind = match cb.get("type").and_then(Value::as_str) {
+            Some("text") => {
+                if let Some(t) = cb
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .filter(|t| !t.is_empty())
+                {
+                    out.push(StreamEvent::TextDelta(t.to_string()));
+                }
+                Block::Text
+            }
+            Some("thinking") => Block::Thinking,
+            Some("tool_use") => {
+                let name = cb.get("name").and_then(Value::as_str).unwrap_or_default();
+                if self.structured_via_tool && name == STRUCTURED_TOOL {
+                    self.structured = true;
+                    Block::Structured
+                } else {
+                    let i = self.next_call;
+                    self.next_call += 1;
+                    let id = str_at(cb, "id");
+                    out.push(StreamEvent::ToolCallStart {
+                        index: i,
+                        id,
+                        name: name.to_string(),
+                    });
+                    Block::Tool(i)
+                }
+            }
+            _ => Block::Other,
+        };
+        if self.blocks.len() <= index {
+            self.blocks.resize(index + 1, Block::Other);
+        }
+        self.blocks[index] = kind;
+    }
+
+    fn block_delta(&mut self, v: &Value, index: usize, out: &mut Vec<StreamEvent>) {
+        let block = self.blocks.get(index).copied().unwrap_or(Block::Other);
+        let d = v.get("delta").unwrap_or(&Value::Null);
+        let s = |k: &str| {
+            d.get(k)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string()
+        };
+        match (d.get("type").and_then(Value::as_str), block) {
+            (Some("text_delta"), _) => out.push(StreamEvent::TextDelta(s("text"))),
+            (Some("thinking_delta"), _) => out.push(StreamEvent::ReasoningDelta(s("thinking"))),
+            (Some("signature_delta"), _) => {
+                out.push(StreamEvent::ReasoningSignature(s("signature")))
+            }
+            (Some("input_json_delta"), Block::Tool(i)) => out.push(StreamEvent::ToolArgsDelta {
+                index: i,
+                delta: s("partial_json"),
+            }),
+            (Some("input_json_delta"), Block::Structured) => {
+                out.push(StreamEvent::TextDelta(s("partial_json")))
+            }
+            _ => {}
+        }
+    }
+
+    /// Usage (output so far, input where the upstream repeats it) and the stop reason.
+    fn message_delta(&mut self, v: &Value, out: &mut Vec<StreamEvent>) {
+        if let Some(u) = v.get("usage").and_then(|u| u.as_object()) {
+            let n = |k: &str| u.get(k).and_then(Value::as_u64);
+            if let Some(o) = n("output_tokens") {
+                self.usage.output_tokens = o;
+            }
+            if let Some(full) = v
+                .get("usage")
+                .and_then(usage_from)
+                .filter(|f| f.input_tokens > 0)
+            {
+                self.usage.input_tokens = full.input_tokens;
+                self.usage.cached_input_tokens = full.cached_input_tokens;
+                self.usage.cache_creation_input_tokens = full.cache_creation_input_tokens;
+            }
+        }
+        out.push(StreamEvent::Usage(self.usage));
+        if let Some(r) = v.pointer("/delta/stop_reason").and_then(Value::as_str) {
+            let mut stop = stop_from(r, v.pointer("/delta/stop_sequence").and_then(Value::as_str));
+            if self.structured && stop == StopReason::ToolUse {
+                stop = StopReason::EndTurn;
+            }
+            out.push(StreamEvent::Finish(stop));
+        }
+    }
+}
+
+/// An in-stream `error` event as the upstream's failure (its Anthropic type kept).
+fn error_event(v: &Value) -> ApiError {
+    let msg = v
+        .pointer("/error/message")
+        .and_then(Value::as_str)
+        .unwrap_or("upstream error");
+    let ty = v.pointer("/error/type").and_then(Value::as_str);
+    let mut e = ApiError::bad_gateway(format!("upstream error: {msg}"))
+        .with_anthropic_type(ty.map(str::to_string));
+    if ty == Some("overloaded_error") {
+        e = e.with_kind(crate::protocol::ErrorKind::Overloaded);
+    }
+    e
 }
 
 #[cfg(test)]

@@ -2,9 +2,9 @@
 
 use serde_json::{json, Value};
 
-use super::canon::{Message, OutputFormat, Part, Request, Role, Tool, ToolChoice};
-use super::chat::parse_image_url;
+use super::canon::{Message, OutputFormat, Part, Request, Role, Tool};
 use super::fields::{self, join, missing, opt_array, opt_bool, opt_f64, opt_str, opt_u64};
+use super::openai::{self, Shape};
 use super::ApiError;
 
 mod reply;
@@ -80,31 +80,8 @@ pub fn decode_request(body: &Value) -> Result<Request, ApiError> {
         }
     }
     req.tool_choice = match o.get("tool_choice") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(match s.as_str() {
-            "auto" => ToolChoice::Auto,
-            "none" => ToolChoice::None,
-            "required" => ToolChoice::Required,
-            _ => {
-                return Err(fields::bad_value(
-                    "tool_choice",
-                    "\"auto\", \"none\", \"required\" or a function",
-                ))
-            }
-        }),
-        Some(Value::Object(c)) => match opt_str(c, "type", "tool_choice")? {
-            Some("function") => Some(ToolChoice::Function(
-                fields::req_str(c, "name", "tool_choice")?.to_string(),
-            )),
-            _ => Some(ToolChoice::Auto),
-        },
-        Some(other) => {
-            return Err(fields::wrong_type(
-                "tool_choice",
-                "a string or an object",
-                other,
-            ))
-        }
+        None => None,
+        Some(v) => openai::decode_tool_choice(v, Shape::Flat)?,
     };
     req.parallel_tool_calls = opt_bool(o, "parallel_tool_calls", "")?;
     req.max_tokens = opt_u64(o, "max_output_tokens", "")?;
@@ -148,7 +125,7 @@ fn custom_parameters() -> Value {
 fn decode_tool(t: &Value, path: &str, req: &mut Request) -> Result<(), ApiError> {
     let to = fields::object(t, path)?;
     match fields::req_str(to, "type", path)? {
-        "function" => req.tools.push(decode_function_tool(to, path)?),
+        "function" => req.tools.push(openai::decode_function(to, path)?),
         "custom" => req.tools.push(decode_custom_tool(to, path)?),
         "namespace" => {
             let ns = fields::req_str(to, "name", path)?;
@@ -162,7 +139,7 @@ fn decode_tool(t: &Value, path: &str, req: &mut Request) -> Result<(), ApiError>
                 let io = fields::object(inner, &ipath)?;
                 let mut tool = match opt_str(io, "type", &ipath)?.unwrap_or("function") {
                     "custom" => decode_custom_tool(io, &ipath)?,
-                    _ => decode_function_tool(io, &ipath)?,
+                    _ => openai::decode_function(io, &ipath)?,
                 };
                 let flat = flatten_name(ns, &tool.name);
                 req.namespaced_tools
@@ -187,19 +164,6 @@ fn decode_custom_tool(to: &serde_json::Map<String, Value>, path: &str) -> Result
         description: opt_str(to, "description", path)?.map(str::to_string),
         parameters: custom_parameters(),
         strict: None,
-    })
-}
-
-fn decode_function_tool(to: &serde_json::Map<String, Value>, path: &str) -> Result<Tool, ApiError> {
-    Ok(Tool {
-        custom: false,
-        name: fields::req_str(to, "name", path)?.to_string(),
-        description: opt_str(to, "description", path)?.map(str::to_string),
-        parameters: to
-            .get("parameters")
-            .cloned()
-            .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
-        strict: opt_bool(to, "strict", path)?,
     })
 }
 
@@ -352,7 +316,7 @@ fn decode_content(content: &Value, path: &str) -> Result<Vec<Part>, ApiError> {
                     }
                     "refusal" => out.push(Part::Text(fields::req_str(po, "refusal", &ppath)?.to_string())),
                     "input_image" => match opt_str(po, "image_url", &ppath)? {
-                        Some(url) => out.push(Part::Image(parse_image_url(url))),
+                        Some(url) => out.push(Part::Image(openai::parse_image_url(url))),
                         None => {
                             return Err(ApiError::invalid_param(
                                 &join(&ppath, "file_id"),

@@ -5,6 +5,7 @@ use serde_json::{json, Value};
 use crate::protocol::canon::{
     OutputFormat, Part, Request, Response, StopReason, StreamEvent, ToolChoice, Usage,
 };
+use crate::protocol::openai::{self, Shape};
 use crate::protocol::sse::push_event;
 use crate::protocol::StreamEncoder;
 use crate::util::new_id;
@@ -47,17 +48,12 @@ fn skeleton(id: &str, model: &str, created: u64, req: &Request) -> Value {
     let tools: Vec<Value> = req
         .tools
         .iter()
-        .map(|t| {
-            json!({"type": "function", "name": t.name, "description": t.description,
-                   "parameters": t.parameters, "strict": t.strict.unwrap_or(false)})
-        })
+        .map(|t| openai::encode_function(t, Shape::Flat))
         .collect();
-    let tool_choice = match &req.tool_choice {
-        None | Some(ToolChoice::Auto) => json!("auto"),
-        Some(ToolChoice::None) => json!("none"),
-        Some(ToolChoice::Required) => json!("required"),
-        Some(ToolChoice::Function(n)) => json!({"type": "function", "name": n}),
-    };
+    let tool_choice = openai::encode_tool_choice(
+        req.tool_choice.as_ref().unwrap_or(&ToolChoice::Auto),
+        Shape::Flat,
+    );
     let format = match &req.output_format {
         None | Some(OutputFormat::Text) => json!({"type": "text"}),
         Some(OutputFormat::JsonObject) => json!({"type": "json_object"}),

@@ -6,10 +6,10 @@ use serde_json::{json, Map, Value};
 
 use super::usage_from;
 use crate::protocol::canon::{
-    OutputFormat, Part, Request, Response, Role, StopReason, StreamEvent, ToolChoice,
+    OutputFormat, Part, Request, Response, Role, StopReason, StreamEvent,
 };
-use crate::protocol::chat::image_url_string;
-use crate::protocol::egress::{openai_effort, tool_result_text};
+use crate::protocol::egress::tool_result_text;
+use crate::protocol::openai::{self, image_url_string, Shape};
 use crate::protocol::sse::SseEvent;
 use crate::protocol::{ApiError, EgressOptions, StreamDecoder};
 
@@ -66,31 +66,7 @@ pub fn encode_request(req: &Request, opts: &EgressOptions) -> Result<Value, ApiE
         body.insert("instructions".into(), json!(req.system.join("\n\n")));
     }
     body.insert("input".into(), Value::Array(input));
-    if !req.tools.is_empty() {
-        let tools: Vec<Value> = req
-            .tools
-            .iter()
-            .map(|t| {
-                json!({"type": "function", "name": t.name, "description": t.description,
-                       "parameters": t.parameters, "strict": t.strict.unwrap_or(false)})
-            })
-            .collect();
-        body.insert("tools".into(), Value::Array(tools));
-        if let Some(p) = req.parallel_tool_calls {
-            body.insert("parallel_tool_calls".into(), json!(p));
-        }
-    }
-    if let Some(choice) = &req.tool_choice {
-        body.insert(
-            "tool_choice".into(),
-            match choice {
-                ToolChoice::Auto => json!("auto"),
-                ToolChoice::None => json!("none"),
-                ToolChoice::Required => json!("required"),
-                ToolChoice::Function(n) => json!({"type": "function", "name": n}),
-            },
-        );
-    }
+    openai::encode_tools(req, Shape::Flat, &mut body);
     if let Some(n) = req.max_tokens {
         body.insert("max_output_tokens".into(), json!(n));
     }
@@ -110,19 +86,14 @@ pub fn encode_request(req: &Request, opts: &EgressOptions) -> Result<Value, ApiE
             strict,
             description,
         }) => {
-            let mut f = json!({"type": "json_schema", "name": name, "schema": schema});
-            if let Some(s) = strict {
-                f["strict"] = json!(s);
-            }
-            if let Some(d) = description {
-                f["description"] = json!(d);
-            }
+            let mut f = openai::schema_fields(name, schema, *strict, description.as_deref());
+            f.insert("type".into(), json!("json_schema"));
             body.insert("text".into(), json!({"format": f}));
         }
         _ => {}
     }
     if let Some(e) = &req.reasoning_effort {
-        body.insert("reasoning".into(), json!({"effort": openai_effort(e)}));
+        body.insert("reasoning".into(), json!({"effort": openai::effort(e)}));
     }
     if let Some(u) = &req.user {
         body.insert("user".into(), json!(u));
