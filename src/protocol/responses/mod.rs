@@ -194,88 +194,10 @@ fn decode_item(item: &Value, path: &str, req: &mut Request) -> Result<(), ApiErr
     let o = fields::object(item, path)?;
     let ty = opt_str(o, "type", path)?.unwrap_or("message");
     match ty {
-        "message" => {
-            let role = match fields::req_str(o, "role", path)? {
-                "user" => Role::User,
-                "assistant" => Role::Assistant,
-                "system" | "developer" => Role::System,
-                other => {
-                    return Err(ApiError::invalid_param(
-                        &join(path, "role"),
-                        format!("Invalid value for `{path}.role`: {other:?}."),
-                    ))
-                }
-            };
-            let parts = decode_content(
-                o.get("content").unwrap_or(&Value::Null),
-                &join(path, "content"),
-            )?;
-            if role == Role::System && req.messages.is_empty() {
-                let text: String = parts
-                    .iter()
-                    .filter_map(|p| {
-                        if let Part::Text(t) = p {
-                            Some(t.as_str())
-                        } else {
-                            None
-                        }
-                    })
-                    .collect();
-                req.system.push(text);
-            } else {
-                push_merged(req, role, parts);
-            }
-        }
-        "function_call" | "custom_tool_call" => {
-            let name = fields::req_str(o, "name", path)?;
-            let name = match opt_str(o, "namespace", path)? {
-                Some(ns) => flatten_name(ns, name),
-                None => name.to_string(),
-            };
-            let arguments = if ty == "custom_tool_call" {
-                json!({"input": opt_str(o, "input", path)?.unwrap_or("")}).to_string()
-            } else {
-                opt_str(o, "arguments", path)?.unwrap_or("{}").to_string()
-            };
-            let call = Part::ToolCall {
-                id: fields::req_str(o, "call_id", path)?.to_string(),
-                name,
-                arguments,
-            };
-            push_merged(req, Role::Assistant, vec![call]);
-        }
-        "function_call_output" | "custom_tool_call_output" => {
-            let opath = join(path, "output");
-            let content = match o.get("output") {
-                Some(Value::String(s)) => vec![Part::Text(s.clone())],
-                Some(v @ Value::Array(_)) => decode_content(v, &opath)?,
-                _ => return Err(missing(&opath)),
-            };
-            let result = Part::ToolResult {
-                call_id: fields::req_str(o, "call_id", path)?.to_string(),
-                content,
-                is_error: false,
-            };
-            push_merged(req, Role::Tool, vec![result]);
-        }
-        "reasoning" => {
-            let text: String = opt_array(o, "summary", path)?
-                .into_iter()
-                .flatten()
-                .filter_map(|s| s.get("text").and_then(Value::as_str))
-                .collect::<Vec<_>>()
-                .join("\n");
-            if !text.is_empty() {
-                push_merged(
-                    req,
-                    Role::Assistant,
-                    vec![Part::Reasoning {
-                        text,
-                        signature: None,
-                    }],
-                );
-            }
-        }
+        "message" => decode_message_item(o, path, req)?,
+        "function_call" | "custom_tool_call" => decode_call_item(o, ty, path, req)?,
+        "function_call_output" | "custom_tool_call_output" => decode_output_item(o, path, req)?,
+        "reasoning" => decode_reasoning_item(o, path, req)?,
         "item_reference" => return Err(ApiError::invalid_param(
             path,
             "`item_reference` input items need stored responses, which this gateway does not keep.",
@@ -286,6 +208,102 @@ fn decode_item(item: &Value, path: &str, req: &mut Request) -> Result<(), ApiErr
                 format!("Input items of type {other:?} are not supported by this gateway."),
             ))
         }
+    }
+    Ok(())
+}
+
+type Obj = serde_json::Map<String, Value>;
+
+/// A message item; leading system and developer messages join the system prompt.
+fn decode_message_item(o: &Obj, path: &str, req: &mut Request) -> Result<(), ApiError> {
+    let role = match fields::req_str(o, "role", path)? {
+        "user" => Role::User,
+        "assistant" => Role::Assistant,
+        "system" | "developer" => Role::System,
+        other => {
+            return Err(ApiError::invalid_param(
+                &join(path, "role"),
+                format!("Invalid value for `{path}.role`: {other:?}."),
+            ))
+        }
+    };
+    let parts = decode_content(
+        o.get("content").unwrap_or(&Value::Null),
+        &join(path, "content"),
+    )?;
+    if role == Role::System && req.messages.is_empty() {
+        let text: String = parts
+            .iter()
+            .filter_map(|p| {
+                if let Part::Text(t) = p {
+                    Some(t.as_str())
+                } else {
+                    None
+                }
+            })
+            .collect();
+        req.system.push(text);
+    } else {
+        push_merged(req, role, parts);
+    }
+    Ok(())
+}
+
+/// A function (or custom tool) call the assistant made earlier.
+fn decode_call_item(o: &Obj, ty: &str, path: &str, req: &mut Request) -> Result<(), ApiError> {
+    let name = fields::req_str(o, "name", path)?;
+    let name = match opt_str(o, "namespace", path)? {
+        Some(ns) => flatten_name(ns, name),
+        None => name.to_string(),
+    };
+    let arguments = if ty == "custom_tool_call" {
+        json!({"input": opt_str(o, "input", path)?.unwrap_or("")}).to_string()
+    } else {
+        opt_str(o, "arguments", path)?.unwrap_or("{}").to_string()
+    };
+    let call = Part::ToolCall {
+        id: fields::req_str(o, "call_id", path)?.to_string(),
+        name,
+        arguments,
+    };
+    push_merged(req, Role::Assistant, vec![call]);
+    Ok(())
+}
+
+/// The output of an earlier call, as a tool result.
+fn decode_output_item(o: &Obj, path: &str, req: &mut Request) -> Result<(), ApiError> {
+    let opath = join(path, "output");
+    let content = match o.get("output") {
+        Some(Value::String(s)) => vec![Part::Text(s.clone())],
+        Some(v @ Value::Array(_)) => decode_content(v, &opath)?,
+        _ => return Err(missing(&opath)),
+    };
+    let result = Part::ToolResult {
+        call_id: fields::req_str(o, "call_id", path)?.to_string(),
+        content,
+        is_error: false,
+    };
+    push_merged(req, Role::Tool, vec![result]);
+    Ok(())
+}
+
+/// Earlier reasoning: its summary text.
+fn decode_reasoning_item(o: &Obj, path: &str, req: &mut Request) -> Result<(), ApiError> {
+    let text: String = opt_array(o, "summary", path)?
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s.get("text").and_then(Value::as_str))
+        .collect::<Vec<_>>()
+        .join("\n");
+    if !text.is_empty() {
+        push_merged(
+            req,
+            Role::Assistant,
+            vec![Part::Reasoning {
+                text,
+                signature: None,
+            }],
+        );
     }
     Ok(())
 }

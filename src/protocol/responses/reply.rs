@@ -350,6 +350,83 @@ impl ResponsesStreamEncoder {
     }
 }
 
+impl ResponsesStreamEncoder {
+    fn text_delta(&mut self, t: &str, out: &mut Vec<u8>) {
+        let idx = match self.open {
+            Some(i) if matches!(self.items[i], Item::Message { .. }) => i,
+            _ => self.open_item(
+                out,
+                Item::Message {
+                    id: new_id("msg_"),
+                    text: String::new(),
+                },
+            ),
+        };
+        let Item::Message { id, text } = &mut self.items[idx] else {
+            return;
+        };
+        text.push_str(t);
+        let d = json!({"item_id": id, "output_index": idx, "content_index": 0, "delta": t, "logprobs": []});
+        self.emit(out, "response.output_text.delta", d);
+    }
+
+    fn reasoning_delta(&mut self, t: &str, out: &mut Vec<u8>) {
+        let idx = match self.open {
+            Some(i) if matches!(self.items[i], Item::Reasoning { .. }) => i,
+            _ => self.open_item(
+                out,
+                Item::Reasoning {
+                    id: new_id("rs_"),
+                    text: String::new(),
+                },
+            ),
+        };
+        let Item::Reasoning { id, text } = &mut self.items[idx] else {
+            return;
+        };
+        text.push_str(t);
+        let d = json!({"item_id": id, "output_index": idx, "summary_index": 0, "delta": t});
+        self.emit(out, "response.reasoning_summary_text.delta", d);
+    }
+
+    fn args_delta(&mut self, index: usize, delta: &str, out: &mut Vec<u8>) {
+        let found = self
+            .items
+            .iter()
+            .position(|it| matches!(it, Item::Call { canon_index, .. } if *canon_index == index));
+        let Some(idx) = found else { return };
+        if self.open != Some(idx) {
+            // Arguments for a call whose item is already closed cannot be placed; SDKs would reject a delta
+            // after `output_item.done`.
+            log::warn!("dropping arguments for a tool call that was already closed");
+            return;
+        }
+        let Item::Call { id, args, name, .. } = &mut self.items[idx] else {
+            return;
+        };
+        args.push_str(delta);
+        if is_custom(&self.req, name) {
+            return;
+        }
+        let d = json!({"item_id": id, "output_index": idx, "delta": delta});
+        self.emit(out, "response.function_call_arguments.delta", d);
+    }
+
+    /// The in-stream `error` event (with the request id), then `response.failed`; nothing after it.
+    fn fail(&mut self, e: &crate::protocol::ApiError, out: &mut Vec<u8>) {
+        self.failed = true;
+        let code = e.code().unwrap_or("server_error");
+        let message = e.openai_object(&self.request_id)["message"].clone();
+        let d = json!({"code": code, "message": message, "param": e.param()});
+        self.emit(out, "error", d);
+        let mut r = self.response.clone();
+        r["status"] = json!("failed");
+        r["error"] = json!({"code": code, "message": message});
+        r["output"] = Value::Array(self.done_items.clone());
+        self.emit(out, "response.failed", json!({"response": r}));
+    }
+}
+
 impl StreamEncoder for ResponsesStreamEncoder {
     fn encode(&mut self, event: &StreamEvent, out: &mut Vec<u8>) {
         if self.failed {
@@ -370,42 +447,8 @@ impl StreamEncoder for ResponsesStreamEncoder {
                 let r = self.response.clone();
                 self.emit(out, "response.in_progress", json!({"response": r}));
             }
-            StreamEvent::TextDelta(t) => {
-                let idx = match self.open {
-                    Some(i) if matches!(self.items[i], Item::Message { .. }) => i,
-                    _ => self.open_item(
-                        out,
-                        Item::Message {
-                            id: new_id("msg_"),
-                            text: String::new(),
-                        },
-                    ),
-                };
-                let Item::Message { id, text } = &mut self.items[idx] else {
-                    return;
-                };
-                text.push_str(t);
-                let d = json!({"item_id": id, "output_index": idx, "content_index": 0, "delta": t, "logprobs": []});
-                self.emit(out, "response.output_text.delta", d);
-            }
-            StreamEvent::ReasoningDelta(t) => {
-                let idx = match self.open {
-                    Some(i) if matches!(self.items[i], Item::Reasoning { .. }) => i,
-                    _ => self.open_item(
-                        out,
-                        Item::Reasoning {
-                            id: new_id("rs_"),
-                            text: String::new(),
-                        },
-                    ),
-                };
-                let Item::Reasoning { id, text } = &mut self.items[idx] else {
-                    return;
-                };
-                text.push_str(t);
-                let d = json!({"item_id": id, "output_index": idx, "summary_index": 0, "delta": t});
-                self.emit(out, "response.reasoning_summary_text.delta", d);
-            }
+            StreamEvent::TextDelta(t) => self.text_delta(t, out),
+            StreamEvent::ReasoningDelta(t) => self.reasoning_delta(t, out),
             StreamEvent::ReasoningSignature(_) => {}
             StreamEvent::ToolCallStart { index, id, name } => {
                 let item = Item::Call {
@@ -417,41 +460,10 @@ impl StreamEncoder for ResponsesStreamEncoder {
                 };
                 self.open_item(out, item);
             }
-            StreamEvent::ToolArgsDelta { index, delta } => {
-                let found = self.items.iter().position(
-                    |it| matches!(it, Item::Call { canon_index, .. } if canon_index == index),
-                );
-                let Some(idx) = found else { return };
-                if self.open != Some(idx) {
-                    // Arguments for a call whose item is already closed cannot be placed; SDKs would reject
-                    // a delta after `output_item.done`.
-                    log::warn!("dropping arguments for a tool call that was already closed");
-                    return;
-                }
-                let Item::Call { id, args, name, .. } = &mut self.items[idx] else {
-                    return;
-                };
-                args.push_str(delta);
-                if is_custom(&self.req, name) {
-                    return;
-                }
-                let d = json!({"item_id": id, "output_index": idx, "delta": delta});
-                self.emit(out, "response.function_call_arguments.delta", d);
-            }
+            StreamEvent::ToolArgsDelta { index, delta } => self.args_delta(*index, delta, out),
             StreamEvent::Usage(u) => self.usage = *u,
             StreamEvent::Finish(r) => self.stop = Some(r.clone()),
-            StreamEvent::Error(e) => {
-                self.failed = true;
-                let code = e.code().unwrap_or("server_error");
-                let message = e.openai_object(&self.request_id)["message"].clone();
-                let d = json!({"code": code, "message": message, "param": e.param()});
-                self.emit(out, "error", d);
-                let mut r = self.response.clone();
-                r["status"] = json!("failed");
-                r["error"] = json!({"code": code, "message": message});
-                r["output"] = Value::Array(self.done_items.clone());
-                self.emit(out, "response.failed", json!({"response": r}));
-            }
+            StreamEvent::Error(e) => self.fail(e, out),
         }
     }
 

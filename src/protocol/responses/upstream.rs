@@ -22,44 +22,7 @@ pub fn encode_request(req: &Request, opts: &EgressOptions) -> Result<Value, ApiE
              (or `stop_sequences`).",
         ));
     }
-    let mut input = Vec::new();
-    for m in &req.messages {
-        match m.role {
-            Role::System => input.push(json!({"type": "message", "role": "developer",
-                "content": [{"type": "input_text", "text": m.joined_text()}]})),
-            Role::User | Role::Tool => {
-                let mut parts = Vec::new();
-                for p in &m.content {
-                    match p {
-                        Part::ToolResult { call_id, content, is_error } => input.push(json!({
-                            "type": "function_call_output", "call_id": call_id,
-                            "output": tool_result_text(content, *is_error)
-                        })),
-                        Part::Text(t) => parts.push(json!({"type": "input_text", "text": t})),
-                        Part::Image(src) => parts.push(
-                            json!({"type": "input_image", "image_url": image_url_string(src), "detail": "auto"}),
-                        ),
-                        _ => {}
-                    }
-                }
-                if !parts.is_empty() {
-                    input.push(json!({"type": "message", "role": "user", "content": parts}));
-                }
-            }
-            Role::Assistant => {
-                for p in &m.content {
-                    match p {
-                        Part::Text(t) if !t.is_empty() => input.push(json!({"type": "message", "role": "assistant",
-                            "content": [{"type": "output_text", "text": t, "annotations": []}]})),
-                        Part::ToolCall { id, name, arguments } => input.push(json!({
-                            "type": "function_call", "call_id": id, "name": name, "arguments": arguments
-                        })),
-                        _ => {}
-                    }
-                }
-            }
-        }
-    }
+    let input = encode_input(req);
     let mut body = Map::new();
     body.insert("model".into(), json!(opts.model));
     if !req.system.is_empty() {
@@ -103,6 +66,50 @@ pub fn encode_request(req: &Request, opts: &EgressOptions) -> Result<Value, ApiE
         body.insert("stream".into(), json!(true));
     }
     Ok(Value::Object(body))
+}
+
+/// The conversation as Responses input items: system turns as developer messages, tool calls and their
+/// results as items of their own.
+fn encode_input(req: &Request) -> Vec<Value> {
+    let mut input = Vec::new();
+    for m in &req.messages {
+        match m.role {
+            Role::System => input.push(json!({"type": "message", "role": "developer",
+                "content": [{"type": "input_text", "text": m.joined_text()}]})),
+            Role::User | Role::Tool => {
+                let mut parts = Vec::new();
+                for p in &m.content {
+                    match p {
+                        Part::ToolResult { call_id, content, is_error } => input.push(json!({
+                            "type": "function_call_output", "call_id": call_id,
+                            "output": tool_result_text(content, *is_error)
+                        })),
+                        Part::Text(t) => parts.push(json!({"type": "input_text", "text": t})),
+                        Part::Image(src) => parts.push(
+                            json!({"type": "input_image", "image_url": image_url_string(src), "detail": "auto"}),
+                        ),
+                        _ => {}
+                    }
+                }
+                if !parts.is_empty() {
+                    input.push(json!({"type": "message", "role": "user", "content": parts}));
+                }
+            }
+            Role::Assistant => {
+                for p in &m.content {
+                    match p {
+                        Part::Text(t) if !t.is_empty() => input.push(json!({"type": "message", "role": "assistant",
+                            "content": [{"type": "output_text", "text": t, "annotations": []}]})),
+                        Part::ToolCall { id, name, arguments } => input.push(json!({
+                            "type": "function_call", "call_id": id, "name": name, "arguments": arguments
+                        })),
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+    input
 }
 
 /// Output items of a `response` as canonical parts; returns also whether there were function calls.
@@ -222,47 +229,19 @@ impl StreamDecoder for ResponsesStreamDecoder {
             .or(ev.event.as_deref())
             .unwrap_or("");
         let output_index = v.get("output_index").and_then(Value::as_u64).unwrap_or(0);
+        let delta = || {
+            v.get("delta")
+                .and_then(Value::as_str)
+                .filter(|d| !d.is_empty())
+                .map(str::to_string)
+        };
         match ty {
-            "response.output_item.added" => {
-                let item = v.get("item").unwrap_or(&Value::Null);
-                if item.get("type").and_then(Value::as_str) == Some("function_call") {
-                    let index = self.calls.len();
-                    self.calls.push((output_index, index, false));
-                    out.push(StreamEvent::ToolCallStart {
-                        index,
-                        id: str_at(item, "call_id"),
-                        name: str_at(item, "name"),
-                    });
-                    if let Some(a) = item
-                        .get("arguments")
-                        .and_then(Value::as_str)
-                        .filter(|a| !a.is_empty())
-                    {
-                        self.calls[index].2 = true;
-                        out.push(StreamEvent::ToolArgsDelta {
-                            index,
-                            delta: a.to_string(),
-                        });
-                    }
-                }
-            }
+            "response.output_item.added" => self.item_added(&v, output_index, out),
             "response.output_text.delta" | "response.refusal.delta" => {
-                if let Some(d) = v
-                    .get("delta")
-                    .and_then(Value::as_str)
-                    .filter(|d| !d.is_empty())
-                {
-                    out.push(StreamEvent::TextDelta(d.to_string()));
-                }
+                out.extend(delta().map(StreamEvent::TextDelta));
             }
             "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
-                if let Some(d) = v
-                    .get("delta")
-                    .and_then(Value::as_str)
-                    .filter(|d| !d.is_empty())
-                {
-                    out.push(StreamEvent::ReasoningDelta(d.to_string()));
-                }
+                out.extend(delta().map(StreamEvent::ReasoningDelta));
             }
             "response.function_call_arguments.delta" => {
                 if let Some(call) = self.calls.iter_mut().find(|c| c.0 == output_index) {
@@ -274,18 +253,7 @@ impl StreamDecoder for ResponsesStreamDecoder {
                     });
                 }
             }
-            "response.output_item.done" => {
-                // Arguments that arrived only whole, at the end.
-                if let Some(call) = self.calls.iter_mut().find(|c| c.0 == output_index && !c.2) {
-                    call.2 = true;
-                    if let Some(a) = v.pointer("/item/arguments").and_then(Value::as_str) {
-                        out.push(StreamEvent::ToolArgsDelta {
-                            index: call.1,
-                            delta: a.to_string(),
-                        });
-                    }
-                }
-            }
+            "response.output_item.done" => self.item_done(&v, output_index, out),
             "response.completed" | "response.incomplete" | "response.failed" => {
                 let resp = v.get("response").unwrap_or(&Value::Null);
                 if let Some(u) = resp.get("usage").and_then(usage_from) {
@@ -310,6 +278,47 @@ impl StreamDecoder for ResponsesStreamDecoder {
             _ => {}
         }
         false
+    }
+}
+
+impl ResponsesStreamDecoder {
+    /// A new output item: a function call starts a tool call (with arguments, when they came whole).
+    fn item_added(&mut self, v: &Value, output_index: u64, out: &mut Vec<StreamEvent>) {
+        let item = v.get("item").unwrap_or(&Value::Null);
+        if item.get("type").and_then(Value::as_str) != Some("function_call") {
+            return;
+        }
+        let index = self.calls.len();
+        self.calls.push((output_index, index, false));
+        out.push(StreamEvent::ToolCallStart {
+            index,
+            id: str_at(item, "call_id"),
+            name: str_at(item, "name"),
+        });
+        if let Some(a) = item
+            .get("arguments")
+            .and_then(Value::as_str)
+            .filter(|a| !a.is_empty())
+        {
+            self.calls[index].2 = true;
+            out.push(StreamEvent::ToolArgsDelta {
+                index,
+                delta: a.to_string(),
+            });
+        }
+    }
+
+    /// An item done: arguments that arrived only whole, at the end.
+    fn item_done(&mut self, v: &Value, output_index: u64, out: &mut Vec<StreamEvent>) {
+        if let Some(call) = self.calls.iter_mut().find(|c| c.0 == output_index && !c.2) {
+            call.2 = true;
+            if let Some(a) = v.pointer("/item/arguments").and_then(Value::as_str) {
+                out.push(StreamEvent::ToolArgsDelta {
+                    index: call.1,
+                    delta: a.to_string(),
+                });
+            }
+        }
     }
 }
 

@@ -1,0 +1,382 @@
+//! The structural rules ARCHITECTURE.md states, checked on the source tree: no import circles among the
+//! files of `src/`, no wire field named in `src/server/`, no hand-passed argument bundles, functions a
+//! reader can hold in `src/server/` and `src/protocol/`, and module comments that point at files that exist.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let p = entry.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|e| e == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A file's code without its test module (from `#[cfg(test)]` on) and without `//` comments.
+fn code_of(p: &Path) -> String {
+    let text = std::fs::read_to_string(p).unwrap();
+    let text = text.split("#[cfg(test)]").next().unwrap_or("");
+    text.lines()
+        .map(|l| match l.find("//") {
+            Some(i) if !l[..i].contains('"') => &l[..i],
+            _ => l,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The module path of a file under `src/` (`server/mod.rs` → `["server"]`).
+fn module_of(src: &Path, p: &Path) -> Vec<String> {
+    let rel = p.strip_prefix(src).unwrap().with_extension("");
+    let mut parts: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if matches!(
+        parts.last().map(String::as_str),
+        Some("mod" | "lib" | "main")
+    ) {
+        parts.pop();
+    }
+    parts
+}
+
+/// `a::{b, c::{d}}` → `a::b`, `a::c::d`.
+fn expand_use(body: &str) -> Vec<String> {
+    let body: String = body.chars().filter(|c| !c.is_whitespace()).collect();
+    let Some(open) = body.find('{') else {
+        return vec![body];
+    };
+    let (prefix, inner) = (&body[..open], &body[open + 1..body.len() - 1]);
+    let mut parts = Vec::new();
+    let (mut depth, mut cur) = (0, String::new());
+    for ch in inner.chars() {
+        match ch {
+            ',' if depth == 0 => parts.push(std::mem::take(&mut cur)),
+            '{' => {
+                depth += 1;
+                cur.push(ch);
+            }
+            '}' => {
+                depth -= 1;
+                cur.push(ch);
+            }
+            _ => cur.push(ch),
+        }
+    }
+    if !cur.is_empty() {
+        parts.push(cur);
+    }
+    parts
+        .iter()
+        .flat_map(|p| expand_use(p))
+        .map(|p| format!("{prefix}{p}"))
+        .collect()
+}
+
+/// Paths starting with `crate::` or `super::` in a file's code (in `use` items and inline).
+fn paths_in(code: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = code;
+    while let Some(i) = rest.find("use ") {
+        let before_ok = i == 0 || !rest.as_bytes()[i - 1].is_ascii_alphanumeric();
+        rest = &rest[i + 4..];
+        if before_ok {
+            if let Some(end) = rest.find(';') {
+                out.extend(expand_use(&rest[..end]));
+            }
+        }
+    }
+    for start in ["crate::", "super::"] {
+        let mut from = 0;
+        while let Some(i) = code[from..].find(start) {
+            let at = from + i;
+            let prev = code[..at].chars().last();
+            let end = code[at..]
+                .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+                .map_or(code.len(), |e| at + e);
+            if !prev.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+                out.push(code[at..end].to_string());
+            }
+            from = end.max(at + 1);
+        }
+    }
+    out
+}
+
+#[test]
+fn no_import_circles_among_source_files() {
+    let src = root().join("src");
+    let files = rust_files(&src);
+    let modules: BTreeMap<Vec<String>, PathBuf> = files
+        .iter()
+        .map(|p| (module_of(&src, p), p.clone()))
+        .collect();
+    let resolve = |path: &[String]| {
+        (1..=path.len())
+            .rev()
+            .find_map(|n| modules.get(&path[..n]).cloned())
+    };
+    let mut edges: BTreeMap<PathBuf, BTreeSet<PathBuf>> = BTreeMap::new();
+    for p in &files {
+        let me = module_of(&src, p);
+        let is_mod = matches!(
+            p.file_stem().and_then(|s| s.to_str()),
+            Some("mod" | "lib" | "main")
+        );
+        for raw in paths_in(&code_of(p)) {
+            let segs: Vec<&str> = raw
+                .split("::")
+                .filter(|s| !s.is_empty() && *s != "self")
+                .collect();
+            let target: Vec<String> = match segs.first() {
+                Some(&"crate") => segs[1..].iter().map(|s| s.to_string()).collect(),
+                Some(&"super") => {
+                    // The first `super` of a file is its parent module; of a `mod.rs`, the parent's parent.
+                    let mut base = if is_mod {
+                        me.clone()
+                    } else {
+                        me[..me.len().saturating_sub(1)].to_vec()
+                    };
+                    let ups = segs.iter().take_while(|s| **s == "super").count();
+                    for _ in 1..ups {
+                        base.pop();
+                    }
+                    if is_mod {
+                        base.pop();
+                    }
+                    base.extend(segs[ups..].iter().map(|s| s.to_string()));
+                    base
+                }
+                _ => continue,
+            };
+            if let Some(q) = resolve(&target) {
+                if &q != p {
+                    edges.entry(p.clone()).or_default().insert(q);
+                }
+            }
+        }
+    }
+    let circles = strongly_connected(&files, &edges);
+    let shown: Vec<String> = circles
+        .iter()
+        .map(|c| {
+            c.iter()
+                .map(|p| p.strip_prefix(root()).unwrap().display().to_string())
+                .collect::<Vec<_>>()
+                .join(" <-> ")
+        })
+        .collect();
+    assert!(shown.is_empty(), "import circles: {shown:#?}");
+}
+
+/// Tarjan's algorithm: the groups of two or more files that reach each other.
+fn strongly_connected(
+    files: &[PathBuf],
+    edges: &BTreeMap<PathBuf, BTreeSet<PathBuf>>,
+) -> Vec<Vec<PathBuf>> {
+    struct State<'a> {
+        edges: &'a BTreeMap<PathBuf, BTreeSet<PathBuf>>,
+        index: BTreeMap<PathBuf, usize>,
+        low: BTreeMap<PathBuf, usize>,
+        stack: Vec<PathBuf>,
+        on: BTreeSet<PathBuf>,
+        out: Vec<Vec<PathBuf>>,
+    }
+    fn visit(s: &mut State, v: &PathBuf) {
+        let n = s.index.len();
+        s.index.insert(v.clone(), n);
+        s.low.insert(v.clone(), n);
+        s.stack.push(v.clone());
+        s.on.insert(v.clone());
+        let next: Vec<PathBuf> = s.edges.get(v).into_iter().flatten().cloned().collect();
+        for w in &next {
+            if !s.index.contains_key(w) {
+                visit(s, w);
+                let lw = s.low[w];
+                let lv = s.low.get_mut(v).unwrap();
+                *lv = (*lv).min(lw);
+            } else if s.on.contains(w) {
+                let iw = s.index[w];
+                let lv = s.low.get_mut(v).unwrap();
+                *lv = (*lv).min(iw);
+            }
+        }
+        if s.low[v] == s.index[v] {
+            let mut comp = Vec::new();
+            while let Some(w) = s.stack.pop() {
+                s.on.remove(&w);
+                let done = &w == v;
+                comp.push(w);
+                if done {
+                    break;
+                }
+            }
+            if comp.len() > 1 {
+                comp.sort();
+                s.out.push(comp);
+            }
+        }
+    }
+    let mut s = State {
+        edges,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on: BTreeSet::new(),
+        out: Vec::new(),
+    };
+    for f in files {
+        if !s.index.contains_key(f) {
+            visit(&mut s, f);
+        }
+    }
+    s.out
+}
+
+/// The checker finds a circle when there is one (so a pass above means something).
+#[test]
+fn the_circle_check_sees_a_circle() {
+    let a = PathBuf::from("a.rs");
+    let b = PathBuf::from("b.rs");
+    let c = PathBuf::from("c.rs");
+    let mut edges = BTreeMap::new();
+    edges.insert(a.clone(), BTreeSet::from([b.clone()]));
+    edges.insert(b.clone(), BTreeSet::from([a.clone(), c.clone()]));
+    let found = strongly_connected(&[a.clone(), b.clone(), c], &edges);
+    assert_eq!(found, vec![vec![a, b]]);
+    let found = paths_in("use super::{x::Y, z};\nlet v = crate::m::f();");
+    for p in ["super::x::Y", "super::z", "crate::m::f"] {
+        assert!(found.iter().any(|f| f == p), "{p} in {found:?}");
+    }
+}
+
+/// Protocol knowledge lives in `src/protocol/`: the request pipeline in `src/server/` names no field of a
+/// wire format and indexes no JSON by field name.
+#[test]
+fn the_server_names_no_wire_field() {
+    let wire = [
+        "stream_options",
+        "include_usage",
+        "anthropic-version",
+        "anthropic-beta",
+        "\"max_tokens\"",
+        "\"max_completion_tokens\"",
+        "sequence_number",
+        "previous_response_id",
+        "\"choices\"",
+        "\"delta\"",
+        "\"content\"",
+    ];
+    let mut found = Vec::new();
+    for p in rust_files(&root().join("src/server")) {
+        let code = code_of(&p);
+        for w in wire {
+            if code.contains(w) {
+                found.push(format!("{}: {w}", p.display()));
+            }
+        }
+        for (i, _) in code.match_indices("[\"") {
+            let rest = &code[i + 2..];
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                .collect();
+            if !name.is_empty() && rest[name.len()..].starts_with("\"]") {
+                found.push(format!("{}: [\"{name}\"]", p.display()));
+            }
+        }
+    }
+    assert!(found.is_empty(), "wire fields in src/server: {found:#?}");
+}
+
+/// No function takes a bundle of arguments passed by hand (what `too_many_arguments` would flag).
+#[test]
+fn no_argument_bundles() {
+    let allowed: Vec<String> = rust_files(&root().join("src"))
+        .into_iter()
+        .filter(|p| code_of(p).contains("too_many_arguments"))
+        .map(|p| p.display().to_string())
+        .collect();
+    assert!(
+        allowed.is_empty(),
+        "too_many_arguments allowed in {allowed:?}"
+    );
+}
+
+/// Functions of the request pipeline and the codecs fit on a screen or two (about 80 lines).
+#[test]
+fn functions_a_reader_can_hold() {
+    let mut long = Vec::new();
+    for dir in ["src/server", "src/protocol"] {
+        for p in rust_files(&root().join(dir)) {
+            let code = code_of(&p);
+            let lines: Vec<&str> = code.lines().collect();
+            for (i, l) in lines.iter().enumerate() {
+                let t = l.trim_start();
+                let is_fn = t.starts_with("fn ")
+                    || t.starts_with("pub fn ")
+                    || t.starts_with("pub(crate) fn ")
+                    || t.starts_with("pub(super) fn ");
+                if !is_fn || t.ends_with(';') {
+                    continue;
+                }
+                let indent = &l[..l.len() - t.len()];
+                let close = format!("{indent}}}");
+                let end = lines[i..].iter().position(|x| *x == close).unwrap_or(0);
+                if end + 1 > 82 {
+                    long.push(format!("{}:{} ({} lines)", p.display(), i + 1, end + 1));
+                }
+            }
+        }
+    }
+    assert!(long.is_empty(), "functions over ~80 lines: {long:#?}");
+}
+
+/// Module comments that name a source file name one that exists.
+#[test]
+fn module_comments_point_at_files_that_exist() {
+    let root = root();
+    let mut missing = Vec::new();
+    for p in rust_files(&root.join("src")) {
+        let text = std::fs::read_to_string(&p).unwrap();
+        for line in text.lines().filter(|l| l.starts_with("//!")) {
+            for word in line.split('`').skip(1).step_by(2) {
+                let named = word.trim_end_matches(['.', ',', ')']);
+                let looks_like_file =
+                    (named.ends_with(".rs") || named.ends_with(".md") || named.ends_with(".js"))
+                        && !named.contains(' ')
+                        && !named.contains('*');
+                if !looks_like_file {
+                    continue;
+                }
+                let candidates = [
+                    root.join(named),
+                    root.join("src").join(named),
+                    p.parent().unwrap().join(named),
+                ];
+                if !candidates.iter().any(|c| c.exists()) {
+                    missing.push(format!("{}: {named}", p.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "module comments name missing files: {missing:#?}"
+    );
+}
