@@ -98,23 +98,6 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             format!("expected host:port such as 127.0.0.1:8080, got {listen:?}"),
         )
     })?;
-    let positive = |field: &str, v: Option<usize>, default: usize| -> Result<usize, ConfigError> {
-        match v {
-            Some(0) => Err(err(field, "expected a number greater than 0, got 0")),
-            Some(n) => Ok(n),
-            None => Ok(default),
-        }
-    };
-    let secs = |field: &str, v: Option<u64>, default: u64| -> Result<Duration, ConfigError> {
-        match v {
-            Some(0) => Err(err(
-                field,
-                "expected a number of seconds greater than 0, got 0",
-            )),
-            Some(n) => Ok(Duration::from_secs(n)),
-            None => Ok(Duration::from_secs(default)),
-        }
-    };
     let log_level = raw.log_level.unwrap_or_else(|| "info".into());
     if !["error", "warn", "info", "debug", "trace", "off"].contains(&log_level.as_str()) {
         return Err(err(
@@ -131,186 +114,310 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             "expected the name of an environment variable, got an empty string",
         ));
     }
-
-    let mut upstreams = Vec::new();
     let mut seen = HashSet::new();
-    for (i, u) in raw.upstreams.into_iter().enumerate() {
-        let f = |k: &str| format!("upstreams[{i}].{k}");
-        if u.name.is_empty() {
-            return Err(err(f("name"), "expected a non-empty name"));
-        }
-        if !seen.insert(u.name.clone()) {
-            return Err(err(
-                f("name"),
-                format!("duplicate upstream name {:?}", u.name),
-            ));
-        }
-        let kind = match u.kind.as_str() {
-            "openai-chat" => UpstreamKind::OpenAiChat,
-            "openai-responses" => UpstreamKind::OpenAiResponses,
-            "anthropic" => UpstreamKind::Anthropic,
-            "mock" => UpstreamKind::Mock,
-            other => {
+    let upstreams = raw
+        .upstreams
+        .into_iter()
+        .enumerate()
+        .map(|(i, u)| validate_upstream(i, u, &mut seen))
+        .collect::<Result<Vec<_>, _>>()?;
+    let models = validate_models(raw.models, &upstreams)?;
+    let groups = validate_groups(raw.groups)?;
+    Ok(Config {
+        listen,
+        data_dir: PathBuf::from(raw.data_dir.unwrap_or_else(|| "./tollgate-data".into())),
+        admin_token_env,
+        workers: positive("workers", raw.workers, 256)?,
+        queue_size: positive("queue_size", raw.queue_size, 1024)?,
+        max_connections: positive("max_connections", raw.max_connections, 4096)?,
+        max_body_bytes: bytes("max_body_bytes", raw.max_body_bytes, 32 * 1024 * 1024)?,
+        max_buffered_body_bytes: bytes(
+            "max_buffered_body_bytes",
+            raw.max_buffered_body_bytes,
+            256 * 1024 * 1024,
+        )?,
+        read_timeout: secs("read_timeout_secs", raw.read_timeout_secs, 60)?,
+        write_timeout: secs("write_timeout_secs", raw.write_timeout_secs, 60)?,
+        shutdown_grace: secs("shutdown_grace_secs", raw.shutdown_grace_secs, 30)?,
+        keepalive: secs("keepalive_secs", raw.keepalive_secs, 15)?,
+        ledger_sync: millis("ledger_sync_ms", raw.ledger_sync_ms, 200)?,
+        ledger_strict: raw.ledger_strict.unwrap_or(false),
+        ledger_backlog_records: backlog(raw.ledger_backlog_records)?,
+        log_level,
+        log_format: log_format(raw.log_format.as_deref())?,
+        upstreams,
+        models,
+        groups,
+    })
+}
+
+fn positive(field: &str, v: Option<usize>, default: usize) -> Result<usize, ConfigError> {
+    match v {
+        Some(0) => Err(err(field, "expected a number greater than 0, got 0")),
+        Some(n) => Ok(n),
+        None => Ok(default),
+    }
+}
+
+fn secs(field: &str, v: Option<u64>, default: u64) -> Result<Duration, ConfigError> {
+    match v {
+        Some(0) => Err(err(
+            field,
+            "expected a number of seconds greater than 0, got 0",
+        )),
+        Some(n) => Ok(Duration::from_secs(n)),
+        None => Ok(Duration::from_secs(default)),
+    }
+}
+
+fn millis(field: &str, v: Option<u64>, default: u64) -> Result<Duration, ConfigError> {
+    match v {
+        Some(0) => Err(err(
+            field,
+            "expected a number of milliseconds greater than 0",
+        )),
+        Some(n) => Ok(Duration::from_millis(n)),
+        None => Ok(Duration::from_millis(default)),
+    }
+}
+
+fn bytes(field: &str, v: Option<u64>, default: u64) -> Result<u64, ConfigError> {
+    match v {
+        Some(0) => Err(err(field, "expected a number of bytes greater than 0")),
+        Some(n) => Ok(n),
+        None => Ok(default),
+    }
+}
+
+fn backlog(v: Option<u64>) -> Result<usize, ConfigError> {
+    match v {
+        None => Ok(10_000),
+        Some(n) if (1..=10_000_000).contains(&n) => Ok(n as usize),
+        Some(n) => Err(err(
+            "ledger_backlog_records",
+            format!("expected 1 to 10000000 records, got {n}"),
+        )),
+    }
+}
+
+fn log_format(v: Option<&str>) -> Result<String, ConfigError> {
+    match v {
+        None | Some("text") => Ok("text".to_string()),
+        Some("json") => Ok("json".to_string()),
+        Some(other) => Err(err(
+            "log_format",
+            format!("expected \"text\" or \"json\", got {other:?}"),
+        )),
+    }
+}
+
+/// One `[[upstreams]]` entry (`seen`: the names so far).
+fn validate_upstream(
+    i: usize,
+    u: RawUpstream,
+    seen: &mut HashSet<String>,
+) -> Result<Upstream, ConfigError> {
+    let f = |k: &str| format!("upstreams[{i}].{k}");
+    if u.name.is_empty() {
+        return Err(err(f("name"), "expected a non-empty name"));
+    }
+    if !seen.insert(u.name.clone()) {
+        return Err(err(
+            f("name"),
+            format!("duplicate upstream name {:?}", u.name),
+        ));
+    }
+    let (kind, base_url) = kind_and_url(&u.kind, u.base_url, &f)?;
+    let is_openai = base_url.contains("://api.openai.com");
+    let api_key = match &u.api_key_env {
+        None => None,
+        Some(var) => match std::env::var(var) {
+            Ok(v) if !v.is_empty() => Some(v),
+            _ => {
                 return Err(err(
-                    f("kind"),
-                    format!(
+                    f("api_key_env"),
+                    format!("the environment variable {var} is not set; set it to the upstream's API key or remove api_key_env"),
+                ))
+            }
+        },
+    };
+    Ok(Upstream {
+        name: u.name,
+        kind,
+        base_url,
+        api_key,
+        connect_timeout: secs(&f("connect_timeout_secs"), u.connect_timeout_secs, 10)?,
+        first_byte_timeout: secs(
+            &f("first_byte_timeout_secs"),
+            u.first_byte_timeout_secs,
+            600,
+        )?,
+        idle_timeout: secs(&f("idle_timeout_secs"), u.idle_timeout_secs, 300)?,
+        mock_delay: Duration::from_millis(u.mock_delay_ms.unwrap_or(0)),
+        total_timeout: secs(&f("total_timeout_secs"), u.total_timeout_secs, 3600)?,
+        breaker_failures: match u.breaker_failures {
+            Some(0) => {
+                return Err(err(
+                    f("breaker_failures"),
+                    "expected a number of failures greater than 0",
+                ))
+            }
+            Some(n) => n,
+            None => 5,
+        },
+        breaker_cooldown: secs(&f("breaker_cooldown_secs"), u.breaker_cooldown_secs, 30)?,
+        max_completion_tokens: match u.max_tokens_field.as_deref() {
+            None => is_openai,
+            Some("max_tokens") => false,
+            Some("max_completion_tokens") => true,
+            Some(other) => {
+                return Err(err(
+                    f("max_tokens_field"),
+                    format!("expected \"max_tokens\" or \"max_completion_tokens\", got {other:?}"),
+                ))
+            }
+        },
+    })
+}
+
+/// An upstream's kind and its base URL (required, http or https, without a trailing slash; none for the
+/// mock).
+fn kind_and_url(
+    kind: &str,
+    base_url: Option<String>,
+    f: &dyn Fn(&str) -> String,
+) -> Result<(UpstreamKind, String), ConfigError> {
+    let kind = match kind {
+        "openai-chat" => UpstreamKind::OpenAiChat,
+        "openai-responses" => UpstreamKind::OpenAiResponses,
+        "anthropic" => UpstreamKind::Anthropic,
+        "mock" => UpstreamKind::Mock,
+        other => {
+            return Err(err(
+                f("kind"),
+                format!(
                     "expected one of openai-chat, openai-responses, anthropic, mock; got {other:?}"
                 ),
-                ))
-            }
-        };
-        let base_url = match (kind, u.base_url) {
-            (UpstreamKind::Mock, b) => b.unwrap_or_default(),
-            (_, None) => {
+            ))
+        }
+    };
+    let base_url = match (kind, base_url) {
+        (UpstreamKind::Mock, b) => b.unwrap_or_default(),
+        (_, None) => {
+            return Err(err(
+                f("base_url"),
+                "expected a URL such as http://127.0.0.1:9001/v1",
+            ))
+        }
+        (_, Some(b)) => {
+            if !(b.starts_with("http://") || b.starts_with("https://")) {
                 return Err(err(
                     f("base_url"),
-                    "expected a URL such as http://127.0.0.1:9001/v1",
-                ))
-            }
-            (_, Some(b)) => {
-                if !(b.starts_with("http://") || b.starts_with("https://")) {
-                    return Err(err(
-                        f("base_url"),
-                        format!("expected an http:// or https:// URL, got {b:?}"),
-                    ));
-                }
-                b.trim_end_matches('/').to_string()
-            }
-        };
-        let is_openai = base_url.contains("://api.openai.com");
-        let api_key = match &u.api_key_env {
-            None => None,
-            Some(var) => match std::env::var(var) {
-                Ok(v) if !v.is_empty() => Some(v),
-                _ => {
-                    return Err(err(
-                        f("api_key_env"),
-                        format!("the environment variable {var} is not set; set it to the upstream's API key or remove api_key_env"),
-                    ))
-                }
-            },
-        };
-        upstreams.push(Upstream {
-            name: u.name,
-            kind,
-            base_url,
-            api_key,
-            connect_timeout: secs(&f("connect_timeout_secs"), u.connect_timeout_secs, 10)?,
-            first_byte_timeout: secs(
-                &f("first_byte_timeout_secs"),
-                u.first_byte_timeout_secs,
-                600,
-            )?,
-            idle_timeout: secs(&f("idle_timeout_secs"), u.idle_timeout_secs, 300)?,
-            mock_delay: Duration::from_millis(u.mock_delay_ms.unwrap_or(0)),
-            total_timeout: secs(&f("total_timeout_secs"), u.total_timeout_secs, 3600)?,
-            breaker_failures: match u.breaker_failures {
-                Some(0) => {
-                    return Err(err(
-                        f("breaker_failures"),
-                        "expected a number of failures greater than 0",
-                    ))
-                }
-                Some(n) => n,
-                None => 5,
-            },
-            breaker_cooldown: secs(&f("breaker_cooldown_secs"), u.breaker_cooldown_secs, 30)?,
-            max_completion_tokens: match u.max_tokens_field.as_deref() {
-                None => is_openai,
-                Some("max_tokens") => false,
-                Some("max_completion_tokens") => true,
-                Some(other) => {
-                    return Err(err(
-                        f("max_tokens_field"),
-                        format!(
-                            "expected \"max_tokens\" or \"max_completion_tokens\", got {other:?}"
-                        ),
-                    ))
-                }
-            },
-        });
-    }
-
-    let mut models = Vec::new();
-    let mut seen = HashSet::new();
-    for (i, m) in raw.models.into_iter().enumerate() {
-        let f = |k: &str| format!("models[{i}].{k}");
-        if m.name.is_empty() || m.name.chars().any(char::is_whitespace) {
-            return Err(err(
-                f("name"),
-                format!("expected a non-empty name without spaces, got {:?}", m.name),
-            ));
-        }
-        if !seen.insert(m.name.clone()) {
-            return Err(err(f("name"), format!("duplicate model name {:?}", m.name)));
-        }
-        let names = match m.upstream {
-            OneOrMany::One(s) => vec![s],
-            OneOrMany::Many(v) => v,
-        };
-        if names.is_empty() {
-            return Err(err(
-                f("upstream"),
-                "expected an upstream name or a non-empty list of them",
-            ));
-        }
-        for n in &names {
-            if !upstreams.iter().any(|u: &Upstream| &u.name == n) {
-                let known: Vec<&str> = upstreams.iter().map(|u| u.name.as_str()).collect();
-                return Err(err(
-                    f("upstream"),
-                    format!(
-                        "unknown upstream {n:?}; expected one of [{}]",
-                        known.join(", ")
-                    ),
+                    format!("expected an http:// or https:// URL, got {b:?}"),
                 ));
             }
+            b.trim_end_matches('/').to_string()
         }
-        for (k, v) in [
-            ("input_price", m.input_price),
-            ("output_price", m.output_price),
-            ("cached_input_price", m.cached_input_price),
-        ] {
-            if let Some(p) = v {
-                crate::money::check_price(p).map_err(|m| err(f(k), m))?;
-            }
-        }
-        if m.max_output_tokens == Some(0) {
-            return Err(err(
-                f("max_output_tokens"),
-                "expected a number greater than 0, got 0",
-            ));
-        }
-        models.push(Model {
-            upstream_model: m.upstream_model.unwrap_or_else(|| m.name.clone()),
-            name: m.name,
-            upstreams: names,
-            input_price: m.input_price.unwrap_or_default(),
-            cached_input_price: m.cached_input_price,
-            output_price: m.output_price.unwrap_or_default(),
-            max_output_tokens: m.max_output_tokens.unwrap_or(DEFAULT_MAX_OUTPUT_TOKENS),
-            reasoning: m.reasoning.unwrap_or(false),
-            account_features: m.account_features.unwrap_or(false),
-            disabled: false,
-            structured_via_tool: match m.structured_output.as_deref() {
-                None | Some("native") => false,
-                Some("tool") => true,
-                Some(other) => {
-                    return Err(err(
-                        f("structured_output"),
-                        format!("expected \"native\" or \"tool\", got {other:?}"),
-                    ))
-                }
-            },
-        });
-    }
+    };
+    Ok((kind, base_url))
+}
+
+fn validate_models(raw: Vec<RawModel>, upstreams: &[Upstream]) -> Result<Vec<Model>, ConfigError> {
+    let mut seen = HashSet::new();
+    let models = raw
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| validate_model(i, m, upstreams, &mut seen))
+        .collect::<Result<Vec<_>, _>>()?;
     if models.is_empty() {
         return Err(err("models", "expected at least one [[models]] entry"));
     }
+    Ok(models)
+}
 
-    let mut groups = Vec::new();
+/// One `[[models]]` entry: its upstreams must exist.
+fn validate_model(
+    i: usize,
+    m: RawModel,
+    upstreams: &[Upstream],
+    seen: &mut HashSet<String>,
+) -> Result<Model, ConfigError> {
+    let f = |k: &str| format!("models[{i}].{k}");
+    if m.name.is_empty() || m.name.chars().any(char::is_whitespace) {
+        return Err(err(
+            f("name"),
+            format!("expected a non-empty name without spaces, got {:?}", m.name),
+        ));
+    }
+    if !seen.insert(m.name.clone()) {
+        return Err(err(f("name"), format!("duplicate model name {:?}", m.name)));
+    }
+    let names = match m.upstream {
+        OneOrMany::One(s) => vec![s],
+        OneOrMany::Many(v) => v,
+    };
+    if names.is_empty() {
+        return Err(err(
+            f("upstream"),
+            "expected an upstream name or a non-empty list of them",
+        ));
+    }
+    for n in &names {
+        if !upstreams.iter().any(|u: &Upstream| &u.name == n) {
+            let known: Vec<&str> = upstreams.iter().map(|u| u.name.as_str()).collect();
+            return Err(err(
+                f("upstream"),
+                format!(
+                    "unknown upstream {n:?}; expected one of [{}]",
+                    known.join(", ")
+                ),
+            ));
+        }
+    }
+    for (k, v) in [
+        ("input_price", m.input_price),
+        ("output_price", m.output_price),
+        ("cached_input_price", m.cached_input_price),
+    ] {
+        if let Some(p) = v {
+            crate::money::check_price(p).map_err(|m| err(f(k), m))?;
+        }
+    }
+    if m.max_output_tokens == Some(0) {
+        return Err(err(
+            f("max_output_tokens"),
+            "expected a number greater than 0, got 0",
+        ));
+    }
+    Ok(Model {
+        upstream_model: m.upstream_model.unwrap_or_else(|| m.name.clone()),
+        name: m.name,
+        upstreams: names,
+        input_price: m.input_price.unwrap_or_default(),
+        cached_input_price: m.cached_input_price,
+        output_price: m.output_price.unwrap_or_default(),
+        max_output_tokens: m.max_output_tokens.unwrap_or(DEFAULT_MAX_OUTPUT_TOKENS),
+        reasoning: m.reasoning.unwrap_or(false),
+        account_features: m.account_features.unwrap_or(false),
+        disabled: false,
+        structured_via_tool: match m.structured_output.as_deref() {
+            None | Some("native") => false,
+            Some("tool") => true,
+            Some(other) => {
+                return Err(err(
+                    f("structured_output"),
+                    format!("expected \"native\" or \"tool\", got {other:?}"),
+                ))
+            }
+        },
+    })
+}
+
+/// The `[[groups]]` entries; with none, one `default` group may use every model.
+fn validate_groups(raw: Vec<RawGroup>) -> Result<Vec<Group>, ConfigError> {
     let mut seen = HashSet::new();
-    for (i, g) in raw.groups.into_iter().enumerate() {
+    let mut groups = Vec::new();
+    for (i, g) in raw.into_iter().enumerate() {
         let f = |k: &str| format!("groups[{i}].{k}");
         if g.name.is_empty() || g.name.chars().any(char::is_whitespace) {
             return Err(err(
@@ -333,6 +440,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
                 ));
             }
         }
+
         groups.push(Group {
             name: g.name,
             models: g.models,
@@ -350,72 +458,5 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             max_concurrent: None,
         });
     }
-
-    Ok(Config {
-        listen,
-        data_dir: PathBuf::from(raw.data_dir.unwrap_or_else(|| "./tollgate-data".into())),
-        admin_token_env,
-        workers: positive("workers", raw.workers, 256)?,
-        queue_size: positive("queue_size", raw.queue_size, 1024)?,
-        max_connections: positive("max_connections", raw.max_connections, 4096)?,
-        max_body_bytes: match raw.max_body_bytes {
-            Some(0) => {
-                return Err(err(
-                    "max_body_bytes",
-                    "expected a number of bytes greater than 0",
-                ))
-            }
-            Some(n) => n,
-            None => 32 * 1024 * 1024,
-        },
-        max_buffered_body_bytes: match raw.max_buffered_body_bytes {
-            Some(0) => {
-                return Err(err(
-                    "max_buffered_body_bytes",
-                    "expected a number of bytes greater than 0",
-                ))
-            }
-            Some(n) => n,
-            None => 256 * 1024 * 1024,
-        },
-        read_timeout: secs("read_timeout_secs", raw.read_timeout_secs, 60)?,
-        write_timeout: secs("write_timeout_secs", raw.write_timeout_secs, 60)?,
-        shutdown_grace: secs("shutdown_grace_secs", raw.shutdown_grace_secs, 30)?,
-        keepalive: secs("keepalive_secs", raw.keepalive_secs, 15)?,
-        ledger_sync: match raw.ledger_sync_ms {
-            Some(0) => {
-                return Err(err(
-                    "ledger_sync_ms",
-                    "expected a number of milliseconds greater than 0",
-                ))
-            }
-            Some(n) => Duration::from_millis(n),
-            None => Duration::from_millis(200),
-        },
-        ledger_strict: raw.ledger_strict.unwrap_or(false),
-        ledger_backlog_records: match raw.ledger_backlog_records {
-            None => 10_000,
-            Some(n) if (1..=10_000_000).contains(&n) => n as usize,
-            Some(n) => {
-                return Err(err(
-                    "ledger_backlog_records",
-                    format!("expected 1 to 10000000 records, got {n}"),
-                ))
-            }
-        },
-        log_level,
-        log_format: match raw.log_format.as_deref() {
-            None | Some("text") => "text".to_string(),
-            Some("json") => "json".to_string(),
-            Some(other) => {
-                return Err(err(
-                    "log_format",
-                    format!("expected \"text\" or \"json\", got {other:?}"),
-                ))
-            }
-        },
-        upstreams,
-        models,
-        groups,
-    })
+    Ok(groups)
 }

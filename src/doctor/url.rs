@@ -59,130 +59,196 @@ const ENDPOINT_SUFFIXES: &[&str] = &[
 /// Looks at a base URL. `in_container` adds a note when the host is the loopback address.
 pub fn analyze(input: &str, in_container: bool) -> Shape {
     let mut findings = Vec::new();
-    let mut error = |text: String| {
-        findings.push(Finding {
-            severity: Severity::Error,
-            text,
-        })
+    let s = without_whitespace(input, &mut findings);
+    let fail = |redacted: String, host: String, findings: Vec<Finding>| Shape {
+        root: None,
+        redacted,
+        host,
+        findings,
     };
+    if s.is_empty() {
+        error(&mut findings, "the base URL is empty.".to_string());
+        return fail(String::new(), String::new(), findings);
+    }
+    let Some(u) = Parts::split(&s) else {
+        error(
+            &mut findings,
+            format!(
+                "the base URL {:?} has a malformed scheme: write `http://` or `https://` followed by the host.",
+                redact_parts(&s)
+            ),
+        );
+        return fail(redact_parts(&s), String::new(), findings);
+    };
+    let redacted = u.redacted(&s);
+    let host = host_of(u.host_port).to_ascii_lowercase();
+    let Some(scheme) = check_scheme(u.scheme.as_deref(), &host, &mut findings) else {
+        return fail(redacted, host, findings);
+    };
+    if !check_authority(&u, &host, &mut findings) {
+        return fail(redacted, host, findings);
+    }
+    let origin = format!("{scheme}://{}", u.host_port);
+    let root_path = check_path(u.path, &origin, &mut findings);
+    check_host(&host, &scheme, in_container, &mut findings);
+    Shape {
+        root: Some(format!("{origin}{root_path}")),
+        redacted,
+        host,
+        findings,
+    }
+}
 
+fn error(findings: &mut Vec<Finding>, text: String) {
+    findings.push(Finding {
+        severity: Severity::Error,
+        text,
+    });
+}
+
+fn note(findings: &mut Vec<Finding>, text: String) {
+    findings.push(Finding {
+        severity: Severity::Note,
+        text,
+    });
+}
+
+/// The URL without surrounding or inner whitespace, each reported.
+fn without_whitespace(input: &str, findings: &mut Vec<Finding>) -> String {
     let trimmed = input.trim();
     if trimmed.len() != input.len() {
-        error(format!(
-            "the base URL has {} whitespace ({}); a copied value or an environment variable with a trailing \
-             newline or space ends up in the client's URL. Remove it (the doctor tried without it).",
+        let where_ =
             if input.starts_with(char::is_whitespace) && input.ends_with(char::is_whitespace) {
                 "leading and trailing"
             } else if input.starts_with(char::is_whitespace) {
                 "leading"
             } else {
                 "trailing"
-            },
-            describe_whitespace(input)
-        ));
+            };
+        error(
+            findings,
+            format!(
+                "the base URL has {where_} whitespace ({}); a copied value or an environment variable with a \
+                 trailing newline or space ends up in the client's URL. Remove it (the doctor tried without it).",
+                describe_whitespace(input)
+            ),
+        );
     }
     let mut s: String = trimmed.to_string();
     if s.contains(char::is_whitespace) {
         error(
+            findings,
             "the base URL contains whitespace inside it; URLs cannot contain spaces or line breaks. Remove \
              them (the doctor tried without them)."
                 .to_string(),
         );
         s.retain(|c| !c.is_whitespace());
     }
-    if s.is_empty() {
-        error("the base URL is empty.".to_string());
-        return Shape {
-            root: None,
-            redacted: String::new(),
-            host: String::new(),
-            findings,
+    s
+}
+
+/// A URL split into its parts (no validation beyond finding them).
+struct Parts<'a> {
+    scheme: Option<String>,
+    userinfo: Option<&'a str>,
+    host_port: &'a str,
+    path: &'a str,
+    query: Option<&'a str>,
+    fragment: Option<&'a str>,
+}
+
+impl<'a> Parts<'a> {
+    /// None when the scheme is malformed (`http:/host`, `https:host`).
+    fn split(s: &'a str) -> Option<Parts<'a>> {
+        let (scheme, rest) = match s.find("://") {
+            Some(i) => (Some(s[..i].to_ascii_lowercase()), &s[i + 3..]),
+            None => (None, s),
         };
+        let lower = s.to_ascii_lowercase();
+        if scheme.is_none() && (lower.starts_with("http:") || lower.starts_with("https:")) {
+            return None;
+        }
+        let (before_fragment, fragment) = match rest.split_once('#') {
+            Some((a, f)) => (a, Some(f)),
+            None => (rest, None),
+        };
+        let (before_query, query) = match before_fragment.split_once('?') {
+            Some((a, q)) => (a, Some(q)),
+            None => (before_fragment, None),
+        };
+        let (authority, path) = match before_query.find('/') {
+            Some(i) => (&before_query[..i], &before_query[i..]),
+            None => (before_query, ""),
+        };
+        let (userinfo, host_port) = match authority.rfind('@') {
+            Some(i) => (Some(&authority[..i]), &authority[i + 1..]),
+            None => (None, authority),
+        };
+        Some(Parts {
+            scheme,
+            userinfo,
+            host_port,
+            path,
+            query,
+            fragment,
+        })
     }
 
-    // Scheme.
-    let (scheme, rest) = match s.find("://") {
-        Some(i) => (Some(s[..i].to_ascii_lowercase()), &s[i + 3..]),
-        None => (None, s.as_str()),
-    };
-    let lower = s.to_ascii_lowercase();
-    if scheme.is_none() && (lower.starts_with("http:") || lower.starts_with("https:")) {
-        error(format!(
-            "the base URL {:?} has a malformed scheme: write `http://` or `https://` followed by the host.",
-            redact_parts(&s)
-        ));
-        return Shape {
-            root: None,
-            redacted: redact_parts(&s),
-            host: String::new(),
-            findings,
-        };
-    }
-
-    // Fragment, query, authority, path.
-    let (before_fragment, fragment) = match rest.split_once('#') {
-        Some((a, f)) => (a, Some(f)),
-        None => (rest, None),
-    };
-    let (before_query, query) = match before_fragment.split_once('?') {
-        Some((a, q)) => (a, Some(q)),
-        None => (before_fragment, None),
-    };
-    let (authority, path) = match before_query.find('/') {
-        Some(i) => (&before_query[..i], &before_query[i..]),
-        None => (before_query, ""),
-    };
-    let (userinfo, host_port) = match authority.rfind('@') {
-        Some(i) => (Some(&authority[..i]), &authority[i + 1..]),
-        None => (None, authority),
-    };
-    let host = host_of(host_port).to_ascii_lowercase();
-
-    let redacted = {
+    /// The URL with credentials, query and fragment replaced by `***`.
+    fn redacted(&self, s: &str) -> String {
         let mut r = String::new();
-        if let Some(sc) = &scheme {
+        if let Some(sc) = &self.scheme {
             r.push_str(&s[..sc.len()]);
             r.push_str("://");
         }
-        if userinfo.is_some() {
+        if self.userinfo.is_some() {
             r.push_str("***@");
         }
-        r.push_str(host_port);
-        r.push_str(path);
-        if query.is_some() {
+        r.push_str(self.host_port);
+        r.push_str(self.path);
+        if self.query.is_some() {
             r.push_str("?***");
         }
-        if fragment.is_some() {
+        if self.fragment.is_some() {
             r.push_str("#***");
         }
         r
-    };
+    }
+}
 
-    let scheme = match scheme {
-        Some(sc) if sc == "http" || sc == "https" => sc,
+/// The scheme to use: `http` or `https` as given, or assumed when missing (reported). None when it is
+/// another scheme.
+fn check_scheme(scheme: Option<&str>, host: &str, findings: &mut Vec<Finding>) -> Option<String> {
+    match scheme {
+        Some(sc) if sc == "http" || sc == "https" => Some(sc.to_string()),
         Some(sc) => {
-            error(format!(
-                "the scheme `{sc}://` is not HTTP: these protocols are served over `http://` or `https://`."
-            ));
-            return Shape {
-                root: None,
-                redacted,
-                host,
+            error(
                 findings,
-            };
+                format!(
+                    "the scheme `{sc}://` is not HTTP: these protocols are served over `http://` or `https://`."
+                ),
+            );
+            None
         }
         None => {
-            let assumed = if looks_local(&host) { "http" } else { "https" };
-            error(format!(
-                "the base URL has no scheme: write `http://` or `https://` in front of the host; SDKs refuse a \
-                 URL without one (the doctor tried `{assumed}://`)."
-            ));
-            assumed.to_string()
+            let assumed = if looks_local(host) { "http" } else { "https" };
+            error(
+                findings,
+                format!(
+                    "the base URL has no scheme: write `http://` or `https://` in front of the host; SDKs refuse \
+                     a URL without one (the doctor tried `{assumed}://`)."
+                ),
+            );
+            Some(assumed.to_string())
         }
-    };
+    }
+}
 
-    if userinfo.is_some() {
+/// Credentials, host, port, query and fragment. Returns false when no request can be sent.
+fn check_authority(u: &Parts, host: &str, findings: &mut Vec<Finding>) -> bool {
+    if u.userinfo.is_some() {
         error(
+            findings,
             "the base URL contains credentials (`user:password@`): they end up in logs and shell history, and \
              some HTTP clients turn them into an `Authorization: Basic` header that replaces the API key (401). \
              Remove them and pass the key as the API key (the doctor tried without them)."
@@ -190,47 +256,44 @@ pub fn analyze(input: &str, in_container: bool) -> Shape {
         );
     }
     if host.is_empty() {
-        error("the base URL has no host name.".to_string());
-        return Shape {
-            root: None,
-            redacted,
-            host,
-            findings,
-        };
+        error(findings, "the base URL has no host name.".to_string());
+        return false;
     }
-    if let Some(port) = port_of(host_port) {
+    if let Some(port) = port_of(u.host_port) {
         if port.parse::<u16>().map_or(true, |p| p == 0) {
-            error(format!(
-                "the port `{port}` is not a number from 1 to 65535."
-            ));
-            return Shape {
-                root: None,
-                redacted,
-                host,
+            error(
                 findings,
-            };
+                format!("the port `{port}` is not a number from 1 to 65535."),
+            );
+            return false;
         }
     }
-    if query.is_some() {
+    if u.query.is_some() {
         error(
+            findings,
             "the base URL has a query string (`?…`): OpenAI SDKs append the endpoint path after it (the request \
              goes to `/v1/?…chat/completions`, a 404), and gateways may refuse it. Remove it (the doctor tried \
              without it)."
                 .to_string(),
         );
     }
-    if fragment.is_some() {
+    if u.fragment.is_some() {
         error(
+            findings,
             "the base URL has a fragment (`#…`): it is never sent to the server, and clients that append paths \
              to the base URL put them after it. Remove it (the doctor tried without it)."
                 .to_string(),
         );
     }
+    true
+}
 
-    // The path: a doubled /v1, a full endpoint, or one of the two accepted forms.
+/// The path: a doubled /v1, a full endpoint, or one of the two accepted forms. Returns the root path (the
+/// part before a final `/v1`).
+fn check_path<'p>(path: &'p str, origin: &str, findings: &mut Vec<Finding>) -> &'p str {
     let path_trimmed = path.trim_end_matches('/');
     let path_lower = path_trimmed.to_ascii_lowercase();
-    let origin = format!("{scheme}://{host_port}");
+    let mut error = |text: String| error(findings, text);
     if path.contains("//") {
         error(
             "the base URL's path contains `//` (an empty segment); gateways route `//v1/...` differently from \
@@ -260,57 +323,53 @@ pub fn analyze(input: &str, in_container: bool) -> Shape {
              Responses) and `{fixed}` for Anthropic clients (Messages)."
         ));
     } else if path_lower.ends_with("/v1") {
-        findings.push(Finding {
-            severity: Severity::Note,
-            text: format!(
+        note(
+            findings,
+            format!(
                 "the base URL ends in `/v1`: the form OpenAI clients (Chat Completions, Responses) take; \
                  Anthropic clients (Messages) take `{origin}{root_path}` without it, because they add \
                  `/v1/messages` themselves."
             ),
-        });
+        );
     } else {
-        findings.push(Finding {
-            severity: Severity::Note,
-            text: format!(
+        note(
+            findings,
+            format!(
                 "the base URL has no `/v1`: the form Anthropic clients (Messages) take; OpenAI clients (Chat \
                  Completions, Responses) need `{origin}{root_path}/v1`."
             ),
-        });
+        );
     }
+    root_path
+}
 
-    // The host.
+/// Hosts that work only by accident, or not from where the doctor runs, and plain HTTP to remote hosts.
+fn check_host(host: &str, scheme: &str, in_container: bool, findings: &mut Vec<Finding>) {
     if host == "0.0.0.0" || host == "[::]" {
-        findings.push(Finding {
-            severity: Severity::Note,
-            text: format!(
+        note(
+            findings,
+            format!(
                 "`{host}` is an address to listen on, not one to connect to; it happens to work on the same \
                  machine on Linux only. Use `127.0.0.1` locally, or the gateway's address from elsewhere."
             ),
-        });
-    } else if in_container && is_loopback(&host) {
-        findings.push(Finding {
-            severity: Severity::Note,
-            text: format!(
+        );
+    } else if in_container && is_loopback(host) {
+        note(
+            findings,
+            format!(
                 "this runs in a container, where `{host}` is the container itself: if the gateway runs on the \
                  host or in another container, use that address instead (for example `host.docker.internal` \
                  or the service name)."
             ),
-        });
+        );
     }
-    if scheme == "http" && !looks_local(&host) {
-        findings.push(Finding {
-            severity: Severity::Note,
-            text: "plain `http://` to a non-local host: the key travels unencrypted, and providers that \
-                   redirect to `https://` answer a POST with a redirect clients do not follow."
+    if scheme == "http" && !looks_local(host) {
+        note(
+            findings,
+            "plain `http://` to a non-local host: the key travels unencrypted, and providers that redirect to \
+             `https://` answer a POST with a redirect clients do not follow."
                 .to_string(),
-        });
-    }
-
-    Shape {
-        root: Some(format!("{origin}{root_path}")),
-        redacted,
-        host,
-        findings,
+        );
     }
 }
 
