@@ -6,9 +6,11 @@
 #
 #   bench/run.sh                  the full suite
 #   bench/run.sh --quick          short runs, to try it out (not for the record)
-#   bench/run.sh --only a,b       some phases: d (size, cold start), a (request/response), w (wrk),
-#                                 e (access + accounting), b (streaming), s (sustained), l (logging),
-#                                 c (1,000 streams)
+#   bench/run.sh --only request,streaming
+#                                 some phases: footprint (size, cold start), request (request/response),
+#                                 wrk, accounting (access + accounting), streaming, sustained, logging,
+#                                 many-streams (1,000 streams), offline (ledger replay, microbenchmark);
+#                                 the letters of earlier reports (d a w e b s l c) still work
 #
 # wrk (Debian package `wrk`) is used for a cross-check when it is installed; nothing else is needed.
 set -euo pipefail

@@ -1,7 +1,9 @@
 //! tollgate's benchmark suite. Run it with `bench/run.sh` (which builds the release binaries first); see
 //! docs/PERFORMANCE.md for what each phase measures and the targets.
 //!
-//! `target/release/examples/bench-suite [--quick] [--only a,b,c,d,e,s,w,l] [--streams N]`
+//! `target/release/examples/bench-suite [--quick] [--only PHASE,...] [--streams N]`, where a phase is one of
+//! footprint, request, wrk, accounting, streaming, sustained, logging, many-streams, offline (or the letter
+//! earlier reports used for it: d, a, w, e, b, s, l, c; `e` also selects offline).
 //!
 //! Every figure through tollgate is set against the direct path (the same client talking to the same fake
 //! upstream) measured in the same run. CPU time comes from `/proc/<pid>/stat` (utime + stime, all threads)
@@ -207,15 +209,101 @@ impl Keys {
     }
 }
 
+/// The suite's phases, as `--only` names them (the letters of earlier reports still select them).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Phase {
+    /// D: binary size, cold start, idle memory.
+    Footprint,
+    /// A1, A2: non-streaming requests on 1 and 16 connections.
+    Request,
+    /// A3: the 16-connection run with `wrk`.
+    Wrk,
+    /// E2: the cost of auth, limits and the ledger.
+    Accounting,
+    /// B: streaming.
+    Streaming,
+    /// S: sustained load on one key.
+    Sustained,
+    /// A4: logging at `info`.
+    Logging,
+    /// C: 1,000 concurrent slow streams.
+    ManyStreams,
+    /// E1, E3: ledger replay and the microbenchmark.
+    Offline,
+}
+
+impl Phase {
+    const ALL: [Phase; 9] = [
+        Phase::Footprint,
+        Phase::Request,
+        Phase::Wrk,
+        Phase::Accounting,
+        Phase::Streaming,
+        Phase::Sustained,
+        Phase::Logging,
+        Phase::ManyStreams,
+        Phase::Offline,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Phase::Footprint => "footprint",
+            Phase::Request => "request",
+            Phase::Wrk => "wrk",
+            Phase::Accounting => "accounting",
+            Phase::Streaming => "streaming",
+            Phase::Sustained => "sustained",
+            Phase::Logging => "logging",
+            Phase::ManyStreams => "many-streams",
+            Phase::Offline => "offline",
+        }
+    }
+
+    /// The letter earlier reports used.
+    fn letter(self) -> &'static str {
+        match self {
+            Phase::Footprint => "d",
+            Phase::Request => "a",
+            Phase::Wrk => "w",
+            Phase::Accounting | Phase::Offline => "e",
+            Phase::Streaming => "b",
+            Phase::Sustained => "s",
+            Phase::Logging => "l",
+            Phase::ManyStreams => "c",
+        }
+    }
+
+    /// The phases `--only` selects (all without it); an unknown name stops the suite.
+    fn selected(only: Option<&str>) -> Vec<Phase> {
+        let Some(list) = only else {
+            return Phase::ALL.to_vec();
+        };
+        let mut out = Vec::new();
+        for word in list.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+            let found: Vec<Phase> = Phase::ALL
+                .into_iter()
+                .filter(|p| p.name() == word || p.letter() == word)
+                .collect();
+            if found.is_empty() {
+                let names: Vec<&str> = Phase::ALL.iter().map(|p| p.name()).collect();
+                eprintln!("unknown phase {word:?}; phases: {}", names.join(", "));
+                std::process::exit(2);
+            }
+            out.extend(found);
+        }
+        out
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
-    let only: Option<Vec<String>> = args
+    let only = args
         .iter()
         .position(|a| a == "--only")
-        .and_then(|i| args.get(i + 1))
-        .map(|s| s.split(',').map(str::to_string).collect());
-    let run = |phase: &str| only.as_ref().is_none_or(|o| o.iter().any(|p| p == phase));
+        .and_then(|i| args.get(i + 1));
+    let phases = Phase::selected(only.map(String::as_str));
+    let run = |phase: Phase| phases.contains(&phase);
     let plan = if quick {
         Plan {
             rounds: 1,
@@ -279,20 +367,27 @@ fn main() {
         has_wrk,
     };
 
-    if run("d") {
-        phase_d(&mut ctx);
+    if run(Phase::Footprint) {
+        footprint(&mut ctx);
     }
-    if run("a") || run("w") || run("e") || run("b") || run("s") {
-        phase_main(&mut ctx, &run);
+    let on_main = [
+        Phase::Request,
+        Phase::Wrk,
+        Phase::Accounting,
+        Phase::Streaming,
+        Phase::Sustained,
+    ];
+    if on_main.into_iter().any(run) {
+        main_instance(&mut ctx, &run);
     }
-    if run("l") {
-        phase_logging(&mut ctx);
+    if run(Phase::Logging) {
+        logging(&mut ctx);
     }
-    if run("c") {
-        phase_c(&mut ctx);
+    if run(Phase::ManyStreams) {
+        many_streams(&mut ctx);
     }
-    if run("e") {
-        phase_e_offline(&mut ctx);
+    if run(Phase::Offline) {
+        offline(&mut ctx);
     }
 
     println!();
@@ -376,9 +471,9 @@ fn machine(bins: &Bins) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// D: binary size, cold start, idle RSS (the idle RSS is measured on the main instance below).
-
-fn phase_d(ctx: &mut Ctx) {
+/// D: binary size, cold start (spawn to first answered request), idle memory (measured on the main
+/// instance).
+fn footprint(ctx: &mut Ctx) {
     println!("## D. Binary size and cold start");
     println!();
     let size = std::fs::metadata(&ctx.bins.tollgate).map_or(0, |m| m.len());
@@ -539,7 +634,9 @@ fn abc_rounds(
     out
 }
 
-fn phase_main(ctx: &mut Ctx, run: &dyn Fn(&str) -> bool) {
+/// The phases on one main instance: request/response (A1, A2), wrk (A3), accounting (E2), streaming (B),
+/// sustained load (S).
+fn main_instance(ctx: &mut Ctx, run: &dyn Fn(Phase) -> bool) {
     let inst = Instance::new(&ctx.root, "main", &config(ctx.upstream.addr, "warn", ""));
     let mut keys = Keys::create(ctx, &inst, 24, 4);
     let gw = Gateway::start(&ctx.bins, &inst, &[]);
@@ -577,7 +674,7 @@ fn phase_main(ctx: &mut Ctx, run: &dyn Fn(&str) -> bool) {
         Some(rss_idle * 1.048576 <= 15.0),
     );
 
-    if run("a") {
+    if run(Phase::Request) {
         println!("## A1. Non-streaming small requests, 1 connection (closed loop), {} × {} s per path, interleaved", ctx.plan.rounds, ctx.plan.one_conn.as_secs_f64());
         println!();
         let r = abc_rounds(ctx, &gw, &mut keys, 1, ctx.plan.one_conn, None, &watch);
@@ -721,11 +818,11 @@ fn phase_main(ctx: &mut Ctx, run: &dyn Fn(&str) -> bool) {
         );
     }
 
-    if run("w") && ctx.has_wrk {
-        phase_wrk(ctx, &gw, &mut keys, &watch);
+    if run(Phase::Wrk) && ctx.has_wrk {
+        wrk_cross_check(ctx, &gw, &mut keys, &watch);
     }
 
-    if run("e") {
+    if run(Phase::Accounting) {
         println!("## E2. Cost of auth + limits + ledger: a key without limits or credit vs one with rpm/tpm/max_concurrent and a credit");
         println!();
         println!("  open loop at 2,000 req/s over 16 connections, passthrough, {} × {} s per key, interleaved; fresh key per run", ctx.plan.rounds, ctx.plan.many_conn.as_secs_f64());
@@ -783,12 +880,12 @@ fn phase_main(ctx: &mut Ctx, run: &dyn Fn(&str) -> bool) {
         );
     }
 
-    if run("b") {
-        phase_b(ctx, &gw, &mut keys, &watch);
+    if run(Phase::Streaming) {
+        streaming(ctx, &gw, &mut keys, &watch);
     }
 
-    if run("s") {
-        phase_sustained(ctx, &gw, &mut keys, &watch);
+    if run(Phase::Sustained) {
+        sustained(ctx, &gw, &mut keys, &watch);
     }
 
     let rss_end = procs::rss_mib(pid);
@@ -798,9 +895,9 @@ fn phase_main(ctx: &mut Ctx, run: &dyn Fn(&str) -> bool) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// wrk cross-check of A2 (an independent, event-loop load generator: less client CPU per request).
-
-fn phase_wrk(ctx: &mut Ctx, gw: &Gateway, keys: &mut Keys, watch: &Watch) {
+/// A3: the 16-connection run again with `wrk` (an independent, event-loop load generator: less client CPU
+/// per request), as a cross-check.
+fn wrk_cross_check(ctx: &mut Ctx, gw: &Gateway, keys: &mut Keys, watch: &Watch) {
     println!(
         "## A3. Cross-check with wrk (2 threads, 16 connections, {} s)",
         ctx.plan.many_conn.as_secs()
@@ -914,7 +1011,8 @@ fn print_stream(name: &str, r: &StreamResult) {
     );
 }
 
-fn phase_b(ctx: &mut Ctx, gw: &Gateway, keys: &mut Keys, watch: &Watch) {
+/// B: streaming, through tollgate and direct.
+fn streaming(ctx: &mut Ctx, gw: &Gateway, keys: &mut Keys, watch: &Watch) {
     let events = 200;
     let gap_us = 1000;
     println!(
@@ -1015,9 +1113,8 @@ fn phase_b(ctx: &mut Ctx, gw: &Gateway, keys: &mut Keys, watch: &Watch) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Sustained load on one key: the accounting window fills for a minute.
-
-fn phase_sustained(ctx: &mut Ctx, gw: &Gateway, keys: &mut Keys, watch: &Watch) {
+/// S: sustained load on one key (the accounting window must not slow it down).
+fn sustained(ctx: &mut Ctx, gw: &Gateway, keys: &mut Keys, watch: &Watch) {
     let secs = ctx.plan.sustained.as_secs();
     println!(
         "## S. Sustained load on one key: passthrough, 16 connections, {secs} s, reported per 5 s"
@@ -1077,9 +1174,8 @@ fn phase_sustained(ctx: &mut Ctx, gw: &Gateway, keys: &mut Keys, watch: &Watch) 
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Logging: the same passthrough load with one log line per request (log_level = "info").
-
-fn phase_logging(ctx: &mut Ctx) {
+/// A4: the same passthrough load with one log line per request (`log_level = "info"`).
+fn logging(ctx: &mut Ctx) {
     println!("## A4. log_level = \"info\" (one log line per request, stderr to a file): passthrough, 16 connections");
     println!();
     let inst = Instance::new(&ctx.root, "info", &config(ctx.upstream.addr, "info", ""));
@@ -1112,9 +1208,8 @@ fn phase_logging(ctx: &mut Ctx) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// C: many concurrent slow streams.
-
-fn phase_c(ctx: &mut Ctx) {
+/// C: many concurrent slow streams (memory and threads).
+fn many_streams(ctx: &mut Ctx) {
     let n = ctx.plan.slow_streams;
     let events = ctx.plan.slow_events;
     let workers = n + n / 10 + 16;
@@ -1235,9 +1330,8 @@ fn phase_c(ctx: &mut Ctx) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// E: ledger replay (1M records) and the microbenchmark of the pieces.
-
-fn phase_e_offline(ctx: &mut Ctx) {
+/// E1, E3: ledger replay (1M records) and the in-process microbenchmark of the pieces.
+fn offline(ctx: &mut Ctx) {
     println!("## E1. Ledger replay, 1M records (bench/ledger_replay.rs)");
     println!();
     let out = std::process::Command::new(ctx.bins.example("ledger-replay"))
