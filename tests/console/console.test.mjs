@@ -118,8 +118,23 @@ step('the console is served with its Content-Security-Policy', async () => {
   check(res.status === 200, `/console answered ${res.status}`);
   const csp = res.headers.get('content-security-policy') || '';
   check(csp.includes("script-src 'self'") && csp.includes("default-src 'self'"), `unexpected CSP: ${csp}`);
-  const js = await (await fetch(`${BASE}/console/app.js`)).text();
-  check(!/\.(innerHTML|outerHTML)\s*\+?=(?!=)|\.insertAdjacentHTML\s*\(|document\.write/.test(js), 'app.js writes HTML from strings');
+  // Every module the entry imports, followed to the end: each is served with the same policy and none
+  // writes HTML from strings.
+  const seen = new Set();
+  const queue = ['app.js'];
+  while (queue.length) {
+    const name = queue.shift();
+    if (seen.has(name)) continue;
+    seen.add(name);
+    const mod = await fetch(`${BASE}/console/${name}`);
+    check(mod.status === 200, `/console/${name} answered ${mod.status}`);
+    check((mod.headers.get('content-type') || '').startsWith('text/javascript'), `${name} is not served as JavaScript`);
+    check((mod.headers.get('content-security-policy') || '') === csp, `${name} has another CSP`);
+    const js = await mod.text();
+    check(!/\.(innerHTML|outerHTML)\s*\+?=(?!=)|\.insertAdjacentHTML\s*\(|document\.write/.test(js), `${name} writes HTML from strings`);
+    for (const m of js.matchAll(/^import .* from '\.\/([\w-]+\.js)';$/gm)) queue.push(m[1]);
+  }
+  check(seen.size >= 10, `only ${seen.size} console modules found: ${[...seen].join(', ')}`);
 });
 
 step('a closed admin API is explained at sign-in', async () => {

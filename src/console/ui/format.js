@@ -1,0 +1,88 @@
+/**
+ * Formatting numbers, money, durations and times for the page, and reading amounts typed into forms.
+ */
+import { el } from './dom.js';
+
+const NUMBER = new Intl.NumberFormat('en-US');
+const COMPACT = new Intl.NumberFormat('en-US', { notation: 'compact', maximumFractionDigits: 2 });
+const CREDITS = [2, 4, 6].map((d) => new Intl.NumberFormat('en-US', { maximumFractionDigits: d }));
+
+export function fmtInt(n) {
+  return n === null || n === undefined ? '—' : NUMBER.format(n);
+}
+
+/** Credits: two decimals from 100 up, more below so small costs stay visible. */
+export function fmtCredits(n) {
+  if (n === null || n === undefined) return '—';
+  const a = Math.abs(n);
+  return CREDITS[a === 0 || a >= 100 ? 0 : a >= 1 ? 1 : 2].format(n);
+}
+
+export function fmtCompact(n) {
+  return COMPACT.format(n);
+}
+
+export function fmtPct(rate) {
+  if (rate === null || rate === undefined) return '—';
+  const p = rate * 100;
+  return `${p > 0 && p < 10 ? p.toFixed(1) : p.toFixed(0)}%`;
+}
+
+export function fmtMs(ms) {
+  if (ms === null || ms === undefined) return '—';
+  return ms < 1000 ? `${ms} ms` : `${(ms / 1000).toFixed(ms < 10000 ? 2 : 1)} s`;
+}
+
+export const pad = (n) => String(n).padStart(2, '0');
+
+/** An RFC 3339 time in the browser's time zone: 2026-11-22 10:04:05. */
+export function fmtTime(iso) {
+  const d = new Date(iso);
+  if (Number.isNaN(d.getTime())) return String(iso);
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+}
+
+export function fmtHour(iso) {
+  const d = new Date(iso);
+  return `${pad(d.getHours())}:00`;
+}
+
+export function fmtAgo(iso) {
+  const s = Math.round((Date.now() - new Date(iso).getTime()) / 1000);
+  if (!Number.isFinite(s)) return '';
+  if (s < 5) return 'just now';
+  if (s < 60) return `${s} s ago`;
+  if (s < 3600) return `${Math.round(s / 60)} min ago`;
+  if (s < 86400) return `${Math.round(s / 3600)} h ago`;
+  return `${Math.round(s / 86400)} days ago`;
+}
+
+/** A <time> with local time as text and the UTC value as tooltip; `ago` adds "(3 min ago)". */
+export function timeEl(iso, { ago = false } = {}) {
+  if (!iso) return el('span', { class: 'muted', text: '—' });
+  return el('time', { datetime: iso, title: `${iso} (UTC)` }, fmtTime(iso), ago && el('span', { class: 'muted', text: ` (${fmtAgo(iso)})` }));
+}
+
+/** datetime-local value (local time) ↔ RFC 3339 (UTC). */
+export function toLocalInput(iso) {
+  const d = new Date(iso);
+  if (!iso || Number.isNaN(d.getTime())) return '';
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:${pad(d.getMinutes())}`;
+}
+
+export function fromLocalInput(value) {
+  const d = new Date(value);
+  return value && !Number.isNaN(d.getTime()) ? d.toISOString() : '';
+}
+
+
+/** "12.5" → 12.5; "" → null; anything else throws naming the field. */
+export function parseAmount(label, value, { positive = false } = {}) {
+  const v = value.trim();
+  if (!v) return null;
+  const n = Number(v);
+  if (!Number.isFinite(n) || n < 0 || (positive && n === 0) || !/^\d*\.?\d*(e\d+)?$/i.test(v)) {
+    throw new Error(`${label}: expected ${positive ? 'an amount above 0' : 'an amount of 0 or more'}, got "${v}"`);
+  }
+  return n;
+}

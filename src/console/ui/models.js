@@ -1,0 +1,183 @@
+/**
+ * The Models view: each model's upstreams, breakers, availability and prices.
+ */
+import { api, seg } from './api.js';
+import { act, badge, button, el, empty, errorSlot, field, input, table, td } from './dom.js';
+import { fmtAgo, fmtCredits, fmtInt, fmtMs, fmtPct, parseAmount, timeEl } from './format.js';
+
+// The last probe of each upstream (from "Check upstreams now"), shown until the next one: plain status
+// data, kept in memory only.
+const lastProbes = new Map();
+
+/** The live model list: upstreams and their probes, prices, availability; disable, enable, reprice. */
+export async function viewModels(frame, params, options = {}) {
+  const models = await api.get(`/admin/models${options.probe ? '?probe=1' : ''}`);
+  for (const m of models.data) for (const u of m.upstreams) if (u.probe) lastProbes.set(u.name, u.probe);
+  const slot = errorSlot();
+  const check = button('Check upstreams now', { class: 'button-primary', id: 'probe-upstreams' });
+  check.addEventListener('click', () => act(check, slot, () => frame.load({ probe: true, busyText: 'Checking upstreams…' })));
+  return [
+    el(
+      'div',
+      { class: 'toolbar' },
+      check,
+      el('span', { class: 'muted small' }, 'Asks each upstream for its model list (3 s timeout; answers are cached for 15 s).'),
+      slot,
+    ),
+    models.data.length ? models.data.map((m) => modelCard(frame, m)) : empty('No models are configured.'),
+  ];
+}
+
+function modelCard(frame, m) {
+  const slot = errorSlot();
+  const toggle = button(m.disabled ? 'Enable' : 'Disable', { class: m.disabled ? 'button-primary toggle' : 'button-danger-quiet toggle' });
+  toggle.addEventListener('click', () =>
+    act(toggle, slot, async () => {
+      await api.post(`/admin/models/${seg(m.name)}`, { disabled: !m.disabled });
+      await frame.load();
+    }),
+  );
+  return el(
+    'article',
+    { class: ['panel', 'model-card', m.disabled && 'is-disabled'], data: { model: m.name } },
+    el(
+      'header',
+      { class: 'card-header' },
+      el('h2', { class: 'model-name', text: m.name }),
+      m.disabled ? badge('disabled', 'bad') : badge('enabled', 'ok'),
+      m.upstream_model && m.upstream_model !== m.name && el('span', { class: 'muted' }, 'sent upstream as ', el('code', { text: m.upstream_model })),
+      el('div', { class: 'card-actions' }, toggle),
+    ),
+    slot,
+    el(
+      'div',
+      { class: 'card-grid' },
+      el('section', { class: 'upstreams' }, el('h3', { text: m.upstreams.length > 1 ? 'Upstreams, tried in this order' : 'Upstream' }), upstreamTable(m.upstreams)),
+      el('section', { class: 'availability' }, el('h3', { text: 'Availability' }), availabilityList(m.availability || {})),
+      el('section', { class: 'prices' }, el('h3', { text: 'Prices, credits per 1M tokens' }), pricesBlock(frame, m)),
+    ),
+  );
+}
+
+// Breaker states as the gateway reports them (see GET /admin/models): what each means for traffic.
+const BREAKER_TEXT = {
+  closed: ['closed', 'ok', 'receives traffic'],
+  open: ['open', 'bad', 'stopped answering: skipped, then checked by one request at a time'],
+  probing: ['probing', 'warn', 'one request is checking whether it answers again'],
+  ejected: ['ejected', 'warn', 'answers with errors: passed over while a sibling upstream is healthy, never refused'],
+};
+
+function breakerCell(b) {
+  if (!b) return el('span', { class: 'muted', text: '—' });
+  const [label, tone, meaning] = BREAKER_TEXT[b.state] || [b.state, 'warn', ''];
+  return [
+    badge(label, tone),
+    b.state !== 'closed' && el('div', { class: 'sub', text: meaning }),
+    b.reason && b.state !== 'closed' && el('div', { class: 'sub error-text', text: b.reason }),
+    b.until && b.state !== 'closed' && el('div', { class: 'sub' }, 'until ', timeEl(b.until)),
+  ];
+}
+
+function upstreamTable(upstreams) {
+  return table(
+    [['Name'], ['Kind'], ['Breaker'], ['Probe'], ['HTTP', 'num'], ['Latency', 'num'], ['Detail']],
+    upstreams.map((u) => {
+      const p = u.probe || lastProbes.get(u.name);
+      return el(
+        'tr',
+        { data: { upstream: u.name } },
+        td(el('span', { text: u.name })),
+        td(el('code', { text: u.kind })),
+        td(breakerCell(u.breaker), 'breaker'),
+        td(p ? badge(p.up ? 'up' : 'down', p.up ? 'ok' : 'bad') : el('span', { class: 'muted', text: 'not checked' }), 'probe'),
+        td(p && p.status !== null ? String(p.status) : '—', 'num'),
+        td(p ? fmtMs(p.latency_ms) : '—', 'num'),
+        td(p ? [el('span', { text: p.detail || '' }), p.checked && el('div', { class: 'sub', text: `checked ${fmtAgo(p.checked)}` })] : ''),
+      );
+    }),
+    { class: 'compact' },
+  );
+}
+
+function availabilityList(a) {
+  const item = (label, ...value) => [el('dt', { text: label }), el('dd', {}, value)];
+  return el(
+    'dl',
+    { class: 'facts' },
+    item('Last success', a.last_success ? timeEl(a.last_success, { ago: true }) : el('span', { class: 'muted', text: 'none since tollgate started' })),
+    item(
+      'Last error',
+      a.last_error ? [timeEl(a.last_error, { ago: true }), a.last_error_message && el('div', { class: 'error-text', text: a.last_error_message })] : el('span', { class: 'muted', text: 'none since tollgate started' }),
+    ),
+    item('Latency p50 / p95', `${fmtMs(a.latency_p50_ms)} / ${fmtMs(a.latency_p95_ms)}`),
+    item('Error rate', a.error_rate === null || a.error_rate === undefined ? '—' : `${fmtPct(a.error_rate)} of the last ${fmtInt(a.requests)} requests`),
+  );
+}
+
+function pricesBlock(frame, m) {
+  const price = (v, fallback) => (v === null || v === undefined ? el('span', { class: 'muted', text: fallback }) : fmtCredits(v));
+  const facts = el(
+    'dl',
+    { class: 'facts' },
+    el('dt', { text: 'Input' }),
+    el('dd', { class: 'input-price' }, price(m.input_price, 'free')),
+    el('dt', { text: 'Cached input' }),
+    el('dd', { class: 'cached-input-price' }, price(m.cached_input_price, 'as input')),
+    el('dt', { text: 'Output' }),
+    el('dd', { class: 'output-price' }, price(m.output_price, 'free')),
+    el('dt', { text: 'Max output tokens' }),
+    el('dd', {}, fmtInt(m.max_output_tokens)),
+  );
+  const edit = button('Edit prices', { class: 'button-quiet edit-prices' });
+  const wrap = el('div', {}, facts, edit);
+  edit.addEventListener('click', () => {
+    edit.hidden = true;
+    wrap.append(priceEditor(frame, m, () => {
+      edit.hidden = false;
+    }));
+  });
+  return wrap;
+}
+
+function priceEditor(frame, m, onCancel) {
+  const fieldFor = (name, v, hint) => input(name, { value: v ?? '', inputmode: 'decimal', placeholder: hint, class: 'amount' });
+  const inputs = {
+    input_price: fieldFor('input_price', m.input_price, 'unchanged'),
+    cached_input_price: fieldFor('cached_input_price', m.cached_input_price, 'as input'),
+    output_price: fieldFor('output_price', m.output_price, 'unchanged'),
+  };
+  const save = el('button', { type: 'submit', class: 'button-primary' }, 'Save prices');
+  const cancel = button('Cancel', { class: 'button-quiet' });
+  const slot = errorSlot();
+  const form = el(
+    'form',
+    { class: 'price-editor' },
+    el(
+      'div',
+      { class: 'form-row' },
+      field('Input', inputs.input_price),
+      field('Cached input', inputs.cached_input_price),
+      field('Output', inputs.output_price),
+    ),
+    el('div', { class: 'actions' }, save, cancel),
+    slot,
+  );
+  cancel.addEventListener('click', () => {
+    form.remove();
+    onCancel();
+  });
+  form.addEventListener('submit', (event) => {
+    event.preventDefault();
+    act(save, slot, async () => {
+      const body = {};
+      for (const [k, node] of Object.entries(inputs)) {
+        const v = parseAmount(k, node.value);
+        if (v !== null) body[k] = v; // empty: left as it is (the API has no way to clear a price)
+      }
+      if (!Object.keys(body).length) throw new Error('Enter at least one price.');
+      await api.post(`/admin/models/${seg(m.name)}`, body);
+      await frame.load();
+    });
+  });
+  return form;
+}
