@@ -172,6 +172,18 @@ fn check(path: &Path) -> i32 {
                 c.groups.len(),
                 c.listen
             );
+            for w in &c.warnings {
+                println!("warning: {w}");
+            }
+            for u in &c.upstreams {
+                if let Some(var) = &u.missing_key {
+                    println!(
+                        "warning: upstreams {:?}: the environment variable {var} (api_key_env) is not set here; \
+                         `serve` starts, but this upstream's requests get 502 until it is set",
+                        u.name
+                    );
+                }
+            }
             if let Some(w) = crate::util::data_dir_exposure(&c.data_dir) {
                 println!("warning: {w}");
             }
@@ -254,6 +266,19 @@ fn keys_list(a: KeysListArgs) -> i32 {
             return 1;
         }
     };
+    // Which file was read (on stderr, so the table stays the whole of stdout): an empty table from the wrong
+    // directory must not look like lost keys.
+    let path = config.data_dir.join(KEYS_FILE);
+    let shown = fs::canonicalize(&path).unwrap_or(path);
+    eprintln!(
+        "keys in {} ({} keys{})",
+        shown.display(),
+        records.len(),
+        match (&a.config, records.is_empty()) {
+            (None, true) => "; without --config this is ./tollgate-data of the current directory",
+            _ => "",
+        }
+    );
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
@@ -323,6 +348,50 @@ fn with_config(config: Option<&Path>, f: impl FnOnce(&Config) -> Result<(), Stri
     }
 }
 
+/// What validation found that does not stop the gateway: an upstream without its credential (ERROR: its
+/// requests get 502), base URLs and groups that will not work as meant, an exposed data directory.
+fn log_config_problems(config: &Config) {
+    for u in &config.upstreams {
+        if let Some(var) = &u.missing_key {
+            log::error!(
+                "upstream `{}`: the environment variable {var} (its api_key_env) is not set; requests to it get \
+                 502 until it is set and tollgate restarted",
+                u.name
+            );
+        }
+    }
+    for w in &config.warnings {
+        log::warn!("config: {w}");
+    }
+    if let Some(w) = crate::util::data_dir_exposure(&config.data_dir) {
+        log::warn!("{w}");
+    }
+}
+
+/// Binds the listen address; when it is taken, says how to choose another one.
+fn bind(listen: &str, has_config: bool) -> Option<TcpListener> {
+    match TcpListener::bind(listen) {
+        Ok(l) => Some(l),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+            let setting = if has_config {
+                "`listen` in the config file"
+            } else {
+                "the embedded default"
+            };
+            log::error!(
+                "cannot listen on {listen} ({setting}): another program already listens there (llama.cpp's \
+                 server also defaults to port 8080). Choose another address with TOLLGATE_LISTEN, for example \
+                 `TOLLGATE_LISTEN=127.0.0.1:8090 tollgate serve`, or set `listen` in the config file."
+            );
+            None
+        }
+        Err(e) => {
+            log::error!("cannot listen on {listen}: {e}");
+            None
+        }
+    }
+}
+
 fn serve(a: ServeArgs) -> i32 {
     let mut config = match load(a.config.as_deref()) {
         Ok(c) => c,
@@ -360,9 +429,7 @@ fn serve(a: ServeArgs) -> i32 {
         log::error!("cannot create data_dir {}: {e}", config.data_dir.display());
         return 1;
     }
-    if let Some(w) = crate::util::data_dir_exposure(&config.data_dir) {
-        log::warn!("{w}");
-    }
+    log_config_problems(&config);
     let keys_path = config.data_dir.join(KEYS_FILE);
     let first_group = config
         .groups
@@ -433,12 +500,8 @@ fn serve(a: ServeArgs) -> i32 {
             String::new()
         },
     );
-    let listener = match TcpListener::bind(&config.listen) {
-        Ok(l) => l,
-        Err(e) => {
-            log::error!("cannot listen on {}: {e}", config.listen);
-            return 1;
-        }
+    let Some(listener) = bind(&config.listen, a.config.is_some()) else {
+        return 1;
     };
     let addr = listener
         .local_addr()

@@ -32,6 +32,20 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
+impl ConfigError {
+    /// One error standing for several: the first's field, and every problem on a line of its own.
+    pub fn all(mut errors: Vec<ConfigError>) -> ConfigError {
+        if errors.len() == 1 {
+            return errors.remove(0);
+        }
+        let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        ConfigError {
+            field: String::new(),
+            message: format!("{} problems:\n  {}", lines.len(), lines.join("\n  ")),
+        }
+    }
+}
+
 fn err(field: impl Into<String>, message: impl Into<String>) -> ConfigError {
     ConfigError {
         field: field.into(),
@@ -78,6 +92,8 @@ pub struct Upstream {
     pub base_url: String,
     /// The credential read from `api_key_env` at load time. Never logged, never sent to clients.
     pub api_key: Option<String>,
+    /// The variable `api_key_env` names when it was not set: requests to this upstream get 502 naming it.
+    pub missing_key: Option<String>,
     pub connect_timeout: Duration,
     /// Time allowed until the upstream's response head arrives.
     pub first_byte_timeout: Duration,
@@ -155,6 +171,9 @@ pub struct Config {
     pub upstreams: Vec<Upstream>,
     pub models: Vec<Model>,
     pub groups: Vec<Group>,
+    /// What validation found that does not stop the gateway but will not work as meant (`check` prints
+    /// them, `serve` logs them).
+    pub warnings: Vec<String>,
 }
 
 /// Default `max_tokens` sent to an upstream that requires one when the client gave none.

@@ -90,17 +90,36 @@ struct RawGroup {
     max_concurrent: Option<u64>,
 }
 
+/// Problems found in a config: errors (it cannot be used) and warnings (it can, but something will not work
+/// as meant). Validation goes on past an error, so one run reports all of them.
+#[derive(Default)]
+struct Problems {
+    errors: Vec<ConfigError>,
+    warnings: Vec<String>,
+}
+
+impl Problems {
+    /// The value, or `default` with the error noted.
+    fn take<T>(&mut self, r: Result<T, ConfigError>, default: T) -> T {
+        r.unwrap_or_else(|e| {
+            self.errors.push(e);
+            default
+        })
+    }
+}
+
 pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
+    let mut p = Problems::default();
     let listen = raw.listen.unwrap_or_else(|| "127.0.0.1:8080".into());
-    listen.parse::<SocketAddr>().map_err(|_| {
-        err(
+    if listen.parse::<SocketAddr>().is_err() {
+        p.errors.push(err(
             "listen",
             format!("expected host:port such as 127.0.0.1:8080, got {listen:?}"),
-        )
-    })?;
+        ));
+    }
     let log_level = raw.log_level.unwrap_or_else(|| "info".into());
     if !["error", "warn", "info", "debug", "trace", "off"].contains(&log_level.as_str()) {
-        return Err(err(
+        p.errors.push(err(
             "log_level",
             format!("expected one of error, warn, info, debug, trace, off; got {log_level:?}"),
         ));
@@ -109,45 +128,74 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         .admin_token_env
         .unwrap_or_else(|| "TOLLGATE_ADMIN_TOKEN".into());
     if admin_token_env.is_empty() {
-        return Err(err(
+        p.errors.push(err(
             "admin_token_env",
             "expected the name of an environment variable, got an empty string",
         ));
     }
+    let declared: Vec<String> = raw.upstreams.iter().map(|u| u.name.clone()).collect();
     let mut seen = HashSet::new();
-    let upstreams = raw
-        .upstreams
-        .into_iter()
-        .enumerate()
-        .map(|(i, u)| validate_upstream(i, u, &mut seen))
-        .collect::<Result<Vec<_>, _>>()?;
-    let models = validate_models(raw.models, &upstreams)?;
-    let groups = validate_groups(raw.groups)?;
-    Ok(Config {
+    let mut upstreams = Vec::new();
+    for (i, u) in raw.upstreams.into_iter().enumerate() {
+        if let Some(u) = p.take(validate_upstream(i, u, &mut seen).map(Some), None) {
+            upstream_warnings(i, &u, &mut p.warnings);
+            upstreams.push(u);
+        }
+    }
+    let models = validate_models(raw.models, &declared, &mut p);
+    let groups = validate_groups(raw.groups, &mut p);
+    coverage_warnings(&models, &groups, &mut p.warnings);
+    let config = Config {
         listen,
         data_dir: PathBuf::from(raw.data_dir.unwrap_or_else(|| "./tollgate-data".into())),
         admin_token_env,
-        workers: positive("workers", raw.workers, 256)?,
-        queue_size: positive("queue_size", raw.queue_size, 1024)?,
-        max_connections: positive("max_connections", raw.max_connections, 4096)?,
-        max_body_bytes: bytes("max_body_bytes", raw.max_body_bytes, 32 * 1024 * 1024)?,
-        max_buffered_body_bytes: bytes(
-            "max_buffered_body_bytes",
-            raw.max_buffered_body_bytes,
-            256 * 1024 * 1024,
-        )?,
-        read_timeout: secs("read_timeout_secs", raw.read_timeout_secs, 60)?,
-        write_timeout: secs("write_timeout_secs", raw.write_timeout_secs, 60)?,
-        shutdown_grace: secs("shutdown_grace_secs", raw.shutdown_grace_secs, 30)?,
-        keepalive: secs("keepalive_secs", raw.keepalive_secs, 15)?,
-        ledger_sync: millis("ledger_sync_ms", raw.ledger_sync_ms, 200)?,
+        workers: p.take(positive("workers", raw.workers, 256), 256),
+        queue_size: p.take(positive("queue_size", raw.queue_size, 1024), 1024),
+        max_connections: p.take(positive("max_connections", raw.max_connections, 4096), 4096),
+        max_body_bytes: p.take(bytes("max_body_bytes", raw.max_body_bytes, 32 << 20), 0),
+        max_buffered_body_bytes: p.take(
+            bytes(
+                "max_buffered_body_bytes",
+                raw.max_buffered_body_bytes,
+                256 << 20,
+            ),
+            0,
+        ),
+        read_timeout: p.take(
+            secs("read_timeout_secs", raw.read_timeout_secs, 60),
+            Duration::ZERO,
+        ),
+        write_timeout: p.take(
+            secs("write_timeout_secs", raw.write_timeout_secs, 60),
+            Duration::ZERO,
+        ),
+        shutdown_grace: p.take(
+            secs("shutdown_grace_secs", raw.shutdown_grace_secs, 30),
+            Duration::ZERO,
+        ),
+        keepalive: p.take(
+            secs("keepalive_secs", raw.keepalive_secs, 15),
+            Duration::ZERO,
+        ),
+        ledger_sync: p.take(
+            millis("ledger_sync_ms", raw.ledger_sync_ms, 200),
+            Duration::ZERO,
+        ),
         ledger_strict: raw.ledger_strict.unwrap_or(false),
-        ledger_backlog_records: backlog(raw.ledger_backlog_records)?,
+        ledger_backlog_records: p.take(backlog(raw.ledger_backlog_records), 0),
         log_level,
-        log_format: log_format(raw.log_format.as_deref())?,
+        log_format: p.take(log_format(raw.log_format.as_deref()), String::new()),
         upstreams,
         models,
         groups,
+        warnings: Vec::new(),
+    };
+    if !p.errors.is_empty() {
+        return Err(ConfigError::all(p.errors));
+    }
+    Ok(Config {
+        warnings: p.warnings,
+        ..config
     })
 }
 
@@ -229,23 +277,22 @@ fn validate_upstream(
     }
     let (kind, base_url) = kind_and_url(&u.kind, u.base_url, &f)?;
     let is_openai = base_url.contains("://api.openai.com");
-    let api_key = match &u.api_key_env {
-        None => None,
-        Some(var) => match std::env::var(var) {
-            Ok(v) if !v.is_empty() => Some(v),
-            _ => {
-                return Err(err(
-                    f("api_key_env"),
-                    format!("the environment variable {var} is not set; set it to the upstream's API key or remove api_key_env"),
-                ))
-            }
-        },
+    // An unset variable does not stop the gateway: the upstream answers 502 naming it (see `missing_key`).
+    let api_key = u
+        .api_key_env
+        .as_deref()
+        .and_then(|var| std::env::var(var).ok())
+        .filter(|v| !v.is_empty());
+    let missing_key = match (&u.api_key_env, &api_key) {
+        (Some(var), None) => Some(var.clone()),
+        _ => None,
     };
     Ok(Upstream {
         name: u.name,
         kind,
         base_url,
         api_key,
+        missing_key,
         connect_timeout: secs(&f("connect_timeout_secs"), u.connect_timeout_secs, 10)?,
         first_byte_timeout: secs(
             &f("first_byte_timeout_secs"),
@@ -322,24 +369,26 @@ fn kind_and_url(
     Ok((kind, base_url))
 }
 
-fn validate_models(raw: Vec<RawModel>, upstreams: &[Upstream]) -> Result<Vec<Model>, ConfigError> {
+fn validate_models(raw: Vec<RawModel>, upstreams: &[String], p: &mut Problems) -> Vec<Model> {
     let mut seen = HashSet::new();
-    let models = raw
-        .into_iter()
-        .enumerate()
-        .map(|(i, m)| validate_model(i, m, upstreams, &mut seen))
-        .collect::<Result<Vec<_>, _>>()?;
-    if models.is_empty() {
-        return Err(err("models", "expected at least one [[models]] entry"));
+    let mut models = Vec::new();
+    for (i, m) in raw.into_iter().enumerate() {
+        if let Some(m) = p.take(validate_model(i, m, upstreams, &mut seen).map(Some), None) {
+            models.push(m);
+        }
     }
-    Ok(models)
+    if models.is_empty() && p.errors.is_empty() {
+        p.errors
+            .push(err("models", "expected at least one [[models]] entry"));
+    }
+    models
 }
 
 /// One `[[models]]` entry: its upstreams must exist.
 fn validate_model(
     i: usize,
     m: RawModel,
-    upstreams: &[Upstream],
+    upstreams: &[String],
     seen: &mut HashSet<String>,
 ) -> Result<Model, ConfigError> {
     let f = |k: &str| format!("models[{i}].{k}");
@@ -363,8 +412,8 @@ fn validate_model(
         ));
     }
     for n in &names {
-        if !upstreams.iter().any(|u: &Upstream| &u.name == n) {
-            let known: Vec<&str> = upstreams.iter().map(|u| u.name.as_str()).collect();
+        if !upstreams.iter().any(|u| u == n) {
+            let known: Vec<&str> = upstreams.iter().map(String::as_str).collect();
             return Err(err(
                 f("upstream"),
                 format!(
@@ -414,40 +463,13 @@ fn validate_model(
 }
 
 /// The `[[groups]]` entries; with none, one `default` group may use every model.
-fn validate_groups(raw: Vec<RawGroup>) -> Result<Vec<Group>, ConfigError> {
+fn validate_groups(raw: Vec<RawGroup>, p: &mut Problems) -> Vec<Group> {
     let mut seen = HashSet::new();
     let mut groups = Vec::new();
     for (i, g) in raw.into_iter().enumerate() {
-        let f = |k: &str| format!("groups[{i}].{k}");
-        if g.name.is_empty() || g.name.chars().any(char::is_whitespace) {
-            return Err(err(
-                f("name"),
-                format!("expected a non-empty name without spaces, got {:?}", g.name),
-            ));
+        if let Some(g) = p.take(validate_group(i, g, &mut seen).map(Some), None) {
+            groups.push(g);
         }
-        if !seen.insert(g.name.clone()) {
-            return Err(err(f("name"), format!("duplicate group name {:?}", g.name)));
-        }
-        for (k, v) in [
-            ("rpm", g.rpm),
-            ("tpm", g.tpm),
-            ("max_concurrent", g.max_concurrent),
-        ] {
-            if v == Some(0) {
-                return Err(err(
-                    f(k),
-                    "expected a limit greater than 0 (leave it out for no limit)",
-                ));
-            }
-        }
-
-        groups.push(Group {
-            name: g.name,
-            models: g.models,
-            rpm: g.rpm,
-            tpm: g.tpm,
-            max_concurrent: g.max_concurrent,
-        });
     }
     if groups.is_empty() {
         groups.push(Group {
@@ -458,5 +480,116 @@ fn validate_groups(raw: Vec<RawGroup>) -> Result<Vec<Group>, ConfigError> {
             max_concurrent: None,
         });
     }
-    Ok(groups)
+    groups
+}
+
+fn validate_group(i: usize, g: RawGroup, seen: &mut HashSet<String>) -> Result<Group, ConfigError> {
+    let f = |k: &str| format!("groups[{i}].{k}");
+    if g.name.is_empty() || g.name.chars().any(char::is_whitespace) {
+        return Err(err(
+            f("name"),
+            format!("expected a non-empty name without spaces, got {:?}", g.name),
+        ));
+    }
+    if !seen.insert(g.name.clone()) {
+        return Err(err(f("name"), format!("duplicate group name {:?}", g.name)));
+    }
+    for (k, v) in [
+        ("rpm", g.rpm),
+        ("tpm", g.tpm),
+        ("max_concurrent", g.max_concurrent),
+    ] {
+        if v == Some(0) {
+            return Err(err(
+                f(k),
+                "expected a limit greater than 0 (leave it out for no limit)",
+            ));
+        }
+    }
+    Ok(Group {
+        name: g.name,
+        models: g.models,
+        rpm: g.rpm,
+        tpm: g.tpm,
+        max_concurrent: g.max_concurrent,
+    })
+}
+
+/// Base URLs that cannot work as written: a full endpoint path (the gateway appends it), an Anthropic URL
+/// with `/v1` (Anthropic's paths start with `/v1`), a known vendor's OpenAI-style API without `/v1`.
+fn upstream_warnings(i: usize, u: &Upstream, warnings: &mut Vec<String>) {
+    if u.kind == UpstreamKind::Mock {
+        return;
+    }
+    let field = format!("upstreams[{i}].base_url");
+    let url = u.base_url.to_ascii_lowercase();
+    let path = url
+        .split_once("://")
+        .map_or("", |(_, rest)| rest.find('/').map_or("", |at| &rest[at..]));
+    let host = url
+        .split_once("://")
+        .map_or("", |(_, rest)| rest.split(['/', ':']).next().unwrap_or(""));
+    let endpoint = [
+        "/chat/completions",
+        "/completions",
+        "/responses",
+        "/messages",
+        "/messages/count_tokens",
+    ]
+    .into_iter()
+    .find(|ep| path.ends_with(ep));
+    if let Some(ep) = endpoint {
+        let base = &u.base_url[..u.base_url.len() - ep.len()];
+        warnings.push(format!(
+            "{field}: {:?} ends with the endpoint path `{ep}`, which tollgate appends itself (requests would go to \
+             `…{ep}{ep}`); use {base:?}",
+            u.base_url
+        ));
+    } else if u.kind == UpstreamKind::Anthropic && path.ends_with("/v1") {
+        warnings.push(format!(
+            "{field}: an anthropic upstream's base URL goes without `/v1` (tollgate sends to `/v1/messages` \
+             under it; this one would get `/v1/v1/messages`); use {:?}",
+            &u.base_url[..u.base_url.len() - 3]
+        ));
+    } else if u.kind != UpstreamKind::Anthropic && !path.ends_with("/v1") {
+        if let Some(expected) = known_openai_base(host) {
+            warnings.push(format!(
+                "{field}: {host} serves its OpenAI-style API under `{expected}`; use \"https://{host}{expected}\" \
+                 (tollgate appends `/chat/completions` or `/responses` to the base URL)"
+            ));
+        }
+    }
+}
+
+/// The API path of known vendors' OpenAI-compatible endpoints.
+fn known_openai_base(host: &str) -> Option<&'static str> {
+    match host {
+        "api.openai.com" | "api.mistral.ai" | "api.together.xyz" | "api.x.ai"
+        | "api.fireworks.ai" => Some("/v1"),
+        "api.groq.com" => Some("/openai/v1"),
+        "openrouter.ai" => Some("/api/v1"),
+        _ => None,
+    }
+}
+
+/// Groups that may use no model, and models no group may use.
+fn coverage_warnings(models: &[Model], groups: &[Group], warnings: &mut Vec<String>) {
+    let allows = |g: &Group, m: &Model| g.models.iter().any(|pat| super::glob_match(pat, &m.name));
+    for g in groups {
+        if !models.iter().any(|m| allows(g, m)) {
+            warnings.push(format!(
+                "group {:?} may use no configured model (its models: [{}]); its keys get 403 on every request",
+                g.name,
+                g.models.join(", ")
+            ));
+        }
+    }
+    for m in models {
+        if !groups.iter().any(|g| allows(g, m)) {
+            warnings.push(format!(
+                "model {:?} is in no group's models list, so no key may use it",
+                m.name
+            ));
+        }
+    }
 }

@@ -29,6 +29,15 @@ pub fn send_to(
     stream: bool,
     beta: Option<&str>,
 ) -> Result<Reply, ApiError> {
+    if let Some(var) = &a.upstream.missing_key {
+        // Not sent: the upstream would refuse it. Failover may move on to the model's next upstream.
+        return Err(ApiError::bad_gateway(format!(
+            "upstream `{}` has no credential: the environment variable {var} (its api_key_env) is not set where \
+             tollgate runs. The operator must set it and restart tollgate.",
+            a.upstream.name
+        ))
+        .with_code("upstream_credential_missing"));
+    }
     a.answer.called = true;
     let sent = std::time::Instant::now();
     let reply = uphttp::send_to(&a.gw.agent, a.upstream, url, body, stream, beta);

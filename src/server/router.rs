@@ -90,8 +90,9 @@ pub fn route(gw: &Gateway, ex: &mut Exchange) {
 
 /// 404 with a hint for the classic base-URL mistakes.
 pub fn not_found(path: &str) -> ApiError {
-    const ENDPOINTS: &str =
-        "POST /v1/chat/completions, POST /v1/responses, POST /v1/messages, GET /v1/models";
+    const ENDPOINTS: &str = "POST /v1/chat/completions, POST /v1/responses, POST /v1/messages, \
+         POST /v1/messages/count_tokens and GET /v1/models for clients; the operator console at /console; \
+         GET /healthz, /readyz and /metrics";
     let hint = path_hint(path);
     let msg = match hint {
         Some(h) => format!("Unknown path `{path}`. {h}"),
@@ -120,8 +121,9 @@ fn path_hint(path: &str) -> Option<String> {
                 _ => "`http://<host>/v1` (no endpoint path)",
             };
             return Some(format!(
-                "The base URL seems to contain a full endpoint path. Set the client's base URL to {base}; the \
-                 client appends `{}` itself.",
+                "The path has the endpoint `{ep}` inside it: the client was given a base URL that already \
+                 contains a full endpoint path and appended its own. The endpoint meant is `POST {ep}`. Set the \
+                 client's base URL to {base}; the client appends `{}` itself.",
                 if p == Protocol::Messages { ep } else { &ep[3..] }
             ));
         }
@@ -191,9 +193,12 @@ mod tests {
         assert!(path_hint("/v1/v1/chat/completions")
             .unwrap()
             .contains("doubled"));
-        assert!(path_hint("/v1/chat/completions/chat/completions")
-            .unwrap()
-            .contains("full endpoint"));
+        let hint = path_hint("/v1/chat/completions/chat/completions").unwrap();
+        assert!(hint.contains("full endpoint"), "{hint}");
+        assert!(
+            hint.contains("The endpoint meant is `POST /v1/chat/completions`"),
+            "{hint}"
+        );
         assert!(path_hint("/v1/messages/v1/messages")
             .unwrap()
             .contains("full endpoint"));

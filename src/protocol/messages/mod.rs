@@ -19,7 +19,8 @@ pub fn validate(body: &Value) -> Result<(), ApiError> {
     if opt_u64(o, "max_tokens", "")?.is_none() {
         return Err(ApiError::invalid_param(
             "max_tokens",
-            "max_tokens: Field required",
+            "max_tokens: Field required. The Messages API needs the most tokens the answer may take, for \
+             example `\"max_tokens\": 1024` for a short answer (agents often send 8192 to 32000).",
         ));
     }
     if opt_array(o, "messages", "")?.is_none() {

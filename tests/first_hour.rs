@@ -1,0 +1,205 @@
+//! A newcomer's first hour: every mistake explains itself. `check` reports every problem at once and warns
+//! about what will not work; an upstream without its credential fails alone, loudly; a taken port, an empty
+//! key list, a lost path and a missing `max_tokens` each say what to do next.
+
+mod common;
+
+use std::process::Command;
+
+use common::upstream::{FakeUpstream, Reply};
+use common::*;
+use serde_json::json;
+
+fn tollgate(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let mut cmd = Command::new(bin());
+    cmd.args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn write_config(dir: &TempDir, text: &str) -> String {
+    let path = dir.path().join("tollgate.toml");
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn check_reports_every_error_at_once() {
+    let dir = TempDir::new("fh-errors");
+    let config = write_config(
+        &dir,
+        "workers = 0\nlog_level = \"loud\"\n\n[[upstreams]]\nname = \"a\"\nkind = \"openai\"\nbase_url = \"http://x/v1\"\n\n\
+         [[models]]\nname = \"m\"\nupstream = \"nowhere\"\n\n[[groups]]\nname = \"g\"\nmodels = [\"*\"]\nrpm = 0\n",
+    );
+    let (code, _, err) = tollgate(&["check", "--config", &config], &[]);
+    assert_eq!(code, 1, "{err}");
+    for field in [
+        "workers",
+        "log_level",
+        "upstreams[0].kind",
+        "models[0].upstream",
+        "groups[0].rpm",
+    ] {
+        assert!(err.contains(field), "{field} not reported: {err}");
+    }
+    assert!(err.contains("5 problems"), "{err}");
+}
+
+#[test]
+fn check_warns_about_what_will_not_work() {
+    let dir = TempDir::new("fh-warnings");
+    let config = write_config(
+        &dir,
+        r#"
+[[upstreams]]
+name = "claude"
+kind = "anthropic"
+base_url = "https://api.anthropic.com/v1"
+api_key_env = "TG_FIRST_HOUR_UNSET_KEY"
+
+[[upstreams]]
+name = "openai"
+kind = "openai-chat"
+base_url = "https://api.openai.com"
+
+[[upstreams]]
+name = "local"
+kind = "openai-chat"
+base_url = "http://127.0.0.1:9001/v1/chat/completions"
+
+[[models]]
+name = "sonnet"
+upstream = "claude"
+
+[[models]]
+name = "gpt"
+upstream = "openai"
+
+[[models]]
+name = "llama"
+upstream = "local"
+
+[[groups]]
+name = "apps"
+models = ["sonnet", "gpt"]
+
+[[groups]]
+name = "typo"
+models = ["gtp-*"]
+"#,
+    );
+    let (code, out, err) = tollgate(&["check", "--config", &config], &[]);
+    assert_eq!(code, 0, "warnings do not fail check: {out}{err}");
+    let expect = [
+        "TG_FIRST_HOUR_UNSET_KEY",
+        "upstreams[0].base_url",
+        "https://api.anthropic.com\"",
+        "upstreams[1].base_url",
+        "https://api.openai.com/v1",
+        "upstreams[2].base_url",
+        "`/chat/completions`",
+        "group \"typo\" may use no configured model",
+        "model \"llama\" is in no group",
+    ];
+    for e in expect {
+        assert!(out.contains(e), "missing {e:?} in:\n{out}");
+    }
+}
+
+/// An upstream whose `api_key_env` is unset does not stop the gateway: its model answers 502 naming the
+/// variable, the log says so at start, and every other model works.
+#[test]
+fn a_missing_upstream_credential_fails_only_its_model() {
+    let fake = FakeUpstream::start(|_| Reply::json(200, &json!({})));
+    let dir = TempDir::new("fh-missing-key");
+    let config = format!(
+        "{}[[upstreams]]\nname = \"mock\"\nkind = \"mock\"\n\n\
+         [[upstreams]]\nname = \"paid\"\nkind = \"openai-chat\"\nbase_url = \"http://{}/v1\"\napi_key_env = \"TG_FIRST_HOUR_MISSING\"\n\n\
+         [[models]]\nname = \"mock\"\nupstream = \"mock\"\n\n[[models]]\nname = \"paid\"\nupstream = \"paid\"\n",
+        base_config(dir.path(), ""),
+        fake.addr
+    );
+    let gw = Gateway::start_with(dir, &config);
+    let r = gw.post(
+        "/v1/chat/completions",
+        &json!({"model": "paid", "messages": [{"role": "user", "content": "hi"}]}),
+    );
+    assert_eq!(r.status, 502, "{}", r.text());
+    let msg = r.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(msg.contains("TG_FIRST_HOUR_MISSING"), "{msg}");
+    assert_eq!(r.json()["error"]["code"], "upstream_credential_missing");
+    assert!(
+        fake.received().is_empty(),
+        "nothing is sent without its credential"
+    );
+    let r = gw.post(
+        "/v1/chat/completions",
+        &json!({"model": "mock", "messages": [{"role": "user", "content": "hi"}]}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let logs = gw.all_logs();
+    assert!(
+        logs.lines()
+            .any(|l| l.contains("ERROR") && l.contains("TG_FIRST_HOUR_MISSING")),
+        "{logs}"
+    );
+}
+
+#[test]
+fn a_taken_port_says_how_to_choose_another() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let dir = TempDir::new("fh-port");
+    let out = Command::new(bin())
+        .arg("serve")
+        .current_dir(dir.path())
+        .env("TOLLGATE_LISTEN", &addr)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&addr), "{err}");
+    assert!(err.contains("TOLLGATE_LISTEN"), "{err}");
+    assert!(err.contains("`listen`"), "{err}");
+}
+
+#[test]
+fn keys_list_says_which_directory_it_read() {
+    let dir = TempDir::new("fh-keys-list");
+    let config = write_config(
+        &dir,
+        "data_dir = \"./somewhere\"\n\n[[upstreams]]\nname = \"mock\"\nkind = \"mock\"\n\n[[models]]\nname = \"mock\"\nupstream = \"mock\"\n",
+    );
+    let (code, out, err) = tollgate(&["keys", "list", "--config", &config], &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("NAME"), "the table alone on stdout: {out}");
+    assert!(
+        err.contains("somewhere") && err.contains("keys.jsonl") && err.contains("0 keys"),
+        "{err}"
+    );
+}
+
+#[test]
+fn lost_requests_are_told_where_to_go() {
+    let gw = Gateway::start_mock("");
+    let r = gw.request("GET", "/", &[], b"");
+    assert_eq!(r.status, 404);
+    let msg = r.json()["error"]["message"].as_str().unwrap().to_string();
+    for place in ["/console", "/healthz", "/v1/models", "/v1/chat/completions"] {
+        assert!(msg.contains(place), "{place} missing: {msg}");
+    }
+    let r = gw.post(
+        "/v1/messages",
+        &json!({"model": "mock", "messages": [{"role": "user", "content": "hi"}]}),
+    );
+    assert_eq!(r.status, 400);
+    let msg = r.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(msg.contains("max_tokens") && msg.contains("1024"), "{msg}");
+}
