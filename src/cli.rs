@@ -53,6 +53,8 @@ pub enum KeysCommand {
     Add(KeysAddArgs),
     List(KeysListArgs),
     Revoke(KeysRevokeArgs),
+    Enable(KeysEnableArgs),
+    Delete(KeysDeleteArgs),
     Rotate(KeysRotateArgs),
     Credit(KeysCreditArgs),
 }
@@ -92,6 +94,30 @@ pub struct KeysRevokeArgs {
     #[argh(option)]
     pub config: Option<PathBuf>,
     /// name of the key to revoke
+    #[argh(option)]
+    pub name: String,
+}
+
+#[derive(FromArgs)]
+/// Let a revoked key work again (the same key; a running server notices within 2 s).
+#[argh(subcommand, name = "enable")]
+pub struct KeysEnableArgs {
+    /// config file (TOML); without it, the built-in defaults
+    #[argh(option)]
+    pub config: Option<PathBuf>,
+    /// name of the key to enable
+    #[argh(option)]
+    pub name: String,
+}
+
+#[derive(FromArgs)]
+/// Delete a revoked key: it leaves every list; its name stays taken so its usage records stay its own.
+#[argh(subcommand, name = "delete")]
+pub struct KeysDeleteArgs {
+    /// config file (TOML); without it, the built-in defaults
+    #[argh(option)]
+    pub config: Option<PathBuf>,
+    /// name of the key to delete (it must be revoked)
     #[argh(option)]
     pub name: String,
 }
@@ -148,6 +174,19 @@ pub fn run(args: Args) -> i32 {
             KeysCommand::Add(a) => keys_add(a),
             KeysCommand::List(a) => keys_list(a),
             KeysCommand::Revoke(a) => keys_revoke(a),
+            KeysCommand::Enable(a) => with_config(a.config.as_deref(), |config| {
+                keys::enable_key(&config.data_dir, &a.name).map_err(flag_error)?;
+                println!("Enabled key {:?}: it works again.", a.name);
+                Ok(())
+            }),
+            KeysCommand::Delete(a) => with_config(a.config.as_deref(), |config| {
+                keys::delete_key(&config.data_dir, &a.name).map_err(flag_error)?;
+                println!(
+                    "Deleted key {:?}. Its usage records stay in the ledger; the name is not reused.",
+                    a.name
+                );
+                Ok(())
+            }),
             KeysCommand::Rotate(a) => keys_rotate(a),
             KeysCommand::Credit(a) => keys_credit(a),
         },
@@ -260,7 +299,7 @@ fn keys_list(a: KeysListArgs) -> i32 {
         }
     };
     let records = match read_keys_or_msg(&config.data_dir.join(KEYS_FILE)) {
-        Ok(r) => r,
+        Ok(r) => r.into_iter().filter(|r| !r.deleted).collect::<Vec<_>>(),
         Err(e) => {
             eprintln!("{e}");
             return 1;

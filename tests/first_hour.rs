@@ -203,3 +203,115 @@ fn lost_requests_are_told_where_to_go() {
     let msg = r.json()["error"]["message"].as_str().unwrap().to_string();
     assert!(msg.contains("max_tokens") && msg.contains("1024"), "{msg}");
 }
+
+fn admin_call(gw: &Gateway, method: &str, path: &str, body: &serde_json::Value) -> Response {
+    let auth = format!("Bearer {ADMIN_TOKEN}");
+    gw.request(
+        method,
+        path,
+        &[
+            ("authorization", &auth),
+            ("content-type", "application/json"),
+        ],
+        body.to_string().as_bytes(),
+    )
+}
+
+fn chat_as(gw: &Gateway, key: &str) -> u16 {
+    gw.post_as(
+        key,
+        "/v1/chat/completions",
+        &json!({"model": "mock", "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .status
+}
+
+/// A revoked key can be enabled again or deleted (its name stays taken); a group no key is in can be
+/// deleted; a cached-input price can be cleared; `/metrics` can be put behind the admin token.
+#[test]
+fn keys_groups_prices_and_metrics_have_a_whole_lifecycle() {
+    let extra = format!("admin_token_env = \"{ADMIN_TOKEN_ENV}\"\nmetrics_auth = true");
+    let gw = Gateway::start_mock(&extra);
+    // Revoke, enable again (CLI): the same key works.
+    let key = gw.add_key("app", "default", None);
+    assert_eq!(chat_as(&gw, &key), 200);
+    let (code, _, err) = gw.cli(&["keys", "revoke", "--name", "app"]);
+    assert_eq!(code, 0, "{err}");
+    wait_for(|| chat_as(&gw, &key) == 401, "the revoked key refused");
+    let (code, _, err) = gw.cli(&["keys", "enable", "--name", "app"]);
+    assert_eq!(code, 0, "{err}");
+    wait_for(|| chat_as(&gw, &key) == 200, "the enabled key accepted");
+    // Delete (admin API): only once revoked; then it is gone and its name is not given out again.
+    let r = admin_call(&gw, "DELETE", "/admin/keys/app", &json!({}));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("revoke it first"), "{}", r.text());
+    assert_eq!(
+        admin_call(&gw, "POST", "/admin/keys/app/revoke", &json!({})).status,
+        200
+    );
+    let r = admin_call(&gw, "DELETE", "/admin/keys/app", &json!({}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let listed = gw.admin("/admin/keys").json();
+    assert!(
+        !listed["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|k| k["name"] == "app"),
+        "{listed}"
+    );
+    assert_eq!(chat_as(&gw, &key), 401);
+    let r = admin_call(
+        &gw,
+        "POST",
+        "/admin/keys",
+        &json!({"name": "app", "group": "default"}),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("deleted"), "{}", r.text());
+    let (_, out, _) = gw.cli(&["keys", "list"]);
+    assert!(!out.contains("\napp "), "{out}");
+    // Groups: one with keys cannot go; an empty one can.
+    let r = admin_call(&gw, "DELETE", "/admin/groups/default", &json!({}));
+    assert_eq!(r.status, 409, "{}", r.text());
+    let r = admin_call(
+        &gw,
+        "POST",
+        "/admin/groups",
+        &json!({"name": "spare", "models": ["mock"]}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = admin_call(&gw, "DELETE", "/admin/groups/spare", &json!({}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let groups = gw.admin("/admin/groups").json();
+    assert!(
+        !groups["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g["name"] == "spare"),
+        "{groups}"
+    );
+    // A cached-input price set, then cleared back to the input price.
+    let r = admin_call(
+        &gw,
+        "POST",
+        "/admin/models/mock",
+        &json!({"cached_input_price": "0.5"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(!r.json()["cached_input_price"].is_null(), "{}", r.text());
+    let r = admin_call(
+        &gw,
+        "POST",
+        "/admin/models/mock",
+        &json!({"cached_input_price": null}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.json()["cached_input_price"].is_null(), "{}", r.text());
+    // /metrics behind the admin token.
+    assert_eq!(gw.request("GET", "/metrics", &[], b"").status, 401);
+    let r = gw.admin("/metrics");
+    assert_eq!(r.status, 200);
+    assert!(r.text().contains("tollgate_requests_total"));
+}

@@ -39,6 +39,10 @@ pub struct KeyRecord {
     pub disabled: bool,
     #[serde(default)]
     pub created: String,
+    /// Deleted after it was revoked: kept (without its hash) only so that its name is not given to another
+    /// key, whose usage records would then mix with this one's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deleted: bool,
 }
 
 /// A new random key: `tg_` and 40 base62 characters (~238 bits).
@@ -99,7 +103,8 @@ pub fn parse_keys(text: &str) -> Result<Vec<KeyRecord>, KeysFileError> {
         let hex_ok = rec.hash.strip_prefix("sha256:").is_some_and(|h| {
             h.len() == 64 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
         });
-        if !hex_ok {
+        let tombstone = rec.deleted && rec.hash.is_empty();
+        if !(hex_ok || tombstone) {
             return Err(KeysFileError::Line(
                 i + 1,
                 "hash must be sha256: followed by 64 lowercase hex digits".into(),
@@ -155,6 +160,7 @@ struct KeySet {
 
 impl KeySet {
     fn from_records(records: &[KeyRecord]) -> KeySet {
+        let records: Vec<KeyRecord> = records.iter().filter(|r| !r.deleted).cloned().collect();
         let by_hash = records
             .iter()
             .map(|r| {
@@ -166,10 +172,7 @@ impl KeySet {
                 (r.hash.clone(), (Arc::new(id), r.disabled))
             })
             .collect();
-        KeySet {
-            by_hash,
-            records: records.to_vec(),
-        }
+        KeySet { by_hash, records }
     }
 }
 
@@ -432,6 +435,7 @@ mod tests {
             credit: None,
             disabled: false,
             created: String::new(),
+            deleted: false,
         };
         write_keys(&dir.join(KEYS_FILE), std::slice::from_ref(&rec)).unwrap();
         let store = KeyStore::open(&dir).unwrap();
@@ -463,6 +467,7 @@ mod tests {
             credit: None,
             disabled,
             created: created.into(),
+            deleted: false,
         }
     }
 
@@ -546,7 +551,8 @@ mod tests {
                 hash: hash_key("x"),
                 credit: None,
                 disabled: false,
-                created: String::new()
+                created: String::new(),
+                deleted: false,
             })
             .unwrap()
         );
@@ -637,7 +643,13 @@ pub fn add_key(
     valid_credit(credit)?;
     update_keys(data_dir, |records| {
         if let Some(existing) = records.iter().find(|r| r.name == name) {
-            let state = if existing.disabled { " (revoked)" } else { "" };
+            let state = if existing.deleted {
+                " (deleted; its usage records keep the name)"
+            } else if existing.disabled {
+                " (revoked)"
+            } else {
+                ""
+            };
             return Err(KeyOpError::new(
                 "name",
                 format!("a key named {name:?} already exists{state}; choose another name"),
@@ -651,6 +663,7 @@ pub fn add_key(
             credit,
             disabled: false,
             created: crate::util::rfc3339(crate::util::unix_now()),
+            deleted: false,
         });
         Ok(key)
     })
@@ -659,8 +672,34 @@ pub fn add_key(
 fn find<'a>(records: &'a mut [KeyRecord], name: &str) -> Result<&'a mut KeyRecord, KeyOpError> {
     records
         .iter_mut()
-        .find(|r| r.name == name)
+        .find(|r| r.name == name && !r.deleted)
         .ok_or_else(|| KeyOpError::new("name", format!("no key named {name:?}")))
+}
+
+/// Lets a revoked key work again (same key, name, group and credit).
+pub fn enable_key(data_dir: &Path, name: &str) -> Result<(), KeyOpError> {
+    update_keys(data_dir, |records| {
+        find(records, name)?.disabled = false;
+        Ok(())
+    })
+}
+
+/// Deletes a revoked key: it disappears from every list and its hash is forgotten. Its name stays taken,
+/// so that its usage records are never mixed with another key's.
+pub fn delete_key(data_dir: &Path, name: &str) -> Result<(), KeyOpError> {
+    update_keys(data_dir, |records| {
+        let r = find(records, name)?;
+        if !r.disabled {
+            return Err(KeyOpError::new(
+                "name",
+                format!("the key {name:?} is active; revoke it first, then delete it"),
+            ));
+        }
+        r.deleted = true;
+        r.hash = String::new();
+        r.credit = None;
+        Ok(())
+    })
 }
 
 /// Revokes a key at once (a running server notices within about a second).

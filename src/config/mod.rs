@@ -171,6 +171,8 @@ pub struct Config {
     pub upstreams: Vec<Upstream>,
     pub models: Vec<Model>,
     pub groups: Vec<Group>,
+    /// `/metrics` needs the admin token (`Authorization: Bearer`).
+    pub metrics_auth: bool,
     /// What validation found that does not stop the gateway but will not work as meant (`check` prints
     /// them, `serve` logs them).
     pub warnings: Vec<String>,

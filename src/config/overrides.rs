@@ -37,6 +37,9 @@ pub struct ModelChange {
     pub output_price: Option<Money>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cached_input_price: Option<Money>,
+    /// The cached-input price was cleared: cached input costs the input price again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub clear_cached_input_price: bool,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -46,6 +49,9 @@ pub struct Overrides {
     pub groups: Vec<GroupSpec>,
     #[serde(default)]
     pub models: BTreeMap<String, ModelChange>,
+    /// Groups deleted in the console (the config file's included).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deleted_groups: Vec<String>,
 }
 
 impl GroupSpec {
@@ -126,6 +132,7 @@ impl Config {
     /// This config with the console's changes applied.
     pub fn with_overrides(&self, o: &Overrides) -> Result<Config, ConfigError> {
         let mut c = self.clone();
+        c.groups.retain(|g| !o.deleted_groups.contains(&g.name));
         for g in &o.groups {
             g.validate().map_err(|e| {
                 err(
@@ -164,6 +171,8 @@ impl Config {
             }
             if change.cached_input_price.is_some() {
                 m.cached_input_price = change.cached_input_price;
+            } else if change.clear_cached_input_price {
+                m.cached_input_price = None;
             }
         }
         Ok(c)

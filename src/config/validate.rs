@@ -33,6 +33,7 @@ pub(super) struct RawConfig {
     ledger_backlog_records: Option<u64>,
     log_level: Option<String>,
     log_format: Option<String>,
+    metrics_auth: Option<bool>,
     #[serde(default)]
     upstreams: Vec<RawUpstream>,
     #[serde(default)]
@@ -185,6 +186,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         ledger_backlog_records: p.take(backlog(raw.ledger_backlog_records), 0),
         log_level,
         log_format: p.take(log_format(raw.log_format.as_deref()), String::new()),
+        metrics_auth: raw.metrics_auth.unwrap_or(false),
         upstreams,
         models,
         groups,

@@ -102,6 +102,20 @@ pub fn revoke_key(gw: &Gateway, name: &str) -> Result<Value, ApiError> {
     Ok(json!({"name": name, "disabled": true}))
 }
 
+/// `POST /admin/keys/{name}/enable`: a revoked key works again.
+pub fn enable_key(gw: &Gateway, name: &str) -> Result<Value, ApiError> {
+    keys::enable_key(&gw.config().data_dir, name).map_err(key_error)?;
+    gw.keys.reload_if_changed();
+    Ok(json!({"name": name, "disabled": false}))
+}
+
+/// `DELETE /admin/keys/{name}`: a revoked key leaves every list (its name stays taken).
+pub fn delete_key(gw: &Gateway, name: &str) -> Result<Value, ApiError> {
+    keys::delete_key(&gw.config().data_dir, name).map_err(key_error)?;
+    gw.keys.reload_if_changed();
+    Ok(json!({"name": name, "deleted": true}))
+}
+
 pub fn rotate_key(gw: &Gateway, name: &str) -> Result<Value, ApiError> {
     let key = keys::rotate_key(&gw.config().data_dir, name).map_err(key_error)?;
     gw.keys.reload_if_changed();
@@ -208,11 +222,48 @@ pub fn save_group(gw: &Gateway, body: &Value, name: Option<&str>) -> Result<Valu
     let saved = spec.clone();
     gw.change_overrides(|o| {
         o.groups.retain(|g| g.name != saved.name);
+        o.deleted_groups.retain(|n| n != &saved.name);
         o.groups.push(saved);
         Ok(())
     })
     .map_err(config_error)?;
     Ok(json!(spec))
+}
+
+/// `DELETE /admin/groups/{name}`: only a group no key is in (revoked keys count: they may come back).
+pub fn delete_group(gw: &Gateway, name: &str) -> Result<Value, ApiError> {
+    if gw.config().group(name).is_none() {
+        return Err(ApiError::not_found(format!("no group named {name:?}")).with_param("name"));
+    }
+    let members: Vec<String> = gw
+        .keys
+        .records()
+        .into_iter()
+        .filter(|k| k.group == name)
+        .map(|k| k.name)
+        .collect();
+    if !members.is_empty() {
+        return Err(ApiError::new(
+            409,
+            crate::protocol::ErrorKind::InvalidRequest,
+            format!(
+                "the group {name:?} still has {} key(s) ({}); move them to another group or delete them first",
+                members.len(),
+                members.join(", ")
+            ),
+        )
+        .with_param("name"));
+    }
+    let name = name.to_string();
+    gw.change_overrides(|o| {
+        o.groups.retain(|g| g.name != name);
+        if !o.deleted_groups.contains(&name) {
+            o.deleted_groups.push(name.clone());
+        }
+        Ok(())
+    })
+    .map_err(config_error)?;
+    Ok(json!({"name": name, "deleted": true}))
 }
 
 /// `GET /admin/models[?probe=1]`: every model with its upstreams, prices, state and live availability.
@@ -279,6 +330,8 @@ pub fn change_model(gw: &Gateway, name: &str, body: &Value) -> Result<Value, Api
         input_price: opt_amount(o, "input_price")?,
         output_price: opt_amount(o, "output_price")?,
         cached_input_price: opt_amount(o, "cached_input_price")?,
+        // `"cached_input_price": null` clears it: cached input costs the input price again.
+        clear_cached_input_price: o.get("cached_input_price") == Some(&Value::Null),
     };
     change.validate().map_err(config_error)?;
     gw.change_overrides(|ov| {
@@ -294,6 +347,12 @@ pub fn change_model(gw: &Gateway, name: &str, body: &Value) -> Result<Value, Api
             if v.is_some() {
                 *slot = v;
             }
+        }
+        if change.cached_input_price.is_some() {
+            entry.clear_cached_input_price = false;
+        } else if change.clear_cached_input_price {
+            entry.cached_input_price = None;
+            entry.clear_cached_input_price = true;
         }
         Ok(())
     })

@@ -19,7 +19,8 @@ use crate::server::trace::Trace;
 
 pub use assets::serve as serve_ui;
 
-fn authorize(gw: &Gateway, ex: &Exchange) -> Result<(), ApiError> {
+/// Checks the admin token (also for `/metrics` with `metrics_auth`).
+pub fn authorize(gw: &Gateway, ex: &Exchange) -> Result<(), ApiError> {
     let Some(expected) = &gw.admin_token else {
         return Err(ApiError::new(
             403,
@@ -124,9 +125,12 @@ fn route(gw: &Gateway, ex: &Exchange) -> Result<Answer, ApiError> {
         ("POST", ["keys"]) => manage::create_key(gw, &body()?).map(Answer::Json),
         ("POST", ["keys", name, "revoke"]) => manage::revoke_key(gw, name).map(Answer::Json),
         ("POST", ["keys", name, "rotate"]) => manage::rotate_key(gw, name).map(Answer::Json),
+        ("POST", ["keys", name, "enable"]) => manage::enable_key(gw, name).map(Answer::Json),
+        ("DELETE", ["keys", name]) => manage::delete_key(gw, name).map(Answer::Json),
         ("POST", ["keys", name, "credit"]) => manage::credit(gw, name, &body()?).map(Answer::Json),
         ("GET", ["groups"]) => Ok(Answer::Json(manage::groups(gw))),
         ("POST", ["groups"]) => manage::save_group(gw, &body()?, None).map(Answer::Json),
+        ("DELETE", ["groups", name]) => manage::delete_group(gw, name).map(Answer::Json),
         ("PUT" | "POST", ["groups", name]) => manage::save_group(gw, &body()?, Some(name)).map(Answer::Json),
         ("GET", ["models"]) => Ok(Answer::Json(manage::models(gw, ex.request.query_param("probe").is_some()))),
         ("POST" | "PATCH", ["models", name]) => manage::change_model(gw, name, &body()?).map(Answer::Json),

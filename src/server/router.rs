@@ -62,6 +62,11 @@ pub fn route(gw: &Gateway, ex: &mut Exchange) {
             );
         }
         ("GET" | "HEAD", "/metrics") => {
+            if gw.config().metrics_auth {
+                if let Err(e) = crate::console::authorize(gw, ex) {
+                    return respond::error(ex.response(), &trace, &e);
+                }
+            }
             let text = scrape(gw);
             let headers =
                 trace.headers(&[("content-type", "text/plain; version=0.0.4; charset=utf-8")]);

@@ -325,6 +325,21 @@ step('revoking a key in the UI refuses its next request (401)', async () => {
   check(r.status === 401, `a revoked key got ${r.status}`);
 });
 
+step('a revoked key can be enabled again, then deleted for good', async () => {
+  const row = keyRow(KEY_NAME);
+  await row.locator('button.enable').click();
+  await row.locator('td.status').filter({ hasNotText: 'revoked' }).waitFor();
+  const back = await chat(newKey);
+  check(back.status === 200, `the enabled key got ${back.status}`);
+  await row.locator('button.revoke').click();
+  await page.locator('dialog.confirm-dialog[open] button[data-confirm="yes"]').click();
+  await row.locator('button.delete').click();
+  await page.locator('dialog.confirm-dialog[open] button[data-confirm="yes"]').click();
+  await row.waitFor({ state: 'detached' });
+  const r = await chat(newKey);
+  check(r.status === 401, `a deleted key got ${r.status}`);
+});
+
 step('names are shown as text, never as HTML', async () => {
   await open('groups');
   await page.fill('#group-create input[name="name"]', HOSTILE);

@@ -90,6 +90,7 @@ export const api = {
   get: (path) => request('GET', path),
   post: (path, body = {}) => request('POST', path, { body }),
   put: (path, body) => request('PUT', path, { body }),
+  del: (path) => request('DELETE', path),
   blob: (path) => request('GET', path, { as: 'blob' }),
 };
 

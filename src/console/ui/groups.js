@@ -4,6 +4,7 @@
 import { api, seg } from './api.js';
 import { act, button, el, empty, errorSlot, field, input, table, td } from './dom.js';
 import { fmtInt } from './format.js';
+import { confirmAction } from './dialogs.js';
 
 /** Groups with their models and limits; create and edit. */
 export async function viewGroups(frame) {
@@ -82,6 +83,20 @@ function groupsTable(frame, groups, active) {
   const rows = [];
   for (const g of groups) {
     const edit = button('Edit', { class: 'button-quiet edit' });
+    const remove = button('Delete', { class: 'button-danger-quiet delete' });
+    const slot = errorSlot();
+    remove.addEventListener('click', async () => {
+      const ok = await confirmAction({
+        title: 'Delete group',
+        message: `Delete the group "${g.name}"? Only a group no key is in can be deleted (revoked keys count).`,
+        confirm: 'Delete group',
+      });
+      if (!ok) return;
+      act(remove, slot, async () => {
+        await api.del(`/admin/groups/${seg(g.name)}`);
+        await frame.load();
+      });
+    });
     const row = el(
       'tr',
       { data: { group: g.name } },
@@ -91,7 +106,7 @@ function groupsTable(frame, groups, active) {
       td(limit(g.tpm), 'num tpm'),
       td(limit(g.max_concurrent), 'num max-concurrent'),
       td(fmtInt(active.get(g.name) || 0), 'num'),
-      td(edit),
+      td([el('div', { class: 'row-actions' }, edit, remove), slot]),
     );
     edit.addEventListener('click', () => openGroupEditor(frame, row, g, edit));
     rows.push(row);

@@ -75,7 +75,7 @@ function keyRow(frame, k) {
     td(balance === null ? el('span', { class: 'muted', text: 'unlimited' }) : fmtCredits(balance), ['num balance', balance !== null && balance < 0 && 'negative']),
     td(status, 'status'),
     td(timeEl(k.created), 'nowrap'),
-    td(k.disabled ? el('span', { class: 'muted', text: '—' }) : keyActions(frame, k), 'actions-cell'),
+    td(k.disabled ? revokedActions(frame, k) : keyActions(frame, k), 'actions-cell'),
   );
 }
 
@@ -111,7 +111,7 @@ function keyActions(frame, k) {
   revoke.addEventListener('click', async () => {
     const ok = await confirmAction({
       title: 'Revoke key',
-      message: `Revoke the key "${k.name}"? Every request with it is refused from now on. A revoked key cannot be enabled again.`,
+      message: `Revoke the key "${k.name}"? Every request with it is refused from now on, until it is enabled again.`,
       confirm: 'Revoke key',
     });
     if (!ok) return;
@@ -121,4 +121,30 @@ function keyActions(frame, k) {
     });
   });
   return [el('div', { class: 'row-actions' }, topUp, rotate, revoke), slot];
+}
+
+/** A revoked key: enable it again (the same secret works), or delete it for good (its name stays taken). */
+function revokedActions(frame, k) {
+  const slot = errorSlot();
+  const enable = button('Enable', { class: 'button-quiet enable' });
+  enable.addEventListener('click', () =>
+    act(enable, slot, async () => {
+      await api.post(`/admin/keys/${seg(k.name)}/enable`);
+      await frame.load();
+    }),
+  );
+  const remove = button('Delete', { class: 'button-danger-quiet delete' });
+  remove.addEventListener('click', async () => {
+    const ok = await confirmAction({
+      title: 'Delete key',
+      message: `Delete the key "${k.name}"? It leaves this list for good. Its usage records stay, and its name is not given to another key.`,
+      confirm: 'Delete key',
+    });
+    if (!ok) return;
+    act(remove, slot, async () => {
+      await api.del(`/admin/keys/${seg(k.name)}`);
+      await frame.load();
+    });
+  });
+  return [el('div', { class: 'row-actions' }, enable, remove), slot];
 }

@@ -172,7 +172,9 @@ function priceEditor(frame, m, onCancel) {
       const body = {};
       for (const [k, node] of Object.entries(inputs)) {
         const v = parseAmount(k, node.value);
-        if (v !== null) body[k] = v; // empty: left as it is (the API has no way to clear a price)
+        if (v !== null) body[k] = v;
+        // An emptied cached-input price goes back to "as input"; other empty prices are left as they are.
+        else if (k === 'cached_input_price' && m.cached_input_price !== null) body[k] = null;
       }
       if (!Object.keys(body).length) throw new Error('Enter at least one price.');
       await api.post(`/admin/models/${seg(m.name)}`, body);
