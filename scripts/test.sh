@@ -8,6 +8,26 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
+# Everything the stages need, checked before any of them runs: what is missing is listed with how to get it.
+missing=()
+command -v cargo >/dev/null || missing+=("Rust (cargo): https://rustup.rs, then open a new shell")
+if ! command -v python3 >/dev/null; then
+    missing+=("Python 3: apt-get install python3 python3-venv")
+elif ! python3 -m venv --help >/dev/null 2>&1; then
+    missing+=("Python's venv module: apt-get install python3-venv")
+fi
+command -v node >/dev/null || missing+=("Node.js: apt-get install nodejs npm (or https://nodejs.org)")
+command -v npm >/dev/null || missing+=("npm: apt-get install npm")
+chromium="${CHROMIUM:-/usr/bin/chromium}"
+[ -x "$chromium" ] || missing+=("Chromium at $chromium: apt-get install chromium (or set CHROMIUM to a Chromium binary)")
+if [ "${#missing[@]}" -gt 0 ]; then
+    echo "scripts/test.sh: missing what the tests need (nothing was run):" >&2
+    for m in "${missing[@]}"; do echo "  - $m" >&2; done
+    echo "(.ci/run installs the Debian packages by itself; the first run also downloads about 0.9 GB of npm" >&2
+    echo " packages and Python SDKs into tests/agents, tests/console and .venv.)" >&2
+    exit 1
+fi
+
 echo "== cargo test" >&2
 cargo test --quiet
 
