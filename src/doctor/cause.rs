@@ -153,6 +153,9 @@ fn status_cause(s: u16, f: &kinds::Failure, proto: Proto, shape: &Shape, model: 
             "404: the gateway does not know the model `{model}`: check the name against the console's model \
              list (a wrong path also gives 404: often a doubled `/v1` or a full endpoint in the base address)."
         ),
+        404 | 405 if !shape.has_errors() && family_mismatch(proto, shape).is_some() => {
+            format!("{s}: {}", family_mismatch(proto, shape).unwrap_or_default())
+        }
         404 | 405 => format!(
             "{s}: wrong path: often a doubled `/v1` or a full endpoint path in the base address{}. Fix the \
              path: OpenAI clients take `<root>/v1`, Anthropic clients `<root>` without `/v1`.",
@@ -202,6 +205,26 @@ fn origin_of(u: &str) -> &str {
     match u[after..].find('/') {
         Some(i) => &u[..after + i],
         None => u,
+    }
+}
+
+/// A base URL of the other SDK family's form: OpenAI SDKs want `/v1` in it, Anthropic's do not. Says which
+/// URL the SDK built and what to give it instead.
+fn family_mismatch(proto: Proto, shape: &Shape) -> Option<String> {
+    let (base, root) = (shape.base.as_deref()?, shape.root.as_deref()?);
+    let with_v1 = base.to_ascii_lowercase().ends_with("/v1");
+    match proto {
+        Proto::Messages if with_v1 => Some(format!(
+            "Anthropic SDKs append `/v1/messages` to their base URL, so this one makes `{base}/v1/messages` (a \
+             doubled `/v1`). Give Anthropic clients (Claude Code, the anthropic SDK) `{root}` without `/v1`."
+        )),
+        Proto::Chat | Proto::Responses if !with_v1 => Some(format!(
+            "OpenAI SDKs append `{}` to their base URL, so this one makes `{base}{}` (no `/v1`). Give OpenAI \
+             clients `{root}/v1`.",
+            proto.sdk_path(),
+            proto.sdk_path()
+        )),
+        _ => None,
     }
 }
 

@@ -45,10 +45,12 @@ impl Proto {
         }
     }
 
-    pub fn path(self) -> &'static str {
+    /// What the official SDKs append to the base URL they are given: OpenAI's `/chat/completions` and
+    /// `/responses` (their base URL carries `/v1`), Anthropic's `/v1/messages` (its base URL does not).
+    pub fn sdk_path(self) -> &'static str {
         match self {
-            Proto::Chat => "/v1/chat/completions",
-            Proto::Responses => "/v1/responses",
+            Proto::Chat => "/chat/completions",
+            Proto::Responses => "/responses",
             Proto::Messages => "/v1/messages",
         }
     }

@@ -95,22 +95,32 @@ pub fn run(args: DoctorArgs) -> i32 {
             return 2;
         }
     };
-    if args.key.trim().is_empty() {
-        eprintln!("--key: the key is empty");
-        return 2;
-    }
+    let given_key = match key_argument(&args) {
+        Ok(k) => k,
+        Err(e) => {
+            eprintln!("{e}");
+            return 2;
+        }
+    };
     if args.model.trim().is_empty() {
         eprintln!("--model: the model name is empty");
         return 2;
     }
     let started_unix = crate::util::unix_now();
     let container = report::container_evidence();
-    let shape = url::analyze(&args.base_url, container.is_some());
-    let (key, key_findings) = check_key(&args.key);
+    // Container notes belong to a connection that failed (see `cause`), not to the URL's shape.
+    let shape = url::analyze(&args.base_url, false);
+    if shape.base.is_none() {
+        for f in &shape.findings {
+            eprintln!("--base-url: {}", f.text);
+        }
+        return 2;
+    }
+    let (key, key_findings) = check_key(&given_key);
     let (model, model_findings) = check_model(&args.model);
     let scrub = report::Scrubber {
         key: &key,
-        also: &args.key,
+        also: &given_key,
         prompt: false,
     };
     let key = key.as_str();
@@ -160,11 +170,11 @@ pub fn run(args: DoctorArgs) -> i32 {
         "[1/{total_steps}] Base URL and key: {}",
         if setup_failed { "FAIL" } else { "PASS" }
     );
-    match &shape.root {
-        Some(root) => {
+    match &shape.base {
+        Some(base) => {
             let eps: Vec<String> = protocols
                 .iter()
-                .map(|p| format!("{root}{}", p.path()))
+                .map(|p| format!("{base}{}", p.sdk_path()))
                 .collect();
             field(&mut out, "endpoints", &eps.join(", "));
             if !shape.has_errors() {
@@ -213,8 +223,8 @@ pub fn run(args: DoctorArgs) -> i32 {
                 proto.name(),
                 if stream { "stream" } else { "plain" }
             );
-            let o = match &shape.root {
-                Some(root) => probe::run(&agent, proto, root, key, model, stream, &client_id),
+            let o = match &shape.base {
+                Some(base) => probe::run(&agent, proto, base, key, model, stream, &client_id),
                 None => not_sent(proto, stream, &client_id),
             };
             let plain = outcomes.iter().find(|p| p.proto == proto && !p.stream);
@@ -260,7 +270,7 @@ pub fn run(args: DoctorArgs) -> i32 {
         container,
         proxy: report::proxy_setting(),
         key,
-        given_key: &args.key,
+        given_key: &given_key,
         model,
         protocols: &protocols,
         redacted_url: &shape.redacted,
@@ -277,6 +287,28 @@ pub fn run(args: DoctorArgs) -> i32 {
     } else {
         1
     }
+}
+
+/// The key to check: `--key`, or the variable `--key-env` names (exactly one of them).
+fn key_argument(args: &DoctorArgs) -> Result<String, String> {
+    let key = match (&args.key, &args.key_env) {
+        (Some(k), None) => k.clone(),
+        (None, Some(var)) => std::env::var(var).map_err(|_| {
+            format!(
+                "--key-env: the environment variable {var} is not set (export it, or pass --key)"
+            )
+        })?,
+        (Some(_), Some(_)) => return Err("give either --key or --key-env, not both".into()),
+        (None, None) => {
+            return Err(
+                "--key-env NAME (the variable holding the key) or --key KEY is required".into(),
+            )
+        }
+    };
+    if key.trim().is_empty() {
+        return Err("the key is empty".into());
+    }
+    Ok(key)
 }
 
 /// `chat`, `responses`, `messages`, `all`, or a comma-separated list.
@@ -331,7 +363,11 @@ fn check_key(given: &str) -> (String, Vec<Finding>) {
             key = key[1..key.len() - 1].to_string();
         }
     }
-    if key.len() > 7 && key[..7].eq_ignore_ascii_case("bearer ") {
+    if key.len() > 7
+        && key
+            .get(..7)
+            .is_some_and(|p| p.eq_ignore_ascii_case("bearer "))
+    {
         findings.push(error(
             "the key starts with `Bearer `: clients add that word themselves, so the header would read \
              `Bearer Bearer …` (401). Give the key alone. The doctor sent it without."
@@ -346,6 +382,19 @@ fn check_key(given: &str) -> (String, Vec<Finding>) {
                 .into(),
         ));
         key.retain(|c| !c.is_whitespace());
+    }
+    if key.chars().any(|c| !c.is_ascii_graphic()) {
+        findings.push(error(
+            "the key has characters keys never contain (not plain ASCII: a typographic quote or dash from a \
+             document?); HTTP headers cannot carry it as it is."
+                .into(),
+        ));
+    } else if key.starts_with("tg_") && key.len() != 43 {
+        findings.push(error(format!(
+            "the key looks like a tollgate key but has {} characters where tollgate keys have 43 (`tg_` and 40 \
+             more): it was cut off or joined with something when copied.",
+            key.len()
+        )));
     }
     (key, findings)
 }
@@ -488,14 +537,18 @@ mod tests {
 
     #[test]
     fn key_forms() {
-        let (k, f) = check_key("tg_abc");
-        assert_eq!((k.as_str(), f.len()), ("tg_abc", 0));
-        let (k, f) = check_key(" Bearer tg_abc\n");
-        assert_eq!(k, "tg_abc");
+        let (k, f) = check_key("sk-abc");
+        assert_eq!((k.as_str(), f.len()), ("sk-abc", 0));
+        let (k, f) = check_key(" Bearer sk-abc\n");
+        assert_eq!(k, "sk-abc");
         assert_eq!(f.len(), 2);
-        let (k, f) = check_key("\"tg_a bc\"");
-        assert_eq!(k, "tg_abc");
+        let (k, f) = check_key("\"sk-a bc\"");
+        assert_eq!(k, "sk-abc");
         assert_eq!(f.len(), 2);
+        let (_, f) = check_key("tg_abc");
+        assert!(f[0].text.contains("has 6 characters"), "{:?}", f);
+        let (_, f) = check_key("sk-ab\u{2013}c");
+        assert!(f[0].text.contains("not plain ASCII"), "{:?}", f);
         let (m, f) = check_model(" mock");
         assert_eq!((m.as_str(), f.len()), ("mock", 1));
     }

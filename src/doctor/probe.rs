@@ -26,17 +26,18 @@ pub fn agent() -> ureq::Agent {
         .into()
 }
 
-/// Sends the minimal request of `proto` to `{root}{path}` and reads the answer or the stream.
+/// Sends the minimal request of `proto` to the URL its official SDK builds from `base` (`base` + the SDK's
+/// path) and reads the answer or the stream.
 pub fn run(
     agent: &ureq::Agent,
     proto: Proto,
-    root: &str,
+    base: &str,
     key: &str,
     model: &str,
     stream: bool,
     client_request_id: &str,
 ) -> Outcome {
-    let url = format!("{root}{}", proto.path());
+    let url = format!("{base}{}", proto.sdk_path());
     let mut out = Outcome {
         proto,
         stream,

@@ -21,6 +21,9 @@ pub struct Shape {
     /// `scheme://host[:port][/prefix]` without a trailing `/v1`, credentials, query or fragment; the endpoints
     /// are `{root}/v1/...`. `None` when no request can be sent.
     pub root: Option<String>,
+    /// The base URL as a client would use it: `scheme://host[:port][/path]` as given, without trailing
+    /// slashes, credentials, query or fragment. SDKs append their paths to this (see `Proto::sdk_path`).
+    pub base: Option<String>,
     /// The URL as given, without surrounding whitespace, credentials, query or fragment (each replaced by
     /// `***` when present): safe for a report.
     pub redacted: String,
@@ -62,6 +65,7 @@ pub fn analyze(input: &str, in_container: bool) -> Shape {
     let s = without_whitespace(input, &mut findings);
     let fail = |redacted: String, host: String, findings: Vec<Finding>| Shape {
         root: None,
+        base: None,
         redacted,
         host,
         findings,
@@ -93,6 +97,7 @@ pub fn analyze(input: &str, in_container: bool) -> Shape {
     check_host(&host, &scheme, in_container, &mut findings);
     Shape {
         root: Some(format!("{origin}{root_path}")),
+        base: Some(format!("{origin}{}", u.path.trim_end_matches('/'))),
         redacted,
         host,
         findings,
