@@ -315,3 +315,21 @@ fn keys_groups_prices_and_metrics_have_a_whole_lifecycle() {
     assert_eq!(r.status, 200);
     assert!(r.text().contains("tollgate_requests_total"));
 }
+
+/// The README's example config passes `tollgate check` as printed (an unset `api_key_env` is a warning).
+#[test]
+fn the_readme_example_config_passes_check() {
+    let readme =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+            .unwrap();
+    let start = readme
+        .find("```toml\n# tollgate.toml\n")
+        .expect("the README's example config")
+        + "```toml\n".len();
+    let block = &readme[start..start + readme[start..].find("```").unwrap()];
+    let dir = TempDir::new("fh-readme");
+    let config = write_config(&dir, block);
+    let (code, out, err) = tollgate(&["check", "--config", &config], &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("OK ("), "{out}");
+}
