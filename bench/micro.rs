@@ -170,6 +170,7 @@ fn main() {
             cost: Money::from_units(20_000_000),
             latency_ms: 1,
             error: None,
+            reason: None,
         });
     }
     let queued = t.elapsed();

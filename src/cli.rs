@@ -170,26 +170,78 @@ pub fn run(args: Args) -> i32 {
         Command::Serve(a) => serve(a),
         Command::Check(a) => check(&a.config),
         Command::Doctor(a) => crate::doctor::run(a),
-        Command::Keys(k) => match k.command {
-            KeysCommand::Add(a) => keys_add(a),
-            KeysCommand::List(a) => keys_list(a),
-            KeysCommand::Revoke(a) => keys_revoke(a),
-            KeysCommand::Enable(a) => with_config(a.config.as_deref(), |config| {
+        Command::Keys(k) => keys_command(k.command),
+    }
+}
+
+/// Runs a `keys` command; a change that succeeded goes into the audit trail (actor `cli`).
+fn keys_command(c: KeysCommand) -> i32 {
+    let audit = |config: Option<&Path>, name: &str, action: &str, run: &mut dyn FnMut() -> i32| {
+        let data_dir = load(config).ok().map(|c| c.data_dir);
+        let before = data_dir.as_deref().map_or(serde_json::Value::Null, |d| {
+            crate::audit::key_in_file(d, name)
+        });
+        let code = run();
+        if let (0, Some(d)) = (code, data_dir) {
+            let after = crate::audit::key_in_file(&d, name);
+            let entry = crate::audit::Entry::new(
+                crate::audit::ACTOR_CLI,
+                action,
+                format!("key {name}"),
+                before,
+                after,
+            );
+            crate::audit::append(&d, &entry);
+        }
+        code
+    };
+    match c {
+        KeysCommand::List(a) => keys_list(a),
+        KeysCommand::Add(a) => {
+            let (config, name) = (a.config.clone(), a.name.clone());
+            let mut a = Some(a);
+            audit(config.as_deref(), &name, "key.created", &mut || {
+                a.take().map_or(1, keys_add)
+            })
+        }
+        KeysCommand::Revoke(a) => {
+            let (config, name) = (a.config.clone(), a.name.clone());
+            let mut a = Some(a);
+            audit(config.as_deref(), &name, "key.revoked", &mut || {
+                a.take().map_or(1, keys_revoke)
+            })
+        }
+        KeysCommand::Enable(a) => audit(a.config.as_deref(), &a.name, "key.enabled", &mut || {
+            with_config(a.config.as_deref(), |config| {
                 keys::enable_key(&config.data_dir, &a.name).map_err(flag_error)?;
                 println!("Enabled key {:?}: it works again.", a.name);
                 Ok(())
-            }),
-            KeysCommand::Delete(a) => with_config(a.config.as_deref(), |config| {
+            })
+        }),
+        KeysCommand::Delete(a) => audit(a.config.as_deref(), &a.name, "key.deleted", &mut || {
+            with_config(a.config.as_deref(), |config| {
                 keys::delete_key(&config.data_dir, &a.name).map_err(flag_error)?;
                 println!(
                     "Deleted key {:?}. Its usage records stay in the ledger; the name is not reused.",
                     a.name
                 );
                 Ok(())
-            }),
-            KeysCommand::Rotate(a) => keys_rotate(a),
-            KeysCommand::Credit(a) => keys_credit(a),
-        },
+            })
+        }),
+        KeysCommand::Rotate(a) => {
+            let (config, name) = (a.config.clone(), a.name.clone());
+            let mut a = Some(a);
+            audit(config.as_deref(), &name, "key.rotated", &mut || {
+                a.take().map_or(1, keys_rotate)
+            })
+        }
+        KeysCommand::Credit(a) => {
+            let (config, name) = (a.config.clone(), a.name.clone());
+            let mut a = Some(a);
+            audit(config.as_deref(), &name, "key.credited", &mut || {
+                a.take().map_or(1, keys_credit)
+            })
+        }
     }
 }
 

@@ -191,9 +191,17 @@ fn cost_is_computed_from_usage_and_recorded() {
         key_row(&gw, "default")["spent"].as_f64().unwrap(),
         (input + 2 * output) as f64
     );
-    // Refused requests (404, 403) never reached an upstream: no record.
+    // A refused request (403 here) never reached an upstream: its record costs nothing and names no upstream.
     gw.post("/v1/chat/completions", &chat("x-premium", "hi"));
-    assert_eq!(usage_records(&gw, "key=default").len(), 1);
+    let records = usage_records(&gw, "key=default");
+    assert_eq!(records.len(), 2);
+    let refusal = records.iter().find(|r| r["status"] == 403).unwrap();
+    assert_eq!(refusal["cost"], 0.0, "{refusal}");
+    assert!(refusal["upstream"].is_null(), "{refusal}");
+    assert_eq!(
+        key_row(&gw, "default")["spent"].as_f64().unwrap(),
+        (input + 2 * output) as f64
+    );
 }
 
 #[test]
@@ -217,10 +225,13 @@ fn an_exhausted_balance_gets_429_before_any_upstream_call() {
     let before = usage_records(&gw, "key=small").len();
     let r = gw.post_as(&key, "/v1/messages", &json!({"model": "m-basic", "max_tokens": 50, "messages": [{"role": "user", "content": "x"}]}));
     assert_eq!(r.status, 429);
+    let after = usage_records(&gw, "key=small");
+    assert_eq!(after.len(), before + 1, "the refusal has its record");
+    let refusal = after.iter().find(|r| r["status"] == 429).unwrap();
+    assert_eq!(refusal["reason"], "insufficient_quota", "{refusal}");
     assert_eq!(
-        usage_records(&gw, "key=small").len(),
-        before,
-        "refused before any upstream call: no record"
+        refusal["cost"], 0.0,
+        "refused before any upstream call: {refusal}"
     );
     let row = key_row(&gw, "small");
     assert!(row["balance"].as_f64().unwrap() <= 0.0, "{row}");

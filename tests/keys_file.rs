@@ -305,7 +305,7 @@ fn a_failed_write_on_a_full_disk_leaves_nothing_behind() {
         err.contains("cannot write") && err.contains("keys.jsonl") && err.contains("No space left"),
         "{err}"
     );
-    assert_eq!(entries(&data), ["keys.jsonl", "keys.lock"]);
+    assert_eq!(entries(&data), ["audit.jsonl", "keys.jsonl", "keys.lock"]);
     assert_eq!(std::fs::read(&keys).unwrap(), before);
 }
 
@@ -368,5 +368,10 @@ fn keys_files_are_private_under_umask_000() {
         .unwrap();
     assert!(out.status.success());
     assert_eq!(mode(&data.join("keys.jsonl")), 0o600);
-    assert_eq!(entries(&data), ["keys.jsonl", "keys.lock"]);
+    assert_eq!(
+        mode(&data.join("audit.jsonl")),
+        0o600,
+        "the audit trail too"
+    );
+    assert_eq!(entries(&data), ["audit.jsonl", "keys.jsonl", "keys.lock"]);
 }

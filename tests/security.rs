@@ -197,11 +197,17 @@ fn count_tokens_is_metered() {
         .as_array()
         .unwrap()
         .clone();
-    assert_eq!(records.len(), 3, "{records:?}");
+    // Three forwarded counts, and the two refusals (rate limited: no upstream, no tokens).
+    assert_eq!(records.len(), 5, "{records:?}");
     for r in &records {
         assert_eq!(r["cost"], 0.0, "{r}");
-        assert_eq!(r["input_tokens"], 42, "{r}");
-        assert_eq!(r["upstream"], "a");
+        if r["status"] == 200 {
+            assert_eq!(r["input_tokens"], 42, "{r}");
+            assert_eq!(r["upstream"], "a");
+        } else {
+            assert_eq!(r["reason"], "rate_limited", "{r}");
+            assert!(r["upstream"].is_null(), "{r}");
+        }
     }
 }
 

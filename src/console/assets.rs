@@ -23,6 +23,7 @@ const FILES: &[(&str, &str, &str)] = &[
     ("keys.js", include_str!("ui/keys.js"), JS),
     ("groups.js", include_str!("ui/groups.js"), JS),
     ("models.js", include_str!("ui/models.js"), JS),
+    ("audit.js", include_str!("ui/audit.js"), JS),
 ];
 
 /// The Content-Security-Policy of every console file: only this origin, no inline scripts.

@@ -69,7 +69,7 @@ pub fn authorize(gw: &Gateway, ex: &Exchange) -> Result<(), ApiError> {
 
 /// Handles `/admin/...`.
 pub fn handle(gw: &Gateway, ex: &mut Exchange, trace: &Trace) {
-    let result = authorize(gw, ex).and_then(|()| route(gw, ex));
+    let result = authorize(gw, ex).and_then(|()| audited(gw, ex, trace));
     match result {
         Ok(Answer::Json(v)) => respond::json(
             ex.response(),
@@ -99,6 +99,92 @@ pub enum Answer {
     Csv(String),
 }
 
+/// Runs an admin call; a change that succeeded is appended to the audit trail with its state before and
+/// after.
+fn audited(gw: &Gateway, ex: &Exchange, trace: &Trace) -> Result<Answer, ApiError> {
+    let change = audit_target(ex);
+    let before = change.as_ref().map(|(kind, name)| state_of(gw, kind, name));
+    let answer = route(gw, ex)?;
+    if let (Some((kind, name)), Answer::Json(v)) = (change, &answer) {
+        // A new key or group is named in the answer.
+        let name = name.or_else(|| v["name"].as_str().map(str::to_string));
+        if let Some(name) = name {
+            let after = state_of(gw, kind, &Some(name.clone()));
+            let before = before.unwrap_or(Value::Null);
+            let action = action_of(&ex.request.method, kind, &ex.request.path, &before, &after);
+            let mut entry = crate::audit::Entry::new(
+                crate::audit::ACTOR_ADMIN,
+                &action,
+                format!("{kind} {name}"),
+                before,
+                after,
+            );
+            entry.request_id = Some(trace.request_id.clone());
+            crate::audit::append(&gw.config().data_dir, &entry);
+        }
+    }
+    Ok(answer)
+}
+
+/// The kind and (when in the path) the name of what an admin call changes; None for reads.
+fn audit_target(ex: &Exchange) -> Option<(&'static str, Option<String>)> {
+    if ex.request.method == "GET" || ex.request.method == "HEAD" {
+        return None;
+    }
+    let rest = ex.request.path.trim_start_matches("/admin/");
+    let mut parts = rest.split('/');
+    let kind = match parts.next()? {
+        "keys" => "key",
+        "groups" => "group",
+        "models" => "model",
+        _ => return None,
+    };
+    let name = parts
+        .next()
+        .and_then(|p| crate::http::decode_path_segment(p).ok());
+    Some((kind, name))
+}
+
+/// The state of a key (never its secret), group or model, as the audit trail keeps it.
+fn state_of(gw: &Gateway, kind: &str, name: &Option<String>) -> Value {
+    let Some(name) = name else {
+        return Value::Null;
+    };
+    let config = gw.config();
+    match kind {
+        "key" => crate::audit::key_in_file(&config.data_dir, name),
+        "group" => config.group(name).map_or(Value::Null, |g| json!(g)),
+        _ => config.model_any(name).map_or(Value::Null, |m| {
+            json!({"name": m.name, "disabled": m.disabled, "input_price": m.input_price,
+                   "cached_input_price": m.cached_input_price, "output_price": m.output_price})
+        }),
+    }
+}
+
+/// `key.created`, `key.revoked`, `group.deleted`, `model.disabled`, `model.repriced`, ...
+fn action_of(method: &str, kind: &str, path: &str, before: &Value, after: &Value) -> String {
+    let last = path.trim_end_matches('/').rsplit('/').next().unwrap_or("");
+    let verb = match (kind, method, last) {
+        (_, "DELETE", _) => "deleted",
+        (_, "POST", "keys" | "groups") => "created",
+        ("key", _, "revoke") => "revoked",
+        ("key", _, "rotate") => "rotated",
+        ("key", _, "enable") => "enabled",
+        ("key", _, "credit") => "credited",
+        ("key", _, "group") => "moved",
+        ("model", _, _) if before["disabled"] != after["disabled"] => {
+            if after["disabled"] == true {
+                "disabled"
+            } else {
+                "enabled"
+            }
+        }
+        ("model", _, _) => "repriced",
+        _ => "changed",
+    };
+    format!("{kind}.{verb}")
+}
+
 fn route(gw: &Gateway, ex: &Exchange) -> Result<Answer, ApiError> {
     let method = ex.request.method.as_str();
     let path = ex.request.path.trim_end_matches('/');
@@ -118,6 +204,7 @@ fn route(gw: &Gateway, ex: &Exchange) -> Result<Answer, ApiError> {
     };
     match (method, parts.as_slice()) {
         ("GET", ["overview"]) => usage::overview(gw).map(Answer::Json),
+        ("GET", ["audit"]) => audit(gw, ex).map(Answer::Json),
         ("GET", ["usage"]) if ex.request.query_param("format").as_deref() == Some("csv") => usage::csv(gw, ex).map(Answer::Csv),
         ("GET", ["usage.csv"]) => usage::csv(gw, ex).map(Answer::Csv),
         ("GET", ["usage"]) => usage::records(gw, ex).map(Answer::Json),
@@ -138,4 +225,19 @@ fn route(gw: &Gateway, ex: &Exchange) -> Result<Answer, ApiError> {
             "Unknown admin endpoint {method} {path}. See the README's admin API section for the list."
         ))),
     }
+}
+
+/// `GET /admin/audit?limit=N`: the newest changes first (100 by default, 1,000 at most).
+fn audit(gw: &Gateway, ex: &Exchange) -> Result<Value, ApiError> {
+    let limit = match ex.request.query_param("limit") {
+        None => 100,
+        Some(v) => v
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=1000).contains(n))
+            .ok_or_else(|| ApiError::invalid_param("limit", "limit: expected 1 to 1000"))?,
+    };
+    let entries = crate::audit::newest(&gw.config().data_dir, limit)
+        .map_err(|e| ApiError::internal(format!("cannot read the audit log: {e}")))?;
+    Ok(json!({ "data": entries }))
 }

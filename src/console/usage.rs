@@ -95,7 +95,7 @@ pub fn csv(gw: &Gateway, ex: &Exchange) -> Result<String, ApiError> {
     let f = filter(ex, 100_000, 100_000)?;
     let mut out = String::from(
         "ts,request_id,client_request_id,key,group,model,protocol,upstream,stream,status,input_tokens,\
-         cached_input_tokens,output_tokens,reasoning_tokens,estimated,cost,latency_ms,error\n",
+         cached_input_tokens,output_tokens,reasoning_tokens,estimated,cost,latency_ms,error,reason\n",
     );
     for r in query(gw, &f)? {
         let status = match r.status {
@@ -122,6 +122,7 @@ pub fn csv(gw: &Gateway, ex: &Exchange) -> Result<String, ApiError> {
             format!("{}", r.cost),
             r.latency_ms.to_string(),
             r.error.unwrap_or_default(),
+            r.reason.unwrap_or_default(),
         ];
         let line: Vec<String> = fields.iter().map(|f| csv_field(f)).collect();
         out.push_str(&line.join(","));
@@ -240,6 +241,8 @@ pub fn overview(gw: &Gateway) -> Result<Value, ApiError> {
         "hourly": hourly,
         "top_keys": top(keys, "key"),
         "top_models": top(models, "model"),
+        // Requests without a valid key leave no record: the metrics count them.
+        "unauthorized_last_hour": gw.metrics.unauthorized_last_hour(now),
     }))
 }
 

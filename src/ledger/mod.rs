@@ -89,6 +89,8 @@ pub struct Record {
     pub group: String,
     pub model: String,
     pub protocol: String,
+    /// The upstream that answered; empty (`null` in the file) for a request the gateway refused itself.
+    #[serde(serialize_with = "upstream_out", deserialize_with = "upstream_in")]
     pub upstream: String,
     pub stream: bool,
     pub status: Status,
@@ -106,6 +108,22 @@ pub struct Record {
     pub latency_ms: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Why the gateway refused the request itself (no upstream was called): `model_not_allowed`,
+    /// `model_not_found`, `rate_limited`, `insufficient_quota`, `upstream_unavailable`, `invalid_request`, ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+fn upstream_out<S: serde::Serializer>(u: &str, s: S) -> Result<S::Ok, S::Error> {
+    if u.is_empty() {
+        s.serialize_none()
+    } else {
+        s.serialize_str(u)
+    }
+}
+
+fn upstream_in<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    Ok(Option::<String>::deserialize(d)?.unwrap_or_default())
 }
 
 /// What the replay at start found.

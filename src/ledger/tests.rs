@@ -27,6 +27,7 @@ fn record(key: &str, cost: f64, n: u64) -> Record {
         cost: Money::from_f64(cost).unwrap(),
         latency_ms: 3,
         error: None,
+        reason: None,
     }
 }
 

@@ -74,6 +74,7 @@ pub fn record(
         if let Some(r) = reservation {
             r.release();
         }
+        record_refusal(gw, trace, out, latency);
         return Money::ZERO;
     }
     if let Some(m) = &out.model {
@@ -103,6 +104,38 @@ pub fn record(
         r.settle(charged, usage.total());
     }
     charged
+}
+
+/// A request of a known key that the gateway refused itself (no upstream was called) gets a record too:
+/// its status and reason, no upstream, no tokens, cost 0. Requests without a valid key get none (anyone
+/// could fill the ledger with them; they are counted in the metrics instead), nor do refusals because the
+/// ledger itself cannot take records.
+fn record_refusal(gw: &Gateway, trace: &Trace, out: &Outcome, latency: std::time::Duration) {
+    let Some(err) = &out.answer.error else {
+        return;
+    };
+    if out.key.is_none() || err.status() == 401 || err.code() == Some("ledger_unavailable") {
+        return;
+    }
+    let mut rec = usage_record(trace, out, &Usage::default(), Money::ZERO, latency);
+    rec.upstream = String::new();
+    rec.reason = Some(refusal_reason(err).to_string());
+    if let Err(rec) = gw.ledger.try_append(rec) {
+        gw.ledger.requeue(*rec);
+    }
+}
+
+/// The reason code of a refusal.
+fn refusal_reason(err: &ApiError) -> &str {
+    match (err.status(), err.code()) {
+        (403, _) => "model_not_allowed",
+        (_, Some("rate_limit_exceeded")) => "rate_limited",
+        (_, Some(code)) => code,
+        (400 | 413 | 422, None) => "invalid_request",
+        (404, None) => "not_found",
+        (503, None) => "unavailable",
+        _ => "refused",
+    }
 }
 
 /// The usage billed: as reported or estimated, with output beyond the limit sent upstream cut off.
@@ -162,6 +195,7 @@ fn usage_record(
             .error
             .as_ref()
             .map(|e| crate::secrets::scrubbed(e.message())),
+        reason: None,
     }
 }
 

@@ -48,6 +48,9 @@ pub fn handle(gw: &Gateway, ex: &mut Exchange, endpoint: Endpoint) {
         result
     });
     if let Err(e) = result {
+        if e.status() == 401 {
+            gw.metrics.unauthorized(crate::util::unix_now());
+        }
         let e = if trace.cut_by_shutdown() {
             ApiError::shutting_down()
         } else {

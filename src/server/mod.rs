@@ -71,16 +71,17 @@ fn render_http_error(
 
 /// Identity before memory: a request to a generation endpoint without a valid key is answered 401 from
 /// its head, before its body is read (the handler checks the key again; this only spares the memory).
-fn screen_credentials(keys: Arc<KeyStore>) -> Arc<http::Screen> {
+fn screen_credentials(gw: Arc<Gateway>) -> Arc<http::Screen> {
     Arc::new(move |req: &crate::http::Request| {
         if req.method != "POST" {
             return None;
         }
         let protocol = Endpoint::from_path(&req.path)?.protocol();
-        let err = match crate::access::authenticate(req, protocol, &keys) {
+        let err = match crate::access::authenticate(req, protocol, &gw.keys) {
             Err(e) if e.status() == 401 => e,
             _ => return None,
         };
+        gw.metrics.unauthorized(crate::util::unix_now());
         let trace_id = crate::util::new_id("req_");
         let began = Instant::now();
         let mut headers = vec![
@@ -233,7 +234,7 @@ fn start(
         write_timeout: config.write_timeout,
         max_connections: config.max_connections,
         max_buffered_body_bytes: config.max_buffered_body_bytes,
-        screen: Some(screen_credentials(gw.keys.clone())),
+        screen: Some(screen_credentials(gw.clone())),
     });
     let tx = gw.queue.clone();
     let dispatch: Arc<http::Dispatch> = Arc::new(move |ex: Exchange| match tx.try_send(ex) {

@@ -465,6 +465,43 @@ step('the overview shows the traffic, the hourly chart and the top keys', async 
   await page.setViewportSize({ width: 1280, height: 900 });
 });
 
+step('a refused request shows in Usage with its reason, and the overview counts it and the 401s', async () => {
+  const res = await fetch(`${BASE}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${FIRST_KEY}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: `no-such-model-${RUN}`, messages: [{ role: 'user', content: 'x' }] }),
+  });
+  check(res.status === 404, `an unknown model got ${res.status}`);
+  const refusedId = res.headers.get('x-request-id');
+  const bad = await chat(`tg_${'0'.repeat(40)}`);
+  check(bad.status === 401, `a wrong key got ${bad.status}`);
+  await page.goto(`${BASE}/console#usage?status=4xx`);
+  const row = page.locator(`#usage-table tr[data-request-id="${refusedId}"]`);
+  await row.waitFor();
+  check((await row.locator('.reason').textContent()) === 'model_not_found', 'the refusal shows no reason');
+  check((await row.textContent()).includes('refused by tollgate'), 'the refusal names an upstream');
+  await open('overview');
+  const errors = await page.locator('#totals-hour [data-stat="error-rate"] .stat-note').textContent();
+  check(!errors.startsWith('0 errors'), `the overview counts no errors: ${errors}`);
+  const unauthorized = num(await page.locator('#totals-hour [data-stat="unauthorized"] .stat-value').textContent());
+  check(unauthorized >= 1, `the overview shows ${unauthorized} 401s`);
+});
+
+step('the Audit view lists the changes made in this run, newest first, without any key', async () => {
+  await open('audit');
+  const table = page.locator('#audit-table');
+  await table.waitFor();
+  const text = await table.textContent();
+  for (const action of ['key.created', 'key.credited', 'key.rotated', 'key.revoked', 'key.enabled', 'key.deleted', 'group.created', 'group.changed']) {
+    check(text.includes(action), `the audit view misses ${action}`);
+  }
+  check(text.includes(`key ${KEY_NAME}`), 'the audit view does not name the test key');
+  check(!text.includes(newKey) && !text.includes('sha256:'), 'a key or its hash is in the audit view');
+  const first = await table.locator('tbody tr').first().getAttribute('data-action');
+  check(first !== null, 'the audit rows carry their action');
+  await screenshot('audit');
+});
+
 step('signing out forgets the token', async () => {
   await page.click('#sign-out');
   await page.locator('#sign-in-form').waitFor();

@@ -8,7 +8,7 @@
  * innerHTML, outerHTML or insertAdjacentHTML.
  *
  * This entry module holds the shell (sign-in, navigation, the frame every view renders into) and starts
- * the page; each view is a module of its own (overview, usage, keys, groups, models) on top of api, dom,
+ * the page; each view is a module of its own (overview, usage, keys, groups, models, audit) on top of api, dom,
  * format, dialogs and nav. Views import shared modules, never each other or this one.
  */
 import { authMessage, request, session, SIGNED_OUT } from './api.js';
@@ -21,6 +21,7 @@ import { viewUsage } from './usage.js';
 import { viewKeys } from './keys.js';
 import { viewGroups } from './groups.js';
 import { viewModels } from './models.js';
+import { viewAudit } from './audit.js';
 
 const VIEWS = {
   overview: { title: 'Overview', render: viewOverview },
@@ -28,6 +29,7 @@ const VIEWS = {
   keys: { title: 'Keys', render: viewKeys },
   groups: { title: 'Groups', render: viewGroups },
   models: { title: 'Models', render: viewModels },
+  audit: { title: 'Audit', render: viewAudit },
 };
 
 function showSignIn(message) {

@@ -10,7 +10,12 @@ import { viewHash } from './nav.js';
 export async function viewOverview() {
   const o = await api.get('/admin/overview');
   return [
-    el('div', { class: 'tiles' }, totalsPanel('Last hour', o.last_hour, 'totals-hour'), totalsPanel('Last 24 hours', o.last_day, 'totals-day')),
+    el(
+      'div',
+      { class: 'tiles' },
+      totalsPanel('Last hour', o.last_hour, 'totals-hour', o.unauthorized_last_hour),
+      totalsPanel('Last 24 hours', o.last_day, 'totals-day'),
+    ),
     el('section', { class: 'panel' }, el('h2', { text: 'Requests and cost per hour, last 24 hours' }), hourlyChart(o.hourly)),
     el(
       'div',
@@ -21,7 +26,11 @@ export async function viewOverview() {
   ];
 }
 
-function totalsPanel(title, t, id) {
+/**
+ * Requests, tokens, cost and the error rate (refusals included). `unauthorized`: requests without a valid key,
+ * which leave no record (shown for the last hour only).
+ */
+function totalsPanel(title, t, id, unauthorized) {
   return el(
     'section',
     { class: 'panel totals', id },
@@ -32,7 +41,9 @@ function totalsPanel(title, t, id) {
       stat('Requests', fmtInt(t.requests), 'requests'),
       stat('Tokens', fmtInt(t.tokens), 'tokens'),
       stat('Cost', fmtCredits(t.cost), 'cost', 'credits'),
-      stat('Error rate', fmtPct(t.error_rate), 'error-rate', `${fmtInt(t.errors)} errors`),
+      stat('Error rate', fmtPct(t.error_rate), 'error-rate', `${fmtInt(t.errors)} errors, refusals included`),
+      unauthorized !== undefined &&
+        stat('401s', fmtInt(unauthorized), 'unauthorized', 'without a valid key (no record)'),
     ),
   );
 }

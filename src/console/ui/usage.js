@@ -180,8 +180,15 @@ function usageRow(r) {
       r.client_request_id && el('div', { class: 'sub' }, 'client: ', el('code', { class: 'client-request-id', text: r.client_request_id })),
     ]),
     td([el('a', { href: viewHash('usage', { key: r.key }), text: r.key }), el('div', { class: 'sub', text: `group ${r.group}` })]),
-    td([el('span', { text: r.model }), el('div', { class: 'sub', text: `${r.protocol} → ${r.upstream}${r.stream ? ', streamed' : ''}` })]),
-    td([statusBadge(r.status), r.error && el('div', { class: 'sub error-text', text: r.error })]),
+    td([
+      el('span', { text: r.model }),
+      el('div', { class: 'sub', text: `${r.protocol} → ${r.upstream ?? 'refused by tollgate'}${r.stream ? ', streamed' : ''}` }),
+    ]),
+    td([
+      statusBadge(r.status),
+      r.reason && el('div', { class: 'sub reason', text: r.reason }),
+      r.error && el('div', { class: 'sub error-text', text: r.error }),
+    ]),
     td([`${approx}${fmtInt(r.input_tokens)}`, r.cached_input_tokens > 0 && el('div', { class: 'sub', text: `${fmtInt(r.cached_input_tokens)} cached` })], 'num'),
     td([`${approx}${fmtInt(r.output_tokens)}`, r.reasoning_tokens > 0 && el('div', { class: 'sub', text: `${fmtInt(r.reasoning_tokens)} reasoning` })], 'num'),
     td(fmtCredits(r.cost), 'num cost'),

@@ -114,6 +114,10 @@ pub struct Metrics {
     pub quota_exhausted: AtomicU64,
     /// Requests refused because the usage ledger could not take more records.
     pub ledger_refused: AtomicU64,
+    /// Requests to the model endpoints without a valid key (401): they leave no usage record, so they are
+    /// counted here, in all and per minute over the last hour.
+    unauthorized_total: AtomicU64,
+    unauthorized_minutes: Mutex<[(u64, u64); 60]>,
 }
 
 impl Default for Metrics {
@@ -127,6 +131,8 @@ impl Default for Metrics {
             rate_limited: AtomicU64::new(0),
             quota_exhausted: AtomicU64::new(0),
             ledger_refused: AtomicU64::new(0),
+            unauthorized_total: AtomicU64::new(0),
+            unauthorized_minutes: Mutex::new([(0, 0); 60]),
         }
     }
 }
@@ -178,6 +184,32 @@ impl Metrics {
     pub fn upstream_failed(&self, upstream: &str) {
         if let Ok(mut m) = self.upstream_errors.lock() {
             *m.entry(upstream.to_string()).or_default() += 1;
+        }
+    }
+
+    /// Counts a request refused for a missing or invalid key, at `now` (Unix seconds).
+    pub fn unauthorized(&self, now: u64) {
+        self.unauthorized_total.fetch_add(1, Ordering::Relaxed);
+        let minute = now / 60;
+        if let Ok(mut m) = self.unauthorized_minutes.lock() {
+            let slot = &mut m[(minute % 60) as usize];
+            if slot.0 != minute {
+                *slot = (minute, 0);
+            }
+            slot.1 += 1;
+        }
+    }
+
+    /// Requests refused for a missing or invalid key in the hour up to `now` (Unix seconds).
+    pub fn unauthorized_last_hour(&self, now: u64) -> u64 {
+        let minute = now / 60;
+        match self.unauthorized_minutes.lock() {
+            Ok(m) => m
+                .iter()
+                .filter(|(at, _)| *at + 60 > minute && *at <= minute)
+                .map(|(_, n)| n)
+                .sum(),
+            Err(_) => 0,
         }
     }
 
@@ -289,12 +321,36 @@ impl Metrics {
                 "tollgate_rejected_requests_total{{reason=\"{reason}\"}} {n}"
             );
         }
+        let now = crate::util::unix_now();
+        let _ = writeln!(
+            out,
+            "# HELP tollgate_unauthorized_requests_total Requests without a valid API key (401; no usage record).\n\
+             # TYPE tollgate_unauthorized_requests_total counter\ntollgate_unauthorized_requests_total {}\n\
+             # HELP tollgate_unauthorized_requests_last_hour Requests without a valid API key in the last hour.\n\
+             # TYPE tollgate_unauthorized_requests_last_hour gauge\ntollgate_unauthorized_requests_last_hour {}",
+            self.unauthorized_total.load(Ordering::Relaxed),
+            self.unauthorized_last_hour(now)
+        );
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unauthorized_requests_are_counted_per_hour() {
+        let m = Metrics::default();
+        let t = 1_000_000 * 60;
+        m.unauthorized(t);
+        m.unauthorized(t + 30);
+        m.unauthorized(t + 59 * 60);
+        assert_eq!(m.unauthorized_last_hour(t + 59 * 60), 3);
+        // An hour later the first minute has left the window.
+        assert_eq!(m.unauthorized_last_hour(t + 60 * 60), 1);
+        assert_eq!(m.unauthorized_last_hour(t + 200 * 60), 0);
+        assert_eq!(m.unauthorized_total.load(Ordering::Relaxed), 3);
+    }
 
     #[test]
     fn a_histogram_scrape_is_one_snapshot() {

@@ -1,0 +1,293 @@
+//! The operator sees every request's fate: a known key's request that tollgate refuses itself leaves a
+//! record (status, reason, no upstream, no tokens, cost 0) that the usage filters and the overview count;
+//! requests without a valid key leave none (anyone could send them) and are counted per hour instead.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+
+fn config(dir: &std::path::Path) -> String {
+    format!(
+        "{}[[upstreams]]\nname = \"mock\"\nkind = \"mock\"\n\n\
+         [[models]]\nname = \"mock\"\nupstream = \"mock\"\ninput_price = 1\noutput_price = 2\n\n\
+         [[models]]\nname = \"secret\"\nupstream = \"mock\"\n\n\
+         [[groups]]\nname = \"default\"\nmodels = [\"mock\"]\n\n\
+         [[groups]]\nname = \"slow\"\nmodels = [\"mock\"]\nrpm = 1\n",
+        base_config(dir, &format!("admin_token_env = \"{ADMIN_TOKEN_ENV}\""))
+    )
+}
+
+fn chat(model: &str) -> Value {
+    json!({"model": model, "messages": [{"role": "user", "content": "hi"}]})
+}
+
+fn records(gw: &Gateway, query: &str) -> Vec<Value> {
+    let r = gw.admin(&format!("/admin/usage?limit=100{query}"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()["data"].as_array().unwrap().clone()
+}
+
+#[test]
+fn refusals_of_a_known_key_are_recorded_and_counted() {
+    let dir = TempDir::new("op-refusals");
+    let text = config(dir.path());
+    let gw = Gateway::start_with(dir, &text);
+    let broke = gw.add_key("broke", "default", Some(0.0));
+    let slow = gw.add_key("slow", "slow", None);
+    let ok = gw.post("/v1/chat/completions", &chat("mock"));
+    assert_eq!(ok.status, 200);
+    let refused = [
+        (
+            gw.post("/v1/chat/completions", &chat("secret")),
+            403,
+            "model_not_allowed",
+        ),
+        (
+            gw.post("/v1/chat/completions", &chat("nothing")),
+            404,
+            "model_not_found",
+        ),
+        (
+            gw.post_as(&broke, "/v1/chat/completions", &chat("mock")),
+            429,
+            "insufficient_quota",
+        ),
+        (
+            gw.post(
+                "/v1/responses",
+                &json!({"model": "mock", "input": "hi", "previous_response_id": "resp_1"}),
+            ),
+            400,
+            "",
+        ),
+    ];
+    assert_eq!(
+        gw.post_as(&slow, "/v1/chat/completions", &chat("mock"))
+            .status,
+        200
+    );
+    let limited = gw.post_as(&slow, "/v1/chat/completions", &chat("mock"));
+    assert_eq!(limited.status, 429, "{}", limited.text());
+    let mut expected: Vec<(String, u16, &str)> = refused
+        .iter()
+        .map(|(r, s, reason)| {
+            assert_eq!(r.status, *s, "{}", r.text());
+            (r.header("x-request-id").unwrap().to_string(), *s, *reason)
+        })
+        .collect();
+    expected.push((
+        limited.header("x-request-id").unwrap().to_string(),
+        429,
+        "rate_limited",
+    ));
+    let all = records(&gw, "");
+    for (id, status, reason) in &expected {
+        let rec = all
+            .iter()
+            .find(|r| r["request_id"] == id.as_str())
+            .unwrap_or_else(|| panic!("no record for the {status} {id}: {all:?}"));
+        assert_eq!(rec["status"], *status, "{rec}");
+        assert!(rec["upstream"].is_null(), "{rec}");
+        assert_eq!(rec["input_tokens"], 0, "{rec}");
+        assert_eq!(rec["output_tokens"], 0, "{rec}");
+        assert_eq!(rec["cost"], 0.0, "{rec}");
+        let got = rec["reason"].as_str().unwrap_or_default();
+        if reason.is_empty() {
+            assert!(!got.is_empty(), "{rec}");
+        } else {
+            assert_eq!(got, *reason, "{rec}");
+        }
+    }
+    // The usage filters find them: 4xx has all of them, 429 the limited ones.
+    assert_eq!(records(&gw, "&status=4xx").len(), expected.len());
+    assert_eq!(records(&gw, "&status=429").len(), 2);
+    // The overview counts them as errors: 5 of 7 requests.
+    let o = gw.admin("/admin/overview").json();
+    assert_eq!(o["last_hour"]["requests"], 7, "{o}");
+    assert_eq!(o["last_hour"]["errors"], 5, "{o}");
+    // Balances stay exact across a restart: refusals cost nothing.
+    let spent = |gw: &Gateway| -> Value {
+        let keys = gw.admin("/admin/keys").json();
+        keys["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["name"] == "broke")
+            .unwrap()["spent"]
+            .clone()
+    };
+    assert_eq!(spent(&gw), json!(0.0));
+    let (key, path) = (gw.key.clone(), gw.dir.path().to_path_buf());
+    let mut gw = gw;
+    signal(gw.pid(), "TERM");
+    assert_eq!(
+        wait_exit(&mut gw.child, std::time::Duration::from_secs(30)),
+        Some(0)
+    );
+    gw.keep_dir();
+    let gw = Gateway::restart(TempDir(path), &text, &key);
+    assert_eq!(spent(&gw), json!(0.0));
+    assert_eq!(records(&gw, "&status=4xx").len(), expected.len());
+}
+
+/// A flood of requests without a valid key writes no record; the metrics and the overview count them.
+#[test]
+fn requests_without_a_valid_key_leave_no_record_but_are_counted() {
+    let dir = TempDir::new("op-401");
+    let text = config(dir.path());
+    let gw = Gateway::start_with(dir, &text);
+    let before = records(&gw, "").len();
+    for i in 0..25 {
+        let bad = format!("tg_{i:0>40}");
+        let r = gw.post_as(&bad, "/v1/chat/completions", &chat("mock"));
+        assert_eq!(r.status, 401);
+    }
+    let r = gw.request(
+        "POST",
+        "/v1/messages",
+        &[],
+        chat("mock").to_string().as_bytes(),
+    );
+    assert_eq!(r.status, 401);
+    assert_eq!(
+        records(&gw, "").len(),
+        before,
+        "no record for a request without a key"
+    );
+    let metrics = gw.admin("/metrics").text();
+    assert!(
+        metrics.contains("tollgate_unauthorized_requests_total 26"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("tollgate_unauthorized_requests_last_hour 26"),
+        "{metrics}"
+    );
+    let o = gw.admin("/admin/overview").json();
+    assert_eq!(o["unauthorized_last_hour"], 26, "{o}");
+    let ledger =
+        std::fs::read_to_string(gw.dir.path().join("data").join("usage.jsonl")).unwrap_or_default();
+    assert!(!ledger.contains("tg_0000"), "no presented key anywhere");
+}
+
+fn admin_call(gw: &Gateway, method: &str, path: &str, body: Value) -> Response {
+    let auth = format!("Bearer {ADMIN_TOKEN}");
+    let r = gw.request(
+        method,
+        path,
+        &[
+            ("authorization", &auth),
+            ("content-type", "application/json"),
+        ],
+        body.to_string().as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{method} {path}: {}", r.text());
+    r
+}
+
+/// Every change, from the admin API or the CLI, is in the audit trail: who, what, before and after, when,
+/// the request id; never a key or its hash.
+#[test]
+fn every_admin_action_is_audited() {
+    let dir = TempDir::new("op-audit");
+    let text = config(dir.path());
+    let gw = Gateway::start_with(dir, &text);
+    let created = admin_call(
+        &gw,
+        "POST",
+        "/admin/keys",
+        json!({"name": "app", "group": "default", "credit": 5}),
+    );
+    let secret = created.json()["key"].as_str().unwrap().to_string();
+    admin_call(&gw, "POST", "/admin/keys/app/credit", json!({"add": 2}));
+    let rotated = admin_call(&gw, "POST", "/admin/keys/app/rotate", json!({}));
+    let secret2 = rotated.json()["key"].as_str().unwrap().to_string();
+    admin_call(&gw, "POST", "/admin/keys/app/revoke", json!({}));
+    admin_call(&gw, "POST", "/admin/keys/app/enable", json!({}));
+    admin_call(
+        &gw,
+        "POST",
+        "/admin/groups",
+        json!({"name": "extra", "models": ["mock"]}),
+    );
+    admin_call(
+        &gw,
+        "PUT",
+        "/admin/groups/extra",
+        json!({"models": ["mock"], "rpm": 10}),
+    );
+    admin_call(&gw, "DELETE", "/admin/groups/extra", json!({}));
+    admin_call(&gw, "POST", "/admin/models/mock", json!({"input_price": 3}));
+    let disabled = admin_call(&gw, "POST", "/admin/models/mock", json!({"disabled": true}));
+    admin_call(
+        &gw,
+        "POST",
+        "/admin/models/mock",
+        json!({"disabled": false}),
+    );
+    let (code, _, err) = gw.cli(&["keys", "revoke", "--name", "app"]);
+    assert_eq!(code, 0, "{err}");
+
+    let r = gw.admin("/admin/audit?limit=50");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let entries = r.json()["data"].as_array().unwrap().clone();
+    let actions: Vec<&str> = entries
+        .iter()
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            "key.revoked",
+            "model.enabled",
+            "model.disabled",
+            "model.repriced",
+            "group.deleted",
+            "group.changed",
+            "group.created",
+            "key.enabled",
+            "key.revoked",
+            "key.rotated",
+            "key.credited",
+            "key.created",
+            // The harness's first key, made with `tollgate keys add` before the server started.
+            "key.created",
+        ],
+        "newest first: {entries:?}"
+    );
+    let cli = &entries[0];
+    assert_eq!(cli["actor"], "cli");
+    assert_eq!(cli["target"], "key app");
+    assert_eq!(cli["before"]["disabled"], false, "{cli}");
+    assert_eq!(cli["after"]["disabled"], true, "{cli}");
+    let credited = &entries[10];
+    assert_eq!(credited["actor"], "admin token");
+    assert_eq!(credited["before"]["credit"], 5.0, "{credited}");
+    assert_eq!(credited["after"]["credit"], 7.0, "{credited}");
+    let reprice = &entries[3];
+    assert_eq!(reprice["before"]["input_price"], 1.0, "{reprice}");
+    assert_eq!(reprice["after"]["input_price"], 3.0, "{reprice}");
+    assert_eq!(
+        entries[2]["request_id"].as_str(),
+        disabled.header("x-request-id"),
+        "the admin call's request id"
+    );
+    assert!(
+        entries[4]["after"].is_null(),
+        "a deleted group: {}",
+        entries[4]
+    );
+    let file = std::fs::read_to_string(gw.dir.path().join("data").join("audit.jsonl")).unwrap();
+    for secret in [&secret, &secret2] {
+        assert!(!file.contains(secret.as_str()) && !file.contains(&secret[3..]));
+    }
+    assert!(!file.contains("sha256:"), "no key hash in the audit log");
+    assert_eq!(
+        gw.admin("/admin/audit?limit=2").json()["data"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+}
