@@ -78,6 +78,7 @@ fn main() {
         rpm: None,
         tpm: None,
         max_concurrent: None,
+        budget: None,
     };
     let limited = Group {
         name: "limited".into(),
@@ -85,6 +86,7 @@ fn main() {
         rpm: Some(1_000_000_000),
         tpm: Some(1_000_000_000_000),
         max_concurrent: Some(1_000_000_000),
+        budget: None,
     };
     println!(
         "Accounts::check_and_reserve + Reservation::settle, by admissions already in the key's 1-minute window \
@@ -100,7 +102,7 @@ fn main() {
             (&free, None),
             (&limited, Some(Money::credits(1_000_000_000_000))),
         ] {
-            let acc = Arc::new(Accounts::new(HashMap::new()));
+            let acc = Arc::new(Accounts::new(HashMap::new(), HashMap::new()));
             // Fill the window cheaply: admissions held forever (no settle, so no scan).
             for _ in 0..window {
                 let ask = Ask {
@@ -109,6 +111,8 @@ fn main() {
                     group: None,
                     tokens: 100,
                     cost: Money::ZERO,
+                    budget: None,
+                    now: 0,
                 };
                 let (r, _) = acc.check_and_reserve(&ask).ok().unwrap();
                 std::mem::forget(r);
@@ -124,6 +128,8 @@ fn main() {
                     group: Some(group),
                     tokens: 1_074,
                     cost: Money::from_units(50_000_000),
+                    budget: None,
+                    now: 0,
                 };
                 let t0 = Instant::now();
                 let (r, info) = acc.check_and_reserve(black_box(&ask)).ok().unwrap();

@@ -57,6 +57,9 @@ pub enum KeysCommand {
     Delete(KeysDeleteArgs),
     Rotate(KeysRotateArgs),
     Credit(KeysCreditArgs),
+    Budget(KeysBudgetArgs),
+    Expire(KeysExpireArgs),
+    Move(KeysMoveArgs),
 }
 
 #[derive(FromArgs)]
@@ -75,6 +78,69 @@ pub struct KeysAddArgs {
     /// credits the key may spend (default: unlimited)
     #[argh(option)]
     pub credit: Option<crate::money::Money>,
+    /// credits the key may spend per --period (default: its group's budget, if any)
+    #[argh(option)]
+    pub budget: Option<crate::money::Money>,
+    /// the budget's period: daily, weekly or monthly (UTC calendar periods)
+    #[argh(option)]
+    pub period: Option<String>,
+    /// when the key stops working, in UTC (e.g. 2026-12-31T00:00:00Z)
+    #[argh(option)]
+    pub expires: Option<String>,
+}
+
+#[derive(FromArgs)]
+/// Set a key's spend budget per period, or remove it (its group's budget applies again).
+#[argh(subcommand, name = "budget")]
+pub struct KeysBudgetArgs {
+    /// config file (TOML); without it, the built-in defaults
+    #[argh(option)]
+    pub config: Option<PathBuf>,
+    /// name of the key
+    #[argh(option)]
+    pub name: String,
+    /// credits per --period
+    #[argh(option)]
+    pub set: Option<crate::money::Money>,
+    /// daily, weekly or monthly
+    #[argh(option)]
+    pub period: Option<String>,
+    /// remove the key's own budget
+    #[argh(switch)]
+    pub none: bool,
+}
+
+#[derive(FromArgs)]
+/// Set when a key stops working, or let it work with no end.
+#[argh(subcommand, name = "expire")]
+pub struct KeysExpireArgs {
+    /// config file (TOML); without it, the built-in defaults
+    #[argh(option)]
+    pub config: Option<PathBuf>,
+    /// name of the key
+    #[argh(option)]
+    pub name: String,
+    /// when, in UTC (e.g. 2026-12-31T00:00:00Z)
+    #[argh(option)]
+    pub at: Option<String>,
+    /// no expiry
+    #[argh(switch)]
+    pub never: bool,
+}
+
+#[derive(FromArgs)]
+/// Move a key to another group (its models and limits change at once).
+#[argh(subcommand, name = "move")]
+pub struct KeysMoveArgs {
+    /// config file (TOML); without it, the built-in defaults
+    #[argh(option)]
+    pub config: Option<PathBuf>,
+    /// name of the key
+    #[argh(option)]
+    pub name: String,
+    /// the group to move it to
+    #[argh(option)]
+    pub group: String,
 }
 
 #[derive(FromArgs)]
@@ -235,6 +301,61 @@ fn keys_command(c: KeysCommand) -> i32 {
                 a.take().map_or(1, keys_rotate)
             })
         }
+        KeysCommand::Budget(a) => {
+            audit(a.config.as_deref(), &a.name, "key.budget_set", &mut || {
+                with_config(a.config.as_deref(), |config| {
+                    let budget = match (a.set, a.period.as_deref(), a.none) {
+                        (Some(x), Some(p), false) => Some(budget_arg(x, p)?),
+                        (None, None, true) => None,
+                        _ => {
+                            return Err(
+                                "give --set AMOUNT --period daily|weekly|monthly, or --none".into(),
+                            )
+                        }
+                    };
+                    keys::set_budget(&config.data_dir, &a.name, budget).map_err(flag_error)?;
+                    match budget {
+                        Some(b) => println!("Key {:?}: budget {b}.", a.name),
+                        None => println!(
+                            "Key {:?}: no budget of its own (its group's applies).",
+                            a.name
+                        ),
+                    }
+                    Ok(())
+                })
+            })
+        }
+        KeysCommand::Expire(a) => {
+            audit(a.config.as_deref(), &a.name, "key.expiry_set", &mut || {
+                with_config(a.config.as_deref(), |config| {
+                    let at = match (a.at.as_deref(), a.never) {
+                        (Some(t), false) => Some(expiry_arg(t)?),
+                        (None, true) => None,
+                        _ => return Err("give --at 2026-12-31T00:00:00Z, or --never".into()),
+                    };
+                    keys::set_expiry(&config.data_dir, &a.name, at).map_err(flag_error)?;
+                    match at {
+                        Some(t) => println!(
+                            "Key {:?} stops working at {}.",
+                            a.name,
+                            crate::util::rfc3339(t)
+                        ),
+                        None => println!("Key {:?} does not expire.", a.name),
+                    }
+                    Ok(())
+                })
+            })
+        }
+        KeysCommand::Move(a) => audit(a.config.as_deref(), &a.name, "key.moved", &mut || {
+            with_config(a.config.as_deref(), |config| {
+                if config.group(&a.group).is_none() {
+                    return Err(format!("--group: no group named {:?}", a.group));
+                }
+                keys::move_key(&config.data_dir, &a.name, &a.group).map_err(flag_error)?;
+                println!("Moved key {:?} to group {:?}.", a.name, a.group);
+                Ok(())
+            })
+        }),
         KeysCommand::Credit(a) => {
             let (config, name) = (a.config.clone(), a.name.clone());
             let mut a = Some(a);
@@ -317,6 +438,21 @@ fn add_key(
     keys::add_key(&config.data_dir, name, group, credit).map_err(flag_error)
 }
 
+/// `--budget AMOUNT --period P`, checked.
+fn budget_arg(
+    amount: crate::money::Money,
+    period: &str,
+) -> Result<crate::access::budget::Budget, String> {
+    crate::access::budget::Budget::new(amount, period)
+        .map_err(|e| format!("--budget/--period: {e}"))
+}
+
+/// `--expires` / `--at`: a UTC time.
+fn expiry_arg(t: &str) -> Result<u64, String> {
+    crate::util::parse_rfc3339(t)
+        .ok_or_else(|| format!("expected a UTC time such as 2026-12-31T00:00:00Z, got {t:?}"))
+}
+
 fn keys_add(a: KeysAddArgs) -> i32 {
     let config = match load(a.config.as_deref()) {
         Ok(c) => c,
@@ -325,7 +461,30 @@ fn keys_add(a: KeysAddArgs) -> i32 {
             return 1;
         }
     };
-    match add_key(&config, &a.name, &a.group, a.credit) {
+    // Budget and expiry are checked before the key is made, and set right after.
+    let budget = match (a.budget, a.period.as_deref()) {
+        (None, None) => Ok(None),
+        (Some(x), Some(p)) => budget_arg(x, p).map(Some),
+        _ => Err("give --budget AMOUNT together with --period daily|weekly|monthly".to_string()),
+    };
+    let expires = a.expires.as_deref().map(expiry_arg).transpose();
+    let (budget, expires) = match (budget, expires) {
+        (Ok(b), Ok(e)) => (b, e),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("{e}");
+            return 1;
+        }
+    };
+    let made = add_key(&config, &a.name, &a.group, a.credit).and_then(|key| {
+        if budget.is_some() {
+            keys::set_budget(&config.data_dir, &a.name, budget).map_err(flag_error)?;
+        }
+        if expires.is_some() {
+            keys::set_expiry(&config.data_dir, &a.name, expires).map_err(flag_error)?;
+        }
+        Ok(key)
+    });
+    match made {
         Ok(key) => {
             let credit = a.credit.map_or("unlimited".to_string(), |c| c.to_string());
             println!(
@@ -370,22 +529,47 @@ fn keys_list(a: KeysListArgs) -> i32 {
             _ => "",
         }
     );
+    let now = crate::util::unix_now();
+    let spend = crate::ledger::period_spend(&config.data_dir, now);
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
-        "{:<24} {:<16} {:>12} {:<8} CREATED",
-        "NAME", "GROUP", "CREDIT", "STATUS"
+        "{:<24} {:<16} {:>12} {:<8} {:<20} {:<20} BUDGET",
+        "NAME", "GROUP", "CREDIT", "STATUS", "CREATED", "EXPIRES"
     );
     for r in &records {
         let credit = r.credit.map_or("unlimited".to_string(), |c| format!("{c}"));
         let status = if r.disabled { "revoked" } else { "active" };
+        let expires = r.expires.as_deref().unwrap_or("never");
+        let budget = budget_text(&config, r, spend.get(&r.name), now);
         let _ = writeln!(
             out,
-            "{:<24} {:<16} {:>12} {:<8} {}",
-            r.name, r.group, credit, status, r.created
+            "{:<24} {:<16} {:>12} {:<8} {:<20} {:<20} {budget}",
+            r.name, r.group, credit, status, r.created, expires
         );
     }
     0
+}
+
+/// `10 daily (key): 2.5 spent, resets 2026-11-25T00:00:00Z`, or `none`.
+fn budget_text(
+    config: &Config,
+    r: &keys::KeyRecord,
+    spend: Option<&crate::access::budget::PeriodSpend>,
+    now: u64,
+) -> String {
+    let group = config.group(&r.group).and_then(|g| g.budget);
+    let (b, from) = match (r.budget, group) {
+        (Some(b), _) => (b, "key"),
+        (None, Some(b)) => (b, "group"),
+        (None, None) => return "none".into(),
+    };
+    let spent = spend.map_or(crate::money::Money::ZERO, |s| s.spent(b.period, now));
+    let resets = b.period.end_of(b.period.start_of(now));
+    format!(
+        "{b} ({from}): {spent} spent, resets {}",
+        crate::util::rfc3339(resets)
+    )
 }
 
 fn keys_revoke(a: KeysRevokeArgs) -> i32 {
@@ -606,5 +790,5 @@ fn serve(a: ServeArgs) -> i32 {
         config.workers,
         config.data_dir.display()
     );
-    crate::server::run(config, keys, ledger, replay.spent, listener)
+    crate::server::run(config, keys, ledger, replay, listener)
 }

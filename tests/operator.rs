@@ -291,3 +291,137 @@ fn every_admin_action_is_audited() {
         2
     );
 }
+
+/// Budgets that reset: a key's own daily budget, or its group's; over budget is 429 `insufficient_quota`
+/// naming the budget and when it resets. Keys can expire and move between groups; the CLI shows it all.
+#[test]
+fn budgets_expiry_and_moves() {
+    let dir = TempDir::new("op-budgets");
+    let text = format!(
+        "{}[[groups]]\nname = \"capped\"\nmodels = [\"mock\"]\nbudget = 0.000001\nbudget_period = \"weekly\"\n",
+        config(dir.path())
+    );
+    let gw = Gateway::start_with(dir, &text);
+    // A key's own daily budget, far below one answer's cost: the first request passes, the next does not.
+    let created = admin_call(
+        &gw,
+        "POST",
+        "/admin/keys",
+        json!({"name": "daily", "group": "default", "budget": {"amount": 0.000001, "period": "daily"}}),
+    );
+    let daily = created.json()["key"].as_str().unwrap().to_string();
+    assert_eq!(
+        gw.post_as(&daily, "/v1/chat/completions", &chat("mock"))
+            .status,
+        200
+    );
+    let r = gw.post_as(&daily, "/v1/chat/completions", &chat("mock"));
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "insufficient_quota");
+    let msg = r.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(
+        msg.contains("daily budget") && msg.contains("resets at"),
+        "{msg}"
+    );
+    let retry: u64 = r.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=86_400).contains(&retry), "{retry}");
+    // The group's budget for a key without its own.
+    let capped = gw.add_key("in-capped", "capped", None);
+    assert_eq!(
+        gw.post_as(&capped, "/v1/chat/completions", &chat("mock"))
+            .status,
+        200
+    );
+    let r = gw.post_as(&capped, "/v1/chat/completions", &chat("mock"));
+    assert!(r.text().contains("weekly budget"), "{}", r.text());
+    let keys = gw.admin("/admin/keys").json();
+    let row = |name: &str| {
+        keys["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["name"] == name)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(row("in-capped")["budget"]["from"], "group");
+    assert_eq!(row("daily")["budget"]["period"], "daily");
+    assert!(row("daily")["budget"]["spent"].as_f64().unwrap() > 0.0);
+    // Moving it to a group without a budget lifts the limit.
+    admin_call(
+        &gw,
+        "POST",
+        "/admin/keys/in-capped/group",
+        json!({"group": "default"}),
+    );
+    assert_eq!(
+        gw.post_as(&capped, "/v1/chat/completions", &chat("mock"))
+            .status,
+        200
+    );
+    // An expiry in the past stops the key (401 `key_expired`); `never` brings it back.
+    admin_call(
+        &gw,
+        "POST",
+        "/admin/keys/in-capped/expires",
+        json!({"at": "2020-01-01T00:00:00Z"}),
+    );
+    let r = gw.post_as(&capped, "/v1/chat/completions", &chat("mock"));
+    assert_eq!(r.status, 401, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "key_expired");
+    admin_call(
+        &gw,
+        "POST",
+        "/admin/keys/in-capped/expires",
+        json!({"never": true}),
+    );
+    assert_eq!(
+        gw.post_as(&capped, "/v1/chat/completions", &chat("mock"))
+            .status,
+        200
+    );
+    // The CLI: a budget removed, then listed with what it spent.
+    let (code, _, err) = gw.cli(&["keys", "budget", "--name", "daily", "--none"]);
+    assert_eq!(code, 0, "{err}");
+    // A running server picks the change up when it reloads the keys file (within about a second).
+    wait_for(
+        || {
+            gw.post_as(&daily, "/v1/chat/completions", &chat("mock"))
+                .status
+                == 200
+        },
+        "the key without its budget",
+    );
+    let (code, _, err) = gw.cli(&[
+        "keys", "budget", "--name", "daily", "--set", "5", "--period", "monthly",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, _) = gw.cli(&["keys", "list"]);
+    assert_eq!(code, 0);
+    let line = out.lines().find(|l| l.starts_with("daily ")).unwrap();
+    assert!(
+        line.contains("5 monthly (key):") && line.contains("spent, resets"),
+        "{line}"
+    );
+    let (code, _, err) = gw.cli(&[
+        "keys",
+        "expire",
+        "--name",
+        "daily",
+        "--at",
+        "2030-01-01T00:00:00Z",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (_, out, _) = gw.cli(&["keys", "list"]);
+    assert!(out.contains("2030-01-01T00:00:00Z"), "{out}");
+    let audit = gw.admin("/admin/audit?limit=20").json();
+    let actions: Vec<&str> = audit["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    for a in ["key.budget_set", "key.expiry_set", "key.moved"] {
+        assert!(actions.contains(&a), "{a} in {actions:?}");
+    }
+}

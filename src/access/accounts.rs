@@ -16,6 +16,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::budget::{Budget, Period, PeriodSpend};
 use crate::config::Group;
 use crate::money::Money;
 use crate::protocol::{ApiError, ErrorKind, Origin};
@@ -25,6 +26,8 @@ const WINDOW: Duration = Duration::from_secs(60);
 #[derive(Default)]
 struct KeyState {
     spent: Money,
+    /// Spend in the current day, week and month (for budgets).
+    periods: PeriodSpend,
     reserved: Money,
     in_flight: u64,
     /// Admission times in the last minute.
@@ -67,6 +70,8 @@ pub struct Reservation {
     cost: Money,
     tokens: u64,
     at: Instant,
+    /// When it was admitted (Unix seconds): its cost counts in the budget periods of that moment.
+    unix_at: u64,
     settled: bool,
 }
 
@@ -85,14 +90,8 @@ impl Reservation {
     /// in the rate window to the real usage.
     pub fn settle(mut self, actual_cost: Money, actual_tokens: u64) {
         self.settled = true;
-        self.accounts.settle_parts(
-            &self.key,
-            self.cost,
-            self.tokens,
-            self.at,
-            actual_cost,
-            actual_tokens,
-        );
+        self.accounts
+            .settle_parts(&self, actual_cost, actual_tokens);
     }
 
     /// Releases the reservation without charging (the request never reached an upstream).
@@ -104,8 +103,7 @@ impl Reservation {
 impl Drop for Reservation {
     fn drop(&mut self) {
         if !self.settled {
-            self.accounts
-                .settle_parts(&self.key, self.cost, self.tokens, self.at, Money::ZERO, 0);
+            self.accounts.settle_parts(self, Money::ZERO, 0);
         }
     }
 }
@@ -131,6 +129,10 @@ pub struct Ask<'a> {
     pub tokens: u64,
     /// Worst-case cost to reserve against the balance.
     pub cost: Money,
+    /// The spend budget in force (the key's, else its group's).
+    pub budget: Option<Budget>,
+    /// Now, in Unix seconds (budget periods are calendar periods in UTC).
+    pub now: u64,
 }
 
 fn reset_str(d: Duration) -> String {
@@ -144,10 +146,39 @@ fn reset_str(d: Duration) -> String {
     }
 }
 
+/// Whether a budget has room left in its current period: its amount minus what was spent in the period and
+/// what requests in flight reserved. When not, the 429 names the budget and when it resets (`retry-after`).
+fn budget_left(st: &mut KeyState, b: &Budget, now: u64) -> Result<(), ApiError> {
+    st.periods.roll(now);
+    let spent = st.periods.spent(b.period, now);
+    if b.amount - spent - st.reserved > Money::ZERO {
+        return Ok(());
+    }
+    let start = b.period.start_of(now);
+    let resets = b.period.end_of(start);
+    let err = ApiError::new(
+        429,
+        ErrorKind::InsufficientQuota,
+        format!(
+            "You exceeded your current quota: this key's {} budget of {} credits is used up ({} spent since {}). \
+             It resets at {}.",
+            b.period.name(),
+            b.amount,
+            spent,
+            crate::util::rfc3339(start),
+            crate::util::rfc3339(resets)
+        ),
+    )
+    .with_code("insufficient_quota")
+    .with_origin(Origin::Quota)
+    .with_retry_after(resets.saturating_sub(now).max(1));
+    Err(err)
+}
+
 impl Accounts {
-    /// Starts from the spend replayed from the ledger.
-    pub fn new(spent: HashMap<String, Money>) -> Accounts {
-        let keys = spent
+    /// Starts from the spend replayed from the ledger: in all, and in the periods holding the replay time.
+    pub fn new(spent: HashMap<String, Money>, periods: HashMap<String, PeriodSpend>) -> Accounts {
+        let mut keys: HashMap<String, KeyState> = spent
             .into_iter()
             .map(|(k, s)| {
                 (
@@ -159,6 +190,9 @@ impl Accounts {
                 )
             })
             .collect();
+        for (k, p) in periods {
+            keys.entry(k).or_default().periods = p;
+        }
         Accounts {
             keys: Mutex::new(keys),
         }
@@ -174,6 +208,13 @@ impl Accounts {
     /// Total spent by a key so far (settled requests).
     pub fn spent(&self, key: &str) -> Money {
         self.lock().get(key).map_or(Money::ZERO, |s| s.spent)
+    }
+
+    /// Spent by a key in the `period` that holds `now` (settled requests).
+    pub fn period_spent(&self, key: &str, period: Period, now: u64) -> Money {
+        self.lock()
+            .get(key)
+            .map_or(Money::ZERO, |s| s.periods.spent(period, now))
     }
 
     /// Admits a request or says why not (429 with `retry-after` and rate-limit headers), reserving its
@@ -294,6 +335,11 @@ impl Accounts {
                 return Err((err, info));
             }
         }
+        if let Some(b) = ask.budget {
+            if let Err(err) = budget_left(st, &b, ask.now) {
+                return Err((err, info));
+            }
+        }
         // The windows are kept only for keys with limits on them.
         if rpm.is_some() {
             st.requests.push_back(now);
@@ -310,24 +356,19 @@ impl Accounts {
             cost: ask.cost,
             tokens: ask.tokens,
             at: now,
+            unix_at: ask.now,
             settled: false,
         };
         Ok((res, info))
     }
 
-    fn settle_parts(
-        &self,
-        key: &str,
-        reserved: Money,
-        tokens: u64,
-        at: Instant,
-        actual_cost: Money,
-        actual_tokens: u64,
-    ) {
+    fn settle_parts(&self, r: &Reservation, actual_cost: Money, actual_tokens: u64) {
+        let (key, reserved, tokens, at) = (r.key.as_str(), r.cost, r.tokens, r.at);
         let mut keys = self.lock();
         let Some(st) = keys.get_mut(key) else { return };
         st.reserved = (st.reserved - reserved).max(Money::ZERO);
         st.spent += actual_cost;
+        st.periods.add(r.unix_at, actual_cost);
         st.in_flight = st.in_flight.saturating_sub(1);
         // Recent entries are at the back.
         if let Some(entry) = st
@@ -353,6 +394,7 @@ mod tests {
             rpm,
             tpm,
             max_concurrent: conc,
+            budget: None,
         }
     }
 
@@ -367,12 +409,59 @@ mod tests {
             group: Some(g),
             tokens,
             cost: m(cost),
+            budget: None,
+            now: 0,
         }
+    }
+
+    /// A daily budget across midnight UTC, with the clock given (no sleeping).
+    #[test]
+    fn a_budget_resets_with_its_period() {
+        let a = Arc::new(Accounts::new(HashMap::new(), HashMap::new()));
+        let g = group(None, None, None);
+        let day1 = crate::util::parse_rfc3339("2026-11-24T23:59:00Z").unwrap();
+        let budget = Budget::new(m(1.0), "daily").unwrap();
+        let at = |now| Ask {
+            budget: Some(budget),
+            now,
+            ..ask(&g, None, 1, 0.5)
+        };
+        let (r, _) = a.check_and_reserve(&at(day1)).unwrap();
+        r.settle(m(1.0), 10);
+        assert_eq!(a.period_spent("k", Period::Daily, day1), m(1.0));
+        let (err, _) = a.check_and_reserve(&at(day1 + 30)).unwrap_err();
+        assert_eq!(err.status(), 429);
+        assert_eq!(err.code(), Some("insufficient_quota"));
+        assert_eq!(err.retry_after(), Some(30), "until midnight");
+        assert!(
+            err.message().contains("daily budget of 1"),
+            "{}",
+            err.message()
+        );
+        assert!(
+            err.message().contains("resets at 2026-11-25T00:00:00Z"),
+            "{}",
+            err.message()
+        );
+        // After midnight the new day's budget is whole again; the week still counts yesterday's spend.
+        let day2 = day1 + 61;
+        let (r, _) = a.check_and_reserve(&at(day2)).unwrap();
+        r.settle(m(0.25), 10);
+        assert_eq!(a.period_spent("k", Period::Daily, day2), m(0.25));
+        assert_eq!(a.period_spent("k", Period::Weekly, day2), m(1.25));
+        // Requests in flight count against the budget too.
+        let (_held, _) = a
+            .check_and_reserve(&Ask {
+                cost: m(0.75),
+                ..at(day2)
+            })
+            .unwrap();
+        assert!(a.check_and_reserve(&at(day2)).is_err());
     }
 
     #[test]
     fn rpm_refuses_with_retry_after_and_names_the_limit() {
-        let a = Arc::new(Accounts::new(HashMap::new()));
+        let a = Arc::new(Accounts::new(HashMap::new(), HashMap::new()));
         let g = group(Some(2), None, None);
         let (r1, info) = a.check_and_reserve(&ask(&g, None, 1, 0.0)).unwrap();
         assert!(info
@@ -394,7 +483,7 @@ mod tests {
 
     #[test]
     fn tpm_is_corrected_by_real_usage() {
-        let a = Arc::new(Accounts::new(HashMap::new()));
+        let a = Arc::new(Accounts::new(HashMap::new(), HashMap::new()));
         let g = group(None, Some(100), None);
         let (r, _) = a.check_and_reserve(&ask(&g, None, 90, 0.0)).unwrap();
         assert!(a.check_and_reserve(&ask(&g, None, 20, 0.0)).is_err());
@@ -405,7 +494,7 @@ mod tests {
 
     #[test]
     fn concurrency_limit() {
-        let a = Arc::new(Accounts::new(HashMap::new()));
+        let a = Arc::new(Accounts::new(HashMap::new(), HashMap::new()));
         let g = group(None, None, Some(1));
         let (r, _) = a.check_and_reserve(&ask(&g, None, 1, 0.0)).unwrap();
         let (err, _) = a.check_and_reserve(&ask(&g, None, 1, 0.0)).unwrap_err();
@@ -419,7 +508,7 @@ mod tests {
     fn balance_with_reservations_bounds_overspend() {
         let mut spent = HashMap::new();
         spent.insert("k".to_string(), m(9.0));
-        let a = Arc::new(Accounts::new(spent));
+        let a = Arc::new(Accounts::new(spent, HashMap::new()));
         let g = group(None, None, None);
         // 1 credit left; each request reserves 0.6 worst case.
         let (r1, _) = a.check_and_reserve(&ask(&g, Some(10.0), 1, 0.6)).unwrap();

@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use serde::{Deserialize, Serialize};
 
+use super::budget::Budget;
 use crate::money::Money;
 use sha2::{Digest, Sha256};
 
@@ -39,6 +40,12 @@ pub struct KeyRecord {
     pub disabled: bool,
     #[serde(default)]
     pub created: String,
+    /// A spend budget per period, on top of the credit (its group's applies when it has none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
+    /// When the key stops working (RFC 3339, UTC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires: Option<String>,
     /// Deleted after it was revoked: kept (without its hash) only so that its name is not given to another
     /// key, whose usage records would then mix with this one's.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -142,6 +149,10 @@ pub struct Identity {
     pub name: String,
     pub group: String,
     pub credit: Option<Money>,
+    /// The key's own spend budget (its group's applies when it has none).
+    pub budget: Option<Budget>,
+    /// When the key stops working (Unix seconds).
+    pub expires: Option<u64>,
 }
 
 /// The outcome of checking a presented key.
@@ -168,6 +179,8 @@ impl KeySet {
                     name: r.name.clone(),
                     group: r.group.clone(),
                     credit: r.credit,
+                    budget: r.budget,
+                    expires: r.expires.as_deref().and_then(crate::util::parse_rfc3339),
                 };
                 (r.hash.clone(), (Arc::new(id), r.disabled))
             })
@@ -436,6 +449,8 @@ mod tests {
             disabled: false,
             created: String::new(),
             deleted: false,
+            budget: None,
+            expires: None,
         };
         write_keys(&dir.join(KEYS_FILE), std::slice::from_ref(&rec)).unwrap();
         let store = KeyStore::open(&dir).unwrap();
@@ -468,6 +483,8 @@ mod tests {
             disabled,
             created: created.into(),
             deleted: false,
+            budget: None,
+            expires: None,
         }
     }
 
@@ -553,6 +570,8 @@ mod tests {
                 disabled: false,
                 created: String::new(),
                 deleted: false,
+                budget: None,
+                expires: None,
             })
             .unwrap()
         );
@@ -664,6 +683,8 @@ pub fn add_key(
             disabled: false,
             created: crate::util::rfc3339(crate::util::unix_now()),
             deleted: false,
+            budget: None,
+            expires: None,
         });
         Ok(key)
     })
@@ -674,6 +695,33 @@ fn find<'a>(records: &'a mut [KeyRecord], name: &str) -> Result<&'a mut KeyRecor
         .iter_mut()
         .find(|r| r.name == name && !r.deleted)
         .ok_or_else(|| KeyOpError::new("name", format!("no key named {name:?}")))
+}
+
+/// Sets a key's own spend budget (None: its group's applies, if any).
+pub fn set_budget(data_dir: &Path, name: &str, budget: Option<Budget>) -> Result<(), KeyOpError> {
+    if let Some(b) = budget {
+        valid_credit(Some(b.amount))?;
+    }
+    update_keys(data_dir, |records| {
+        find(records, name)?.budget = budget;
+        Ok(())
+    })
+}
+
+/// Sets when a key stops working (Unix seconds; None: never).
+pub fn set_expiry(data_dir: &Path, name: &str, expires: Option<u64>) -> Result<(), KeyOpError> {
+    update_keys(data_dir, |records| {
+        find(records, name)?.expires = expires.map(crate::util::rfc3339);
+        Ok(())
+    })
+}
+
+/// Moves a key to another group (the caller checks that the group exists).
+pub fn move_key(data_dir: &Path, name: &str, group: &str) -> Result<(), KeyOpError> {
+    update_keys(data_dir, |records| {
+        find(records, name)?.group = group.to_string();
+        Ok(())
+    })
 }
 
 /// Lets a revoked key work again (same key, name, group and credit).

@@ -1,6 +1,7 @@
 //! Who is calling and what they may use: API keys (hashed, from a flat file) and group model allow-lists.
 
 pub mod accounts;
+pub mod budget;
 pub mod keys;
 
 use std::sync::Arc;
@@ -24,7 +25,14 @@ pub fn authenticate(
         ));
     }
     match keys.check(presented) {
-        KeyCheck::Valid(id) => Ok(id),
+        KeyCheck::Valid(id) => match id.expires {
+            Some(at) if crate::util::unix_now() >= at => Err(ApiError::unauthorized(format!(
+                "This API key expired at {}. Ask the operator to extend it or for a new key.",
+                crate::util::rfc3339(at)
+            ))
+            .with_code("key_expired")),
+            _ => Ok(id),
+        },
         KeyCheck::Revoked(_) => Err(ApiError::unauthorized(
             "This API key has been revoked. Ask the operator for a new key.",
         )),

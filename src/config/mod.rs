@@ -141,6 +141,9 @@ pub struct Group {
     pub rpm: Option<u64>,
     pub tpm: Option<u64>,
     pub max_concurrent: Option<u64>,
+    /// The spend budget of each key in the group that has none of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::access::budget::Budget>,
 }
 
 #[derive(Debug, Clone)]

@@ -24,6 +24,8 @@ pub struct GroupSpec {
     pub tpm: Option<u64>,
     #[serde(default)]
     pub max_concurrent: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::access::budget::Budget>,
 }
 
 /// What the console changed about a model.
@@ -146,6 +148,7 @@ impl Config {
                 rpm: g.rpm,
                 tpm: g.tpm,
                 max_concurrent: g.max_concurrent,
+                budget: g.budget,
             };
             match c.groups.iter_mut().find(|x| x.name == g.name) {
                 Some(existing) => *existing = group,
@@ -193,6 +196,7 @@ mod tests {
             rpm: Some(5),
             tpm: None,
             max_concurrent: None,
+            budget: None,
         });
         o.groups.push(GroupSpec {
             name: "new".into(),
@@ -200,6 +204,7 @@ mod tests {
             rpm: None,
             tpm: None,
             max_concurrent: Some(2),
+            budget: None,
         });
         o.models.insert(
             "mock".into(),

@@ -89,6 +89,9 @@ struct RawGroup {
     rpm: Option<u64>,
     tpm: Option<u64>,
     max_concurrent: Option<u64>,
+    /// Credits per `budget_period` for each key of the group without a budget of its own.
+    budget: Option<Money>,
+    budget_period: Option<String>,
 }
 
 /// Problems found in a config: errors (it cannot be used) and warnings (it can, but something will not work
@@ -480,6 +483,7 @@ fn validate_groups(raw: Vec<RawGroup>, p: &mut Problems) -> Vec<Group> {
             rpm: None,
             tpm: None,
             max_concurrent: None,
+            budget: None,
         });
     }
     groups
@@ -508,12 +512,25 @@ fn validate_group(i: usize, g: RawGroup, seen: &mut HashSet<String>) -> Result<G
             ));
         }
     }
+    let budget = match (g.budget, g.budget_period.as_deref()) {
+        (None, None) => None,
+        (Some(amount), Some(period)) => Some(
+            crate::access::budget::Budget::new(amount, period).map_err(|m| err(f("budget"), m))?,
+        ),
+        _ => {
+            return Err(err(
+                f("budget"),
+                "give both `budget` (credits) and `budget_period` (daily, weekly or monthly), or neither",
+            ))
+        }
+    };
     Ok(Group {
         name: g.name,
         models: g.models,
         rpm: g.rpm,
         tpm: g.tpm,
         max_concurrent: g.max_concurrent,
+        budget,
     })
 }
 

@@ -2,6 +2,7 @@
 //! disable, enable and reprice models. Key changes go to the keys file, group and model changes to the
 //! overrides file; both are rewritten atomically and take effect at once.
 
+use crate::access::budget::Budget;
 use crate::money::Money;
 use serde_json::{json, Map, Value};
 
@@ -54,13 +55,14 @@ fn opt_amount(o: &Map<String, Value>, k: &str) -> Result<Option<Money>, ApiError
 
 /// `GET /admin/keys`.
 pub fn keys(gw: &Gateway) -> Value {
+    let config = gw.config();
     let data: Vec<Value> = gw
         .keys
         .records()
         .iter()
         .map(|k| {
             let spent = gw.accounts.spent(&k.name);
-            json!({
+            let mut v = json!({
                 "name": k.name,
                 "group": k.group,
                 "credit": k.credit,
@@ -68,10 +70,108 @@ pub fn keys(gw: &Gateway) -> Value {
                 "balance": k.credit.map(|c| c - spent),
                 "disabled": k.disabled,
                 "created": k.created,
-            })
+                "expires": k.expires,
+            });
+            budget_fields(gw, &config, k, &mut v);
+            v
         })
         .collect();
     json!({"data": data})
+}
+
+/// The budget in force for a key (its own, else its group's), what it spent in the current period and
+/// when that period ends.
+fn budget_fields(
+    gw: &Gateway,
+    config: &crate::config::Config,
+    k: &crate::access::keys::KeyRecord,
+    v: &mut Value,
+) {
+    let group = config.group(&k.group).and_then(|g| g.budget);
+    let (budget, from) = match (k.budget, group) {
+        (Some(b), _) => (Some(b), "key"),
+        (None, Some(b)) => (Some(b), "group"),
+        (None, None) => (None, ""),
+    };
+    let Some(b) = budget else {
+        v["budget"] = Value::Null;
+        return;
+    };
+    let now = crate::util::unix_now();
+    let start = b.period.start_of(now);
+    v["budget"] = json!({
+        "amount": b.amount,
+        "period": b.period.name(),
+        "from": from,
+        "spent": gw.accounts.period_spent(&k.name, b.period, now),
+        "since": crate::util::rfc3339(start),
+        "resets": crate::util::rfc3339(b.period.end_of(start)),
+    });
+}
+
+/// `POST /admin/keys/{name}/budget {amount, period}` (or `{"none": true}`: the group's applies again).
+pub fn set_budget(gw: &Gateway, name: &str, body: &Value) -> Result<Value, ApiError> {
+    let o = object(body)?;
+    let budget = if o.get("none") == Some(&Value::Bool(true)) {
+        None
+    } else {
+        let mut wrapped = Map::new();
+        wrapped.insert("budget".into(), Value::Object(o.clone()));
+        Some(opt_budget(&wrapped)?.ok_or_else(|| {
+            ApiError::invalid("give {\"amount\", \"period\"} or {\"none\": true}")
+        })?)
+    };
+    keys::set_budget(&gw.config().data_dir, name, budget).map_err(key_error)?;
+    gw.keys.reload_if_changed();
+    Ok(json!({"name": name, "budget": budget}))
+}
+
+/// `POST /admin/keys/{name}/expires {"at": "2026-12-31T00:00:00Z"}` or `{"never": true}`.
+pub fn set_expiry(gw: &Gateway, name: &str, body: &Value) -> Result<Value, ApiError> {
+    let expires = parse_expiry(object(body)?)?;
+    keys::set_expiry(&gw.config().data_dir, name, expires).map_err(key_error)?;
+    gw.keys.reload_if_changed();
+    Ok(json!({"name": name, "expires": expires.map(crate::util::rfc3339)}))
+}
+
+fn parse_expiry(o: &Map<String, Value>) -> Result<Option<u64>, ApiError> {
+    if o.get("never") == Some(&Value::Bool(true)) {
+        return Ok(None);
+    }
+    let at = o
+        .get("at")
+        .or_else(|| o.get("expires"))
+        .and_then(Value::as_str);
+    match at {
+        None => Err(ApiError::invalid_param(
+            "at",
+            "give {\"at\": \"2026-12-31T00:00:00Z\"} (UTC) or {\"never\": true}",
+        )),
+        Some(t) => crate::util::parse_rfc3339(t).map(Some).ok_or_else(|| {
+            ApiError::invalid_param(
+                "at",
+                format!("at: expected a UTC time such as 2026-12-31T00:00:00Z, got {t:?}"),
+            )
+        }),
+    }
+}
+
+/// `POST /admin/keys/{name}/group {"group": "other"}`: moves a key to another group.
+pub fn move_key(gw: &Gateway, name: &str, body: &Value) -> Result<Value, ApiError> {
+    let group = object(body)?
+        .get("group")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    if gw.config().group(&group).is_none() {
+        return Err(ApiError::invalid_param(
+            "group",
+            format!("group: no group named {group:?}"),
+        ));
+    }
+    keys::move_key(&gw.config().data_dir, name, &group).map_err(key_error)?;
+    gw.keys.reload_if_changed();
+    Ok(json!({"name": name, "group": group}))
 }
 
 /// `POST /admin/keys {name, group, credit?}`: the new key is in the answer, once.
@@ -91,9 +191,23 @@ pub fn create_key(gw: &Gateway, body: &Value) -> Result<Value, ApiError> {
             ),
         ));
     }
+    let budget = opt_budget(o)?;
+    let expires = match o.get("expires") {
+        None | Some(Value::Null) => None,
+        Some(_) => parse_expiry(o)?,
+    };
     let key = keys::add_key(&config.data_dir, name, group, credit).map_err(key_error)?;
+    if budget.is_some() {
+        keys::set_budget(&config.data_dir, name, budget).map_err(key_error)?;
+    }
+    if expires.is_some() {
+        keys::set_expiry(&config.data_dir, name, expires).map_err(key_error)?;
+    }
     gw.keys.reload_if_changed();
-    Ok(json!({"name": name, "group": group, "credit": credit, "key": key}))
+    Ok(
+        json!({"name": name, "group": group, "credit": credit, "budget": budget,
+              "expires": expires.map(crate::util::rfc3339), "key": key}),
+    )
 }
 
 pub fn revoke_key(gw: &Gateway, name: &str) -> Result<Value, ApiError> {
@@ -145,6 +259,23 @@ pub fn credit(gw: &Gateway, name: &str, body: &Value) -> Result<Value, ApiError>
     Ok(
         json!({"name": name, "credit": credit, "spent": spent, "balance": credit.map(|c| c - spent)}),
     )
+}
+
+/// `"budget": {"amount": 10, "period": "daily"}` (or null / absent: none).
+fn opt_budget(o: &Map<String, Value>) -> Result<Option<Budget>, ApiError> {
+    let bad = |m: String| ApiError::invalid_param("budget", format!("budget: {m}"));
+    match o.get("budget") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(b)) => {
+            let amount = opt_amount(b, "amount")?
+                .ok_or_else(|| bad("expected {\"amount\": credits, \"period\": \"daily\"}".into()))?;
+            let period = b.get("period").and_then(Value::as_str).unwrap_or("");
+            Budget::new(amount, period).map(Some).map_err(bad)
+        }
+        Some(_) => Err(bad(
+            "expected {\"amount\": credits, \"period\": \"daily\" | \"weekly\" | \"monthly\"} or null".into(),
+        )),
+    }
 }
 
 /// `GET /admin/groups`.
@@ -202,6 +333,7 @@ pub fn save_group(gw: &Gateway, body: &Value, name: Option<&str>) -> Result<Valu
         rpm: limit("rpm")?,
         tpm: limit("tpm")?,
         max_concurrent: limit("max_concurrent")?,
+        budget: opt_budget(o)?,
     };
     spec.validate().map_err(config_error)?;
     let exists = gw.config().group(&spec.name).is_some();

@@ -172,6 +172,8 @@ fn action_of(method: &str, kind: &str, path: &str, before: &Value, after: &Value
         ("key", _, "enable") => "enabled",
         ("key", _, "credit") => "credited",
         ("key", _, "group") => "moved",
+        ("key", _, "budget") => "budget_set",
+        ("key", _, "expires") => "expiry_set",
         ("model", _, _) if before["disabled"] != after["disabled"] => {
             if after["disabled"] == true {
                 "disabled"
@@ -213,6 +215,9 @@ fn route(gw: &Gateway, ex: &Exchange) -> Result<Answer, ApiError> {
         ("POST", ["keys", name, "revoke"]) => manage::revoke_key(gw, name).map(Answer::Json),
         ("POST", ["keys", name, "rotate"]) => manage::rotate_key(gw, name).map(Answer::Json),
         ("POST", ["keys", name, "enable"]) => manage::enable_key(gw, name).map(Answer::Json),
+        ("POST", ["keys", name, "budget"]) => manage::set_budget(gw, name, &body()?).map(Answer::Json),
+        ("POST", ["keys", name, "expires"]) => manage::set_expiry(gw, name, &body()?).map(Answer::Json),
+        ("POST", ["keys", name, "group"]) => manage::move_key(gw, name, &body()?).map(Answer::Json),
         ("DELETE", ["keys", name]) => manage::delete_key(gw, name).map(Answer::Json),
         ("POST", ["keys", name, "credit"]) => manage::credit(gw, name, &body()?).map(Answer::Json),
         ("GET", ["groups"]) => Ok(Answer::Json(manage::groups(gw))),

@@ -24,6 +24,7 @@ use std::time::Duration;
 use crossbeam_channel::{unbounded, SendError, Sender};
 use serde::{Deserialize, Serialize};
 
+use crate::access::budget::{Period, PeriodSpend};
 use crate::money::Money;
 
 pub use query::{Filter, StatusFilter};
@@ -131,6 +132,8 @@ fn upstream_in<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Erro
 pub struct Replay {
     /// Total cost per key name.
     pub spent: HashMap<String, Money>,
+    /// Spend per key in the day, week and month holding the replay time (for budgets).
+    pub periods: HashMap<String, PeriodSpend>,
     pub records: u64,
     /// Lines that did not parse or held an impossible record (skipped, not counted).
     pub bad_lines: u64,
@@ -365,12 +368,46 @@ fn open_for_append(path: &Path) -> io::Result<File> {
     }
 }
 
+/// Spend per key in the day, week and month holding `now`, read from the ledger in `data_dir` without
+/// changing it (for `tollgate keys list` next to a running server; lines it cannot read are skipped).
+pub fn period_spend(data_dir: &Path, now: u64) -> HashMap<String, PeriodSpend> {
+    let mut out: HashMap<String, PeriodSpend> = HashMap::new();
+    let Ok(file) = File::open(data_dir.join(LEDGER_FILE)) else {
+        return out;
+    };
+    let since = crate::util::rfc3339(
+        Period::Monthly
+            .start_of(now)
+            .min(Period::Weekly.start_of(now)),
+    );
+    for line in BufReader::new(file).split(b'\n').map_while(Result::ok) {
+        let Ok(s) = serde_json::from_slice::<Spend>(&line) else {
+            continue;
+        };
+        if s.ts.as_ref() < since.as_str() || !(s.cost.is_finite() && s.cost > 0.0) {
+            continue;
+        }
+        let (Some(ms), Some(cost)) = (
+            crate::util::parse_rfc3339_millis(&s.ts),
+            Money::from_f64(s.cost),
+        ) else {
+            continue;
+        };
+        out.entry(s.key.to_string())
+            .or_insert_with(|| PeriodSpend::at(now))
+            .add((ms / 1000).max(0) as u64, cost);
+    }
+    out
+}
+
 /// The fields replay needs; the token counts are there only to be checked (non-negative integers).
 #[derive(Deserialize)]
 struct Spend<'a> {
     #[serde(borrow)]
     key: std::borrow::Cow<'a, str>,
     cost: f64,
+    #[serde(default, borrow)]
+    ts: std::borrow::Cow<'a, str>,
     #[serde(rename = "input_tokens")]
     _input: u64,
     #[serde(rename = "output_tokens")]
@@ -392,6 +429,14 @@ fn looks_like_record(text: &[u8]) -> bool {
 /// token counts that are not non-negative integers) are not counted and are logged at ERROR.
 fn replay(path: &Path) -> io::Result<Replay> {
     let mut result = Replay::default();
+    // Records in the current month (the longest budget period) also count in the periods' spend. Timestamps
+    // are RFC 3339 in UTC, so comparing the text finds them without parsing every line.
+    let now = crate::util::unix_now();
+    let since = crate::util::rfc3339(
+        Period::Monthly
+            .start_of(now)
+            .min(Period::Weekly.start_of(now)),
+    );
     let file = match OpenOptions::new().read(true).write(true).open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(result),
@@ -424,6 +469,16 @@ fn replay(path: &Path) -> io::Result<Replay> {
         match serde_json::from_slice::<Spend>(text) {
             Ok(s) if s.cost.is_finite() && s.cost >= 0.0 => {
                 let cost = Money::from_f64(s.cost).unwrap_or_default();
+                if s.ts.as_ref() >= since.as_str() && cost != Money::ZERO {
+                    if let Some(ms) = crate::util::parse_rfc3339_millis(&s.ts) {
+                        let at = (ms / 1000).max(0) as u64;
+                        result
+                            .periods
+                            .entry(s.key.to_string())
+                            .or_insert_with(|| PeriodSpend::at(now))
+                            .add(at, cost);
+                    }
+                }
                 *result.spent.entry(s.key.into_owned()).or_default() += cost;
                 result.records += 1;
             }

@@ -39,6 +39,8 @@ pub fn admit(gw: &Gateway, p: &Prepared) -> Result<(Reservation, RateInfo), (Api
             group,
             tokens: input,
             cost: Money::ZERO,
+            budget: None,
+            now: crate::util::unix_now(),
         }
     } else {
         let worst = Usage {
@@ -52,6 +54,8 @@ pub fn admit(gw: &Gateway, p: &Prepared) -> Result<(Reservation, RateInfo), (Api
             group,
             tokens: input + p.requested_output.unwrap_or(0),
             cost: cost(p.model, &worst),
+            budget: p.identity.budget.or(group.and_then(|g| g.budget)),
+            now: crate::util::unix_now(),
         }
     };
     gw.accounts.check_and_reserve(&ask)

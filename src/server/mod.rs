@@ -133,10 +133,10 @@ pub fn run(
     config: Config,
     keys: KeyStore,
     ledger: crate::ledger::Ledger,
-    spent: std::collections::HashMap<String, crate::money::Money>,
+    replay: crate::ledger::Replay,
     listener: TcpListener,
 ) -> i32 {
-    let (gw, rx) = match build(config, keys, ledger, spent) {
+    let (gw, rx) = match build(config, keys, ledger, replay) {
         Ok(built) => built,
         Err(e) => {
             log::error!("{e}");
@@ -160,7 +160,7 @@ fn build(
     config: Config,
     keys: KeyStore,
     ledger: crate::ledger::Ledger,
-    spent: std::collections::HashMap<String, crate::money::Money>,
+    replay: crate::ledger::Replay,
 ) -> Result<(Arc<Gateway>, Receiver<Exchange>), String> {
     let admin_token = config
         .admin_token()
@@ -186,7 +186,10 @@ fn build(
         started_unix: crate::util::unix_now(),
         watchdog: Arc::new(watchdog::Watchdog::new(config.keepalive)),
         ledger,
-        accounts: Arc::new(crate::access::accounts::Accounts::new(spent)),
+        accounts: Arc::new(crate::access::accounts::Accounts::new(
+            replay.spent,
+            replay.periods,
+        )),
         admin_token,
         admin_guard: Default::default(),
         stats: stats::Stats::default(),

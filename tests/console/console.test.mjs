@@ -288,6 +288,26 @@ step('the Keys view shows the spend and the new balance, and tops up credit', as
   check(data.find((k) => k.name === KEY_NAME).credit === CREDIT + 500, 'the credit was not topped up');
 });
 
+step('a daily budget set in the Keys view refuses with its reset time, and removing it lifts it', async () => {
+  const row = keyRow(KEY_NAME);
+  await row.locator('details.key-settings summary').click();
+  await row.locator('input[name="budget"]').fill('0');
+  await row.locator('select[name="period"]').selectOption('daily');
+  await row.locator('button.set-budget').click();
+  await keyRow(KEY_NAME).locator('td.budget').filter({ hasText: 'daily' }).waitFor();
+  const refused = await chat(newKey);
+  check(refused.status === 429, `over budget got ${refused.status}`);
+  const message = refused.body.error.message;
+  check(message.includes('daily budget') && message.includes('resets at'), `the 429 does not say when it resets: ${message}`);
+  const again = keyRow(KEY_NAME);
+  await again.locator('details.key-settings summary').click();
+  await again.locator('input[name="budget"]').fill('');
+  await again.locator('button.set-budget').click();
+  await keyRow(KEY_NAME).locator('td.budget').filter({ hasText: 'none' }).waitFor();
+  const ok = await chat(newKey);
+  check(ok.status === 200, `without the budget got ${ok.status}`);
+});
+
 step('rotating a key shows the new one once (copy falls back to selecting it); the old one stops working', async () => {
   const row = keyRow(KEY_NAME);
   await row.locator('button.rotate').click();

@@ -1,5 +1,6 @@
 /**
- * The Keys view: creating keys (the plaintext is shown once), credits, revoking and rotating.
+ * The Keys view: creating keys (the plaintext is shown once), credits, budgets, expiry, moving a key to
+ * another group, revoking, enabling, deleting and rotating.
  */
 import { api, request, seg } from './api.js';
 import { act, badge, button, el, empty, errorSlot, field, input, table, td } from './dom.js';
@@ -9,7 +10,7 @@ import { confirmAction, showSecret } from './dialogs.js';
 /** Keys with credit, spend and balance; create, top up, rotate and revoke. */
 export async function viewKeys(frame) {
   const [keys, groups] = await Promise.all([api.get('/admin/keys'), api.get('/admin/groups')]);
-  return [keyCreateForm(frame, groups.data), keysTable(frame, keys.data)];
+  return [keyCreateForm(frame, groups.data), keysTable(frame, keys.data, groups.data)];
 }
 
 function keyCreateForm(frame, groups) {
@@ -48,21 +49,31 @@ function keyCreateForm(frame, groups) {
   return form;
 }
 
-function keysTable(frame, keys) {
+function keysTable(frame, keys, groups) {
   if (!keys.length) return el('section', { class: 'panel' }, empty('No keys yet.'));
   return el(
     'section',
     { class: 'panel' },
     el('h2', { text: 'Keys' }),
     table(
-      [['Name'], ['Group'], ['Credit', 'num'], ['Spent', 'num'], ['Balance', 'num'], ['Status'], ['Created'], ['Actions']],
-      keys.map((k) => keyRow(frame, k)),
+      [['Name'], ['Group'], ['Credit', 'num'], ['Spent', 'num'], ['Balance', 'num'], ['Budget'], ['Status'], ['Created'], ['Actions']],
+      keys.map((k) => keyRow(frame, k, groups)),
       { id: 'keys-table' },
     ),
   );
 }
 
-function keyRow(frame, k) {
+/** The budget in force: amount per period (its own or its group's), spent in this period, when it resets. */
+function budgetCell(k) {
+  const b = k.budget;
+  if (!b) return el('span', { class: 'muted', text: 'none' });
+  return [
+    el('span', { text: `${fmtCredits(b.amount)} ${b.period}${b.from === 'group' ? ' (group)' : ''}` }),
+    el('div', { class: 'sub', text: `${fmtCredits(b.spent)} spent, resets ${b.resets.slice(0, 16).replace('T', ' ')} UTC` }),
+  ];
+}
+
+function keyRow(frame, k, groups) {
   const balance = k.balance;
   const status = k.disabled ? badge('revoked', 'bad') : balance !== null && balance <= 0 ? badge('out of credit', 'warn') : badge('active', 'ok');
   return el(
@@ -73,9 +84,53 @@ function keyRow(frame, k) {
     td(k.credit === null ? el('span', { class: 'muted', text: 'unlimited' }) : fmtCredits(k.credit), 'num credit'),
     td(fmtCredits(k.spent), 'num spent'),
     td(balance === null ? el('span', { class: 'muted', text: 'unlimited' }) : fmtCredits(balance), ['num balance', balance !== null && balance < 0 && 'negative']),
-    td(status, 'status'),
+    td(budgetCell(k), 'budget'),
+    td([status, k.expires && el('div', { class: 'sub', text: `expires ${k.expires.slice(0, 16).replace('T', ' ')} UTC` })], 'status'),
     td(timeEl(k.created), 'nowrap'),
-    td(k.disabled ? revokedActions(frame, k) : keyActions(frame, k), 'actions-cell'),
+    td(k.disabled ? revokedActions(frame, k) : [keyActions(frame, k), keySettings(frame, k, groups)], 'actions-cell'),
+  );
+}
+
+/**
+ * The key's settings behind a "Settings" toggle: set the credit or make it unlimited, set or remove its
+ * budget, set or clear its expiry, move it to another group.
+ */
+function keySettings(frame, k, groups) {
+  const slot = errorSlot();
+  const call = (btn, path, body) => act(btn, slot, async () => {
+    await api.post(`/admin/keys/${seg(k.name)}/${path}`, body);
+    await frame.load();
+  });
+  const credit = input('set-credit', { inputmode: 'decimal', placeholder: 'credit', class: 'amount', 'aria-label': `Credit of ${k.name}` });
+  const setCredit = button('Set credit', { class: 'button-quiet set-credit' });
+  setCredit.addEventListener('click', () => {
+    const n = parseAmount('credit', credit.value);
+    call(setCredit, 'credit', n === null ? { unlimited: true } : { set: n });
+  });
+  const amount = input('budget', { inputmode: 'decimal', placeholder: 'budget', class: 'amount', 'aria-label': `Budget of ${k.name}` });
+  const period = el('select', { name: 'period', 'aria-label': 'Budget period' }, ['daily', 'weekly', 'monthly'].map((p) => el('option', { value: p }, p)));
+  const setBudget = button('Set budget', { class: 'button-quiet set-budget' });
+  setBudget.addEventListener('click', () => {
+    const n = parseAmount('budget', amount.value);
+    call(setBudget, 'budget', n === null ? { none: true } : { amount: n, period: period.value });
+  });
+  const expires = input('expires', { type: 'datetime-local', 'aria-label': `Expiry of ${k.name} (UTC)` });
+  const setExpiry = button('Set expiry', { class: 'button-quiet set-expiry' });
+  setExpiry.addEventListener('click', () =>
+    call(setExpiry, 'expires', expires.value ? { at: `${expires.value.length === 16 ? `${expires.value}:00` : expires.value}Z` } : { never: true }),
+  );
+  const group = el('select', { name: 'move-group', 'aria-label': 'Move to group' }, groups.map((g) => el('option', { value: g.name, selected: g.name === k.group }, g.name)));
+  const move = button('Move', { class: 'button-quiet move' });
+  move.addEventListener('click', () => call(move, 'group', { group: group.value }));
+  return el(
+    'details',
+    { class: 'key-settings' },
+    el('summary', { text: 'Settings' }),
+    el('div', { class: 'inline-form' }, credit, setCredit, el('span', { class: 'muted small', text: 'empty: unlimited' })),
+    el('div', { class: 'inline-form' }, amount, period, setBudget, el('span', { class: 'muted small', text: 'empty: none' })),
+    el('div', { class: 'inline-form' }, expires, setExpiry, el('span', { class: 'muted small', text: 'UTC; empty: never' })),
+    el('div', { class: 'inline-form' }, group, move),
+    slot,
   );
 }
 
