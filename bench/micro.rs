@@ -102,7 +102,11 @@ fn main() {
             (&free, None),
             (&limited, Some(Money::credits(1_000_000_000_000))),
         ] {
-            let acc = Arc::new(Accounts::new(HashMap::new(), HashMap::new()));
+            let acc = Arc::new(Accounts::new(
+                HashMap::new(),
+                HashMap::new(),
+                HashMap::new(),
+            ));
             // Fill the window cheaply: admissions held forever (no settle, so no scan).
             for _ in 0..window {
                 let ask = Ask {

@@ -129,6 +129,17 @@ fn refusals_of_a_known_key_are_recorded_and_counted() {
     let gw = Gateway::restart(TempDir(path), &text, &key);
     assert_eq!(spent(&gw), json!(0.0));
     assert_eq!(records(&gw, "&status=4xx").len(), expected.len());
+    // Availability survives the restart: it is rebuilt from the recent records.
+    let models = gw.admin("/admin/models").json();
+    let mock = models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "mock")
+        .unwrap()
+        .clone();
+    assert!(mock["availability"]["last_success"].is_string(), "{mock}");
+    assert_eq!(mock["availability"]["requests"], 2, "{mock}");
 }
 
 /// A flood of requests without a valid key writes no record; the metrics and the overview count them.

@@ -28,6 +28,8 @@ struct KeyState {
     spent: Money,
     /// Spend in the current day, week and month (for budgets).
     periods: PeriodSpend,
+    /// When the key last made a request that settled (RFC 3339).
+    last_used: Option<String>,
     reserved: Money,
     in_flight: u64,
     /// Admission times in the last minute.
@@ -177,7 +179,11 @@ fn budget_left(st: &mut KeyState, b: &Budget, now: u64) -> Result<(), ApiError> 
 
 impl Accounts {
     /// Starts from the spend replayed from the ledger: in all, and in the periods holding the replay time.
-    pub fn new(spent: HashMap<String, Money>, periods: HashMap<String, PeriodSpend>) -> Accounts {
+    pub fn new(
+        spent: HashMap<String, Money>,
+        periods: HashMap<String, PeriodSpend>,
+        last_used: HashMap<String, String>,
+    ) -> Accounts {
         let mut keys: HashMap<String, KeyState> = spent
             .into_iter()
             .map(|(k, s)| {
@@ -192,6 +198,9 @@ impl Accounts {
             .collect();
         for (k, p) in periods {
             keys.entry(k).or_default().periods = p;
+        }
+        for (k, t) in last_used {
+            keys.entry(k).or_default().last_used = Some(t);
         }
         Accounts {
             keys: Mutex::new(keys),
@@ -208,6 +217,17 @@ impl Accounts {
     /// Total spent by a key so far (settled requests).
     pub fn spent(&self, key: &str) -> Money {
         self.lock().get(key).map_or(Money::ZERO, |s| s.spent)
+    }
+
+    /// Notes that a key made a request now (one refused before it reserved anything).
+    pub fn touch(&self, key: &str) {
+        let now = crate::util::rfc3339_millis(crate::util::unix_millis());
+        self.lock().entry(key.to_string()).or_default().last_used = Some(now);
+    }
+
+    /// When a key last made a request (one that settled, refusals included), RFC 3339.
+    pub fn last_used(&self, key: &str) -> Option<String> {
+        self.lock().get(key).and_then(|s| s.last_used.clone())
     }
 
     /// Spent by a key in the `period` that holds `now` (settled requests).
@@ -369,6 +389,7 @@ impl Accounts {
         st.reserved = (st.reserved - reserved).max(Money::ZERO);
         st.spent += actual_cost;
         st.periods.add(r.unix_at, actual_cost);
+        st.last_used = Some(crate::util::rfc3339_millis(crate::util::unix_millis()));
         st.in_flight = st.in_flight.saturating_sub(1);
         // Recent entries are at the back.
         if let Some(entry) = st
@@ -417,7 +438,11 @@ mod tests {
     /// A daily budget across midnight UTC, with the clock given (no sleeping).
     #[test]
     fn a_budget_resets_with_its_period() {
-        let a = Arc::new(Accounts::new(HashMap::new(), HashMap::new()));
+        let a = Arc::new(Accounts::new(
+            HashMap::new(),
+            HashMap::new(),
+            HashMap::new(),
+        ));
         let g = group(None, None, None);
         let day1 = crate::util::parse_rfc3339("2026-11-24T23:59:00Z").unwrap();
         let budget = Budget::new(m(1.0), "daily").unwrap();
@@ -461,7 +486,11 @@ mod tests {
 
     #[test]
     fn rpm_refuses_with_retry_after_and_names_the_limit() {
-        let a = Arc::new(Accounts::new(HashMap::new(), HashMap::new()));
+        let a = Arc::new(Accounts::new(
+            HashMap::new(),
+            HashMap::new(),
+            HashMap::new(),
+        ));
         let g = group(Some(2), None, None);
         let (r1, info) = a.check_and_reserve(&ask(&g, None, 1, 0.0)).unwrap();
         assert!(info
@@ -483,7 +512,11 @@ mod tests {
 
     #[test]
     fn tpm_is_corrected_by_real_usage() {
-        let a = Arc::new(Accounts::new(HashMap::new(), HashMap::new()));
+        let a = Arc::new(Accounts::new(
+            HashMap::new(),
+            HashMap::new(),
+            HashMap::new(),
+        ));
         let g = group(None, Some(100), None);
         let (r, _) = a.check_and_reserve(&ask(&g, None, 90, 0.0)).unwrap();
         assert!(a.check_and_reserve(&ask(&g, None, 20, 0.0)).is_err());
@@ -494,7 +527,11 @@ mod tests {
 
     #[test]
     fn concurrency_limit() {
-        let a = Arc::new(Accounts::new(HashMap::new(), HashMap::new()));
+        let a = Arc::new(Accounts::new(
+            HashMap::new(),
+            HashMap::new(),
+            HashMap::new(),
+        ));
         let g = group(None, None, Some(1));
         let (r, _) = a.check_and_reserve(&ask(&g, None, 1, 0.0)).unwrap();
         let (err, _) = a.check_and_reserve(&ask(&g, None, 1, 0.0)).unwrap_err();
@@ -508,7 +545,7 @@ mod tests {
     fn balance_with_reservations_bounds_overspend() {
         let mut spent = HashMap::new();
         spent.insert("k".to_string(), m(9.0));
-        let a = Arc::new(Accounts::new(spent, HashMap::new()));
+        let a = Arc::new(Accounts::new(spent, HashMap::new(), HashMap::new()));
         let g = group(None, None, None);
         // 1 credit left; each request reserves 0.6 worst case.
         let (r1, _) = a.check_and_reserve(&ask(&g, Some(10.0), 1, 0.6)).unwrap();

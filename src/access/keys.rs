@@ -40,6 +40,9 @@ pub struct KeyRecord {
     pub disabled: bool,
     #[serde(default)]
     pub created: String,
+    /// The key's first characters (`tg_3dRk`), to tell keys apart in lists without showing the secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
     /// A spend budget per period, on top of the credit (its group's applies when it has none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<Budget>,
@@ -55,6 +58,11 @@ pub struct KeyRecord {
 /// A new random key: `tg_` and 40 base62 characters (~238 bits).
 pub fn generate_key() -> String {
     format!("{KEY_PREFIX}{}", crate::util::random_base62(KEY_RANDOM_LEN))
+}
+
+/// What lists show of a key: its prefix and four characters (about 24 of its 238 bits).
+pub fn hint_of(key: &str) -> String {
+    key.chars().take(KEY_PREFIX.len() + 4).collect()
 }
 
 /// The stored form of a key.
@@ -451,6 +459,7 @@ mod tests {
             deleted: false,
             budget: None,
             expires: None,
+            hint: None,
         };
         write_keys(&dir.join(KEYS_FILE), std::slice::from_ref(&rec)).unwrap();
         let store = KeyStore::open(&dir).unwrap();
@@ -485,6 +494,7 @@ mod tests {
             deleted: false,
             budget: None,
             expires: None,
+            hint: None,
         }
     }
 
@@ -572,6 +582,7 @@ mod tests {
                 deleted: false,
                 budget: None,
                 expires: None,
+                hint: None,
             })
             .unwrap()
         );
@@ -675,6 +686,7 @@ pub fn add_key(
             ));
         }
         let key = generate_key();
+        let hint = Some(hint_of(&key));
         records.push(KeyRecord {
             name: name.to_string(),
             group: group.to_string(),
@@ -685,6 +697,7 @@ pub fn add_key(
             deleted: false,
             budget: None,
             expires: None,
+            hint,
         });
         Ok(key)
     })
@@ -770,6 +783,7 @@ pub fn rotate_key(data_dir: &Path, name: &str) -> Result<String, KeyOpError> {
         }
         let key = generate_key();
         r.hash = hash_key(&key);
+        r.hint = Some(hint_of(&key));
         Ok(key)
     })
 }

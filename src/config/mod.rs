@@ -176,6 +176,8 @@ pub struct Config {
     pub groups: Vec<Group>,
     /// `/metrics` needs the admin token (`Authorization: Bearer`).
     pub metrics_auth: bool,
+    /// The label money is shown with in the console (`credits` by default; amounts are not converted).
+    pub currency: String,
     /// What validation found that does not stop the gateway but will not work as meant (`check` prints
     /// them, `serve` logs them).
     pub warnings: Vec<String>,

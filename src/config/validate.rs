@@ -34,6 +34,7 @@ pub(super) struct RawConfig {
     log_level: Option<String>,
     log_format: Option<String>,
     metrics_auth: Option<bool>,
+    currency: Option<String>,
     #[serde(default)]
     upstreams: Vec<RawUpstream>,
     #[serde(default)]
@@ -190,6 +191,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         log_level,
         log_format: p.take(log_format(raw.log_format.as_deref()), String::new()),
         metrics_auth: raw.metrics_auth.unwrap_or(false),
+        currency: p.take(currency(raw.currency), String::new()),
         upstreams,
         models,
         groups,
@@ -251,6 +253,18 @@ fn backlog(v: Option<u64>) -> Result<usize, ConfigError> {
             format!("expected 1 to 10000000 records, got {n}"),
         )),
     }
+}
+
+/// The label money is shown with (`credits` unless set): a short word, shown as text.
+fn currency(v: Option<String>) -> Result<String, ConfigError> {
+    let c = v.unwrap_or_else(|| "credits".into());
+    if c.is_empty() || c.chars().count() > 16 || c.chars().any(char::is_control) {
+        return Err(err(
+            "currency",
+            format!("expected a short label such as \"credits\", \"USD\" or \"EUR\", got {c:?}"),
+        ));
+    }
+    Ok(c)
 }
 
 fn log_format(v: Option<&str>) -> Result<String, ConfigError> {

@@ -24,6 +24,7 @@ const FILES: &[(&str, &str, &str)] = &[
     ("groups.js", include_str!("ui/groups.js"), JS),
     ("models.js", include_str!("ui/models.js"), JS),
     ("audit.js", include_str!("ui/audit.js"), JS),
+    ("chart.js", include_str!("ui/chart.js"), JS),
 ];
 
 /// The Content-Security-Policy of every console file: only this origin, no inline scripts.

@@ -71,6 +71,8 @@ pub fn keys(gw: &Gateway) -> Value {
                 "disabled": k.disabled,
                 "created": k.created,
                 "expires": k.expires,
+                "hint": k.hint.as_ref().map(|h| format!("{h}…")),
+                "last_used": gw.accounts.last_used(&k.name),
             });
             budget_fields(gw, &config, k, &mut v);
             v

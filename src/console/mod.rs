@@ -205,8 +205,12 @@ fn route(gw: &Gateway, ex: &Exchange) -> Result<Answer, ApiError> {
             .map_err(|e| ApiError::invalid(format!("The request body is not valid JSON: {e}.")))
     };
     match (method, parts.as_slice()) {
-        ("GET", ["overview"]) => usage::overview(gw).map(Answer::Json),
+        ("GET", ["overview"]) => usage::overview(gw, ex).map(Answer::Json),
         ("GET", ["audit"]) => audit(gw, ex).map(Answer::Json),
+        ("GET", ["settings"]) => Ok(Answer::Json(json!({
+            "currency": gw.config().currency,
+            "version": env!("CARGO_PKG_VERSION"),
+        }))),
         ("GET", ["usage"]) if ex.request.query_param("format").as_deref() == Some("csv") => usage::csv(gw, ex).map(Answer::Csv),
         ("GET", ["usage.csv"]) => usage::csv(gw, ex).map(Answer::Csv),
         ("GET", ["usage"]) => usage::records(gw, ex).map(Answer::Json),

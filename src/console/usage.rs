@@ -69,6 +69,7 @@ fn filter(ex: &Exchange, default_limit: usize, max_limit: usize) -> Result<Filte
         until: time_param(ex, "until")?,
         offset: number("offset", 0)?,
         limit: number("limit", default_limit)?.clamp(1, max_limit),
+        search: q("q").map(|v| v.to_lowercase()),
     })
 }
 
@@ -87,7 +88,17 @@ pub fn records(gw: &Gateway, ex: &Exchange) -> Result<Value, ApiError> {
     let mut data = query(gw, &f)?;
     let has_more = data.len() > limit;
     data.truncate(limit);
-    Ok(json!({"data": data, "has_more": has_more}))
+    // Totals of every record the filter matches, not only this page.
+    let mut totals = Totals::default();
+    let all = Filter {
+        offset: 0,
+        limit: usize::MAX,
+        ..f
+    };
+    for r in query(gw, &all)? {
+        totals.add(&r);
+    }
+    Ok(json!({"data": data, "has_more": has_more, "totals": totals.json()}))
 }
 
 /// `GET /admin/usage.csv`: the filtered records as CSV (up to 100,000).
@@ -172,20 +183,37 @@ impl Totals {
     }
 }
 
-/// `GET /admin/overview`: last hour and day, 24 hourly buckets (oldest first), top keys and models by spend
-/// over the day.
-pub fn overview(gw: &Gateway) -> Result<Value, ApiError> {
+/// `GET /admin/overview[?range=24h|7d|30d][&key=NAME]`: totals for the last hour and the range, a series
+/// over the range (hourly for 24h and 7d, daily for 30d), the top keys and models by spend, and requests
+/// without a valid key in the last hour. With `key`, everything is that key's (its page in the console).
+pub fn overview(gw: &Gateway, ex: &Exchange) -> Result<Value, ApiError> {
     let now = unix_now();
-    let hour_start = now - now % 3600;
-    let first_bucket = hour_start - 23 * 3600;
-    let (day_ms, hour_ms) = ((now as i64 - 86_400) * 1000, (now as i64 - 3600) * 1000);
+    let (span, bucket) = match ex.request.query_param("range").as_deref() {
+        None | Some("24h") => (86_400, 3600),
+        Some("7d") => (7 * 86_400, 3600),
+        Some("30d") => (30 * 86_400, 86_400),
+        Some(other) => {
+            return Err(ApiError::invalid_param(
+                "range",
+                format!("range: expected 24h, 7d or 30d, got {other:?}"),
+            ))
+        }
+    };
+    let buckets_n = (span / bucket) as usize;
+    let first_bucket = now - now % bucket - (buckets_n as u64 - 1) * bucket;
+    let (range_ms, hour_ms) = (
+        (now as i64 - span as i64) * 1000,
+        (now as i64 - 3600) * 1000,
+    );
     let mut last_hour = Totals::default();
-    let mut last_day = Totals::default();
-    let mut buckets = [Totals::default(); 24];
+    let mut in_range = Totals::default();
+    let mut buckets = vec![Totals::default(); buckets_n];
     let mut keys: HashMap<String, Totals> = HashMap::new();
     let mut models: HashMap<String, Totals> = HashMap::new();
+    let mut last_used: Option<String> = None;
     let f = Filter {
-        since: Some(first_bucket.min(now - 86_400) as i64 * 1000),
+        since: Some(first_bucket.min(now - span) as i64 * 1000),
+        key: ex.request.query_param("key").filter(|k| !k.is_empty()),
         limit: usize::MAX,
         ..Filter::default()
     };
@@ -193,9 +221,12 @@ pub fn overview(gw: &Gateway) -> Result<Value, ApiError> {
         let Some(ms) = crate::util::parse_rfc3339_millis(&r.ts) else {
             continue;
         };
+        if last_used.as_deref().is_none_or(|l| r.ts.as_str() > l) {
+            last_used = Some(r.ts.clone());
+        }
         let t = ms.div_euclid(1000).max(0) as u64;
-        if ms >= day_ms {
-            last_day.add(&r);
+        if ms >= range_ms {
+            in_range.add(&r);
             keys.entry(r.key.clone()).or_default().add(&r);
             models.entry(r.model.clone()).or_default().add(&r);
         }
@@ -203,47 +234,53 @@ pub fn overview(gw: &Gateway) -> Result<Value, ApiError> {
             last_hour.add(&r);
         }
         if t >= first_bucket {
-            let i = ((t - first_bucket) / 3600) as usize;
-            if i < 24 {
+            let i = ((t - first_bucket) / bucket) as usize;
+            if i < buckets_n {
                 buckets[i].add(&r);
             }
         }
     }
-    let top = |m: HashMap<String, Totals>, field: &str| -> Vec<Value> {
-        let mut v: Vec<(String, Totals)> = m.into_iter().collect();
-        v.sort_by(|a, b| {
-            b.1.cost
-                .cmp(&a.1.cost)
-                .then(b.1.requests.cmp(&a.1.requests))
-        });
-        v.into_iter()
-            .take(5)
-            .map(|(name, t)| {
-                let mut j = t.json();
-                j[field] = json!(name);
-                j
-            })
-            .collect()
-    };
-    let hourly: Vec<Value> = buckets
+    let series: Vec<Value> = buckets
         .iter()
         .enumerate()
         .map(|(i, t)| {
             let mut j = t.json();
-            j["hour"] = json!(rfc3339(first_bucket + i as u64 * 3600));
+            j["hour"] = json!(rfc3339(first_bucket + i as u64 * bucket));
             j
         })
         .collect();
     Ok(json!({
         "now": rfc3339(now),
+        "range": ex.request.query_param("range").unwrap_or_else(|| "24h".into()),
+        "bucket_secs": bucket,
         "last_hour": last_hour.json(),
-        "last_day": last_day.json(),
-        "hourly": hourly,
+        "last_day": in_range.json(),
+        "hourly": series,
         "top_keys": top(keys, "key"),
         "top_models": top(models, "model"),
+        "last_used": last_used,
         // Requests without a valid key leave no record: the metrics count them.
         "unauthorized_last_hour": gw.metrics.unauthorized_last_hour(now),
+        "currency": gw.config().currency,
     }))
+}
+
+/// The five with the most spend (then the most requests).
+fn top(m: HashMap<String, Totals>, field: &str) -> Vec<Value> {
+    let mut v: Vec<(String, Totals)> = m.into_iter().collect();
+    v.sort_by(|a, b| {
+        b.1.cost
+            .cmp(&a.1.cost)
+            .then(b.1.requests.cmp(&a.1.requests))
+    });
+    v.into_iter()
+        .take(5)
+        .map(|(name, t)| {
+            let mut j = t.json();
+            j[field] = json!(name);
+            j
+        })
+        .collect()
 }
 
 #[cfg(test)]

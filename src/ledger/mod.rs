@@ -134,6 +134,8 @@ pub struct Replay {
     pub spent: HashMap<String, Money>,
     /// Spend per key in the day, week and month holding the replay time (for budgets).
     pub periods: HashMap<String, PeriodSpend>,
+    /// When each key was last used (the latest `ts` of its records).
+    pub last_used: HashMap<String, String>,
     pub records: u64,
     /// Lines that did not parse or held an impossible record (skipped, not counted).
     pub bad_lines: u64,
@@ -477,6 +479,13 @@ fn replay(path: &Path) -> io::Result<Replay> {
                             .entry(s.key.to_string())
                             .or_insert_with(|| PeriodSpend::at(now))
                             .add(at, cost);
+                    }
+                }
+                match result.last_used.get_mut(s.key.as_ref()) {
+                    Some(t) if t.as_str() >= s.ts.as_ref() => {}
+                    Some(t) => *t = s.ts.to_string(),
+                    None => {
+                        result.last_used.insert(s.key.to_string(), s.ts.to_string());
                     }
                 }
                 *result.spent.entry(s.key.into_owned()).or_default() += cost;

@@ -61,6 +61,17 @@ pub struct Filter {
     /// Skip this many matches (paging), then return at most `limit`.
     pub offset: usize,
     pub limit: usize,
+    /// Lowercase text to find in the key, model, error or reason (a substring).
+    pub search: Option<String>,
+}
+
+/// Whether `q` (lowercase) is in the record's key, model, error or reason.
+fn found(r: &Record, q: &str) -> bool {
+    let has = |t: &str| t.to_lowercase().contains(q);
+    has(&r.key)
+        || has(&r.model)
+        || r.error.as_deref().is_some_and(has)
+        || r.reason.as_deref().is_some_and(has)
 }
 
 impl Filter {
@@ -74,6 +85,7 @@ impl Filter {
                 .is_none_or(|c| r.client_request_id.as_ref() == Some(c))
             && self.request_id.as_ref().is_none_or(|c| &r.request_id == c)
             && (self.since.is_none() && self.until.is_none() || self.in_window(r))
+            && self.search.as_ref().is_none_or(|q| found(r, q))
     }
 
     /// Whether the record's `ts`, read as an instant, is within `since` and `until`.

@@ -121,6 +121,9 @@ fn record_refusal(gw: &Gateway, trace: &Trace, out: &Outcome, latency: std::time
     if out.key.is_none() || err.status() == 401 || err.code() == Some("ledger_unavailable") {
         return;
     }
+    if let Some(key) = &out.key {
+        gw.accounts.touch(key);
+    }
     let mut rec = usage_record(trace, out, &Usage::default(), Money::ZERO, latency);
     rec.upstream = String::new();
     rec.reason = Some(refusal_reason(err).to_string());

@@ -189,12 +189,24 @@ fn build(
         accounts: Arc::new(crate::access::accounts::Accounts::new(
             replay.spent,
             replay.periods,
+            replay.last_used,
         )),
         admin_token,
         admin_guard: Default::default(),
         stats: stats::Stats::default(),
         base: config,
     });
+    // Availability survives a restart: the last day's records feed the recent history.
+    let day_ago = (crate::util::unix_millis() as i64) - 86_400_000;
+    let recent = crate::ledger::Filter {
+        since: Some(day_ago),
+        limit: 5_000,
+        ..Default::default()
+    };
+    if let Ok(mut records) = gw.ledger.query(&recent) {
+        records.reverse();
+        gw.stats.replay(&records);
+    }
     Ok((gw, rx))
 }
 

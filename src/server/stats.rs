@@ -29,7 +29,36 @@ pub struct Stats {
 
 impl Stats {
     pub fn observe(&self, model: &str, latency_ms: u64, failed: bool, error: Option<&str>) {
-        let now = crate::util::unix_millis();
+        self.observe_at(model, latency_ms, failed, error, crate::util::unix_millis());
+    }
+
+    /// Rebuilds the recent history from the usage ledger (oldest first), so availability survives a
+    /// restart. Only records of requests that reached an upstream count, as at run time; a record's
+    /// upstream failure is what `Answer::upstream_failure` decided for it: 5xx, an upstream's 429, or an
+    /// error after the answer started.
+    pub fn replay(&self, records: &[crate::ledger::Record]) {
+        use crate::ledger::Status;
+        for r in records.iter().filter(|r| !r.upstream.is_empty()) {
+            let Some(at) = crate::util::parse_rfc3339_millis(&r.ts) else {
+                continue;
+            };
+            let failed = match r.status {
+                Status::Http(s) => s >= 500 || s == 429 || (s == 200 && r.error.is_some()),
+                Status::ClientClosed | Status::Shutdown => continue,
+            };
+            let at = (at.max(0) as u64).saturating_add(r.latency_ms);
+            self.observe_at(&r.model, r.latency_ms, failed, r.error.as_deref(), at);
+        }
+    }
+
+    fn observe_at(
+        &self,
+        model: &str,
+        latency_ms: u64,
+        failed: bool,
+        error: Option<&str>,
+        now: u64,
+    ) {
         let mut m = match self.models.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),

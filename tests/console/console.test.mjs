@@ -308,6 +308,28 @@ step('a daily budget set in the Keys view refuses with its reset time, and remov
   check(ok.status === 200, `without the budget got ${ok.status}`);
 });
 
+step("a key's page shows its spend, budget, limits and recent records; the Keys table searches and shows hints", async () => {
+  await open('keys');
+  const row = keyRow(KEY_NAME);
+  check(/^tg_\w{4}…$/.test(await row.locator('.key-hint').textContent()), 'no key hint in the table');
+  check(!(await row.textContent()).includes(newKey), 'the key itself is in the table');
+  check((await row.locator('td.last-used').textContent()) !== 'never', 'the key shows no last use');
+  await page.fill('#keys-table-search, input[name="key-search"]', 'no-such-key-anywhere');
+  await row.waitFor({ state: 'detached' });
+  await page.fill('input[name="key-search"]', KEY_NAME);
+  await keyRow(KEY_NAME).waitFor();
+  await keyRow(KEY_NAME).locator('a.key-name').click();
+  const facts = page.locator('#key-facts');
+  await facts.waitFor();
+  check((await facts.textContent()).includes('default'), "the key's page does not name its group");
+  const records = page.locator('#key-records tbody tr');
+  check((await records.count()) >= 2, "the key's page lists no records");
+  check((await page.locator('#key-records').textContent()).includes('insufficient_quota'), 'the refusal is not among the records');
+  check((await page.locator('#hourly-chart g.hour').count()) === 168, "the key's chart is not 7 days of hours");
+  await screenshot('key-page');
+  await open('keys');
+});
+
 step('rotating a key shows the new one once (copy falls back to selecting it); the old one stops working', async () => {
   const row = keyRow(KEY_NAME);
   await row.locator('button.rotate').click();
@@ -443,7 +465,10 @@ step('disables and enables a model, reprices it, and checks upstreams', async ()
   const card = page.locator('article.model-card[data-model="mock"]');
   await card.waitFor();
   await card.locator('.availability time').first().waitFor(); // the last success is known
+  check((await page.locator('#models-triage [data-stat="down"] .stat-value').textContent()) === '0', 'the triage summary counts a problem');
   await card.locator('button.toggle', { hasText: 'Disable' }).click();
+  // Disabling asks first.
+  await page.locator('dialog.confirm-dialog[open] button[data-confirm="yes"]').click();
   await card.locator('.badge', { hasText: 'disabled' }).waitFor();
   const refused = await chat(FIRST_KEY);
   check(refused.status === 404 && /disabled/.test(refused.body?.error?.message), `a disabled model answered ${refused.status}`);
@@ -465,6 +490,19 @@ step('disables and enables a model, reprices it, and checks upstreams', async ()
   const mock = (await admin('/admin/models')).data.find((m) => m.name === 'mock');
   check(mock.upstreams[0].breaker.state === 'closed', `breaker reported as ${JSON.stringify(mock.upstreams[0].breaker)}`);
   await screenshot('models');
+});
+
+step('the overview covers 7 and 30 days too, and Usage totals and searches what matches', async () => {
+  await page.goto(`${BASE}/console#overview?range=30d`);
+  await page.locator('#hourly-chart').waitFor();
+  check((await page.locator('#hourly-chart g.hour').count()) === 30, 'the 30-day chart is not 30 days');
+  await page.goto(`${BASE}/console#usage?q=${encodeURIComponent(KEY_NAME)}`);
+  const totals = page.locator('#usage-totals');
+  await totals.waitFor();
+  const shown = await page.locator('#usage-table tbody tr').count();
+  check((await totals.textContent()).includes(`${shown} requests`), `the totals do not count the ${shown} records shown: ${await totals.textContent()}`);
+  const id = await page.locator('#usage-table .request-id').first().getAttribute('title');
+  check(/^req_/.test(id) && !(await page.locator('#usage-table .request-id').first().textContent()).includes(id.slice(8, -4)), 'ids are not shortened with the full one on hover');
 });
 
 step('the overview shows the traffic, the hourly chart and the top keys', async () => {

@@ -11,14 +11,14 @@
  * the page; each view is a module of its own (overview, usage, keys, groups, models, audit) on top of api, dom,
  * format, dialogs and nav. Views import shared modules, never each other or this one.
  */
-import { authMessage, request, session, SIGNED_OUT } from './api.js';
+import { api, authMessage, request, session, SIGNED_OUT } from './api.js';
 import { $, act, button, clearError, el, errorSlot, showError } from './dom.js';
-import { fmtTime } from './format.js';
+import { fmtTime, setCurrency } from './format.js';
 import { closeDialogs } from './dialogs.js';
 import { parseHash } from './nav.js';
 import { viewOverview } from './overview.js';
 import { viewUsage } from './usage.js';
-import { viewKeys } from './keys.js';
+import { viewKey, viewKeys } from './keys.js';
 import { viewGroups } from './groups.js';
 import { viewModels } from './models.js';
 import { viewAudit } from './audit.js';
@@ -27,6 +27,7 @@ const VIEWS = {
   overview: { title: 'Overview', render: viewOverview },
   usage: { title: 'Usage', render: viewUsage },
   keys: { title: 'Keys', render: viewKeys },
+  key: { title: 'Key', render: viewKey },
   groups: { title: 'Groups', render: viewGroups },
   models: { title: 'Models', render: viewModels },
   audit: { title: 'Audit', render: viewAudit },
@@ -79,6 +80,21 @@ function signOut(message) {
   showSignIn(message);
 }
 
+let settings = null;
+
+/** The operator's settings the page shows (the currency label), fetched once per page load. */
+function loadSettings() {
+  if (!settings) {
+    settings = api
+      .get('/admin/settings')
+      .then((s) => setCurrency(s.currency))
+      .catch(() => {
+        settings = null;
+      });
+  }
+  return settings;
+}
+
 function route() {
   if (!session.token()) {
     showSignIn();
@@ -100,7 +116,7 @@ function route() {
   document.title = `${view.title} · tollgate console`;
   const frame = viewFrame(name, view, params);
   $('view').replaceChildren(frame.section);
-  frame.load();
+  loadSettings().finally(() => frame.load());
 }
 
 /**

@@ -5,17 +5,28 @@ import { el } from './dom.js';
 
 const NUMBER = new Intl.NumberFormat('en-US');
 const COMPACT = new Intl.NumberFormat('en-US', { notation: 'compact', maximumFractionDigits: 2 });
-const CREDITS = [2, 4, 6].map((d) => new Intl.NumberFormat('en-US', { maximumFractionDigits: d }));
+const CREDITS = [2, 6].map((d) => new Intl.NumberFormat('en-US', { minimumFractionDigits: d, maximumFractionDigits: d }));
 
 export function fmtInt(n) {
   return n === null || n === undefined ? '—' : NUMBER.format(n);
 }
 
-/** Credits: two decimals from 100 up, more below so small costs stay visible. */
+let CURRENCY = 'credits';
+
+/** The label money is shown with (the config's `currency`). */
+export function currency() {
+  return CURRENCY;
+}
+
+export function setCurrency(label) {
+  if (typeof label === 'string' && label) CURRENCY = label;
+}
+
+/** Money, the same way everywhere: two decimals; amounts below 0.01 with six, so small costs stay visible. */
 export function fmtCredits(n) {
   if (n === null || n === undefined) return '—';
   const a = Math.abs(n);
-  return CREDITS[a === 0 || a >= 100 ? 0 : a >= 1 ? 1 : 2].format(n);
+  return (a === 0 || a >= 0.01 ? CREDITS[0] : CREDITS[1]).format(n);
 }
 
 export function fmtCompact(n) {

@@ -3,9 +3,11 @@
  * another group, revoking, enabling, deleting and rotating.
  */
 import { api, request, seg } from './api.js';
+import { seriesChart } from './chart.js';
 import { act, badge, button, el, empty, errorSlot, field, input, table, td } from './dom.js';
-import { fmtCredits, parseAmount, timeEl } from './format.js';
+import { currency, fmtCredits, fmtInt, fmtMs, parseAmount, timeEl } from './format.js';
 import { confirmAction, showSecret } from './dialogs.js';
+import { viewHash } from './nav.js';
 
 /** Keys with credit, spend and balance; create, top up, rotate and revoke. */
 export async function viewKeys(frame) {
@@ -49,18 +51,33 @@ function keyCreateForm(frame, groups) {
   return form;
 }
 
+const SORTS = {
+  name: (a, b) => a.name.localeCompare(b.name),
+  spent: (a, b) => b.spent - a.spent,
+  last_used: (a, b) => (b.last_used || '').localeCompare(a.last_used || ''),
+  created: (a, b) => (b.created || '').localeCompare(a.created || ''),
+};
+
+/** The keys, with a search (name, group, hint) and a sort that apply at once, in the page. */
 function keysTable(frame, keys, groups) {
   if (!keys.length) return el('section', { class: 'panel' }, empty('No keys yet.'));
-  return el(
-    'section',
-    { class: 'panel' },
-    el('h2', { text: 'Keys' }),
-    table(
-      [['Name'], ['Group'], ['Credit', 'num'], ['Spent', 'num'], ['Balance', 'num'], ['Budget'], ['Status'], ['Created'], ['Actions']],
-      keys.map((k) => keyRow(frame, k, groups)),
-      { id: 'keys-table' },
-    ),
-  );
+  const search = input('key-search', { type: 'search', placeholder: 'Search name, group or key hint', 'aria-label': 'Search keys' });
+  const sort = el('select', { name: 'key-sort', 'aria-label': 'Sort keys' }, Object.keys(SORTS).map((k) => el('option', { value: k }, `by ${k.replace('_', ' ')}`)));
+  const body = el('tbody');
+  const draw = () => {
+    const q = search.value.trim().toLowerCase();
+    const shown = keys
+      .filter((k) => !q || [k.name, k.group, k.hint || ''].some((t) => t.toLowerCase().includes(q)))
+      .sort(SORTS[sort.value]);
+    body.replaceChildren(...shown.map((k) => keyRow(frame, k, groups)));
+  };
+  search.addEventListener('input', draw);
+  sort.addEventListener('change', draw);
+  const headers = [['Name'], ['Group'], ['Credit', 'num'], ['Spent', 'num'], ['Balance', 'num'], ['Budget'], ['Status'], ['Last used'], ['Actions']];
+  const tableEl = table(headers, [], { id: 'keys-table' });
+  tableEl.querySelector('tbody').replaceWith(body);
+  draw();
+  return el('section', { class: 'panel' }, el('h2', { text: 'Keys' }), el('div', { class: 'toolbar' }, search, sort), tableEl);
 }
 
 /** The budget in force: amount per period (its own or its group's), spent in this period, when it resets. */
@@ -79,14 +96,17 @@ function keyRow(frame, k, groups) {
   return el(
     'tr',
     { class: k.disabled && 'is-revoked', data: { key: k.name } },
-    td(el('span', { class: 'key-name', text: k.name })),
+    td([
+      el('a', { class: 'key-name', href: viewHash('key', { name: k.name }), text: k.name }),
+      k.hint && el('div', { class: 'sub key-hint', text: k.hint }),
+    ]),
     td(el('span', { class: 'group-name', text: k.group })),
     td(k.credit === null ? el('span', { class: 'muted', text: 'unlimited' }) : fmtCredits(k.credit), 'num credit'),
     td(fmtCredits(k.spent), 'num spent'),
     td(balance === null ? el('span', { class: 'muted', text: 'unlimited' }) : fmtCredits(balance), ['num balance', balance !== null && balance < 0 && 'negative']),
     td(budgetCell(k), 'budget'),
     td([status, k.expires && el('div', { class: 'sub', text: `expires ${k.expires.slice(0, 16).replace('T', ' ')} UTC` })], 'status'),
-    td(timeEl(k.created), 'nowrap'),
+    td(k.last_used ? timeEl(k.last_used) : el('span', { class: 'muted', text: 'never' }), 'nowrap last-used'),
     td(k.disabled ? revokedActions(frame, k) : [keyActions(frame, k), keySettings(frame, k, groups)], 'actions-cell'),
   );
 }
@@ -202,4 +222,58 @@ function revokedActions(frame, k) {
     });
   });
   return [el('div', { class: 'row-actions' }, enable, remove), slot];
+}
+
+/**
+ * A key's page: what it spent and asked for over time, its budget and limits, its group's models, its
+ * recent records (refusals included) and the actions.
+ */
+export async function viewKey(frame, params) {
+  const name = params.get('name') || '';
+  const [keys, groups, o, usage] = await Promise.all([
+    api.get('/admin/keys'),
+    api.get('/admin/groups'),
+    api.get(`/admin/overview?range=7d&key=${encodeURIComponent(name)}`),
+    api.get(`/admin/usage?key=${encodeURIComponent(name)}&limit=20`),
+  ]);
+  const k = keys.data.find((x) => x.name === name);
+  if (!k) return [el('section', { class: 'panel' }, empty(`No key named "${name}".`))];
+  const group = groups.data.find((g) => g.name === k.group);
+  const limit = (v) => (v === null || v === undefined ? 'no limit' : fmtInt(v));
+  const facts = el(
+    'dl',
+    { class: 'facts', id: 'key-facts' },
+    el('dt', { text: 'Key' }), el('dd', {}, el('strong', { class: 'key-name', text: k.name }), k.hint ? ` (${k.hint})` : ''),
+    el('dt', { text: 'Group' }), el('dd', { text: k.group }),
+    el('dt', { text: 'Models' }), el('dd', {}, (group ? group.models : []).map((m) => el('code', { class: 'chip', text: m }))),
+    el('dt', { text: 'Limits' }), el('dd', { text: group ? `${limit(group.rpm)} requests/min, ${limit(group.tpm)} tokens/min, ${limit(group.max_concurrent)} at once` : '—' }),
+    el('dt', { text: 'Credit' }), el('dd', { text: k.credit === null ? 'unlimited' : `${fmtCredits(k.credit)} ${currency()} (${fmtCredits(k.balance)} left)` }),
+    el('dt', { text: 'Budget' }), el('dd', {}, budgetCell(k)),
+    el('dt', { text: 'Spent' }), el('dd', { text: `${fmtCredits(k.spent)} ${currency()} in all` }),
+    el('dt', { text: 'Last used' }), el('dd', {}, k.last_used ? timeEl(k.last_used) : 'never'),
+    el('dt', { text: 'Expires' }), el('dd', { text: k.expires || 'never' }),
+  );
+  const actions = k.disabled ? revokedActions(frame, k) : [keyActions(frame, k), keySettings(frame, k, groups.data)];
+  const rows = usage.data.map((r) =>
+    el(
+      'tr',
+      { data: { requestId: r.request_id } },
+      td(timeEl(r.ts), 'nowrap'),
+      td([el('span', { text: String(r.status) }), r.reason && el('div', { class: 'sub reason', text: r.reason }), r.error && el('div', { class: 'sub error-text', text: r.error })]),
+      td(el('span', { text: r.model })),
+      td(fmtInt(r.input_tokens + r.output_tokens), 'num'),
+      td(fmtCredits(r.cost), 'num'),
+      td(fmtMs(r.latency_ms), 'num'),
+    ),
+  );
+  return [
+    el('section', { class: 'panel', id: 'key-page' }, el('h2', { text: `Key ${k.name}` }), facts, el('div', { class: 'row-actions' }, actions)),
+    el('section', { class: 'panel' }, el('h2', { text: 'Requests and cost per hour, last 7 days' }), seriesChart(o.hourly, o.bucket_secs)),
+    el(
+      'section',
+      { class: 'panel' },
+      el('h2', {}, 'Recent requests ', el('a', { href: viewHash('usage', { key: k.name }), text: '(all in Usage)' })),
+      rows.length ? table([['When'], ['Status'], ['Model'], ['Tokens', 'num'], ['Cost', 'num'], ['Latency', 'num']], rows, { id: 'key-records' }) : empty('No requests yet.'),
+    ),
+  ];
 }

@@ -3,7 +3,8 @@
  */
 import { api, seg } from './api.js';
 import { act, badge, button, el, empty, errorSlot, field, input, table, td } from './dom.js';
-import { fmtAgo, fmtCredits, fmtInt, fmtMs, fmtPct, parseAmount, timeEl } from './format.js';
+import { currency, fmtAgo, fmtCredits, fmtInt, fmtMs, fmtPct, parseAmount, timeEl } from './format.js';
+import { confirmAction } from './dialogs.js';
 
 // The last probe of each upstream (from "Check upstreams now"), shown until the next one: plain status
 // data, kept in memory only.
@@ -16,7 +17,10 @@ export async function viewModels(frame, params, options = {}) {
   const slot = errorSlot();
   const check = button('Check upstreams now', { class: 'button-primary', id: 'probe-upstreams' });
   check.addEventListener('click', () => act(check, slot, () => frame.load({ probe: true, busyText: 'Checking upstreams…' })));
+  // Problems first: models with an upstream down or a breaker not closed, then by error rate.
+  const sorted = [...models.data].sort((a, b) => trouble(b) - trouble(a) || a.name.localeCompare(b.name));
   return [
+    triage(models.data),
     el(
       'div',
       { class: 'toolbar' },
@@ -24,19 +28,55 @@ export async function viewModels(frame, params, options = {}) {
       el('span', { class: 'muted small' }, 'Asks each upstream for its model list (3 s timeout; answers are cached for 15 s).'),
       slot,
     ),
-    models.data.length ? models.data.map((m) => modelCard(frame, m)) : empty('No models are configured.'),
+    sorted.length ? sorted.map((m) => modelCard(frame, m)) : empty('No models are configured.'),
   ];
+}
+
+/** How much is wrong with a model: 2 for an upstream down or a breaker not closed, plus its error rate. */
+function trouble(m) {
+  const down = m.upstreams.some((u) => {
+    const p = u.probe || lastProbes.get(u.name);
+    return (p && !p.up) || (u.breaker && u.breaker.state !== 'closed');
+  });
+  return (down ? 2 : 0) + ((m.availability && m.availability.error_rate) || 0);
+}
+
+/** The summary at the top: models down, breakers open, the error rate of recent requests. */
+function triage(models) {
+  const down = models.filter((m) => !m.disabled && trouble(m) >= 2).length;
+  const open = models.reduce((n, m) => n + m.upstreams.filter((u) => u.breaker && u.breaker.state !== 'closed').length, 0);
+  const rates = models.map((m) => m.availability && m.availability.error_rate).filter((r) => r !== null && r !== undefined);
+  const rate = rates.length ? Math.max(...rates) : null;
+  return el(
+    'section',
+    { class: ['panel', 'triage', down || open ? 'has-problems' : 'all-well'], id: 'models-triage' },
+    el(
+      'dl',
+      { class: 'stats' },
+      el('div', { class: 'stat', data: { stat: 'down' } }, el('dt', { text: 'Models with a problem' }), el('dd', {}, el('span', { class: 'stat-value', text: fmtInt(down) }))),
+      el('div', { class: 'stat', data: { stat: 'breakers' } }, el('dt', { text: 'Breakers not closed' }), el('dd', {}, el('span', { class: 'stat-value', text: fmtInt(open) }))),
+      el('div', { class: 'stat', data: { stat: 'error-rate' } }, el('dt', { text: 'Worst error rate, recent requests' }), el('dd', {}, el('span', { class: 'stat-value', text: fmtPct(rate) }))),
+    ),
+  );
 }
 
 function modelCard(frame, m) {
   const slot = errorSlot();
   const toggle = button(m.disabled ? 'Enable' : 'Disable', { class: m.disabled ? 'button-primary toggle' : 'button-danger-quiet toggle' });
-  toggle.addEventListener('click', () =>
+  toggle.addEventListener('click', async () => {
+    if (!m.disabled) {
+      const ok = await confirmAction({
+        title: 'Disable model',
+        message: `Disable "${m.name}"? Every request for it gets 404 until it is enabled again.`,
+        confirm: 'Disable model',
+      });
+      if (!ok) return;
+    }
     act(toggle, slot, async () => {
       await api.post(`/admin/models/${seg(m.name)}`, { disabled: !m.disabled });
       await frame.load();
-    }),
-  );
+    });
+  });
   return el(
     'article',
     { class: ['panel', 'model-card', m.disabled && 'is-disabled'], data: { model: m.name } },
@@ -54,7 +94,7 @@ function modelCard(frame, m) {
       { class: 'card-grid' },
       el('section', { class: 'upstreams' }, el('h3', { text: m.upstreams.length > 1 ? 'Upstreams, tried in this order' : 'Upstream' }), upstreamTable(m.upstreams)),
       el('section', { class: 'availability' }, el('h3', { text: 'Availability' }), availabilityList(m.availability || {})),
-      el('section', { class: 'prices' }, el('h3', { text: 'Prices, credits per 1M tokens' }), pricesBlock(frame, m)),
+      el('section', { class: 'prices' }, el('h3', { text: `Prices, ${currency()} per 1M tokens` }), pricesBlock(frame, m)),
     ),
   );
 }
@@ -91,7 +131,8 @@ function upstreamTable(upstreams) {
         td(breakerCell(u.breaker), 'breaker'),
         td(p ? badge(p.up ? 'up' : 'down', p.up ? 'ok' : 'bad') : el('span', { class: 'muted', text: 'not checked' }), 'probe'),
         td(p && p.status !== null ? String(p.status) : '—', 'num'),
-        td(p ? fmtMs(p.latency_ms) : '—', 'num'),
+        // A failed probe has no latency worth showing (it timed out or was refused).
+        td(p && p.up ? fmtMs(p.latency_ms) : '—', 'num latency'),
         td(p ? [el('span', { text: p.detail || '' }), p.checked && el('div', { class: 'sub', text: `checked ${fmtAgo(p.checked)}` })] : ''),
       );
     }),

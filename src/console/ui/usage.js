@@ -1,9 +1,10 @@
 /**
- * The Usage view: usage records with filters, pages and CSV download.
+ * The Usage view: usage records with filters (a text search among them), totals of everything that matches,
+ * pages, CSV download and an auto-refresh toggle.
  */
 import { api } from './api.js';
 import { act, badge, button, el, empty, errorSlot, field, input, table, td } from './dom.js';
-import { fmtCredits, fmtInt, fmtMs, fromLocalInput, pad, timeEl, toLocalInput } from './format.js';
+import { currency, fmtCredits, fmtInt, fmtMs, fromLocalInput, pad, timeEl, toLocalInput } from './format.js';
 import { navigate, viewHash } from './nav.js';
 
 const STATUSES = [
@@ -25,12 +26,12 @@ const RANGES = [
 ];
 const RANGE_SECONDS = { '1h': 3600, '24h': 86400, '7d': 7 * 86400, '30d': 30 * 86400 };
 const PAGE_SIZES = [25, 50, 100, 250, 1000];
-const USAGE_FILTERS = ['key', 'model', 'status', 'request_id', 'client_request_id', 'range', 'since', 'until'];
+const USAGE_FILTERS = ['key', 'model', 'status', 'request_id', 'client_request_id', 'q', 'range', 'since', 'until'];
 
 /** The API's filter (no paging) for the view's parameters; relative ranges count back from now. */
 function usageQuery(params) {
   const q = new URLSearchParams();
-  for (const k of ['key', 'model', 'status', 'request_id', 'client_request_id']) {
+  for (const k of ['key', 'model', 'status', 'request_id', 'client_request_id', 'q']) {
     const v = (params.get(k) || '').trim();
     if (v) q.set(k, v);
   }
@@ -58,9 +59,17 @@ export async function viewUsage(frame, params) {
   ]);
   const records = usage.data.slice(0, limit);
   const more = usage.data.length > limit;
+  const t = usage.totals;
+  const totals = el(
+    'p',
+    { class: 'usage-totals', id: 'usage-totals' },
+    `All that match: ${fmtInt(t.requests)} requests, ${fmtInt(t.tokens)} tokens, ${fmtCredits(t.cost)} ${currency()}, ${fmtInt(t.errors)} errors`,
+  );
   return [
     usageFilters(params, limit, keys.data, models.data),
     usageToolbar(params, query, offset, limit, records.length, more),
+    autoRefresh(frame),
+    totals,
     records.length
       ? table(
           [['Time'], ['Request'], ['Key'], ['Model'], ['Status'], ['Input', 'num'], ['Output', 'num'], ['Cost', 'num'], ['Latency', 'num']],
@@ -101,6 +110,7 @@ function usageFilters(params, limit, keys, models) {
       { class: 'form-row' },
       field('Request id', input('request_id', { value: params.get('request_id') || '', placeholder: 'req_…' })),
       field('Client request id', input('client_request_id', { value: params.get('client_request_id') || '' })),
+      field('Search', input('q', { type: 'search', value: params.get('q') || '', placeholder: 'text in key, model or error' })),
       el('div', { class: 'actions' }, el('button', { type: 'submit', class: 'button-primary' }, 'Apply'), button('Clear', { class: 'button-quiet', on: { click: () => navigate('#usage') } })),
     ),
     keyList,
@@ -176,7 +186,7 @@ function usageRow(r) {
     { data: { requestId: r.request_id } },
     td(timeEl(r.ts), 'nowrap'),
     td([
-      el('code', { class: 'request-id', text: r.request_id }),
+      el('code', { class: 'request-id', title: r.request_id, data: { full: r.request_id } }, shortId(r.request_id)),
       r.client_request_id && el('div', { class: 'sub' }, 'client: ', el('code', { class: 'client-request-id', text: r.client_request_id })),
     ]),
     td([el('a', { href: viewHash('usage', { key: r.key }), text: r.key }), el('div', { class: 'sub', text: `group ${r.group}` })]),
@@ -194,4 +204,31 @@ function usageRow(r) {
     td(fmtCredits(r.cost), 'num cost'),
     td(fmtMs(r.latency_ms), 'num'),
   );
+}
+
+/** An id shortened for the table (`req_AbCd…wXyZ`); the whole one is its title and its data. */
+function shortId(id) {
+  return id.length > 16 ? `${id.slice(0, 8)}…${id.slice(-4)}` : id;
+}
+
+let refreshTimer = null;
+
+/** A toggle that loads the view again every 10 s while it is shown. */
+function autoRefresh(frame) {
+  const box = el('input', { type: 'checkbox', id: 'usage-auto-refresh', checked: refreshTimer !== null });
+  box.addEventListener('change', () => {
+    clearInterval(refreshTimer);
+    refreshTimer = null;
+    if (box.checked) {
+      refreshTimer = setInterval(() => {
+        if (!frame.section.isConnected) {
+          clearInterval(refreshTimer);
+          refreshTimer = null;
+          return;
+        }
+        frame.load({ busyText: 'Refreshing…' });
+      }, 10_000);
+    }
+  });
+  return el('label', { class: 'auto-refresh' }, box, ' Refresh every 10 s');
 }
