@@ -448,6 +448,8 @@ step('creates and edits a group: models and limits (empty means no limit)', asyn
   // The API's own message, next to the button.
   await editor.locator('.error').filter({ hasText: 'max_concurrent: expected a limit greater than 0' }).waitFor();
   await editor.locator('input[name="max_concurrent"]').fill('2');
+  await editor.locator('input[name="budget"]').fill('25');
+  await editor.locator('select[name="budget_period"]').selectOption('monthly');
   await screenshot('groups-editing');
   await editor.locator('button[type="submit"]').click();
   await row.locator('td.tpm').filter({ hasText: '10,000' }).waitFor();
@@ -457,6 +459,8 @@ step('creates and edits a group: models and limits (empty means no limit)', asyn
   const g = data.find((x) => x.name === GROUP_NAME);
   check(g && g.rpm === null && g.tpm === 10000 && g.max_concurrent === 2, `the group was saved as ${JSON.stringify(g)}`);
   check(JSON.stringify(g.models) === '["mock","gpt-*"]', `models saved as ${JSON.stringify(g.models)}`);
+  check(g.budget && g.budget.amount === 25 && g.budget.period === 'monthly', `the budget saved as ${JSON.stringify(g.budget)}`);
+  check((await row.locator('td.budget').textContent()) === '25.00 monthly', 'the budget is not shown');
   await screenshot('groups');
 });
 
@@ -550,7 +554,7 @@ step('the Audit view lists the changes made in this run, newest first, without a
   const table = page.locator('#audit-table');
   await table.waitFor();
   const text = await table.textContent();
-  for (const action of ['key.created', 'key.credited', 'key.rotated', 'key.revoked', 'key.enabled', 'key.deleted', 'group.created', 'group.changed']) {
+  for (const action of ['key.created', 'key.credited', 'key.rotated', 'key.revoked', 'key.enabled', 'key.deleted', 'key.budget_set', 'group.created', 'group.changed', 'model.disabled', 'model.enabled', 'model.repriced']) {
     check(text.includes(action), `the audit view misses ${action}`);
   }
   check(text.includes(`key ${KEY_NAME}`), 'the audit view does not name the test key');

@@ -3,7 +3,7 @@
  */
 import { api, seg } from './api.js';
 import { act, button, el, empty, errorSlot, field, input, table, td } from './dom.js';
-import { fmtInt } from './format.js';
+import { fmtCredits, fmtInt, parseAmount } from './format.js';
 import { confirmAction } from './dialogs.js';
 
 /** Groups with their models and limits; create and edit. */
@@ -36,20 +36,31 @@ function groupFields(g = {}) {
   const rpm = limit('rpm', g.rpm);
   const tpm = limit('tpm', g.tpm);
   const conc = limit('max_concurrent', g.max_concurrent);
+  const budget = input('budget', { value: g.budget ? String(g.budget.amount) : '', inputmode: 'decimal', placeholder: 'none', class: 'amount' });
+  const period = el(
+    'select',
+    { name: 'budget_period' },
+    ['daily', 'weekly', 'monthly'].map((p) => el('option', { value: p, selected: g.budget && g.budget.period === p }, p)),
+  );
   return {
     nodes: [
       field('Models', models, 'Names or globs (* and ?), separated by commas'),
       field('Requests per minute', rpm),
       field('Tokens per minute', tpm),
       field('Max concurrent', conc),
+      field('Budget per key', el('span', { class: 'inline-form' }, budget, period), 'For keys without their own; empty: none'),
     ],
     models,
-    read: () => ({
-      models: parseModels(models.value),
-      rpm: parseLimit('rpm', rpm.value),
-      tpm: parseLimit('tpm', tpm.value),
-      max_concurrent: parseLimit('max_concurrent', conc.value),
-    }),
+    read: () => {
+      const amount = parseAmount('budget', budget.value);
+      return {
+        models: parseModels(models.value),
+        rpm: parseLimit('rpm', rpm.value),
+        tpm: parseLimit('tpm', tpm.value),
+        max_concurrent: parseLimit('max_concurrent', conc.value),
+        budget: amount === null ? null : { amount, period: period.value },
+      };
+    },
   };
 }
 
@@ -105,6 +116,7 @@ function groupsTable(frame, groups, active) {
       td(limit(g.rpm), 'num rpm'),
       td(limit(g.tpm), 'num tpm'),
       td(limit(g.max_concurrent), 'num max-concurrent'),
+      td(g.budget ? `${fmtCredits(g.budget.amount)} ${g.budget.period}` : el('span', { class: 'muted', text: 'none' }), 'budget'),
       td(fmtInt(active.get(g.name) || 0), 'num'),
       td([el('div', { class: 'row-actions' }, edit, remove), slot]),
     );
@@ -116,7 +128,7 @@ function groupsTable(frame, groups, active) {
     { class: 'panel' },
     el('h2', { text: 'Groups' }),
     table(
-      [['Name'], ['Models'], ['Requests/min', 'num'], ['Tokens/min', 'num'], ['Max concurrent', 'num'], ['Active keys', 'num'], ['']],
+      [['Name'], ['Models'], ['Requests/min', 'num'], ['Tokens/min', 'num'], ['Max concurrent', 'num'], ['Budget per key'], ['Active keys', 'num'], ['']],
       rows,
       { id: 'groups-table' },
     ),
