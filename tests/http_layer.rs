@@ -268,7 +268,10 @@ fn full_queue_gets_503_with_retry_after() {
             ),
         }
     });
-    let gw = Gateway::start_with_fake(fake.addr, "workers = 1\nqueue_size = 1");
+    let gw = Gateway::start_with_fake(
+        fake.addr,
+        &format!("workers = 1\nqueue_size = 1\nadmin_token_env = \"{ADMIN_TOKEN_ENV}\""),
+    );
     let body = json!({"model": "m-chat", "messages": [{"role": "user", "content": "hi"}]});
     let a = {
         let (addr, key, body) = (gw.addr, gw.key.clone(), body.clone());
@@ -337,6 +340,7 @@ fn full_queue_gets_503_with_retry_after() {
         .as_str()
         .unwrap()
         .contains("busy"));
+    let id = resp.header("x-request-id").unwrap().to_string();
     release_tx.send(()).unwrap();
     assert_eq!(a.join().unwrap(), 200);
     let other = 1 - refused;
@@ -345,6 +349,17 @@ fn full_queue_gets_503_with_retry_after() {
         .set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
     assert_eq!(read_response(&mut readers[other]).status, 200);
+    // Once the worker is free: a known key's refusal leaves its record, under the id its answer carries.
+    let recs = gw.admin("/admin/usage?status=503").json()["data"].clone();
+    let rec = recs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["request_id"] == id.as_str())
+        .unwrap_or_else(|| panic!("no record for the overloaded {id}: {recs}"))
+        .clone();
+    assert_eq!(rec["reason"], "overloaded", "{rec}");
+    assert_eq!(rec["model"], "m-chat", "{rec}");
 }
 
 /// Too many open connections: the next one gets 503 with retry-after and is closed.

@@ -110,6 +110,41 @@ pub fn record(
     charged
 }
 
+/// A request of a known key that arrives while every worker is busy: answered 503 `overloaded` here, on
+/// the connection's thread, and recorded like any refusal (the HTTP layer's own 503 knows no key). Returns
+/// false for a request to another path or without a valid key: the HTTP layer answers those.
+pub fn refuse_overloaded(gw: &Gateway, ex: &mut Exchange) -> bool {
+    let Some(endpoint) = Endpoint::from_path(&ex.request.path) else {
+        return false;
+    };
+    let protocol = endpoint.protocol();
+    let Ok(identity) = crate::access::authenticate(&ex.request, protocol, &gw.keys) else {
+        return false;
+    };
+    gw.state
+        .rejected
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let trace = Trace::new(ex, protocol);
+    let err = ApiError::unavailable("All workers are busy; retry shortly.").with_code("overloaded");
+    let w = ex.response();
+    w.close_after();
+    respond::error(w, &trace, &err);
+    // The model, when the body is small enough to read here at no real cost.
+    let model = (ex.request.body.len() <= 64 * 1024)
+        .then(|| serde_json::from_slice::<serde_json::Value>(&ex.request.body).ok())
+        .flatten()
+        .map(|v| crate::protocol::Protocol::requested_model(&v).to_string());
+    let mut out = Outcome {
+        key: Some(identity.name.clone()),
+        group: Some(identity.group.clone()),
+        model,
+        ..Outcome::default()
+    };
+    out.answer.fail(err);
+    record_refusal(gw, &trace, &out, ex.received.elapsed());
+    true
+}
+
 /// A request of a known key that the gateway refused itself (no upstream was called) gets a record too:
 /// its status and reason, no upstream, no tokens, cost 0. Requests without a valid key get none (anyone
 /// could fill the ledger with them; they are counted in the metrics instead), nor do refusals because the

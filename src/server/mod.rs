@@ -251,10 +251,15 @@ fn start(
         max_buffered_body_bytes: config.max_buffered_body_bytes,
         screen: Some(screen_credentials(gw.clone())),
     });
-    let tx = gw.queue.clone();
+    let (tx, busy) = (gw.queue.clone(), gw.clone());
     let dispatch: Arc<http::Dispatch> = Arc::new(move |ex: Exchange| match tx.try_send(ex) {
         Ok(()) => Ok(()),
-        Err(TrySendError::Full(ex)) | Err(TrySendError::Disconnected(ex)) => Err(Box::new(ex)),
+        // A known key's request is answered and recorded as a refusal; others get the layer's 503.
+        Err(TrySendError::Full(mut ex)) => match accounting::refuse_overloaded(&busy, &mut ex) {
+            true => Ok(()),
+            false => Err(Box::new(ex)),
+        },
+        Err(TrySendError::Disconnected(ex)) => Err(Box::new(ex)),
     });
     let state = gw.state.clone();
     spawn("tollgate-accept", move || {

@@ -12,7 +12,10 @@ const lastProbes = new Map();
 
 /** The live model list: upstreams and their probes, prices, availability; disable, enable, reprice. */
 export async function viewModels(frame, params, options = {}) {
-  const models = await api.get(`/admin/models${options.probe ? '?probe=1' : ''}`);
+  const [models, overview] = await Promise.all([
+    api.get(`/admin/models${options.probe ? '?probe=1' : ''}`),
+    api.get('/admin/overview').catch(() => null),
+  ]);
   for (const m of models.data) for (const u of m.upstreams) if (u.probe) lastProbes.set(u.name, u.probe);
   const slot = errorSlot();
   const check = button('Check upstreams now', { class: 'button-primary', id: 'probe-upstreams' });
@@ -20,7 +23,7 @@ export async function viewModels(frame, params, options = {}) {
   // Problems first: models with an upstream down or a breaker not closed, then by error rate.
   const sorted = [...models.data].sort((a, b) => trouble(b) - trouble(a) || a.name.localeCompare(b.name));
   return [
-    triage(models.data),
+    triage(models.data, overview && overview.last_hour),
     el(
       'div',
       { class: 'toolbar' },
@@ -41,12 +44,11 @@ function trouble(m) {
   return (down ? 2 : 0) + ((m.availability && m.availability.error_rate) || 0);
 }
 
-/** The summary at the top: models down, breakers open, the error rate of recent requests. */
-function triage(models) {
+/** The summary at the top: models with a problem, breakers not closed, the error rate of the last hour. */
+function triage(models, lastHour) {
   const down = models.filter((m) => !m.disabled && trouble(m) >= 2).length;
   const open = models.reduce((n, m) => n + m.upstreams.filter((u) => u.breaker && u.breaker.state !== 'closed').length, 0);
-  const rates = models.map((m) => m.availability && m.availability.error_rate).filter((r) => r !== null && r !== undefined);
-  const rate = rates.length ? Math.max(...rates) : null;
+  const rate = lastHour ? lastHour.error_rate : null;
   return el(
     'section',
     { class: ['panel', 'triage', down || open ? 'has-problems' : 'all-well'], id: 'models-triage' },
@@ -55,7 +57,7 @@ function triage(models) {
       { class: 'stats' },
       el('div', { class: 'stat', data: { stat: 'down' } }, el('dt', { text: 'Models with a problem' }), el('dd', {}, el('span', { class: 'stat-value', text: fmtInt(down) }))),
       el('div', { class: 'stat', data: { stat: 'breakers' } }, el('dt', { text: 'Breakers not closed' }), el('dd', {}, el('span', { class: 'stat-value', text: fmtInt(open) }))),
-      el('div', { class: 'stat', data: { stat: 'error-rate' } }, el('dt', { text: 'Worst error rate, recent requests' }), el('dd', {}, el('span', { class: 'stat-value', text: fmtPct(rate) }))),
+      el('div', { class: 'stat', data: { stat: 'error-rate' } }, el('dt', { text: 'Error rate, last hour' }), el('dd', {}, el('span', { class: 'stat-value', text: fmtPct(rate) }))),
     ),
   );
 }
