@@ -84,6 +84,13 @@ impl UpstreamKind {
     }
 }
 
+/// An upstream stands for its name where upstreams are ordered (see `upstream::routing`).
+impl AsRef<str> for Upstream {
+    fn as_ref(&self) -> &str {
+        &self.name
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Upstream {
     pub name: String,
@@ -132,6 +139,31 @@ pub struct Model {
     pub account_features: bool,
     /// Switched off by the operator (console): not listed, and requests get 404.
     pub disabled: bool,
+    /// How the first upstream of a request is chosen (failover then tries the others once each).
+    pub route: Route,
+    /// `weighted`: one weight per upstream, in the order of `upstreams`.
+    pub weights: Vec<u32>,
+}
+
+/// How a model's upstream is chosen for each request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// In the configured order.
+    Ordered,
+    /// Spread by weight (smooth weighted round robin: exact shares, no randomness).
+    Weighted,
+    /// The one with the fewest requests in flight; ties go to the faster first byte.
+    LeastBusy,
+}
+
+impl Route {
+    pub fn name(self) -> &'static str {
+        match self {
+            Route::Ordered => "ordered",
+            Route::Weighted => "weighted",
+            Route::LeastBusy => "least-busy",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]

@@ -80,6 +80,8 @@ struct RawModel {
     structured_output: Option<String>,
     reasoning: Option<bool>,
     account_features: Option<bool>,
+    route: Option<String>,
+    weights: Option<Vec<u32>>,
 }
 
 #[derive(Deserialize)]
@@ -404,6 +406,51 @@ fn validate_models(raw: Vec<RawModel>, upstreams: &[String], p: &mut Problems) -
 }
 
 /// One `[[models]]` entry: its upstreams must exist.
+/// A model's `route` and `weights` (one per upstream, each above 0; `weighted` without weights: equal).
+fn route_of(
+    route: Option<&str>,
+    weights: Option<Vec<u32>>,
+    upstreams: usize,
+    f: &dyn Fn(&str) -> String,
+) -> Result<(crate::config::Route, Vec<u32>), ConfigError> {
+    use crate::config::Route;
+    let route = match route {
+        None | Some("ordered") => Route::Ordered,
+        Some("weighted") => Route::Weighted,
+        Some("least-busy") => Route::LeastBusy,
+        Some(other) => {
+            return Err(err(
+                f("route"),
+                format!("expected \"ordered\", \"weighted\" or \"least-busy\", got {other:?}"),
+            ))
+        }
+    };
+    let weights = match (route, weights) {
+        (Route::Weighted, None) => vec![1; upstreams],
+        (Route::Weighted, Some(w)) if w.len() != upstreams => {
+            return Err(err(
+                f("weights"),
+                format!(
+                    "expected one weight per upstream ({upstreams}), got {}",
+                    w.len()
+                ),
+            ))
+        }
+        (Route::Weighted, Some(w)) if w.contains(&0) => {
+            return Err(err(f("weights"), "expected weights above 0"))
+        }
+        (Route::Weighted, Some(w)) => w,
+        (_, Some(_)) => {
+            return Err(err(
+                f("weights"),
+                "weights apply to `route = \"weighted\"` only",
+            ))
+        }
+        (_, None) => Vec::new(),
+    };
+    Ok((route, weights))
+}
+
 fn validate_model(
     i: usize,
     m: RawModel,
@@ -430,6 +477,7 @@ fn validate_model(
             "expected an upstream name or a non-empty list of them",
         ));
     }
+    let (route, weights) = route_of(m.route.as_deref(), m.weights, names.len(), &f)?;
     for n in &names {
         if !upstreams.iter().any(|u| u == n) {
             let known: Vec<&str> = upstreams.iter().map(String::as_str).collect();
@@ -468,6 +516,8 @@ fn validate_model(
         reasoning: m.reasoning.unwrap_or(false),
         account_features: m.account_features.unwrap_or(false),
         disabled: false,
+        route,
+        weights,
         structured_via_tool: match m.structured_output.as_deref() {
             None | Some("native") => false,
             Some("tool") => true,

@@ -424,13 +424,22 @@ pub fn models(gw: &Gateway, probe: bool) -> Value {
                         "reason": b.reason,
                         "failures": b.failures,
                     });
-                    json!({"name": u, "kind": kind, "probe": probes.get(u), "breaker": breaker})
+                    let r = gw.routing.view(u);
+                    let routing = json!({
+                        "in_flight": r.in_flight,
+                        "first_byte_ms": r.first_byte_ms.map(|ms| (ms * 10.0).round() / 10.0),
+                        "cooling_until": r.cooling_until_unix_ms.map(crate::util::rfc3339_millis),
+                    });
+                    json!({"name": u, "kind": kind, "probe": probes.get(u), "breaker": breaker,
+                           "routing": routing})
                 })
                 .collect();
             json!({
                 "name": m.name,
                 "upstream_model": m.upstream_model,
                 "upstreams": upstreams,
+                "route": m.route.name(),
+                "weights": m.weights,
                 "input_price": m.input_price,
                 "cached_input_price": m.cached_input_price,
                 "output_price": m.output_price,

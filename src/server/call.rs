@@ -42,6 +42,9 @@ pub fn send_to(
     let sent = std::time::Instant::now();
     let reply = uphttp::send_to(&a.gw.agent, a.upstream, url, body, stream, beta);
     a.trace.add_upstream_wait(sent.elapsed());
+    if reply.is_ok() {
+        a.gw.routing.first_byte(&a.upstream.name, sent.elapsed());
+    }
     // Every failure before a response head means the upstream did not answer (unreachable, refused, silent
     // past its first-byte timeout): the only kind that may open its breaker.
     let reply = reply.map_err(ApiError::unanswered)?;

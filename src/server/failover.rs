@@ -33,8 +33,10 @@ pub fn dispatch(
             }
         };
         let started = Instant::now();
+        let busy = req.gw.routing.busy(&upstream.name);
         let mut attempt = req.attempt(p, upstream);
         let result = serve(&mut attempt);
+        drop(busy);
         let mut answer = attempt.answer;
         if let Err(e) = &result {
             answer.fail(e.clone());
@@ -48,6 +50,7 @@ pub fn dispatch(
         if answer.upstream_failure().is_some() {
             req.gw.metrics.upstream_failed(&upstream.name);
         }
+        cool_if_limited(req.gw, upstream, &answer);
         out.keep(answer);
         match result {
             Ok(()) => return Ok(()),
@@ -92,8 +95,33 @@ fn plan<'c>(gw: &Gateway, p: &Prepared<'c>) -> Result<(Vec<&'c Upstream>, Skippe
             Standing::Skipped(wait) => skipped.push((upstream, wait)),
         }
     }
-    ready.extend(ejected);
-    Ok((ready, skipped))
+    // The route orders the healthy ones and leaves out those cooling down after a 429 (unless nothing else
+    // may be asked); ejected ones come after, in the same way.
+    let mut order = gw.routing.order(p.model, ready);
+    if !ejected.is_empty() {
+        order.extend(gw.routing.order(p.model, ejected));
+    }
+    Ok((order, skipped))
+}
+
+/// An upstream that answered 429 gets no new request until its `retry-after` passes.
+fn cool_if_limited(gw: &Gateway, upstream: &Upstream, answer: &super::outcome::Answer) {
+    if let Some(e) = answer
+        .error
+        .as_ref()
+        .filter(|e| e.is_upstream() && e.status() == 429)
+    {
+        let wait = e.retry_after().map_or(
+            crate::upstream::routing::DEFAULT_COOL_DOWN,
+            Duration::from_secs,
+        );
+        log::info!(
+            "upstream `{}` answered 429: no new requests to it for {} s",
+            upstream.name,
+            wait.as_secs()
+        );
+        gw.routing.cool(&upstream.name, wait);
+    }
 }
 
 /// Failures worth trying the next upstream for: the upstream's own (unreachable, timed out, overloaded, 5xx,

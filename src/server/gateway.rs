@@ -29,6 +29,8 @@ pub struct Gateway {
     pub stats: stats::Stats,
     pub metrics: metrics::Metrics,
     pub breakers: crate::upstream::breaker::Breakers,
+    /// Requests in flight, first-byte times and 429 cool-downs per upstream; weighted models' rotation.
+    pub routing: crate::upstream::routing::Routing,
     /// Connection and overload counters of the HTTP layer.
     pub state: Arc<ServerState>,
     /// The worker queue's sending side (for its depth).

@@ -177,6 +177,7 @@ fn build(
     let gw = Arc::new(Gateway {
         metrics: metrics::Metrics::default(),
         breakers: Default::default(),
+        routing: Default::default(),
         state: Arc::new(ServerState::default()),
         queue: tx,
         agent: crate::upstream::http::agent(config.workers),

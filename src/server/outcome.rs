@@ -46,20 +46,18 @@ impl Answer {
         self.error = Some(err);
     }
 
-    /// The upstream's failure, if the upstream failed this answer: it did not answer, answered 5xx or 429,
-    /// broke its stream, or sent something unusable. The one rule the breaker, the availability stats and
-    /// the metrics all follow. A client that left, a limit or the gateway refusing is no upstream failure;
-    /// an upstream's 4xx answer to a bad request is not either.
+    /// The upstream's failure, if the upstream failed this answer: it did not answer, answered 5xx, broke
+    /// its stream, or sent something unusable. The one rule the breaker, the availability stats and the
+    /// metrics all follow. A client that left, a limit or the gateway refusing is no upstream failure; an
+    /// upstream's 4xx answer is not either, its 429 included (it is alive and asks to wait: see
+    /// `upstream::routing` for its cool-down).
     pub fn upstream_failure(&self) -> Option<&ApiError> {
         let e = self.error.as_ref()?;
         // Upstreams skipped because they stopped answering count too (nothing was called).
         let failed = (self.called || e.origin() == Origin::UpstreamSilent)
             && !self.client_closed
             && e.is_upstream()
-            && (e.origin() == Origin::UpstreamSilent
-                || e.status() >= 500
-                || e.status() == 429
-                || self.status == 200);
+            && (e.origin() == Origin::UpstreamSilent || e.status() >= 500 || self.status == 200);
         failed.then_some(e)
     }
 
@@ -149,7 +147,13 @@ mod tests {
         // A stream that broke after it started.
         let broke = ApiError::bad_gateway("stream broke");
         assert!(called(200, Some(broke)).upstream_failure().is_some());
-        // The upstream refusing a bad request is alive; the gateway's own refusals are not its failures.
+        // The upstream refusing a bad request, or asking to wait (429), is alive; the gateway's own refusals
+        // are not its failures.
+        let limited = ApiError::from_upstream(429, b"{}", Some(3));
+        assert!(matches!(
+            called(429, Some(limited)).verdict(false),
+            Verdict::Alive
+        ));
         let bad = ApiError::from_upstream(400, b"{}", None);
         assert!(matches!(
             called(400, Some(bad)).verdict(false),

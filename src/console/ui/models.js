@@ -109,6 +109,12 @@ const BREAKER_TEXT = {
   ejected: ['ejected', 'warn', 'answers with errors: passed over while a sibling upstream is healthy, never refused'],
 };
 
+/** An upstream that answered 429 and gets no new requests until its retry-after passes. */
+function coolingCell(r) {
+  if (!r || !r.cooling_until) return null;
+  return el('div', { class: 'sub cooling' }, badge('cooling', 'warn'), ' after a 429, until ', timeEl(r.cooling_until));
+}
+
 function breakerCell(b) {
   if (!b) return el('span', { class: 'muted', text: '—' });
   const [label, tone, meaning] = BREAKER_TEXT[b.state] || [b.state, 'warn', ''];
@@ -130,7 +136,7 @@ function upstreamTable(upstreams) {
         { data: { upstream: u.name } },
         td(el('span', { text: u.name })),
         td(el('code', { text: u.kind })),
-        td(breakerCell(u.breaker), 'breaker'),
+        td([breakerCell(u.breaker), coolingCell(u.routing)], 'breaker'),
         td(p ? badge(p.up ? 'up' : 'down', p.up ? 'ok' : 'bad') : el('span', { class: 'muted', text: 'not checked' }), 'probe'),
         td(p && p.status !== null ? String(p.status) : '—', 'num'),
         // A failed probe has no latency worth showing (it timed out or was refused).

@@ -295,7 +295,7 @@ impl Metrics {
     }
 
     fn render_upstreams(&self, out: &mut String) {
-        out.push_str("# HELP tollgate_upstream_errors_total Failed attempts (5xx, 429, timeouts, unreachable, broken streams) by upstream.\n# TYPE tollgate_upstream_errors_total counter\n");
+        out.push_str("# HELP tollgate_upstream_errors_total Failed attempts (5xx, timeouts, unreachable, broken streams; not 429) by upstream.\n# TYPE tollgate_upstream_errors_total counter\n");
         if let Ok(m) = self.upstream_errors.lock() {
             for (u, n) in m.iter() {
                 let _ = writeln!(

@@ -70,5 +70,18 @@ pub fn scrape(gw: &Gateway) -> String {
             );
         }
     }
+    out.push_str(
+        "# HELP tollgate_upstream_cooling 1 while an upstream gets no new requests after a 429 (until its \
+         retry-after passes).\n# TYPE tollgate_upstream_cooling gauge\n",
+    );
+    for u in &config.upstreams {
+        let cooling = gw.routing.view(&u.name).cooling_until_unix_ms.is_some();
+        let _ = writeln!(
+            out,
+            "tollgate_upstream_cooling{{upstream=\"{}\"}} {}",
+            label(&u.name),
+            u8::from(cooling)
+        );
+    }
     out
 }

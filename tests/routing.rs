@@ -1,0 +1,185 @@
+//! Routing among a model's upstreams: a provider's 429 is respected (no new request until its retry-after,
+//! never an outage tollgate makes), weights give exact shares, and least-busy sends the load to the upstream
+//! that keeps up.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use common::upstream::{FakeUpstream, Reply};
+use common::*;
+use serde_json::{json, Value};
+
+fn ok() -> Reply {
+    Reply::json(
+        200,
+        &json!({"id": "c", "object": "chat.completion", "created": 1, "model": "x",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "fine"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}),
+    )
+}
+
+fn limited() -> Reply {
+    Reply::Json {
+        status: 429,
+        headers: vec![("retry-after".into(), "30".into())],
+        body: json!({"error": {"message": "slow down", "type": "rate_limit_error"}})
+            .to_string()
+            .into_bytes(),
+    }
+}
+
+fn upstream(name: &str, addr: SocketAddr) -> String {
+    format!("[[upstreams]]\nname = \"{name}\"\nkind = \"openai-chat\"\nbase_url = \"http://{addr}/v1\"\n\n")
+}
+
+fn start(upstreams: &str, models: &str) -> Gateway {
+    let dir = TempDir::new("routing");
+    let config = format!(
+        "{}{upstreams}{models}\n[[groups]]\nname = \"default\"\nmodels = [\"*\"]\n",
+        base_config(
+            dir.path(),
+            &format!("admin_token_env = \"{ADMIN_TOKEN_ENV}\"")
+        )
+    );
+    Gateway::start_with(dir, &config)
+}
+
+fn chat(gw: &Gateway, model: &str) -> Response {
+    gw.post(
+        "/v1/chat/completions",
+        &json!({"model": model, "messages": [{"role": "user", "content": "hi"}]}),
+    )
+}
+
+fn upstream_view(gw: &Gateway, model: &str, upstream: &str) -> Value {
+    let models = gw.admin("/admin/models").json();
+    models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == model)
+        .unwrap()["upstreams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["name"] == upstream)
+        .unwrap()
+        .clone()
+}
+
+/// An upstream that answers 429 `retry-after: 30` gets no new request for 30 s: the next ones go to its
+/// sibling at once (one wasted call, not twenty). Alone, it keeps being asked and the client gets its 429.
+#[test]
+fn a_provider_429_is_respected_without_an_outage() {
+    let a = FakeUpstream::start(|_| limited());
+    let b = FakeUpstream::start(|_| ok());
+    let gw = start(
+        &format!("{}{}", upstream("a", a.addr), upstream("b", b.addr)),
+        "[[models]]\nname = \"pair\"\nupstream = [\"a\", \"b\"]\n\n[[models]]\nname = \"lone\"\nupstream = \"a\"\n",
+    );
+    for _ in 0..20 {
+        assert_eq!(chat(&gw, "pair").status, 200);
+    }
+    assert_eq!(
+        a.received().len(),
+        1,
+        "only the first request asked the limited upstream"
+    );
+    assert_eq!(b.received().len(), 20);
+    let view = upstream_view(&gw, "pair", "a");
+    assert!(view["routing"]["cooling_until"].is_string(), "{view}");
+    let metrics = gw.admin("/metrics").text();
+    assert!(
+        metrics.contains("tollgate_upstream_cooling{upstream=\"a\"} 1"),
+        "{metrics}"
+    );
+    // The model whose only upstream cools down is still served: the provider's 429 reaches the client.
+    for _ in 0..3 {
+        let r = chat(&gw, "lone");
+        assert_eq!(r.status, 429, "{}", r.text());
+        assert_eq!(r.header("retry-after"), Some("30"));
+    }
+    assert_eq!(a.received().len(), 4);
+}
+
+/// Weights 3:1 give exactly 300 and 100 of 400 requests (a smooth weighted round robin, no chance).
+#[test]
+fn weights_spread_the_load_in_their_shares() {
+    let a = FakeUpstream::start(|_| ok());
+    let b = FakeUpstream::start(|_| ok());
+    let gw = start(
+        &format!("{}{}", upstream("a", a.addr), upstream("b", b.addr)),
+        "[[models]]\nname = \"spread\"\nupstream = [\"a\", \"b\"]\nroute = \"weighted\"\nweights = [3, 1]\n",
+    );
+    for _ in 0..400 {
+        assert_eq!(chat(&gw, "spread").status, 200);
+    }
+    assert_eq!(a.received().len(), 300);
+    assert_eq!(b.received().len(), 100);
+    let models = gw.admin("/admin/models").json();
+    let m = &models["data"][0];
+    assert_eq!(m["route"], "weighted");
+    assert_eq!(m["weights"], json!([3, 1]));
+}
+
+/// With one upstream slow (300 ms) and one fast, least-busy at 16 concurrent clients sends most requests to
+/// the fast one.
+#[test]
+fn least_busy_sends_the_load_where_it_is_served() {
+    let slow = FakeUpstream::start(|_| {
+        std::thread::sleep(Duration::from_millis(300));
+        ok()
+    });
+    let fast = FakeUpstream::start(|_| ok());
+    let gw = std::sync::Arc::new(start(
+        &format!(
+            "{}{}",
+            upstream("slow", slow.addr),
+            upstream("fast", fast.addr)
+        ),
+        "[[models]]\nname = \"busy\"\nupstream = [\"slow\", \"fast\"]\nroute = \"least-busy\"\n",
+    ));
+    let threads: Vec<_> = (0..16)
+        .map(|_| {
+            let gw = gw.clone();
+            std::thread::spawn(move || {
+                for _ in 0..10 {
+                    assert_eq!(chat(&gw, "busy").status, 200);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let (s, f) = (slow.received().len(), fast.received().len());
+    assert_eq!(s + f, 160);
+    assert!(
+        f * 10 >= 160 * 7,
+        "the fast upstream got {f} of 160 (the slow one {s})"
+    );
+}
+
+/// A route that does not fit the model is refused with the field named.
+#[test]
+fn bad_routes_are_refused_by_check() {
+    let dir = TempDir::new("routing-check");
+    let path = dir.path().join("tollgate.toml");
+    std::fs::write(
+        &path,
+        "[[upstreams]]\nname = \"m\"\nkind = \"mock\"\n\n[[models]]\nname = \"x\"\nupstream = \"m\"\nroute = \"weighted\"\nweights = [1, 2]\n\n\
+         [[models]]\nname = \"y\"\nupstream = \"m\"\nroute = \"random\"\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(bin())
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("models[0].weights"), "{err}");
+    assert!(err.contains("models[1].route"), "{err}");
+}
