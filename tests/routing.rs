@@ -183,3 +183,75 @@ fn bad_routes_are_refused_by_check() {
     assert!(err.contains("models[0].weights"), "{err}");
     assert!(err.contains("models[1].route"), "{err}");
 }
+
+/// Several credentials on one upstream: each is a deployment of its own (`up#1`, `up#2`), taking turns,
+/// cooled down one by one, named in records and metrics, never shown.
+#[test]
+fn several_credentials_are_deployments_of_their_own() {
+    // The harness sets both variables in the gateway's environment.
+    let fake = FakeUpstream::start(|rec| {
+        if rec.header("authorization") == Some(&format!("Bearer {UPSTREAM_KEY}")) {
+            limited()
+        } else {
+            ok()
+        }
+    });
+    let up = format!(
+        "[[upstreams]]\nname = \"up\"\nkind = \"openai-chat\"\nbase_url = \"http://{}/v1\"\n\
+         api_key_envs = [\"{UPSTREAM_KEY_ENV}\", \"{ADMIN_TOKEN_ENV}\"]\n\n",
+        fake.addr
+    );
+    let gw = start(&up, "[[models]]\nname = \"m\"\nupstream = \"up\"\n");
+    for _ in 0..10 {
+        assert_eq!(chat(&gw, "m").status, 200);
+    }
+    let keys: Vec<String> = fake
+        .received()
+        .iter()
+        .map(|r| r.header("authorization").unwrap_or_default().to_string())
+        .collect();
+    let first = keys.iter().filter(|k| k.ends_with(UPSTREAM_KEY)).count();
+    assert_eq!(
+        first, 1,
+        "the limited credential was asked once, then cooled down: {keys:?}"
+    );
+    assert_eq!(keys.len(), 11);
+    let records = gw.admin("/admin/usage?limit=20").json()["data"].clone();
+    let upstreams: std::collections::BTreeSet<String> = records
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["upstream"].as_str().unwrap_or("-").to_string())
+        .collect();
+    assert_eq!(upstreams.into_iter().collect::<Vec<_>>(), ["up#2"]);
+    let view = upstream_view(&gw, "m", "up#1");
+    assert!(view["routing"]["cooling_until"].is_string(), "{view}");
+    let everything = format!(
+        "{}{}{}",
+        gw.admin("/admin/models").text(),
+        gw.admin("/metrics").text(),
+        gw.all_logs()
+    );
+    assert!(!everything.contains(UPSTREAM_KEY) && !everything.contains(ADMIN_TOKEN));
+}
+
+/// Without a 429, the credentials take turns.
+#[test]
+fn credentials_take_turns() {
+    let fake = FakeUpstream::start(|_| ok());
+    let up = format!(
+        "[[upstreams]]\nname = \"up\"\nkind = \"openai-chat\"\nbase_url = \"http://{}/v1\"\n\
+         api_key_envs = [\"{UPSTREAM_KEY_ENV}\", \"{ADMIN_TOKEN_ENV}\"]\n\n",
+        fake.addr
+    );
+    let gw = start(&up, "[[models]]\nname = \"m\"\nupstream = \"up\"\n");
+    for _ in 0..10 {
+        assert_eq!(chat(&gw, "m").status, 200);
+    }
+    let first = fake
+        .received()
+        .iter()
+        .filter(|r| r.header("authorization") == Some(&format!("Bearer {UPSTREAM_KEY}")))
+        .count();
+    assert_eq!(first, 5);
+}

@@ -1,7 +1,7 @@
 //! The config file's raw TOML shape and its validation into [`Config`]: every error names the field
 //! (`models[2].upstream`) and says what was expected.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -50,6 +50,8 @@ struct RawUpstream {
     kind: String,
     base_url: Option<String>,
     api_key_env: Option<String>,
+    /// Several credentials: each makes a deployment of its own (`name#1`, `name#2`, ...).
+    api_key_envs: Option<Vec<String>>,
     connect_timeout_secs: Option<u64>,
     first_byte_timeout_secs: Option<u64>,
     idle_timeout_secs: Option<u64>,
@@ -143,13 +145,33 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
     let declared: Vec<String> = raw.upstreams.iter().map(|u| u.name.clone()).collect();
     let mut seen = HashSet::new();
     let mut upstreams = Vec::new();
+    let mut deployments: HashMap<String, Vec<String>> = HashMap::new();
     for (i, u) in raw.upstreams.into_iter().enumerate() {
+        let envs = u.api_key_envs.clone();
         if let Some(u) = p.take(validate_upstream(i, u, &mut seen).map(Some), None) {
             upstream_warnings(i, &u, &mut p.warnings);
-            upstreams.push(u);
+            match envs {
+                Some(envs) => {
+                    let each = per_credential(u, &envs);
+                    deployments.insert(
+                        each[0]
+                            .name
+                            .split('#')
+                            .next()
+                            .unwrap_or_default()
+                            .to_string(),
+                        each.iter().map(|d| d.name.clone()).collect(),
+                    );
+                    upstreams.extend(each);
+                }
+                None => upstreams.push(u),
+            }
         }
     }
-    let models = validate_models(raw.models, &declared, &mut p);
+    let mut models = validate_models(raw.models, &declared, &mut p);
+    for m in &mut models {
+        expand_deployments(m, &deployments);
+    }
     let groups = validate_groups(raw.groups, &mut p);
     coverage_warnings(&models, &groups, &mut p.warnings);
     let config = Config {
@@ -296,6 +318,30 @@ fn validate_upstream(
             format!("duplicate upstream name {:?}", u.name),
         ));
     }
+    if u.name.contains('#') {
+        return Err(err(
+            f("name"),
+            format!(
+                "expected a name without `#` (it names one credential's deployment), got {:?}",
+                u.name
+            ),
+        ));
+    }
+    match (&u.api_key_env, &u.api_key_envs) {
+        (Some(_), Some(_)) => {
+            return Err(err(
+                f("api_key_envs"),
+                "give api_key_env (one credential) or api_key_envs (several), not both",
+            ))
+        }
+        (None, Some(v)) if v.is_empty() => {
+            return Err(err(
+                f("api_key_envs"),
+                "expected at least one variable name",
+            ))
+        }
+        _ => {}
+    }
     let (kind, base_url) = kind_and_url(&u.kind, u.base_url, &f)?;
     let is_openai = base_url.contains("://api.openai.com");
     // An unset variable does not stop the gateway: the upstream answers 502 naming it (see `missing_key`).
@@ -388,6 +434,43 @@ fn kind_and_url(
         }
     };
     Ok((kind, base_url))
+}
+
+/// One deployment per credential of an upstream with `api_key_envs`: `name#1`, `name#2`, ..., each with its
+/// own key (or the variable it misses), balanced and cooled down one by one. Only the deployment's name
+/// appears in records, metrics and logs, never the credential.
+fn per_credential(u: Upstream, envs: &[String]) -> Vec<Upstream> {
+    envs.iter()
+        .enumerate()
+        .map(|(k, var)| {
+            let key = std::env::var(var).ok().filter(|v| !v.is_empty());
+            Upstream {
+                name: format!("{}#{}", u.name, k + 1),
+                missing_key: key.is_none().then(|| var.clone()),
+                api_key: key,
+                ..u.clone()
+            }
+        })
+        .collect()
+}
+
+/// A model naming an upstream with several credentials uses all its deployments (each with the upstream's
+/// weight).
+fn expand_deployments(m: &mut Model, deployments: &HashMap<String, Vec<String>>) {
+    let mut names = Vec::new();
+    let mut weights = Vec::new();
+    for (i, n) in m.upstreams.iter().enumerate() {
+        let each = deployments
+            .get(n)
+            .cloned()
+            .unwrap_or_else(|| vec![n.clone()]);
+        if let Some(w) = m.weights.get(i) {
+            weights.extend(std::iter::repeat_n(*w, each.len()));
+        }
+        names.extend(each);
+    }
+    m.upstreams = names;
+    m.weights = weights;
 }
 
 fn validate_models(raw: Vec<RawModel>, upstreams: &[String], p: &mut Problems) -> Vec<Model> {

@@ -26,6 +26,8 @@ pub struct Routing {
     ups: Mutex<HashMap<String, Up>>,
     /// Per model: the smooth weighted round robin's current weights.
     wrr: Mutex<HashMap<String, Vec<i64>>>,
+    /// Per upstream with several credentials: which of its deployments goes first next.
+    turns: Mutex<HashMap<String, usize>>,
 }
 
 /// Counts a request in flight at an upstream until dropped.
@@ -116,7 +118,7 @@ impl Routing {
         now: Instant,
     ) -> Vec<&'c T> {
         let ordered = match model.route {
-            Route::Ordered => candidates,
+            Route::Ordered => self.take_turns(candidates),
             Route::Weighted => self.weighted(model, candidates),
             Route::LeastBusy => self.least_busy(candidates),
         };
@@ -129,6 +131,36 @@ impl Routing {
         cooling.sort_by_key(|u| self.cooling_at(u.as_ref(), now));
         cooling.truncate(1);
         cooling
+    }
+
+    /// The deployments of one upstream (`name#1`, `name#2`: one per credential) take turns at their place
+    /// in the order, so the load spreads over the credentials.
+    fn take_turns<'c, T: AsRef<str>>(&self, candidates: Vec<&'c T>) -> Vec<&'c T> {
+        let base = |u: &T| u.as_ref().split_once('#').map(|(b, _)| b.to_string());
+        let mut turns = match self.turns.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        let mut out = Vec::with_capacity(candidates.len());
+        let mut i = 0;
+        while i < candidates.len() {
+            let Some(b) = base(candidates[i]) else {
+                out.push(candidates[i]);
+                i += 1;
+                continue;
+            };
+            let run = candidates[i..]
+                .iter()
+                .take_while(|u| base(u).as_deref() == Some(b.as_str()))
+                .count();
+            let turn = turns.entry(b).or_insert(0);
+            let mut group = candidates[i..i + run].to_vec();
+            group.rotate_left(*turn % run);
+            *turn = turn.wrapping_add(1);
+            out.extend(group);
+            i += run;
+        }
+        out
     }
 
     /// Smooth weighted round robin: the first is chosen by weight (exact shares over time), the others
