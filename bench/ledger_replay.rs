@@ -56,6 +56,7 @@ fn main() {
                 latency_ms: 800 + (i % 3000) as u64,
                 error: None,
                 reason: None,
+                requested_model: None,
             };
             serde_json::to_writer(&mut out, &rec).unwrap();
             out.write_all(b"\n").unwrap();

@@ -181,6 +181,7 @@ fn main() {
             latency_ms: 1,
             error: None,
             reason: None,
+            requested_model: None,
         });
     }
     let queued = t.elapsed();

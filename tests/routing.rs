@@ -255,3 +255,79 @@ fn credentials_take_turns() {
         .count();
     assert_eq!(first, 5);
 }
+
+/// Aliases and name patterns: an alias reaches its entry, a pattern serves the names it matches (and
+/// forwards the name asked for with `{model}`), exact names and aliases win over patterns, `/v1/models` lists
+/// names and aliases, records keep both names, and permissions never widen.
+#[test]
+fn aliases_and_patterns() {
+    let fake = FakeUpstream::start(|_| ok());
+    let dir = TempDir::new("routing-names");
+    let config = format!(
+        "{}[[upstreams]]\nname = \"mock\"\nkind = \"mock\"\n\n{}\
+         [[models]]\nname = \"sonnet\"\nupstream = \"mock\"\naliases = [\"fast\", \"claude-sonnet-4-6\"]\n\n\
+         [[models]]\nname = \"claude-*\"\nupstream = \"up\"\nupstream_model = \"{{model}}\"\n\n\
+         [[groups]]\nname = \"default\"\nmodels = [\"sonnet\", \"claude-opus-*\"]\n\n\
+         [[groups]]\nname = \"alias-only\"\nmodels = [\"fast\"]\n",
+        base_config(dir.path(), &format!("admin_token_env = \"{ADMIN_TOKEN_ENV}\"")),
+        upstream("up", fake.addr)
+    );
+    let path = dir.path().join("tollgate.toml");
+    std::fs::write(&path, &config).unwrap();
+    let check = std::process::Command::new(bin())
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&check.stdout);
+    assert!(
+        out.contains("only an alias"),
+        "check warns about a group listing an alias: {out}"
+    );
+    let gw = Gateway::start_with(dir, &config);
+    // An alias reaches its entry; the answer and the record keep the name asked for.
+    let r = chat(&gw, "fast");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["model"], "fast");
+    // An alias beats a pattern that also matches.
+    assert_eq!(chat(&gw, "claude-sonnet-4-6").status, 200);
+    assert!(
+        fake.received().is_empty(),
+        "the alias, not the pattern, served it"
+    );
+    // A pattern serves a name it matches, forwarding that name.
+    let r = chat(&gw, "claude-opus-9");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(fake.last().json()["model"], "claude-opus-9");
+    // The group may use `claude-opus-*` only: other names the pattern entry matches stay refused.
+    assert_eq!(chat(&gw, "claude-haiku-1").status, 403);
+    let records = gw.admin("/admin/usage?limit=10").json()["data"].clone();
+    let rec = records
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["requested_model"] == "fast")
+        .unwrap()
+        .clone();
+    assert_eq!(rec["model"], "sonnet", "{rec}");
+    // The model list shows names and aliases the group may use, never a pattern.
+    let auth = format!("Bearer {}", gw.key);
+    let list = gw
+        .request("GET", "/v1/models", &[("authorization", &auth)], b"")
+        .json();
+    let ids: Vec<&str> = list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["sonnet", "fast", "claude-sonnet-4-6"]);
+    // An alias never grants access by itself.
+    let only_alias = gw.add_key("a", "alias-only", None);
+    let r = gw.post_as(
+        &only_alias,
+        "/v1/chat/completions",
+        &json!({"model": "fast", "messages": [{"role": "user", "content": "hi"}]}),
+    );
+    assert_eq!(r.status, 403, "{}", r.text());
+}

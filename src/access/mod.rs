@@ -99,11 +99,16 @@ fn presented_key(req: &Request, protocol: Protocol) -> Result<&str, ApiError> {
     }
 }
 
-/// Whether a group may use a model.
-pub fn group_allows(config: &Config, group: &str, model: &str) -> bool {
-    config
-        .group(group)
-        .is_some_and(|g| g.models.iter().any(|p| glob_match(p, model)))
+/// Whether a group may use the model entry `model` when asked for it as `requested`: one of the group's
+/// names or patterns matches the entry's name, or, for a pattern entry, the name asked for. An alias is
+/// resolved to its entry first and never counts on its own, so aliases never widen access.
+pub fn group_allows(config: &Config, group: &str, model: &str, requested: &str) -> bool {
+    let pattern_entry = crate::config::names::is_pattern(model);
+    config.group(group).is_some_and(|g| {
+        g.models
+            .iter()
+            .any(|p| glob_match(p, model) || (pattern_entry && glob_match(p, requested)))
+    })
 }
 
 /// 403 for a model outside the caller's group (naming only the model and the group).

@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub mod names;
 mod overrides;
 mod validate;
 pub use overrides::{GroupSpec, ModelChange, Overrides, OVERRIDES_FILE};
@@ -139,6 +140,8 @@ pub struct Model {
     pub account_features: bool,
     /// Switched off by the operator (console): not listed, and requests get 404.
     pub disabled: bool,
+    /// Other names clients may ask for it by (resolved to this entry; they never widen a group's access).
+    pub aliases: Vec<String>,
     /// How the first upstream of a request is chosen (failover then tries the others once each).
     pub route: Route,
     /// `weighted`: one weight per upstream, in the order of `upstreams`.
@@ -210,6 +213,8 @@ pub struct Config {
     pub metrics_auth: bool,
     /// The label money is shown with in the console (`credits` by default; amounts are not converted).
     pub currency: String,
+    /// Model lookup by name, alias and pattern (rebuilt whenever `models` is).
+    pub model_index: names::ModelIndex,
     /// What validation found that does not stop the gateway but will not work as meant (`check` prints
     /// them, `serve` logs them).
     pub warnings: Vec<String>,
@@ -262,12 +267,14 @@ impl Config {
 
     /// A model clients may call (disabled models are treated as absent).
     pub fn model(&self, name: &str) -> Option<&Model> {
-        self.models.iter().find(|m| m.name == name && !m.disabled)
+        self.model_any(name).filter(|m| !m.disabled)
     }
 
-    /// A model, enabled or not.
+    /// The model entry serving `name` (its name, an alias, or a matching pattern), enabled or not.
     pub fn model_any(&self, name: &str) -> Option<&Model> {
-        self.models.iter().find(|m| m.name == name)
+        self.model_index
+            .resolve(&self.models, name)
+            .and_then(|i| self.models.get(i))
     }
 
     pub fn upstream(&self, name: &str) -> Option<&Upstream> {

@@ -84,6 +84,8 @@ struct RawModel {
     account_features: Option<bool>,
     route: Option<String>,
     weights: Option<Vec<u32>>,
+    #[serde(default)]
+    aliases: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -173,6 +175,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         expand_deployments(m, &deployments);
     }
     let groups = validate_groups(raw.groups, &mut p);
+    check_names(&models, &mut p);
     coverage_warnings(&models, &groups, &mut p.warnings);
     let config = Config {
         listen,
@@ -217,6 +220,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         metrics_auth: raw.metrics_auth.unwrap_or(false),
         currency: p.take(currency(raw.currency), String::new()),
         upstreams,
+        model_index: super::names::ModelIndex::build(&models),
         models,
         groups,
         warnings: Vec::new(),
@@ -601,6 +605,7 @@ fn validate_model(
         disabled: false,
         route,
         weights,
+        aliases: m.aliases,
         structured_via_tool: match m.structured_output.as_deref() {
             None | Some("native") => false,
             Some("tool") => true,
@@ -738,6 +743,37 @@ fn known_openai_base(host: &str) -> Option<&'static str> {
     }
 }
 
+/// Names and aliases are unique across models (an alias is never another model's name); patterns that tie
+/// (equally specific, can match the same names) are warned about; an alias that is a pattern is refused.
+fn check_names(models: &[Model], p: &mut Problems) {
+    let mut taken: HashMap<&str, &str> = HashMap::new();
+    for m in models {
+        taken.insert(&m.name, &m.name);
+    }
+    for (i, m) in models.iter().enumerate() {
+        for a in &m.aliases {
+            if super::names::is_pattern(a) || a.is_empty() || a.chars().any(char::is_whitespace) {
+                p.errors.push(err(
+                    format!("models[{i}].aliases"),
+                    format!("expected plain names (no spaces, `*` or `?`), got {a:?}"),
+                ));
+            } else if let Some(other) = taken.insert(a, &m.name) {
+                p.errors.push(err(
+                    format!("models[{i}].aliases"),
+                    format!("{a:?} already names the model {other:?}"),
+                ));
+            }
+        }
+    }
+    let index = super::names::ModelIndex::build(models);
+    for (a, b) in index.ties(models) {
+        p.warnings.push(format!(
+            "the model patterns {a:?} and {b:?} are equally specific and can match the same names: the one \
+             listed first serves them"
+        ));
+    }
+}
+
 /// Groups that may use no model, and models no group may use.
 fn coverage_warnings(models: &[Model], groups: &[Group], warnings: &mut Vec<String>) {
     let allows = |g: &Group, m: &Model| g.models.iter().any(|pat| super::glob_match(pat, &m.name));
@@ -748,6 +784,20 @@ fn coverage_warnings(models: &[Model], groups: &[Group], warnings: &mut Vec<Stri
                 g.name,
                 g.models.join(", ")
             ));
+        }
+    }
+    for g in groups {
+        for name in &g.models {
+            let alias_of = models
+                .iter()
+                .find(|m| m.aliases.contains(name) && !models.iter().any(|x| &x.name == name));
+            if let Some(m) = alias_of {
+                warnings.push(format!(
+                    "group {:?} lists {name:?}, which is only an alias of the model {:?}: aliases never grant \
+                     access; list {:?}",
+                    g.name, m.name, m.name
+                ));
+            }
         }
     }
     for m in models {

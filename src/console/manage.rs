@@ -455,9 +455,14 @@ pub fn models(gw: &Gateway, probe: bool) -> Value {
 /// `POST /admin/models/{name} {disabled?, input_price?, output_price?, cached_input_price?}`.
 pub fn change_model(gw: &Gateway, name: &str, body: &Value) -> Result<Value, ApiError> {
     let o = object(body)?;
-    if gw.config().model_any(name).is_none() {
-        return Err(ApiError::not_found(format!("no model named {name:?}")).with_param("name"));
-    }
+    // An alias or a matching name stands for its entry, whose name the overrides are kept under.
+    let name = match gw.config().model_any(name) {
+        Some(m) => m.name.clone(),
+        None => {
+            return Err(ApiError::not_found(format!("no model named {name:?}")).with_param("name"))
+        }
+    };
+    let name = name.as_str();
     let disabled = match o.get("disabled") {
         None | Some(Value::Null) => None,
         Some(Value::Bool(b)) => Some(*b),

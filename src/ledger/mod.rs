@@ -109,6 +109,10 @@ pub struct Record {
     pub latency_ms: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The model name the client asked for, when it is not the serving entry's `model` (an alias, or a
+    /// name a pattern matched).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_model: Option<String>,
     /// Why the gateway refused the request itself (no upstream was called): `model_not_allowed`,
     /// `model_not_found`, `rate_limited`, `insufficient_quota`, `upstream_unavailable`, `invalid_request`, ...
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -28,6 +28,7 @@ fn record(key: &str, cost: f64, n: u64) -> Record {
         latency_ms: 3,
         error: None,
         reason: None,
+        requested_model: None,
     }
 }
 

@@ -238,6 +238,7 @@ fn usage_record(
             .as_ref()
             .map(|e| crate::secrets::scrubbed(e.message())),
         reason: None,
+        requested_model: out.requested_model.clone(),
     }
 }
 

@@ -16,7 +16,7 @@ pub fn serve(a: &mut Attempt) -> Result<(), ApiError> {
     }
     a.answer.output_limit = req.max_tokens;
     a.answer.called = true;
-    let mut reply = mock::reply(&req, &a.p.model.name);
+    let mut reply = mock::reply(&req, &a.p.requested);
     reply.response.id = protocol.new_response_id();
     a.answer.usage = Some(reply.response.usage);
     if !a.p.stream {
@@ -29,7 +29,7 @@ pub fn serve(a: &mut Attempt) -> Result<(), ApiError> {
     let encoder = protocol.stream_encoder(&req, a.p.wants_stream_usage, &a.trace.request_id);
     let start = StreamEvent::Start {
         id: reply.response.id.clone(),
-        model: a.p.model.name.clone(),
+        model: a.p.requested.clone(),
         created: unix_now(),
         input_tokens: reply.response.usage.input_tokens,
     };

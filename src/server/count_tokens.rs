@@ -30,7 +30,7 @@ pub fn serve(a: &mut Attempt) -> Result<(), ApiError> {
 /// Asks the Anthropic upstream; returns its answer as it came.
 fn forward(a: &mut Attempt) -> Result<Vec<u8>, ApiError> {
     let protocol = a.trace.protocol;
-    protocol.edit_for_passthrough(&mut a.p.body, &a.p.model.upstream_model, false);
+    protocol.edit_for_passthrough(&mut a.p.body, &a.p.upstream_model, false);
     let bytes = serde_json::to_vec(&a.p.body).map_err(|e| ApiError::internal(e.to_string()))?;
     let beta = protocol.passed_on_beta(&a.ex.request);
     let url = format!("{}{COUNT_TOKENS_PATH}", a.upstream.base_url);

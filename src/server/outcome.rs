@@ -83,7 +83,10 @@ impl Answer {
 pub struct Outcome {
     pub key: Option<String>,
     pub group: Option<String>,
+    /// The model entry that served (or, refused before one was found, the name asked for).
     pub model: Option<String>,
+    /// The name the client asked for, when it is not the entry's (an alias, or a name a pattern matched).
+    pub requested_model: Option<String>,
     pub stream: bool,
     /// Upstream calls made (one per attempt that reached its upstream).
     pub upstream_calls: u32,

@@ -26,7 +26,7 @@ pub fn serve(a: &mut Attempt) -> Result<(), ApiError> {
         limits::apply(protocol, &mut a.p.body, reserved, field);
     }
     a.answer.output_limit = limit;
-    protocol.edit_for_passthrough(&mut a.p.body, &a.p.model.upstream_model, stream);
+    protocol.edit_for_passthrough(&mut a.p.body, &a.p.upstream_model, stream);
     let bytes = serde_json::to_vec(&a.p.body).map_err(|e| ApiError::internal(e.to_string()))?;
     let beta = protocol.passed_on_beta(&a.ex.request);
     let reply = call::send(a, &bytes, stream, beta.as_deref())?;

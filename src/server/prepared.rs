@@ -27,6 +27,11 @@ pub struct Prepared<'a> {
     /// The client's stream is to carry a usage report (Chat clients ask for it).
     pub wants_stream_usage: bool,
     pub model: &'a Model,
+    /// The model name the client asked for (the entry's name, an alias, or a name a pattern matched).
+    pub requested: String,
+    /// The model name sent upstream: the entry's `upstream_model`, with `{model}` replaced by the name
+    /// asked for.
+    pub upstream_model: String,
     /// The output limit the client asked for, read from its own protocol's field(s) only.
     pub requested_output: Option<u64>,
 }
@@ -93,8 +98,13 @@ pub fn prepare<'a>(
     let model_name = Protocol::requested_model(&body).to_string();
     out.model = Some(model_name.clone());
     let model = find_model(config, &model_name)?;
-    if !access::group_allows(config, &identity.group, &model.name) {
-        return Err(access::forbidden_model(&model.name, &identity.group));
+    // Records name the entry that served, and the name asked for when it differs.
+    out.model = Some(model.name.clone());
+    if model.name != model_name {
+        out.requested_model = Some(model_name.clone());
+    }
+    if !access::group_allows(config, &identity.group, &model.name, &model_name) {
+        return Err(access::forbidden_model(&model_name, &identity.group));
     }
     // The operator's upstream account is shared by every key: nothing may reach state kept in it.
     if !model.account_features {
@@ -114,6 +124,8 @@ pub fn prepare<'a>(
         stream,
         wants_stream_usage,
         model,
+        upstream_model: model.upstream_model.replace("{model}", &model_name),
+        requested: model_name,
         requested_output,
     })
 }

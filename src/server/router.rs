@@ -155,35 +155,42 @@ fn models(gw: &Gateway, ex: &mut Exchange, trace: &Trace, id: Option<String>, an
         Err(e) => return respond::error(ex.response(), trace, &e),
     };
     let config = gw.config();
-    let visible: Vec<&crate::config::Model> = config
+    // Names and aliases the group may use (patterns cannot be listed), in config order.
+    let visible: Vec<(&str, &crate::config::Model)> = config
         .models
         .iter()
-        .filter(|m| !m.disabled && access::group_allows(&config, &identity.group, &m.name))
+        .filter(|m| !m.disabled && !crate::config::names::is_pattern(&m.name))
+        .filter(|m| access::group_allows(&config, &identity.group, &m.name, &m.name))
+        .flat_map(|m| {
+            std::iter::once(m.name.as_str())
+                .chain(m.aliases.iter().map(String::as_str))
+                .map(move |n| (n, m))
+        })
         .collect();
     let created = gw.started_unix;
-    let openai = |m: &crate::config::Model| -> Value {
-        json!({"id": m.name, "object": "model", "created": created, "owned_by": m.upstreams.first().cloned().unwrap_or_default()})
+    let openai = |(id, m): &(&str, &crate::config::Model)| -> Value {
+        json!({"id": id, "object": "model", "created": created, "owned_by": m.upstreams.first().cloned().unwrap_or_default()})
     };
-    let claude = |m: &crate::config::Model| -> Value {
-        json!({"type": "model", "id": m.name, "display_name": m.name, "created_at": crate::util::rfc3339(created)})
+    let claude = |(id, _): &(&str, &crate::config::Model)| -> Value {
+        json!({"type": "model", "id": id, "display_name": id, "created_at": crate::util::rfc3339(created)})
     };
     let body = match id {
-        Some(id) => match visible.iter().find(|m| m.name == id) {
+        Some(id) => match visible.iter().find(|(n, _)| *n == id) {
             Some(m) if anthropic => claude(m),
             Some(m) => openai(m),
             None => return respond::error(ex.response(), trace, &ApiError::model_not_found(&id)),
         },
         None if anthropic => {
-            let data: Vec<Value> = visible.iter().map(|m| claude(m)).collect();
+            let data: Vec<Value> = visible.iter().map(claude).collect();
             json!({
                 "data": data,
                 "has_more": false,
-                "first_id": visible.first().map(|m| m.name.clone()),
-                "last_id": visible.last().map(|m| m.name.clone()),
+                "first_id": visible.first().map(|(n, _)| n.to_string()),
+                "last_id": visible.last().map(|(n, _)| n.to_string()),
             })
         }
         None => {
-            json!({"object": "list", "data": visible.iter().map(|m| openai(m)).collect::<Vec<_>>()})
+            json!({"object": "list", "data": visible.iter().map(openai).collect::<Vec<_>>()})
         }
     };
     respond::json(ex.response(), trace, 200, body.to_string().as_bytes(), &[]);

@@ -83,7 +83,7 @@ fn translate_request(a: &mut Attempt) -> Result<Translated, ApiError> {
 
 fn egress_options(a: &Attempt, stream: bool) -> EgressOptions {
     EgressOptions {
-        model: a.p.model.upstream_model.clone(),
+        model: a.p.upstream_model.clone(),
         stream,
         default_max_tokens: a.p.model.max_output_tokens,
         max_completion_tokens_field: a.upstream.max_completion_tokens,
@@ -106,7 +106,7 @@ fn relay_stream(a: &mut Attempt, t: &Translated, reply: Reply) -> Result<(), Api
     let encoder = client.stream_encoder(&t.req, a.p.wants_stream_usage, &a.trace.request_id);
     let start = StreamEvent::Start {
         id: client.new_response_id(),
-        model: a.p.model.name.clone(),
+        model: a.p.requested.clone(),
         created: unix_now(),
         input_tokens: estimate::input_from_request(&t.req),
     };
@@ -178,7 +178,7 @@ fn complete_answer(
     let estimated = estimate::complete_usage(&mut resp, estimate::input_from_request(req));
     a.answer.set_usage((resp.usage, estimated));
     resp.id = a.trace.protocol.new_response_id();
-    resp.model = a.p.model.name.clone();
+    resp.model = a.p.requested.clone();
     if resp.created == 0 {
         resp.created = unix_now();
     }
