@@ -656,7 +656,8 @@ fn bind(listen: &str, has_config: bool) -> Option<TcpListener> {
             log::error!(
                 "cannot listen on {listen} ({setting}): another program already listens there (llama.cpp's \
                  server also defaults to port 8080). Choose another address with TOLLGATE_LISTEN, for example \
-                 `TOLLGATE_LISTEN=127.0.0.1:8090 tollgate serve`, or set `listen` in the config file."
+                 `TOLLGATE_LISTEN=127.0.0.1:8090 tollgate serve` (with no config, tollgate then finds a llama.cpp \
+                 server on 8080 and serves its models), or set `listen` in the config file."
             );
             None
         }

@@ -142,10 +142,20 @@ pub struct Model {
     pub disabled: bool,
     /// Other names clients may ask for it by (resolved to this entry; they never widen a group's access).
     pub aliases: Vec<String>,
+    /// Found on a local model server (its base URL), not configured.
+    pub discovered: Option<String>,
     /// How the first upstream of a request is chosen (failover then tries the others once each).
     pub route: Route,
     /// `weighted`: one weight per upstream, in the order of `upstreams`.
     pub weights: Vec<u32>,
+}
+
+/// Where and how often local model servers are looked for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Discovery {
+    /// Base URLs (`http://127.0.0.1:11434/v1`), in probe order.
+    pub probe: Vec<String>,
+    pub interval: Duration,
 }
 
 /// How a model's upstream is chosen for each request.
@@ -215,6 +225,8 @@ pub struct Config {
     pub currency: String,
     /// Model lookup by name, alias and pattern (rebuilt whenever `models` is).
     pub model_index: names::ModelIndex,
+    /// Finding local model servers (`[discovery]`; on for the embedded defaults).
+    pub discovery: Option<Discovery>,
     /// What validation found that does not stop the gateway but will not work as meant (`check` prints
     /// them, `serve` logs them).
     pub warnings: Vec<String>,
@@ -323,6 +335,9 @@ output_price = 0.0
 [[groups]]
 name = "default"
 models = ["*"]
+
+# Local model servers at their well-known addresses are found and served with no file.
+[discovery]
 "#;
 
 /// Glob match with `*` (any run) and `?` (one character), as used in group model lists.

@@ -35,6 +35,7 @@ pub(super) struct RawConfig {
     log_format: Option<String>,
     metrics_auth: Option<bool>,
     currency: Option<String>,
+    discovery: Option<RawDiscovery>,
     #[serde(default)]
     upstreams: Vec<RawUpstream>,
     #[serde(default)]
@@ -86,6 +87,13 @@ struct RawModel {
     weights: Option<Vec<u32>>,
     #[serde(default)]
     aliases: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDiscovery {
+    probe: Option<Vec<String>>,
+    interval_secs: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -170,7 +178,8 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             }
         }
     }
-    let mut models = validate_models(raw.models, &declared, &mut p);
+    let discovery = raw.discovery.map(|d| validate_discovery(d, &mut p));
+    let mut models = validate_models(raw.models, &declared, discovery.is_some(), &mut p);
     for m in &mut models {
         expand_deployments(m, &deployments);
     }
@@ -219,6 +228,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         log_format: p.take(log_format(raw.log_format.as_deref()), String::new()),
         metrics_auth: raw.metrics_auth.unwrap_or(false),
         currency: p.take(currency(raw.currency), String::new()),
+        discovery,
         upstreams,
         model_index: super::names::ModelIndex::build(&models),
         models,
@@ -232,6 +242,34 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         warnings: p.warnings,
         ..config
     })
+}
+
+/// `[discovery]`: the base URLs to probe (default: the well-known local ones) and how often.
+fn validate_discovery(d: RawDiscovery, p: &mut Problems) -> crate::config::Discovery {
+    let probe = d.probe.unwrap_or_else(|| {
+        crate::upstream::discovery::WELL_KNOWN
+            .map(str::to_string)
+            .to_vec()
+    });
+    for (i, u) in probe.iter().enumerate() {
+        if !(u.starts_with("http://") || u.starts_with("https://")) {
+            p.errors.push(err(
+                format!("discovery.probe[{i}]"),
+                format!("expected an http:// or https:// base URL such as http://127.0.0.1:11434/v1, got {u:?}"),
+            ));
+        }
+    }
+    let interval = p.take(
+        secs("discovery.interval_secs", d.interval_secs, 30),
+        Duration::from_secs(30),
+    );
+    crate::config::Discovery {
+        probe: probe
+            .into_iter()
+            .map(|u| u.trim_end_matches('/').to_string())
+            .collect(),
+        interval,
+    }
 }
 
 fn positive(field: &str, v: Option<usize>, default: usize) -> Result<usize, ConfigError> {
@@ -477,7 +515,12 @@ fn expand_deployments(m: &mut Model, deployments: &HashMap<String, Vec<String>>)
     m.weights = weights;
 }
 
-fn validate_models(raw: Vec<RawModel>, upstreams: &[String], p: &mut Problems) -> Vec<Model> {
+fn validate_models(
+    raw: Vec<RawModel>,
+    upstreams: &[String],
+    discovery: bool,
+    p: &mut Problems,
+) -> Vec<Model> {
     let mut seen = HashSet::new();
     let mut models = Vec::new();
     for (i, m) in raw.into_iter().enumerate() {
@@ -485,9 +528,11 @@ fn validate_models(raw: Vec<RawModel>, upstreams: &[String], p: &mut Problems) -
             models.push(m);
         }
     }
-    if models.is_empty() && p.errors.is_empty() {
-        p.errors
-            .push(err("models", "expected at least one [[models]] entry"));
+    if models.is_empty() && p.errors.is_empty() && !discovery {
+        p.errors.push(err(
+            "models",
+            "expected at least one [[models]] entry (or a [discovery] table to find local model servers)",
+        ));
     }
     models
 }
@@ -606,6 +651,7 @@ fn validate_model(
         route,
         weights,
         aliases: m.aliases,
+        discovered: None,
         structured_via_tool: match m.structured_output.as_deref() {
             None | Some("native") => false,
             Some("tool") => true,

@@ -439,6 +439,8 @@ pub fn models(gw: &Gateway, probe: bool) -> Value {
                 "upstream_model": m.upstream_model,
                 "upstreams": upstreams,
                 "route": m.route.name(),
+                "aliases": m.aliases,
+                "discovered": m.discovered,
                 "weights": m.weights,
                 "input_price": m.input_price,
                 "cached_input_price": m.cached_input_price,
@@ -449,7 +451,12 @@ pub fn models(gw: &Gateway, probe: bool) -> Value {
             })
         })
         .collect();
-    json!({"data": data})
+    let discovery: Vec<Value> = gw
+        .discovered_servers()
+        .iter()
+        .map(|s| json!({"base_url": s.base_url, "up": s.up, "models": s.models, "error": s.error}))
+        .collect();
+    json!({"data": data, "discovery": discovery})
 }
 
 /// `POST /admin/models/{name} {disabled?, input_price?, output_price?, cached_input_price?}`.

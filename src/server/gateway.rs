@@ -15,6 +15,8 @@ pub struct Gateway {
     /// `base` with the overrides applied: what requests see. Swapped whole when the console changes it.
     pub(super) live: std::sync::RwLock<Arc<Config>>,
     pub(super) overrides: std::sync::Mutex<crate::config::Overrides>,
+    /// Local model servers found by discovery, and what they serve.
+    pub(super) discovered: std::sync::Mutex<Vec<crate::upstream::discovery::Server>>,
     pub keys: Arc<KeyStore>,
     pub agent: ureq::Agent,
     pub started_unix: u64,
@@ -46,6 +48,78 @@ impl Gateway {
         }
     }
 
+    /// The configuration in force: the file's (or the defaults), the console's overrides, and the models of
+    /// local servers discovery found.
+    fn compose(
+        &self,
+        overrides: &crate::config::Overrides,
+    ) -> Result<Config, crate::config::ConfigError> {
+        let config = self.base.with_overrides(overrides)?;
+        let servers = match self.discovered.lock() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        };
+        Ok(if servers.is_empty() {
+            config
+        } else {
+            crate::upstream::discovery::apply(&config, &servers)
+        })
+    }
+
+    /// Discovery's latest look at the local servers: what changed is logged, and put in force at once.
+    pub fn discovered(&self, servers: Vec<crate::upstream::discovery::Server>) {
+        {
+            let mut d = match self.discovered.lock() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            if *d == servers {
+                return;
+            }
+            for s in &servers {
+                let before = d.iter().find(|x| x.base_url == s.base_url);
+                if before.map(|b| (&b.models, b.up)) != Some((&s.models, s.up)) {
+                    match (&s.error, s.models.is_empty()) {
+                        (None, _) => log::info!(
+                            "discovery: {} serves {} model(s): {}",
+                            s.base_url,
+                            s.models.len(),
+                            s.models.join(", ")
+                        ),
+                        (Some(e), false) => log::warn!(
+                            "discovery: {} stopped answering ({e}); its {} model(s) stay listed until it answers again",
+                            s.base_url,
+                            s.models.len()
+                        ),
+                        (Some(_), true) => {}
+                    }
+                }
+            }
+            *d = servers;
+        }
+        let overrides = match self.overrides.lock() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        };
+        match self.compose(&overrides) {
+            Ok(config) => match self.live.write() {
+                Ok(mut g) => *g = Arc::new(config),
+                Err(p) => *p.into_inner() = Arc::new(config),
+            },
+            Err(e) => log::error!(
+                "discovery: the configuration with the discovered models is invalid: {e}"
+            ),
+        }
+    }
+
+    /// The servers discovery knows of.
+    pub fn discovered_servers(&self) -> Vec<crate::upstream::discovery::Server> {
+        match self.discovered.lock() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
     /// Changes the console's overrides: `f` edits them; the result is validated, saved atomically and put
     /// in force at once.
     pub fn change_overrides(
@@ -58,7 +132,7 @@ impl Gateway {
         };
         let mut next = o.clone();
         f(&mut next)?;
-        let config = self.base.with_overrides(&next)?;
+        let config = self.compose(&next)?;
         next.save(&self.base.data_dir)
             .map_err(|e| crate::config::ConfigError {
                 field: String::new(),

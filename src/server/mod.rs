@@ -183,6 +183,7 @@ fn build(
         agent: crate::upstream::http::agent(config.workers),
         live: std::sync::RwLock::new(Arc::new(live)),
         overrides: std::sync::Mutex::new(overrides),
+        discovered: std::sync::Mutex::new(Vec::new()),
         keys: Arc::new(keys),
         started_unix: crate::util::unix_now(),
         watchdog: Arc::new(watchdog::Watchdog::new(config.keepalive)),
@@ -241,6 +242,18 @@ fn start(
             keys.reload_if_changed();
         }
     })?;
+    if let Some(d) = &config.discovery {
+        let probe = crate::upstream::discovery::probe_list(&d.probe);
+        if !probe.is_empty() {
+            let listen = listener
+                .local_addr()
+                .map_or_else(|_| config.listen.clone(), |a| a.to_string());
+            let (gw, interval) = (gw.clone(), d.interval);
+            spawn("tollgate-discovery", move || {
+                discover(&gw, &probe, interval, &listen)
+            })?;
+        }
+    }
     let http_config = Arc::new(HttpConfig {
         limits: Limits {
             max_body_bytes: config.max_body_bytes,
@@ -274,6 +287,46 @@ fn start(
     })?;
     signal_hook::iterator::Signals::new([signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT])
         .map_err(|e| format!("could not install signal handlers: {e}"))
+}
+
+/// Looks for local model servers now and every `interval` until shutdown (its own address skipped); what it
+/// finds is served at once. The first look runs as the gateway starts and never delays it.
+fn discover(gw: &Gateway, probe: &[String], interval: Duration, listen: &str) {
+    use crate::upstream::discovery::{self, Server};
+    let agent = crate::upstream::http::agent(4);
+    let own =
+        |url: &str| url.contains(&format!("//{listen}/")) || url.ends_with(&format!("//{listen}"));
+    while !gw.state.shutting_down.load(Ordering::SeqCst) {
+        let known = gw.discovered_servers();
+        let servers: Vec<Server> = probe
+            .iter()
+            .filter(|u| !own(u))
+            .map(|u| match discovery::probe(&agent, u) {
+                Ok(models) => Server {
+                    base_url: u.clone(),
+                    models,
+                    up: true,
+                    error: None,
+                },
+                // A server that stops answering keeps the models it had.
+                Err(e) => Server {
+                    base_url: u.clone(),
+                    models: known
+                        .iter()
+                        .find(|s| &s.base_url == u)
+                        .map(|s| s.models.clone())
+                        .unwrap_or_default(),
+                    up: false,
+                    error: Some(e),
+                },
+            })
+            .collect();
+        gw.discovered(servers);
+        let until = Instant::now() + interval;
+        while Instant::now() < until && !gw.state.shutting_down.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(200).min(interval));
+        }
+    }
 }
 
 fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), String> {

@@ -2,6 +2,7 @@
 //! and how a model's upstream is chosen (`routing`).
 
 pub mod breaker;
+pub mod discovery;
 pub mod http;
 pub mod mock;
 pub mod routing;

@@ -88,6 +88,8 @@ function modelCard(frame, m) {
       el('h2', { class: 'model-name', text: m.name }),
       m.disabled ? badge('disabled', 'bad') : badge('enabled', 'ok'),
       m.upstream_model && m.upstream_model !== m.name && el('span', { class: 'muted' }, 'sent upstream as ', el('code', { text: m.upstream_model })),
+      m.discovered && el('span', { class: 'discovered' }, badge('discovered', 'ok'), ' at ', el('code', { text: m.discovered })),
+      m.aliases && m.aliases.length > 0 && el('span', { class: 'muted aliases' }, `also: ${m.aliases.join(', ')}`),
       el('div', { class: 'card-actions' }, toggle),
     ),
     slot,

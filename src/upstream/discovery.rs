@@ -1,0 +1,198 @@
+//! Local model servers found with no file: OpenAI-compatible servers at their well-known local addresses
+//! (Ollama, vLLM, LM Studio, llama.cpp, text-generation-webui, KoboldCpp, Jan), asked for their model list
+//! (`GET /v1/models`, or Ollama's `/api/tags`), each model served under its own id beside the configured
+//! ones, at price 0. A configured model of the same name wins; when two servers list the same id, the first
+//! in probe order serves the plain id and the others `id@host:port`. A server that stops answering keeps its
+//! models (requests to them name the server and get 502) until it answers again without them.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::config::{Config, Model, Route, Upstream, UpstreamKind};
+use crate::money::Money;
+
+/// The well-known local addresses, in probe order.
+pub const WELL_KNOWN: [&str; 7] = [
+    "http://127.0.0.1:11434/v1", // Ollama
+    "http://127.0.0.1:8000/v1",  // vLLM
+    "http://127.0.0.1:1234/v1",  // LM Studio
+    "http://127.0.0.1:8080/v1",  // llama.cpp
+    "http://127.0.0.1:5000/v1",  // text-generation-webui
+    "http://127.0.0.1:5001/v1",  // KoboldCpp
+    "http://127.0.0.1:1337/v1",  // Jan
+];
+
+/// How long one probe may take: short, and in a background thread, so it never delays the start.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(800);
+
+/// What one server said the last time it was asked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Server {
+    pub base_url: String,
+    pub models: Vec<String>,
+    /// It answered the last probe.
+    pub up: bool,
+    /// Why the last probe failed.
+    pub error: Option<String>,
+}
+
+/// Asks one server for its models: the OpenAI list, else Ollama's tags.
+pub fn probe(agent: &ureq::Agent, base_url: &str) -> Result<Vec<String>, String> {
+    let get = |url: &str| -> Result<Value, String> {
+        let mut resp = agent
+            .get(url)
+            .config()
+            .timeout_global(Some(PROBE_TIMEOUT))
+            .build()
+            .call()
+            .map_err(|e| e.to_string())?;
+        if resp.status().as_u16() != 200 {
+            return Err(format!("HTTP {}", resp.status().as_u16()));
+        }
+        let text = resp
+            .body_mut()
+            .with_config()
+            .limit(4 * 1024 * 1024)
+            .read_to_string()
+            .map_err(|e| e.to_string())?;
+        serde_json::from_str(&text).map_err(|e| e.to_string())
+    };
+    let ids = |v: &Value, list: &str, field: &str| -> Option<Vec<String>> {
+        let items = v.get(list)?.as_array()?;
+        Some(
+            items
+                .iter()
+                .filter_map(|m| m.get(field).and_then(Value::as_str))
+                .map(str::to_string)
+                .collect(),
+        )
+    };
+    match get(&format!("{base_url}/models")).map(|v| ids(&v, "data", "id")) {
+        Ok(Some(models)) => Ok(models),
+        first => {
+            let root = base_url.strip_suffix("/v1").unwrap_or(base_url);
+            match get(&format!("{root}/api/tags")).map(|v| ids(&v, "models", "name")) {
+                Ok(Some(models)) => Ok(models),
+                _ => Err(match first {
+                    Err(e) => e,
+                    _ => "no model list in its answer".into(),
+                }),
+            }
+        }
+    }
+}
+
+/// The upstream's name for a discovered server: `local@127.0.0.1:11434`.
+pub fn upstream_name(base_url: &str) -> String {
+    let host = base_url
+        .split_once("://")
+        .map_or(base_url, |(_, rest)| rest.split('/').next().unwrap_or(rest));
+    format!("local@{host}")
+}
+
+/// `config` with the discovered servers' models added (configured names win; a second server's copy of an
+/// id is `id@host:port`).
+pub fn apply(config: &Config, servers: &[Server]) -> Config {
+    let mut c = config.clone();
+    let template = Config::embedded().models[0].clone();
+    for s in servers.iter().filter(|s| !s.models.is_empty()) {
+        let name = upstream_name(&s.base_url);
+        let host = name.trim_start_matches("local@").to_string();
+        c.upstreams.push(Upstream {
+            name: name.clone(),
+            kind: UpstreamKind::OpenAiChat,
+            base_url: s.base_url.clone(),
+            api_key: None,
+            missing_key: None,
+            connect_timeout: Duration::from_secs(2),
+            ..config
+                .upstreams
+                .first()
+                .cloned()
+                .unwrap_or_else(|| Config::embedded().upstreams[0].clone())
+        });
+        for id in &s.models {
+            let taken = c
+                .models
+                .iter()
+                .any(|m| &m.name == id || m.aliases.contains(id));
+            let model_name = if taken {
+                format!("{id}@{host}")
+            } else {
+                id.clone()
+            };
+            if c.models.iter().any(|m| m.name == model_name) {
+                continue;
+            }
+            c.models.push(Model {
+                name: model_name,
+                upstreams: vec![name.clone()],
+                upstream_model: id.clone(),
+                input_price: Money::ZERO,
+                cached_input_price: None,
+                output_price: Money::ZERO,
+                aliases: Vec::new(),
+                route: Route::Ordered,
+                weights: Vec::new(),
+                disabled: false,
+                discovered: Some(s.base_url.clone()),
+                ..template.clone()
+            });
+        }
+    }
+    c.model_index = crate::config::names::ModelIndex::build(&c.models);
+    c
+}
+
+/// The base URLs to probe: `TOLLGATE_DISCOVER` (comma-separated; `off`: none) or the configured list.
+pub fn probe_list(configured: &[String]) -> Vec<String> {
+    match std::env::var("TOLLGATE_DISCOVER") {
+        Ok(v) if v.trim() == "off" => Vec::new(),
+        Ok(v) if !v.trim().is_empty() => v
+            .split(',')
+            .map(|s| s.trim().trim_end_matches('/').to_string())
+            .filter(|s| !s.is_empty())
+            .collect(),
+        _ => configured.to_vec(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn discovered_models_join_the_configured_ones_without_taking_their_names() {
+        let config = Config::embedded();
+        let servers = vec![
+            Server {
+                base_url: "http://127.0.0.1:11434/v1".into(),
+                models: vec!["qwen3:8b".into(), "mock".into()],
+                up: true,
+                error: None,
+            },
+            Server {
+                base_url: "http://127.0.0.1:1234/v1".into(),
+                models: vec!["qwen3:8b".into()],
+                up: true,
+                error: None,
+            },
+        ];
+        let c = apply(&config, &servers);
+        let m = c.model("qwen3:8b").unwrap();
+        assert_eq!(m.upstreams, ["local@127.0.0.1:11434"]);
+        assert_eq!(m.input_price, Money::ZERO);
+        assert!(
+            c.model("qwen3:8b@127.0.0.1:1234").is_some(),
+            "the second server's copy"
+        );
+        assert_eq!(
+            c.model("mock").unwrap().discovered,
+            None,
+            "the configured mock wins"
+        );
+        assert!(c.model("mock@127.0.0.1:11434").is_some());
+        assert!(c.upstream("local@127.0.0.1:1234").is_some());
+    }
+}
