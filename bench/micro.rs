@@ -1,6 +1,7 @@
 //! In-process microbenchmark of the per-request pieces of access control and accounting:
 //! `KeyStore::check`, `Accounts::check_and_reserve` + `Reservation::settle` (without and with limits and
-//! credit, and at several sizes of the key's sliding one-minute window), and `Ledger::append`.
+//! credit, and at several sizes of the key's sliding one-minute window), `Ledger::append`, and picking a
+//! model's upstream by route.
 //!
 //! `cargo run --release --example bench-micro`
 
@@ -199,4 +200,43 @@ fn main() {
     );
     drop(ledger);
     let _ = std::fs::remove_dir_all(&dir);
+    routing();
+}
+
+/// Picking a model's upstream per request, for each route, with what the pipeline does around it (the
+/// in-flight count and the first-byte average): the cost `weighted` and `least-busy` add over `ordered`.
+fn routing() {
+    use tollgate::config::{Config, Route};
+    use tollgate::upstream::routing::Routing;
+    let names: Vec<String> = vec!["a".into(), "b".into()];
+    let n = 1_000_000u64;
+    let mut cells = Vec::new();
+    for route in [Route::Ordered, Route::Weighted, Route::LeastBusy] {
+        let mut m = Config::embedded().models[0].clone();
+        m.route = route;
+        m.upstreams = names.clone();
+        m.weights = if route == Route::Weighted {
+            vec![3, 1]
+        } else {
+            Vec::new()
+        };
+        let r = Routing::default();
+        let t = Instant::now();
+        for _ in 0..n {
+            let order = r.order(&m, names.iter().collect());
+            let first = order[0];
+            let busy = r.busy(first);
+            r.first_byte(first, Duration::from_micros(900));
+            drop(black_box(busy));
+        }
+        cells.push(format!(
+            "{} {:5.0} ns",
+            route.name(),
+            ns_per(t.elapsed(), n)
+        ));
+    }
+    println!(
+        "Routing, 2 upstreams, per request (order + in flight + first byte): {}",
+        cells.join("; ")
+    );
 }
