@@ -153,6 +153,11 @@ pub fn run(args: DoctorArgs) -> i32 {
             .collect::<Vec<_>>()
             .join(", "),
     );
+    field(
+        &mut out,
+        "local servers",
+        &local_servers(shape.base.as_deref()),
+    );
     let _ = writeln!(out);
 
     // Step 1: the base URL's shape and the key's and model's form.
@@ -286,6 +291,25 @@ pub fn run(args: DoctorArgs) -> i32 {
         0
     } else {
         1
+    }
+}
+
+/// The OpenAI-compatible servers at the well-known local addresses (what tollgate's discovery finds with
+/// no config), other than the one being checked.
+fn local_servers(checked: Option<&str>) -> String {
+    let agent = probe::agent();
+    let found: Vec<String> = crate::upstream::discovery::WELL_KNOWN
+        .iter()
+        .filter(|u| checked.is_none_or(|c| !c.starts_with(&u[..u.len() - 3])))
+        .filter_map(|u| {
+            let models = crate::upstream::discovery::probe(&agent, u).ok()?;
+            Some(format!("{u} ({} models)", models.len()))
+        })
+        .collect();
+    if found.is_empty() {
+        "none at the well-known local addresses".into()
+    } else {
+        found.join(", ")
     }
 }
 
