@@ -106,6 +106,8 @@ pub fn apply(config: &Config, servers: &[Server]) -> Config {
             api_key: None,
             missing_key: None,
             connect_timeout: Duration::from_secs(2),
+            max_completion_tokens: false,
+            mock_delay: Duration::ZERO,
             ..config
                 .upstreams
                 .first()
