@@ -549,12 +549,37 @@ step('a refused request shows in Usage with its reason, and the overview counts 
   check(unauthorized >= 1, `the overview shows ${unauthorized} 401s`);
 });
 
+step('a key moves to another group and gets an expiry; an unused group is deleted', async () => {
+  await open('keys');
+  const row = keyRow(HOSTILE);
+  await row.locator('details.key-settings summary').click();
+  await row.locator('select[name="move-group"]').selectOption(GROUP_NAME);
+  await row.locator('button.move').click();
+  await keyRow(HOSTILE).locator('.group-name').filter({ hasText: GROUP_NAME }).waitFor();
+  const again = keyRow(HOSTILE);
+  await again.locator('details.key-settings summary').click();
+  await again.locator('input[name="expires"]').fill('2030-01-01T00:00');
+  await again.locator('button.set-expiry').click();
+  await keyRow(HOSTILE).locator('td.status').filter({ hasText: 'expires 2030-01-01 00:00' }).waitFor();
+  // Back to default, so that the group has no key left and can be deleted.
+  const back = keyRow(HOSTILE);
+  await back.locator('details.key-settings summary').click();
+  await back.locator('select[name="move-group"]').selectOption('default');
+  await back.locator('button.move').click();
+  await keyRow(HOSTILE).locator('.group-name').filter({ hasText: 'default' }).waitFor();
+  await open('groups');
+  const group = page.locator(`#groups-table tbody tr[data-group="${GROUP_NAME}"]`);
+  await group.locator('button.delete').click();
+  await page.locator('dialog.confirm-dialog[open] button[data-confirm="yes"]').click();
+  await group.waitFor({ state: 'detached' });
+});
+
 step('the Audit view lists the changes made in this run, newest first, without any key', async () => {
   await open('audit');
   const table = page.locator('#audit-table');
   await table.waitFor();
   const text = await table.textContent();
-  for (const action of ['key.created', 'key.credited', 'key.rotated', 'key.revoked', 'key.enabled', 'key.deleted', 'key.budget_set', 'group.created', 'group.changed', 'model.disabled', 'model.enabled', 'model.repriced']) {
+  for (const action of ['key.created', 'key.credited', 'key.rotated', 'key.revoked', 'key.enabled', 'key.deleted', 'key.budget_set', 'key.moved', 'key.expiry_set', 'group.created', 'group.changed', 'group.deleted', 'model.disabled', 'model.enabled', 'model.repriced']) {
     check(text.includes(action), `the audit view misses ${action}`);
   }
   check(text.includes(`key ${KEY_NAME}`), 'the audit view does not name the test key');
