@@ -1,20 +1,21 @@
 //! What the two OpenAI protocols (Chat Completions and Responses) share: function tools, `tool_choice`,
-//! structured-output schemas, image URLs and reasoning effort, decoded and encoded once. The one difference
-//! in shape, Chat nesting a function under `function` where Responses keeps it flat, is the [`Shape`]
-//! parameter.
+//! structured-output formats, image URLs, sampling ranges and reasoning effort, decoded and encoded once for
+//! the codecs in `chat/` and `responses/`. Where the same thing has two shapes (Chat nests a function under
+//! `function` and a schema under `json_schema`; Responses keeps both flat) the [`Shape`] parameter says which.
 
 use serde_json::{json, Map, Value};
 
-use super::canon::{ImageSource, Request, Tool, ToolChoice};
+use super::canon::{ImageSource, OutputFormat, Request, Tool, ToolChoice};
 use super::fields::{self, opt_bool, opt_str};
 use super::ApiError;
 
-/// How a function appears in a tool list or a `tool_choice`.
+/// How a function appears in a tool list or a `tool_choice`, and a JSON schema in an output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shape {
-    /// Chat Completions: `{"type": "function", "function": {"name": ...}}`.
+    /// Chat Completions: `{"type": "function", "function": {"name": ...}}`,
+    /// `{"type": "json_schema", "json_schema": {"name": ...}}`.
     Nested,
-    /// Responses: `{"type": "function", "name": ...}`.
+    /// Responses: `{"type": "function", "name": ...}`, `{"type": "json_schema", "name": ...}`.
     Flat,
 }
 
@@ -121,24 +122,82 @@ pub fn encode_tools(req: &Request, shape: Shape, body: &mut Map<String, Value>) 
     }
 }
 
-/// A JSON schema format's fields (`name`, `schema`, and `strict` / `description` when set): Chat puts them
-/// under `response_format.json_schema`, Responses next to `type` in `text.format`.
-pub fn schema_fields(
-    name: &str,
-    schema: &Value,
-    strict: Option<bool>,
-    description: Option<&str>,
-) -> Map<String, Value> {
-    let mut m = Map::new();
-    m.insert("name".into(), json!(name));
-    m.insert("schema".into(), schema.clone());
-    if let Some(s) = strict {
-        m.insert("strict".into(), json!(s));
+/// A structured-output format: `response_format` in Chat, with a schema's fields nested under `json_schema`;
+/// `text.format` in Responses, with them flat beside `type`. `path` names the object in errors.
+pub fn decode_output_format(v: &Value, path: &str, shape: Shape) -> Result<OutputFormat, ApiError> {
+    let o = fields::object(v, path)?;
+    match fields::req_str(o, "type", path)? {
+        "text" => Ok(OutputFormat::Text),
+        "json_object" => Ok(OutputFormat::JsonObject),
+        "json_schema" => match shape {
+            Shape::Nested => {
+                let spath = fields::join(path, "json_schema");
+                let s = fields::object(o.get("json_schema").unwrap_or(&Value::Null), &spath)?;
+                decode_schema(s, &spath)
+            }
+            Shape::Flat => decode_schema(o, path),
+        },
+        _ => Err(fields::bad_value(
+            &fields::join(path, "type"),
+            "text, json_object or json_schema",
+        )),
     }
-    if let Some(d) = description {
-        m.insert("description".into(), json!(d));
+}
+
+/// A JSON schema format's fields: `name` (default `output`), `schema`, `strict`, `description`.
+fn decode_schema(s: &Map<String, Value>, path: &str) -> Result<OutputFormat, ApiError> {
+    Ok(OutputFormat::JsonSchema {
+        name: opt_str(s, "name", path)?.unwrap_or("output").to_string(),
+        schema: s
+            .get("schema")
+            .cloned()
+            .unwrap_or_else(|| json!({"type": "object"})),
+        strict: opt_bool(s, "strict", path)?,
+        description: opt_str(s, "description", path)?.map(str::to_string),
+    })
+}
+
+/// A structured-output format for an upstream body in `shape` (the value of Chat's `response_format` or of
+/// Responses' `text.format`); `None` for plain text, which is the default. Unset `strict` and
+/// `description` are left out.
+pub fn encode_output_format(format: &OutputFormat, shape: Shape) -> Option<Value> {
+    match format {
+        OutputFormat::Text => None,
+        OutputFormat::JsonObject => Some(json!({"type": "json_object"})),
+        OutputFormat::JsonSchema {
+            name,
+            schema,
+            strict,
+            description,
+        } => {
+            let mut m = Map::new();
+            m.insert("name".into(), json!(name));
+            m.insert("schema".into(), schema.clone());
+            if let Some(s) = strict {
+                m.insert("strict".into(), json!(s));
+            }
+            if let Some(d) = description {
+                m.insert("description".into(), json!(d));
+            }
+            Some(match shape {
+                Shape::Nested => json!({"type": "json_schema", "json_schema": m}),
+                Shape::Flat => {
+                    m.insert("type".into(), json!("json_schema"));
+                    Value::Object(m)
+                }
+            })
+        }
     }
-    m
+}
+
+/// Puts `temperature` and `top_p` into an upstream body, clamped to OpenAI's ranges (0 to 2, 0 to 1).
+pub fn encode_sampling(req: &Request, body: &mut Map<String, Value>) {
+    if let Some(t) = req.temperature {
+        body.insert("temperature".into(), json!(t.clamp(0.0, 2.0)));
+    }
+    if let Some(p) = req.top_p {
+        body.insert("top_p".into(), json!(p.clamp(0.0, 1.0)));
+    }
 }
 
 /// Splits a `data:` URI into media type and base64 data; anything else is a URL.
@@ -196,6 +255,30 @@ mod tests {
         assert_eq!(encode_tool_choice(&f, Shape::Nested), choice);
         assert_eq!(encode_tool_choice(&f, Shape::Flat), flat);
         assert!(decode_tool_choice(&json!("sometimes"), Shape::Nested).is_err());
+    }
+
+    #[test]
+    fn output_formats_in_both_shapes() {
+        let nested = json!({"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "object"}}});
+        let flat = json!({"type": "json_schema", "name": "n", "schema": {"type": "object"}});
+        let fmt = decode_output_format(&nested, "response_format", Shape::Nested).unwrap();
+        assert_eq!(
+            fmt,
+            decode_output_format(&flat, "text.format", Shape::Flat).unwrap()
+        );
+        assert_eq!(encode_output_format(&fmt, Shape::Nested), Some(nested));
+        assert_eq!(encode_output_format(&fmt, Shape::Flat), Some(flat));
+        assert_eq!(encode_output_format(&OutputFormat::Text, Shape::Flat), None);
+        let e =
+            decode_output_format(&json!({"type": "xml"}), "text.format", Shape::Flat).unwrap_err();
+        assert_eq!(e.param(), Some("text.format.type"));
+        let e = decode_output_format(
+            &json!({"type": "json_schema"}),
+            "response_format",
+            Shape::Nested,
+        )
+        .unwrap_err();
+        assert_eq!(e.param(), Some("response_format.json_schema"));
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! OpenAI Chat Completions codec: request decoding, response and stream encoding, usage reading.
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
-use super::canon::{Message, OutputFormat, Part, Request, Role, Tool};
+use super::canon::{Message, Part, Request, Role, Tool};
 use super::fields::{self, join, missing, opt_array, opt_bool, opt_f64, opt_str, opt_u64};
 use super::openai::{self, Shape};
 use super::ApiError;
@@ -88,7 +88,11 @@ pub fn decode_request(body: &Value) -> Result<Request, ApiError> {
     };
     req.output_format = match o.get("response_format") {
         None | Some(Value::Null) => None,
-        Some(v) => Some(decode_response_format(v)?),
+        Some(v) => Some(openai::decode_output_format(
+            v,
+            "response_format",
+            Shape::Nested,
+        )?),
     };
     req.reasoning_effort = opt_str(o, "reasoning_effort", "")?.map(str::to_string);
     req.user = opt_str(o, "user", "")?.map(str::to_string);
@@ -258,40 +262,11 @@ fn decode_tool(t: &Value, path: &str) -> Result<Option<Tool>, ApiError> {
     Ok(Some(openai::decode_function(f, &fpath)?))
 }
 
-fn decode_response_format(v: &Value) -> Result<OutputFormat, ApiError> {
-    let o = fields::object(v, "response_format")?;
-    match fields::req_str(o, "type", "response_format")? {
-        "text" => Ok(OutputFormat::Text),
-        "json_object" => Ok(OutputFormat::JsonObject),
-        "json_schema" => {
-            let s = fields::object(
-                o.get("json_schema").unwrap_or(&Value::Null),
-                "response_format.json_schema",
-            )?;
-            Ok(OutputFormat::JsonSchema {
-                name: opt_str(s, "name", "response_format.json_schema")?
-                    .unwrap_or("output")
-                    .to_string(),
-                schema: s
-                    .get("schema")
-                    .cloned()
-                    .unwrap_or_else(|| json!({"type": "object"})),
-                strict: opt_bool(s, "strict", "response_format.json_schema")?,
-                description: opt_str(s, "description", "response_format.json_schema")?
-                    .map(str::to_string),
-            })
-        }
-        _ => Err(fields::bad_value(
-            "response_format.type",
-            "text, json_object or json_schema",
-        )),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::protocol::canon::{ImageSource, ToolChoice};
+    use serde_json::json;
 
     #[test]
     fn input_instead_of_messages_names_the_field() {

@@ -5,9 +5,7 @@ use crate::protocol::fields::{str_at, str_or};
 use serde_json::{json, Map, Value};
 
 use super::usage_from;
-use crate::protocol::canon::{
-    Message, OutputFormat, Part, Request, Response, Role, StopReason, StreamEvent,
-};
+use crate::protocol::canon::{Message, Part, Request, Response, Role, StopReason, StreamEvent};
 use crate::protocol::egress::tool_result_text;
 use crate::protocol::openai::{self, image_url_string, Shape};
 use crate::protocol::sse::SseEvent;
@@ -35,32 +33,13 @@ pub fn encode_request(req: &Request, opts: &EgressOptions) -> Result<Value, ApiE
         };
         body.insert(field.into(), json!(n));
     }
-    if let Some(t) = req.temperature {
-        body.insert("temperature".into(), json!(t.clamp(0.0, 2.0)));
-    }
-    if let Some(p) = req.top_p {
-        body.insert("top_p".into(), json!(p.clamp(0.0, 1.0)));
-    }
+    openai::encode_sampling(req, &mut body);
     if !req.stop.is_empty() {
         body.insert("stop".into(), json!(req.stop));
     }
-    match &req.output_format {
-        Some(OutputFormat::JsonObject) => {
-            body.insert("response_format".into(), json!({"type": "json_object"}));
-        }
-        Some(OutputFormat::JsonSchema {
-            name,
-            schema,
-            strict,
-            description,
-        }) => {
-            let js = openai::schema_fields(name, schema, *strict, description.as_deref());
-            body.insert(
-                "response_format".into(),
-                json!({"type": "json_schema", "json_schema": js}),
-            );
-        }
-        _ => {}
+    let format = req.output_format.as_ref();
+    if let Some(f) = format.and_then(|f| openai::encode_output_format(f, Shape::Nested)) {
+        body.insert("response_format".into(), f);
     }
     if let Some(e) = &req.reasoning_effort {
         body.insert("reasoning_effort".into(), json!(openai::effort(e)));

@@ -2,7 +2,7 @@
 
 use serde_json::{json, Value};
 
-use super::canon::{Message, OutputFormat, Part, Request, Role, Tool};
+use super::canon::{Message, Part, Request, Role, Tool};
 use super::fields::{self, join, missing, opt_array, opt_bool, opt_f64, opt_str, opt_u64};
 use super::openai::{self, Shape};
 use super::ApiError;
@@ -90,7 +90,7 @@ pub fn decode_request(body: &Value) -> Result<Request, ApiError> {
     req.user = opt_str(o, "user", "")?.map(str::to_string);
     if let Some(Value::Object(text)) = o.get("text") {
         if let Some(f) = text.get("format") {
-            req.output_format = Some(decode_format(f)?);
+            req.output_format = Some(openai::decode_output_format(f, "text.format", Shape::Flat)?);
         }
     }
     if let Some(Value::Object(r)) = o.get("reasoning") {
@@ -165,29 +165,6 @@ fn decode_custom_tool(to: &serde_json::Map<String, Value>, path: &str) -> Result
         parameters: custom_parameters(),
         strict: None,
     })
-}
-
-fn decode_format(f: &Value) -> Result<OutputFormat, ApiError> {
-    let o = fields::object(f, "text.format")?;
-    match fields::req_str(o, "type", "text.format")? {
-        "text" => Ok(OutputFormat::Text),
-        "json_object" => Ok(OutputFormat::JsonObject),
-        "json_schema" => Ok(OutputFormat::JsonSchema {
-            name: opt_str(o, "name", "text.format")?
-                .unwrap_or("output")
-                .to_string(),
-            schema: o
-                .get("schema")
-                .cloned()
-                .unwrap_or_else(|| json!({"type": "object"})),
-            strict: opt_bool(o, "strict", "text.format")?,
-            description: opt_str(o, "description", "text.format")?.map(str::to_string),
-        }),
-        _ => Err(fields::bad_value(
-            "text.format.type",
-            "text, json_object or json_schema",
-        )),
-    }
 }
 
 fn decode_item(item: &Value, path: &str, req: &mut Request) -> Result<(), ApiError> {

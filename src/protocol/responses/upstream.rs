@@ -5,9 +5,7 @@ use crate::protocol::fields::{str_at, str_or};
 use serde_json::{json, Map, Value};
 
 use super::usage_from;
-use crate::protocol::canon::{
-    OutputFormat, Part, Request, Response, Role, StopReason, StreamEvent,
-};
+use crate::protocol::canon::{Part, Request, Response, Role, StopReason, StreamEvent};
 use crate::protocol::egress::tool_result_text;
 use crate::protocol::openai::{self, image_url_string, Shape};
 use crate::protocol::sse::SseEvent;
@@ -33,27 +31,10 @@ pub fn encode_request(req: &Request, opts: &EgressOptions) -> Result<Value, ApiE
     if let Some(n) = req.max_tokens {
         body.insert("max_output_tokens".into(), json!(n));
     }
-    if let Some(t) = req.temperature {
-        body.insert("temperature".into(), json!(t.clamp(0.0, 2.0)));
-    }
-    if let Some(p) = req.top_p {
-        body.insert("top_p".into(), json!(p.clamp(0.0, 1.0)));
-    }
-    match &req.output_format {
-        Some(OutputFormat::JsonObject) => {
-            body.insert("text".into(), json!({"format": {"type": "json_object"}}));
-        }
-        Some(OutputFormat::JsonSchema {
-            name,
-            schema,
-            strict,
-            description,
-        }) => {
-            let mut f = openai::schema_fields(name, schema, *strict, description.as_deref());
-            f.insert("type".into(), json!("json_schema"));
-            body.insert("text".into(), json!({"format": f}));
-        }
-        _ => {}
+    openai::encode_sampling(req, &mut body);
+    let format = req.output_format.as_ref();
+    if let Some(f) = format.and_then(|f| openai::encode_output_format(f, Shape::Flat)) {
+        body.insert("text".into(), json!({ "format": f }));
     }
     if let Some(e) = &req.reasoning_effort {
         body.insert("reasoning".into(), json!({"effort": openai::effort(e)}));
