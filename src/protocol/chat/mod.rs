@@ -51,9 +51,7 @@ pub fn decode_request(body: &Value) -> Result<Request, ApiError> {
     }
     if let Some(tools) = opt_array(o, "tools", "")? {
         for (i, t) in tools.iter().enumerate() {
-            if let Some(tool) = decode_tool(t, &format!("tools[{i}]"))? {
-                req.tools.push(tool);
-            }
+            req.tools.push(decode_tool(t, &format!("tools[{i}]"))?);
         }
     }
     req.tool_choice = match o.get("tool_choice") {
@@ -246,7 +244,8 @@ fn decode_user_content(content: &Value, path: &str) -> Result<Vec<Part>, ApiErro
     }
 }
 
-fn decode_tool(t: &Value, path: &str) -> Result<Option<Tool>, ApiError> {
+/// A tool of the list: only function tools (nested under `function`) are accepted.
+fn decode_tool(t: &Value, path: &str) -> Result<Tool, ApiError> {
     let o = fields::object(t, path)?;
     match opt_str(o, "type", path)?.unwrap_or("function") {
         "function" => {}
@@ -259,7 +258,7 @@ fn decode_tool(t: &Value, path: &str) -> Result<Option<Tool>, ApiError> {
     }
     let fpath = join(path, "function");
     let f = fields::object(o.get("function").unwrap_or(&Value::Null), &fpath)?;
-    Ok(Some(openai::decode_function(f, &fpath)?))
+    openai::decode_function(f, &fpath)
 }
 
 #[cfg(test)]
