@@ -28,70 +28,10 @@ pub fn likely_cause(
                 Kind::Timeout | Kind::Answer | Kind::Connect(Connect::Closed)
             ));
     if o.stream && stream_symptom {
-        let specific = match f.kind {
-            Kind::NotSse => "The answer was not an event stream: the gateway or a proxy ignored \
-                             `\"stream\": true` or rewrote the answer."
-                .to_string(),
-            Kind::StreamBad => "The events do not parse the way the official SDKs parse them (the error \
-                                says which rule they break)."
-                .to_string(),
-            Kind::StreamError => "The gateway reported an error inside the stream (above); if its upstream \
-                                  broke mid-stream, the message says so."
-                .to_string(),
-            Kind::StreamCut => "The stream stopped without its end marker: a proxy or load balancer cutting \
-                                long or idle responses, or the gateway or its upstream dropping the \
-                                connection. If it always breaks after the same time, a client, gateway or \
-                                corporate proxy timeout is the cause."
-                .to_string(),
-            Kind::Timeout => format!(
-                "The stream did not finish within {} s: a buffering proxy holding the events back, or an \
-                 upstream that stalls (idle timeout).",
-                kinds::STREAM_TIMEOUT.as_secs()
-            ),
-            Kind::Answer => "The stream carried no text although it ended normally: the gateway's stream \
-                             translation or the SSE parsing loses it."
-                .to_string(),
-            _ => "The connection closed before the stream began: a proxy that refuses or cuts event streams."
-                .to_string(),
-        };
-        return if plain_passed {
-            format!(
-                "stream-only failure: the non-streaming request worked, so the streaming path is at fault: SSE \
-                 parsing, proxy buffering or idle timeout. {specific}"
-            )
-        } else {
-            format!(
-                "the non-streaming request failed too: fix its cause first (a stream failure alone would \
-                 point to SSE parsing, proxy buffering or idle timeout). {specific}"
-            )
-        };
+        return stream_cause(f.kind, plain_passed);
     }
-    let loopback_hint =
-        if in_container && (shape.host == "localhost" || shape.host.starts_with("127.")) {
-            " Inside this container, 127.0.0.1 and localhost are the container itself."
-        } else {
-            ""
-        };
     match f.kind {
-        Kind::Connect(Connect::Refused) => format!(
-            "nothing accepts connections at {}: check the host and port of the base URL and that the gateway \
-             is running.{loopback_hint}",
-            origin_of(&o.url)
-        ),
-        Kind::Connect(Connect::HostNotFound) => format!(
-            "the host name `{}` does not resolve: check its spelling, the DNS, and whether the name is only \
-             valid inside another network or container.",
-            shape.host
-        ),
-        Kind::Connect(Connect::Tls) => "the TLS handshake failed: `https://` to a plain-HTTP port, or a \
-                                        certificate this system does not trust (a proxy intercepting TLS?)."
-            .into(),
-        Kind::Connect(Connect::Closed) => "the connection closed without a valid HTTP answer: `http://` to an \
-                                           HTTPS port, the wrong port, or a proxy or load balancer cutting it."
-            .into(),
-        Kind::Connect(Connect::Other) => {
-            "the request could not be sent (see the error): check the base URL and the network.".into()
-        }
+        Kind::Connect(c) => connect_cause(c, o, shape, in_container),
         Kind::Timeout => format!(
             "no complete answer within the overall timeout of {} s: the gateway or its upstream is slow or \
              stuck, or a proxy holds the answer back. If it persists, contact support with the time and \
@@ -112,6 +52,79 @@ pub fn likely_cause(
         Kind::Status(s) => status_cause(s, f, o.proto, shape, model),
         // Stream-only kinds on a non-streaming request cannot happen.
         _ => "see the error above.".into(),
+    }
+}
+
+/// A streaming step's failure that points at the streaming path: SSE parsing, proxy buffering or idle
+/// timeout (`plain_passed`: the same request without streaming worked).
+fn stream_cause(kind: Kind, plain_passed: bool) -> String {
+    let specific = match kind {
+        Kind::NotSse => "The answer was not an event stream: the gateway or a proxy ignored \
+                         `\"stream\": true` or rewrote the answer."
+            .to_string(),
+        Kind::StreamBad => "The events do not parse the way the official SDKs parse them (the error \
+                            says which rule they break)."
+            .to_string(),
+        Kind::StreamError => "The gateway reported an error inside the stream (above); if its upstream \
+                              broke mid-stream, the message says so."
+            .to_string(),
+        Kind::StreamCut => "The stream stopped without its end marker: a proxy or load balancer cutting \
+                            long or idle responses, or the gateway or its upstream dropping the \
+                            connection. If it always breaks after the same time, a client, gateway or \
+                            corporate proxy timeout is the cause."
+            .to_string(),
+        Kind::Timeout => format!(
+            "The stream did not finish within {} s: a buffering proxy holding the events back, or an \
+             upstream that stalls (idle timeout).",
+            kinds::STREAM_TIMEOUT.as_secs()
+        ),
+        Kind::Answer => "The stream carried no text although it ended normally: the gateway's stream \
+                         translation or the SSE parsing loses it."
+            .to_string(),
+        _ => "The connection closed before the stream began: a proxy that refuses or cuts event streams."
+            .to_string(),
+    };
+    if plain_passed {
+        format!(
+            "stream-only failure: the non-streaming request worked, so the streaming path is at fault: SSE \
+             parsing, proxy buffering or idle timeout. {specific}"
+        )
+    } else {
+        format!(
+            "the non-streaming request failed too: fix its cause first (a stream failure alone would \
+             point to SSE parsing, proxy buffering or idle timeout). {specific}"
+        )
+    }
+}
+
+/// No HTTP answer: what each way of failing to connect usually means.
+fn connect_cause(c: Connect, o: &Outcome, shape: &Shape, in_container: bool) -> String {
+    let loopback_hint =
+        if in_container && (shape.host == "localhost" || shape.host.starts_with("127.")) {
+            " Inside this container, 127.0.0.1 and localhost are the container itself."
+        } else {
+            ""
+        };
+    match c {
+        Connect::Refused => format!(
+            "nothing accepts connections at {}: check the host and port of the base URL and that the gateway \
+             is running.{loopback_hint}",
+            origin_of(&o.url)
+        ),
+        Connect::HostNotFound => format!(
+            "the host name `{}` does not resolve: check its spelling, the DNS, and whether the name is only \
+             valid inside another network or container.",
+            shape.host
+        ),
+        Connect::Tls => "the TLS handshake failed: `https://` to a plain-HTTP port, or a certificate this \
+                         system does not trust (a proxy intercepting TLS?)."
+            .into(),
+        Connect::Closed => "the connection closed without a valid HTTP answer: `http://` to an HTTPS port, \
+                            the wrong port, or a proxy or load balancer cutting it."
+            .into(),
+        Connect::Other => {
+            "the request could not be sent (see the error): check the base URL and the network.".into()
+        }
     }
 }
 
@@ -153,18 +166,7 @@ fn status_cause(s: u16, f: &kinds::Failure, proto: Proto, shape: &Shape, model: 
             "404: the gateway does not know the model `{model}`: check the name against the console's model \
              list (a wrong path also gives 404: often a doubled `/v1` or a full endpoint in the base address)."
         ),
-        404 | 405 if !shape.has_errors() && family_mismatch(proto, shape).is_some() => {
-            format!("{s}: {}", family_mismatch(proto, shape).unwrap_or_default())
-        }
-        404 | 405 => format!(
-            "{s}: wrong path: often a doubled `/v1` or a full endpoint path in the base address{}. Fix the \
-             path: OpenAI clients take `<root>/v1`, Anthropic clients `<root>` without `/v1`.",
-            if shape.has_errors() {
-                " (step 1 names the problem in this one)"
-            } else {
-                ""
-            }
-        ),
+        404 | 405 => path_cause(s, proto, shape),
         408 => "408: the gateway did not receive the whole request in time: a slow link, or a proxy holding \
                 the body."
             .into(),
@@ -175,10 +177,7 @@ fn status_cause(s: u16, f: &kinds::Failure, proto: Proto, shape: &Shape, model: 
             } else {
                 "quota exhausted or rate limited"
             },
-            f.retry_after
-                .as_deref()
-                .map(|r| format!("; the gateway asks to retry after {r} s"))
-                .unwrap_or_default()
+            retry_hint(f)
         ),
         500..=599 => format!(
             "{s}: a link fault behind the base address: {}{}. If several clients fail at once, contact \
@@ -190,13 +189,36 @@ fn status_cause(s: u16, f: &kinds::Failure, proto: Proto, shape: &Shape, model: 
                 529 => "the upstream is overloaded",
                 _ => "the gateway or its upstream failed",
             },
-            f.retry_after
-                .as_deref()
-                .map(|r| format!("; the gateway asks to retry after {r} s"))
-                .unwrap_or_default()
+            retry_hint(f)
         ),
         _ => format!("{s}: the gateway refused the request; see the error above."),
     }
+}
+
+/// A 404 or 405 that is not about the model: the base URL of the other SDK family, or a wrong path.
+fn path_cause(s: u16, proto: Proto, shape: &Shape) -> String {
+    if !shape.has_errors() {
+        if let Some(m) = family_mismatch(proto, shape) {
+            return format!("{s}: {m}");
+        }
+    }
+    format!(
+        "{s}: wrong path: often a doubled `/v1` or a full endpoint path in the base address{}. Fix the \
+         path: OpenAI clients take `<root>/v1`, Anthropic clients `<root>` without `/v1`.",
+        if shape.has_errors() {
+            " (step 1 names the problem in this one)"
+        } else {
+            ""
+        }
+    )
+}
+
+/// `; the gateway asks to retry after N s` when the answer had a `retry-after`.
+fn retry_hint(f: &kinds::Failure) -> String {
+    f.retry_after
+        .as_deref()
+        .map(|r| format!("; the gateway asks to retry after {r} s"))
+        .unwrap_or_default()
 }
 
 /// `scheme://host:port` of a URL, for messages.

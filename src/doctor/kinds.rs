@@ -177,6 +177,28 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// A request to `url` that has not been answered yet: nothing received, nothing failed.
+    pub fn new(proto: Proto, stream: bool, url: String, client_request_id: &str) -> Outcome {
+        Outcome {
+            proto,
+            stream,
+            url,
+            client_request_id: client_request_id.to_string(),
+            status: None,
+            content_type: None,
+            request_id: None,
+            echoed: false,
+            headers_at: None,
+            first_byte: None,
+            first_text: None,
+            total: Duration::ZERO,
+            text: String::new(),
+            events: 0,
+            failure: None,
+            notes: Vec::new(),
+        }
+    }
+
     pub fn passed(&self) -> bool {
         self.failure.is_none()
     }

@@ -6,7 +6,7 @@ use super::answer::{answer_text, error_fields, stop_reason};
 use super::kinds::{
     classify, Connect, Failure, Kind, Outcome, Proto, PLAIN_TIMEOUT, STREAM_TIMEOUT,
 };
-use super::stream::read_stream;
+use super::stream::{read_stream, StreamRead};
 use super::text::{clip, fmt_duration};
 use std::cell::Cell;
 use std::io::{self, BufReader, Read};
@@ -38,27 +38,58 @@ pub fn run(
     client_request_id: &str,
 ) -> Outcome {
     let url = format!("{base}{}", proto.sdk_path());
-    let mut out = Outcome {
-        proto,
-        stream,
-        url: url.clone(),
-        client_request_id: client_request_id.to_string(),
-        status: None,
-        content_type: None,
-        request_id: None,
-        echoed: false,
-        headers_at: None,
-        first_byte: None,
-        first_text: None,
-        total: Duration::ZERO,
-        text: String::new(),
-        events: 0,
-        failure: None,
-        notes: Vec::new(),
-    };
+    let mut out = Outcome::new(proto, stream, url.clone(), client_request_id);
     let body = proto.body(model, stream).to_string();
+    let req = request(agent, &url, proto, key, stream, client_request_id);
+    let start = Instant::now();
+    let resp = match req.send(body.as_bytes()) {
+        Ok(r) => r,
+        Err(e) => {
+            out.total = start.elapsed();
+            out.failure = Some(unanswered(e, stream));
+            return out;
+        }
+    };
+    out.headers_at = Some(start.elapsed());
+    let head = read_head(&mut out, &resp, client_request_id);
+
+    let first = Rc::new(Cell::new(None));
+    let reader = Timed {
+        inner: resp.into_body().into_reader(),
+        start,
+        first: first.clone(),
+    };
+    if (200..300).contains(&head.status) && stream && head.is_sse {
+        let r = read_stream(proto, BufReader::with_capacity(16 * 1024, reader), start);
+        out.total = start.elapsed();
+        out.first_byte = first.get();
+        take_stream(&mut out, r);
+        return out;
+    }
+    // A whole body: the non-streaming answer, an error, or a stream request answered without a stream.
+    let mut bytes = Vec::new();
+    let read = reader.take(MAX_BODY).read_to_end(&mut bytes);
+    out.total = start.elapsed();
+    out.first_byte = first.get();
+    match read {
+        Ok(_) => take_body(&mut out, &head, &bytes),
+        Err(e) => out.failure = Some(body_broke(e, head.status)),
+    }
+    out
+}
+
+/// The request as the official SDKs send it: JSON, the key as a bearer token (and as `x-api-key` with
+/// `anthropic-version` for Messages), our request id, and the specification's overall timeout.
+fn request(
+    agent: &ureq::Agent,
+    url: &str,
+    proto: Proto,
+    key: &str,
+    stream: bool,
+    client_request_id: &str,
+) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
     let mut req = agent
-        .post(&url)
+        .post(url)
         .header("content-type", "application/json")
         .header(
             "accept",
@@ -75,38 +106,45 @@ pub fn run(
             .header("x-api-key", key)
             .header("anthropic-version", "2023-06-01");
     }
-    let req = req
-        .config()
-        .timeout_global(Some(if stream {
-            STREAM_TIMEOUT
-        } else {
-            PLAIN_TIMEOUT
-        }))
-        .build();
-    let start = Instant::now();
-    let resp = req.send(body.as_bytes());
-    let resp = match resp {
-        Ok(r) => r,
-        Err(e) => {
-            out.total = start.elapsed();
-            let mut f = transport_failure(e);
-            if f.kind == Kind::Timeout {
-                f.detail = format!(
-                    "no answer within the overall timeout of {} s ({})",
-                    if stream {
-                        STREAM_TIMEOUT
-                    } else {
-                        PLAIN_TIMEOUT
-                    }
-                    .as_secs(),
-                    f.detail
-                );
-            }
-            out.failure = Some(f);
-            return out;
-        }
-    };
-    out.headers_at = Some(start.elapsed());
+    req.config().timeout_global(Some(timeout(stream))).build()
+}
+
+/// The specification's overall timeout of a request.
+fn timeout(stream: bool) -> Duration {
+    if stream {
+        STREAM_TIMEOUT
+    } else {
+        PLAIN_TIMEOUT
+    }
+}
+
+/// No HTTP answer came: why, with the overall timeout named when it ran out.
+fn unanswered(e: ureq::Error, stream: bool) -> Failure {
+    let mut f = transport_failure(e);
+    if f.kind == Kind::Timeout {
+        f.detail = format!(
+            "no answer within the overall timeout of {} s ({})",
+            timeout(stream).as_secs(),
+            f.detail
+        );
+    }
+    f
+}
+
+/// What the response head says beyond what goes straight into the outcome.
+struct Head {
+    status: u16,
+    retry_after: Option<String>,
+    location: Option<String>,
+    is_sse: bool,
+}
+
+/// Notes the status, content type and ids of the response head in `out`.
+fn read_head(
+    out: &mut Outcome,
+    resp: &ureq::http::Response<ureq::Body>,
+    client_request_id: &str,
+) -> Head {
     let status = resp.status().as_u16();
     out.status = Some(status);
     let header = |name: &str| {
@@ -118,131 +156,109 @@ pub fn run(
     out.content_type = header("content-type");
     out.request_id = header("x-request-id").or_else(|| header("request-id"));
     out.echoed = header("x-client-request-id").as_deref() == Some(client_request_id);
-    let retry_after = header("retry-after");
-    let location = header("location");
-    let is_sse = out
-        .content_type
-        .as_deref()
-        .is_some_and(|c| c.to_ascii_lowercase().starts_with("text/event-stream"));
-
-    let first = Rc::new(Cell::new(None));
-    let reader = Timed {
-        inner: resp.into_body().into_reader(),
-        start,
-        first: first.clone(),
-    };
-
-    if (200..300).contains(&status) && stream && is_sse {
-        let r = read_stream(proto, BufReader::with_capacity(16 * 1024, reader), start);
-        out.total = start.elapsed();
-        out.first_byte = first.get();
-        out.first_text = r.first_text;
-        out.events = r.events;
-        out.text = r.text;
-        out.failure = r.failure;
-        if out.failure.is_none() {
-            if out.text.trim().is_empty() {
-                out.failure = Some(Failure::new(
-                    Kind::Answer,
-                    format!(
-                        "the stream completed ({} events) but carried no text",
-                        out.events
-                    ),
-                ));
-            } else if let (Some(a), Some(b)) = (r.first_event, r.last_event) {
-                // Everything at once after a long wait: something on the way held the events back.
-                if out.events >= 3
-                    && a >= Duration::from_secs(2)
-                    && b - a < Duration::from_millis(100)
-                {
-                    out.notes.push(format!(
-                        "all {} events arrived within {} after {} of silence: something between here and \
-                         the model may buffer the stream (a proxy without SSE support); clients then see \
-                         no text until the end",
-                        out.events,
-                        fmt_duration(b - a),
-                        fmt_duration(a)
-                    ));
-                }
-            }
-        }
-        return out;
+    Head {
+        status,
+        retry_after: header("retry-after"),
+        location: header("location"),
+        is_sse: out
+            .content_type
+            .as_deref()
+            .is_some_and(|c| c.to_ascii_lowercase().starts_with("text/event-stream")),
     }
+}
 
-    // A whole body: the non-streaming answer, an error, or a stream request answered without a stream.
-    let mut bytes = Vec::new();
-    let read = reader.take(MAX_BODY).read_to_end(&mut bytes);
-    out.total = start.elapsed();
-    out.first_byte = first.get();
-    if let Err(e) = read {
-        let (kind, detail) = classify(ureq::Error::from(e));
-        let kind = if kind == Kind::Timeout {
-            Kind::Timeout
-        } else {
-            Kind::Connect(Connect::Closed)
-        };
+/// A stream read to its end: its text and events, a failure when it carried no text, and a note when
+/// every event came at once after a long silence.
+fn take_stream(out: &mut Outcome, r: StreamRead) {
+    out.first_text = r.first_text;
+    out.events = r.events;
+    out.text = r.text;
+    out.failure = r.failure;
+    if out.failure.is_some() {
+        return;
+    }
+    if out.text.trim().is_empty() {
         out.failure = Some(Failure::new(
-            kind,
-            format!("HTTP {status}, then reading the body failed: {detail}"),
+            Kind::Answer,
+            format!(
+                "the stream completed ({} events) but carried no text",
+                out.events
+            ),
         ));
-        return out;
+    } else if let (Some(a), Some(b)) = (r.first_event, r.last_event) {
+        // Everything at once after a long wait: something on the way held the events back.
+        if out.events >= 3 && a >= Duration::from_secs(2) && b - a < Duration::from_millis(100) {
+            out.notes.push(format!(
+                "all {} events arrived within {} after {} of silence: something between here and \
+                 the model may buffer the stream (a proxy without SSE support); clients then see \
+                 no text until the end",
+                out.events,
+                fmt_duration(b - a),
+                fmt_duration(a)
+            ));
+        }
     }
-    let text = String::from_utf8_lossy(&bytes).into_owned();
-    let json: Option<Value> = serde_json::from_slice(&bytes).ok();
+}
+
+/// The body broke off after the head.
+fn body_broke(e: io::Error, status: u16) -> Failure {
+    let (kind, detail) = classify(ureq::Error::from(e));
+    let kind = if kind == Kind::Timeout {
+        Kind::Timeout
+    } else {
+        Kind::Connect(Connect::Closed)
+    };
+    Failure::new(
+        kind,
+        format!("HTTP {status}, then reading the body failed: {detail}"),
+    )
+}
+
+/// A whole body: an error answer, a stream request answered without a stream, or the answer's text.
+fn take_body(out: &mut Outcome, head: &Head, bytes: &[u8]) {
+    let status = head.status;
+    let text = String::from_utf8_lossy(bytes).into_owned();
+    let json: Option<Value> = serde_json::from_slice(bytes).ok();
     if out.request_id.is_none() {
         out.request_id = json
             .as_ref()
             .and_then(|v| v["request_id"].as_str())
             .map(str::to_string);
     }
-
     if !(200..300).contains(&status) {
-        let (message, code) = json.as_ref().map(error_fields).unwrap_or((None, None));
-        let mut f = Failure::new(
-            Kind::Status(status),
-            if text.trim().is_empty() {
-                format!("HTTP {status} with an empty body")
-            } else {
-                format!("HTTP {status}: {}", text.trim())
-            },
-        );
-        f.message = message;
-        f.code = code;
-        f.retry_after = retry_after;
-        f.location = location;
-        out.failure = Some(f);
-        return out;
+        out.failure = Some(status_failure(head, &text, json.as_ref()));
+        return;
     }
-    if stream {
+    let content_type = out.content_type.as_deref().unwrap_or("(none)");
+    if out.stream {
         out.failure = Some(Failure::new(
             Kind::NotSse,
             format!(
-                "HTTP {status} with content-type {:?} instead of text/event-stream; the body starts: {}",
-                out.content_type.as_deref().unwrap_or("(none)"),
+                "HTTP {status} with content-type {content_type:?} instead of text/event-stream; the body \
+                 starts: {}",
                 clip(text.trim(), 300)
             ),
         ));
-        return out;
+        return;
     }
     let Some(v) = json else {
         out.failure = Some(Failure::new(
             Kind::Answer,
             format!(
-                "HTTP {status} but the body is not JSON (content-type {:?}); it starts: {}",
-                out.content_type.as_deref().unwrap_or("(none)"),
+                "HTTP {status} but the body is not JSON (content-type {content_type:?}); it starts: {}",
                 clip(text.trim(), 300)
             ),
         ));
-        return out;
+        return;
     };
-    match answer_text(proto, &v) {
+    match answer_text(out.proto, &v) {
         Ok(t) if !t.trim().is_empty() => out.text = t,
         Ok(_) => {
             out.failure = Some(Failure::new(
                 Kind::Answer,
                 format!(
                     "HTTP {status} but the answer has no text ({}): {}",
-                    stop_reason(proto, &v),
+                    stop_reason(out.proto, &v),
                     text.trim()
                 ),
             ))
@@ -254,7 +270,25 @@ pub fn run(
             ))
         }
     }
-    out
+}
+
+/// A status other than 2xx, with the error body's message and code and the headers a cause may name.
+fn status_failure(head: &Head, text: &str, json: Option<&Value>) -> Failure {
+    let status = head.status;
+    let (message, code) = json.map(error_fields).unwrap_or((None, None));
+    let mut f = Failure::new(
+        Kind::Status(status),
+        if text.trim().is_empty() {
+            format!("HTTP {status} with an empty body")
+        } else {
+            format!("HTTP {status}: {}", text.trim())
+        },
+    );
+    f.message = message;
+    f.code = code;
+    f.retry_after = head.retry_after.clone();
+    f.location = head.location.clone();
+    f
 }
 
 /// A reader that notes when its first byte arrived.

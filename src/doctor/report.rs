@@ -224,6 +224,20 @@ pub fn render(f: &Facts) -> String {
     };
     let mut r = String::new();
     let _ = writeln!(r, "{BEGIN}");
+    facts_lines(&mut r, f);
+    requests_lines(&mut r, f);
+    plain_results_lines(&mut r, f);
+    errors_lines(&mut r, f, &scrub);
+    let _ = writeln!(
+        r,
+        "(The API key and the prompt are removed from this report.)"
+    );
+    let _ = writeln!(r, "{END}");
+    r
+}
+
+/// `Label:        value` lines: time, client, machine, what was checked, and the verdict.
+fn facts_lines(r: &mut String, f: &Facts) {
     let mut line = |k: &str, v: &str| {
         let _ = writeln!(r, "{:<16}{}", format!("{k}:"), v);
     };
@@ -273,7 +287,10 @@ pub fn render(f: &Facts) -> String {
             )
         },
     );
+}
 
+/// One line per request: protocol, streaming, verdict, status, time and both request ids.
+fn requests_lines(r: &mut String, f: &Facts) {
     let _ = writeln!(r, "Requests:");
     for o in f.outcomes {
         let _ = writeln!(
@@ -291,7 +308,10 @@ pub fn render(f: &Facts) -> String {
             o.client_request_id
         );
     }
+}
 
+/// What each protocol's minimal non-streaming request gave.
+fn plain_results_lines(r: &mut String, f: &Facts) {
     let _ = writeln!(r, "Minimal request (non-streaming) results:");
     for p in f.protocols {
         let Some(o) = f.outcomes.iter().find(|o| o.proto == *p && !o.stream) else {
@@ -307,34 +327,31 @@ pub fn render(f: &Facts) -> String {
         };
         let _ = writeln!(r, "  {:<9}  {result}", p.name());
     }
+}
 
-    if !f.setup_errors.is_empty() || f.failed_steps > 0 {
-        let _ = writeln!(r, "Errors:");
-        for e in f.setup_errors {
-            let _ = writeln!(r, "  {}", scrub.clean(e));
-        }
-        for (o, cause) in f.outcomes.iter().zip(f.causes) {
-            let Some(fail) = &o.failure else { continue };
-            let _ = writeln!(
-                r,
-                "  {} stream={}: {}",
-                o.proto.name(),
-                o.stream,
-                one_line(&scrub.clean(&clip(&fail.detail, MAX_DETAIL)))
-            );
-            if let Some(c) = cause {
-                let _ = writeln!(r, "    likely cause: {}", scrub.clean(c));
-            }
-        }
-    } else {
+/// Step 1's errors, then each failed request's error on one line with its likely cause; or `none`.
+fn errors_lines(r: &mut String, f: &Facts, scrub: &Scrubber) {
+    if f.setup_errors.is_empty() && f.failed_steps == 0 {
         let _ = writeln!(r, "Errors:         none");
+        return;
     }
-    let _ = writeln!(
-        r,
-        "(The API key and the prompt are removed from this report.)"
-    );
-    let _ = writeln!(r, "{END}");
-    r
+    let _ = writeln!(r, "Errors:");
+    for e in f.setup_errors {
+        let _ = writeln!(r, "  {}", scrub.clean(e));
+    }
+    for (o, cause) in f.outcomes.iter().zip(f.causes) {
+        let Some(fail) = &o.failure else { continue };
+        let _ = writeln!(
+            r,
+            "  {} stream={}: {}",
+            o.proto.name(),
+            o.stream,
+            one_line(&scrub.clean(&clip(&fail.detail, MAX_DETAIL)))
+        );
+        if let Some(c) = cause {
+            let _ = writeln!(r, "    likely cause: {}", scrub.clean(c));
+        }
+    }
 }
 
 /// Line breaks and tabs as spaces, so one error stays one line of the report.

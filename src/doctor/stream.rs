@@ -40,40 +40,11 @@ pub fn read_stream<R: BufRead>(proto: Proto, reader: R, start: Instant) -> Strea
         let ev = match sse.next_event() {
             Ok(Some(ev)) => ev,
             Ok(None) => {
-                r.failure = Some(Failure::new(
-                    Kind::StreamCut,
-                    format!(
-                        "the stream ended after {} events without `{}`",
-                        r.events,
-                        proto.terminal()
-                    ),
-                ));
+                r.failure = Some(ended(proto, r.events));
                 return r;
             }
             Err(e) => {
-                let at = start.elapsed();
-                let (kind, detail) = classify(ureq::Error::from(e));
-                r.failure = Some(if kind == Kind::Timeout {
-                    Failure::new(
-                        Kind::Timeout,
-                        format!(
-                            "the overall timeout of {} s ran out after {} events, before `{}` ({detail})",
-                            STREAM_TIMEOUT.as_secs(),
-                            r.events,
-                            proto.terminal()
-                        ),
-                    )
-                } else {
-                    Failure::new(
-                        Kind::StreamCut,
-                        format!(
-                            "the stream broke after {} and {} events, without `{}`: {detail}",
-                            fmt_duration(at),
-                            r.events,
-                            proto.terminal()
-                        ),
-                    )
-                });
+                r.failure = Some(broke(proto, r.events, start.elapsed(), e));
                 return r;
             }
         };
@@ -96,12 +67,7 @@ pub fn read_stream<R: BufRead>(proto: Proto, reader: R, start: Instant) -> Strea
         r.events += 1;
         r.first_event.get_or_insert(now);
         r.last_event = Some(now);
-        let step = match proto {
-            Proto::Chat => chat_event(&ev.data),
-            Proto::Responses => responses_event(ev.event.as_deref(), &ev.data, r.events == 1),
-            Proto::Messages => messages_event(ev.event.as_deref(), &ev.data, r.events == 1),
-        };
-        match step {
+        match event_step(proto, ev.event.as_deref(), &ev.data, r.events == 1) {
             Step::Text(t) => {
                 if !t.is_empty() {
                     r.first_text.get_or_insert(now);
@@ -126,6 +92,51 @@ pub fn read_stream<R: BufRead>(proto: Proto, reader: R, start: Instant) -> Strea
                 return r;
             }
         }
+    }
+}
+
+/// The stream ended cleanly after `events` events, but before its terminal event.
+fn ended(proto: Proto, events: usize) -> Failure {
+    Failure::new(
+        Kind::StreamCut,
+        format!(
+            "the stream ended after {events} events without `{}`",
+            proto.terminal()
+        ),
+    )
+}
+
+/// Reading the stream failed `at` after the start, after `events` events: the overall timeout, or a
+/// broken connection.
+fn broke(proto: Proto, events: usize, at: Duration, e: std::io::Error) -> Failure {
+    let (kind, detail) = classify(ureq::Error::from(e));
+    if kind == Kind::Timeout {
+        Failure::new(
+            Kind::Timeout,
+            format!(
+                "the overall timeout of {} s ran out after {events} events, before `{}` ({detail})",
+                STREAM_TIMEOUT.as_secs(),
+                proto.terminal()
+            ),
+        )
+    } else {
+        Failure::new(
+            Kind::StreamCut,
+            format!(
+                "the stream broke after {} and {events} events, without `{}`: {detail}",
+                fmt_duration(at),
+                proto.terminal()
+            ),
+        )
+    }
+}
+
+/// What one event of `proto`'s stream means (`first`: it is the stream's first event).
+fn event_step(proto: Proto, event: Option<&str>, data: &str, first: bool) -> Step {
+    match proto {
+        Proto::Chat => chat_event(data),
+        Proto::Responses => responses_event(event, data, first),
+        Proto::Messages => messages_event(event, data, first),
     }
 }
 
