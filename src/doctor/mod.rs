@@ -88,24 +88,13 @@ pub const CLIENT: &str = concat!("tollgate-doctor/", env!("CARGO_PKG_VERSION"));
 
 /// Runs the doctor; returns the exit code.
 pub fn run(args: DoctorArgs) -> i32 {
-    let protocols = match parse_protocols(&args.protocol) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("--protocol: {e}");
-            return 2;
-        }
-    };
-    let given_key = match key_argument(&args) {
-        Ok(k) => k,
+    let (protocols, given_key) = match usable_arguments(&args) {
+        Ok(a) => a,
         Err(e) => {
             eprintln!("{e}");
             return 2;
         }
     };
-    if args.model.trim().is_empty() {
-        eprintln!("--model: the model name is empty");
-        return 2;
-    }
     let started_unix = crate::util::unix_now();
     let container = report::container_evidence();
     // Container notes belong to a connection that failed (see `cause`), not to the URL's shape.
@@ -118,47 +107,22 @@ pub fn run(args: DoctorArgs) -> i32 {
     }
     let (key, key_findings) = check_key(&given_key);
     let (model, model_findings) = check_model(&args.model);
-    let scrub = report::Scrubber {
+    let check = Check {
+        protocols: &protocols,
+        shape: &shape,
         key: &key,
-        also: &given_key,
-        prompt: false,
+        given_key: &given_key,
+        model: &model,
+        container,
+        total_steps: 1 + 2 * protocols.len(),
+        scrub: report::Scrubber {
+            key: &key,
+            also: &given_key,
+            prompt: false,
+        },
     };
-    let key = key.as_str();
-    let model = model.as_str();
-
-    let total_steps = 1 + 2 * protocols.len();
     let mut out = std::io::stdout().lock();
-    let _ = writeln!(
-        out,
-        "{CLIENT}: the diagnostic procedure of the specification"
-    );
-    field(&mut out, "base URL", &shape.redacted);
-    field(&mut out, "key", &report::key_preview(key));
-    field(&mut out, "model", model);
-    if let Some(path) = &args.config {
-        match crate::config::Config::load(path) {
-            Ok(c) => match crate::util::data_dir_exposure(&c.data_dir) {
-                Some(w) => field(&mut out, "data dir", &format!("WARNING: {w}")),
-                None => field(&mut out, "data dir", "private (not open to other users)"),
-            },
-            Err(e) => field(&mut out, "config", &format!("cannot read: {e}")),
-        }
-    }
-    field(
-        &mut out,
-        "protocols",
-        &protocols
-            .iter()
-            .map(|p| p.name())
-            .collect::<Vec<_>>()
-            .join(", "),
-    );
-    field(
-        &mut out,
-        "local servers",
-        &local_servers(shape.base.as_deref()),
-    );
-    let _ = writeln!(out);
+    check.print_header(&mut out, args.config.as_deref());
 
     // Step 1: the base URL's shape and the key's and model's form.
     let mut setup: Vec<&Finding> = shape
@@ -169,82 +133,221 @@ pub fn run(args: DoctorArgs) -> i32 {
         .collect();
     // Errors first (a stable sort keeps each group's order).
     setup.sort_by_key(|f| f.severity != Severity::Error);
-    let setup_failed = setup.iter().any(|f| f.severity == Severity::Error);
-    let _ = writeln!(
-        out,
-        "[1/{total_steps}] Base URL and key: {}",
-        if setup_failed { "FAIL" } else { "PASS" }
-    );
-    match &shape.base {
-        Some(base) => {
-            let eps: Vec<String> = protocols
-                .iter()
-                .map(|p| format!("{base}{}", p.sdk_path()))
-                .collect();
-            field(&mut out, "endpoints", &eps.join(", "));
-            if !shape.has_errors() {
-                if let (Some(o), Some(a)) = (shape.openai_base(), shape.anthropic_base()) {
-                    field(
-                        &mut out,
-                        "clients",
-                        &format!("OpenAI SDKs (Chat Completions, Responses) take {o}; Anthropic SDKs (Messages) take {a}"),
-                    );
-                }
-            }
-        }
-        None => field(
-            &mut out,
-            "endpoints",
-            "none: no request can be sent to this base URL",
-        ),
-    }
-    for f in &setup {
-        let label = match f.severity {
-            Severity::Error => "error",
-            Severity::Note => "note",
-        };
-        field(&mut out, label, &scrub.clean(&f.text));
-    }
-    let _ = writeln!(out);
+    let setup_failed = check.print_setup(&mut out, &setup);
 
     // Steps 2..: per protocol, the minimal request, then streamed.
-    let agent = probe::agent();
-    let run_id = crate::util::random_base62(10);
-    let mut outcomes: Vec<Outcome> = Vec::new();
-    let mut causes: Vec<Option<String>> = Vec::new();
-    let mut step = 1;
-    for &proto in &protocols {
-        for stream in [false, true] {
-            step += 1;
-            let _ = write!(
-                out,
-                "[{step}/{total_steps}] {}, {}: ",
-                proto.title(),
-                if stream { "streaming" } else { "non-streaming" }
-            );
-            let _ = out.flush();
-            let client_id = format!(
-                "doctor-{run_id}-{}-{}",
-                proto.name(),
-                if stream { "stream" } else { "plain" }
-            );
-            let o = match &shape.base {
-                Some(base) => probe::run(&agent, proto, base, key, model, stream, &client_id),
-                None => not_sent(proto, stream, &client_id),
-            };
-            let plain = outcomes.iter().find(|p| p.proto == proto && !p.stream);
-            let cause = o
-                .failure
-                .as_ref()
-                .map(|_| cause::likely_cause(&o, plain, &shape, model, container.is_some()));
-            print_outcome(&mut out, &o, cause.as_deref(), &scrub);
-            outcomes.push(o);
-            causes.push(cause);
-        }
-    }
+    let (outcomes, causes) = check.requests(&mut out);
 
     let failed_requests = outcomes.iter().filter(|o| !o.passed()).count();
     let failed_steps = failed_requests + usize::from(setup_failed);
+    print_result(&mut out, failed_steps, check.total_steps);
+    let setup_errors: Vec<String> = setup
+        .iter()
+        .filter(|f| f.severity == Severity::Error)
+        .map(|f| f.text.clone())
+        .collect();
+    let run = Run {
+        started_unix,
+        setup_errors: &setup_errors,
+        outcomes: &outcomes,
+        causes: &causes,
+        failed_steps,
+    };
+    let _ = write!(out, "{}", check.report(&run));
+    let _ = out.flush();
+    if failed_steps == 0 {
+        0
+    } else {
+        1
+    }
+}
+
+/// The protocols to check and the key as given, or what makes the arguments unusable (exit code 2).
+fn usable_arguments(args: &DoctorArgs) -> Result<(Vec<Proto>, String), String> {
+    let protocols = parse_protocols(&args.protocol).map_err(|e| format!("--protocol: {e}"))?;
+    let given_key = key_argument(args)?;
+    if args.model.trim().is_empty() {
+        return Err("--model: the model name is empty".into());
+    }
+    Ok((protocols, given_key))
+}
+
+/// What every step needs: what is checked, where, with what key and model.
+struct Check<'a> {
+    protocols: &'a [Proto],
+    shape: &'a url::Shape,
+    /// The key and the model as sent (cleaned), and the key as given.
+    key: &'a str,
+    given_key: &'a str,
+    model: &'a str,
+    /// Why this looks like a container, if it does.
+    container: Option<String>,
+    total_steps: usize,
+    /// Removes the key from what is printed.
+    scrub: report::Scrubber<'a>,
+}
+
+/// What the steps gave, for the support report.
+struct Run<'a> {
+    started_unix: u64,
+    setup_errors: &'a [String],
+    outcomes: &'a [Outcome],
+    causes: &'a [Option<String>],
+    failed_steps: usize,
+}
+
+impl Check<'_> {
+    /// The first lines: what is checked, where, and with what (`config`: a local tollgate's config file,
+    /// whose data directory's permissions are checked too).
+    fn print_header(&self, out: &mut impl Write, config: Option<&std::path::Path>) {
+        let _ = writeln!(
+            out,
+            "{CLIENT}: the diagnostic procedure of the specification"
+        );
+        field(out, "base URL", &self.shape.redacted);
+        field(out, "key", &report::key_preview(self.key));
+        field(out, "model", self.model);
+        if let Some(path) = config {
+            match crate::config::Config::load(path) {
+                Ok(c) => match crate::util::data_dir_exposure(&c.data_dir) {
+                    Some(w) => field(out, "data dir", &format!("WARNING: {w}")),
+                    None => field(out, "data dir", "private (not open to other users)"),
+                },
+                Err(e) => field(out, "config", &format!("cannot read: {e}")),
+            }
+        }
+        field(
+            out,
+            "protocols",
+            &self
+                .protocols
+                .iter()
+                .map(|p| p.name())
+                .collect::<Vec<_>>()
+                .join(", "),
+        );
+        field(
+            out,
+            "local servers",
+            &local_servers(self.shape.base.as_deref()),
+        );
+        let _ = writeln!(out);
+    }
+
+    /// Step 1: its verdict, the endpoints the requests go to, which client family takes which form, and
+    /// each finding (`setup`: errors first). Returns whether the step failed.
+    fn print_setup(&self, out: &mut impl Write, setup: &[&Finding]) -> bool {
+        let failed = setup.iter().any(|f| f.severity == Severity::Error);
+        let _ = writeln!(
+            out,
+            "[1/{}] Base URL and key: {}",
+            self.total_steps,
+            if failed { "FAIL" } else { "PASS" }
+        );
+        match &self.shape.base {
+            Some(base) => {
+                let eps: Vec<String> = self
+                    .protocols
+                    .iter()
+                    .map(|p| format!("{base}{}", p.sdk_path()))
+                    .collect();
+                field(out, "endpoints", &eps.join(", "));
+                if !self.shape.has_errors() {
+                    if let (Some(o), Some(a)) =
+                        (self.shape.openai_base(), self.shape.anthropic_base())
+                    {
+                        field(
+                            out,
+                            "clients",
+                            &format!("OpenAI SDKs (Chat Completions, Responses) take {o}; Anthropic SDKs (Messages) take {a}"),
+                        );
+                    }
+                }
+            }
+            None => field(
+                out,
+                "endpoints",
+                "none: no request can be sent to this base URL",
+            ),
+        }
+        for f in setup {
+            let label = match f.severity {
+                Severity::Error => "error",
+                Severity::Note => "note",
+            };
+            field(out, label, &self.scrub.clean(&f.text));
+        }
+        let _ = writeln!(out);
+        failed
+    }
+
+    /// Steps 2..: per protocol, the minimal request, then the same streamed; each printed as it ends.
+    /// Returns the outcomes and, for each, the likely cause of its failure.
+    fn requests(&self, out: &mut impl Write) -> (Vec<Outcome>, Vec<Option<String>>) {
+        let agent = probe::agent();
+        let run_id = crate::util::random_base62(10);
+        let mut outcomes: Vec<Outcome> = Vec::new();
+        let mut causes: Vec<Option<String>> = Vec::new();
+        let mut step = 1;
+        for &proto in self.protocols {
+            for stream in [false, true] {
+                step += 1;
+                let _ = write!(
+                    out,
+                    "[{step}/{}] {}, {}: ",
+                    self.total_steps,
+                    proto.title(),
+                    if stream { "streaming" } else { "non-streaming" }
+                );
+                let _ = out.flush();
+                let client_id = format!(
+                    "doctor-{run_id}-{}-{}",
+                    proto.name(),
+                    if stream { "stream" } else { "plain" }
+                );
+                let o = match &self.shape.base {
+                    Some(base) => probe::run(
+                        &agent, proto, base, self.key, self.model, stream, &client_id,
+                    ),
+                    None => not_sent(proto, stream, &client_id),
+                };
+                let plain = outcomes.iter().find(|p| p.proto == proto && !p.stream);
+                let cause = o.failure.as_ref().map(|_| {
+                    let in_container = self.container.is_some();
+                    cause::likely_cause(&o, plain, self.shape, self.model, in_container)
+                });
+                print_outcome(out, &o, cause.as_deref(), &self.scrub);
+                outcomes.push(o);
+                causes.push(cause);
+            }
+        }
+        (outcomes, causes)
+    }
+
+    /// The support report of this check.
+    fn report(&self, run: &Run) -> String {
+        report::render(&report::Facts {
+            started_unix: run.started_unix,
+            local_offset: report::local_offset(),
+            os: report::os_description(),
+            container: self.container.clone(),
+            proxy: report::proxy_setting(),
+            key: self.key,
+            given_key: self.given_key,
+            model: self.model,
+            protocols: self.protocols,
+            redacted_url: &self.shape.redacted,
+            setup_errors: run.setup_errors,
+            outcomes: run.outcomes,
+            causes: run.causes,
+            failed_steps: run.failed_steps,
+            total_steps: self.total_steps,
+        })
+    }
+}
+
+/// The verdict line, and the heading of the support report below it.
+fn print_result(out: &mut impl Write, failed_steps: usize, total_steps: usize) {
     if failed_steps == 0 {
         let _ = writeln!(
             out,
@@ -263,35 +366,6 @@ pub fn run(args: DoctorArgs) -> i32 {
         out,
         "Support report (paste everything between the two marker lines into a support request):"
     );
-    let setup_errors: Vec<String> = setup
-        .iter()
-        .filter(|f| f.severity == Severity::Error)
-        .map(|f| f.text.clone())
-        .collect();
-    let facts = report::Facts {
-        started_unix,
-        local_offset: report::local_offset(),
-        os: report::os_description(),
-        container,
-        proxy: report::proxy_setting(),
-        key,
-        given_key: &given_key,
-        model,
-        protocols: &protocols,
-        redacted_url: &shape.redacted,
-        setup_errors: &setup_errors,
-        outcomes: &outcomes,
-        causes: &causes,
-        failed_steps,
-        total_steps,
-    };
-    let _ = write!(out, "{}", report::render(&facts));
-    let _ = out.flush();
-    if failed_steps == 0 {
-        0
-    } else {
-        1
-    }
 }
 
 /// The OpenAI-compatible servers at the well-known local addresses (what tollgate's discovery finds with
@@ -441,31 +515,12 @@ fn check_model(given: &str) -> (String, Vec<Finding>) {
 
 /// A step that could not be tried: no URL could be derived from the base URL.
 pub(crate) fn not_sent(proto: Proto, stream: bool, client_id: &str) -> Outcome {
-    Outcome {
-        proto,
-        stream,
-        url: String::new(),
-        client_request_id: client_id.to_string(),
-        status: None,
-        content_type: None,
-        request_id: None,
-        echoed: false,
-        headers_at: None,
-        first_byte: None,
-        first_text: None,
-        total: std::time::Duration::ZERO,
-        text: String::new(),
-        events: 0,
-        failure: Some(kinds::Failure {
-            kind: Kind::Connect(Connect::Other),
-            detail: "not sent: the base URL gives no usable address (see step 1)".into(),
-            message: None,
-            code: None,
-            retry_after: None,
-            location: None,
-        }),
-        notes: Vec::new(),
-    }
+    let mut o = Outcome::new(proto, stream, String::new(), client_id);
+    o.failure = Some(kinds::Failure::new(
+        Kind::Connect(Connect::Other),
+        "not sent: the base URL gives no usable address (see step 1)",
+    ));
+    o
 }
 
 fn field(out: &mut impl Write, label: &str, value: &str) {
