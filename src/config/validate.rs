@@ -125,59 +125,37 @@ impl Problems {
             default
         })
     }
+
+    /// A count above 0 (`default` when unset).
+    fn positive(&mut self, field: &str, v: Option<usize>, default: usize) -> usize {
+        self.take(positive(field, v, default), default)
+    }
+
+    /// Seconds above 0 (`default` when unset).
+    fn secs(&mut self, field: &str, v: Option<u64>, default: u64) -> Duration {
+        self.take(secs(field, v, default), Duration::ZERO)
+    }
+
+    /// Milliseconds above 0 (`default` when unset).
+    fn millis(&mut self, field: &str, v: Option<u64>, default: u64) -> Duration {
+        self.take(millis(field, v, default), Duration::ZERO)
+    }
+
+    /// Bytes above 0 (`default` when unset).
+    fn bytes(&mut self, field: &str, v: Option<u64>, default: u64) -> u64 {
+        self.take(bytes(field, v, default), 0)
+    }
 }
 
+/// The whole config: every problem is collected (in the order below, which is the order they are reported
+/// in) before the first one stops it.
 pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
     let mut p = Problems::default();
-    let listen = raw.listen.unwrap_or_else(|| "127.0.0.1:8080".into());
-    if listen.parse::<SocketAddr>().is_err() {
-        p.errors.push(err(
-            "listen",
-            format!("expected host:port such as 127.0.0.1:8080, got {listen:?}"),
-        ));
-    }
-    let log_level = raw.log_level.unwrap_or_else(|| "info".into());
-    if !["error", "warn", "info", "debug", "trace", "off"].contains(&log_level.as_str()) {
-        p.errors.push(err(
-            "log_level",
-            format!("expected one of error, warn, info, debug, trace, off; got {log_level:?}"),
-        ));
-    }
-    let admin_token_env = raw
-        .admin_token_env
-        .unwrap_or_else(|| "TOLLGATE_ADMIN_TOKEN".into());
-    if admin_token_env.is_empty() {
-        p.errors.push(err(
-            "admin_token_env",
-            "expected the name of an environment variable, got an empty string",
-        ));
-    }
+    let listen = p.take(listen(raw.listen), String::new());
+    let log_level = p.take(log_level(raw.log_level), String::new());
+    let admin_token_env = p.take(admin_token_env(raw.admin_token_env), String::new());
     let declared: Vec<String> = raw.upstreams.iter().map(|u| u.name.clone()).collect();
-    let mut seen = HashSet::new();
-    let mut upstreams = Vec::new();
-    let mut deployments: HashMap<String, Vec<String>> = HashMap::new();
-    for (i, u) in raw.upstreams.into_iter().enumerate() {
-        let envs = u.api_key_envs.clone();
-        if let Some(u) = p.take(validate_upstream(i, u, &mut seen).map(Some), None) {
-            upstream_warnings(i, &u, &mut p.warnings);
-            match envs {
-                Some(envs) => {
-                    let each = per_credential(u, &envs);
-                    deployments.insert(
-                        each[0]
-                            .name
-                            .split('#')
-                            .next()
-                            .unwrap_or_default()
-                            .to_string(),
-                        each.iter().map(|d| d.name.clone()).collect(),
-                    );
-                    upstreams.extend(each);
-                }
-                None => upstreams.push(u),
-            }
-        }
-    }
+    let (upstreams, deployments) = validate_upstreams(raw.upstreams, &mut p);
     let discovery = raw.discovery.map(|d| validate_discovery(d, &mut p));
     let mut models = validate_models(raw.models, &declared, discovery.is_some(), &mut p);
     for m in &mut models {
@@ -190,38 +168,20 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         listen,
         data_dir: PathBuf::from(raw.data_dir.unwrap_or_else(|| "./tollgate-data".into())),
         admin_token_env,
-        workers: p.take(positive("workers", raw.workers, 256), 256),
-        queue_size: p.take(positive("queue_size", raw.queue_size, 1024), 1024),
-        max_connections: p.take(positive("max_connections", raw.max_connections, 4096), 4096),
-        max_body_bytes: p.take(bytes("max_body_bytes", raw.max_body_bytes, 32 << 20), 0),
-        max_buffered_body_bytes: p.take(
-            bytes(
-                "max_buffered_body_bytes",
-                raw.max_buffered_body_bytes,
-                256 << 20,
-            ),
-            0,
+        workers: p.positive("workers", raw.workers, 256),
+        queue_size: p.positive("queue_size", raw.queue_size, 1024),
+        max_connections: p.positive("max_connections", raw.max_connections, 4096),
+        max_body_bytes: p.bytes("max_body_bytes", raw.max_body_bytes, 32 << 20),
+        max_buffered_body_bytes: p.bytes(
+            "max_buffered_body_bytes",
+            raw.max_buffered_body_bytes,
+            256 << 20,
         ),
-        read_timeout: p.take(
-            secs("read_timeout_secs", raw.read_timeout_secs, 60),
-            Duration::ZERO,
-        ),
-        write_timeout: p.take(
-            secs("write_timeout_secs", raw.write_timeout_secs, 60),
-            Duration::ZERO,
-        ),
-        shutdown_grace: p.take(
-            secs("shutdown_grace_secs", raw.shutdown_grace_secs, 30),
-            Duration::ZERO,
-        ),
-        keepalive: p.take(
-            secs("keepalive_secs", raw.keepalive_secs, 15),
-            Duration::ZERO,
-        ),
-        ledger_sync: p.take(
-            millis("ledger_sync_ms", raw.ledger_sync_ms, 200),
-            Duration::ZERO,
-        ),
+        read_timeout: p.secs("read_timeout_secs", raw.read_timeout_secs, 60),
+        write_timeout: p.secs("write_timeout_secs", raw.write_timeout_secs, 60),
+        shutdown_grace: p.secs("shutdown_grace_secs", raw.shutdown_grace_secs, 30),
+        keepalive: p.secs("keepalive_secs", raw.keepalive_secs, 15),
+        ledger_sync: p.millis("ledger_sync_ms", raw.ledger_sync_ms, 200),
         ledger_strict: raw.ledger_strict.unwrap_or(false),
         ledger_backlog_records: p.take(backlog(raw.ledger_backlog_records), 0),
         log_level,
@@ -242,6 +202,70 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         warnings: p.warnings,
         ..config
     })
+}
+
+/// `listen`: host:port (127.0.0.1:8080 when unset).
+fn listen(v: Option<String>) -> Result<String, ConfigError> {
+    let listen = v.unwrap_or_else(|| "127.0.0.1:8080".into());
+    if listen.parse::<SocketAddr>().is_err() {
+        return Err(err(
+            "listen",
+            format!("expected host:port such as 127.0.0.1:8080, got {listen:?}"),
+        ));
+    }
+    Ok(listen)
+}
+
+/// `log_level`: one of the levels (`info` when unset).
+fn log_level(v: Option<String>) -> Result<String, ConfigError> {
+    let log_level = v.unwrap_or_else(|| "info".into());
+    if !["error", "warn", "info", "debug", "trace", "off"].contains(&log_level.as_str()) {
+        return Err(err(
+            "log_level",
+            format!("expected one of error, warn, info, debug, trace, off; got {log_level:?}"),
+        ));
+    }
+    Ok(log_level)
+}
+
+/// `admin_token_env`: the name of a variable (`TOLLGATE_ADMIN_TOKEN` when unset).
+fn admin_token_env(v: Option<String>) -> Result<String, ConfigError> {
+    let name = v.unwrap_or_else(|| "TOLLGATE_ADMIN_TOKEN".into());
+    if name.is_empty() {
+        return Err(err(
+            "admin_token_env",
+            "expected the name of an environment variable, got an empty string",
+        ));
+    }
+    Ok(name)
+}
+
+/// The `[[upstreams]]` entries, an upstream with several credentials as one deployment each; and those
+/// deployments' names by their upstream's name.
+fn validate_upstreams(
+    raw: Vec<RawUpstream>,
+    p: &mut Problems,
+) -> (Vec<Upstream>, HashMap<String, Vec<String>>) {
+    let mut seen = HashSet::new();
+    let mut upstreams = Vec::new();
+    let mut deployments: HashMap<String, Vec<String>> = HashMap::new();
+    for (i, u) in raw.into_iter().enumerate() {
+        let envs = u.api_key_envs.clone();
+        let Some(u) = p.take(validate_upstream(i, u, &mut seen).map(Some), None) else {
+            continue;
+        };
+        upstream_warnings(i, &u, &mut p.warnings);
+        match envs {
+            Some(envs) => {
+                let name = u.name.clone();
+                let each = per_credential(u, &envs);
+                deployments.insert(name, each.iter().map(|d| d.name.clone()).collect());
+                upstreams.extend(each);
+            }
+            None => upstreams.push(u),
+        }
+    }
+    (upstreams, deployments)
 }
 
 /// `[discovery]`: the base URLs to probe (default: the well-known local ones) and how often.
@@ -351,51 +375,11 @@ fn validate_upstream(
     seen: &mut HashSet<String>,
 ) -> Result<Upstream, ConfigError> {
     let f = |k: &str| format!("upstreams[{i}].{k}");
-    if u.name.is_empty() {
-        return Err(err(f("name"), "expected a non-empty name"));
-    }
-    if !seen.insert(u.name.clone()) {
-        return Err(err(
-            f("name"),
-            format!("duplicate upstream name {:?}", u.name),
-        ));
-    }
-    if u.name.contains('#') {
-        return Err(err(
-            f("name"),
-            format!(
-                "expected a name without `#` (it names one credential's deployment), got {:?}",
-                u.name
-            ),
-        ));
-    }
-    match (&u.api_key_env, &u.api_key_envs) {
-        (Some(_), Some(_)) => {
-            return Err(err(
-                f("api_key_envs"),
-                "give api_key_env (one credential) or api_key_envs (several), not both",
-            ))
-        }
-        (None, Some(v)) if v.is_empty() => {
-            return Err(err(
-                f("api_key_envs"),
-                "expected at least one variable name",
-            ))
-        }
-        _ => {}
-    }
+    check_upstream_name(&u.name, seen, &f)?;
+    check_credentials(&u, &f)?;
     let (kind, base_url) = kind_and_url(&u.kind, u.base_url, &f)?;
     let is_openai = base_url.contains("://api.openai.com");
-    // An unset variable does not stop the gateway: the upstream answers 502 naming it (see `missing_key`).
-    let api_key = u
-        .api_key_env
-        .as_deref()
-        .and_then(|var| std::env::var(var).ok())
-        .filter(|v| !v.is_empty());
-    let missing_key = match (&u.api_key_env, &api_key) {
-        (Some(var), None) => Some(var.clone()),
-        _ => None,
-    };
+    let (api_key, missing_key) = credential(u.api_key_env.as_deref());
     Ok(Upstream {
         name: u.name,
         kind,
@@ -411,29 +395,91 @@ fn validate_upstream(
         idle_timeout: secs(&f("idle_timeout_secs"), u.idle_timeout_secs, 300)?,
         mock_delay: Duration::from_millis(u.mock_delay_ms.unwrap_or(0)),
         total_timeout: secs(&f("total_timeout_secs"), u.total_timeout_secs, 3600)?,
-        breaker_failures: match u.breaker_failures {
-            Some(0) => {
-                return Err(err(
-                    f("breaker_failures"),
-                    "expected a number of failures greater than 0",
-                ))
-            }
-            Some(n) => n,
-            None => 5,
-        },
+        breaker_failures: breaker_failures(u.breaker_failures, &f)?,
         breaker_cooldown: secs(&f("breaker_cooldown_secs"), u.breaker_cooldown_secs, 30)?,
-        max_completion_tokens: match u.max_tokens_field.as_deref() {
-            None => is_openai,
-            Some("max_tokens") => false,
-            Some("max_completion_tokens") => true,
-            Some(other) => {
-                return Err(err(
-                    f("max_tokens_field"),
-                    format!("expected \"max_tokens\" or \"max_completion_tokens\", got {other:?}"),
-                ))
-            }
-        },
+        max_completion_tokens: max_completion_tokens(u.max_tokens_field.as_deref(), is_openai, &f)?,
     })
+}
+
+/// An upstream's name: not empty, not taken, and without `#` (which names one credential's deployment).
+fn check_upstream_name(
+    name: &str,
+    seen: &mut HashSet<String>,
+    f: &dyn Fn(&str) -> String,
+) -> Result<(), ConfigError> {
+    if name.is_empty() {
+        return Err(err(f("name"), "expected a non-empty name"));
+    }
+    if !seen.insert(name.to_string()) {
+        return Err(err(f("name"), format!("duplicate upstream name {name:?}")));
+    }
+    if name.contains('#') {
+        return Err(err(
+            f("name"),
+            format!(
+                "expected a name without `#` (it names one credential's deployment), got {name:?}"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `api_key_env` (one credential) or `api_key_envs` (several, at least one), not both.
+fn check_credentials(u: &RawUpstream, f: &dyn Fn(&str) -> String) -> Result<(), ConfigError> {
+    match (&u.api_key_env, &u.api_key_envs) {
+        (Some(_), Some(_)) => Err(err(
+            f("api_key_envs"),
+            "give api_key_env (one credential) or api_key_envs (several), not both",
+        )),
+        (None, Some(v)) if v.is_empty() => Err(err(
+            f("api_key_envs"),
+            "expected at least one variable name",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The key in the variable `env` names, or (when it is unset or empty) the variable's name as missing. An
+/// unset variable does not stop the gateway: the upstream answers 502 naming it.
+fn credential(env: Option<&str>) -> (Option<String>, Option<String>) {
+    let api_key = env
+        .and_then(|var| std::env::var(var).ok())
+        .filter(|v| !v.is_empty());
+    let missing_key = match (env, &api_key) {
+        (Some(var), None) => Some(var.to_string()),
+        _ => None,
+    };
+    (api_key, missing_key)
+}
+
+/// `breaker_failures`: failures in a row before the breaker skips the upstream (5 when unset).
+fn breaker_failures(v: Option<u32>, f: &dyn Fn(&str) -> String) -> Result<u32, ConfigError> {
+    match v {
+        Some(0) => Err(err(
+            f("breaker_failures"),
+            "expected a number of failures greater than 0",
+        )),
+        Some(n) => Ok(n),
+        None => Ok(5),
+    }
+}
+
+/// `max_tokens_field`: whether the output limit is sent as `max_completion_tokens` (unset: only to
+/// api.openai.com) or as `max_tokens`.
+fn max_completion_tokens(
+    v: Option<&str>,
+    is_openai: bool,
+    f: &dyn Fn(&str) -> String,
+) -> Result<bool, ConfigError> {
+    match v {
+        None => Ok(is_openai),
+        Some("max_tokens") => Ok(false),
+        Some("max_completion_tokens") => Ok(true),
+        Some(other) => Err(err(
+            f("max_tokens_field"),
+            format!("expected \"max_tokens\" or \"max_completion_tokens\", got {other:?}"),
+        )),
+    }
 }
 
 /// An upstream's kind and its base URL (required, http or https, without a trailing slash; none for the
@@ -537,7 +583,6 @@ fn validate_models(
     models
 }
 
-/// One `[[models]]` entry: its upstreams must exist.
 /// A model's `route` and `weights` (one per upstream, each above 0; `weighted` without weights: equal).
 fn route_of(
     route: Option<&str>,
@@ -583,6 +628,7 @@ fn route_of(
     Ok((route, weights))
 }
 
+/// One `[[models]]` entry: its upstreams must exist.
 fn validate_model(
     i: usize,
     m: RawModel,
@@ -590,15 +636,7 @@ fn validate_model(
     seen: &mut HashSet<String>,
 ) -> Result<Model, ConfigError> {
     let f = |k: &str| format!("models[{i}].{k}");
-    if m.name.is_empty() || m.name.chars().any(char::is_whitespace) {
-        return Err(err(
-            f("name"),
-            format!("expected a non-empty name without spaces, got {:?}", m.name),
-        ));
-    }
-    if !seen.insert(m.name.clone()) {
-        return Err(err(f("name"), format!("duplicate model name {:?}", m.name)));
-    }
+    check_model_name(&m.name, seen, &f)?;
     let names = match m.upstream {
         OneOrMany::One(s) => vec![s],
         OneOrMany::Many(v) => v,
@@ -610,18 +648,7 @@ fn validate_model(
         ));
     }
     let (route, weights) = route_of(m.route.as_deref(), m.weights, names.len(), &f)?;
-    for n in &names {
-        if !upstreams.iter().any(|u| u == n) {
-            let known: Vec<&str> = upstreams.iter().map(String::as_str).collect();
-            return Err(err(
-                f("upstream"),
-                format!(
-                    "unknown upstream {n:?}; expected one of [{}]",
-                    known.join(", ")
-                ),
-            ));
-        }
-    }
+    check_upstreams_known(&names, upstreams, &f)?;
     for (k, v) in [
         ("input_price", m.input_price),
         ("output_price", m.output_price),
@@ -652,17 +679,60 @@ fn validate_model(
         weights,
         aliases: m.aliases,
         discovered: None,
-        structured_via_tool: match m.structured_output.as_deref() {
-            None | Some("native") => false,
-            Some("tool") => true,
-            Some(other) => {
-                return Err(err(
-                    f("structured_output"),
-                    format!("expected \"native\" or \"tool\", got {other:?}"),
-                ))
-            }
-        },
+        structured_via_tool: structured_via_tool(m.structured_output.as_deref(), &f)?,
     })
+}
+
+/// A model's name: not empty, no whitespace, not taken.
+fn check_model_name(
+    name: &str,
+    seen: &mut HashSet<String>,
+    f: &dyn Fn(&str) -> String,
+) -> Result<(), ConfigError> {
+    if name.is_empty() || name.chars().any(char::is_whitespace) {
+        return Err(err(
+            f("name"),
+            format!("expected a non-empty name without spaces, got {name:?}"),
+        ));
+    }
+    if !seen.insert(name.to_string()) {
+        return Err(err(f("name"), format!("duplicate model name {name:?}")));
+    }
+    Ok(())
+}
+
+/// Every upstream a model names is declared.
+fn check_upstreams_known(
+    names: &[String],
+    upstreams: &[String],
+    f: &dyn Fn(&str) -> String,
+) -> Result<(), ConfigError> {
+    for n in names {
+        if !upstreams.iter().any(|u| u == n) {
+            let known: Vec<&str> = upstreams.iter().map(String::as_str).collect();
+            return Err(err(
+                f("upstream"),
+                format!(
+                    "unknown upstream {n:?}; expected one of [{}]",
+                    known.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `structured_output`: `native` (the default) or `tool` (an Anthropic upstream is asked for structured
+/// output with a forced tool).
+fn structured_via_tool(v: Option<&str>, f: &dyn Fn(&str) -> String) -> Result<bool, ConfigError> {
+    match v {
+        None | Some("native") => Ok(false),
+        Some("tool") => Ok(true),
+        Some(other) => Err(err(
+            f("structured_output"),
+            format!("expected \"native\" or \"tool\", got {other:?}"),
+        )),
+    }
 }
 
 /// The `[[groups]]` entries; with none, one `default` group may use every model.
