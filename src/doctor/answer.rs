@@ -1,5 +1,5 @@
-//! Reading answers: the text, the stop reason and the error fields of each protocol's response body, and
-//! small formatting helpers for the report.
+//! Reading answers: the text, the stop reason and the error fields of each protocol's response body (the
+//! short texts of the output are in `text.rs`).
 
 use serde_json::Value;
 
