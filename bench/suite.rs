@@ -5,6 +5,9 @@
 //! footprint, request, wrk, accounting, streaming, sustained, logging, many-streams, offline (or the letter
 //! earlier reports used for it: d, a, w, e, b, s, l, c; `e` also selects offline).
 //!
+//! Each section of the output is headed by its phase's name and the id of the measurement in it (`request
+//! (A1)`), which docs/PERFORMANCE.md uses.
+//!
 //! Every figure through tollgate is set against the direct path (the same client talking to the same fake
 //! upstream) measured in the same run. CPU time comes from `/proc/<pid>/stat` (utime + stime, all threads)
 //! read at the edges of each measured window, divided by the requests completed in that window.
@@ -474,7 +477,7 @@ fn machine(bins: &Bins) {
 /// D: binary size, cold start (spawn to first answered request), idle memory (measured on the main
 /// instance).
 fn footprint(ctx: &mut Ctx) {
-    println!("## D. Binary size and cold start");
+    println!("## footprint (D): binary size and cold start");
     println!();
     let size = std::fs::metadata(&ctx.bins.tollgate).map_or(0, |m| m.len());
     println!(
@@ -580,7 +583,7 @@ fn print_load(name: &str, r: &LoadResult) {
 }
 
 /// Runs direct / passthrough / translation interleaved for `rounds` rounds; returns the merged results.
-fn abc_rounds(
+fn interleaved_paths(
     ctx: &Ctx,
     gw: &Gateway,
     keys: &mut Keys,
@@ -675,9 +678,9 @@ fn main_instance(ctx: &mut Ctx, run: &dyn Fn(Phase) -> bool) {
     );
 
     if run(Phase::Request) {
-        println!("## A1. Non-streaming small requests, 1 connection (closed loop), {} × {} s per path, interleaved", ctx.plan.rounds, ctx.plan.one_conn.as_secs_f64());
+        println!("## request (A1): non-streaming small requests, 1 connection (closed loop), {} × {} s per path, interleaved", ctx.plan.rounds, ctx.plan.one_conn.as_secs_f64());
         println!();
-        let r = abc_rounds(ctx, &gw, &mut keys, 1, ctx.plan.one_conn, None, &watch);
+        let r = interleaved_paths(ctx, &gw, &mut keys, 1, ctx.plan.one_conn, None, &watch);
         let (d, p, t) = (&r[0].1, &r[1].1, &r[2].1);
         let add = |x: &LoadResult, q: f64| x.p(q) - d.p(q);
         println!();
@@ -714,14 +717,14 @@ fn main_instance(ctx: &mut Ctx, run: &dyn Fn(Phase) -> bool) {
         );
 
         println!(
-            "## A1b. The same at a low rate: 1 connection, open loop at 100 req/s, {} × {} s per path, interleaved",
+            "## request (A1b): the same at a low rate: 1 connection, open loop at 100 req/s, {} × {} s per path, interleaved",
             ctx.plan.rounds,
             ctx.plan.many_conn.as_secs_f64()
         );
         println!();
         println!("  (requests arrive 10 ms apart, so every thread on the path has gone to sleep in between)");
         println!();
-        let r = abc_rounds(
+        let r = interleaved_paths(
             ctx,
             &gw,
             &mut keys,
@@ -748,9 +751,9 @@ fn main_instance(ctx: &mut Ctx, run: &dyn Fn(Phase) -> bool) {
             Some(add(p, 0.5) <= 100.0 && add(p, 0.99) <= 500.0),
         );
 
-        println!("## A2. Non-streaming small requests, 16 connections (closed loop), {} × {} s per path, interleaved", ctx.plan.rounds, ctx.plan.many_conn.as_secs_f64());
+        println!("## request (A2): non-streaming small requests, 16 connections (closed loop), {} × {} s per path, interleaved", ctx.plan.rounds, ctx.plan.many_conn.as_secs_f64());
         println!();
-        let r = abc_rounds(ctx, &gw, &mut keys, 16, ctx.plan.many_conn, None, &watch);
+        let r = interleaved_paths(ctx, &gw, &mut keys, 16, ctx.plan.many_conn, None, &watch);
         let (d, p, t) = (&r[0].1, &r[1].1, &r[2].1);
         println!();
         println!(
@@ -823,7 +826,7 @@ fn main_instance(ctx: &mut Ctx, run: &dyn Fn(Phase) -> bool) {
     }
 
     if run(Phase::Accounting) {
-        println!("## E2. Cost of auth + limits + ledger: a key without limits or credit vs one with rpm/tpm/max_concurrent and a credit");
+        println!("## accounting (E2): cost of auth + limits + ledger: a key without limits or credit vs one with rpm/tpm/max_concurrent and a credit");
         println!();
         println!("  open loop at 2,000 req/s over 16 connections, passthrough, {} × {} s per key, interleaved; fresh key per run", ctx.plan.rounds, ctx.plan.many_conn.as_secs_f64());
         println!();
@@ -865,7 +868,7 @@ fn main_instance(ctx: &mut Ctx, run: &dyn Fn(Phase) -> bool) {
             free.p(0.5),
             lim.p(0.5)
         );
-        println!("  (the ledger cannot be switched off; its in-process cost is in the microbenchmark, E3)");
+        println!("  (the ledger cannot be switched off; its in-process cost is in the microbenchmark, offline (E3))");
         println!();
         ctx.summary.add(
             "limits + credit vs none: extra tollgate CPU per request (2k req/s)",
@@ -899,7 +902,7 @@ fn main_instance(ctx: &mut Ctx, run: &dyn Fn(Phase) -> bool) {
 /// per request), as a cross-check.
 fn wrk_cross_check(ctx: &mut Ctx, gw: &Gateway, keys: &mut Keys, watch: &Watch) {
     println!(
-        "## A3. Cross-check with wrk (2 threads, 16 connections, {} s)",
+        "## wrk (A3): cross-check with wrk (2 threads, 16 connections, {} s)",
         ctx.plan.many_conn.as_secs()
     );
     println!();
@@ -1016,7 +1019,7 @@ fn streaming(ctx: &mut Ctx, gw: &Gateway, keys: &mut Keys, watch: &Watch) {
     let events = 200;
     let gap_us = 1000;
     println!(
-        "## B. Streaming: {events}-event streams, {gap_us} µs between events, 1 connection, {} streams per path",
+        "## streaming (B): {events}-event streams, {gap_us} µs between events, 1 connection, {} streams per path",
         ctx.plan.streams_per_run
     );
     println!();
@@ -1117,7 +1120,7 @@ fn streaming(ctx: &mut Ctx, gw: &Gateway, keys: &mut Keys, watch: &Watch) {
 fn sustained(ctx: &mut Ctx, gw: &Gateway, keys: &mut Keys, watch: &Watch) {
     let secs = ctx.plan.sustained.as_secs();
     println!(
-        "## S. Sustained load on one key: passthrough, 16 connections, {secs} s, reported per 5 s"
+        "## sustained (S): load on one key: passthrough, 16 connections, {secs} s, reported per 5 s"
     );
     println!();
     println!("  (every admission stays in the key's one-minute rate window; this shows what that costs as it fills)");
@@ -1176,7 +1179,7 @@ fn sustained(ctx: &mut Ctx, gw: &Gateway, keys: &mut Keys, watch: &Watch) {
 // ---------------------------------------------------------------------------------------------------------
 /// A4: the same passthrough load with one log line per request (`log_level = "info"`).
 fn logging(ctx: &mut Ctx) {
-    println!("## A4. log_level = \"info\" (one log line per request, stderr to a file): passthrough, 16 connections");
+    println!("## logging (A4): log_level = \"info\" (one log line per request, stderr to a file): passthrough, 16 connections");
     println!();
     let inst = Instance::new(&ctx.root, "info", &config(ctx.upstream.addr, "info", ""));
     let mut keys = Keys::create(ctx, &inst, 2, 0);
@@ -1214,7 +1217,7 @@ fn many_streams(ctx: &mut Ctx) {
     let events = ctx.plan.slow_events;
     let workers = n + n / 10 + 16;
     println!(
-        "## C. {n} concurrent slow streams: {events} events 1 s apart each, passthrough, started 1 ms apart (workers = {workers})"
+        "## many-streams (C): {n} concurrent slow streams: {events} events 1 s apart each, passthrough, started 1 ms apart (workers = {workers})"
     );
     println!();
     let inst = Instance::new(
@@ -1332,7 +1335,7 @@ fn many_streams(ctx: &mut Ctx) {
 // ---------------------------------------------------------------------------------------------------------
 /// E1, E3: ledger replay (1M records) and the in-process microbenchmark of the pieces.
 fn offline(ctx: &mut Ctx) {
-    println!("## E1. Ledger replay, 1M records (bench/ledger_replay.rs)");
+    println!("## offline (E1): ledger replay, 1M records (bench/ledger_replay.rs)");
     println!();
     let out = std::process::Command::new(ctx.bins.example("ledger-replay"))
         .output()
@@ -1354,7 +1357,7 @@ fn offline(ctx: &mut Ctx) {
         secs.map(|s| s <= 3.0),
     );
 
-    println!("## E3. Microbenchmark of auth, accounting and ledger (bench/micro.rs, in process, one thread)");
+    println!("## offline (E3): microbenchmark of auth, accounting and ledger (bench/micro.rs, in process, one thread)");
     println!();
     let out = std::process::Command::new(ctx.bins.example("bench-micro"))
         .output()
