@@ -177,20 +177,22 @@ fn nodelay_is_set_on_every_accepted_socket() {
         write_timeout: Duration::from_secs(10),
         max_connections: 100,
         max_buffered_body_bytes: 1 << 30,
+        workers: 4,
+        queue_size: 16,
         screen: None,
+        overloaded: None,
     });
     let record = seen.clone();
-    let dispatch: Arc<http::Dispatch> = Arc::new(move |mut ex: Exchange| {
+    let handler: Arc<http::Handler> = Arc::new(move |ex: &mut Exchange| {
         record
             .lock()
             .unwrap()
             .push(ex.response().nodelay().unwrap());
         let _ = ex.response().send(200, &[], b"ok");
-        Ok(())
     });
     let render: Arc<http::ErrorRenderer> = Arc::new(|_, _, m| (Vec::new(), m.as_bytes().to_vec()));
     let state = Arc::new(ServerState::default());
-    std::thread::spawn(move || http::serve(listener, config, state, dispatch, render));
+    http::start(listener, config, state, handler, render).unwrap();
     for _ in 0..16 {
         let mut s = TcpStream::connect(addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -475,4 +477,97 @@ fn malformed_heads_get_clear_errors() {
     assert_eq!(read_response(&mut BufReader::new(s)).status, 400);
 
     assert_eq!(gw.request("GET", "/healthz", &[], b"").status, 200);
+}
+
+fn threads_of(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// Idle keep-alive connections cost buffers, not threads: 200 connections that each carried a request and
+/// stay open add no thread to the gateway (the pool's threads are all started with it).
+#[test]
+fn idle_keepalive_connections_take_no_thread() {
+    let gw = Gateway::start_mock("workers = 8");
+    // One request first, so every thread that exists at all is running.
+    assert_eq!(
+        gw.post(
+            "/v1/chat/completions",
+            &json!({"model": "mock", "messages": [{"role": "user", "content": "hi"}]})
+        )
+        .status,
+        200
+    );
+    let before = threads_of(gw.pid());
+    let auth = format!("Bearer {}", gw.key);
+    let mut held = Vec::new();
+    for _ in 0..200 {
+        let mut s = gw.connect();
+        send_request(
+            &mut s,
+            "POST",
+            "/v1/chat/completions",
+            &[("authorization", &auth)],
+            &chat_body("idle"),
+            false,
+        );
+        let mut r = BufReader::new(s);
+        assert_eq!(read_response(&mut r).status, 200);
+        held.push(r);
+    }
+    let during = threads_of(gw.pid());
+    assert!(
+        during <= before + 2,
+        "threads went from {before} to {during} with 200 idle connections open"
+    );
+    // Every held connection still carries requests.
+    for r in held.iter_mut().step_by(20) {
+        send_request(
+            r.get_mut(),
+            "POST",
+            "/v1/chat/completions",
+            &[("authorization", &auth)],
+            &chat_body("again"),
+            false,
+        );
+        assert_eq!(read_response(r).status, 200);
+    }
+}
+
+/// A request still arriving never holds a worker: with one worker and a queue of one, ten connections with
+/// half-sent heads and bodies do not keep a complete request from being served at once.
+#[test]
+fn partial_requests_hold_no_worker() {
+    let gw = Gateway::start_mock("workers = 1\nqueue_size = 1");
+    let auth = format!("Bearer {}", gw.key);
+    let mut partial = Vec::new();
+    for i in 0..10 {
+        let mut s = gw.connect();
+        let head = if i % 2 == 0 {
+            // Half a head.
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n".to_string()
+        } else {
+            // A whole head and part of its body.
+            format!("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n{{\"model\":")
+        };
+        s.write_all(head.as_bytes()).unwrap();
+        partial.push(s);
+    }
+    for _ in 0..3 {
+        let r = gw.post(
+            "/v1/chat/completions",
+            &json!({"model": "mock", "messages": [{"role": "user", "content": "through"}]}),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    // The partial requests are still waiting, not refused: finishing one gets it answered.
+    let mut s = partial.remove(1);
+    let rest = format!(
+        "{:<width$}",
+        "\"mock\",\"messages\":[{\"role\":\"user\",\"content\":\"late\"}]}",
+        width = 500 - "{\"model\":".len()
+    );
+    s.write_all(rest.as_bytes()).unwrap();
+    assert_eq!(read_response(&mut BufReader::new(s)).status, 200);
 }

@@ -5,15 +5,20 @@
 //! head size, header count and body size (413 before reading a byte of an oversized body), keep-alive,
 //! `Expect: 100-continue`, chunked request bodies, and a response writer that flushes every chunk.
 
+mod conn;
+mod poller;
+mod pool;
 mod request;
 mod response;
 mod server;
+mod shared;
 
 pub use request::{
     decode_path_segment, form_decode, parse_head, BodyKind, ChunkedDecoder, HttpError, Limits,
     Request,
 };
 pub use response::{reason, ResponseWriter, SharedStream, Withheld};
-pub use server::{
-    serve, Dispatch, Early, ErrorRenderer, Exchange, HttpConfig, Screen, ServerState,
+pub use server::start;
+pub use shared::{
+    Early, ErrorRenderer, Exchange, Handler, HttpConfig, Overloaded, Screen, ServerState,
 };

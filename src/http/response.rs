@@ -140,9 +140,14 @@ pub enum Withheld {
 
 impl ResponseWriter {
     pub(crate) fn new(stream: TcpStream) -> Self {
+        Self::from_shared(Arc::new(stream))
+    }
+
+    /// A writer on a socket the connection also holds (to read from and to watch).
+    pub(crate) fn from_shared(stream: Arc<TcpStream>) -> Self {
         ResponseWriter {
             shared: None,
-            stream: Arc::new(stream),
+            stream,
             state: State::Fresh,
             keep_alive: true,
             head_only: false,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::{metrics, stats, watchdog};
 use crate::access::KeyStore;
 use crate::config::Config;
-use crate::http::{Exchange, ServerState};
+use crate::http::ServerState;
 
 /// What every worker shares.
 pub struct Gateway {
@@ -35,8 +35,6 @@ pub struct Gateway {
     pub routing: crate::upstream::routing::Routing,
     /// Connection and overload counters of the HTTP layer.
     pub state: Arc<ServerState>,
-    /// The worker queue's sending side (for its depth).
-    pub queue: crossbeam_channel::Sender<Exchange>,
 }
 
 impl Gateway {

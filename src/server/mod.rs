@@ -27,8 +27,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, Receiver, TrySendError};
-
 use self::gateway::Gateway;
 use crate::access::KeyStore;
 use crate::config::Config;
@@ -136,7 +134,7 @@ pub fn run(
     replay: crate::ledger::Replay,
     listener: TcpListener,
 ) -> i32 {
-    let (gw, rx) = match build(config, keys, ledger, replay) {
+    let gw = match build(config, keys, ledger, replay) {
         Ok(built) => built,
         Err(e) => {
             log::error!("{e}");
@@ -144,7 +142,7 @@ pub fn run(
         }
     };
     let local = listener.local_addr().ok();
-    let signals = match start(&gw, rx, listener) {
+    let signals = match start(&gw, listener) {
         Ok(s) => s,
         Err(e) => {
             log::error!("{e}");
@@ -155,13 +153,12 @@ pub fn run(
 }
 
 /// Builds the shared state: the configuration with the console's overrides, keys, accounts, the ledger.
-/// Returns it with the receiving side of the worker queue.
 fn build(
     config: Config,
     keys: KeyStore,
     ledger: crate::ledger::Ledger,
     replay: crate::ledger::Replay,
-) -> Result<(Arc<Gateway>, Receiver<Exchange>), String> {
+) -> Result<Arc<Gateway>, String> {
     let admin_token = config
         .admin_token()
         .map(|t| crate::access::token_digest(&t));
@@ -173,13 +170,11 @@ fn build(
         .with_overrides(&overrides)
         .map_err(|e| format!("the console's overrides do not apply: {e}"))?;
     ledger.set_backlog_limit(config.ledger_backlog_records);
-    let (tx, rx) = bounded::<Exchange>(config.queue_size);
     let gw = Arc::new(Gateway {
         metrics: metrics::Metrics::default(),
         breakers: Default::default(),
         routing: Default::default(),
         state: Arc::new(ServerState::default()),
-        queue: tx,
         agent: crate::upstream::http::agent(config.workers),
         live: std::sync::RwLock::new(Arc::new(live)),
         overrides: std::sync::Mutex::new(overrides),
@@ -209,31 +204,18 @@ fn build(
         records.reverse();
         gw.stats.replay(&records);
     }
-    Ok((gw, rx))
+    Ok(gw)
 }
 
 /// Starts the watchdog, the workers, the key reloader and the accept loop, and installs the signal
 /// handlers. A thread that cannot be started stops startup.
 fn start(
     gw: &Arc<Gateway>,
-    rx: Receiver<Exchange>,
     listener: TcpListener,
 ) -> Result<signal_hook::iterator::Signals, String> {
     let config = &gw.base;
     let watchdog = gw.watchdog.clone();
     spawn("tollgate-watchdog", move || watchdog.run())?;
-    for i in 0..config.workers {
-        let (rx, gw) = (rx.clone(), gw.clone());
-        std::thread::Builder::new()
-            .name(format!("tollgate-worker-{i}"))
-            .stack_size(1024 * 1024)
-            .spawn(move || {
-                while let Ok(ex) = rx.recv() {
-                    work(&gw, ex);
-                }
-            })
-            .map_err(|e| format!("could not start worker {i}: {e}"))?;
-    }
     // Keys reload: notice edits by `tollgate keys` (or by hand) within about a second.
     let (keys, state) = (gw.keys.clone(), gw.state.clone());
     spawn("tollgate-keys", move || {
@@ -254,6 +236,7 @@ fn start(
             })?;
         }
     }
+    let busy = gw.clone();
     let http_config = Arc::new(HttpConfig {
         limits: Limits {
             max_body_bytes: config.max_body_bytes,
@@ -263,28 +246,21 @@ fn start(
         write_timeout: config.write_timeout,
         max_connections: config.max_connections,
         max_buffered_body_bytes: config.max_buffered_body_bytes,
+        workers: config.workers,
+        queue_size: config.queue_size,
         screen: Some(screen_credentials(gw.clone())),
+        overloaded: Some(Arc::new(move |ex: &mut Exchange| {
+            accounting::refuse_overloaded(&busy, ex)
+        })),
     });
-    let (tx, busy) = (gw.queue.clone(), gw.clone());
-    let dispatch: Arc<http::Dispatch> = Arc::new(move |ex: Exchange| match tx.try_send(ex) {
-        Ok(()) => Ok(()),
-        // A known key's request is answered and recorded as a refusal; others get the layer's 503.
-        Err(TrySendError::Full(mut ex)) => match accounting::refuse_overloaded(&busy, &mut ex) {
-            true => Ok(()),
-            false => Err(Box::new(ex)),
-        },
-        Err(TrySendError::Disconnected(ex)) => Err(Box::new(ex)),
-    });
-    let state = gw.state.clone();
-    spawn("tollgate-accept", move || {
-        http::serve(
-            listener,
-            http_config,
-            state,
-            dispatch,
-            Arc::new(render_http_error),
-        );
-    })?;
+    let handler = gw.clone();
+    http::start(
+        listener,
+        http_config,
+        gw.state.clone(),
+        Arc::new(move |ex: &mut Exchange| work(&handler, ex)),
+        Arc::new(render_http_error),
+    )?;
     signal_hook::iterator::Signals::new([signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT])
         .map_err(|e| format!("could not install signal handlers: {e}"))
 }
@@ -430,9 +406,8 @@ fn wake_addr(addr: std::net::SocketAddr) -> std::net::SocketAddr {
 }
 
 /// Runs one exchange on a worker; a panic is caught, answered with 500 if nothing was sent yet, and logged.
-fn work(gw: &Gateway, mut ex: Exchange) {
-    let result =
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| router::route(gw, &mut ex)));
+fn work(gw: &Gateway, ex: &mut Exchange) {
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| router::route(gw, ex)));
     if result.is_err() {
         log::error!(
             "a worker panicked while handling {} {}; the worker continues",

@@ -15,7 +15,7 @@ pub fn scrape(gw: &Gateway) -> String {
         (
             "tollgate_queue_depth",
             "Requests waiting for a worker.",
-            gw.queue.len() as f64,
+            gw.state.queued.load(Ordering::Relaxed) as f64,
         ),
         (
             "tollgate_open_connections",

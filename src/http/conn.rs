@@ -1,0 +1,318 @@
+//! One open connection between requests: its socket, the bytes received and not yet used, and how far the
+//! request in progress has come. Reading never blocks: a worker given a readable connection takes what the
+//! kernel has ([`Conn::read_ready`]) and either has a complete request to serve or parks the connection in
+//! the poller again, so a slow or partial request never occupies a worker.
+
+use std::io::{self, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::request::{parse_head, BodyKind, ChunkedDecoder, HttpError, Request};
+use super::response::ResponseWriter;
+use super::shared::{Early, HttpConfig, ServerState};
+
+/// Bytes read from a socket at most per call.
+const READ_CHUNK: usize = 16 * 1024;
+/// After an error answer, what the client is still sending is read and thrown away for this long (so the
+/// close does not become a reset that destroys the answer in flight), and at most this much.
+pub(super) const LINGER: Duration = Duration::from_millis(500);
+const LINGER_BYTES: usize = 4 * 1024 * 1024;
+
+pub(super) struct Conn {
+    pub sock: Arc<TcpStream>,
+    /// Lent to the exchange while a request is served.
+    pub writer: Option<ResponseWriter>,
+    pub peer: SocketAddr,
+    /// Received and not used yet (a partial head, or the next pipelined request).
+    pub buf: Vec<u8>,
+    pub phase: Phase,
+    /// When the connection is given up: idle too long, the request not complete in time, lingering over.
+    pub deadline: Instant,
+    /// Request-body bytes this connection holds of the server-wide budget.
+    pub reserved: u64,
+}
+
+pub(super) enum Phase {
+    /// Between requests, nothing received yet.
+    Idle,
+    /// Some bytes of a request head received.
+    Head,
+    /// The head is parsed; the body is arriving.
+    Body(Box<Partial>),
+    /// Answered with an error and shut for writing; reading what is left before closing.
+    Linger { discarded: usize },
+}
+
+pub(super) struct Partial {
+    request: Request,
+    chunked: Option<ChunkedDecoder>,
+    length: u64,
+}
+
+/// What a connection has, after reading what the kernel had.
+pub(super) enum Step {
+    /// A whole request, ready to serve.
+    Request(Request),
+    /// Not enough yet: park it in the poller.
+    More,
+    /// The client is gone, or closed between requests: close quietly.
+    Closed,
+    /// The request cannot be served: answer this (a 4xx or 503 the server renders, or the screen's
+    /// answer), then linger and close.
+    Refuse(Refusal),
+}
+
+pub(super) enum Refusal {
+    Framing(Option<String>, HttpError),
+    Screened(Early),
+    OverBudget(Option<String>),
+}
+
+impl Conn {
+    pub fn new(stream: TcpStream, peer: SocketAddr, read_timeout: Duration) -> Conn {
+        let sock = Arc::new(stream);
+        Conn {
+            writer: Some(ResponseWriter::from_shared(sock.clone())),
+            sock,
+            peer,
+            buf: Vec::new(),
+            phase: Phase::Idle,
+            deadline: Instant::now() + read_timeout,
+            reserved: 0,
+        }
+    }
+
+    pub fn fd(&self) -> RawFd {
+        self.sock.as_raw_fd()
+    }
+
+    /// Whether a request has begun (so a deadline passing is a 408, not a quiet close).
+    pub fn started(&self) -> bool {
+        !matches!(self.phase, Phase::Idle | Phase::Linger { .. })
+    }
+
+    /// Makes the connection wait for its next request (after an answer).
+    pub fn next_request(&mut self, read_timeout: Duration) {
+        self.phase = Phase::Idle;
+        self.deadline = Instant::now() + read_timeout;
+        // An idle connection keeps a small buffer, not the largest request it ever carried.
+        if self.buf.is_empty() && self.buf.capacity() > 4 * READ_CHUNK {
+            self.buf = Vec::new();
+        }
+    }
+
+    /// Reads what the socket has and moves the request on. Uses bytes already buffered first (pipelining).
+    pub fn read_ready(&mut self, config: &HttpConfig, state: &ServerState) -> Step {
+        loop {
+            match self.advance(config, state) {
+                Step::More => {}
+                done => return done,
+            }
+            match self.receive() {
+                Ok(0) => {
+                    return match &self.phase {
+                        Phase::Idle => Step::Closed,
+                        Phase::Head => Step::Refuse(Refusal::Framing(
+                            None,
+                            HttpError::BadRequest("incomplete request".into()),
+                        )),
+                        Phase::Body(p) => Step::Refuse(Refusal::Framing(
+                            Some(p.request.path.clone()),
+                            HttpError::BadRequest(
+                                match p.chunked {
+                                    Some(_) => "incomplete chunked body",
+                                    None => "body shorter than Content-Length",
+                                }
+                                .into(),
+                            ),
+                        )),
+                        Phase::Linger { .. } => Step::Closed,
+                    }
+                }
+                Ok(_) => {
+                    if matches!(self.phase, Phase::Idle) {
+                        // The request's deadline runs from its first byte.
+                        self.phase = Phase::Head;
+                        self.deadline = Instant::now() + config.read_timeout;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::More,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return Step::Closed,
+            }
+        }
+    }
+
+    /// Reads and throws away what a refused client is still sending; `Closed` once it is done or too much.
+    pub fn drain_lingering(&mut self) -> Step {
+        let mut tmp = [0u8; READ_CHUNK];
+        loop {
+            // SAFETY: recv into a stack buffer we own, on a descriptor open for the call.
+            let n = unsafe {
+                libc::recv(
+                    self.fd(),
+                    tmp.as_mut_ptr().cast(),
+                    tmp.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                match e.kind() {
+                    io::ErrorKind::WouldBlock => return Step::More,
+                    io::ErrorKind::Interrupted => continue,
+                    _ => return Step::Closed,
+                }
+            }
+            let Phase::Linger { discarded } = &mut self.phase else {
+                return Step::Closed;
+            };
+            *discarded += n as usize;
+            if n == 0 || *discarded >= LINGER_BYTES {
+                return Step::Closed;
+            }
+        }
+    }
+
+    /// After an error answer: stop writing, and read what is still coming until `LINGER` has passed.
+    pub fn linger(&mut self) {
+        let _ = self.sock.shutdown(Shutdown::Write);
+        self.phase = Phase::Linger { discarded: 0 };
+        self.deadline = Instant::now() + LINGER;
+    }
+
+    /// One non-blocking read into the buffer's spare room.
+    fn receive(&mut self) -> io::Result<usize> {
+        if self.buf.capacity() - self.buf.len() < READ_CHUNK / 4 {
+            self.buf.reserve(READ_CHUNK);
+        }
+        let spare = self.buf.spare_capacity_mut();
+        let want = spare.len().min(READ_CHUNK * 4);
+        // SAFETY: recv writes at most `want` bytes into the buffer's spare capacity, on a descriptor open for
+        // the call; only the bytes it reports are then counted as initialised.
+        let n = unsafe {
+            libc::recv(
+                self.sock.as_raw_fd(),
+                spare.as_mut_ptr().cast(),
+                want,
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the kernel initialised these `n` bytes.
+        unsafe { self.buf.set_len(self.buf.len() + n as usize) };
+        Ok(n as usize)
+    }
+
+    /// Uses what is buffered: parses the head, then gathers the body.
+    fn advance(&mut self, config: &HttpConfig, state: &ServerState) -> Step {
+        if matches!(self.phase, Phase::Idle | Phase::Head) {
+            if self.buf.is_empty() {
+                return Step::More;
+            }
+            if matches!(self.phase, Phase::Idle) {
+                // Pipelined bytes: the request started when its predecessor ended.
+                self.phase = Phase::Head;
+                self.deadline = Instant::now() + config.read_timeout;
+            }
+            match self.head(config, state) {
+                Ok(Some(step)) => return step,
+                Ok(None) => {}
+                Err(refusal) => return Step::Refuse(refusal),
+            }
+        }
+        match self.body(config, state) {
+            Ok(true) => match std::mem::replace(&mut self.phase, Phase::Head) {
+                Phase::Body(p) => Step::Request(p.request),
+                _ => Step::More,
+            },
+            Ok(false) => Step::More,
+            Err(refusal) => Step::Refuse(refusal),
+        }
+    }
+
+    /// Parses the head if it is complete: a request with no body is done; one with a body moves on to
+    /// gathering it (`None`).
+    fn head(&mut self, config: &HttpConfig, state: &ServerState) -> Result<Option<Step>, Refusal> {
+        let head = match parse_head(&self.buf, &config.limits) {
+            Ok(Some((head, used))) => {
+                self.buf.drain(..used);
+                head
+            }
+            Ok(None) => return Ok(Some(Step::More)),
+            Err(e) => return Err(Refusal::Framing(request_path(&self.buf), e)),
+        };
+        // Identity before memory: a request the screen answers from its head has no body read.
+        if let Some(screen) = &config.screen {
+            if let Some(early) = screen(&head.request) {
+                return Err(Refusal::Screened(early));
+            }
+        }
+        let path = Some(head.request.path.clone());
+        let length = match head.body {
+            BodyKind::None => return Ok(Some(Step::Request(head.request))),
+            BodyKind::Length(n) => {
+                if !state.reserve_body(n, config.max_buffered_body_bytes) {
+                    return Err(Refusal::OverBudget(path));
+                }
+                self.reserved += n;
+                n
+            }
+            BodyKind::Chunked => 0,
+        };
+        if head.expect_continue && self.buf.is_empty() {
+            let _ = (&*self.sock).write_all(b"HTTP/1.1 100 Continue\r\n\r\n");
+        }
+        let mut request = head.request;
+        request.body = Vec::with_capacity((length as usize).min(64 * 1024));
+        self.phase = Phase::Body(Box::new(Partial {
+            request,
+            chunked: (head.body == BodyKind::Chunked).then(ChunkedDecoder::default),
+            length,
+        }));
+        Ok(None)
+    }
+
+    /// Moves buffered bytes into the body; true once it is complete.
+    fn body(&mut self, config: &HttpConfig, state: &ServerState) -> Result<bool, Refusal> {
+        let Phase::Body(p) = &mut self.phase else {
+            return Ok(false);
+        };
+        let body = &mut p.request.body;
+        match &mut p.chunked {
+            None => {
+                let want = (p.length as usize).saturating_sub(body.len());
+                let take = want.min(self.buf.len());
+                body.extend_from_slice(&self.buf[..take]);
+                self.buf.drain(..take);
+                Ok(body.len() as u64 >= p.length)
+            }
+            Some(decoder) => {
+                let (used, done) = decoder
+                    .feed(&self.buf, body, config.limits.max_body_bytes)
+                    .map_err(|e| Refusal::Framing(Some(p.request.path.clone()), e))?;
+                self.buf.drain(..used);
+                // A chunked body reserves its bytes as it grows, in 64 KiB steps.
+                while body.len() as u64 > self.reserved {
+                    if !state.reserve_body(64 * 1024, config.max_buffered_body_bytes) {
+                        return Err(Refusal::OverBudget(Some(p.request.path.clone())));
+                    }
+                    self.reserved += 64 * 1024;
+                }
+                Ok(done)
+            }
+        }
+    }
+}
+
+/// The path of the request line at the start of `buf`, if it is readable (for shaping error answers).
+fn request_path(buf: &[u8]) -> Option<String> {
+    let line_end = buf.iter().position(|&b| b == b'\n')?;
+    let line = std::str::from_utf8(&buf[..line_end]).ok()?;
+    let target = line.split_whitespace().nth(1)?;
+    Some(target.split('?').next().unwrap_or(target).to_string())
+}

@@ -1,0 +1,497 @@
+//! The worker pool and the connections it owns.
+//!
+//! Every open connection lives in a slot of one table and is registered one-shot in the shared poller
+//! (`poller.rs`). Each worker waits in the poller; the kernel hands a readable connection to exactly one of
+//! them, which takes it out of its slot, reads what arrived without blocking (`conn.rs`) and then either
+//! serves the complete request on its own thread (streams included) or puts the connection back and re-arms
+//! it. So a request on a busy keep-alive connection costs one wake-up, and an idle or slow connection costs
+//! its buffers, never a thread.
+//!
+//! `workers` requests are served at once (a permit each). The pool has one thread more than that: while all
+//! permits are out, the spare reads the next complete request and queues it (up to `queue_size`, served by
+//! the next worker to finish) or refuses it with 503 at once. A timer thread closes connections whose
+//! deadline passed: idle ones quietly, a request still arriving with 408, a lingering one after its linger.
+
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+
+use super::conn::{Conn, Phase, Refusal, Step};
+use super::poller::Poller;
+use super::request::Request;
+use super::shared::{send_rendered, ErrorRenderer, Exchange, Handler, HttpConfig, ServerState};
+
+/// How often the timer looks for connections past their deadline.
+const TICK: Duration = Duration::from_millis(100);
+
+#[derive(Clone)]
+pub(super) struct Pool {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: Arc<HttpConfig>,
+    state: Arc<ServerState>,
+    handler: Arc<Handler>,
+    render_error: Arc<ErrorRenderer>,
+    poller: Poller,
+    slots: Mutex<Slots>,
+    /// Requests being served now (at most `config.workers`).
+    serving: AtomicUsize,
+    queue_tx: Sender<Pending>,
+    queue_rx: Receiver<Pending>,
+}
+
+/// The connection table. A slot holds its connection while it is parked in the poller; while a worker
+/// has it, the slot is empty but stays taken. A token names a slot and its generation, so a report about
+/// a connection that is gone never reaches the one that took its slot.
+#[derive(Default)]
+struct Slots {
+    list: Vec<Slot>,
+    free: Vec<u32>,
+}
+
+#[derive(Default)]
+struct Slot {
+    generation: u32,
+    conn: Option<Box<Conn>>,
+}
+
+fn token(index: u32, generation: u32) -> u64 {
+    (u64::from(generation) << 32) | u64::from(index)
+}
+
+fn index_of(token: u64) -> (usize, u32) {
+    ((token & 0xffff_ffff) as usize, (token >> 32) as u32)
+}
+
+/// A complete request and its connection, on its way to being served.
+struct Pending {
+    token: u64,
+    conn: Box<Conn>,
+    request: Request,
+    received: Instant,
+}
+
+impl Pool {
+    /// Starts `workers + 1` pool threads and the timer.
+    pub fn start(
+        config: Arc<HttpConfig>,
+        state: Arc<ServerState>,
+        handler: Arc<Handler>,
+        render_error: Arc<ErrorRenderer>,
+    ) -> Result<Pool, String> {
+        let poller = Poller::new().map_err(|e| format!("could not create the poller: {e}"))?;
+        let (queue_tx, queue_rx) = crossbeam_channel::bounded(config.queue_size.max(1));
+        let threads = config.workers + 1;
+        let pool = Pool {
+            inner: Arc::new(Inner {
+                config,
+                state,
+                handler,
+                render_error,
+                poller,
+                slots: Mutex::new(Slots::default()),
+                serving: AtomicUsize::new(0),
+                queue_tx,
+                queue_rx,
+            }),
+        };
+        for i in 0..threads {
+            let inner = pool.inner.clone();
+            std::thread::Builder::new()
+                .name(format!("tollgate-worker-{i}"))
+                .stack_size(1024 * 1024)
+                .spawn(move || inner.work())
+                .map_err(|e| format!("could not start worker {i}: {e}"))?;
+        }
+        let inner = pool.inner.clone();
+        std::thread::Builder::new()
+            .name("tollgate-http-timer".into())
+            .spawn(move || inner.keep_time())
+            .map_err(|e| format!("could not start the connection timer: {e}"))?;
+        Ok(pool)
+    }
+
+    /// Takes a new connection into the table and the poller.
+    pub fn admit(&self, stream: TcpStream, peer: SocketAddr) {
+        let inner = &self.inner;
+        let conn = Box::new(Conn::new(stream, peer, inner.config.read_timeout));
+        let fd = conn.fd();
+        let mut slots = inner.slots();
+        let index = match slots.free.pop() {
+            Some(i) => i,
+            None => {
+                slots.list.push(Slot::default());
+                (slots.list.len() - 1) as u32
+            }
+        };
+        let slot = &mut slots.list[index as usize];
+        slot.conn = Some(conn);
+        let t = token(index, slot.generation);
+        if let Err(e) = inner.poller.add(fd, t) {
+            log::warn!("could not watch a new connection: {e}");
+            let conn = slots.release(t);
+            drop(slots);
+            if let Some(conn) = conn {
+                inner.finish_conn(conn);
+            }
+        }
+    }
+}
+
+impl Slots {
+    /// Frees the slot `token` names and returns its connection if it is parked there.
+    fn release(&mut self, t: u64) -> Option<Box<Conn>> {
+        let (index, generation) = index_of(t);
+        let slot = self.list.get_mut(index)?;
+        if slot.generation != generation {
+            return None;
+        }
+        slot.generation = slot.generation.wrapping_add(1);
+        self.free.push(index as u32);
+        slot.conn.take()
+    }
+}
+
+impl Inner {
+    fn slots(&self) -> MutexGuard<'_, Slots> {
+        match self.slots.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// A pool thread: waits for a readable connection, and carries it on.
+    fn work(&self) {
+        loop {
+            let t = match self.poller.wait(None) {
+                Ok(Some(t)) => t,
+                Ok(None) => continue,
+                Err(e) => {
+                    log::error!("waiting for connections failed: {e}");
+                    std::thread::sleep(Duration::from_millis(50));
+                    continue;
+                }
+            };
+            let conn = {
+                let (index, generation) = index_of(t);
+                let mut slots = self.slots();
+                match slots.list.get_mut(index) {
+                    Some(slot) if slot.generation == generation => slot.conn.take(),
+                    _ => None,
+                }
+            };
+            let Some(mut conn) = conn else { continue };
+            let step = match conn.phase {
+                Phase::Linger { .. } => conn.drain_lingering(),
+                _ => conn.read_ready(&self.config, &self.state),
+            };
+            self.step(t, conn, step);
+        }
+    }
+
+    fn step(&self, t: u64, mut conn: Box<Conn>, step: Step) {
+        match step {
+            Step::More => self.park(t, conn),
+            Step::Closed => self.close(t, conn),
+            Step::Refuse(refusal) => {
+                self.refuse(&mut conn, refusal);
+                conn.linger();
+                self.park(t, conn);
+            }
+            Step::Request(request) => {
+                self.state.in_flight.fetch_add(1, Ordering::SeqCst);
+                self.dispatch(Pending {
+                    token: t,
+                    conn,
+                    request,
+                    received: Instant::now(),
+                });
+            }
+        }
+    }
+
+    /// Puts a connection back in its slot and re-arms it (under the table's lock, so the timer never closes
+    /// a descriptor between the two).
+    fn park(&self, t: u64, conn: Box<Conn>) {
+        let fd = conn.fd();
+        let mut slots = self.slots();
+        let (index, _) = index_of(t);
+        slots.list[index].conn = Some(conn);
+        if let Err(e) = self.poller.rearm(fd, t) {
+            log::warn!("could not watch a connection again: {e}");
+            let conn = slots.release(t);
+            drop(slots);
+            if let Some(conn) = conn {
+                self.finish_conn(conn);
+            }
+        }
+    }
+
+    /// Closes a connection a worker holds.
+    fn close(&self, t: u64, conn: Box<Conn>) {
+        {
+            let mut slots = self.slots();
+            self.poller.remove(conn.fd());
+            slots.release(t);
+        }
+        self.finish_conn(conn);
+    }
+
+    /// The end of a connection out of the table: its body reservation, its socket, its count.
+    fn finish_conn(&self, conn: Box<Conn>) {
+        self.state.release_body(conn.reserved);
+        let _ = conn.sock.shutdown(Shutdown::Both);
+        self.state.open_connections.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Answers a request that cannot be served (it then lingers).
+    fn refuse(&self, conn: &mut Conn, refusal: Refusal) {
+        self.state.release_body(conn.reserved);
+        conn.reserved = 0;
+        let Some(w) = conn.writer.as_mut() else {
+            return;
+        };
+        w.reset(false, false);
+        let render = &*self.render_error;
+        match refusal {
+            Refusal::Screened(early) => {
+                let headers: Vec<(&str, &str)> = early
+                    .headers
+                    .iter()
+                    .map(|(n, v)| (n.as_str(), v.as_str()))
+                    .collect();
+                let _ = w.send(early.status, &headers, &early.body);
+            }
+            Refusal::OverBudget(path) => {
+                self.state.rejected.fetch_add(1, Ordering::Relaxed);
+                let msg = "the gateway is holding too many request bodies at once; retry shortly";
+                send_rendered(
+                    w,
+                    path.as_deref(),
+                    503,
+                    msg,
+                    render,
+                    &[("retry-after", "1")],
+                );
+            }
+            Refusal::Framing(path, e) => {
+                send_rendered(w, path.as_deref(), e.status(), &e.to_string(), render, &[]);
+            }
+        }
+    }
+
+    fn try_acquire(&self) -> bool {
+        let max = self.config.workers;
+        self.serving
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    fn release(&self) {
+        self.serving.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    fn pop(&self) -> Option<Pending> {
+        let p = self.queue_rx.try_recv().ok()?;
+        self.state.queued.fetch_sub(1, Ordering::SeqCst);
+        Some(p)
+    }
+
+    /// Serves a complete request now, queues it while every worker is busy, or refuses it when the queue is
+    /// full too.
+    fn dispatch(&self, p: Pending) {
+        if self.try_acquire() {
+            return self.serve_with_permit(p);
+        }
+        match self.queue_tx.try_send(p) {
+            Ok(()) => {
+                self.state.queued.fetch_add(1, Ordering::SeqCst);
+                // A worker may have finished between the failed acquire and the push, and looked at an empty
+                // queue: take the request back up if a permit is free now.
+                if self.try_acquire() {
+                    match self.pop() {
+                        Some(q) => self.serve_with_permit(q),
+                        None => self.release(),
+                    }
+                }
+            }
+            Err(TrySendError::Full(p)) | Err(TrySendError::Disconnected(p)) => self.overloaded(p),
+        }
+    }
+
+    /// Serves `first`, then the connection's pipelined requests and what waits in the queue, then gives the
+    /// permit back.
+    fn serve_with_permit(&self, first: Pending) {
+        let mut next = Some(first);
+        loop {
+            while let Some(p) = next.take() {
+                next = self.serve(p).or_else(|| self.pop());
+            }
+            self.release();
+            // Something queued after the last look while this worker still held its permit.
+            if self.state.queued.load(Ordering::SeqCst) == 0 || !self.try_acquire() {
+                return;
+            }
+            next = self.pop();
+        }
+    }
+
+    /// Serves one request on this thread; returns the connection's next request if it is already here.
+    fn serve(&self, p: Pending) -> Option<Pending> {
+        let Pending {
+            token: t,
+            mut conn,
+            request,
+            received,
+        } = p;
+        let head_only = request.method == "HEAD";
+        let mut w = conn.writer.take()?;
+        if self.state.shutting_down.load(Ordering::SeqCst) {
+            w.reset(false, head_only);
+            let msg = "server is shutting down";
+            let path = Some(request.path.as_str());
+            send_rendered(
+                &mut w,
+                path,
+                503,
+                msg,
+                &*self.render_error,
+                &[("retry-after", "1")],
+            );
+            conn.writer = Some(w);
+            self.state.in_flight.fetch_sub(1, Ordering::SeqCst);
+            self.close(t, conn);
+            return None;
+        }
+        w.reset_for(request.keep_alive, head_only, request.version == 0);
+        let mut ex = Exchange::new(request, conn.peer, w);
+        ex.received = received;
+        let handled =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (self.handler)(&mut ex)));
+        if handled.is_err() {
+            log::error!("a request handler panicked; the worker continues");
+            ex.response().close_after();
+        }
+        self.after(t, conn, ex)
+    }
+
+    /// Refuses a request because every worker is busy and the queue is full.
+    fn overloaded(&self, p: Pending) {
+        let Pending {
+            token: t,
+            mut conn,
+            request,
+            received,
+        } = p;
+        let Some(mut w) = conn.writer.take() else {
+            return;
+        };
+        w.reset_for(
+            request.keep_alive,
+            request.method == "HEAD",
+            request.version == 0,
+        );
+        let mut ex = Exchange::new(request, conn.peer, w);
+        ex.received = received;
+        let answered = self.config.overloaded.as_ref().is_some_and(|f| f(&mut ex));
+        if !answered {
+            self.state.rejected.fetch_add(1, Ordering::Relaxed);
+            let path = ex.request.path.clone();
+            let w = ex.response();
+            w.close_after();
+            let msg = "all workers are busy; retry shortly";
+            send_rendered(
+                w,
+                Some(&path),
+                503,
+                msg,
+                &*self.render_error,
+                &[("retry-after", "1")],
+            );
+        }
+        if let Some(next) = self.after(t, conn, ex) {
+            self.dispatch(next);
+        }
+    }
+
+    /// After an answer: the held end goes out, then the connection waits for its next request, or closes.
+    fn after(&self, t: u64, mut conn: Box<Conn>, ex: Exchange) -> Option<Pending> {
+        // The request (and its body) is dropped here.
+        let mut w = ex.into_writer();
+        self.state.release_body(conn.reserved);
+        conn.reserved = 0;
+        let released = w.release_held().is_ok();
+        let reusable = released && w.reusable();
+        conn.writer = Some(w);
+        self.state.in_flight.fetch_sub(1, Ordering::SeqCst);
+        if !reusable || self.state.shutting_down.load(Ordering::SeqCst) {
+            self.close(t, conn);
+            return None;
+        }
+        conn.next_request(self.config.read_timeout);
+        if conn.buf.is_empty() {
+            self.park(t, conn);
+            return None;
+        }
+        // Pipelined: the next request is (partly) here already; the poller will not report these bytes.
+        match conn.read_ready(&self.config, &self.state) {
+            Step::Request(request) => {
+                self.state.in_flight.fetch_add(1, Ordering::SeqCst);
+                Some(Pending {
+                    token: t,
+                    conn,
+                    request,
+                    received: Instant::now(),
+                })
+            }
+            other => {
+                self.step(t, conn, other);
+                None
+            }
+        }
+    }
+
+    /// The timer: closes connections past their deadline (and idle ones once shutdown begins).
+    fn keep_time(&self) {
+        loop {
+            std::thread::sleep(TICK);
+            let now = Instant::now();
+            let shutting_down = self.state.shutting_down.load(Ordering::SeqCst);
+            let mut expired = Vec::new();
+            {
+                let mut slots = self.slots();
+                let Slots { list, free } = &mut *slots;
+                for (index, slot) in list.iter_mut().enumerate() {
+                    let due = slot.conn.as_ref().is_some_and(|c| {
+                        c.deadline <= now || (shutting_down && matches!(c.phase, Phase::Idle))
+                    });
+                    if due {
+                        if let Some(conn) = slot.conn.take() {
+                            self.poller.remove(conn.fd());
+                            slot.generation = slot.generation.wrapping_add(1);
+                            free.push(index as u32);
+                            expired.push(conn);
+                        }
+                    }
+                }
+            }
+            for mut conn in expired {
+                if conn.started() && conn.deadline <= now {
+                    if let Some(w) = conn.writer.as_mut() {
+                        w.reset(false, false);
+                        let msg = "request not received in time";
+                        send_rendered(w, None, 408, msg, &*self.render_error, &[]);
+                    }
+                }
+                self.finish_conn(conn);
+            }
+        }
+    }
+}

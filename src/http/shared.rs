@@ -1,0 +1,148 @@
+//! What the accept loop, the worker pool and the connections share: the layer's settings and counters, the
+//! exchange a handler answers, and the callbacks the server passes in.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::request::{Limits, Request};
+use super::response::ResponseWriter;
+
+/// Settings of the HTTP layer.
+#[derive(Clone)]
+pub struct HttpConfig {
+    pub limits: Limits,
+    /// Deadline for a whole request (head and body) once it starts, and for an idle keep-alive connection.
+    pub read_timeout: Duration,
+    /// Limit for one blocked write to a client.
+    pub write_timeout: Duration,
+    /// Open connections above this get 503 and are closed.
+    pub max_connections: usize,
+    /// Request-body bytes buffered at once across all connections; a body that would go beyond gets 503.
+    pub max_buffered_body_bytes: u64,
+    /// Requests served at once: one worker carries one request from its complete head to its last byte.
+    pub workers: usize,
+    /// Complete requests waiting for a worker when all are busy; one more gets 503 at once.
+    pub queue_size: usize,
+    /// Looks at each request head before its body is read and may answer it at once (a missing or wrong
+    /// credential: no body is read for a caller who may not send one).
+    pub screen: Option<Arc<Screen>>,
+    /// Answers a request refused because every worker is busy and the queue is full; false leaves it to the
+    /// layer's own 503.
+    pub overloaded: Option<Arc<Overloaded>>,
+}
+
+/// An answer given to a request from its head alone.
+pub struct Early {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+/// See [`HttpConfig::screen`]: the request has its head only (an empty body).
+pub type Screen = dyn Fn(&Request) -> Option<Early> + Send + Sync;
+
+/// See [`HttpConfig::overloaded`].
+pub type Overloaded = dyn Fn(&mut Exchange) -> bool + Send + Sync;
+
+/// Serves one exchange on the worker that read it.
+pub type Handler = dyn Fn(&mut Exchange) + Send + Sync;
+
+impl std::fmt::Debug for Early {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Early({})", self.status)
+    }
+}
+
+/// Counters shared by the accept loop, the workers and whoever drives shutdown.
+#[derive(Default)]
+pub struct ServerState {
+    pub shutting_down: AtomicBool,
+    pub open_connections: AtomicUsize,
+    /// Requests complete and not yet answered (served or waiting for a worker).
+    pub in_flight: AtomicUsize,
+    /// Requests waiting for a worker.
+    pub queued: AtomicUsize,
+    pub rejected: AtomicUsize,
+    /// Request-body bytes buffered now (reserved before they are read).
+    pub buffered_body: std::sync::atomic::AtomicU64,
+}
+
+impl ServerState {
+    /// Reserves `n` more body bytes within `max`; false (nothing reserved) when they would not fit.
+    pub(super) fn reserve_body(&self, n: u64, max: u64) -> bool {
+        let mut cur = self.buffered_body.load(Ordering::Relaxed);
+        loop {
+            if cur.saturating_add(n) > max {
+                return false;
+            }
+            match self.buffered_body.compare_exchange_weak(
+                cur,
+                cur + n,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    pub(super) fn release_body(&self, n: u64) {
+        if n > 0 {
+            self.buffered_body.fetch_sub(n, Ordering::AcqRel);
+        }
+    }
+}
+
+/// Renders an error the HTTP layer answers by itself (bad framing, overload). Receives the request path
+/// when it is known, so the body can take the shape of the protocol at that path.
+pub type ErrorRenderer =
+    dyn Fn(Option<&str>, u16, &str) -> (Vec<(String, String)>, Vec<u8>) + Send + Sync;
+
+/// One request and the means to answer it, served on the worker that read it.
+pub struct Exchange {
+    pub request: Request,
+    pub peer: SocketAddr,
+    /// When the request was complete.
+    pub received: Instant,
+    writer: ResponseWriter,
+}
+
+impl Exchange {
+    pub(super) fn new(request: Request, peer: SocketAddr, writer: ResponseWriter) -> Exchange {
+        Exchange {
+            request,
+            peer,
+            received: Instant::now(),
+            writer,
+        }
+    }
+
+    pub fn response(&mut self) -> &mut ResponseWriter {
+        &mut self.writer
+    }
+
+    /// The writer back, for the connection's next request.
+    pub(super) fn into_writer(self) -> ResponseWriter {
+        self.writer
+    }
+}
+
+pub(super) fn send_rendered(
+    writer: &mut ResponseWriter,
+    path: Option<&str>,
+    status: u16,
+    message: &str,
+    render_error: &ErrorRenderer,
+    extra: &[(&str, &str)],
+) {
+    let (headers, body) = render_error(path, status, message);
+    let mut all: Vec<(&str, &str)> = headers
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_str()))
+        .collect();
+    all.extend_from_slice(extra);
+    let _ = writer.send(status, &all, &body);
+}
