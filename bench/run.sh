@@ -5,6 +5,9 @@
 # About 5 minutes on 2 CPUs after the build.
 #
 #   bench/run.sh                  the full suite
+#   bench/run.sh --compare REV [PHASES...]
+#                                 the same phases on the build of commit REV first, then on this tree, in one
+#                                 sitting (the previous version side by side)
 #   bench/run.sh --quick          short runs, to try it out (not for the record)
 #   bench/run.sh --only request,streaming
 #                                 some phases: footprint (size, cold start), request (request/response),
@@ -20,6 +23,21 @@ cargo build --release --bin tollgate \
 # 1,000 concurrent streams need about 3,500 descriptors in tollgate and 1,000 in each of the others.
 ulimit -n 20000 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 mkdir -p target/bench
-out="target/bench/suite-$(date -u +%Y%m%dT%H%M%SZ).txt"
+stamp="$(date -u +%Y%m%dT%H%M%SZ)"
+if [ "${1:-}" = "--compare" ]; then
+  rev="$2"
+  shift 2
+  src="target/compare/src"
+  rm -rf "$src" && mkdir -p "$src"
+  git archive "$rev" | tar -x -C "$src"
+  cargo build --release --bin tollgate --manifest-path "$src/Cargo.toml" --target-dir target/compare
+  out="target/bench/suite-$stamp-$rev.txt"
+  echo "# tollgate at $rev ($(git rev-parse --short "$rev"))"
+  BENCH_TOLLGATE=target/compare/release/tollgate target/release/examples/bench-suite "$@" | tee "$out"
+  echo "(raw output saved to $out)"
+  echo
+  echo "# tollgate of this tree"
+fi
+out="target/bench/suite-$stamp.txt"
 target/release/examples/bench-suite "$@" | tee "$out"
 echo "(raw output saved to $out)"

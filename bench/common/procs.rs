@@ -19,7 +19,11 @@ impl Bins {
     pub fn locate() -> Bins {
         let exe = std::env::current_exe().expect("current_exe");
         let examples = exe.parent().expect("examples dir").to_path_buf();
-        let tollgate = examples.parent().expect("release dir").join("tollgate");
+        // BENCH_TOLLGATE measures another build (an earlier version, side by side: `bench/run.sh --compare`).
+        let tollgate = std::env::var_os("BENCH_TOLLGATE").map_or_else(
+            || examples.parent().expect("release dir").join("tollgate"),
+            PathBuf::from,
+        );
         if !tollgate.exists() {
             panic!(
                 "{} not found: build it first (cargo build --release --bin tollgate)",
