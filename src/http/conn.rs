@@ -147,29 +147,20 @@ impl Conn {
 
     /// Reads and throws away what a refused client is still sending; `Closed` once it is done or too much.
     pub fn drain_lingering(&mut self) -> Step {
-        let mut tmp = [0u8; READ_CHUNK];
         loop {
-            // SAFETY: recv into a stack buffer we own, on a descriptor open for the call.
-            let n = unsafe {
-                libc::recv(
-                    self.fd(),
-                    tmp.as_mut_ptr().cast(),
-                    tmp.len(),
-                    libc::MSG_DONTWAIT,
-                )
+            // Into the connection's own buffer (a large array on the stack would be touched by every worker).
+            self.buf.clear();
+            let n = match self.receive() {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::More,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return Step::Closed,
             };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                match e.kind() {
-                    io::ErrorKind::WouldBlock => return Step::More,
-                    io::ErrorKind::Interrupted => continue,
-                    _ => return Step::Closed,
-                }
-            }
+            self.buf.clear();
             let Phase::Linger { discarded } = &mut self.phase else {
                 return Step::Closed;
             };
-            *discarded += n as usize;
+            *discarded += n;
             if n == 0 || *discarded >= LINGER_BYTES {
                 return Step::Closed;
             }
