@@ -201,6 +201,7 @@ fn main() {
     drop(ledger);
     let _ = std::fs::remove_dir_all(&dir);
     routing();
+    upstream_call();
 }
 
 /// Picking a model's upstream per request, for each route, with what the pipeline does around it (the
@@ -239,4 +240,137 @@ fn routing() {
         "Routing, 2 upstreams, per request (order + in flight + first byte): {}",
         cells.join("; ")
     );
+}
+
+/// CPU time of the calling thread (the upstream call's own cost, without the server's).
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// A tiny keep-alive HTTP server answering every request with the same small Chat answer.
+fn tiny_upstream() -> std::net::SocketAddr {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut s = s;
+                let _ = s.set_nodelay(true);
+                let body = br#"{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":1,"total_tokens":11}}"#;
+                let mut answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                    body.len()
+                )
+                .into_bytes();
+                answer.extend_from_slice(body);
+                let mut buf = vec![0u8; 64 * 1024];
+                let mut have = Vec::new();
+                loop {
+                    let n = match s.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    };
+                    have.extend_from_slice(&buf[..n]);
+                    // One request = a head with Content-Length and its body.
+                    while let Some(end) = have.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&have[..end]).to_ascii_lowercase();
+                        let len: usize = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .map_or(0, |v| v.trim().parse().unwrap_or(0));
+                        if have.len() < end + 4 + len {
+                            break;
+                        }
+                        have.drain(..end + 4 + len);
+                        if s.write_all(&answer).is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// What one upstream call costs the calling thread: through `upstream::http::send_to` as the gateway makes
+/// it (ureq, per-request timeouts, credentials), a bare ureq call on the same agent, and a hand-written
+/// request on one kept connection (the floor: a write and a read).
+fn upstream_call() {
+    use std::io::{Read, Write};
+    use tollgate::config::{Upstream, UpstreamKind};
+    let addr = tiny_upstream();
+    let upstream = Upstream {
+        name: "tiny".into(),
+        kind: UpstreamKind::OpenAiChat,
+        base_url: format!("http://{addr}/v1"),
+        api_key: Some("sk-bench".into()),
+        missing_key: None,
+        connect_timeout: Duration::from_secs(5),
+        first_byte_timeout: Duration::from_secs(30),
+        idle_timeout: Duration::from_secs(30),
+        mock_delay: Duration::ZERO,
+        total_timeout: Duration::from_secs(60),
+        breaker_failures: 5,
+        breaker_cooldown: Duration::from_secs(30),
+        max_completion_tokens: false,
+    };
+    let url = format!("http://{addr}/v1/chat/completions");
+    let body =
+        br#"{"model":"m","max_tokens":64,"messages":[{"role":"user","content":"hello there"}]}"#;
+    let agent = tollgate::upstream::http::agent(16);
+    let n = 20_000u32;
+    let measure = |label: &str, f: &mut dyn FnMut()| {
+        for _ in 0..1000 {
+            f();
+        }
+        let (cpu, wall) = (thread_cpu(), Instant::now());
+        for _ in 0..n {
+            f();
+        }
+        let (cpu, wall) = (thread_cpu() - cpu, wall.elapsed());
+        println!(
+            "upstream call, {label}: {:.2} µs CPU of the calling thread per call ({:.1} µs wall)",
+            cpu.as_secs_f64() * 1e6 / n as f64,
+            wall.as_secs_f64() * 1e6 / n as f64
+        );
+    };
+    measure(
+        "upstream::http::send_to (as the gateway calls)",
+        &mut || {
+            let reply =
+                tollgate::upstream::http::send_to(&agent, &upstream, &url, body, false, None)
+                    .unwrap();
+            black_box(reply.read_all("tiny").unwrap());
+        },
+    );
+    measure("bare ureq post on the same agent", &mut || {
+        let mut r = agent
+            .post(&url)
+            .header("content-type", "application/json")
+            .send(&body[..])
+            .unwrap();
+        black_box(r.body_mut().read_to_vec().unwrap());
+    });
+    let mut raw = std::net::TcpStream::connect(addr).unwrap();
+    raw.set_nodelay(true).unwrap();
+    let mut head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\nauthorization: Bearer sk-bench\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    head.extend_from_slice(body);
+    let mut buf = vec![0u8; 16 * 1024];
+    measure("hand-written request on one kept connection", &mut || {
+        raw.write_all(&head).unwrap();
+        let n = raw.read(&mut buf).unwrap();
+        black_box(n);
+    });
 }

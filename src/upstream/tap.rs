@@ -7,6 +7,12 @@
 //! the watchdog has set it, the wait ends with an error, ureq drops that connection (it never returns to the
 //! pool), and the worker is free. The real timeouts are unchanged: slices only split them.
 //!
+//! Direct TCP connections use the transport here ([`TcpTap`]) rather than ureq's own, which costs a few
+//! system calls per call that a gateway pays on every request: its pooled-connection check switches the
+//! socket to non-blocking and back around a read (three calls where one `MSG_PEEK | MSG_DONTWAIT` does), and
+//! it sets the socket's timeouts afresh before each read and write as the deadline moves. `TcpTap` sets the
+//! read timeout to the slice and changes it only for a last, shorter slice.
+//!
 //! This uses ureq's `unversioned` transport API, so ureq is pinned to one minor version.
 
 use std::cell::RefCell;
@@ -16,9 +22,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use std::net::TcpStream;
+use std::os::fd::AsRawFd;
 use ureq::unversioned::transport::time::Duration as UDuration;
+
 use ureq::unversioned::transport::{
-    Buffers, ConnectionDetails, Connector, Either, NextTimeout, TcpConnector, Transport,
+    Buffers, ConnectionDetails, Connector, Either, LazyBuffers, NextTimeout, Transport,
 };
 
 /// How long one wait for upstream input lasts before the cancel flag is looked at again (with the
@@ -99,12 +108,13 @@ fn bound() -> Option<Arc<UpstreamSlot>> {
     BOUND.with(|b| b.borrow().clone())
 }
 
-/// ureq's TCP connector, with transports that wait in cancellable slices.
+/// The TCP connector: direct connections get a [`TcpTap`]; a connection made earlier in the chain (through
+/// a CONNECT proxy) is wrapped in a [`Tapped`]. Both wait for input in cancellable slices.
 #[derive(Debug, Default)]
 pub struct TapConnector;
 
 impl<In: Transport> Connector<In> for TapConnector {
-    type Out = Either<In, Tapped>;
+    type Out = Either<In, Either<Tapped, TcpTap>>;
 
     fn connect(
         &self,
@@ -113,22 +123,187 @@ impl<In: Transport> Connector<In> for TapConnector {
     ) -> Result<Option<Self::Out>, ureq::Error> {
         note(|a| a.connects += 1);
         if let Some(proxied) = chained {
-            // A connection through a CONNECT proxy, made earlier in the chain: tapped the same way.
-            return Ok(Some(Either::B(Tapped {
+            return Ok(Some(Either::B(Either::A(Tapped {
                 inner: Box::new(proxied),
-            })));
+            }))));
         }
-        let connected: Option<Either<(), _>> = TcpConnector::default().connect(details, None)?;
-        let Some(Either::B(tcp)) = connected else {
-            return Ok(None);
-        };
-        Ok(Some(Either::B(Tapped {
-            inner: Box::new(tcp),
-        })))
+        let stream = connect_any(details)?;
+        if details.config.no_delay() {
+            stream.set_nodelay(true)?;
+        }
+        let buffers = LazyBuffers::new(
+            details.config.input_buffer_size(),
+            details.config.output_buffer_size(),
+        );
+        Ok(Some(Either::B(Either::B(TcpTap {
+            stream,
+            buffers,
+            read_timeout: None,
+            write_timeout: None,
+        }))))
     }
 }
 
-/// A TCP transport whose waits for input give up when the bound request is cancelled.
+/// Connects to the first of the resolved addresses that answers, sharing the connect timeout among them.
+fn connect_any(details: &ConnectionDetails) -> Result<TcpStream, ureq::Error> {
+    let budget = details.timeout.not_zero().map(|t| *t);
+    let start = Instant::now();
+    let count = details.addrs.len().max(1) as u32;
+    let mut last = None;
+    for (i, addr) in details.addrs.iter().enumerate() {
+        let attempt = match budget {
+            Some(b) => {
+                let left = b.saturating_sub(start.elapsed());
+                if left.is_zero() {
+                    break;
+                }
+                let share = left / (count - i as u32).max(1);
+                TcpStream::connect_timeout(addr, share.max(Duration::from_millis(10)))
+            }
+            None => TcpStream::connect(addr),
+        };
+        match attempt {
+            Ok(s) => return Ok(s),
+            Err(e) => last = Some(e),
+        }
+    }
+    match last {
+        Some(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
+            ) =>
+        {
+            Err(ureq::Error::Timeout(ureq::Timeout::Connect))
+        }
+        Some(e) => Err(ureq::Error::Io(e)),
+        None if budget.is_some() => Err(ureq::Error::Timeout(ureq::Timeout::Connect)),
+        None => Err(ureq::Error::Io(io::Error::new(
+            io::ErrorKind::ConnectionRefused,
+            "no address to connect to",
+        ))),
+    }
+}
+
+/// A direct TCP connection to an upstream.
+pub struct TcpTap {
+    stream: TcpStream,
+    buffers: LazyBuffers,
+    /// The socket's current timeouts, so they are set only when they change.
+    read_timeout: Option<Duration>,
+    write_timeout: Option<Duration>,
+}
+
+impl fmt::Debug for TcpTap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "TcpTap({:?})", self.stream.peer_addr().ok())
+    }
+}
+
+/// `e` means the socket's timeout passed (or a non-blocking call found nothing).
+fn timed_out(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
+}
+
+impl Transport for TcpTap {
+    fn buffers(&mut self) -> &mut dyn Buffers {
+        &mut self.buffers
+    }
+
+    fn transmit_output(&mut self, amount: usize, timeout: NextTimeout) -> Result<(), ureq::Error> {
+        use std::io::Write;
+        let timeout = timeout.for_write();
+        let limit = timeout.not_zero().map(|t| *t);
+        // Whole seconds above one second: the timeout is set again only when it moves by a second.
+        let limit = limit.map(|t| match t.as_secs() {
+            0 => t,
+            s => Duration::from_secs(s),
+        });
+        if limit != self.write_timeout {
+            self.stream.set_write_timeout(limit)?;
+            self.write_timeout = limit;
+        }
+        let output = &self.buffers.output()[..amount];
+        match (&self.stream).write_all(output) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                note(|a| a.write_failed = true);
+                if timed_out(&e) {
+                    Err(ureq::Error::Timeout(timeout.reason))
+                } else {
+                    Err(ureq::Error::Io(e))
+                }
+            }
+        }
+    }
+
+    fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
+        use std::io::Read;
+        let slot = bound();
+        let real = timeout.for_read();
+        let budget: Duration = *real.after;
+        let start = Instant::now();
+        loop {
+            if slot.as_ref().is_some_and(|s| s.is_cancelled()) {
+                return Err(client_went_away());
+            }
+            let left = budget.saturating_sub(start.elapsed());
+            if left.is_zero() {
+                return Err(ureq::Error::Timeout(real.reason));
+            }
+            let slice = Some(left.min(SLICE));
+            if slice != self.read_timeout {
+                self.stream.set_read_timeout(slice)?;
+                self.read_timeout = slice;
+            }
+            let input = self.buffers.input_append_buf();
+            match (&self.stream).read(input) {
+                Ok(n) => {
+                    self.buffers.input_appended(n);
+                    if n > 0 {
+                        note(|a| a.input = true);
+                    }
+                    return Ok(n > 0);
+                }
+                Err(e) if timed_out(&e) || e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(ureq::Error::Io(e)),
+            }
+        }
+    }
+
+    /// A pooled connection is usable when nothing is waiting on it: not closed by the upstream, and no stray
+    /// bytes. One non-blocking peek.
+    fn is_open(&mut self) -> bool {
+        let mut byte = [0u8; 1];
+        // SAFETY: recv into a one-byte buffer we own, on a descriptor this transport owns.
+        let n = unsafe {
+            libc::recv(
+                self.stream.as_raw_fd(),
+                byte.as_mut_ptr().cast(),
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        n < 0 && timed_out(&io::Error::last_os_error())
+    }
+
+    fn is_tls(&self) -> bool {
+        false
+    }
+}
+
+fn client_went_away() -> ureq::Error {
+    ureq::Error::Io(io::Error::new(
+        io::ErrorKind::ConnectionAborted,
+        "the client went away",
+    ))
+}
+
+/// A transport made earlier in the chain (a CONNECT proxy's tunnel), whose waits for input give up when the
+/// bound request is cancelled.
 pub struct Tapped {
     inner: Box<dyn Transport>,
 }
@@ -180,10 +355,7 @@ impl Tapped {
         let start = Instant::now();
         loop {
             if slot.is_cancelled() {
-                return Err(ureq::Error::Io(io::Error::new(
-                    io::ErrorKind::ConnectionAborted,
-                    "the client went away",
-                )));
+                return Err(client_went_away());
             }
             let slice = budget.saturating_sub(start.elapsed()).min(SLICE);
             let t = NextTimeout {
