@@ -10,8 +10,10 @@
 //! Direct TCP connections use the transport here ([`TcpTap`]) rather than ureq's own, which costs a few
 //! system calls per call that a gateway pays on every request: its pooled-connection check switches the
 //! socket to non-blocking and back around a read (three calls where one `MSG_PEEK | MSG_DONTWAIT` does), and
-//! it sets the socket's timeouts afresh before each read and write as the deadline moves. `TcpTap` sets the
-//! read timeout to the slice and changes it only for a last, shorter slice.
+//! it sets the socket's timeouts afresh before each read and write as the deadline moves, and it sends a
+//! request's head and body in two writes (two wake-ups of the upstream). `TcpTap` sets the read timeout to
+//! the slice and changes it only for a last, shorter slice, and sends a head that announces a body together
+//! with the body's first bytes.
 //!
 //! This uses ureq's `unversioned` transport API, so ureq is pinned to one minor version.
 
@@ -140,6 +142,7 @@ impl<In: Transport> Connector<In> for TapConnector {
             buffers,
             read_timeout: None,
             write_timeout: None,
+            head: Vec::new(),
         }))))
     }
 }
@@ -192,6 +195,53 @@ pub struct TcpTap {
     /// The socket's current timeouts, so they are set only when they change.
     read_timeout: Option<Duration>,
     write_timeout: Option<Duration>,
+    /// A request head held back to go out in one write with its body.
+    head: Vec<u8>,
+}
+
+/// `out` is a whole request head that announces a body of some length (and no `Expect`: nothing waits for
+/// the upstream between head and body).
+fn head_before_body(out: &[u8]) -> bool {
+    if !out.ends_with(b"\r\n\r\n") || out.len() > 16 * 1024 {
+        return false;
+    }
+    let mut length = false;
+    for line in out.split(|&b| b == b'\n').skip(1) {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let (name, value) = (&line[..colon], line[colon + 1..].trim_ascii());
+        if name.eq_ignore_ascii_case(b"expect") {
+            return false;
+        }
+        if name.eq_ignore_ascii_case(b"content-length") {
+            length = !value.is_empty() && value != b"0";
+        }
+    }
+    length
+}
+
+/// Writes `out`, after the held `head` if there is one (one system call for both).
+fn write_out(stream: &TcpStream, head: &mut Vec<u8>, out: &[u8]) -> io::Result<()> {
+    use std::io::{IoSlice, Write};
+    if head.is_empty() {
+        return (&*stream).write_all(out);
+    }
+    let held = std::mem::take(head);
+    let (mut h, mut o) = (&held[..], out);
+    while !h.is_empty() || !o.is_empty() {
+        let n = match (&*stream).write_vectored(&[IoSlice::new(h), IoSlice::new(o)]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        let from_head = n.min(h.len());
+        h = &h[from_head..];
+        o = &o[n - from_head..];
+    }
+    Ok(())
 }
 
 impl fmt::Debug for TcpTap {
@@ -214,7 +264,6 @@ impl Transport for TcpTap {
     }
 
     fn transmit_output(&mut self, amount: usize, timeout: NextTimeout) -> Result<(), ureq::Error> {
-        use std::io::Write;
         let timeout = timeout.for_write();
         let limit = timeout.not_zero().map(|t| *t);
         // Whole seconds above one second: the timeout is set again only when it moves by a second.
@@ -227,7 +276,11 @@ impl Transport for TcpTap {
             self.write_timeout = limit;
         }
         let output = &self.buffers.output()[..amount];
-        match (&self.stream).write_all(output) {
+        if self.head.is_empty() && head_before_body(output) {
+            self.head.extend_from_slice(output);
+            return Ok(());
+        }
+        match write_out(&self.stream, &mut self.head, output) {
             Ok(()) => Ok(()),
             Err(e) => {
                 note(|a| a.write_failed = true);
@@ -242,6 +295,14 @@ impl Transport for TcpTap {
 
     fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
         use std::io::Read;
+        if !self.head.is_empty() {
+            // A head held for a body that never came: it goes out now.
+            let write = write_out(&self.stream, &mut self.head, &[]);
+            write.map_err(|e| {
+                note(|a| a.write_failed = true);
+                ureq::Error::Io(e)
+            })?;
+        }
         let slot = bound();
         let real = timeout.for_read();
         let budget: Duration = *real.after;
