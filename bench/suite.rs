@@ -147,6 +147,7 @@ impl Path {
 }
 
 /// The request bytes for a path. `marker` goes into the user message (parameters for the fake upstream).
+/// The output limit is above what any phase's stream produces (200 events), so no stream is cut at it.
 fn request(path: Path, addr: SocketAddr, key: &str, marker: &str, stream: bool) -> Arc<Vec<u8>> {
     let stream_field = if stream { "\"stream\":true," } else { "" };
     let text = format!("Hello! Please answer briefly. bench:{marker}");
@@ -158,7 +159,7 @@ fn request(path: Path, addr: SocketAddr, key: &str, marker: &str, stream: bool) 
                 "bench"
             };
             let body = format!(
-                r#"{{"model":"{model}",{stream_field}"max_tokens":64,"messages":[{{"role":"user","content":"{text}"}}]}}"#
+                r#"{{"model":"{model}",{stream_field}"max_tokens":1024,"messages":[{{"role":"user","content":"{text}"}}]}}"#
             );
             let auth = format!("Bearer {key}");
             client::post(
@@ -170,7 +171,7 @@ fn request(path: Path, addr: SocketAddr, key: &str, marker: &str, stream: bool) 
         }
         Path::Trans => {
             let body = format!(
-                r#"{{"model":"bench",{stream_field}"max_tokens":64,"messages":[{{"role":"user","content":"{text}"}}]}}"#
+                r#"{{"model":"bench",{stream_field}"max_tokens":1024,"messages":[{{"role":"user","content":"{text}"}}]}}"#
             );
             let auth = format!("Bearer {key}");
             client::post(
@@ -922,14 +923,14 @@ fn wrk_cross_check(ctx: &mut Ctx, gw: &Gateway, keys: &mut Keys, watch: &Watch) 
             Path::Direct | Path::Pass => (
                 "/v1/chat/completions",
                 format!(
-                    r#"{{"model":"{}","max_tokens":64,"messages":[{{"role":"user","content":"Hello! Please answer briefly. bench:in=10,out=5"}}]}}"#,
+                    r#"{{"model":"{}","max_tokens":1024,"messages":[{{"role":"user","content":"Hello! Please answer briefly. bench:in=10,out=5"}}]}}"#,
                     if p == Path::Direct { "bench-model" } else { "bench" }
                 ),
                 String::new(),
             ),
             Path::Trans => (
                 "/v1/messages",
-                r#"{"model":"bench","max_tokens":64,"messages":[{"role":"user","content":"Hello! Please answer briefly. bench:in=10,out=5"}]}"#.to_string(),
+                r#"{"model":"bench","max_tokens":1024,"messages":[{"role":"user","content":"Hello! Please answer briefly. bench:in=10,out=5"}]}"#.to_string(),
                 "wrk.headers[\"anthropic-version\"] = \"2023-06-01\"\n".to_string(),
             ),
         };
