@@ -57,6 +57,7 @@ fn main() {
                 error: None,
                 reason: None,
                 requested_model: None,
+                instance: None,
             };
             serde_json::to_writer(&mut out, &rec).unwrap();
             out.write_all(b"\n").unwrap();

@@ -29,7 +29,13 @@ fn main() {
     let mut keys = Vec::new();
     for i in 0..100 {
         keys.push(
-            tollgate::access::keys::add_key(&dir, &format!("key-{i}"), "default", None).unwrap(),
+            tollgate::access::keys::add_key(
+                tollgate::access::keys::KeysAt::Dir(&dir),
+                &format!("key-{i}"),
+                "default",
+                None,
+            )
+            .unwrap(),
         );
     }
     let store = KeyStore::open(&dir).unwrap();
@@ -112,6 +118,7 @@ fn main() {
             for _ in 0..window {
                 let ask = Ask {
                     key: "bench",
+                    id: "req_bench",
                     credit: None,
                     group: None,
                     tokens: 100,
@@ -129,6 +136,7 @@ fn main() {
             for _ in 0..ops {
                 let ask = Ask {
                     key: "bench",
+                    id: "req_bench",
                     credit,
                     group: Some(group),
                     tokens: 1_074,
@@ -183,6 +191,7 @@ fn main() {
             error: None,
             reason: None,
             requested_model: None,
+            instance: None,
         });
     }
     let queued = t.elapsed();

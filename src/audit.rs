@@ -96,9 +96,9 @@ pub fn key_state(r: &crate::access::keys::KeyRecord) -> Value {
                        "deleted": r.deleted})
 }
 
-/// A key's state in the keys file of `data_dir` (null when there is none).
-pub fn key_in_file(data_dir: &Path, name: &str) -> Value {
-    crate::access::keys::read_keys(&data_dir.join(crate::access::keys::KEYS_FILE))
+/// A key's state where the keys live (null when there is none).
+pub fn key_in(at: crate::access::keys::KeysAt, name: &str) -> Value {
+    crate::access::keys::read_all(at)
         .ok()
         .and_then(|rs| rs.into_iter().find(|r| r.name == name))
         .map_or(Value::Null, |r| key_state(&r))

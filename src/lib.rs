@@ -14,5 +14,6 @@ pub mod money;
 pub mod protocol;
 pub mod secrets;
 pub mod server;
+pub mod store;
 pub mod upstream;
 pub mod util;

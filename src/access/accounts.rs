@@ -1,12 +1,14 @@
 //! Balances and rate limits per key, behind two calls: `check_and_reserve` at admission (before any
-//! upstream call) and `settle` when the request is done. The in-process implementation is the default; a
-//! shared store can take its place for several instances without touching the request path.
+//! upstream call) and `settle` when the request is done. The in-process implementation is the default; with
+//! a `[store]` the same rules run as atomic scripts in the shared Redis (`store/accounts.rs`), so the
+//! request path does not know which it has.
 //!
 //! Balances: balance = credit − spent, and a request is admitted only while balance − reservations of the
 //! key's requests in flight is above zero. Each admitted request reserves its worst case (estimated input
 //! plus its output limit, at the model's prices), so concurrent requests can overspend a balance by at most
 //! the worst-case cost of the requests admitted while it was still positive beyond their reservations: in
-//! practice one request's worst case (plus any error in the input estimate).
+//! practice one request's worst case (plus any error in the input estimate). With a store the reservation
+//! and the check are one atomic step on the server, so the same bound holds for all instances together.
 //!
 //! Rate limits (per key, from its group): requests per minute and tokens per minute over a sliding
 //! 60-second window, and requests in flight. Tokens are estimated at admission and corrected with the real
@@ -19,13 +21,16 @@ use std::time::{Duration, Instant};
 use super::budget::{Budget, Period, PeriodSpend};
 use crate::config::Group;
 use crate::money::Money;
-use crate::protocol::{ApiError, ErrorKind, Origin};
+use crate::protocol::ApiError;
 
 const WINDOW: Duration = Duration::from_secs(60);
 
 #[derive(Default)]
 struct KeyState {
     spent: Money,
+    /// With a store: `spent` is the store's figure at the key's last admission (plus what this instance
+    /// charged since), so the local fallback may judge the key's credit.
+    spent_known: bool,
     /// Spend in the current day, week and month (for budgets).
     periods: PeriodSpend,
     /// When the key last made a request that settled (RFC 3339).
@@ -69,61 +74,82 @@ impl KeyState {
 pub struct Reservation {
     accounts: Arc<Accounts>,
     key: String,
-    cost: Money,
-    tokens: u64,
-    at: Instant,
-    /// When it was admitted (Unix seconds): its cost counts in the budget periods of that moment.
-    unix_at: u64,
+    held: Held,
     settled: bool,
+}
+
+/// Where a reservation is kept.
+enum Held {
+    /// In this process's accounts.
+    Local {
+        cost: Money,
+        tokens: u64,
+        at: Instant,
+        /// When it was admitted (Unix seconds): its cost counts in the budget periods of that moment.
+        unix_at: u64,
+    },
+    /// In the shared store, under the request's id; `at`: when it was admitted (Unix seconds).
+    Shared { id: String, at: u64 },
+    /// Nothing held: a key with no limits, credit or budget (its record alone settles it).
+    Nothing,
 }
 
 impl std::fmt::Debug for Reservation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "Reservation({}, {} credits, {} tokens)",
-            self.key, self.cost, self.tokens
-        )
+        match &self.held {
+            Held::Local { cost, tokens, .. } => write!(
+                f,
+                "Reservation({}, {cost} credits, {tokens} tokens)",
+                self.key
+            ),
+            Held::Shared { id, .. } => write!(f, "Reservation({}, shared {id})", self.key),
+            Held::Nothing => write!(f, "Reservation({}, nothing held)", self.key),
+        }
     }
 }
 
 impl Reservation {
     /// Ends the request: releases the reservation, charges the actual cost, and corrects its token count
-    /// in the rate window to the real usage.
+    /// in the rate window to the real usage (with a store, in one atomic step there).
     pub fn settle(mut self, actual_cost: Money, actual_tokens: u64) {
         self.settled = true;
         self.accounts
-            .settle_parts(&self, actual_cost, actual_tokens);
+            .settle_parts(&self, actual_cost, actual_tokens, true);
     }
 
-    /// Releases the reservation without charging (the request never reached an upstream).
-    pub fn release(self) {
-        self.settle(Money::ZERO, 0);
+    /// Releases the reservation without charging (the request never reached an upstream and leaves no
+    /// record that would settle it).
+    pub fn release(mut self) {
+        self.settled = true;
+        self.accounts.settle_parts(&self, Money::ZERO, 0, false);
     }
 }
 
 impl Drop for Reservation {
     fn drop(&mut self) {
         if !self.settled {
-            self.accounts.settle_parts(self, Money::ZERO, 0);
+            self.accounts.settle_parts(self, Money::ZERO, 0, false);
         }
     }
 }
 
-/// Rate-limit state to report in `x-ratelimit-*` headers.
-#[derive(Debug, Clone, Default)]
-pub struct RateInfo {
-    pub headers: Vec<(String, String)>,
-}
+pub use super::standing::RateInfo;
+use super::standing::{judge, Limits, Standing, Verdict};
 
 /// Balances and limits of every key.
 pub struct Accounts {
+    /// This process's own accounts: every key's without a store; with one, what admission falls back on
+    /// while the store is down (`on_unavailable = "local"`).
     keys: Mutex<HashMap<String, KeyState>>,
+    /// The shared store, when there is one.
+    store: Option<Arc<crate::store::Store>>,
 }
 
 /// What a request asks for at admission.
 pub struct Ask<'a> {
     pub key: &'a str,
+    /// The request's id (its reservation's name in a shared store).
+    pub id: &'a str,
     /// The key's credit (None: unlimited).
     pub credit: Option<Money>,
     pub group: Option<&'a Group>,
@@ -137,44 +163,102 @@ pub struct Ask<'a> {
     pub now: u64,
 }
 
-fn reset_str(d: Duration) -> String {
-    let s = d.as_secs_f64();
-    if s >= 60.0 {
-        format!("{}m{}s", (s / 60.0) as u64, (s % 60.0).ceil() as u64)
-    } else if s >= 1.0 {
-        format!("{}s", s.ceil() as u64)
-    } else {
-        format!("{}ms", (s * 1000.0).ceil() as u64)
+impl Ask<'_> {
+    fn limits(&self) -> Limits {
+        let g = self.group;
+        Limits {
+            rpm: g.and_then(|g| g.rpm),
+            tpm: g.and_then(|g| g.tpm),
+            max_concurrent: g.and_then(|g| g.max_concurrent),
+            credit: self.credit,
+            budget: self.budget,
+            tokens: self.tokens,
+            now: self.now,
+        }
     }
 }
 
-/// Whether a budget has room left in its current period: its amount minus what was spent in the period and
-/// what requests in flight reserved. When not, the 429 names the budget and when it resets (`retry-after`).
-fn budget_left(st: &mut KeyState, b: &Budget, now: u64) -> Result<(), ApiError> {
-    st.periods.roll(now);
-    let spent = st.periods.spent(b.period, now);
-    if b.amount - spent - st.reserved > Money::ZERO {
-        return Ok(());
+/// The 503 of a request refused because the shared store does not answer (`on_unavailable = "closed"`).
+pub fn store_unavailable(store: &crate::store::Store) -> ApiError {
+    ApiError::unavailable(format!(
+        "The gateway's shared store ({}) is not answering, so this request cannot be checked against its key's \
+         balance and limits; retry shortly.",
+        store.describe()
+    ))
+    .with_code("store_unavailable")
+}
+
+/// The 503 while the shared store has lost its data (no balance it holds can be trusted).
+fn store_lost(store: &crate::store::Store) -> ApiError {
+    ApiError::unavailable(format!(
+        "The gateway's shared store ({}) has lost its data; requests are refused until the operator restores it \
+         (tollgate store rebuild).",
+        store.describe()
+    ))
+    .with_code("store_unavailable")
+}
+
+impl KeyState {
+    /// This key's standing for `ask`, by the same rules as the store's admission script.
+    fn standing(&mut self, ask: &Ask, limits: &Limits, now: Instant) -> Standing {
+        self.prune(now);
+        let since = |t: &Instant| WINDOW.saturating_sub(now.duration_since(*t));
+        let rpm_used = self.requests.len() as u64;
+        let tpm_used = self.tokens_in_window();
+        let mut tpm_wait = Duration::ZERO;
+        if let Some(limit) = limits.tpm {
+            if tpm_used + ask.tokens > limit {
+                // The earliest time enough tokens leave the window for this request to fit.
+                let mut freed = 0;
+                for (t, n) in &self.tokens {
+                    freed += n;
+                    if tpm_used - freed + ask.tokens <= limit {
+                        tpm_wait = since(t);
+                        break;
+                    }
+                }
+                if tpm_wait.is_zero() {
+                    tpm_wait = WINDOW;
+                }
+            }
+        }
+        let period_spent = ask.budget.map_or(Money::ZERO, |b| {
+            self.periods.roll(ask.now);
+            self.periods.spent(b.period, ask.now)
+        });
+        let verdict = if limits.rpm.is_some_and(|l| rpm_used >= l) {
+            Verdict::Rpm
+        } else if limits.tpm.is_some_and(|l| tpm_used + ask.tokens > l) {
+            Verdict::Tpm
+        } else if limits.max_concurrent.is_some_and(|l| self.in_flight >= l) {
+            Verdict::Concurrency
+        } else if ask
+            .credit
+            .is_some_and(|c| c - self.spent - self.reserved <= Money::ZERO)
+        {
+            Verdict::Credit
+        } else if ask
+            .budget
+            .is_some_and(|b| b.amount - period_spent - self.reserved <= Money::ZERO)
+        {
+            Verdict::Budget
+        } else {
+            Verdict::Admitted
+        };
+        Standing {
+            verdict,
+            rpm_used,
+            rpm_reset: self.requests.front().map_or(Duration::ZERO, since),
+            tpm_used,
+            tpm_reset: self
+                .tokens
+                .front()
+                .map_or(Duration::ZERO, |(t, _)| since(t)),
+            tpm_wait,
+            spent: self.spent,
+            period_spent,
+        }
     }
-    let start = b.period.start_of(now);
-    let resets = b.period.end_of(start);
-    let err = ApiError::new(
-        429,
-        ErrorKind::InsufficientQuota,
-        format!(
-            "You exceeded your current quota: this key's {} budget of {} credits is used up ({} spent since {}). \
-             It resets at {}.",
-            b.period.name(),
-            b.amount,
-            spent,
-            crate::util::rfc3339(start),
-            crate::util::rfc3339(resets)
-        ),
-    )
-    .with_code("insufficient_quota")
-    .with_origin(Origin::Quota)
-    .with_retry_after(resets.saturating_sub(now).max(1));
-    Err(err)
 }
 
 impl Accounts {
@@ -204,6 +288,15 @@ impl Accounts {
         }
         Accounts {
             keys: Mutex::new(keys),
+            store: None,
+        }
+    }
+
+    /// Accounts kept in a shared store (balances and windows there; nothing replayed locally).
+    pub fn shared(store: Arc<crate::store::Store>) -> Accounts {
+        Accounts {
+            keys: Mutex::new(HashMap::new()),
+            store: Some(store),
         }
     }
 
@@ -214,9 +307,53 @@ impl Accounts {
         }
     }
 
+    /// The store, when it is to be asked now (there is one and it answers, or it is asked anyway).
+    fn asking(&self) -> Option<&Arc<crate::store::Store>> {
+        self.store.as_ref()
+    }
+
     /// Total spent by a key so far (settled requests).
     pub fn spent(&self, key: &str) -> Money {
+        if let Some(store) = self.asking() {
+            if let Ok(b) = store.balance(key) {
+                return b.spent;
+            }
+        }
         self.lock().get(key).map_or(Money::ZERO, |s| s.spent)
+    }
+
+    /// The spend and last use of many keys (one round trip with a store).
+    pub fn balances(&self, names: &[String]) -> HashMap<String, (Money, Option<String>)> {
+        if let Some(store) = self.asking() {
+            if let Ok(b) = store.balances(names) {
+                let local = self.lock();
+                return b
+                    .into_iter()
+                    .map(|(k, v)| {
+                        let mine = local.get(&k).and_then(|s| s.last_used.clone());
+                        let last = match (mine, v.last_used) {
+                            (Some(a), Some(b)) => Some(a.max(b)),
+                            (a, b) => a.or(b),
+                        };
+                        (k, (v.spent, last))
+                    })
+                    .collect();
+            }
+        }
+        let local = self.lock();
+        names
+            .iter()
+            .map(|n| {
+                let s = local.get(n);
+                (
+                    n.clone(),
+                    (
+                        s.map_or(Money::ZERO, |s| s.spent),
+                        s.and_then(|s| s.last_used.clone()),
+                    ),
+                )
+            })
+            .collect()
     }
 
     /// Notes that a key made a request now (one refused before it reserved anything).
@@ -227,168 +364,170 @@ impl Accounts {
 
     /// When a key last made a request (one that settled, refusals included), RFC 3339.
     pub fn last_used(&self, key: &str) -> Option<String> {
-        self.lock().get(key).and_then(|s| s.last_used.clone())
+        let local = self.lock().get(key).and_then(|s| s.last_used.clone());
+        let shared = self
+            .asking()
+            .and_then(|store| store.balance(key).ok())
+            .and_then(|b| b.last_used);
+        match (local, shared) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Spent by a key in the `period` that holds `now` (settled requests).
     pub fn period_spent(&self, key: &str, period: Period, now: u64) -> Money {
+        if let Some(store) = self.asking() {
+            if let Ok(m) = store.period_spent(key, period, now) {
+                return m;
+            }
+        }
         self.lock()
             .get(key)
             .map_or(Money::ZERO, |s| s.periods.spent(period, now))
     }
 
     /// Admits a request or says why not (429 with `retry-after` and rate-limit headers), reserving its
-    /// worst-case cost and its estimated tokens.
+    /// worst-case cost and its estimated tokens. With a store that does not answer: 503 naming it, or
+    /// (`on_unavailable = "local"`) this instance's own accounts.
     pub fn check_and_reserve(
         self: &Arc<Self>,
         ask: &Ask,
     ) -> Result<(Reservation, RateInfo), (ApiError, RateInfo)> {
-        let now = Instant::now();
-        let mut keys = self.lock();
-        if !keys.contains_key(ask.key) {
-            keys.insert(ask.key.to_string(), KeyState::default());
-        }
-        let Some(st) = keys.get_mut(ask.key) else {
-            return Err((ApiError::internal("accounts"), RateInfo::default()));
+        let Some(store) = self.store.clone() else {
+            return self.reserve_locally(ask);
         };
-        st.prune(now);
-        let mut info = RateInfo::default();
-        let (rpm, tpm, conc) = match ask.group {
-            Some(g) => (g.rpm, g.tpm, g.max_concurrent),
-            None => (None, None, None),
-        };
-        let mut refused: Option<(String, Duration)> = None;
-        if let Some(limit) = rpm {
-            let used = st.requests.len() as u64;
-            let reset = st.requests.front().map_or(Duration::ZERO, |t| {
-                WINDOW.saturating_sub(now.duration_since(*t))
-            });
-            info.headers
-                .push(("x-ratelimit-limit-requests".into(), limit.to_string()));
-            info.headers.push((
-                "x-ratelimit-remaining-requests".into(),
-                limit.saturating_sub(used + 1).to_string(),
-            ));
-            info.headers
-                .push(("x-ratelimit-reset-requests".into(), reset_str(reset)));
-            if used >= limit {
-                refused = Some((
-                    format!("the requests-per-minute limit of {limit} for this key"),
-                    reset,
-                ));
-            }
+        let local_fallback =
+            store.settings().on_unavailable == crate::config::store::OnUnavailable::Local;
+        if store.lost() {
+            return Err((store_lost(&store), RateInfo::default()));
         }
-        if let Some(limit) = tpm {
-            let used = st.tokens_in_window();
-            // The earliest time enough tokens leave the window for this request to fit.
-            let mut wait = Duration::ZERO;
-            if used + ask.tokens > limit {
-                let mut freed = 0;
-                for (t, n) in &st.tokens {
-                    freed += n;
-                    if used - freed + ask.tokens <= limit {
-                        wait = WINDOW.saturating_sub(now.duration_since(*t));
-                        break;
-                    }
-                }
-                if wait.is_zero() {
-                    wait = WINDOW;
-                }
+        if !store.healthy() {
+            if local_fallback {
+                return self.fallback(&store, ask);
             }
-            let reset = st.tokens.front().map_or(Duration::ZERO, |(t, _)| {
-                WINDOW.saturating_sub(now.duration_since(*t))
-            });
-            info.headers
-                .push(("x-ratelimit-limit-tokens".into(), limit.to_string()));
-            info.headers.push((
-                "x-ratelimit-remaining-tokens".into(),
-                limit.saturating_sub(used).to_string(),
-            ));
-            info.headers
-                .push(("x-ratelimit-reset-tokens".into(), reset_str(reset)));
-            if refused.is_none() && used + ask.tokens > limit {
-                let what = if ask.tokens > limit {
-                    format!(
-                        "the tokens-per-minute limit of {limit} for this key (this request alone is estimated at {} tokens)",
-                        ask.tokens
-                    )
-                } else {
-                    format!("the tokens-per-minute limit of {limit} for this key")
+            return Err((store_unavailable(&store), RateInfo::default()));
+        }
+        let limits = ask.limits();
+        let needs_store = limits.rpm.is_some()
+            || limits.tpm.is_some()
+            || limits.max_concurrent.is_some()
+            || limits.credit.is_some()
+            || limits.budget.is_some();
+        if !needs_store {
+            return Ok((self.reservation(ask, Held::Nothing), RateInfo::default()));
+        }
+        match store.admit(ask.key, ask.id, ask.cost, &limits) {
+            Ok(standing) => {
+                // What the local fallback would start from if the store stops answering.
+                if local_fallback {
+                    let mut keys = self.lock();
+                    let st = keys.entry(ask.key.to_string()).or_default();
+                    st.spent = standing.spent;
+                    st.spent_known = true;
+                }
+                let info = judge(&limits, &standing)?;
+                let held = Held::Shared {
+                    id: ask.id.to_string(),
+                    at: ask.now,
                 };
-                refused = Some((what, wait));
+                Ok((self.reservation(ask, held), info))
+            }
+            Err(e) if local_fallback && e.unavailable => self.fallback(&store, ask),
+            Err(e) => {
+                if !e.unavailable {
+                    log::error!("store: the admission script failed: {e}");
+                }
+                Err((store_unavailable(&store), RateInfo::default()))
             }
         }
-        if let Some(limit) = conc {
-            if refused.is_none() && st.in_flight >= limit {
-                refused = Some((
-                    format!("the limit of {limit} concurrent requests for this key"),
-                    Duration::from_secs(1),
-                ));
-            }
+    }
+
+    fn reservation(self: &Arc<Self>, ask: &Ask, held: Held) -> Reservation {
+        Reservation {
+            accounts: self.clone(),
+            key: ask.key.to_string(),
+            held,
+            settled: false,
         }
-        if let Some((what, wait)) = refused {
-            let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
-            let err = ApiError::new(
-                429,
-                ErrorKind::RateLimit,
-                format!("Rate limit reached: {what}. Retry in {secs} s."),
-            )
-            .with_code("rate_limit_exceeded")
-            .with_origin(Origin::RateLimit)
-            .with_retry_after(secs);
-            return Err((err, info));
+    }
+
+    /// Admission while the store does not answer (`on_unavailable = "local"`): this instance's own limits,
+    /// and for a key with a credit the spend the store last reported plus what this instance spent since.
+    /// A key with a budget, or with a credit whose spend this instance never learnt, cannot be checked: 503.
+    fn fallback(
+        self: &Arc<Self>,
+        store: &crate::store::Store,
+        ask: &Ask,
+    ) -> Result<(Reservation, RateInfo), (ApiError, RateInfo)> {
+        let known = self.lock().get(ask.key).is_some_and(|s| s.spent_known);
+        if ask.budget.is_some() || (ask.credit.is_some() && !known) {
+            return Err((store_unavailable(store), RateInfo::default()));
         }
-        if let Some(credit) = ask.credit {
-            let available = credit - st.spent - st.reserved;
-            if available <= Money::ZERO {
-                let err = ApiError::new(
-                    429,
-                    ErrorKind::InsufficientQuota,
-                    format!(
-                        "You exceeded your current quota: this key's balance is used up (credit {credit}, spent {}). \
-                         Check the balance in the console or ask the operator to top it up.",
-                        st.spent
-                    ),
-                )
-                .with_code("insufficient_quota")
-                .with_origin(Origin::Quota);
-                return Err((err, info));
-            }
-        }
-        if let Some(b) = ask.budget {
-            if let Err(err) = budget_left(st, &b, ask.now) {
-                return Err((err, info));
-            }
-        }
+        self.reserve_locally(ask)
+    }
+
+    /// Admission against this process's own accounts.
+    fn reserve_locally(
+        self: &Arc<Self>,
+        ask: &Ask,
+    ) -> Result<(Reservation, RateInfo), (ApiError, RateInfo)> {
+        let now = Instant::now();
+        let limits = ask.limits();
+        let mut keys = self.lock();
+        let st = keys.entry(ask.key.to_string()).or_default();
+        let standing = st.standing(ask, &limits, now);
+        let info = judge(&limits, &standing)?;
         // The windows are kept only for keys with limits on them.
-        if rpm.is_some() {
+        if limits.rpm.is_some() {
             st.requests.push_back(now);
         }
-        if tpm.is_some() {
+        if limits.tpm.is_some() {
             st.tokens.push_back((now, ask.tokens));
             st.tokens_total += ask.tokens;
         }
         st.reserved += ask.cost;
         st.in_flight += 1;
-        let res = Reservation {
-            accounts: self.clone(),
-            key: ask.key.to_string(),
+        drop(keys);
+        let held = Held::Local {
             cost: ask.cost,
             tokens: ask.tokens,
             at: now,
             unix_at: ask.now,
-            settled: false,
         };
-        Ok((res, info))
+        Ok((self.reservation(ask, held), info))
     }
 
-    fn settle_parts(&self, r: &Reservation, actual_cost: Money, actual_tokens: u64) {
-        let (key, reserved, tokens, at) = (r.key.as_str(), r.cost, r.tokens, r.at);
+    /// `charged`: the request ended with a usage record (settle), not without one (release).
+    fn settle_parts(&self, r: &Reservation, actual_cost: Money, actual_tokens: u64, charged: bool) {
+        let (reserved, tokens, at, unix_at) = match &r.held {
+            Held::Nothing => return,
+            Held::Shared { id, at } => {
+                if let Some(store) = &self.store {
+                    // A failure leaves the reservation to the request's record, which settles it when shipped
+                    // (or, without a record, to its lease).
+                    let _ = if charged {
+                        store.settle(&r.key, id, actual_cost, actual_tokens, *at)
+                    } else {
+                        store.release(&r.key, id)
+                    };
+                }
+                return;
+            }
+            Held::Local {
+                cost,
+                tokens,
+                at,
+                unix_at,
+            } => (*cost, *tokens, *at, *unix_at),
+        };
         let mut keys = self.lock();
-        let Some(st) = keys.get_mut(key) else { return };
+        let Some(st) = keys.get_mut(r.key.as_str()) else {
+            return;
+        };
         st.reserved = (st.reserved - reserved).max(Money::ZERO);
         st.spent += actual_cost;
-        st.periods.add(r.unix_at, actual_cost);
+        st.periods.add(unix_at, actual_cost);
         st.last_used = Some(crate::util::rfc3339_millis(crate::util::unix_millis()));
         st.in_flight = st.in_flight.saturating_sub(1);
         // Recent entries are at the back.
@@ -426,6 +565,7 @@ mod tests {
     fn ask<'a>(g: &'a Group, credit: Option<f64>, tokens: u64, cost: f64) -> Ask<'a> {
         Ask {
             key: "k",
+            id: "req_1",
             credit: credit.map(m),
             group: Some(g),
             tokens,

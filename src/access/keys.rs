@@ -296,6 +296,40 @@ impl KeyStore {
         })
     }
 
+    /// A key set kept in a shared store: starts from `records` (the store's, or the local copy while the
+    /// store does not answer) and is replaced by [`KeyStore::install`], never reloaded from a file.
+    pub fn from_records(data_dir: &Path, records: &[KeyRecord]) -> KeyStore {
+        KeyStore {
+            set: RwLock::new(Arc::new(KeySet::from_records(records))),
+            path: data_dir.join(KEYS_FILE),
+            seen: Mutex::new(Seen {
+                meta: None,
+                digest: None,
+                read_at: 0,
+            }),
+        }
+    }
+
+    /// Puts the store's key records in force. Like a keys file that comes back empty, a store that holds no
+    /// key records while keys are in force is taken for a mistake (a store that lost its data): the keys in
+    /// force stay, with an ERROR. Returns true when the new set was installed.
+    pub fn install(&self, records: &[KeyRecord], from: &str) -> bool {
+        let in_force = self.current().records.len();
+        if records.is_empty() && in_force > 0 {
+            log::error!(
+                "{from} holds no keys; keeping the previous {in_force} keys in force. If the store lost its \
+                 data, restore it with `tollgate store rebuild`"
+            );
+            return false;
+        }
+        let set = Arc::new(KeySet::from_records(records));
+        match self.set.write() {
+            Ok(mut g) => *g = set,
+            Err(p) => *p.into_inner() = set,
+        }
+        true
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -619,12 +653,66 @@ impl std::fmt::Display for KeyOpError {
     }
 }
 
-/// Reads, changes and atomically rewrites the keys file under an exclusive lock (`keys.lock`), so the CLI,
-/// the console and hand edits never lose each other's changes.
+/// Where the key records live: the keys file in a data directory, or a shared store.
+#[derive(Clone, Copy)]
+pub enum KeysAt<'a> {
+    Dir(&'a Path),
+    Store(&'a crate::store::Store),
+}
+
+/// The map in the store that holds the key records (key name → record JSON).
+pub const STORE_MAP: &str = "keys";
+
+/// Every key record (tombstones of deleted keys included), oldest first.
+pub fn read_all(at: KeysAt) -> Result<Vec<KeyRecord>, KeyOpError> {
+    match at {
+        KeysAt::Dir(dir) => {
+            let path = dir.join(KEYS_FILE);
+            read_keys(&path)
+                .map_err(|e| KeyOpError::new("", format!("cannot read {}: {e}", path.display())))
+        }
+        KeysAt::Store(store) => {
+            let (_, fields) = store.read_map(STORE_MAP).map_err(store_error)?;
+            Ok(records_of(&fields))
+        }
+    }
+}
+
+/// The key records of a store map's fields, oldest first (a field that is not a record is skipped and
+/// logged).
+pub fn records_of(fields: &[(String, String)]) -> Vec<KeyRecord> {
+    let mut out: Vec<KeyRecord> = fields
+        .iter()
+        .filter_map(
+            |(name, json)| match serde_json::from_str::<KeyRecord>(json) {
+                Ok(r) if &r.name == name => Some(r),
+                _ => {
+                    log::error!("store: the key record {name:?} is not valid; ignored");
+                    None
+                }
+            },
+        )
+        .collect();
+    out.sort_by(|a, b| a.created.cmp(&b.created).then(a.name.cmp(&b.name)));
+    out
+}
+
+fn store_error(e: crate::store::StoreError) -> KeyOpError {
+    KeyOpError::new("", format!("the store does not answer: {e}"))
+}
+
+/// Reads, changes and writes the key records: in a data directory, the keys file is rewritten atomically
+/// under an exclusive lock (`keys.lock`); in a store, the change is written only if nobody changed the
+/// records in between (else read again and retried). So the CLI, the console, other instances and hand
+/// edits never lose each other's changes.
 pub fn update_keys<T>(
-    data_dir: &Path,
-    f: impl FnOnce(&mut Vec<KeyRecord>) -> Result<T, KeyOpError>,
+    at: KeysAt,
+    mut f: impl FnMut(&mut Vec<KeyRecord>) -> Result<T, KeyOpError>,
 ) -> Result<T, KeyOpError> {
+    let data_dir = match at {
+        KeysAt::Dir(d) => d,
+        KeysAt::Store(store) => return update_in_store(store, f),
+    };
     let io = |what: &str, p: &Path, e: &dyn std::fmt::Display| {
         KeyOpError::new("", format!("cannot {what} {}: {e}", p.display()))
     };
@@ -637,6 +725,48 @@ pub fn update_keys<T>(
     let result = f(&mut records)?;
     write_keys(&path, &records).map_err(|e| io("write", &path, &e))?;
     Ok(result)
+}
+
+fn update_in_store<T>(
+    store: &crate::store::Store,
+    mut f: impl FnMut(&mut Vec<KeyRecord>) -> Result<T, KeyOpError>,
+) -> Result<T, KeyOpError> {
+    for _ in 0..50 {
+        let (version, fields) = store.read_map(STORE_MAP).map_err(store_error)?;
+        let mut records = records_of(&fields);
+        let result = f(&mut records)?;
+        let before: HashMap<&str, &str> = fields
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let mut set = Vec::new();
+        for r in &records {
+            let json = serde_json::to_string(r)
+                .map_err(|e| KeyOpError::new("", format!("cannot encode the key: {e}")))?;
+            if before.get(r.name.as_str()) != Some(&json.as_str()) {
+                set.push((r.name.clone(), json));
+            }
+        }
+        let delete: Vec<String> = fields
+            .iter()
+            .filter(|(k, _)| !records.iter().any(|r| &r.name == k))
+            .map(|(k, _)| k.clone())
+            .collect();
+        if set.is_empty() && delete.is_empty() {
+            return Ok(result);
+        }
+        if store
+            .write_map(STORE_MAP, version, &set, &delete)
+            .map_err(store_error)?
+            .is_some()
+        {
+            return Ok(result);
+        }
+    }
+    Err(KeyOpError::new(
+        "",
+        "the keys in the store kept changing while this change was made; try again",
+    ))
 }
 
 fn valid_name(name: &str) -> Result<(), KeyOpError> {
@@ -664,14 +794,14 @@ fn valid_credit(credit: Option<Money>) -> Result<(), KeyOpError> {
 
 /// Creates a key (the group must exist: the caller checks it against the config). Returns the plaintext.
 pub fn add_key(
-    data_dir: &Path,
+    at: KeysAt,
     name: &str,
     group: &str,
     credit: Option<Money>,
 ) -> Result<String, KeyOpError> {
     valid_name(name)?;
     valid_credit(credit)?;
-    update_keys(data_dir, |records| {
+    update_keys(at, |records| {
         if let Some(existing) = records.iter().find(|r| r.name == name) {
             let state = if existing.deleted {
                 " (deleted; its usage records keep the name)"
@@ -711,35 +841,35 @@ fn find<'a>(records: &'a mut [KeyRecord], name: &str) -> Result<&'a mut KeyRecor
 }
 
 /// Sets a key's own spend budget (None: its group's applies, if any).
-pub fn set_budget(data_dir: &Path, name: &str, budget: Option<Budget>) -> Result<(), KeyOpError> {
+pub fn set_budget(at: KeysAt, name: &str, budget: Option<Budget>) -> Result<(), KeyOpError> {
     if let Some(b) = budget {
         valid_credit(Some(b.amount))?;
     }
-    update_keys(data_dir, |records| {
+    update_keys(at, |records| {
         find(records, name)?.budget = budget;
         Ok(())
     })
 }
 
 /// Sets when a key stops working (Unix seconds; None: never).
-pub fn set_expiry(data_dir: &Path, name: &str, expires: Option<u64>) -> Result<(), KeyOpError> {
-    update_keys(data_dir, |records| {
+pub fn set_expiry(at: KeysAt, name: &str, expires: Option<u64>) -> Result<(), KeyOpError> {
+    update_keys(at, |records| {
         find(records, name)?.expires = expires.map(crate::util::rfc3339);
         Ok(())
     })
 }
 
 /// Moves a key to another group (the caller checks that the group exists).
-pub fn move_key(data_dir: &Path, name: &str, group: &str) -> Result<(), KeyOpError> {
-    update_keys(data_dir, |records| {
+pub fn move_key(at: KeysAt, name: &str, group: &str) -> Result<(), KeyOpError> {
+    update_keys(at, |records| {
         find(records, name)?.group = group.to_string();
         Ok(())
     })
 }
 
 /// Lets a revoked key work again (same key, name, group and credit).
-pub fn enable_key(data_dir: &Path, name: &str) -> Result<(), KeyOpError> {
-    update_keys(data_dir, |records| {
+pub fn enable_key(at: KeysAt, name: &str) -> Result<(), KeyOpError> {
+    update_keys(at, |records| {
         find(records, name)?.disabled = false;
         Ok(())
     })
@@ -747,8 +877,8 @@ pub fn enable_key(data_dir: &Path, name: &str) -> Result<(), KeyOpError> {
 
 /// Deletes a revoked key: it disappears from every list and its hash is forgotten. Its name stays taken,
 /// so that its usage records are never mixed with another key's.
-pub fn delete_key(data_dir: &Path, name: &str) -> Result<(), KeyOpError> {
-    update_keys(data_dir, |records| {
+pub fn delete_key(at: KeysAt, name: &str) -> Result<(), KeyOpError> {
+    update_keys(at, |records| {
         let r = find(records, name)?;
         if !r.disabled {
             return Err(KeyOpError::new(
@@ -764,16 +894,16 @@ pub fn delete_key(data_dir: &Path, name: &str) -> Result<(), KeyOpError> {
 }
 
 /// Revokes a key at once (a running server notices within about a second).
-pub fn revoke_key(data_dir: &Path, name: &str) -> Result<(), KeyOpError> {
-    update_keys(data_dir, |records| {
+pub fn revoke_key(at: KeysAt, name: &str) -> Result<(), KeyOpError> {
+    update_keys(at, |records| {
         find(records, name)?.disabled = true;
         Ok(())
     })
 }
 
 /// Replaces a key with a new one under the same name, group and credit; the old key stops working at once.
-pub fn rotate_key(data_dir: &Path, name: &str) -> Result<String, KeyOpError> {
-    update_keys(data_dir, |records| {
+pub fn rotate_key(at: KeysAt, name: &str) -> Result<String, KeyOpError> {
+    update_keys(at, |records| {
         let r = find(records, name)?;
         if r.disabled {
             return Err(KeyOpError::new(
@@ -801,7 +931,7 @@ pub enum CreditChange {
 
 /// Changes a key's credit; returns the new credit.
 pub fn change_credit(
-    data_dir: &Path,
+    at: KeysAt,
     name: &str,
     change: CreditChange,
 ) -> Result<Option<Money>, KeyOpError> {
@@ -810,7 +940,7 @@ pub fn change_credit(
         CreditChange::Set(a) => valid_credit(Some(a))?,
         CreditChange::Unlimited => {}
     }
-    update_keys(data_dir, |records| {
+    update_keys(at, |records| {
         let r = find(records, name)?;
         r.credit = match (change, r.credit) {
             (CreditChange::Add(a), Some(c)) => Some(c + a),

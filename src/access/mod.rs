@@ -3,6 +3,7 @@
 pub mod accounts;
 pub mod budget;
 pub mod keys;
+pub mod standing;
 
 use std::sync::Arc;
 

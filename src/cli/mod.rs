@@ -1,4 +1,8 @@
-//! The command line: `serve`, `keys add|list|revoke`, `check`. Every command returns its exit code.
+//! The command line: `serve`, `keys add|list|revoke|...`, `check`, `store status|rebuild`, `doctor`. Every
+//! command returns its exit code. With a `[store]` in the config the `keys` commands act on the store
+//! (`store.rs`).
+
+mod store;
 
 use std::fs;
 use std::io::Write;
@@ -7,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use argh::FromArgs;
 
-use crate::access::keys::{self, KeyRecord, KEYS_FILE};
+use crate::access::keys::{self, KEYS_FILE};
 use crate::config::Config;
 
 #[derive(FromArgs)]
@@ -24,6 +28,7 @@ pub enum Command {
     Serve(ServeArgs),
     Keys(KeysArgs),
     Check(CheckArgs),
+    Store(store::StoreArgs),
     Doctor(crate::doctor::DoctorArgs),
 }
 
@@ -228,13 +233,17 @@ pub struct CheckArgs {
     /// config file (TOML)
     #[argh(option)]
     pub config: PathBuf,
+    /// also connect to the [store] and say whether it answers
+    #[argh(switch)]
+    pub connect: bool,
 }
 
 /// Runs a command; returns the process exit code.
 pub fn run(args: Args) -> i32 {
     match args.command {
         Command::Serve(a) => serve(a),
-        Command::Check(a) => check(&a.config),
+        Command::Check(a) => check(&a.config, a.connect),
+        Command::Store(a) => store::run(a),
         Command::Doctor(a) => crate::doctor::run(a),
         Command::Keys(k) => keys_command(k.command),
     }
@@ -243,13 +252,15 @@ pub fn run(args: Args) -> i32 {
 /// Runs a `keys` command; a change that succeeded goes into the audit trail (actor `cli`).
 fn keys_command(c: KeysCommand) -> i32 {
     let audit = |config: Option<&Path>, name: &str, action: &str, run: &mut dyn FnMut() -> i32| {
-        let data_dir = load(config).ok().map(|c| c.data_dir);
-        let before = data_dir.as_deref().map_or(serde_json::Value::Null, |d| {
-            crate::audit::key_in_file(d, name)
+        let opened = load(config)
+            .ok()
+            .and_then(|c| store::Place::open(&c).ok().map(|p| (c, p)));
+        let before = opened.as_ref().map_or(serde_json::Value::Null, |(_, p)| {
+            crate::audit::key_in(p.at(), name)
         });
         let code = run();
-        if let (0, Some(d)) = (code, data_dir) {
-            let after = crate::audit::key_in_file(&d, name);
+        if let (0, Some((c, p))) = (code, opened) {
+            let after = crate::audit::key_in(p.at(), name);
             let entry = crate::audit::Entry::new(
                 crate::audit::ACTOR_CLI,
                 action,
@@ -257,7 +268,7 @@ fn keys_command(c: KeysCommand) -> i32 {
                 before,
                 after,
             );
-            crate::audit::append(&d, &entry);
+            p.audit(&c, &entry);
         }
         code
     };
@@ -278,15 +289,15 @@ fn keys_command(c: KeysCommand) -> i32 {
             })
         }
         KeysCommand::Enable(a) => audit(a.config.as_deref(), &a.name, "key.enabled", &mut || {
-            with_config(a.config.as_deref(), |config| {
-                keys::enable_key(&config.data_dir, &a.name).map_err(flag_error)?;
+            with_place(a.config.as_deref(), |_, place| {
+                keys::enable_key(place.at(), &a.name).map_err(flag_error)?;
                 println!("Enabled key {:?}: it works again.", a.name);
                 Ok(())
             })
         }),
         KeysCommand::Delete(a) => audit(a.config.as_deref(), &a.name, "key.deleted", &mut || {
-            with_config(a.config.as_deref(), |config| {
-                keys::delete_key(&config.data_dir, &a.name).map_err(flag_error)?;
+            with_place(a.config.as_deref(), |_, place| {
+                keys::delete_key(place.at(), &a.name).map_err(flag_error)?;
                 println!(
                     "Deleted key {:?}. Its usage records stay in the ledger; the name is not reused.",
                     a.name
@@ -303,7 +314,7 @@ fn keys_command(c: KeysCommand) -> i32 {
         }
         KeysCommand::Budget(a) => {
             audit(a.config.as_deref(), &a.name, "key.budget_set", &mut || {
-                with_config(a.config.as_deref(), |config| {
+                with_place(a.config.as_deref(), |_, place| {
                     let budget = match (a.set, a.period.as_deref(), a.none) {
                         (Some(x), Some(p), false) => Some(budget_arg(x, p)?),
                         (None, None, true) => None,
@@ -313,7 +324,7 @@ fn keys_command(c: KeysCommand) -> i32 {
                             )
                         }
                     };
-                    keys::set_budget(&config.data_dir, &a.name, budget).map_err(flag_error)?;
+                    keys::set_budget(place.at(), &a.name, budget).map_err(flag_error)?;
                     match budget {
                         Some(b) => println!("Key {:?}: budget {b}.", a.name),
                         None => println!(
@@ -327,13 +338,13 @@ fn keys_command(c: KeysCommand) -> i32 {
         }
         KeysCommand::Expire(a) => {
             audit(a.config.as_deref(), &a.name, "key.expiry_set", &mut || {
-                with_config(a.config.as_deref(), |config| {
+                with_place(a.config.as_deref(), |_, place| {
                     let at = match (a.at.as_deref(), a.never) {
                         (Some(t), false) => Some(expiry_arg(t)?),
                         (None, true) => None,
                         _ => return Err("give --at 2026-12-31T00:00:00Z, or --never".into()),
                     };
-                    keys::set_expiry(&config.data_dir, &a.name, at).map_err(flag_error)?;
+                    keys::set_expiry(place.at(), &a.name, at).map_err(flag_error)?;
                     match at {
                         Some(t) => println!(
                             "Key {:?} stops working at {}.",
@@ -347,11 +358,11 @@ fn keys_command(c: KeysCommand) -> i32 {
             })
         }
         KeysCommand::Move(a) => audit(a.config.as_deref(), &a.name, "key.moved", &mut || {
-            with_config(a.config.as_deref(), |config| {
+            with_place(a.config.as_deref(), |config, place| {
                 if config.group(&a.group).is_none() {
                     return Err(format!("--group: no group named {:?}", a.group));
                 }
-                keys::move_key(&config.data_dir, &a.name, &a.group).map_err(flag_error)?;
+                keys::move_key(place.at(), &a.name, &a.group).map_err(flag_error)?;
                 println!("Moved key {:?} to group {:?}.", a.name, a.group);
                 Ok(())
             })
@@ -373,7 +384,7 @@ fn load(config: Option<&Path>) -> Result<Config, String> {
     }
 }
 
-fn check(path: &Path) -> i32 {
+fn check(path: &Path, connect: bool) -> i32 {
     match Config::load(path) {
         Ok(c) => {
             println!(
@@ -399,17 +410,35 @@ fn check(path: &Path) -> i32 {
             if let Some(w) = crate::util::data_dir_exposure(&c.data_dir) {
                 println!("warning: {w}");
             }
-            0
+            if let Some(s) = &c.store {
+                if let Some(var) = &s.missing_password {
+                    println!(
+                        "warning: store.password_env: the environment variable {var} is not set here; the store \
+                         will refuse this instance"
+                    );
+                }
+            }
+            if !connect {
+                return 0;
+            }
+            match store::connect_check(&c) {
+                Ok(lines) => {
+                    for l in lines {
+                        println!("{l}");
+                    }
+                    0
+                }
+                Err(e) => {
+                    eprintln!("{}: {e}", path.display());
+                    1
+                }
+            }
         }
         Err(e) => {
             eprintln!("{}: {e}", path.display());
             1
         }
     }
-}
-
-fn read_keys_or_msg(path: &Path) -> Result<Vec<KeyRecord>, String> {
-    keys::read_keys(path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// A key operation's error with the flag that was wrong.
@@ -424,6 +453,7 @@ fn flag_error(e: keys::KeyOpError) -> String {
 /// Adds a key after checking its group against the config; returns the plaintext.
 fn add_key(
     config: &Config,
+    at: keys::KeysAt,
     name: &str,
     group: &str,
     credit: Option<crate::money::Money>,
@@ -435,7 +465,7 @@ fn add_key(
             known.join(", ")
         ));
     }
-    keys::add_key(&config.data_dir, name, group, credit).map_err(flag_error)
+    keys::add_key(at, name, group, credit).map_err(flag_error)
 }
 
 /// `--budget AMOUNT --period P`, checked.
@@ -475,12 +505,13 @@ fn keys_add(a: KeysAddArgs) -> i32 {
             return 1;
         }
     };
-    let made = add_key(&config, &a.name, &a.group, a.credit).and_then(|key| {
+    let made = store::Place::open(&config).and_then(|place| {
+        let key = add_key(&config, place.at(), &a.name, &a.group, a.credit)?;
         if budget.is_some() {
-            keys::set_budget(&config.data_dir, &a.name, budget).map_err(flag_error)?;
+            keys::set_budget(place.at(), &a.name, budget).map_err(flag_error)?;
         }
         if expires.is_some() {
-            keys::set_expiry(&config.data_dir, &a.name, expires).map_err(flag_error)?;
+            keys::set_expiry(place.at(), &a.name, expires).map_err(flag_error)?;
         }
         Ok(key)
     });
@@ -502,27 +533,26 @@ fn keys_add(a: KeysAddArgs) -> i32 {
 }
 
 fn keys_list(a: KeysListArgs) -> i32 {
-    let config = match load(a.config.as_deref()) {
-        Ok(c) => c,
+    let opened = load(a.config.as_deref()).and_then(|c| store::Place::open(&c).map(|p| (c, p)));
+    let (config, place) = match opened {
+        Ok(pair) => pair,
         Err(e) => {
             eprintln!("{e}");
             return 1;
         }
     };
-    let records = match read_keys_or_msg(&config.data_dir.join(KEYS_FILE)) {
+    let records = match keys::read_all(place.at()) {
         Ok(r) => r.into_iter().filter(|r| !r.deleted).collect::<Vec<_>>(),
         Err(e) => {
-            eprintln!("{e}");
+            eprintln!("{}", flag_error(e));
             return 1;
         }
     };
-    // Which file was read (on stderr, so the table stays the whole of stdout): an empty table from the wrong
+    // Where they were read (on stderr, so the table stays the whole of stdout): an empty table from the wrong
     // directory must not look like lost keys.
-    let path = config.data_dir.join(KEYS_FILE);
-    let shown = fs::canonicalize(&path).unwrap_or(path);
     eprintln!(
         "keys in {} ({} keys{})",
-        shown.display(),
+        place.describe(),
         records.len(),
         match (&a.config, records.is_empty()) {
             (None, true) => "; without --config this is ./tollgate-data of the current directory",
@@ -530,7 +560,16 @@ fn keys_list(a: KeysListArgs) -> i32 {
         }
     );
     let now = crate::util::unix_now();
-    let spend = crate::ledger::period_spend(&config.data_dir, now);
+    let local = match &place {
+        store::Place::Dir(d) => crate::ledger::period_spend(d, now),
+        store::Place::Store(_) => Default::default(),
+    };
+    let spent_in = |name: &str, period: crate::access::budget::Period| match &place {
+        store::Place::Store(s) => s.period_spent(name, period, now).unwrap_or_default(),
+        store::Place::Dir(_) => local
+            .get(name)
+            .map_or(crate::money::Money::ZERO, |p| p.spent(period, now)),
+    };
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
@@ -541,7 +580,7 @@ fn keys_list(a: KeysListArgs) -> i32 {
         let credit = r.credit.map_or("unlimited".to_string(), |c| format!("{c}"));
         let status = if r.disabled { "revoked" } else { "active" };
         let expires = r.expires.as_deref().unwrap_or("never");
-        let budget = budget_text(&config, r, spend.get(&r.name), now);
+        let budget = budget_text(&config, r, |p| spent_in(&r.name, p), now);
         let _ = writeln!(
             out,
             "{:<24} {:<16} {:>12} {:<8} {:<20} {:<20} {budget}",
@@ -555,7 +594,7 @@ fn keys_list(a: KeysListArgs) -> i32 {
 fn budget_text(
     config: &Config,
     r: &keys::KeyRecord,
-    spend: Option<&crate::access::budget::PeriodSpend>,
+    spent_in: impl Fn(crate::access::budget::Period) -> crate::money::Money,
     now: u64,
 ) -> String {
     let group = config.group(&r.group).and_then(|g| g.budget);
@@ -564,7 +603,7 @@ fn budget_text(
         (None, Some(b)) => (b, "group"),
         (None, None) => return "none".into(),
     };
-    let spent = spend.map_or(crate::money::Money::ZERO, |s| s.spent(b.period, now));
+    let spent = spent_in(b.period);
     let resets = b.period.end_of(b.period.start_of(now));
     format!(
         "{b} ({from}): {spent} spent, resets {}",
@@ -573,16 +612,16 @@ fn budget_text(
 }
 
 fn keys_revoke(a: KeysRevokeArgs) -> i32 {
-    with_config(a.config.as_deref(), |config| {
-        keys::revoke_key(&config.data_dir, &a.name).map_err(flag_error)?;
+    with_place(a.config.as_deref(), |_, place| {
+        keys::revoke_key(place.at(), &a.name).map_err(flag_error)?;
         println!("Revoked key {:?}.", a.name);
         Ok(())
     })
 }
 
 fn keys_rotate(a: KeysRotateArgs) -> i32 {
-    with_config(a.config.as_deref(), |config| {
-        let key = keys::rotate_key(&config.data_dir, &a.name).map_err(flag_error)?;
+    with_place(a.config.as_deref(), |_, place| {
+        let key = keys::rotate_key(place.at(), &a.name).map_err(flag_error)?;
         println!(
             "Rotated key {:?}: the old key no longer works. The new one is shown only this once:",
             a.name
@@ -593,7 +632,7 @@ fn keys_rotate(a: KeysRotateArgs) -> i32 {
 }
 
 fn keys_credit(a: KeysCreditArgs) -> i32 {
-    with_config(a.config.as_deref(), |config| {
+    with_place(a.config.as_deref(), |_, place| {
         let change = match (a.add, a.set, a.unlimited) {
             (Some(x), None, false) => keys::CreditChange::Add(x),
             (None, Some(x), false) => keys::CreditChange::Set(x),
@@ -602,7 +641,7 @@ fn keys_credit(a: KeysCreditArgs) -> i32 {
                 return Err("give exactly one of --add AMOUNT, --set AMOUNT or --unlimited".into())
             }
         };
-        let credit = keys::change_credit(&config.data_dir, &a.name, change).map_err(flag_error)?;
+        let credit = keys::change_credit(place.at(), &a.name, change).map_err(flag_error)?;
         match credit {
             Some(c) => println!("Key {:?} now has a credit of {c}.", a.name),
             None => println!("Key {:?} now has no credit limit.", a.name),
@@ -611,9 +650,16 @@ fn keys_credit(a: KeysCreditArgs) -> i32 {
     })
 }
 
-/// Loads the config and runs `f`, turning its error into a message on stderr and exit code 1.
-fn with_config(config: Option<&Path>, f: impl FnOnce(&Config) -> Result<(), String>) -> i32 {
-    let result = load(config).and_then(|c| f(&c));
+/// Loads the config, opens where its keys live (its store, or its data directory) and runs `f`, turning its
+/// error into a message on stderr and exit code 1.
+fn with_place(
+    config: Option<&Path>,
+    f: impl FnOnce(&Config, &store::Place) -> Result<(), String>,
+) -> i32 {
+    let result = load(config).and_then(|c| {
+        let place = store::Place::open(&c)?;
+        f(&c, &place)
+    });
     match result {
         Ok(()) => 0,
         Err(e) => {
@@ -699,7 +745,8 @@ fn serve(a: ServeArgs) -> i32 {
             .upstreams
             .iter()
             .filter_map(|u| u.api_key.as_deref())
-            .chain(admin_token.as_deref()),
+            .chain(admin_token.as_deref())
+            .chain(config.store.as_ref().and_then(|s| s.password.as_deref())),
     );
     if let Err(e) = crate::util::create_private_dir_all(&config.data_dir) {
         log::error!("cannot create data_dir {}: {e}", config.data_dir.display());
@@ -715,7 +762,13 @@ fn serve(a: ServeArgs) -> i32 {
     // Only the embedded defaults (a newcomer's first command) get a key minted for them. With a config file
     // the operator creates keys; an unlimited key nobody asked for is not made behind their back.
     if a.config.is_none() && fs::symlink_metadata(&keys_path).is_err() {
-        match add_key(&config, "default", &first_group, None) {
+        match add_key(
+            &config,
+            keys::KeysAt::Dir(&config.data_dir),
+            "default",
+            &first_group,
+            None,
+        ) {
             Ok(key) => {
                 println!("First start: created the API key \"default\" (group {first_group:?}). It is shown only this once:");
                 println!("{key}");
@@ -727,12 +780,26 @@ fn serve(a: ServeArgs) -> i32 {
             }
         }
     }
-    let keys = match crate::access::KeyStore::open(&config.data_dir) {
-        Ok(k) => k,
+    let shared = match store::join_at_serve(&config) {
+        Ok(s) => s,
         Err(e) => {
-            log::error!("cannot read {}: {e}", keys_path.display());
+            log::error!("{e}");
             return 1;
         }
+    };
+    let keys = match &shared {
+        Some(s) => crate::access::KeyStore::from_records(&config.data_dir, &s.joined.keys),
+        None => match crate::access::KeyStore::open(&config.data_dir) {
+            Ok(k) => k,
+            Err(e) => {
+                log::error!("cannot read {}: {e}", keys_path.display());
+                return 1;
+            }
+        },
+    };
+    let keys_place = match &shared {
+        Some(s) => s.store.describe(),
+        None => keys_path.display().to_string(),
     };
     if keys.records().is_empty() {
         let config_flag = a
@@ -744,7 +811,7 @@ fn serve(a: ServeArgs) -> i32 {
             "no API keys in {}: every request is refused (401) until you add one with \
              `tollgate keys add{config_flag} --name NAME --group {first_group}` (it prints the key; a running \
              server picks it up within a second)",
-            keys_path.display()
+            keys_place
         );
     }
     let (ledger, replay) = match crate::ledger::Ledger::open(
@@ -791,5 +858,5 @@ fn serve(a: ServeArgs) -> i32 {
         config.workers,
         config.data_dir.display()
     );
-    crate::server::run(config, keys, ledger, replay, listener)
+    crate::server::run(config, keys, ledger, replay, listener, shared)
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 pub mod names;
 mod overrides;
+pub mod store;
 mod validate;
 pub use overrides::{GroupSpec, ModelChange, Overrides, OVERRIDES_FILE};
 
@@ -227,6 +228,12 @@ pub struct Config {
     pub model_index: names::ModelIndex,
     /// Finding local model servers (`[discovery]`; on for the embedded defaults).
     pub discovery: Option<Discovery>,
+    /// This instance's name in usage records (`instance`; the host name when unset).
+    pub instance: String,
+    /// `instance` was set in the file.
+    pub instance_set: bool,
+    /// The shared store of several instances (`[store]`); None: flat files only.
+    pub store: Option<store::StoreSettings>,
     /// What validation found that does not stop the gateway but will not work as meant (`check` prints
     /// them, `serve` logs them).
     pub warnings: Vec<String>,

@@ -36,6 +36,8 @@ pub(super) struct RawConfig {
     metrics_auth: Option<bool>,
     currency: Option<String>,
     discovery: Option<RawDiscovery>,
+    instance: Option<String>,
+    store: Option<super::store::RawStore>,
     #[serde(default)]
     upstreams: Vec<RawUpstream>,
     #[serde(default)]
@@ -162,6 +164,13 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         expand_deployments(m, &deployments);
     }
     let groups = validate_groups(raw.groups, &mut p);
+    let (instance, instance_set) = p.take(
+        super::store::validate_instance(raw.instance),
+        (String::new(), false),
+    );
+    let store = raw
+        .store
+        .and_then(|s| super::store::validate_store(s, &mut p.errors));
     check_names(&models, &mut p);
     coverage_warnings(&models, &groups, &mut p.warnings);
     let config = Config {
@@ -189,6 +198,9 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         metrics_auth: raw.metrics_auth.unwrap_or(false),
         currency: p.take(currency(raw.currency), String::new()),
         discovery,
+        instance,
+        instance_set,
+        store,
         upstreams,
         model_index: super::names::ModelIndex::build(&models),
         models,

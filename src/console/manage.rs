@@ -12,7 +12,9 @@ use crate::protocol::ApiError;
 use crate::server::gateway::Gateway;
 
 fn key_error(e: KeyOpError) -> ApiError {
-    if e.field.is_empty() {
+    if e.field.is_empty() && e.message.starts_with("the store") {
+        ApiError::unavailable(e.message).with_code("store_unavailable")
+    } else if e.field.is_empty() {
         ApiError::internal(e.message)
     } else if e.message.starts_with("no key named") {
         ApiError::not_found(e.message).with_param(e.field)
@@ -56,12 +58,13 @@ fn opt_amount(o: &Map<String, Value>, k: &str) -> Result<Option<Money>, ApiError
 /// `GET /admin/keys`.
 pub fn keys(gw: &Gateway) -> Value {
     let config = gw.config();
-    let data: Vec<Value> = gw
-        .keys
-        .records()
+    let records = gw.keys.records();
+    let names: Vec<String> = records.iter().map(|k| k.name.clone()).collect();
+    let balances = gw.accounts.balances(&names);
+    let data: Vec<Value> = records
         .iter()
         .map(|k| {
-            let spent = gw.accounts.spent(&k.name);
+            let (spent, last_used) = balances.get(&k.name).cloned().unwrap_or_default();
             let mut v = json!({
                 "name": k.name,
                 "group": k.group,
@@ -72,7 +75,7 @@ pub fn keys(gw: &Gateway) -> Value {
                 "created": k.created,
                 "expires": k.expires,
                 "hint": k.hint.as_ref().map(|h| format!("{h}…")),
-                "last_used": gw.accounts.last_used(&k.name),
+                "last_used": last_used,
             });
             budget_fields(gw, &config, k, &mut v);
             v
@@ -123,16 +126,16 @@ pub fn set_budget(gw: &Gateway, name: &str, body: &Value) -> Result<Value, ApiEr
             ApiError::invalid("give {\"amount\", \"period\"} or {\"none\": true}")
         })?)
     };
-    keys::set_budget(&gw.config().data_dir, name, budget).map_err(key_error)?;
-    gw.keys.reload_if_changed();
+    keys::set_budget(gw.keys_at(), name, budget).map_err(key_error)?;
+    gw.reload_keys();
     Ok(json!({"name": name, "budget": budget}))
 }
 
 /// `POST /admin/keys/{name}/expires {"at": "2026-12-31T00:00:00Z"}` or `{"never": true}`.
 pub fn set_expiry(gw: &Gateway, name: &str, body: &Value) -> Result<Value, ApiError> {
     let expires = parse_expiry(object(body)?)?;
-    keys::set_expiry(&gw.config().data_dir, name, expires).map_err(key_error)?;
-    gw.keys.reload_if_changed();
+    keys::set_expiry(gw.keys_at(), name, expires).map_err(key_error)?;
+    gw.reload_keys();
     Ok(json!({"name": name, "expires": expires.map(crate::util::rfc3339)}))
 }
 
@@ -171,8 +174,8 @@ pub fn move_key(gw: &Gateway, name: &str, body: &Value) -> Result<Value, ApiErro
             format!("group: no group named {group:?}"),
         ));
     }
-    keys::move_key(&gw.config().data_dir, name, &group).map_err(key_error)?;
-    gw.keys.reload_if_changed();
+    keys::move_key(gw.keys_at(), name, &group).map_err(key_error)?;
+    gw.reload_keys();
     Ok(json!({"name": name, "group": group}))
 }
 
@@ -198,14 +201,14 @@ pub fn create_key(gw: &Gateway, body: &Value) -> Result<Value, ApiError> {
         None | Some(Value::Null) => None,
         Some(_) => parse_expiry(o)?,
     };
-    let key = keys::add_key(&config.data_dir, name, group, credit).map_err(key_error)?;
+    let key = keys::add_key(gw.keys_at(), name, group, credit).map_err(key_error)?;
     if budget.is_some() {
-        keys::set_budget(&config.data_dir, name, budget).map_err(key_error)?;
+        keys::set_budget(gw.keys_at(), name, budget).map_err(key_error)?;
     }
     if expires.is_some() {
-        keys::set_expiry(&config.data_dir, name, expires).map_err(key_error)?;
+        keys::set_expiry(gw.keys_at(), name, expires).map_err(key_error)?;
     }
-    gw.keys.reload_if_changed();
+    gw.reload_keys();
     Ok(
         json!({"name": name, "group": group, "credit": credit, "budget": budget,
               "expires": expires.map(crate::util::rfc3339), "key": key}),
@@ -213,28 +216,28 @@ pub fn create_key(gw: &Gateway, body: &Value) -> Result<Value, ApiError> {
 }
 
 pub fn revoke_key(gw: &Gateway, name: &str) -> Result<Value, ApiError> {
-    keys::revoke_key(&gw.config().data_dir, name).map_err(key_error)?;
-    gw.keys.reload_if_changed();
+    keys::revoke_key(gw.keys_at(), name).map_err(key_error)?;
+    gw.reload_keys();
     Ok(json!({"name": name, "disabled": true}))
 }
 
 /// `POST /admin/keys/{name}/enable`: a revoked key works again.
 pub fn enable_key(gw: &Gateway, name: &str) -> Result<Value, ApiError> {
-    keys::enable_key(&gw.config().data_dir, name).map_err(key_error)?;
-    gw.keys.reload_if_changed();
+    keys::enable_key(gw.keys_at(), name).map_err(key_error)?;
+    gw.reload_keys();
     Ok(json!({"name": name, "disabled": false}))
 }
 
 /// `DELETE /admin/keys/{name}`: a revoked key leaves every list (its name stays taken).
 pub fn delete_key(gw: &Gateway, name: &str) -> Result<Value, ApiError> {
-    keys::delete_key(&gw.config().data_dir, name).map_err(key_error)?;
-    gw.keys.reload_if_changed();
+    keys::delete_key(gw.keys_at(), name).map_err(key_error)?;
+    gw.reload_keys();
     Ok(json!({"name": name, "deleted": true}))
 }
 
 pub fn rotate_key(gw: &Gateway, name: &str) -> Result<Value, ApiError> {
-    let key = keys::rotate_key(&gw.config().data_dir, name).map_err(key_error)?;
-    gw.keys.reload_if_changed();
+    let key = keys::rotate_key(gw.keys_at(), name).map_err(key_error)?;
+    gw.reload_keys();
     Ok(json!({"name": name, "key": key}))
 }
 
@@ -255,8 +258,8 @@ pub fn credit(gw: &Gateway, name: &str, body: &Value) -> Result<Value, ApiError>
             ))
         }
     };
-    let credit = keys::change_credit(&gw.config().data_dir, name, change).map_err(key_error)?;
-    gw.keys.reload_if_changed();
+    let credit = keys::change_credit(gw.keys_at(), name, change).map_err(key_error)?;
+    gw.reload_keys();
     let spent = gw.accounts.spent(name);
     Ok(
         json!({"name": name, "credit": credit, "spent": spent, "balance": credit.map(|c| c - spent)}),
@@ -357,7 +360,7 @@ pub fn save_group(gw: &Gateway, body: &Value, name: Option<&str>) -> Result<Valu
     gw.change_overrides(|o| {
         o.groups.retain(|g| g.name != saved.name);
         o.deleted_groups.retain(|n| n != &saved.name);
-        o.groups.push(saved);
+        o.groups.push(saved.clone());
         Ok(())
     })
     .map_err(config_error)?;

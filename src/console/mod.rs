@@ -121,6 +121,13 @@ fn audited(gw: &Gateway, ex: &Exchange, trace: &Trace) -> Result<Answer, ApiErro
             );
             entry.request_id = Some(trace.request_id.clone());
             crate::audit::append(&gw.config().data_dir, &entry);
+            if let Some(store) = &gw.store {
+                if let Ok(json) = serde_json::to_string(&entry) {
+                    if let Err(e) = store.audit_push(&json) {
+                        log::warn!("store: the audit entry stays in this instance's audit.jsonl only ({e})");
+                    }
+                }
+            }
         }
     }
     Ok(answer)
@@ -152,7 +159,7 @@ fn state_of(gw: &Gateway, kind: &str, name: &Option<String>) -> Value {
     };
     let config = gw.config();
     match kind {
-        "key" => crate::audit::key_in_file(&config.data_dir, name),
+        "key" => crate::audit::key_in(gw.keys_at(), name),
         "group" => config.group(name).map_or(Value::Null, |g| json!(g)),
         _ => config.model_any(name).map_or(Value::Null, |m| {
             json!({"name": m.name, "disabled": m.disabled, "input_price": m.input_price,
@@ -246,6 +253,16 @@ fn audit(gw: &Gateway, ex: &Exchange) -> Result<Value, ApiError> {
             .filter(|n| (1..=1000).contains(n))
             .ok_or_else(|| ApiError::invalid_param("limit", "limit: expected 1 to 1000"))?,
     };
+    // With a store, every instance's changes; this instance's own file while the store does not answer.
+    if let Some(store) = &gw.store {
+        if let Ok(lines) = store.audit_newest(limit) {
+            let entries: Vec<crate::audit::Entry> = lines
+                .iter()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect();
+            return Ok(json!({ "data": entries }));
+        }
+    }
     let entries = crate::audit::newest(&gw.config().data_dir, limit)
         .map_err(|e| ApiError::internal(format!("cannot read the audit log: {e}")))?;
     Ok(json!({ "data": entries }))

@@ -73,10 +73,67 @@ fn filter(ex: &Exchange, default_limit: usize, max_limit: usize) -> Result<Filte
     })
 }
 
+/// Records matching `f`, newest first: with a store, every instance's (from the shared usage stream); else,
+/// or while the store does not answer, this instance's ledger.
 fn query(gw: &Gateway, f: &Filter) -> Result<Vec<Record>, ApiError> {
+    if let Some(store) = &gw.store {
+        // This instance's own records first reach the stream, as the ledger's own query flushes first: a
+        // client that has its answer finds its record here.
+        gw.ledger.flush();
+        let _ = crate::store::ship::catch_up(store, &gw.ledger, std::time::Duration::from_secs(2));
+        match shared_query(store, f) {
+            Ok(records) => return Ok(records),
+            Err(e) => log::warn!(
+                "store: usage read from this instance's ledger only, the store does not answer ({e})"
+            ),
+        }
+    }
     gw.ledger
         .query(f)
         .map_err(|e| ApiError::internal(format!("cannot read the usage ledger: {e}")))
+}
+
+/// Records shipped within this long after they began are in order enough: a record this much older than
+/// `since` ends the scan (as in the ledger's own scan).
+const STREAM_MARGIN_MS: i64 = 6 * 3600 * 1000;
+
+/// Records matching `f` from the shared usage stream, newest first.
+fn shared_query(
+    store: &crate::store::Store,
+    f: &Filter,
+) -> Result<Vec<Record>, crate::store::StoreError> {
+    let limit = if f.limit == 0 { 100 } else { f.limit };
+    let cutoff = f.since.map(|t| t - STREAM_MARGIN_MS);
+    let mut out = Vec::new();
+    let mut skipped = 0;
+    let mut before: Option<String> = None;
+    loop {
+        let page = store.usage_page(before.as_deref(), 1000)?;
+        let Some((last, _)) = page.last() else {
+            return Ok(out);
+        };
+        before = Some(last.clone());
+        for (_, json) in &page {
+            let Ok(r) = serde_json::from_str::<Record>(json) else {
+                continue;
+            };
+            let at = crate::util::parse_rfc3339_millis(&r.ts);
+            if cutoff.is_some_and(|c| at.is_some_and(|t| t < c)) {
+                return Ok(out);
+            }
+            if !f.matches(&r) {
+                continue;
+            }
+            if skipped < f.offset {
+                skipped += 1;
+                continue;
+            }
+            out.push(r);
+            if out.len() >= limit {
+                return Ok(out);
+            }
+        }
+    }
 }
 
 /// `GET /admin/usage`: records newest first.

@@ -117,6 +117,9 @@ pub struct Record {
     /// `model_not_found`, `rate_limited`, `insufficient_quota`, `upstream_unavailable`, `invalid_request`, ...
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The instance that served the request (with a `[store]`, or when `instance` is set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
 }
 
 fn upstream_out<S: serde::Serializer>(u: &str, s: S) -> Result<S::Ok, S::Error> {
@@ -175,6 +178,10 @@ struct Shared {
     backlog_limit: AtomicUsize,
     /// Failed write, sync or cut-back attempts so far.
     write_errors: AtomicU64,
+    /// Length of the file made of complete, synced lines (what a reader may take).
+    synced_len: AtomicU64,
+    /// Told (without waiting) after each successful sync, when someone follows the file.
+    synced: std::sync::Mutex<Option<Sender<()>>>,
 }
 
 /// The handle workers use; cheap to share.
@@ -202,6 +209,8 @@ impl Ledger {
             backlog: AtomicUsize::new(0),
             backlog_limit: AtomicUsize::new(DEFAULT_BACKLOG_LIMIT),
             write_errors: AtomicU64::new(0),
+            synced_len: AtomicU64::new(good_len),
+            synced: std::sync::Mutex::new(None),
         });
         let w = writer::Writer::new(file, path.clone(), good_len, sync_interval, shared.clone());
         std::thread::Builder::new()
@@ -346,6 +355,22 @@ impl Ledger {
     /// Failed write, sync or cut-back attempts so far.
     pub fn write_errors(&self) -> u64 {
         self.shared.write_errors.load(Ordering::Relaxed)
+    }
+
+    /// How much of the file is complete, synced lines: a reader that follows the file reads up to here.
+    pub fn synced_len(&self) -> u64 {
+        self.shared.synced_len.load(Ordering::Acquire)
+    }
+
+    /// A receiver told after every successful sync (for the one follower of the file; a later call
+    /// replaces it).
+    pub fn follow(&self) -> crossbeam_channel::Receiver<()> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        *match self.shared.synced.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        } = Some(tx);
+        rx
     }
 }
 

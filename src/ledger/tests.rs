@@ -29,6 +29,7 @@ fn record(key: &str, cost: f64, n: u64) -> Record {
         error: None,
         reason: None,
         requested_model: None,
+        instance: None,
     }
 }
 

@@ -263,6 +263,14 @@ impl Writer {
         }
         self.shared.backlog.fetch_sub(n, Ordering::Relaxed);
         self.shared.healthy.store(true, Ordering::Relaxed);
+        self.shared
+            .synced_len
+            .store(self.good_len, Ordering::Release);
+        if let Ok(g) = self.shared.synced.lock() {
+            if let Some(tx) = g.as_ref() {
+                let _ = tx.try_send(());
+            }
+        }
         self.last_sync = Instant::now();
         if self.episode.take().is_some() {
             log::info!(

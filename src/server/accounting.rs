@@ -28,13 +28,18 @@ pub fn cost(model: &Model, u: &Usage) -> Money {
 /// Checks the key's limits and balance and reserves the request's worst case: its estimated input and the
 /// output limit its upstream requests will carry. Token counting is held to the rate and concurrency
 /// limits only (it costs nothing against the balance).
-pub fn admit(gw: &Gateway, p: &Prepared) -> Result<(Reservation, RateInfo), (ApiError, RateInfo)> {
+pub fn admit(
+    gw: &Gateway,
+    p: &Prepared,
+    id: &str,
+) -> Result<(Reservation, RateInfo), (ApiError, RateInfo)> {
     let input = p.input_estimate();
     let group = p.config.group(&p.identity.group);
     let key = &p.identity.name;
     let ask = if p.endpoint == Endpoint::CountTokens {
         Ask {
             key,
+            id,
             credit: None,
             group,
             tokens: input,
@@ -50,6 +55,7 @@ pub fn admit(gw: &Gateway, p: &Prepared) -> Result<(Reservation, RateInfo), (Api
         };
         Ask {
             key,
+            id,
             credit: p.identity.credit,
             group,
             tokens: input + p.requested_output.unwrap_or(0),
@@ -93,7 +99,7 @@ pub fn record(
         Some(m) if !out.unbilled => cost(m, &usage),
         _ => Money::ZERO,
     };
-    let rec = usage_record(trace, out, &usage, charged, latency);
+    let rec = usage_record(gw, trace, out, &usage, charged, latency);
     if let Err(rec) = gw.ledger.try_append(rec) {
         let mut rec = *rec;
         if withhold_answer(ex, trace, out) {
@@ -159,7 +165,7 @@ fn record_refusal(gw: &Gateway, trace: &Trace, out: &Outcome, latency: std::time
     if let Some(key) = &out.key {
         gw.accounts.touch(key);
     }
-    let mut rec = usage_record(trace, out, &Usage::default(), Money::ZERO, latency);
+    let mut rec = usage_record(gw, trace, out, &Usage::default(), Money::ZERO, latency);
     rec.upstream = String::new();
     rec.reason = Some(refusal_reason(err).to_string());
     if let Err(rec) = gw.ledger.try_append(rec) {
@@ -200,6 +206,7 @@ fn billable_usage(trace: &Trace, out: &mut Outcome) -> Usage {
 }
 
 fn usage_record(
+    gw: &Gateway,
     trace: &Trace,
     out: &Outcome,
     usage: &Usage,
@@ -207,6 +214,7 @@ fn usage_record(
     latency: std::time::Duration,
 ) -> Record {
     let started_ms = unix_millis().saturating_sub(latency.as_millis() as u64);
+    let instance = gw.record_instance.clone();
     let status = if out.answer.client_closed {
         Status::ClientClosed
     } else if out.shutdown {
@@ -239,6 +247,7 @@ fn usage_record(
             .map(|e| crate::secrets::scrubbed(e.message())),
         reason: None,
         requested_model: out.requested_model.clone(),
+        instance,
     }
 }
 

@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use super::{metrics, stats, watchdog};
 use crate::access::KeyStore;
-use crate::config::Config;
+use crate::config::{Config, Overrides};
+use crate::store::Store;
+
 use crate::http::ServerState;
 
 /// What every worker shares.
@@ -35,6 +37,10 @@ pub struct Gateway {
     pub routing: crate::upstream::routing::Routing,
     /// Connection and overload counters of the HTTP layer.
     pub state: Arc<ServerState>,
+    /// The shared store of several instances (`[store]`), if any.
+    pub store: Option<Arc<crate::store::Store>>,
+    /// The `instance` usage records carry (with a store, or when `instance` is set).
+    pub record_instance: Option<String>,
 }
 
 impl Gateway {
@@ -43,6 +49,29 @@ impl Gateway {
         match self.live.read() {
             Ok(g) => g.clone(),
             Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    /// Where key changes go: the shared store, or the keys file in `data_dir`.
+    pub fn keys_at(&self) -> crate::access::keys::KeysAt<'_> {
+        match &self.store {
+            Some(store) => crate::access::keys::KeysAt::Store(store),
+            None => crate::access::keys::KeysAt::Dir(&self.base.data_dir),
+        }
+    }
+
+    /// Puts the key records in force again after a change made here (the store's, or the keys file's).
+    pub fn reload_keys(&self) {
+        match &self.store {
+            Some(store) => {
+                if let Ok(records) = crate::access::keys::read_all(self.keys_at()) {
+                    self.keys
+                        .install(&records, &format!("the store ({})", store.describe()));
+                }
+            }
+            None => {
+                self.keys.reload_if_changed();
+            }
         }
     }
 
@@ -118,24 +147,31 @@ impl Gateway {
         }
     }
 
-    /// Changes the console's overrides: `f` edits them; the result is validated, saved atomically and put
-    /// in force at once.
+    /// Changes the console's overrides: `f` edits them; the result is validated, saved (in the store when
+    /// there is one, written only if no other instance changed them in between, else read again and
+    /// retried; else atomically in `data_dir`) and put in force at once.
     pub fn change_overrides(
         &self,
-        f: impl FnOnce(&mut crate::config::Overrides) -> Result<(), crate::config::ConfigError>,
+        f: impl Fn(&mut crate::config::Overrides) -> Result<(), crate::config::ConfigError>,
     ) -> Result<(), crate::config::ConfigError> {
         let mut o = match self.overrides.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
         };
-        let mut next = o.clone();
-        f(&mut next)?;
-        let config = self.compose(&next)?;
-        next.save(&self.base.data_dir)
-            .map_err(|e| crate::config::ConfigError {
-                field: String::new(),
-                message: format!("cannot save the overrides: {e}"),
-            })?;
+        let save_error = |e: &dyn std::fmt::Display| crate::config::ConfigError {
+            field: String::new(),
+            message: format!("cannot save the overrides: {e}"),
+        };
+        let (next, config) = match &self.store {
+            None => {
+                let mut next = o.clone();
+                f(&mut next)?;
+                let config = self.compose(&next)?;
+                next.save(&self.base.data_dir).map_err(|e| save_error(&e))?;
+                (next, config)
+            }
+            Some(store) => self.change_in_store(store, &f)?,
+        };
         *o = next;
         match self.live.write() {
             Ok(mut g) => *g = Arc::new(config),
@@ -143,4 +179,76 @@ impl Gateway {
         }
         Ok(())
     }
+
+    fn change_in_store(
+        &self,
+        store: &crate::store::Store,
+        f: &dyn Fn(&mut crate::config::Overrides) -> Result<(), crate::config::ConfigError>,
+    ) -> Result<(crate::config::Overrides, Config), crate::config::ConfigError> {
+        let save_error = |e: &dyn std::fmt::Display| crate::config::ConfigError {
+            field: String::new(),
+            message: format!("cannot save the overrides in the store: {e}"),
+        };
+        for _ in 0..50 {
+            let (version, mut next) = read_overrides(store).map_err(|e| save_error(&e))?;
+            f(&mut next)?;
+            let config = self.compose(&next)?;
+            let doc = serde_json::to_string(&next).map_err(|e| save_error(&e))?;
+            let written = store
+                .write_map(OVERRIDES_MAP, version, &[("doc".to_string(), doc)], &[])
+                .map_err(|e| save_error(&e))?;
+            if written.is_some() {
+                return Ok((next, config));
+            }
+        }
+        Err(save_error(
+            &"they kept changing on other instances; try again",
+        ))
+    }
+
+    /// Puts overrides read from the store in force (another instance changed them).
+    pub fn install_overrides(&self, next: crate::config::Overrides) {
+        let mut o = match self.overrides.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        if *o == next {
+            return;
+        }
+        match self.compose(&next) {
+            Ok(config) => {
+                *o = next;
+                match self.live.write() {
+                    Ok(mut g) => *g = Arc::new(config),
+                    Err(p) => *p.into_inner() = Arc::new(config),
+                }
+                log::info!(
+                    "the console's overrides changed on another instance; in force here too"
+                );
+            }
+            Err(e) => log::error!(
+                "the overrides in the store do not apply to this instance's config: {e}"
+            ),
+        }
+    }
+}
+
+/// The map in the store holding the console's overrides (one field, `doc`).
+pub const OVERRIDES_MAP: &str = "overrides";
+
+/// The store's overrides and their version.
+pub fn read_overrides(store: &Store) -> Result<(u64, Overrides), crate::store::StoreError> {
+    let (version, fields) = store.read_map(OVERRIDES_MAP)?;
+    let doc = fields
+        .iter()
+        .find(|(k, _)| k == "doc")
+        .and_then(|(_, v)| match serde_json::from_str::<Overrides>(v) {
+            Ok(o) => Some(o),
+            Err(e) => {
+                log::error!("store: the overrides in the store are not valid ({e}); ignored");
+                None
+            }
+        })
+        .unwrap_or_default();
+    Ok((version, doc))
 }

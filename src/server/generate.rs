@@ -81,13 +81,13 @@ fn admit(gw: &Gateway, trace: &mut Trace, p: &Prepared) -> Result<Reservation, A
         gw.metrics.count(&gw.metrics.ledger_refused);
         return Err(ApiError::ledger_unavailable(gw.ledger.backlog()));
     }
-    let (admitted, info) = match accounting::admit(gw, p) {
+    let (admitted, info) = match accounting::admit(gw, p, &trace.request_id) {
         Ok((res, info)) => (Ok(res), info),
         Err((e, info)) => {
-            let counter = if e.origin() == Origin::Quota {
-                &gw.metrics.quota_exhausted
-            } else {
-                &gw.metrics.rate_limited
+            let counter = match e.origin() {
+                Origin::Quota => &gw.metrics.quota_exhausted,
+                Origin::RateLimit => &gw.metrics.rate_limited,
+                _ => &gw.metrics.store_refused,
             };
             gw.metrics.count(counter);
             (Err(e), info)

@@ -5,6 +5,7 @@ mod accounting;
 mod attempt;
 mod builtin;
 mod call;
+pub mod cluster;
 mod count_tokens;
 mod events;
 mod failover;
@@ -125,6 +126,12 @@ fn log_screened(req: &crate::http::Request, protocol: Protocol, request_id: &str
     report::write_line(&line, &out);
 }
 
+/// A shared store joined at start, with what it held then.
+pub struct Shared {
+    pub store: Arc<crate::store::Store>,
+    pub joined: cluster::Joined,
+}
+
 /// Starts the gateway on `listener` and blocks until a shutdown signal has been handled; returns the exit
 /// code.
 pub fn run(
@@ -133,8 +140,12 @@ pub fn run(
     ledger: crate::ledger::Ledger,
     replay: crate::ledger::Replay,
     listener: TcpListener,
+    shared: Option<Shared>,
 ) -> i32 {
-    let gw = match build(config, keys, ledger, replay) {
+    let versions = shared
+        .as_ref()
+        .map(|s| (s.joined.keys_version, s.joined.overrides_version));
+    let gw = match build(config, keys, ledger, replay, shared) {
         Ok(built) => built,
         Err(e) => {
             log::error!("{e}");
@@ -149,6 +160,12 @@ pub fn run(
             return 1;
         }
     };
+    if let Some((k, o)) = versions {
+        if let Err(e) = cluster::start(&gw, k, o) {
+            log::error!("{e}");
+            return 1;
+        }
+    }
     drain(&gw, signals, local)
 }
 
@@ -158,6 +175,7 @@ fn build(
     keys: KeyStore,
     ledger: crate::ledger::Ledger,
     replay: crate::ledger::Replay,
+    shared: Option<Shared>,
 ) -> Result<Arc<Gateway>, String> {
     let admin_token = config
         .admin_token()
@@ -165,7 +183,18 @@ fn build(
     if admin_token.is_none() {
         log::info!("admin API closed: {} is not set", config.admin_token_env);
     }
-    let overrides = crate::config::Overrides::load(&config.data_dir).map_err(|e| e.to_string())?;
+    let (overrides, accounts, store) = match shared {
+        Some(s) => (
+            s.joined.overrides,
+            crate::access::accounts::Accounts::shared(s.store.clone()),
+            Some(s.store),
+        ),
+        None => (
+            crate::config::Overrides::load(&config.data_dir).map_err(|e| e.to_string())?,
+            crate::access::accounts::Accounts::new(replay.spent, replay.periods, replay.last_used),
+            None,
+        ),
+    };
     let live = config
         .with_overrides(&overrides)
         .map_err(|e| format!("the console's overrides do not apply: {e}"))?;
@@ -183,11 +212,9 @@ fn build(
         started_unix: crate::util::unix_now(),
         watchdog: Arc::new(watchdog::Watchdog::new(config.keepalive)),
         ledger,
-        accounts: Arc::new(crate::access::accounts::Accounts::new(
-            replay.spent,
-            replay.periods,
-            replay.last_used,
-        )),
+        accounts: Arc::new(accounts),
+        record_instance: (store.is_some() || config.instance_set).then(|| config.instance.clone()),
+        store,
         admin_token,
         admin_guard: Default::default(),
         stats: stats::Stats::default(),
@@ -216,14 +243,17 @@ fn start(
     let config = &gw.base;
     let watchdog = gw.watchdog.clone();
     spawn("tollgate-watchdog", move || watchdog.run())?;
-    // Keys reload: notice edits by `tollgate keys` (or by hand) within about a second.
-    let (keys, state) = (gw.keys.clone(), gw.state.clone());
-    spawn("tollgate-keys", move || {
-        while !state.shutting_down.load(Ordering::SeqCst) {
-            std::thread::sleep(Duration::from_millis(500));
-            keys.reload_if_changed();
-        }
-    })?;
+    // Keys reload: notice edits by `tollgate keys` (or by hand) within about a second. With a store, the
+    // store thread (`cluster.rs`) follows the store's keys instead.
+    if gw.store.is_none() {
+        let (keys, state) = (gw.keys.clone(), gw.state.clone());
+        spawn("tollgate-keys", move || {
+            while !state.shutting_down.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(500));
+                keys.reload_if_changed();
+            }
+        })?;
+    }
     if let Some(d) = &config.discovery {
         let probe = crate::upstream::discovery::probe_list(&d.probe);
         if !probe.is_empty() {
@@ -363,6 +393,9 @@ fn drain(
         }
     }
     let unwritten = gw.ledger.close(Duration::from_secs(5));
+    if let Some(store) = &gw.store {
+        cluster::leave(store, &gw.ledger, Duration::from_secs(3));
+    }
     if unwritten > 0 {
         log::error!(
             "{unwritten} usage records could not be written to the ledger; they are in the log above as \

@@ -45,14 +45,7 @@ pub fn route(gw: &Gateway, ex: &mut Exchange) {
             respond::json(ex.response(), &trace, 200, br#"{"status":"ok"}"#, &[]);
         }
         ("GET" | "HEAD", "/readyz") => {
-            let draining = gw
-                .state
-                .shutting_down
-                .load(std::sync::atomic::Ordering::SeqCst);
-            let ledger = gw.ledger.healthy();
-            let ready = !draining && ledger;
-            let body = json!({"status": if ready { "ready" } else { "not ready" }, "config": "loaded",
-                              "ledger": if ledger { "writable" } else { "failing" }, "draining": draining});
+            let (ready, body) = readiness(gw);
             respond::json(
                 ex.response(),
                 &trace,
@@ -91,6 +84,36 @@ pub fn route(gw: &Gateway, ex: &mut Exchange) {
         }
         _ => respond::error(ex.response(), &trace, &not_found(&path)),
     }
+}
+
+/// `/readyz`: ready unless draining, the ledger is failing, or (with a store) the store lost its data or
+/// does not answer (with `on_unavailable = "local"` an unanswering store does not stop admission, so it does
+/// not stop readiness either).
+fn readiness(gw: &Gateway) -> (bool, serde_json::Value) {
+    let draining = gw
+        .state
+        .shutting_down
+        .load(std::sync::atomic::Ordering::SeqCst);
+    let ledger = gw.ledger.healthy();
+    let store = gw.store.as_ref().map(|s| {
+        let answers = s.healthy();
+        let local = s.settings().on_unavailable == crate::config::store::OnUnavailable::Local;
+        let state = match (s.lost(), answers) {
+            (true, _) => "lost its data",
+            (false, true) => "answers",
+            (false, false) => "not answering",
+        };
+        let error = if answers { None } else { s.last_error() };
+        (
+            !s.lost() && (answers || local),
+            json!({"state": state, "at": s.describe(), "error": error}),
+        )
+    });
+    let ready = !draining && ledger && store.as_ref().is_none_or(|(ok, _)| *ok);
+    let body = json!({"status": if ready { "ready" } else { "not ready" }, "config": "loaded",
+                      "ledger": if ledger { "writable" } else { "failing" }, "draining": draining,
+                      "store": store.map(|(_, s)| s)});
+    (ready, body)
 }
 
 /// 404 with a hint for the classic base-URL mistakes.

@@ -2,6 +2,7 @@
 //! upstream that replays fixtures from `fixtures/`.
 #![allow(dead_code)]
 
+pub mod redis;
 pub mod upstream;
 
 use std::io::{BufRead, BufReader, Write};
@@ -329,6 +330,20 @@ impl Gateway {
     pub fn admin(&self, path_and_query: &str) -> Response {
         let auth = format!("Bearer {ADMIN_TOKEN}");
         self.request("GET", path_and_query, &[("authorization", &auth)], b"")
+    }
+
+    /// POST JSON to an admin endpoint with the admin token.
+    pub fn admin_post(&self, path: &str, body: &Value) -> Response {
+        let auth = format!("Bearer {ADMIN_TOKEN}");
+        self.request(
+            "POST",
+            path,
+            &[
+                ("authorization", auth.as_str()),
+                ("content-type", "application/json"),
+            ],
+            body.to_string().as_bytes(),
+        )
     }
 
     /// POST JSON to `path` with this key.

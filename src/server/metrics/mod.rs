@@ -114,6 +114,8 @@ pub struct Metrics {
     pub quota_exhausted: AtomicU64,
     /// Requests refused because the usage ledger could not take more records.
     pub ledger_refused: AtomicU64,
+    /// Requests refused because the shared store did not answer.
+    pub store_refused: AtomicU64,
     /// Requests to the model endpoints without a valid key (401): they leave no usage record, so they are
     /// counted here, in all and per minute over the last hour.
     unauthorized_total: AtomicU64,
@@ -131,6 +133,7 @@ impl Default for Metrics {
             rate_limited: AtomicU64::new(0),
             quota_exhausted: AtomicU64::new(0),
             ledger_refused: AtomicU64::new(0),
+            store_refused: AtomicU64::new(0),
             unauthorized_total: AtomicU64::new(0),
             unauthorized_minutes: Mutex::new([(0, 0); 60]),
         }
@@ -314,6 +317,7 @@ impl Metrics {
             ("rate_limit", self.rate_limited.load(Ordering::Relaxed)),
             ("quota", self.quota_exhausted.load(Ordering::Relaxed)),
             ("ledger", self.ledger_refused.load(Ordering::Relaxed)),
+            ("store", self.store_refused.load(Ordering::Relaxed)),
         ];
         for (reason, n) in reasons {
             let _ = writeln!(

@@ -1,0 +1,363 @@
+//! The command line's side of a shared store: where the `keys` commands act, `check --connect`, joining the
+//! store at `serve`, and `tollgate store status|rebuild`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use argh::FromArgs;
+
+use crate::access::keys::{self, KeyRecord, KeysAt};
+use crate::config::Config;
+use crate::store::Store;
+
+#[derive(FromArgs)]
+/// The shared store of several instances (`[store]` in the config).
+#[argh(subcommand, name = "store")]
+pub struct StoreArgs {
+    #[argh(subcommand)]
+    pub command: StoreCommand,
+}
+
+#[derive(FromArgs)]
+#[argh(subcommand)]
+pub enum StoreCommand {
+    Status(StoreStatusArgs),
+    Rebuild(StoreRebuildArgs),
+}
+
+#[derive(FromArgs)]
+/// Say whether the store answers and what it holds (keys, usage records, this instance's shipping).
+#[argh(subcommand, name = "status")]
+pub struct StoreStatusArgs {
+    /// config file (TOML) with a [store] section
+    #[argh(option)]
+    pub config: PathBuf,
+}
+
+#[derive(FromArgs)]
+/// Rebuild a store that lost its data: keys and overrides from this instance's local copies (when the store
+/// has none), and every balance from the usage ledgers (this instance's, and those given with --ledger).
+#[argh(subcommand, name = "rebuild")]
+pub struct StoreRebuildArgs {
+    /// config file (TOML) with a [store] section
+    #[argh(option)]
+    pub config: PathBuf,
+    /// another instance's ledger, as INSTANCE=PATH (for example gw-2=/srv/gw-2/usage.jsonl); repeatable. An
+    /// instance whose ledger is not given ships its whole ledger again by itself when it runs.
+    #[argh(option)]
+    pub ledger: Vec<String>,
+    /// a keys file to restore the keys from (default: this instance's local copy, store-keys.jsonl)
+    #[argh(option)]
+    pub keys: Option<PathBuf>,
+}
+
+/// Where the `keys` commands act: the config's store, or its data directory.
+pub enum Place {
+    Dir(PathBuf),
+    Store(Box<Store>),
+}
+
+impl Place {
+    /// The config's store (it must answer; a new one is set up), or its data directory.
+    pub fn open(config: &Config) -> Result<Place, String> {
+        let Some(settings) = &config.store else {
+            return Ok(Place::Dir(config.data_dir.clone()));
+        };
+        let store = connect(config, settings)?;
+        let v = store.versions().map_err(|e| unreachable(&store, &e))?;
+        if v.epoch.is_none() {
+            crate::server::cluster::set_up(config, &store)?;
+            eprintln!(
+                "{} held no tollgate data: set up as a new store (this instance's keys and overrides copied in)",
+                store.describe()
+            );
+        }
+        Ok(Place::Store(Box::new(store)))
+    }
+
+    pub fn at(&self) -> KeysAt<'_> {
+        match self {
+            Place::Dir(d) => KeysAt::Dir(d),
+            Place::Store(s) => KeysAt::Store(s),
+        }
+    }
+
+    /// Where, for messages.
+    pub fn describe(&self) -> String {
+        match self {
+            Place::Dir(d) => {
+                let path = d.join(keys::KEYS_FILE);
+                std::fs::canonicalize(&path)
+                    .unwrap_or(path)
+                    .display()
+                    .to_string()
+            }
+            Place::Store(s) => s.describe(),
+        }
+    }
+
+    /// Notes an audit entry: in the data directory's audit file, and in the store's audit list.
+    pub fn audit(&self, config: &Config, entry: &crate::audit::Entry) {
+        crate::audit::append(&config.data_dir, entry);
+        if let Place::Store(s) = self {
+            if let Ok(json) = serde_json::to_string(entry) {
+                let _ = s.audit_push(&json);
+            }
+        }
+    }
+}
+
+fn connect(
+    config: &Config,
+    settings: &crate::config::store::StoreSettings,
+) -> Result<Store, String> {
+    if let Some(var) = &settings.missing_password {
+        return Err(format!(
+            "store.password_env: the environment variable {var} is not set here"
+        ));
+    }
+    Store::new(settings, &config.instance)
+}
+
+fn unreachable(store: &Store, e: &crate::store::StoreError) -> String {
+    format!("cannot reach the store, {}: {e}", store.describe())
+}
+
+/// `check --connect`: whether the store answers, and what to know about it. Returns the lines to print,
+/// or the error.
+pub fn connect_check(config: &Config) -> Result<Vec<String>, String> {
+    let Some(settings) = &config.store else {
+        return Ok(vec![
+            "no [store]: this instance keeps its keys and balances in its data_dir".to_string(),
+        ]);
+    };
+    let store = connect(config, settings)?;
+    let v = store.versions().map_err(|e| unreachable(&store, &e))?;
+    let version = store.server_version().unwrap_or_else(|_| "?".into());
+    let mut lines = vec![format!(
+        "store: {} answers (server {version}); instance {:?}, prefix {:?}",
+        store.describe(),
+        config.instance,
+        settings.prefix
+    )];
+    lines.push(match v.epoch {
+        Some(_) => "store: holds tollgate data".to_string(),
+        None => {
+            "store: holds no tollgate data yet (the first `serve` or `keys` command sets it up)"
+                .to_string()
+        }
+    });
+    match store.persistence() {
+        Ok(Some(true)) => {}
+        Ok(Some(false)) => lines.push(
+            "warning: the store runs without `appendonly yes`: a Redis restart loses every balance and key \
+             (tollgate store rebuild can restore them from the ledgers)"
+                .to_string(),
+        ),
+        _ => lines.push(
+            "note: cannot ask the store whether it persists its data (CONFIG GET refused); it should run with \
+             `appendonly yes`"
+                .to_string(),
+        ),
+    }
+    Ok(lines)
+}
+
+/// At `serve`: the store joined (None without a `[store]`). A store that does not answer is no error.
+pub fn join_at_serve(config: &Config) -> Result<Option<crate::server::Shared>, String> {
+    let Some(settings) = &config.store else {
+        return Ok(None);
+    };
+    if let Some(var) = &settings.missing_password {
+        log::error!(
+            "store.password_env: the environment variable {var} is not set; the store will refuse this instance"
+        );
+    }
+    let store = Arc::new(Store::new(settings, &config.instance)?);
+    let joined = crate::server::cluster::join(config, &store)?;
+    log::info!(
+        "store: {} as instance {:?} ({} keys; on_unavailable = {})",
+        store.describe(),
+        config.instance,
+        joined.keys.len(),
+        settings.on_unavailable.name()
+    );
+    Ok(Some(crate::server::Shared { store, joined }))
+}
+
+/// Runs `tollgate store ...`.
+pub fn run(args: StoreArgs) -> i32 {
+    let result = match args.command {
+        StoreCommand::Status(a) => status(&a.config),
+        StoreCommand::Rebuild(a) => rebuild(&a),
+    };
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("{e}");
+            1
+        }
+    }
+}
+
+fn load_with_store(path: &Path) -> Result<(Config, Store), String> {
+    let config = Config::load(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let Some(settings) = config.store.clone() else {
+        return Err(format!("{}: has no [store] section", path.display()));
+    };
+    let store = connect(&config, &settings)?;
+    Ok((config, store))
+}
+
+fn status(path: &Path) -> Result<(), String> {
+    let (config, store) = load_with_store(path)?;
+    for line in connect_check(&config)? {
+        println!("{line}");
+    }
+    let records = keys::read_all(KeysAt::Store(&store)).map_err(|e| e.to_string())?;
+    let active = records.iter().filter(|r| !r.deleted && !r.disabled).count();
+    println!(
+        "keys: {} ({active} active)",
+        records.iter().filter(|r| !r.deleted).count()
+    );
+    let n = store.usage_len().map_err(|e| unreachable(&store, &e))?;
+    println!(
+        "usage stream: {n} records (keeps about {})",
+        config.store.as_ref().map_or(0, |s| s.usage_stream_max)
+    );
+    let c = store
+        .cursor(&config.instance)
+        .map_err(|e| unreachable(&store, &e))?;
+    let ledger = config.data_dir.join(crate::ledger::LEDGER_FILE);
+    let len = std::fs::metadata(&ledger).map_or(0, |m| m.len());
+    println!(
+        "this instance ({:?}): {} of {len} ledger bytes shipped{}",
+        config.instance,
+        c.offset,
+        if c.offset < len {
+            " (the rest is shipped while `serve` runs)"
+        } else {
+            ""
+        }
+    );
+    Ok(())
+}
+
+/// The keys to restore: from `--keys`, else this instance's local copy, else its keys file.
+fn keys_to_restore(
+    config: &Config,
+    from: Option<&Path>,
+) -> Result<(PathBuf, Vec<KeyRecord>), String> {
+    let candidates: Vec<PathBuf> = match from {
+        Some(p) => vec![p.to_path_buf()],
+        None => vec![
+            config.data_dir.join(crate::server::cluster::KEYS_COPY),
+            config.data_dir.join(keys::KEYS_FILE),
+        ],
+    };
+    for p in candidates {
+        let records = keys::read_keys(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+        if !records.is_empty() {
+            return Ok((p, records));
+        }
+    }
+    Ok((PathBuf::new(), Vec::new()))
+}
+
+fn rebuild(a: &StoreRebuildArgs) -> Result<(), String> {
+    let (config, store) = load_with_store(&a.config)?;
+    let mut ledgers = vec![(
+        config.instance.clone(),
+        config.data_dir.join(crate::ledger::LEDGER_FILE),
+    )];
+    for l in &a.ledger {
+        let (name, path) = l
+            .split_once('=')
+            .ok_or_else(|| format!("--ledger: expected INSTANCE=PATH, got {l:?}"))?;
+        if name.is_empty() || ledgers.iter().any(|(n, _)| n == name) {
+            return Err(format!(
+                "--ledger: the instance name {name:?} is empty or given twice"
+            ));
+        }
+        ledgers.push((name.to_string(), PathBuf::from(path)));
+    }
+    for (_, p) in &ledgers {
+        if !p.exists() && p != &ledgers[0].1 {
+            return Err(format!("--ledger: {} does not exist", p.display()));
+        }
+    }
+    let fail = |e: crate::store::StoreError| unreachable(&store, &e);
+    // Keys and overrides: the store's own when it still has them.
+    let in_store = keys::read_all(KeysAt::Store(&store)).map_err(|e| e.to_string())?;
+    if in_store.is_empty() {
+        let (from, records) = keys_to_restore(&config, a.keys.as_deref())?;
+        if records.is_empty() {
+            println!("keys: the store holds none and no local copy was found (add keys with `tollgate keys add`)");
+        } else {
+            keys::update_keys(KeysAt::Store(&store), |r| {
+                if r.is_empty() {
+                    r.extend(records.iter().cloned());
+                }
+                Ok(())
+            })
+            .map_err(|e| e.to_string())?;
+            println!("keys: {} restored from {}", records.len(), from.display());
+        }
+    } else {
+        println!("keys: the store still holds {} (kept)", in_store.len());
+    }
+    crate::server::cluster::restore_overrides(&config, &store)?;
+    // Every balance, reservation, window and cursor goes; the ledgers say what was spent.
+    for pattern in [
+        "acct:*", "per:*", "res:*", "lease:*", "rpm:*", "tpm:*", "tpmv:*", "cursor:*",
+    ] {
+        store.delete_matching(pattern).map_err(fail)?;
+    }
+    store.delete_matching("usage").map_err(fail)?;
+    for (instance, path) in &ledgers {
+        let shipped = ship_whole(&store, instance, path)?;
+        println!(
+            "ledger of {instance:?} ({}): {shipped} records",
+            path.display()
+        );
+    }
+    store
+        .set_epoch(&format!(
+            "{}{}",
+            crate::server::cluster::REBUILT,
+            crate::util::new_id("")
+        ))
+        .map_err(fail)?;
+    println!(
+        "store rebuilt: running instances admit requests again within a second; an instance whose ledger was not \
+         given ships its own ledger again by itself"
+    );
+    Ok(())
+}
+
+/// Ships a whole ledger file for `instance` from its start; returns how many lines.
+fn ship_whole(store: &Store, instance: &str, path: &Path) -> Result<u64, String> {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    let whole = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+    let bytes = &bytes[..whole];
+    let first = bytes.split(|b| *b == b'\n').next().unwrap_or(&[]);
+    let fp = crate::store::ship::fingerprint(first);
+    match store
+        .ship_lines(instance, &fp, 0, bytes)
+        .map_err(|e| unreachable(store, &e))?
+    {
+        crate::store::ship::Shipped::Upto(n) if n == whole as u64 => {}
+        other => {
+            return Err(format!(
+                "shipping {} stopped early ({other:?}): is an instance named {instance:?} running and shipping it too? \
+                 Stop it, or leave its ledger out (it ships its own)",
+                path.display()
+            ))
+        }
+    }
+    Ok(bytes.iter().filter(|b| **b == b'\n').count() as u64)
+}

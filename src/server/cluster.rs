@@ -1,0 +1,401 @@
+//! This instance's part in a cluster of instances on one shared store (`[store]`).
+//!
+//! At start ([`join`]): the instance's name is claimed (two running instances with one name would ship
+//! into one cursor), the store's epoch is checked, and the keys and the console's overrides are read from the
+//! store, or from the local copies (`store-keys.jsonl`, `store-overrides.json` in `data_dir`) while it does
+//! not answer. A brand-new store (no epoch, and this instance never used one) takes this instance's keys file
+//! and overrides, and its ledger is shipped from the start: a single instance that gets a `[store]` carries
+//! its keys and balances over.
+//!
+//! Then the store thread ([`start`]) looks at the store every 250 ms: a new version of the keys or of the
+//! overrides is read and put in force (so a key revoked on any instance is refused here within about a
+//! quarter of a second), the epoch is checked (a store without its epoch lost its data: model requests are
+//! refused until `tollgate store rebuild`), and this instance's reservation leases and name claim are
+//! renewed. The shipper thread (`store::ship`) sends the ledger's records as they are synced.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::gateway::{read_overrides, Gateway, OVERRIDES_MAP};
+use crate::access::keys::{self, KeyRecord};
+use crate::config::{Config, Overrides};
+use crate::store::Store;
+
+/// The local copy of the store's key records (hashes only), kept for a start while the store is down and
+/// for `tollgate store rebuild`.
+pub const KEYS_COPY: &str = "store-keys.jsonl";
+/// The local copy of the store's overrides.
+pub const OVERRIDES_COPY: &str = "store-overrides.json";
+/// The store epoch this data directory last saw.
+const EPOCH_FILE: &str = "store-epoch";
+/// This data directory's run id: the holder of its instance name in the store.
+const RUN_ID_FILE: &str = "store-run-id";
+
+/// The start of an epoch written by `tollgate store rebuild`: only such a new epoch ends the refusals of
+/// instances that saw the store lose its data.
+pub const REBUILT: &str = "rebuilt_";
+
+/// How long a claim on the instance name lasts without renewal.
+const CLAIM_TTL: Duration = Duration::from_secs(30);
+
+/// How often the store is looked at.
+const LOOK_EVERY: Duration = Duration::from_millis(250);
+
+/// What the store held at start.
+pub struct Joined {
+    pub keys: Vec<KeyRecord>,
+    pub overrides: Overrides,
+    pub keys_version: u64,
+    pub overrides_version: u64,
+}
+
+fn read_text(path: &Path) -> Option<String> {
+    std::fs::read_to_string(path).ok()
+}
+
+/// The run id of this data directory (made on first use).
+fn run_id(data_dir: &Path) -> Result<String, String> {
+    let path = data_dir.join(RUN_ID_FILE);
+    if let Some(id) = read_text(&path).map(|t| t.trim().to_string()) {
+        if !id.is_empty() {
+            return Ok(id);
+        }
+    }
+    let id = crate::util::new_id("run_");
+    crate::util::write_atomic(&path, id.as_bytes())
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(id)
+}
+
+/// Joins the store at start. Errors stop the start: the instance name is held by another running
+/// instance, or a local file cannot be written. A store that does not answer is no error: the local copies
+/// serve until it does (and model requests get 503 meanwhile, by the failure policy).
+pub fn join(config: &Config, store: &Store) -> Result<Joined, String> {
+    let dir = &config.data_dir;
+    let run = run_id(dir)?;
+    match store.claim_instance(&run, CLAIM_TTL) {
+        Ok(Ok(())) => {}
+        Ok(Err(holder)) => {
+            return Err(format!(
+                "the instance name {:?} is held by another running tollgate ({holder}) on {}; give each instance \
+                 its own `instance` in its config (two instances with one name would mix their usage records)",
+                store.instance(),
+                store.describe()
+            ))
+        }
+        Err(e) => {
+            log::error!(
+                "store: {} does not answer at start ({e}); serving from the local copies of the keys and overrides, \
+                 and refusing model requests until it answers",
+                store.describe()
+            );
+            return Ok(local_copies(dir));
+        }
+    }
+    let known_epoch = read_text(&dir.join(EPOCH_FILE)).map(|t| t.trim().to_string());
+    let versions = store.versions().map_err(|e| e.to_string())?;
+    match (&versions.epoch, &known_epoch) {
+        (None, Some(_)) => {
+            log::error!(
+                "store: {} has lost its data (it holds no epoch, and this instance used it before); model requests \
+                 are refused until it is restored with `tollgate store rebuild`",
+                store.describe()
+            );
+            store.set_lost(true);
+            return Ok(local_copies(dir));
+        }
+        (None, None) => {
+            let epoch = set_up(config, store)?;
+            remember_epoch(dir, &epoch)?;
+            log::info!(
+                "store: {} is new; this instance's keys and overrides were copied into it",
+                store.describe()
+            );
+        }
+        (Some(e), Some(known)) if e != known && !e.starts_with(REBUILT) => {
+            log::error!(
+                "store: {} is not the store this instance used (its epoch changed without a rebuild: it lost its \
+                 data and was set up anew?); model requests are refused until `tollgate store rebuild`",
+                store.describe()
+            );
+            store.set_lost(true);
+            return Ok(local_copies(dir));
+        }
+        (Some(e), known) => {
+            if known.as_deref() != Some(e.as_str()) {
+                remember_epoch(dir, e)?;
+            }
+        }
+    }
+    let (keys_version, fields) = store.read_map(keys::STORE_MAP).map_err(|e| e.to_string())?;
+    let records = keys::records_of(&fields);
+    let (overrides_version, overrides) = read_overrides(store).map_err(|e| e.to_string())?;
+    keep_copies(dir, &records, &overrides);
+    Ok(Joined {
+        keys: records,
+        overrides,
+        keys_version,
+        overrides_version,
+    })
+}
+
+fn remember_epoch(dir: &Path, epoch: &str) -> Result<(), String> {
+    crate::util::write_atomic(&dir.join(EPOCH_FILE), epoch.as_bytes())
+        .map_err(|e| format!("cannot write {}: {e}", dir.join(EPOCH_FILE).display()))
+}
+
+/// The local copies (what the store held when it last answered).
+fn local_copies(dir: &Path) -> Joined {
+    let keys = keys::read_keys(&dir.join(KEYS_COPY)).unwrap_or_default();
+    let overrides = read_text(&dir.join(OVERRIDES_COPY))
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default();
+    Joined {
+        keys,
+        overrides,
+        keys_version: 0,
+        overrides_version: 0,
+    }
+}
+
+/// Writes the local copies of the store's keys and overrides (errors are logged: they are copies).
+pub fn keep_copies(dir: &Path, records: &[KeyRecord], overrides: &Overrides) {
+    if let Err(e) = keys::write_keys(&dir.join(KEYS_COPY), records) {
+        log::warn!(
+            "store: cannot keep the local copy of the keys in {}: {e}",
+            dir.display()
+        );
+    }
+    match serde_json::to_vec_pretty(overrides) {
+        Ok(text) => {
+            if let Err(e) = crate::util::write_atomic(&dir.join(OVERRIDES_COPY), &text) {
+                log::warn!(
+                    "store: cannot keep the local copy of the overrides in {}: {e}",
+                    dir.display()
+                );
+            }
+        }
+        Err(e) => log::warn!("store: cannot encode the overrides: {e}"),
+    }
+}
+
+/// Sets up a brand-new store: it takes this instance's keys file and overrides (when it has none), and
+/// gets its epoch. Returns the epoch.
+pub fn set_up(config: &Config, store: &Store) -> Result<String, String> {
+    import_local(config, store)?;
+    store
+        .init_epoch(&crate::util::new_id("epoch_"))
+        .map_err(|e| e.to_string())
+}
+
+/// `store rebuild`: the overrides from this instance's local copy, when the store has none.
+pub fn restore_overrides(config: &Config, store: &Store) -> Result<(), String> {
+    let (version, current) = read_overrides(store).map_err(|e| e.to_string())?;
+    if current != Overrides::default() {
+        println!("overrides: the store still holds them (kept)");
+        return Ok(());
+    }
+    let path = config.data_dir.join(OVERRIDES_COPY);
+    let Some(local) = read_text(&path).and_then(|t| serde_json::from_str::<Overrides>(&t).ok())
+    else {
+        return Ok(());
+    };
+    if local == Overrides::default() {
+        return Ok(());
+    }
+    let doc = serde_json::to_string(&local).map_err(|e| e.to_string())?;
+    store
+        .write_map(OVERRIDES_MAP, version, &[("doc".to_string(), doc)], &[])
+        .map_err(|e| e.to_string())?;
+    println!("overrides: restored from {}", path.display());
+    Ok(())
+}
+
+/// A brand-new store takes this instance's keys file and overrides (when the store has none).
+fn import_local(config: &Config, store: &Store) -> Result<(), String> {
+    let dir = &config.data_dir;
+    let records = keys::read_keys(&dir.join(keys::KEYS_FILE)).map_err(|e| e.to_string())?;
+    if !records.is_empty() {
+        let n = records.len();
+        keys::update_keys(keys::KeysAt::Store(store), |in_store| {
+            if in_store.is_empty() {
+                in_store.extend(records.iter().cloned());
+            }
+            Ok(())
+        })
+        .map_err(|e| e.to_string())?;
+        log::info!(
+            "store: {n} keys copied from {} into the new store",
+            dir.join(keys::KEYS_FILE).display()
+        );
+    }
+    let local = Overrides::load(dir).map_err(|e| e.to_string())?;
+    if local != Overrides::default() {
+        let (version, current) = read_overrides(store).map_err(|e| e.to_string())?;
+        if current == Overrides::default() {
+            let doc = serde_json::to_string(&local).map_err(|e| e.to_string())?;
+            store
+                .write_map(OVERRIDES_MAP, version, &[("doc".to_string(), doc)], &[])
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(())
+}
+
+/// Starts the store thread and the shipper.
+pub fn start(gw: &Arc<Gateway>, joined_keys: u64, joined_overrides: u64) -> Result<(), String> {
+    let Some(store) = gw.store.clone() else {
+        return Ok(());
+    };
+    let (g, s) = (gw.clone(), store.clone());
+    super::spawn("tollgate-store", move || {
+        look_loop(&g, &s, joined_keys, joined_overrides)
+    })?;
+    let g = gw.clone();
+    super::spawn("tollgate-shipper", move || {
+        crate::store::ship::follow(store, &g.ledger)
+    })
+}
+
+/// At shutdown, after the ledger is closed: ships what the shipper has not yet (for up to `within`), and
+/// gives up the instance name.
+pub fn leave(store: &Store, ledger: &crate::ledger::Ledger, within: Duration) {
+    store.stop_shipping();
+    match crate::store::ship::catch_up(store, ledger, within) {
+        Ok(()) => {}
+        Err(e) => log::warn!(
+            "store: not every usage record was shipped before exiting ({e}); the rest is shipped from the local \
+             ledger at the next start"
+        ),
+    }
+    if let Ok(run) = run_id(&ledger_dir(ledger)) {
+        store.release_instance(&run);
+    }
+}
+
+fn ledger_dir(ledger: &crate::ledger::Ledger) -> PathBuf {
+    ledger
+        .path()
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+}
+
+/// What the store thread has put in force.
+struct Seen {
+    keys: u64,
+    overrides: u64,
+    epoch: Option<String>,
+}
+
+fn look_loop(gw: &Gateway, store: &Store, keys: u64, overrides: u64) {
+    let dir: PathBuf = gw.base.data_dir.clone();
+    let mut seen = Seen {
+        keys,
+        overrides,
+        epoch: read_text(&dir.join(EPOCH_FILE)).map(|t| t.trim().to_string()),
+    };
+    let run = run_id(&dir).unwrap_or_default();
+    let mut last_renew = Instant::now();
+    let renew_every = (store.settings().lease / 3).min(CLAIM_TTL / 3);
+    while !gw.state.shutting_down.load(Ordering::SeqCst) {
+        std::thread::sleep(LOOK_EVERY);
+        let Ok(v) = store.versions() else { continue };
+        if !epoch_ok(store, &mut seen, v.epoch.as_deref(), &dir) {
+            continue;
+        }
+        if v.keys != seen.keys {
+            if let Ok((ver, fields)) = store.read_map(keys::STORE_MAP) {
+                let records = keys::records_of(&fields);
+                if gw
+                    .keys
+                    .install(&records, &format!("the store ({})", store.describe()))
+                {
+                    log::info!("keys reloaded from the store ({} keys)", records.len());
+                }
+                seen.keys = ver;
+                let (_, o) = read_overrides(store).unwrap_or_default();
+                keep_copies(&dir, &records, &o);
+            }
+        }
+        if v.overrides != seen.overrides {
+            if let Ok((ver, o)) = read_overrides(store) {
+                keep_copies(&dir, &gw.keys.records(), &o);
+                gw.install_overrides(o);
+                seen.overrides = ver;
+            }
+        }
+        if last_renew.elapsed() >= renew_every {
+            last_renew = Instant::now();
+            if let Err(e) = store.renew_leases() {
+                log::warn!("store: renewing this instance's reservations failed ({e}); retrying");
+            }
+            if let Ok(Err(holder)) = store.claim_instance(&run, CLAIM_TTL) {
+                log::error!(
+                    "store: the instance name {:?} is now held by another running tollgate ({holder}); give each \
+                     instance its own `instance`",
+                    store.instance()
+                );
+            }
+        }
+    }
+}
+
+/// Checks the store's epoch against the one in force; false while the store has lost its data.
+fn epoch_ok(store: &Store, seen: &mut Seen, epoch: Option<&str>, dir: &Path) -> bool {
+    match (epoch, seen.epoch.as_deref()) {
+        (None, Some(_)) => {
+            if !store.lost() {
+                log::error!(
+                    "store: {} has lost its data (its epoch is gone: restarted without persistence?); model \
+                     requests are refused until it is restored with `tollgate store rebuild`",
+                    store.describe()
+                );
+                store.set_lost(true);
+            }
+            false
+        }
+        (Some(now), Some(before)) if before != now && !now.starts_with(REBUILT) => {
+            if !store.lost() {
+                log::error!(
+                    "store: {} has a new epoch that no rebuild wrote (it lost its data and was set up anew?); model \
+                     requests are refused until `tollgate store rebuild`",
+                    store.describe()
+                );
+                store.set_lost(true);
+            }
+            false
+        }
+        (Some(now), before) if before != Some(now) => {
+            if before.is_some() {
+                log::warn!(
+                    "store: {} was rebuilt (new epoch); reading its keys and overrides again",
+                    store.describe()
+                );
+            }
+            let _ = remember_epoch(dir, now);
+            seen.epoch = Some(now.to_string());
+            // Read everything again.
+            seen.keys = u64::MAX;
+            seen.overrides = u64::MAX;
+            if store.lost() {
+                log::info!(
+                    "store: {} holds data again; model requests are admitted",
+                    store.describe()
+                );
+            }
+            store.set_lost(false);
+            true
+        }
+        (None, None) => {
+            // A new store this instance could not set up at start (it did not answer then).
+            if let Ok(e) = store.init_epoch(&crate::util::new_id("epoch_")) {
+                let _ = remember_epoch(dir, &e);
+                seen.epoch = Some(e);
+            }
+            true
+        }
+        _ => true,
+    }
+}

@@ -1,0 +1,20 @@
+-- A reservation given back whole: the request ends without a usage record (nothing is charged; its token
+-- estimate leaves the tpm window).
+-- KEYS: 1 acct, 2 res, 3 lease, 4 tpmv. ARGV: 1 id
+local acct, res, id = KEYS[1], KEYS[2], ARGV[1]
+local e = redis.call('HGET', res, id)
+if e and e ~= 's' then
+  local c, _, slot = entry(e)
+  local st = redis.call('HMGET', acct, 'reserved', 'inflight')
+  local reserved, inflight = msub(m(st[1]), m(c)), num(st[2])
+  if slot == '1' and inflight > 0 then inflight = inflight - 1 end
+  redis.call('HSET', acct, 'reserved', ms(reserved), 'inflight', inflight)
+  redis.call('HDEL', res, id)
+  redis.call('ZREM', KEYS[3], id)
+end
+local est = redis.call('HGET', KEYS[4], id)
+if est then
+  redis.call('HINCRBY', KEYS[4], '_total', -tonumber(est))
+  redis.call('HSET', KEYS[4], id, 0)
+end
+return 1

@@ -1,0 +1,551 @@
+//! The shared store of several tollgate instances: one Redis (or Valkey) server holding the keys, the
+//! console's overrides, the balances with their reservations, the rate windows and a bounded stream of usage
+//! records (see "Running several instances" in the README). This module is the only one that speaks to
+//! Redis; it knows key names, scripts and timeouts, not what a key or a group means.
+//!
+//! Every call has a deadline (`[store] timeout_ms`, connecting included), so a store that stops answering
+//! never holds a worker longer than that. A failed call marks the store down (`healthy()` false) until the
+//! store thread's next successful look (every 250 ms), so requests meanwhile are refused at once instead of
+//! each waiting for the deadline. Connections are pooled; a connection that failed is dropped, and a Redis
+//! that restarted is reached again by the next call (its scripts are loaded again when it answers
+//! NOSCRIPT).
+//!
+//! Layout (every key under `prefix`): `keys` (hash: key name → key record JSON) with `keys:ver`;
+//! `overrides` (hash: `doc` → the console's overrides JSON) with `overrides:ver`; `epoch` (set once, so a
+//! store that lost its data is noticed); per key name K: `acct:K` (spent, reserved, inflight, last_used),
+//! `res:K` and `lease:K` (reservations in flight and their leases), `rpm:K`, `tpm:K`, `tpmv:K` (rate
+//! windows), `per:K` (spend per budget period); `usage` (stream of usage records); `cursor:I` (how much of
+//! instance I's local ledger was shipped); `instance:I` (which running process holds the name I); `audit`
+//! (list of audit entries, newest first).
+
+pub mod accounts;
+pub mod ship;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use redis::{ConnectionLike, FromRedisValue, IntoConnectionInfo, Value};
+
+use crate::config::store::StoreSettings;
+
+/// Why a store call failed.
+#[derive(Debug, Clone)]
+pub struct StoreError {
+    /// The store did not answer (connection refused, timed out, reset): it counts as down.
+    pub unavailable: bool,
+    pub message: String,
+}
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.message)
+    }
+}
+
+/// The scripts, each with the money helpers in front.
+struct Scripts {
+    admit: redis::Script,
+    settle: redis::Script,
+    ship: redis::Script,
+    /// The ship script's text, loaded ahead of every shipping batch.
+    ship_source: String,
+    release: redis::Script,
+    renew: redis::Script,
+    map_read: redis::Script,
+    map_write: redis::Script,
+    claim: redis::Script,
+}
+
+const MONEY: &str = include_str!("lua/money.lua");
+
+fn script(body: &str) -> redis::Script {
+    redis::Script::new(&format!("{MONEY}\n{body}"))
+}
+
+impl Scripts {
+    fn new() -> Scripts {
+        Scripts {
+            admit: script(include_str!("lua/admit.lua")),
+            settle: script(include_str!("lua/settle.lua")),
+            ship: script(include_str!("lua/ship.lua")),
+            ship_source: format!("{MONEY}\n{}", include_str!("lua/ship.lua")),
+            release: script(include_str!("lua/release.lua")),
+            renew: script(include_str!("lua/renew.lua")),
+            map_read: script(include_str!("lua/map_read.lua")),
+            map_write: script(include_str!("lua/map_write.lua")),
+            claim: script(include_str!("lua/claim.lua")),
+        }
+    }
+}
+
+/// Connections kept for reuse at most (more are opened under load and closed when returned).
+const POOL_MAX: usize = 64;
+
+/// The handle every part of the gateway shares.
+pub struct Store {
+    settings: StoreSettings,
+    client: redis::Client,
+    pool: Mutex<Vec<redis::Connection>>,
+    healthy: AtomicBool,
+    /// The store lost its data (its epoch is gone): nothing it says about balances can be trusted.
+    lost: AtomicBool,
+    /// Shutdown: the shipper thread stops (the last records are shipped by `ship::catch_up`).
+    stopping: AtomicBool,
+    /// The last failure, for `/readyz` and the log.
+    last_error: Mutex<Option<String>>,
+    scripts: Scripts,
+    /// The instance this process is.
+    instance: String,
+    /// Reservations this instance holds in the store (request id → key name), renewed until shipped.
+    leases: Mutex<std::collections::HashMap<String, String>>,
+}
+
+/// The versions of what instances keep a copy of, and the store's epoch.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Versions {
+    pub keys: u64,
+    pub overrides: u64,
+    /// None: the store has no epoch (new, or it lost its data).
+    pub epoch: Option<String>,
+}
+
+impl Store {
+    /// A handle on the store; nothing is sent until the first call.
+    pub fn new(settings: &StoreSettings, instance: &str) -> Result<Store, String> {
+        let mut redis = redis::RedisConnectionInfo::default()
+            .set_db(settings.db)
+            .set_skip_set_lib_name();
+        if let Some(user) = &settings.username {
+            redis = redis.set_username(user);
+        }
+        if let Some(pw) = &settings.password {
+            redis = redis.set_password(pw);
+        }
+        let info = redis::ConnectionAddr::Tcp(settings.host.clone(), settings.port)
+            .into_connection_info()
+            .map_err(|e| format!("store.url: {e}"))?
+            .set_redis_settings(redis)
+            .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
+        let client = redis::Client::open(info).map_err(|e| format!("store.url: {e}"))?;
+        Ok(Store {
+            settings: settings.clone(),
+            client,
+            pool: Mutex::new(Vec::new()),
+            healthy: AtomicBool::new(true),
+            lost: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
+            last_error: Mutex::new(None),
+            scripts: Scripts::new(),
+            instance: instance.to_string(),
+            leases: Mutex::new(std::collections::HashMap::new()),
+        })
+    }
+
+    pub fn settings(&self) -> &StoreSettings {
+        &self.settings
+    }
+
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    /// Where the store is, for messages (never with a password).
+    pub fn describe(&self) -> String {
+        format!("Redis at {}", self.settings.url)
+    }
+
+    /// A key name under the prefix.
+    pub fn k(&self, name: &str) -> String {
+        format!("{}{name}", self.settings.prefix)
+    }
+
+    /// Whether the last call (or the store thread's last look) succeeded.
+    pub fn healthy(&self) -> bool {
+        self.healthy.load(Ordering::Relaxed)
+    }
+
+    /// Whether the store lost its data (until `tollgate store rebuild`).
+    pub fn lost(&self) -> bool {
+        self.lost.load(Ordering::Relaxed)
+    }
+
+    pub fn set_lost(&self, lost: bool) {
+        self.lost.store(lost, Ordering::Relaxed);
+    }
+
+    /// Tells the shipper thread to stop.
+    pub fn stop_shipping(&self) {
+        self.stopping.store(true, Ordering::Relaxed);
+    }
+
+    pub fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::Relaxed)
+    }
+
+    /// The last failure's text.
+    pub fn last_error(&self) -> Option<String> {
+        lock(&self.last_error).clone()
+    }
+
+    fn mark_down(&self, message: &str) {
+        let was = self.healthy.swap(false, Ordering::Relaxed);
+        let mut last = lock(&self.last_error);
+        if was || last.as_deref() != Some(message) {
+            log::error!(
+                "store: {} does not answer ({message}); {}",
+                self.describe(),
+                match self.settings.on_unavailable {
+                    crate::config::store::OnUnavailable::Closed =>
+                        "model requests are refused with 503 until it does",
+                    crate::config::store::OnUnavailable::Local =>
+                        "requests are admitted on this instance's own limits until it does",
+                }
+            );
+        }
+        *last = Some(message.to_string());
+    }
+
+    /// Marks the store up after a successful look.
+    fn mark_up(&self) {
+        if !self.healthy.swap(true, Ordering::Relaxed) {
+            log::info!("store: {} answers again", self.describe());
+        }
+    }
+
+    fn connection(&self) -> Result<redis::Connection, redis::RedisError> {
+        if let Some(c) = lock(&self.pool).pop() {
+            return Ok(c);
+        }
+        let t = self.settings.timeout;
+        let c = self.client.get_connection_with_timeout(t)?;
+        c.set_read_timeout(Some(t))?;
+        c.set_write_timeout(Some(t))?;
+        Ok(c)
+    }
+
+    /// Runs `f` on a pooled connection. A failure to reach the store drops the connection and marks the store
+    /// down; an error the store answered (a script's) leaves both alone.
+    pub fn with<T>(
+        &self,
+        f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
+    ) -> Result<T, StoreError> {
+        let mut con = match self.connection() {
+            Ok(c) => c,
+            Err(e) => return Err(self.failed(&e)),
+        };
+        match f(&mut con) {
+            Ok(v) => {
+                if con.is_open() {
+                    let mut pool = lock(&self.pool);
+                    if pool.len() < POOL_MAX {
+                        pool.push(con);
+                    }
+                }
+                Ok(v)
+            }
+            Err(e) => {
+                let err = self.failed(&e);
+                if !err.unavailable && con.is_open() {
+                    let mut pool = lock(&self.pool);
+                    if pool.len() < POOL_MAX {
+                        pool.push(con);
+                    }
+                }
+                Err(err)
+            }
+        }
+    }
+
+    fn failed(&self, e: &redis::RedisError) -> StoreError {
+        let unavailable = e.is_io_error()
+            || e.is_timeout()
+            || e.is_connection_dropped()
+            || e.is_connection_refusal()
+            || e.is_unrecoverable_error();
+        let message = crate::secrets::scrubbed(&e.to_string());
+        if unavailable {
+            // Connections opened before the failure are suspect (a restarted Redis closed them all).
+            lock(&self.pool).clear();
+            self.mark_down(&message);
+        }
+        StoreError {
+            unavailable,
+            message,
+        }
+    }
+
+    /// Runs a script, loading it again when the server forgot it (a restart).
+    fn run<T: FromRedisValue>(
+        &self,
+        s: impl Fn(&Scripts) -> &redis::Script,
+        keys: &[String],
+        args: &[String],
+    ) -> Result<T, StoreError> {
+        let script = s(&self.scripts);
+        self.with(|con| {
+            let mut inv = script.prepare_invoke();
+            for k in keys {
+                inv.key(k);
+            }
+            for a in args {
+                inv.arg(a);
+            }
+            inv.invoke(con)
+        })
+    }
+
+    /// One look at the store: the versions and the epoch (the store thread calls this every 250 ms). Marks
+    /// the store up when it answers.
+    pub fn versions(&self) -> Result<Versions, StoreError> {
+        let names = [self.k("keys:ver"), self.k("overrides:ver"), self.k("epoch")];
+        let got: Vec<Option<String>> =
+            self.with(|con| redis::cmd("MGET").arg(&names).query(con))?;
+        self.mark_up();
+        let n = |v: &Option<String>| v.as_deref().and_then(|s| s.parse().ok()).unwrap_or(0);
+        Ok(Versions {
+            keys: n(&got[0]),
+            overrides: n(&got[1]),
+            epoch: got.get(2).cloned().flatten(),
+        })
+    }
+
+    /// Sets the epoch if the store has none; returns the epoch in force.
+    pub fn init_epoch(&self, fresh: &str) -> Result<String, StoreError> {
+        let key = self.k("epoch");
+        self.with(|con| {
+            let _: Value = redis::cmd("SET")
+                .arg(&key)
+                .arg(fresh)
+                .arg("NX")
+                .query(con)?;
+            redis::cmd("GET").arg(&key).query(con)
+        })
+    }
+
+    /// Sets a new epoch (after a rebuild).
+    pub fn set_epoch(&self, epoch: &str) -> Result<(), StoreError> {
+        let key = self.k("epoch");
+        self.with(|con| redis::cmd("SET").arg(&key).arg(epoch).query(con))
+    }
+
+    /// Claims this instance's name for `run_id` for `ttl`; Err(holder) when another process holds it.
+    pub fn claim_instance(
+        &self,
+        run_id: &str,
+        ttl: Duration,
+    ) -> Result<Result<(), String>, StoreError> {
+        let key = self.k(&format!("instance:{}", self.instance));
+        let got: String = self.run(
+            |s| &s.claim,
+            &[key],
+            &[run_id.to_string(), ttl.as_millis().to_string()],
+        )?;
+        Ok(if got == "ok" { Ok(()) } else { Err(got) })
+    }
+
+    /// Gives up this instance's name (at a clean exit), if `run_id` still holds it.
+    pub fn release_instance(&self, run_id: &str) {
+        let key = self.k(&format!("instance:{}", self.instance));
+        let _ = self.with(|con| {
+            let cur: Option<String> = redis::cmd("GET").arg(&key).query(con)?;
+            if cur.as_deref() == Some(run_id) {
+                redis::cmd("DEL").arg(&key).query::<()>(con)?;
+            }
+            Ok(())
+        });
+    }
+
+    /// A versioned map (`keys`, `overrides`): its version and every field.
+    pub fn read_map(&self, name: &str) -> Result<(u64, Vec<(String, String)>), StoreError> {
+        let (ver, fields): (String, Vec<(String, String)>) = self.run(
+            |s| &s.map_read,
+            &[self.k(&format!("{name}:ver")), self.k(name)],
+            &[],
+        )?;
+        Ok((ver.parse().unwrap_or(0), fields))
+    }
+
+    /// Changes a versioned map if it is still at `version`: Some(new version), or None when someone changed
+    /// it in between (read it again and retry).
+    pub fn write_map(
+        &self,
+        name: &str,
+        version: u64,
+        set: &[(String, String)],
+        delete: &[String],
+    ) -> Result<Option<u64>, StoreError> {
+        let mut args = vec![version.to_string(), set.len().to_string()];
+        for (f, v) in set {
+            args.push(f.clone());
+            args.push(v.clone());
+        }
+        args.extend(delete.iter().cloned());
+        let v: u64 = self.run(
+            |s| &s.map_write,
+            &[self.k(&format!("{name}:ver")), self.k(name)],
+            &args,
+        )?;
+        Ok((v > 0).then_some(v))
+    }
+
+    /// Usage records from the shared stream, newest first: up to `count` entries older than the stream id
+    /// `before` (None: from the newest). Returns (stream id, record JSON) pairs.
+    pub fn usage_page(
+        &self,
+        before: Option<&str>,
+        count: usize,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        let key = self.k("usage");
+        let end = before.map_or_else(|| "+".to_string(), |b| format!("({b}"));
+        let v: Value = self.with(|con| {
+            redis::cmd("XREVRANGE")
+                .arg(&key)
+                .arg(&end)
+                .arg("-")
+                .arg("COUNT")
+                .arg(count)
+                .query(con)
+        })?;
+        Ok(stream_entries(v))
+    }
+
+    /// How many records the usage stream holds.
+    pub fn usage_len(&self) -> Result<u64, StoreError> {
+        let key = self.k("usage");
+        self.with(|con| redis::cmd("XLEN").arg(&key).query(con))
+    }
+
+    /// Adds an audit entry (newest first; the newest 10,000 are kept).
+    pub fn audit_push(&self, json: &str) -> Result<(), StoreError> {
+        let key = self.k("audit");
+        self.with(|con| {
+            redis::pipe()
+                .cmd("LPUSH")
+                .arg(&key)
+                .arg(json)
+                .ignore()
+                .cmd("LTRIM")
+                .arg(&key)
+                .arg(0)
+                .arg(9_999)
+                .ignore()
+                .query::<()>(con)
+        })
+    }
+
+    /// The newest `limit` audit entries.
+    pub fn audit_newest(&self, limit: usize) -> Result<Vec<String>, StoreError> {
+        let key = self.k("audit");
+        self.with(|con| {
+            redis::cmd("LRANGE")
+                .arg(&key)
+                .arg(0)
+                .arg(limit.saturating_sub(1))
+                .query(con)
+        })
+    }
+
+    /// Deletes every key under the prefix that matches `pattern` (`acct:*`); returns how many.
+    pub fn delete_matching(&self, pattern: &str) -> Result<u64, StoreError> {
+        let pattern = self.k(pattern);
+        let mut deleted = 0;
+        let mut cursor = "0".to_string();
+        loop {
+            let (next, keys): (String, Vec<String>) = self.with(|con| {
+                redis::cmd("SCAN")
+                    .arg(&cursor)
+                    .arg("MATCH")
+                    .arg(&pattern)
+                    .arg("COUNT")
+                    .arg(1000)
+                    .query(con)
+            })?;
+            if !keys.is_empty() {
+                let n: u64 = self.with(|con| redis::cmd("DEL").arg(&keys).query(con))?;
+                deleted += n;
+            }
+            if next == "0" {
+                return Ok(deleted);
+            }
+            cursor = next;
+        }
+    }
+
+    /// Whether Redis keeps its data across a restart (`appendonly yes`), when it says (None: CONFIG GET is
+    /// not allowed for this user).
+    pub fn persistence(&self) -> Result<Option<bool>, StoreError> {
+        let got: redis::RedisResult<Vec<String>> = self
+            .client
+            .get_connection_with_timeout(self.settings.timeout)
+            .and_then(|mut c| {
+                c.set_read_timeout(Some(self.settings.timeout))?;
+                redis::cmd("CONFIG")
+                    .arg("GET")
+                    .arg("appendonly")
+                    .query(&mut c)
+            });
+        match got {
+            Ok(v) => Ok(v.get(1).map(|s| s == "yes")),
+            Err(e)
+                if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError)
+                    || e.code().is_some() =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(self.failed(&e)),
+        }
+    }
+
+    /// The server's version (`redis_version` of INFO server).
+    pub fn server_version(&self) -> Result<String, StoreError> {
+        let info: String = self.with(|con| redis::cmd("INFO").arg("server").query(con))?;
+        Ok(info
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("redis_version:")
+                    .or_else(|| l.strip_prefix("valkey_version:"))
+            })
+            .unwrap_or("unknown")
+            .trim()
+            .to_string())
+    }
+}
+
+/// (id, `r` field) of each stream entry in an XRANGE/XREVRANGE answer.
+fn stream_entries(v: Value) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let Value::Array(entries) = v else {
+        return out;
+    };
+    for e in entries {
+        let Value::Array(mut pair) = e else { continue };
+        if pair.len() != 2 {
+            continue;
+        }
+        let fields = pair.pop();
+        let id = pair.pop();
+        let (Some(id), Some(Value::Array(fields))) = (id, fields) else {
+            continue;
+        };
+        let Ok(id) = String::from_redis_value(id) else {
+            continue;
+        };
+        let mut it = fields.into_iter();
+        while let (Some(k), Some(v)) = (it.next(), it.next()) {
+            if String::from_redis_value(k).as_deref() == Ok("r") {
+                if let Ok(v) = String::from_redis_value(v) {
+                    out.push((id.clone(), v));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
