@@ -733,3 +733,70 @@ fn local_mode_admits_on_this_instances_limits_while_redis_is_down_and_reconciles
         );
     }
 }
+
+#[test]
+fn the_store_password_comes_from_the_environment_and_never_shows() {
+    const PASSWORD: &str = "redis-secret-9f8e7d6c";
+    let redis = Redis::start_with(true, Some(PASSWORD));
+    let dir = TempDir::new("gw-pw");
+    let c = config(
+        dir.path(),
+        &redis,
+        "gw-a",
+        "",
+        "password_env = \"TG_TEST_REDIS_PASSWORD\"",
+    );
+    let cfg = dir.path().join("tollgate.toml");
+    std::fs::write(&cfg, &c).unwrap();
+    let run = |password: &str, args: &[&str]| {
+        let out = std::process::Command::new(common::bin())
+            .args(args)
+            .arg("--config")
+            .arg(&cfg)
+            .env("TG_TEST_REDIS_PASSWORD", password)
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    };
+    let (code, out) = run(PASSWORD, &["check", "--connect"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(!out.contains(PASSWORD), "{out}");
+    let (code, out) = run("wrong-password", &["check", "--connect"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("cannot reach the store"), "{out}");
+    assert!(
+        !out.contains("wrong-password") && !out.contains(PASSWORD),
+        "{out}"
+    );
+    // The URL may not carry a password at all.
+    std::fs::write(
+        &cfg,
+        c.replace(
+            "redis://127.0.0.1",
+            &format!("redis://:{PASSWORD}@127.0.0.1"),
+        ),
+    )
+    .unwrap();
+    let (code, out) = run(PASSWORD, &["check"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("password_env") && !out.contains(PASSWORD),
+        "{out}"
+    );
+    // A gateway with the password serves; its log never shows it.
+    std::fs::write(&cfg, &c).unwrap();
+    let mut cmd = std::process::Command::new(common::bin());
+    cmd.args(["serve", "--config"])
+        .arg(&cfg)
+        .env("TG_TEST_REDIS_PASSWORD", PASSWORD);
+    let gw = Gateway::start_command(dir, &mut cmd);
+    assert_eq!(gw.post("/v1/chat/completions", &chat("mock")).status, 200);
+    assert!(!gw.all_logs().contains(PASSWORD));
+}

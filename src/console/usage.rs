@@ -163,7 +163,7 @@ pub fn csv(gw: &Gateway, ex: &Exchange) -> Result<String, ApiError> {
     let f = filter(ex, 100_000, 100_000)?;
     let mut out = String::from(
         "ts,request_id,client_request_id,key,group,model,protocol,upstream,stream,status,input_tokens,\
-         cached_input_tokens,output_tokens,reasoning_tokens,estimated,cost,latency_ms,error,reason\n",
+         cached_input_tokens,output_tokens,reasoning_tokens,estimated,cost,latency_ms,error,reason,instance\n",
     );
     for r in query(gw, &f)? {
         let status = match r.status {
@@ -191,6 +191,7 @@ pub fn csv(gw: &Gateway, ex: &Exchange) -> Result<String, ApiError> {
             r.latency_ms.to_string(),
             r.error.unwrap_or_default(),
             r.reason.unwrap_or_default(),
+            r.instance.unwrap_or_default(),
         ];
         let line: Vec<String> = fields.iter().map(|f| csv_field(f)).collect();
         out.push_str(&line.join(","));

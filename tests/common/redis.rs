@@ -15,6 +15,8 @@ pub struct Redis {
     dir: TempDir,
     /// `appendonly yes`: the data survives a restart.
     persist: bool,
+    /// `requirepass`, if any.
+    password: Option<String>,
 }
 
 fn free_port() -> u16 {
@@ -28,11 +30,17 @@ fn free_port() -> u16 {
 impl Redis {
     /// Starts a server; `persist`: with `appendonly yes` (what the README asks for).
     pub fn start(persist: bool) -> Redis {
+        Redis::start_with(persist, None)
+    }
+
+    /// Starts a server that requires `password` (`requirepass`).
+    pub fn start_with(persist: bool, password: Option<&str>) -> Redis {
         let mut r = Redis {
             child: None,
             port: free_port(),
             dir: TempDir::new("redis"),
             persist,
+            password: password.map(str::to_string),
         };
         r.spawn();
         r
@@ -46,6 +54,12 @@ impl Redis {
             .args(["--appendfsync", "always"])
             .arg("--dir")
             .arg(self.dir.path())
+            .args(
+                self.password
+                    .as_ref()
+                    .map(|p| vec!["--requirepass".to_string(), p.clone()])
+                    .unwrap_or_default(),
+            )
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -57,7 +71,14 @@ impl Redis {
             });
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
-        while self.command(&["PING"]).as_deref() != Some("+PONG") {
+        let ping = |r: &Redis| match &r.password {
+            // Answered -NOAUTH: up.
+            Some(_) => r
+                .command(&["PING"])
+                .is_some_and(|l| l.starts_with('-') || l == "+PONG"),
+            None => r.command(&["PING"]).as_deref() == Some("+PONG"),
+        };
+        while !ping(self) {
             assert!(Instant::now() < deadline, "redis-server did not start");
             std::thread::sleep(Duration::from_millis(20));
         }

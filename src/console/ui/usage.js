@@ -193,6 +193,7 @@ function usageRow(r) {
     td([
       el('span', { text: r.model }),
       el('div', { class: 'sub', text: `${r.protocol} → ${r.upstream ?? 'refused by tollgate'}${r.stream ? ', streamed' : ''}` }),
+      r.instance && el('div', { class: 'sub instance', text: `on ${r.instance}` }),
     ]),
     td([
       statusBadge(r.status),
