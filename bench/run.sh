@@ -12,10 +12,12 @@
 #   bench/run.sh --only request,streaming
 #                                 some phases: footprint (size, cold start), request (request/response),
 #                                 wrk, accounting (access + accounting), streaming, sustained, logging,
-#                                 many-streams (1,000 streams), offline (ledger replay, microbenchmark);
-#                                 the letters of earlier reports (d a w e b s l c) still work
+#                                 many-streams (1,000 streams), store (flat files vs a local redis-server),
+#                                 offline (ledger replay, microbenchmark);
+#                                 the letters of earlier reports (d a w e b s l c; r for store) still work
 #
-# wrk (Debian package `wrk`) is used for a cross-check when it is installed; nothing else is needed.
+# wrk (Debian package `wrk`) is used for a cross-check when it is installed, and redis-server (package
+# `redis-server`) for the store phase; nothing else is needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --bin tollgate \

@@ -2,8 +2,8 @@
 //! docs/PERFORMANCE.md for what each phase measures and the targets.
 //!
 //! `target/release/examples/bench-suite [--quick] [--only PHASE,...] [--streams N]`, where a phase is one of
-//! footprint, request, wrk, accounting, streaming, sustained, logging, many-streams, offline (or the letter
-//! earlier reports used for it: d, a, w, e, b, s, l, c; `e` also selects offline).
+//! footprint, request, wrk, accounting, streaming, sustained, logging, many-streams, store, offline (or the letter
+//! earlier reports used for it: d, a, w, e, b, s, l, c, r; `e` also selects offline).
 //!
 //! Each section of the output is headed by its phase's name and the id of the measurement in it (`request
 //! (A1)`), which docs/PERFORMANCE.md uses.
@@ -18,6 +18,8 @@ mod client;
 mod load;
 #[path = "common/procs.rs"]
 mod procs;
+#[path = "suite_store.rs"]
+mod suite_store;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -232,12 +234,14 @@ enum Phase {
     Logging,
     /// C: 1,000 concurrent slow streams.
     ManyStreams,
+    /// R: the cost of a shared store (a local redis-server).
+    Store,
     /// E1, E3: ledger replay and the microbenchmark.
     Offline,
 }
 
 impl Phase {
-    const ALL: [Phase; 9] = [
+    const ALL: [Phase; 10] = [
         Phase::Footprint,
         Phase::Request,
         Phase::Wrk,
@@ -246,6 +250,7 @@ impl Phase {
         Phase::Sustained,
         Phase::Logging,
         Phase::ManyStreams,
+        Phase::Store,
         Phase::Offline,
     ];
 
@@ -259,6 +264,7 @@ impl Phase {
             Phase::Sustained => "sustained",
             Phase::Logging => "logging",
             Phase::ManyStreams => "many-streams",
+            Phase::Store => "store",
             Phase::Offline => "offline",
         }
     }
@@ -274,6 +280,7 @@ impl Phase {
             Phase::Sustained => "s",
             Phase::Logging => "l",
             Phase::ManyStreams => "c",
+            Phase::Store => "r",
         }
     }
 
@@ -389,6 +396,9 @@ fn main() {
     }
     if run(Phase::ManyStreams) {
         many_streams(&mut ctx);
+    }
+    if run(Phase::Store) {
+        suite_store::store(&mut ctx);
     }
     if run(Phase::Offline) {
         offline(&mut ctx);

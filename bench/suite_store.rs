@@ -1,0 +1,249 @@
+//! The `store` phase (R) of the suite: what a `[store]` costs. One instance on flat files and one on a
+//! local `redis-server` (started here, `appendonly yes`, `appendfsync everysec`), each with keys without
+//! limits (no Redis call on the request path) and keys with rpm, tpm, max_concurrent and a credit (two calls:
+//! admission and settlement), passthrough, interleaved, at 1 and 16 connections.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::load::{self, LoadResult, LoadSpec, Watch};
+use super::procs::{self, Gateway, Instance};
+use super::{config, request, Ctx, Keys, Path};
+
+/// A `redis-server` for the phase.
+struct Redis {
+    child: Child,
+    port: u16,
+}
+
+impl Redis {
+    fn start(dir: &std::path::Path) -> Option<Redis> {
+        std::fs::create_dir_all(dir).ok()?;
+        let port = procs::free_port();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args([
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "everysec",
+            ])
+            .arg("--dir")
+            .arg(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(Redis { child, port })
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn header() {
+    println!(
+        "  {:<34} {:>9} {:>8} {:>8} {:>8} {:>9} {:>9} {:>11}  errors",
+        "run", "req/s", "p50 µs", "p90 µs", "p99 µs", "tg µs/req", "up µs/req", "redis µs/req"
+    );
+}
+
+fn line(name: &str, r: &LoadResult) {
+    println!(
+        "  {:<34} {:>9.0} {:>8.1} {:>8.1} {:>8.1} {:>9.1} {:>9.1} {:>11.1}  {}",
+        name,
+        r.rps(),
+        r.p(0.5),
+        r.p(0.9),
+        r.p(0.99),
+        r.cpu_us_per_req(0),
+        r.cpu_us_per_req(1),
+        r.cpu_us_per_req(2),
+        super::errors_str(&r.errors)
+    );
+}
+
+/// The four runs (file/store × free/limited key) at `conns` connections, interleaved over the plan's rounds.
+fn runs(
+    ctx: &Ctx,
+    gws: [(&Gateway, &mut Keys, &Watch); 2],
+    conns: usize,
+    duration: Duration,
+) -> [LoadResult; 4] {
+    let mut merged: [Option<LoadResult>; 4] = [None, None, None, None];
+    let [(file, file_keys, file_watch), (store, store_keys, store_watch)] = gws;
+    header();
+    for round in 0..ctx.plan.rounds {
+        for (i, name) in [
+            "file, free key",
+            "store, free key",
+            "file, limited key",
+            "store, limited key",
+        ]
+        .iter()
+        .enumerate()
+        {
+            let (gw, keys, watch) = if i % 2 == 0 {
+                (file, &mut *file_keys, file_watch)
+            } else {
+                (store, &mut *store_keys, store_watch)
+            };
+            let key = if i < 2 { keys.free() } else { keys.limited() };
+            let spec = LoadSpec {
+                addr: gw.addr,
+                request: request(Path::Pass, gw.addr, &key, "in=10,out=5", false),
+                conns,
+                warmup: ctx.plan.warmup,
+                duration,
+                rate: None,
+                bucket: Duration::ZERO,
+            };
+            let r = load::run_load(&spec, watch);
+            line(&format!("{name} (round {})", round + 1), &r);
+            match &mut merged[i] {
+                Some(m) => m.merge(r),
+                slot => *slot = Some(r),
+            }
+        }
+    }
+    merged.map(Option::unwrap)
+}
+
+/// R: the cost of a `[store]`.
+pub fn store(ctx: &mut Ctx) {
+    println!(
+        "## store (R): the cost of a [store]: flat files vs a local redis-server, passthrough"
+    );
+    println!();
+    let Some(redis) = Redis::start(&ctx.root.join("redis")) else {
+        println!("  redis-server not found or did not start (apt-get install redis-server); phase skipped");
+        println!();
+        return;
+    };
+    let version = procs::command_output("redis-server", &["--version"]);
+    println!("  {version}; appendonly yes, appendfsync everysec; same machine");
+    let file_inst = Instance::new(&ctx.root, "file", &config(ctx.upstream.addr, "warn", ""));
+    let store_top = format!(
+        "instance = \"bench\"\n[store]\nurl = \"redis://127.0.0.1:{}/0\"\n",
+        redis.port
+    );
+    let store_inst = Instance::new(
+        &ctx.root,
+        "store",
+        &config(ctx.upstream.addr, "warn", &store_top),
+    );
+    let mut file_keys = Keys::create(ctx, &file_inst, 8, 8);
+    let mut store_keys = Keys::create(ctx, &store_inst, 8, 8);
+    let file = Gateway::start(&ctx.bins, &file_inst, &[]);
+    let store = Gateway::start(&ctx.bins, &store_inst, &[]);
+    let redis_pid = redis.child.id();
+    let file_watch = Watch {
+        pids: vec![file.pid(), ctx.upstream.pid(), redis_pid],
+    };
+    let store_watch = Watch {
+        pids: vec![store.pid(), ctx.upstream.pid(), redis_pid],
+    };
+    println!("  tg = the tollgate instance of the run, up = the fake upstream, redis = redis-server (CPU per request)");
+    println!();
+
+    println!(
+        "### 1 connection (closed loop), {} × {} s per run",
+        ctx.plan.rounds,
+        ctx.plan.one_conn.as_secs_f64()
+    );
+    println!();
+    let one = runs(
+        ctx,
+        [
+            (&file, &mut file_keys, &file_watch),
+            (&store, &mut store_keys, &store_watch),
+        ],
+        1,
+        ctx.plan.one_conn,
+    );
+    let added = |f: &LoadResult, s: &LoadResult| s.p(0.5) - f.p(0.5);
+    println!();
+    println!(
+        "  added by the store at p50: free key {:+.1} µs, limited key {:+.1} µs (p99 {:+.1} µs)",
+        added(&one[0], &one[1]),
+        added(&one[2], &one[3]),
+        one[3].p(0.99) - one[2].p(0.99)
+    );
+    println!();
+
+    println!(
+        "### 16 connections (closed loop), {} × {} s per run",
+        ctx.plan.rounds,
+        ctx.plan.many_conn.as_secs_f64()
+    );
+    println!();
+    let many = runs(
+        ctx,
+        [
+            (&file, &mut file_keys, &file_watch),
+            (&store, &mut store_keys, &store_watch),
+        ],
+        16,
+        ctx.plan.many_conn,
+    );
+    let share = |f: &LoadResult, s: &LoadResult| s.rps() / f.rps() * 100.0;
+    println!();
+    println!(
+        "  store throughput as a share of file mode: free key {:.0} %, limited key {:.0} %",
+        share(&many[0], &many[1]),
+        share(&many[2], &many[3])
+    );
+    println!();
+    let limited = added(&one[2], &one[3]);
+    ctx.summary.add(
+        "store, 1 conn, limited key: added p50 over file mode",
+        format!("{limited:.1} µs"),
+        "≤ 150 µs",
+        Some(limited <= 150.0),
+    );
+    ctx.summary.add(
+        "store, 1 conn, free key: added p50 over file mode",
+        format!("{:.1} µs", added(&one[0], &one[1])),
+        "(no target)",
+        None,
+    );
+    let s = share(&many[2], &many[3]);
+    ctx.summary.add(
+        "store, 16 conns, limited key: throughput vs file mode",
+        format!(
+            "{s:.0} % ({:.0} vs {:.0} req/s)",
+            many[3].rps(),
+            many[2].rps()
+        ),
+        "≥ 60 %",
+        Some(s >= 60.0),
+    );
+    ctx.summary.add(
+        "store, 16 conns, free key: throughput vs file mode",
+        format!("{:.0} %", share(&many[0], &many[1])),
+        "(no target)",
+        None,
+    );
+    let errors: u64 = one
+        .iter()
+        .chain(many.iter())
+        .map(LoadResult::errors_total)
+        .sum();
+    ctx.summary
+        .add("store: errors", format!("{errors}"), "0", Some(errors == 0));
+    file.stop();
+    store.stop();
+}
