@@ -1,14 +1,56 @@
 //! The `store` phase (R) of the suite: what a `[store]` costs. One instance on flat files and one on a
-//! local `redis-server` (started here, `appendonly yes`, `appendfsync everysec`), each with keys without
-//! limits (no Redis call on the request path) and keys with rpm, tpm, max_concurrent and a credit (two calls:
-//! admission and settlement), passthrough, interleaved, at 1 and 16 connections.
+//! local `redis-server` (started here, `appendonly yes`, `appendfsync everysec`), each with three kinds of
+//! key: without limits or credit (no Redis call on the request path), with a credit only, and with rpm, tpm,
+//! max_concurrent and a credit (the admission script does the most); passthrough, interleaved, at 1 and 16
+//! connections.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::load::{self, LoadResult, LoadSpec, Watch};
 use super::procs::{self, Gateway, Instance};
-use super::{config, request, Ctx, Keys, Path};
+use super::{config, request, Ctx, Path};
+
+/// Keys made before the start, one per measured run: without limits, with a credit only, with every limit.
+struct Keys {
+    free: Vec<String>,
+    credit: Vec<String>,
+    limited: Vec<String>,
+}
+
+impl Keys {
+    fn create(ctx: &Ctx, inst: &Instance, n: usize) -> Keys {
+        let make = |kind: &str, group: &str, credit: Option<f64>| -> Vec<String> {
+            (0..n)
+                .map(|i| inst.add_key(&ctx.bins, &format!("{kind}-{i}"), group, credit))
+                .collect()
+        };
+        Keys {
+            free: make("free", "free", None),
+            credit: make("credit", "free", Some(1e9)),
+            limited: make("limited", "limited", Some(1e9)),
+        }
+    }
+
+    fn take(&mut self, kind: usize) -> String {
+        let list = match kind {
+            0 => &mut self.free,
+            1 => &mut self.credit,
+            _ => &mut self.limited,
+        };
+        list.pop().expect("enough keys")
+    }
+}
+
+/// The runs of a round, in order: (name, store?, kind of key).
+const RUNS: [(&str, bool, usize); 6] = [
+    ("file, free key", false, 0),
+    ("store, free key", true, 0),
+    ("file, credit key", false, 1),
+    ("store, credit key", true, 1),
+    ("file, limited key", false, 2),
+    ("store, limited key", true, 2),
+];
 
 /// A `redis-server` for the phase.
 struct Redis {
@@ -76,32 +118,25 @@ fn line(name: &str, r: &LoadResult) {
     );
 }
 
-/// The four runs (file/store × free/limited key) at `conns` connections, interleaved over the plan's rounds.
+/// The six runs (file/store × three kinds of key) at `conns` connections, interleaved over the plan's
+/// rounds; merged per run, in the order of `RUNS`.
 fn runs(
     ctx: &Ctx,
     gws: [(&Gateway, &mut Keys, &Watch); 2],
     conns: usize,
     duration: Duration,
-) -> [LoadResult; 4] {
-    let mut merged: [Option<LoadResult>; 4] = [None, None, None, None];
+) -> Vec<LoadResult> {
+    let mut merged: Vec<Option<LoadResult>> = RUNS.iter().map(|_| None).collect();
     let [(file, file_keys, file_watch), (store, store_keys, store_watch)] = gws;
     header();
     for round in 0..ctx.plan.rounds {
-        for (i, name) in [
-            "file, free key",
-            "store, free key",
-            "file, limited key",
-            "store, limited key",
-        ]
-        .iter()
-        .enumerate()
-        {
-            let (gw, keys, watch) = if i % 2 == 0 {
-                (file, &mut *file_keys, file_watch)
-            } else {
+        for (i, (name, on_store, kind)) in RUNS.iter().enumerate() {
+            let (gw, keys, watch) = if *on_store {
                 (store, &mut *store_keys, store_watch)
+            } else {
+                (file, &mut *file_keys, file_watch)
             };
-            let key = if i < 2 { keys.free() } else { keys.limited() };
+            let key = keys.take(*kind);
             let spec = LoadSpec {
                 addr: gw.addr,
                 request: request(Path::Pass, gw.addr, &key, "in=10,out=5", false),
@@ -119,7 +154,7 @@ fn runs(
             }
         }
     }
-    merged.map(Option::unwrap)
+    merged.into_iter().map(Option::unwrap).collect()
 }
 
 /// R: the cost of a `[store]`.
@@ -145,8 +180,9 @@ pub fn store(ctx: &mut Ctx) {
         "store",
         &config(ctx.upstream.addr, "warn", &store_top),
     );
-    let mut file_keys = Keys::create(ctx, &file_inst, 8, 8);
-    let mut store_keys = Keys::create(ctx, &store_inst, 8, 8);
+    let n = 2 * ctx.plan.rounds;
+    let mut file_keys = Keys::create(ctx, &file_inst, n);
+    let mut store_keys = Keys::create(ctx, &store_inst, n);
     let file = Gateway::start(&ctx.bins, &file_inst, &[]);
     let store = Gateway::start(&ctx.bins, &store_inst, &[]);
     let redis_pid = redis.child.id();
@@ -177,10 +213,13 @@ pub fn store(ctx: &mut Ctx) {
     let added = |f: &LoadResult, s: &LoadResult| s.p(0.5) - f.p(0.5);
     println!();
     println!(
-        "  added by the store at p50: free key {:+.1} µs, limited key {:+.1} µs (p99 {:+.1} µs)",
+        "  added by the store at p50: free key {:+.1} µs, credit key {:+.1} µs, limited key {:+.1} µs (p99 {:+.1} / {:+.1} / {:+.1} µs)",
         added(&one[0], &one[1]),
         added(&one[2], &one[3]),
-        one[3].p(0.99) - one[2].p(0.99)
+        added(&one[4], &one[5]),
+        one[1].p(0.99) - one[0].p(0.99),
+        one[3].p(0.99) - one[2].p(0.99),
+        one[5].p(0.99) - one[4].p(0.99),
     );
     println!();
 
@@ -202,41 +241,34 @@ pub fn store(ctx: &mut Ctx) {
     let share = |f: &LoadResult, s: &LoadResult| s.rps() / f.rps() * 100.0;
     println!();
     println!(
-        "  store throughput as a share of file mode: free key {:.0} %, limited key {:.0} %",
+        "  store throughput as a share of file mode: free key {:.0} %, credit key {:.0} %, limited key {:.0} %",
         share(&many[0], &many[1]),
-        share(&many[2], &many[3])
+        share(&many[2], &many[3]),
+        share(&many[4], &many[5])
     );
     println!();
-    let limited = added(&one[2], &one[3]);
-    ctx.summary.add(
-        "store, 1 conn, limited key: added p50 over file mode",
-        format!("{limited:.1} µs"),
-        "≤ 150 µs",
-        Some(limited <= 150.0),
-    );
-    ctx.summary.add(
-        "store, 1 conn, free key: added p50 over file mode",
-        format!("{:.1} µs", added(&one[0], &one[1])),
-        "(no target)",
-        None,
-    );
-    let s = share(&many[2], &many[3]);
-    ctx.summary.add(
-        "store, 16 conns, limited key: throughput vs file mode",
-        format!(
-            "{s:.0} % ({:.0} vs {:.0} req/s)",
-            many[3].rps(),
-            many[2].rps()
-        ),
-        "≥ 60 %",
-        Some(s >= 60.0),
-    );
-    ctx.summary.add(
-        "store, 16 conns, free key: throughput vs file mode",
-        format!("{:.0} %", share(&many[0], &many[1])),
-        "(no target)",
-        None,
-    );
+    for (i, kind) in [(0, "free"), (2, "credit"), (4, "limited")] {
+        let a = added(&one[i], &one[i + 1]);
+        ctx.summary.add(
+            &format!("store, 1 conn, {kind} key: added p50 over file mode"),
+            format!("{a:.1} µs"),
+            "≤ 150 µs",
+            Some(a <= 150.0),
+        );
+    }
+    for (i, kind) in [(0, "free"), (2, "credit"), (4, "limited")] {
+        let s = share(&many[i], &many[i + 1]);
+        ctx.summary.add(
+            &format!("store, 16 conns, {kind} key: throughput vs file mode"),
+            format!(
+                "{s:.0} % ({:.0} vs {:.0} req/s)",
+                many[i + 1].rps(),
+                many[i].rps()
+            ),
+            "≥ 60 %",
+            Some(s >= 60.0),
+        );
+    }
     let errors: u64 = one
         .iter()
         .chain(many.iter())

@@ -506,11 +506,11 @@ impl Accounts {
                 if let Some(store) = &self.store {
                     // A failure leaves the reservation to the request's record, which settles it when shipped
                     // (or, without a record, to its lease).
-                    let _ = if charged {
-                        store.settle(&r.key, id, actual_cost, actual_tokens, *at)
+                    if charged {
+                        store.settle(&r.key, id, actual_cost, actual_tokens, *at);
                     } else {
-                        store.release(&r.key, id)
-                    };
+                        let _ = store.release(&r.key, id);
+                    }
                 }
                 return;
             }

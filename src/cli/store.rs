@@ -309,7 +309,7 @@ fn rebuild(a: &StoreRebuildArgs) -> Result<(), String> {
     crate::server::cluster::restore_overrides(&config, &store)?;
     // Every balance, reservation, window and cursor goes; the ledgers say what was spent.
     for pattern in [
-        "acct:*", "per:*", "res:*", "lease:*", "rpm:*", "tpm:*", "tpmv:*", "cursor:*",
+        "acct:*", "per:*", "res:*", "lease:*", "win:*", "winv:*", "cursor:*",
     ] {
         store.delete_matching(pattern).map_err(fail)?;
     }

@@ -253,6 +253,8 @@ pub fn start(gw: &Arc<Gateway>, joined_keys: u64, joined_overrides: u64) -> Resu
     super::spawn("tollgate-store", move || {
         look_loop(&g, &s, joined_keys, joined_overrides)
     })?;
+    let s = store.clone();
+    super::spawn("tollgate-settler", move || s.settler())?;
     let g = gw.clone();
     super::spawn("tollgate-shipper", move || {
         crate::store::ship::follow(store, &g.ledger)
@@ -263,6 +265,9 @@ pub fn start(gw: &Arc<Gateway>, joined_keys: u64, joined_overrides: u64) -> Resu
 /// gives up the instance name.
 pub fn leave(store: &Store, ledger: &crate::ledger::Ledger, within: Duration) {
     store.stop_shipping();
+    if let Err(e) = store.settle_due(true) {
+        log::warn!("store: settlements left to the records ({e})");
+    }
     match crate::store::ship::catch_up(store, ledger, within) {
         Ok(()) => {}
         Err(e) => log::warn!(

@@ -1,7 +1,8 @@
 //! Balances, reservations and rate windows in the store: the calls behind `access/accounts.rs` when there
 //! is a `[store]`. Admission is one script (`lua/admit.lua`, the same rules as the in-process accounts), the
-//! end of a request another (`lua/settle.lua`): two round trips for a key with limits, a credit or a budget,
-//! none for a key without. Every record also reaches the store through the shipper (`ship.rs`); a request
+//! end of a request another (`lua/settle.lua`), which is not waited for: it goes in the same round trip as
+//! the next admission of its key, or with the settler thread 2 ms later. So a key with limits, a credit or a
+//! budget costs one round trip per request, a key without none. Every record also reaches the store through the shipper (`ship.rs`); a request
 //! settled at its end leaves a marker so its record does not count twice, and one whose settlement failed
 //! (the store did not answer) is settled by its record.
 //!
@@ -11,12 +12,27 @@
 //! run out (`[store] lease_secs`, 30 s by default).
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use redis::{FromRedisValue, Value};
 
 use super::{lock, Store, StoreError};
 use crate::access::budget::Period;
 use crate::access::standing::{Limits, Standing, Verdict};
 use crate::money::Money;
+
+/// How long a settlement may wait for the next admission of its key before the settler thread sends it.
+pub const SETTLE_AFTER: Duration = Duration::from_millis(2);
+
+/// A settlement not yet sent.
+pub(super) struct Pending {
+    key: String,
+    id: String,
+    cost: Money,
+    tokens: u64,
+    admitted_at: u64,
+    since: Instant,
+}
 
 /// A key's balance as the store has it.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -56,9 +72,9 @@ pub(super) struct AccountKeys {
     pub acct: String,
     pub res: String,
     pub lease: String,
-    pub rpm: String,
-    pub tpm: String,
-    pub tpmv: String,
+    /// The rate window: the last minute's admissions (zset) and their tokens (hash).
+    pub win: String,
+    pub winv: String,
     pub per: String,
 }
 
@@ -68,9 +84,8 @@ impl Store {
             acct: self.k(&format!("acct:{key}")),
             res: self.k(&format!("res:{key}")),
             lease: self.k(&format!("lease:{key}")),
-            rpm: self.k(&format!("rpm:{key}")),
-            tpm: self.k(&format!("tpm:{key}")),
-            tpmv: self.k(&format!("tpmv:{key}")),
+            win: self.k(&format!("win:{key}")),
+            winv: self.k(&format!("winv:{key}")),
             per: self.k(&format!("per:{key}")),
         }
     }
@@ -102,7 +117,10 @@ impl Store {
             budget,
             field,
         ];
-        let keys = [k.acct, k.res, k.lease, k.rpm, k.tpm, k.tpmv, k.per];
+        let keys = [k.acct, k.res, k.lease, k.win, k.winv, k.per];
+        // The key's settlements still waiting go first, in the same round trip: a client's next request is
+        // judged after its last one ended.
+        let reply = self.send(self.take_pending(|p| p.key == key), Some((&keys, &args)))?;
         let (
             verdict,
             rpm_used,
@@ -115,7 +133,12 @@ impl Store {
             _reserved,
             pspent,
         ): (i64, u64, i64, u64, i64, i64, i64, String, String, String) =
-            self.run(|s| &s.admit, &keys, &args)?;
+            FromRedisValue::from_redis_value(reply.unwrap_or(Value::Nil)).map_err(|e| {
+                StoreError {
+                    unavailable: false,
+                    message: format!("the admission script's answer: {e}"),
+                }
+            })?;
         let verdict = Verdict::from_code(verdict);
         if verdict == Verdict::Admitted {
             lock(&self.leases).insert(id.to_string(), key.to_string());
@@ -133,34 +156,143 @@ impl Store {
         })
     }
 
-    /// Settles request `id`: its actual cost counts now (in the budget periods of `admitted_at`, Unix
-    /// seconds), its reservation and slot are given back, its tpm tokens become `tokens`. Its record, when
-    /// shipped, does not count the cost again. When this fails the reservation stays (and is renewed) until
-    /// the record is shipped, which settles it then.
-    pub fn settle(
+    /// Settles request `id`: its actual cost counts (in the budget periods of `admitted_at`, Unix seconds),
+    /// its reservation and slot are given back, its tpm tokens become `tokens`; its record, when shipped, does
+    /// not count the cost again. The settlement is not waited for: it goes with the next admission of the
+    /// same key on this instance (before it, in the same round trip, so a client's next request is judged
+    /// after its last one ended), or with the settler thread once it is `SETTLE_AFTER` old. Until it is
+    /// sent, the reservation stays held and renewed; if it never is (a crash), the request's record settles
+    /// it when shipped.
+    pub fn settle(&self, key: &str, id: &str, cost: Money, tokens: u64, admitted_at: u64) {
+        lock(&self.pending).push(Pending {
+            key: key.to_string(),
+            id: id.to_string(),
+            cost,
+            tokens,
+            admitted_at,
+            since: Instant::now(),
+        });
+        let _ = self.settle_wake.0.try_send(());
+    }
+
+    /// Takes the waiting settlements `pick` chooses.
+    fn take_pending(&self, pick: impl Fn(&Pending) -> bool) -> Vec<Pending> {
+        let mut pending = lock(&self.pending);
+        if pending.is_empty() {
+            return Vec::new();
+        }
+        let (taken, kept): (Vec<Pending>, Vec<Pending>) = pending.drain(..).partition(|p| pick(p));
+        *pending = kept;
+        taken
+    }
+
+    /// Sends `settles` and then (when given) the admission script, in one round trip on one connection, in
+    /// that order; returns the admission's answer. Settlements that did not go through are put back (a
+    /// settlement applies once: sent twice, the second finds it done).
+    fn send(
         &self,
-        key: &str,
-        id: &str,
-        cost: Money,
-        tokens: u64,
-        admitted_at: u64,
-    ) -> Result<(), StoreError> {
-        let k = self.account_keys(key);
-        let field = |p| period_field(p, admitted_at);
-        let _: i64 = self.run(
-            |s| &s.settle,
-            &[k.acct, k.res, k.lease, k.tpmv, k.per],
-            &[
-                id.to_string(),
-                units(cost.max(Money::ZERO)),
-                tokens.to_string(),
-                field(Period::Daily),
-                field(Period::Weekly),
-                field(Period::Monthly),
-            ],
-        )?;
-        lock(&self.leases).remove(id);
-        Ok(())
+        settles: Vec<Pending>,
+        admit: Option<(&[String], &[String])>,
+    ) -> Result<Option<Value>, StoreError> {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for p in &settles {
+            let k = self.account_keys(&p.key);
+            let field = |per| period_field(per, p.admitted_at);
+            pipe.cmd("EVALSHA")
+                .arg(self.scripts.settle.get_hash())
+                .arg(5)
+                .arg(&[k.acct, k.res, k.lease, k.winv, k.per])
+                .arg(&p.id)
+                .arg(units(p.cost.max(Money::ZERO)))
+                .arg(p.tokens)
+                .arg(field(Period::Daily))
+                .arg(field(Period::Weekly))
+                .arg(field(Period::Monthly));
+        }
+        if let Some((keys, args)) = admit {
+            pipe.cmd("EVALSHA")
+                .arg(self.scripts.admit.get_hash())
+                .arg(keys.len())
+                .arg(keys)
+                .arg(args);
+        }
+        let mut replies: Vec<redis::RedisResult<Value>> = Vec::new();
+        for attempt in 0..2 {
+            replies = match self.with(|con| pipe.query(con)) {
+                Ok(r) => r,
+                Err(e) => {
+                    lock(&self.pending).extend(settles);
+                    return Err(e);
+                }
+            };
+            let forgot = replies.iter().any(|r| {
+                r.as_ref().is_err_and(|e| {
+                    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+                })
+            });
+            if !forgot || attempt == 1 {
+                break;
+            }
+            // A restarted Redis forgot the scripts: load them and send everything again.
+            let loaded = self.with(|con| {
+                self.scripts.settle.load(con)?;
+                self.scripts.admit.load(con)
+            });
+            if let Err(e) = loaded {
+                lock(&self.pending).extend(settles);
+                return Err(e);
+            }
+        }
+        let admitted = admit.map(|_| replies.pop());
+        let mut failed = Vec::new();
+        for (p, r) in settles.into_iter().zip(replies) {
+            match r {
+                Ok(_) => {
+                    lock(&self.leases).remove(&p.id);
+                }
+                Err(e) => {
+                    log::error!("store: settling {} failed: {e}", p.id);
+                    failed.push(p);
+                }
+            }
+        }
+        lock(&self.pending).extend(failed);
+        match admitted {
+            None | Some(None) => Ok(None),
+            Some(Some(Ok(v))) => Ok(Some(v)),
+            Some(Some(Err(e))) => Err(StoreError {
+                unavailable: false,
+                message: crate::secrets::scrubbed(&e.to_string()),
+            }),
+        }
+    }
+
+    /// Sends the settlements that have waited `SETTLE_AFTER` (all of them when `all`); the settler thread
+    /// calls this. Returns how long until the oldest of those left is due (None: none left).
+    pub fn settle_due(&self, all: bool) -> Result<Option<Duration>, StoreError> {
+        let due = self.take_pending(|p| all || p.since.elapsed() >= SETTLE_AFTER);
+        if !due.is_empty() {
+            self.send(due, None)?;
+        }
+        Ok(lock(&self.pending)
+            .iter()
+            .map(|p| SETTLE_AFTER.saturating_sub(p.since.elapsed()))
+            .min())
+    }
+
+    /// The settler thread: sends due settlements until the store is told to stop (`cluster::leave` sends
+    /// what is left).
+    pub fn settler(&self) {
+        while !self.stopping() {
+            match self.settle_due(false) {
+                Ok(Some(wait)) => std::thread::sleep(wait.max(Duration::from_micros(200))),
+                Ok(None) => {
+                    let _ = self.settle_wake.1.recv_timeout(Duration::from_millis(500));
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
     }
 
     /// Gives back request `id`'s whole reservation: the request ends without a usage record.
@@ -169,7 +301,7 @@ impl Store {
         let k = self.account_keys(key);
         let _: i64 = self.run(
             |s| &s.release,
-            &[k.acct, k.res, k.lease, k.tpmv],
+            &[k.acct, k.res, k.lease, k.winv],
             &[id.to_string()],
         )?;
         Ok(())

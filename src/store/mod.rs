@@ -13,8 +13,8 @@
 //! Layout (every key under `prefix`): `keys` (hash: key name → key record JSON) with `keys:ver`;
 //! `overrides` (hash: `doc` → the console's overrides JSON) with `overrides:ver`; `epoch` (set once, so a
 //! store that lost its data is noticed); per key name K: `acct:K` (spent, reserved, inflight, last_used),
-//! `res:K` and `lease:K` (reservations in flight and their leases), `rpm:K`, `tpm:K`, `tpmv:K` (rate
-//! windows), `per:K` (spend per budget period); `usage` (stream of usage records); `cursor:I` (how much of
+//! `res:K` and `lease:K` (reservations in flight and their leases), `win:K`, `winv:K` (the rate
+//! window: the last minute's admissions and their tokens), `per:K` (spend per budget period); `usage` (stream of usage records); `cursor:I` (how much of
 //! instance I's local ledger was shipped); `instance:I` (which running process holds the name I); `audit`
 //! (list of audit entries, newest first).
 
@@ -97,8 +97,15 @@ pub struct Store {
     scripts: Scripts,
     /// The instance this process is.
     instance: String,
-    /// Reservations this instance holds in the store (request id → key name), renewed until shipped.
+    /// Reservations this instance holds in the store (request id → key name), renewed until settled.
     leases: Mutex<std::collections::HashMap<String, String>>,
+    /// Settlements not yet sent (see `accounts.rs`).
+    pending: Mutex<Vec<accounts::Pending>>,
+    /// Wakes the settler thread.
+    settle_wake: (
+        crossbeam_channel::Sender<()>,
+        crossbeam_channel::Receiver<()>,
+    ),
 }
 
 /// The versions of what instances keep a copy of, and the store's epoch.
@@ -139,6 +146,8 @@ impl Store {
             scripts: Scripts::new(),
             instance: instance.to_string(),
             leases: Mutex::new(std::collections::HashMap::new()),
+            pending: Mutex::new(Vec::new()),
+            settle_wake: crossbeam_channel::bounded(1),
         })
     }
 

@@ -19,7 +19,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::Value;
 use sha2::{Digest, Sha256};
 
 use super::{Store, StoreError};
@@ -27,7 +26,7 @@ use crate::access::budget::Period;
 use crate::ledger::Record;
 
 /// Records sent in one round trip at most.
-const BATCH: usize = 500;
+const BATCH: usize = 200;
 
 /// Bytes of the ledger read at once at most.
 const READ_MAX: usize = 4 << 20;
@@ -73,12 +72,12 @@ fn first_line(path: &Path) -> std::io::Result<Vec<u8>> {
     }
 }
 
-/// One line of the ledger, ready to ship.
+/// One line of the ledger, ready to ship: the keys of its account (none for a line without a key) and its
+/// values (see `lua/ship.lua`).
 struct Item {
-    offset: u64,
     next: u64,
-    keys: Vec<String>,
-    args: Vec<String>,
+    keys: [String; 5],
+    args: [String; 9],
     /// The request id whose reservation the record settles.
     id: Option<String>,
 }
@@ -141,10 +140,10 @@ impl Store {
         start: u64,
         bytes: &[u8],
     ) -> Result<Shipped, StoreError> {
-        let items = self.items(instance, fp, start, bytes);
+        let items = self.items(start, bytes);
         let mut upto = start;
         for batch in items.chunks(BATCH) {
-            match self.ship_batch(batch)? {
+            match self.ship_batch(instance, fp, upto, batch)? {
                 Shipped::Upto(n) => upto = n,
                 Shipped::Moved => return Ok(Shipped::Moved),
             }
@@ -152,10 +151,7 @@ impl Store {
         Ok(Shipped::Upto(upto))
     }
 
-    fn items(&self, instance: &str, fp: &str, start: u64, bytes: &[u8]) -> Vec<Item> {
-        let cursor = self.cursor_key(instance);
-        let stream = self.k("usage");
-        let max = self.settings.usage_stream_max.to_string();
+    fn items(&self, start: u64, bytes: &[u8]) -> Vec<Item> {
         let mut out = Vec::new();
         let mut offset = start;
         for line in bytes.split_inclusive(|b| *b == b'\n') {
@@ -163,132 +159,115 @@ impl Store {
                 break;
             }
             let next = offset + line.len() as u64;
+            offset = next;
             let text = &line[..line.len() - 1];
             let rec = std::str::from_utf8(text)
                 .ok()
                 .filter(|t| !t.trim().is_empty())
                 .and_then(|t| serde_json::from_str::<Record>(t).ok().map(|r| (t, r)));
-            let (keys, args, id) = match rec {
-                Some((json, r)) => {
-                    let k = self.account_keys(&r.key);
-                    let at = crate::util::parse_rfc3339_millis(&r.ts)
-                        .map_or(crate::util::unix_now(), |ms| (ms / 1000).max(0) as u64);
-                    let field = |p| super::accounts::period_field(p, at);
-                    let cut = Period::Monthly.start_of(at).saturating_sub(40 * 86_400);
-                    let keyed = !r.key.is_empty();
-                    (
-                        vec![
-                            cursor.clone(),
-                            stream.clone(),
-                            k.acct,
-                            k.res,
-                            k.lease,
-                            k.tpmv,
-                            k.per,
-                        ],
-                        vec![
-                            offset.to_string(),
-                            next.to_string(),
-                            fp.to_string(),
-                            r.request_id.clone(),
-                            r.cost.max(crate::money::Money::ZERO).units().to_string(),
-                            (r.input_tokens + r.output_tokens).to_string(),
-                            field(Period::Daily),
-                            field(Period::Weekly),
-                            field(Period::Monthly),
-                            r.ts.clone(),
-                            json.to_string(),
-                            max.clone(),
-                            if keyed { "1" } else { "0" }.to_string(),
-                            cut.to_string(),
-                        ],
-                        keyed.then(|| r.request_id.clone()),
-                    )
-                }
+            let Some((json, r)) = rec else {
                 // A line that is no record (blank, damaged) only moves the cursor.
-                None => {
-                    let k = self.account_keys("");
-                    (
-                        vec![
-                            cursor.clone(),
-                            stream.clone(),
-                            k.acct,
-                            k.res,
-                            k.lease,
-                            k.tpmv,
-                            k.per,
-                        ],
-                        vec![
-                            offset.to_string(),
-                            next.to_string(),
-                            fp.to_string(),
-                            String::new(),
-                            "0".into(),
-                            String::new(),
-                            String::new(),
-                            String::new(),
-                            String::new(),
-                            String::new(),
-                            String::new(),
-                            max.clone(),
-                            "0".into(),
-                            "0".into(),
-                        ],
-                        None,
-                    )
-                }
+                out.push(Item {
+                    next,
+                    keys: Default::default(),
+                    args: [
+                        next.to_string(),
+                        String::new(),
+                        "0".into(),
+                        "0".into(),
+                        String::new(),
+                        String::new(),
+                        String::new(),
+                        String::new(),
+                        String::new(),
+                    ],
+                    id: None,
+                });
+                continue;
             };
+            let k = self.account_keys(&r.key);
+            let at = crate::util::parse_rfc3339_millis(&r.ts)
+                .map_or(crate::util::unix_now(), |ms| (ms / 1000).max(0) as u64);
+            let field = |p| super::accounts::period_field(p, at);
+            let keyed = !r.key.is_empty();
             out.push(Item {
-                offset,
                 next,
-                keys,
-                args,
-                id,
+                keys: [k.acct, k.res, k.lease, k.winv, k.per],
+                args: [
+                    next.to_string(),
+                    if keyed {
+                        r.request_id.clone()
+                    } else {
+                        String::new()
+                    },
+                    r.cost.max(crate::money::Money::ZERO).units().to_string(),
+                    (r.input_tokens + r.output_tokens).to_string(),
+                    field(Period::Daily),
+                    field(Period::Weekly),
+                    field(Period::Monthly),
+                    r.ts.clone(),
+                    json.to_string(),
+                ],
+                id: keyed.then(|| r.request_id.clone()),
             });
-            offset = next;
         }
         out
     }
 
-    /// One round trip: the script loaded (a restarted Redis has forgotten it), then one call per record.
-    fn ship_batch(&self, batch: &[Item]) -> Result<Shipped, StoreError> {
-        let script = &self.scripts.ship;
+    /// One round trip: the script loaded (a restarted Redis has forgotten it), then one call for the batch.
+    fn ship_batch(
+        &self,
+        instance: &str,
+        fp: &str,
+        start: u64,
+        batch: &[Item],
+    ) -> Result<Shipped, StoreError> {
+        let cut = Period::Monthly
+            .start_of(crate::util::unix_now())
+            .saturating_sub(40 * 86_400);
+        let mut keys = vec![self.cursor_key(instance), self.k("usage")];
+        let mut args = vec![
+            start.to_string(),
+            fp.to_string(),
+            self.settings.usage_stream_max.to_string(),
+            cut.to_string(),
+        ];
+        for it in batch {
+            keys.extend(it.keys.iter().cloned());
+            args.extend(it.args.iter().cloned());
+        }
         let mut pipe = redis::pipe();
-        pipe.ignore_errors();
         pipe.cmd("SCRIPT")
             .arg("LOAD")
-            .arg(&self.scripts.ship_source);
-        for it in batch {
-            pipe.cmd("EVALSHA")
-                .arg(script.get_hash())
-                .arg(it.keys.len())
-                .arg(&it.keys)
-                .arg(&it.args);
-        }
-        let replies: Vec<redis::RedisResult<Value>> = self.with(|con| pipe.query(con))?;
-        let mut upto = batch.first().map_or(0, |i| i.offset);
-        for (it, reply) in batch.iter().zip(replies.into_iter().skip(1)) {
-            match reply {
-                Ok(Value::Array(v)) if matches!(v.first(), Some(Value::Int(1))) => {
-                    upto = it.next;
-                    if let Some(id) = &it.id {
-                        self.shipped(id);
-                    }
-                }
-                Ok(_) => return Ok(Shipped::Moved),
-                Err(e) => {
+            .arg(&self.scripts.ship_source)
+            .ignore();
+        pipe.cmd("EVALSHA")
+            .arg(self.scripts.ship.get_hash())
+            .arg(keys.len())
+            .arg(&keys)
+            .arg(&args);
+        let (ok, at): (i64, String) = match self.with(|con| pipe.query::<((i64, String),)>(con)) {
+            Ok((reply,)) => reply,
+            Err(e) => {
+                if !e.unavailable {
                     log::error!(
-                        "store: shipping the usage record at offset {} of the ledger failed: {e}",
-                        it.offset
+                        "store: shipping the usage records from ledger offset {start} failed: {e}"
                     );
-                    return Err(StoreError {
-                        unavailable: false,
-                        message: e.to_string(),
-                    });
                 }
+                return Err(e);
+            }
+        };
+        if ok != 1 {
+            return Ok(Shipped::Moved);
+        }
+        for it in batch {
+            if let Some(id) = &it.id {
+                self.shipped(id);
             }
         }
-        Ok(Shipped::Upto(upto))
+        Ok(Shipped::Upto(at.parse().unwrap_or_else(|_| {
+            batch.last().map_or(start, |i| i.next)
+        })))
     }
 }
 

@@ -1,6 +1,6 @@
 -- A reservation given back whole: the request ends without a usage record (nothing is charged; its token
 -- estimate leaves the tpm window).
--- KEYS: 1 acct, 2 res, 3 lease, 4 tpmv. ARGV: 1 id
+-- KEYS: 1 acct, 2 res, 3 lease, 4 winv. ARGV: 1 id
 local acct, res, id = KEYS[1], KEYS[2], ARGV[1]
 local e = redis.call('HGET', res, id)
 if e and e ~= 's' then

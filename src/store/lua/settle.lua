@@ -1,8 +1,8 @@
--- The end of one request, on the request path: the shared twin of Reservation::settle. Its actual cost
--- counts at once (in all and in the budget periods of its admission), its reservation and concurrency slot
--- are given back, its tokens in the tpm window become the real ones, and its entry becomes the marker 's',
--- so that its record, when shipped (ship.lua), does not count the cost again.
--- KEYS: 1 acct, 2 res, 3 lease, 4 tpmv, 5 per
+-- The end of one request, sent from the request path: the shared twin of Reservation::settle. Its actual
+-- cost counts (in all, and in the budget periods of its admission), its reservation and concurrency slot are
+-- given back, its tokens in the tpm window become the real ones, and its entry becomes the marker 's', so
+-- that its record, when shipped (ship.lua), does not count the cost again.
+-- KEYS: 1 acct, 2 res, 3 lease, 4 winv, 5 per
 -- ARGV: 1 id, 2 cost, 3 tokens used, 4-6 day/week/month period fields of the admission
 -- Returns 1, or 0 when there was no reservation to settle (the record then settles it when shipped).
 local acct, res, id = KEYS[1], KEYS[2], ARGV[1]
@@ -23,8 +23,11 @@ if not mzero(cost) then
 end
 local est = redis.call('HGET', KEYS[4], id)
 if est then
-  redis.call('HINCRBY', KEYS[4], '_total', tonumber(ARGV[3]) - tonumber(est))
-  redis.call('HSET', KEYS[4], id, ARGV[3])
+  local delta = tonumber(ARGV[3]) - tonumber(est)
+  if delta ~= 0 then
+    redis.call('HINCRBY', KEYS[4], '_total', delta)
+    redis.call('HSET', KEYS[4], id, ARGV[3])
+  end
 end
 redis.call('HSET', res, id, 's')
 redis.call('ZREM', KEYS[3], id)

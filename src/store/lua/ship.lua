@@ -1,59 +1,66 @@
--- One usage record of an instance's local ledger reaches the shared state, exactly once: the cursor (the
--- ledger offset shipped so far) moves in the same atomic step as the spend, so a retry, a restart or a
--- Redis snapshot restored from earlier never counts a record twice or loses one. A request settled on the
--- request path (its entry is the marker 's') had its cost counted then: its record only removes the marker.
--- KEYS: 1 cursor (hash: offset, fp), 2 usage stream, 3 acct, 4 res, 5 lease, 6 tpmv, 7 per
--- ARGV: 1 offset of the record, 2 offset after it, 3 ledger fingerprint, 4 request id, 5 cost, 6 tokens used
---       ('' unknown), 7-9 day/week/month period fields, 10 ts, 11 the record's JSON ('' none), 12 stream
---       length kept, 13 '1' when the record names a key, 14 period fields older than this start are dropped
--- Returns {1, offset after} or {0, the cursor's offset} when the cursor is elsewhere.
+-- Usage records of an instance's local ledger reach the shared state, exactly once and in order: a batch of
+-- consecutive ledger lines in one call. The cursor (the ledger offset shipped so far) moves with each
+-- record, in the same atomic step as its effects, so a retry, a restart or a Redis snapshot restored from
+-- earlier never counts a record twice or loses one. A request settled on the request path (its reservation
+-- entry is the marker 's', see settle.lua) had its cost counted then: its record only removes the marker.
+-- KEYS: 1 cursor (hash: offset, fp), 2 usage stream, then per record: acct, res, lease, winv, per
+-- ARGV: 1 offset of the first record, 2 ledger fingerprint, 3 stream length kept, 4 period fields older
+--       than this start are dropped, then per record 9 values: offset after it, request id ('' for a line
+--       that is no record), cost, tokens used, day/week/month period fields, ts, the record's JSON
+-- Returns {1, offset after the last record} or {0, the cursor's offset} when the cursor is elsewhere.
 local off = redis.call('HGET', KEYS[1], 'offset')
 if not off then off = '0' end
 if off ~= ARGV[1] then return {0, off} end
-if ARGV[13] == '1' then
-  local acct, res, id = KEYS[3], KEYS[4], ARGV[4]
-  local st = redis.call('HMGET', acct, 'spent', 'reserved', 'inflight', 'last_used')
-  local spent, reserved, inflight = m(st[1]), m(st[2]), num(st[3])
-  local e = redis.call('HGET', res, id)
-  -- 's': the request was settled on the request path (settle.lua), which counted its cost already.
-  local settled = e == 's'
-  if settled then
-    redis.call('HDEL', res, id)
-  elseif e then
-    local c, _, slot = entry(e)
-    reserved = msub(reserved, m(c))
-    if slot == '1' and inflight > 0 then inflight = inflight - 1 end
-    redis.call('HDEL', res, id)
-    redis.call('ZREM', KEYS[5], id)
-  end
-  local cost = m(ARGV[5])
-  if settled then cost = {0, 0} end
-  spent = madd(spent, cost)
-  local last = ARGV[10]
-  if st[4] and st[4] > last then last = st[4] end
-  redis.call('HSET', acct, 'spent', ms(spent), 'reserved', ms(reserved), 'inflight', inflight, 'last_used', last)
-  if not mzero(cost) then
-    for i = 7, 9 do
-      redis.call('HSET', KEYS[7], ARGV[i], ms(madd(m(redis.call('HGET', KEYS[7], ARGV[i])), cost)))
-    end
-    if redis.call('HLEN', KEYS[7]) > 9 then
-      local cut = tonumber(ARGV[14])
-      for _, f in ipairs(redis.call('HKEYS', KEYS[7])) do
-        local start = tonumber(string.sub(f, 2))
-        if start and start < cut then redis.call('HDEL', KEYS[7], f) end
+local n = (#KEYS - 2) / 5
+local cut = tonumber(ARGV[4])
+local after = ARGV[1]
+for r = 0, n - 1 do
+  local acct, res, lease, winv, per = KEYS[3 + 5 * r], KEYS[4 + 5 * r], KEYS[5 + 5 * r], KEYS[6 + 5 * r], KEYS[7 + 5 * r]
+  local a = 5 + 9 * r
+  local id, json = ARGV[a + 1], ARGV[a + 8]
+  after = ARGV[a]
+  if id ~= '' then
+    local e = redis.call('HGET', res, id)
+    if e == 's' then
+      redis.call('HDEL', res, id)
+      local last = redis.call('HGET', acct, 'last_used')
+      if not last or last < ARGV[a + 7] then redis.call('HSET', acct, 'last_used', ARGV[a + 7]) end
+    else
+      local st = redis.call('HMGET', acct, 'spent', 'reserved', 'inflight', 'last_used')
+      local spent, reserved, inflight = m(st[1]), m(st[2]), num(st[3])
+      if e then
+        local c, _, slot = entry(e)
+        reserved = msub(reserved, m(c))
+        if slot == '1' and inflight > 0 then inflight = inflight - 1 end
+        redis.call('HDEL', res, id)
+        redis.call('ZREM', lease, id)
+      end
+      local cost = m(ARGV[a + 2])
+      spent = madd(spent, cost)
+      local last = ARGV[a + 7]
+      if st[4] and st[4] > last then last = st[4] end
+      redis.call('HSET', acct, 'spent', ms(spent), 'reserved', ms(reserved), 'inflight', inflight, 'last_used', last)
+      if not mzero(cost) then
+        for i = 4, 6 do
+          redis.call('HSET', per, ARGV[a + i], ms(madd(m(redis.call('HGET', per, ARGV[a + i])), cost)))
+        end
+        if redis.call('HLEN', per) > 9 then
+          for _, f in ipairs(redis.call('HKEYS', per)) do
+            local start = tonumber(string.sub(f, 2))
+            if start and start < cut then redis.call('HDEL', per, f) end
+          end
+        end
+      end
+      local est = redis.call('HGET', winv, id)
+      if est then
+        redis.call('HINCRBY', winv, '_total', tonumber(ARGV[a + 3]) - tonumber(est))
+        redis.call('HSET', winv, id, ARGV[a + 3])
       end
     end
   end
-  if ARGV[6] ~= '' and not settled then
-    local est = redis.call('HGET', KEYS[6], id)
-    if est then
-      redis.call('HINCRBY', KEYS[6], '_total', tonumber(ARGV[6]) - tonumber(est))
-      redis.call('HSET', KEYS[6], id, ARGV[6])
-    end
+  if json ~= '' then
+    redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'r', json)
   end
+  redis.call('HSET', KEYS[1], 'offset', after, 'fp', ARGV[2])
 end
-if ARGV[11] ~= '' then
-  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[12], '*', 'r', ARGV[11])
-end
-redis.call('HSET', KEYS[1], 'offset', ARGV[2], 'fp', ARGV[3])
-return {1, ARGV[2]}
+return {1, after}
