@@ -154,7 +154,13 @@ fn runs(
             }
         }
     }
-    merged.into_iter().map(Option::unwrap).collect()
+    let merged: Vec<LoadResult> = merged.into_iter().map(Option::unwrap).collect();
+    if ctx.plan.rounds > 1 {
+        for ((name, _, _), r) in RUNS.iter().zip(&merged) {
+            line(&format!("{name} (all rounds)"), r);
+        }
+    }
+    merged
 }
 
 /// R: the cost of a `[store]`.
