@@ -159,6 +159,8 @@ type FlushAck = Sender<(bool, Vec<Record>)>;
 enum Msg {
     /// A record; the sender is there when the caller waits (strict mode).
     Record(Box<Record>, Option<Ack>),
+    /// The inbox has grown large: write before the sync interval is up.
+    Wake,
     /// One write attempt of everything queued, answered with whether nothing is left unwritten (and, when
     /// asked and something is, copies of the unwritten records).
     Flush { ack: FlushAck, snapshot: bool },
@@ -182,7 +184,15 @@ struct Shared {
     synced_len: AtomicU64,
     /// Told (without waiting) after each successful sync, when someone follows the file.
     synced: std::sync::Mutex<Option<Sender<()>>>,
+    /// Records of callers that do not wait (every record outside strict mode): taken by the writer at its
+    /// next sync, so queueing one wakes no thread.
+    inbox: std::sync::Mutex<Vec<Record>>,
+    /// False once the writer thread has ended.
+    writer_alive: AtomicBool,
 }
+
+/// Records in the inbox that wake the writer before its sync interval is up.
+const INBOX_WAKE: usize = 4096;
 
 /// The handle workers use; cheap to share.
 pub struct Ledger {
@@ -211,6 +221,8 @@ impl Ledger {
             write_errors: AtomicU64::new(0),
             synced_len: AtomicU64::new(good_len),
             synced: std::sync::Mutex::new(None),
+            inbox: std::sync::Mutex::new(Vec::new()),
+            writer_alive: AtomicBool::new(true),
         });
         let w = writer::Writer::new(file, path.clone(), good_len, sync_interval, shared.clone());
         std::thread::Builder::new()
@@ -267,14 +279,25 @@ impl Ledger {
     }
 
     /// Queues a record without waiting, in either mode (kept in memory while the disk is failing). Never
-    /// fails and never blocks on the disk.
+    /// fails, never blocks on the disk, and wakes no thread: the writer takes it at its next sync (within
+    /// `sync_interval`), or earlier when many records are waiting.
     pub fn requeue(&self, rec: Record) {
         self.shared.backlog.fetch_add(1, Ordering::Relaxed);
-        if let Err(SendError(msg)) = self.tx.send(Msg::Record(Box::new(rec), None)) {
+        if !self.shared.writer_alive.load(Ordering::Acquire) {
             self.shared.backlog.fetch_sub(1, Ordering::Relaxed);
-            if let Msg::Record(rec, _) = msg {
-                writer::log_unwritten(&serde_json::to_string(&rec).unwrap_or_default());
-            }
+            writer::log_unwritten(&serde_json::to_string(&rec).unwrap_or_default());
+            return;
+        }
+        let waiting = {
+            let mut inbox = match self.shared.inbox.lock() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            inbox.push(rec);
+            inbox.len()
+        };
+        if waiting == INBOX_WAKE {
+            let _ = self.tx.send(Msg::Wake);
         }
     }
 

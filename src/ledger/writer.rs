@@ -64,6 +64,23 @@ pub(super) struct Writer {
     scratch: Vec<u8>,
 }
 
+/// Marks the writer gone when its thread ends, however it ends: records queued after that are logged.
+struct Alive<'a>(&'a Shared);
+
+impl Drop for Alive<'_> {
+    fn drop(&mut self) {
+        self.0.writer_alive.store(false, Ordering::Release);
+        let records = match self.0.inbox.lock() {
+            Ok(mut g) => std::mem::take(&mut *g),
+            Err(p) => std::mem::take(&mut *p.into_inner()),
+        };
+        for rec in records {
+            self.0.backlog.fetch_sub(1, Ordering::Relaxed);
+            log_unwritten(&serde_json::to_string(&rec).unwrap_or_default());
+        }
+    }
+}
+
 /// Logs a record that will not reach the file, in a form an operator can recover it from.
 pub(super) fn log_unwritten(json: &str) {
     log::error!(target: crate::logging::MUST_WRITE_TARGET, "unwritten usage record: {json}");
@@ -96,6 +113,8 @@ impl Writer {
     }
 
     pub(super) fn run(mut self, rx: Receiver<Msg>) {
+        let shared = self.shared.clone();
+        let _alive = Alive(&shared);
         let mut flushes: Vec<(FlushAck, bool)> = Vec::new();
         loop {
             let mut urgent = false;
@@ -105,6 +124,7 @@ impl Writer {
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => disconnected = true,
             }
+            self.take_inbox();
             // Whatever else is queued already goes into the same attempt.
             for _ in 0..MAX_DRAIN {
                 if disconnected {
@@ -142,8 +162,28 @@ impl Writer {
         }
     }
 
+    /// Takes the records queued without a wake-up (they go before any later message's records).
+    fn take_inbox(&mut self) {
+        let records = {
+            let mut inbox = match self.shared.inbox.lock() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            std::mem::take(&mut *inbox)
+        };
+        let mut urgent = false;
+        for rec in records {
+            self.take(
+                Msg::Record(Box::new(rec), None),
+                &mut urgent,
+                &mut Vec::new(),
+            );
+        }
+    }
+
     fn take(&mut self, msg: Msg, urgent: &mut bool, flushes: &mut Vec<(FlushAck, bool)>) {
         match msg {
+            Msg::Wake => {}
             Msg::Record(rec, ack) => {
                 *urgent |= ack.is_some();
                 match serde_json::to_vec(&rec) {
@@ -194,7 +234,8 @@ impl Writer {
         } else if !self.pending.is_empty() {
             self.sync_interval.saturating_sub(self.last_sync.elapsed())
         } else {
-            Duration::from_secs(3600)
+            // Records may be waiting in the inbox (queueing one wakes no one): look again in one interval.
+            self.sync_interval
         };
         if let Some((deadline, _)) = &self.close {
             wait = wait.min(deadline.saturating_duration_since(Instant::now()));
