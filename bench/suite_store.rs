@@ -174,6 +174,26 @@ pub fn store(ctx: &mut Ctx) {
         println!();
         return;
     };
+    // An earlier build measured side by side (`bench/run.sh --compare`) may have no `[store]`.
+    let probe = Instance::new(
+        &ctx.root,
+        "store-probe",
+        &config(
+            ctx.upstream.addr,
+            "warn",
+            "[store]\nurl = \"redis://127.0.0.1:1/0\"\n",
+        ),
+    );
+    let supported = Command::new(&ctx.bins.tollgate)
+        .args(["check", "--config"])
+        .arg(&probe.config)
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !supported {
+        println!("  this build has no [store]; phase skipped");
+        println!();
+        return;
+    }
     let version = procs::command_output("redis-server", &["--version"]);
     println!("  {version}; appendonly yes, appendfsync everysec; same machine");
     let file_inst = Instance::new(&ctx.root, "file", &config(ctx.upstream.addr, "warn", ""));

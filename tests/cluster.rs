@@ -802,3 +802,44 @@ fn the_store_password_comes_from_the_environment_and_never_shows() {
     assert_eq!(gw.post("/v1/chat/completions", &chat("mock")).status, 200);
     assert!(!gw.all_logs().contains(PASSWORD));
 }
+
+#[test]
+fn a_redis_that_stops_answering_holds_no_worker_past_the_timeout() {
+    let redis = Redis::start(true);
+    let a = start_a(&redis, "", "timeout_ms = 200");
+    let wallet = a.add_key("wallet", "default", Some(50.0));
+    assert_eq!(
+        a.post_as(&wallet, "/v1/chat/completions", &chat("mock"))
+            .status,
+        200
+    );
+    // Redis busy for 3 s (as a stalled or overloaded server): the request that needs it is refused when
+    // the call's deadline passes, not when Redis answers again.
+    let port = redis.port;
+    let sleeper = std::thread::spawn(move || {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        std::io::Write::write_all(&mut s, b"*3\r\n$5\r\nDEBUG\r\n$5\r\nSLEEP\r\n$1\r\n3\r\n")
+            .unwrap();
+        let mut buf = [0u8; 16];
+        let _ = std::io::Read::read(&mut s, &mut buf);
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let began = Instant::now();
+    let r = a.post_as(&wallet, "/v1/chat/completions", &chat("mock"));
+    let took = began.elapsed();
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(r.text().contains("store_unavailable"), "{}", r.text());
+    assert!(
+        took < Duration::from_millis(2500),
+        "the worker waited {took:?} for a Redis that slept 3 s"
+    );
+    sleeper.join().unwrap();
+    wait_for(
+        || {
+            a.post_as(&wallet, "/v1/chat/completions", &chat("mock"))
+                .status
+                == 200
+        },
+        "admitting again once Redis answers",
+    );
+}

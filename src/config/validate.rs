@@ -348,7 +348,7 @@ fn bytes(field: &str, v: Option<u64>, default: u64) -> Result<u64, ConfigError> 
 
 fn backlog(v: Option<u64>) -> Result<usize, ConfigError> {
     match v {
-        None => Ok(10_000),
+        None => Ok(crate::ledger::DEFAULT_BACKLOG_LIMIT),
         Some(n) if (1..=10_000_000).contains(&n) => Ok(n as usize),
         Some(n) => Err(err(
             "ledger_backlog_records",

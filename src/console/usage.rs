@@ -79,8 +79,11 @@ fn query(gw: &Gateway, f: &Filter) -> Result<Vec<Record>, ApiError> {
     if let Some(store) = &gw.store {
         // This instance's own records first reach the stream, as the ledger's own query flushes first: a
         // client that has its answer finds its record here.
-        gw.ledger.flush();
-        let _ = crate::store::ship::catch_up(store, &gw.ledger, std::time::Duration::from_secs(2));
+        if store.healthy() && !store.lost() {
+            gw.ledger.flush();
+            let _ =
+                crate::store::ship::catch_up(store, &gw.ledger, std::time::Duration::from_secs(2));
+        }
         match shared_query(store, f) {
             Ok(records) => return Ok(records),
             Err(e) => log::warn!(

@@ -1,7 +1,8 @@
 //! The usage ledger: one JSON line per request that reached an upstream, in `data_dir/usage.jsonl`.
 //!
-//! Workers hand records to one writer thread (`writer.rs`) over an unbounded channel and never wait for the
-//! disk. The writer batches lines and writes and syncs them every `sync_interval` (so a `kill -9` loses at
+//! Workers hand records to one writer thread (`writer.rs`) and never wait for the disk: a record nobody waits
+//! for goes into an inbox the writer takes at its next sync (queueing it wakes no thread); a strict-mode
+//! record, a flush and the close go over a channel that wakes the writer at once. The writer batches lines and writes and syncs them every `sync_interval` (so a `kill -9` loses at
 //! most that much); in strict mode each record is synced before the worker lets its response end. A record
 //! leaves the writer's memory only once it is written and synced: when a write or sync fails (disk full, I/O
 //! error) the file is cut back to its last complete line and every unwritten record is kept, in order, and
@@ -33,7 +34,10 @@ pub use query::{Filter, StatusFilter};
 pub const LEDGER_FILE: &str = "usage.jsonl";
 
 /// Default for [`Ledger::set_backlog_limit`].
-pub const DEFAULT_BACKLOG_LIMIT: usize = 10_000;
+/// Records wait this many at most while the disk is slow or failing (a few seconds of a busy gateway; about
+/// 50 MB of memory at worst). At 10,000, one slow `fsync` (half a second) of a gateway serving 20,000
+/// requests a second refused requests.
+pub const DEFAULT_BACKLOG_LIMIT: usize = 100_000;
 
 /// How long `flush` waits for the writer's answer (it answers after one write attempt; only a disk that
 /// hangs inside a write or sync makes it wait this long).
@@ -363,7 +367,7 @@ impl Ledger {
         self.shared.backlog.load(Ordering::Relaxed)
     }
 
-    /// The backlog at which [`accepting`](Ledger::accepting) turns false (default 10,000).
+    /// The backlog at which [`accepting`](Ledger::accepting) turns false (default 100,000).
     pub fn set_backlog_limit(&self, n: usize) {
         self.shared.backlog_limit.store(n, Ordering::Relaxed);
     }

@@ -52,6 +52,8 @@ impl Redis {
             .args(["--save", ""])
             .args(["--appendonly", if self.persist { "yes" } else { "no" }])
             .args(["--appendfsync", "always"])
+            // DEBUG SLEEP stands for a Redis that stops answering for a while.
+            .args(["--enable-debug-command", "yes"])
             .arg("--dir")
             .arg(self.dir.path())
             .args(
