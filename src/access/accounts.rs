@@ -307,14 +307,9 @@ impl Accounts {
         }
     }
 
-    /// The store, when it is to be asked now (there is one and it answers, or it is asked anyway).
-    fn asking(&self) -> Option<&Arc<crate::store::Store>> {
-        self.store.as_ref()
-    }
-
     /// Total spent by a key so far (settled requests).
     pub fn spent(&self, key: &str) -> Money {
-        if let Some(store) = self.asking() {
+        if let Some(store) = self.store.as_ref() {
             if let Ok(b) = store.balance(key) {
                 return b.spent;
             }
@@ -324,7 +319,7 @@ impl Accounts {
 
     /// The spend and last use of many keys (one round trip with a store).
     pub fn balances(&self, names: &[String]) -> HashMap<String, (Money, Option<String>)> {
-        if let Some(store) = self.asking() {
+        if let Some(store) = self.store.as_ref() {
             if let Ok(b) = store.balances(names) {
                 let local = self.lock();
                 return b
@@ -362,22 +357,9 @@ impl Accounts {
         self.lock().entry(key.to_string()).or_default().last_used = Some(now);
     }
 
-    /// When a key last made a request (one that settled, refusals included), RFC 3339.
-    pub fn last_used(&self, key: &str) -> Option<String> {
-        let local = self.lock().get(key).and_then(|s| s.last_used.clone());
-        let shared = self
-            .asking()
-            .and_then(|store| store.balance(key).ok())
-            .and_then(|b| b.last_used);
-        match (local, shared) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        }
-    }
-
     /// Spent by a key in the `period` that holds `now` (settled requests).
     pub fn period_spent(&self, key: &str, period: Period, now: u64) -> Money {
-        if let Some(store) = self.asking() {
+        if let Some(store) = self.store.as_ref() {
             if let Ok(m) = store.period_spent(key, period, now) {
                 return m;
             }

@@ -132,7 +132,8 @@ pub fn join(config: &Config, store: &Store) -> Result<Joined, String> {
     let (keys_version, fields) = store.read_map(keys::STORE_MAP).map_err(|e| e.to_string())?;
     let records = keys::records_of(&fields);
     let (overrides_version, overrides) = read_overrides(store).map_err(|e| e.to_string())?;
-    keep_copies(dir, &records, &overrides);
+    keep_keys_copy(dir, &records);
+    keep_overrides_copy(dir, &overrides);
     Ok(Joined {
         keys: records,
         overrides,
@@ -160,24 +161,26 @@ fn local_copies(dir: &Path) -> Joined {
     }
 }
 
-/// Writes the local copies of the store's keys and overrides (errors are logged: they are copies).
-pub fn keep_copies(dir: &Path, records: &[KeyRecord], overrides: &Overrides) {
+/// Writes the local copy of the store's key records (errors are logged: it is a copy).
+fn keep_keys_copy(dir: &Path, records: &[KeyRecord]) {
     if let Err(e) = keys::write_keys(&dir.join(KEYS_COPY), records) {
         log::warn!(
             "store: cannot keep the local copy of the keys in {}: {e}",
             dir.display()
         );
     }
-    match serde_json::to_vec_pretty(overrides) {
-        Ok(text) => {
-            if let Err(e) = crate::util::write_atomic(&dir.join(OVERRIDES_COPY), &text) {
-                log::warn!(
-                    "store: cannot keep the local copy of the overrides in {}: {e}",
-                    dir.display()
-                );
-            }
-        }
-        Err(e) => log::warn!("store: cannot encode the overrides: {e}"),
+}
+
+/// Writes the local copy of the store's overrides (errors are logged: it is a copy).
+fn keep_overrides_copy(dir: &Path, overrides: &Overrides) {
+    let written = serde_json::to_vec_pretty(overrides)
+        .map_err(std::io::Error::other)
+        .and_then(|text| crate::util::write_atomic(&dir.join(OVERRIDES_COPY), &text));
+    if let Err(e) = written {
+        log::warn!(
+            "store: cannot keep the local copy of the overrides in {}: {e}",
+            dir.display()
+        );
     }
 }
 
@@ -320,13 +323,12 @@ fn look_loop(gw: &Gateway, store: &Store, keys: u64, overrides: u64) {
                     log::info!("keys reloaded from the store ({} keys)", records.len());
                 }
                 seen.keys = ver;
-                let (_, o) = read_overrides(store).unwrap_or_default();
-                keep_copies(&dir, &records, &o);
+                keep_keys_copy(&dir, &records);
             }
         }
         if v.overrides != seen.overrides {
             if let Ok((ver, o)) = read_overrides(store) {
-                keep_copies(&dir, &gw.keys.records(), &o);
+                keep_overrides_copy(&dir, &o);
                 gw.install_overrides(o);
                 seen.overrides = ver;
             }

@@ -338,23 +338,8 @@ impl Store {
 
     /// A key's balance.
     pub fn balance(&self, key: &str) -> Result<Balance, StoreError> {
-        let acct = self.k(&format!("acct:{key}"));
-        let v: Vec<Option<String>> = self.with(|con| {
-            redis::cmd("HMGET")
-                .arg(&acct)
-                .arg("spent")
-                .arg("reserved")
-                .arg("inflight")
-                .arg("last_used")
-                .query(con)
-        })?;
-        let get = |i: usize| v.get(i).cloned().flatten();
-        Ok(Balance {
-            spent: get(0).map_or(Money::ZERO, |s| money(&s)),
-            reserved: get(1).map_or(Money::ZERO, |s| money(&s)),
-            in_flight: get(2).and_then(|s| s.parse().ok()).unwrap_or(0),
-            last_used: get(3),
-        })
+        let mut all = self.balances(&[key.to_string()])?;
+        Ok(all.remove(key).unwrap_or_default())
     }
 
     /// The balances of many keys in one round trip.
