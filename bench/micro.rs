@@ -29,8 +29,8 @@ fn main() {
     let mut keys = Vec::new();
     for i in 0..100 {
         keys.push(
-            tollgate::access::keys::add_key(
-                tollgate::access::keys::KeysAt::Dir(&dir),
+            tollgate::access::key_ops::add_key(
+                tollgate::access::key_ops::KeysAt::Dir(&dir),
                 &format!("key-{i}"),
                 "default",
                 None,

@@ -97,8 +97,8 @@ pub fn key_state(r: &crate::access::keys::KeyRecord) -> Value {
 }
 
 /// A key's state where the keys live (null when there is none).
-pub fn key_in(at: crate::access::keys::KeysAt, name: &str) -> Value {
-    crate::access::keys::read_all(at)
+pub fn key_in(at: crate::access::key_ops::KeysAt, name: &str) -> Value {
+    crate::access::key_ops::read_all(at)
         .ok()
         .and_then(|rs| rs.into_iter().find(|r| r.name == name))
         .map_or(Value::Null, |r| key_state(&r))

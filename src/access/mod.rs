@@ -2,6 +2,7 @@
 
 pub mod accounts;
 pub mod budget;
+pub mod key_ops;
 pub mod keys;
 pub mod standing;
 

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use argh::FromArgs;
 
+use crate::access::key_ops;
 use crate::access::keys::{self, KEYS_FILE};
 use crate::config::Config;
 
@@ -290,14 +291,14 @@ fn keys_command(c: KeysCommand) -> i32 {
         }
         KeysCommand::Enable(a) => audit(a.config.as_deref(), &a.name, "key.enabled", &mut || {
             with_place(a.config.as_deref(), |_, place| {
-                keys::enable_key(place.at(), &a.name).map_err(flag_error)?;
+                key_ops::enable_key(place.at(), &a.name).map_err(flag_error)?;
                 println!("Enabled key {:?}: it works again.", a.name);
                 Ok(())
             })
         }),
         KeysCommand::Delete(a) => audit(a.config.as_deref(), &a.name, "key.deleted", &mut || {
             with_place(a.config.as_deref(), |_, place| {
-                keys::delete_key(place.at(), &a.name).map_err(flag_error)?;
+                key_ops::delete_key(place.at(), &a.name).map_err(flag_error)?;
                 println!(
                     "Deleted key {:?}. Its usage records stay in the ledger; the name is not reused.",
                     a.name
@@ -324,7 +325,7 @@ fn keys_command(c: KeysCommand) -> i32 {
                             )
                         }
                     };
-                    keys::set_budget(place.at(), &a.name, budget).map_err(flag_error)?;
+                    key_ops::set_budget(place.at(), &a.name, budget).map_err(flag_error)?;
                     match budget {
                         Some(b) => println!("Key {:?}: budget {b}.", a.name),
                         None => println!(
@@ -344,7 +345,7 @@ fn keys_command(c: KeysCommand) -> i32 {
                         (None, true) => None,
                         _ => return Err("give --at 2026-12-31T00:00:00Z, or --never".into()),
                     };
-                    keys::set_expiry(place.at(), &a.name, at).map_err(flag_error)?;
+                    key_ops::set_expiry(place.at(), &a.name, at).map_err(flag_error)?;
                     match at {
                         Some(t) => println!(
                             "Key {:?} stops working at {}.",
@@ -362,7 +363,7 @@ fn keys_command(c: KeysCommand) -> i32 {
                 if config.group(&a.group).is_none() {
                     return Err(format!("--group: no group named {:?}", a.group));
                 }
-                keys::move_key(place.at(), &a.name, &a.group).map_err(flag_error)?;
+                key_ops::move_key(place.at(), &a.name, &a.group).map_err(flag_error)?;
                 println!("Moved key {:?} to group {:?}.", a.name, a.group);
                 Ok(())
             })
@@ -442,7 +443,7 @@ fn check(path: &Path, connect: bool) -> i32 {
 }
 
 /// A key operation's error with the flag that was wrong.
-fn flag_error(e: keys::KeyOpError) -> String {
+fn flag_error(e: key_ops::KeyOpError) -> String {
     if e.field.is_empty() {
         e.message
     } else {
@@ -453,7 +454,7 @@ fn flag_error(e: keys::KeyOpError) -> String {
 /// Adds a key after checking its group against the config; returns the plaintext.
 fn add_key(
     config: &Config,
-    at: keys::KeysAt,
+    at: key_ops::KeysAt,
     name: &str,
     group: &str,
     credit: Option<crate::money::Money>,
@@ -465,7 +466,7 @@ fn add_key(
             known.join(", ")
         ));
     }
-    keys::add_key(at, name, group, credit).map_err(flag_error)
+    key_ops::add_key(at, name, group, credit).map_err(flag_error)
 }
 
 /// `--budget AMOUNT --period P`, checked.
@@ -508,10 +509,10 @@ fn keys_add(a: KeysAddArgs) -> i32 {
     let made = store::Place::open(&config).and_then(|place| {
         let key = add_key(&config, place.at(), &a.name, &a.group, a.credit)?;
         if budget.is_some() {
-            keys::set_budget(place.at(), &a.name, budget).map_err(flag_error)?;
+            key_ops::set_budget(place.at(), &a.name, budget).map_err(flag_error)?;
         }
         if expires.is_some() {
-            keys::set_expiry(place.at(), &a.name, expires).map_err(flag_error)?;
+            key_ops::set_expiry(place.at(), &a.name, expires).map_err(flag_error)?;
         }
         Ok(key)
     });
@@ -541,7 +542,7 @@ fn keys_list(a: KeysListArgs) -> i32 {
             return 1;
         }
     };
-    let records = match keys::read_all(place.at()) {
+    let records = match key_ops::read_all(place.at()) {
         Ok(r) => r.into_iter().filter(|r| !r.deleted).collect::<Vec<_>>(),
         Err(e) => {
             eprintln!("{}", flag_error(e));
@@ -613,7 +614,7 @@ fn budget_text(
 
 fn keys_revoke(a: KeysRevokeArgs) -> i32 {
     with_place(a.config.as_deref(), |_, place| {
-        keys::revoke_key(place.at(), &a.name).map_err(flag_error)?;
+        key_ops::revoke_key(place.at(), &a.name).map_err(flag_error)?;
         println!("Revoked key {:?}.", a.name);
         Ok(())
     })
@@ -621,7 +622,7 @@ fn keys_revoke(a: KeysRevokeArgs) -> i32 {
 
 fn keys_rotate(a: KeysRotateArgs) -> i32 {
     with_place(a.config.as_deref(), |_, place| {
-        let key = keys::rotate_key(place.at(), &a.name).map_err(flag_error)?;
+        let key = key_ops::rotate_key(place.at(), &a.name).map_err(flag_error)?;
         println!(
             "Rotated key {:?}: the old key no longer works. The new one is shown only this once:",
             a.name
@@ -634,14 +635,14 @@ fn keys_rotate(a: KeysRotateArgs) -> i32 {
 fn keys_credit(a: KeysCreditArgs) -> i32 {
     with_place(a.config.as_deref(), |_, place| {
         let change = match (a.add, a.set, a.unlimited) {
-            (Some(x), None, false) => keys::CreditChange::Add(x),
-            (None, Some(x), false) => keys::CreditChange::Set(x),
-            (None, None, true) => keys::CreditChange::Unlimited,
+            (Some(x), None, false) => key_ops::CreditChange::Add(x),
+            (None, Some(x), false) => key_ops::CreditChange::Set(x),
+            (None, None, true) => key_ops::CreditChange::Unlimited,
             _ => {
                 return Err("give exactly one of --add AMOUNT, --set AMOUNT or --unlimited".into())
             }
         };
-        let credit = keys::change_credit(place.at(), &a.name, change).map_err(flag_error)?;
+        let credit = key_ops::change_credit(place.at(), &a.name, change).map_err(flag_error)?;
         match credit {
             Some(c) => println!("Key {:?} now has a credit of {c}.", a.name),
             None => println!("Key {:?} now has no credit limit.", a.name),
@@ -764,7 +765,7 @@ fn serve(a: ServeArgs) -> i32 {
     if a.config.is_none() && fs::symlink_metadata(&keys_path).is_err() {
         match add_key(
             &config,
-            keys::KeysAt::Dir(&config.data_dir),
+            key_ops::KeysAt::Dir(&config.data_dir),
             "default",
             &first_group,
             None,

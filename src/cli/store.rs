@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use argh::FromArgs;
 
-use crate::access::keys::{self, KeyRecord, KeysAt};
+use crate::access::key_ops::{self, KeysAt};
+use crate::access::keys::{self, KeyRecord};
 use crate::config::Config;
 use crate::store::Store;
 
@@ -214,7 +215,7 @@ fn status(path: &Path) -> Result<(), String> {
     for line in connect_check(&config)? {
         println!("{line}");
     }
-    let records = keys::read_all(KeysAt::Store(&store)).map_err(|e| e.to_string())?;
+    let records = key_ops::read_all(KeysAt::Store(&store)).map_err(|e| e.to_string())?;
     let active = records.iter().filter(|r| !r.deleted && !r.disabled).count();
     println!(
         "keys: {} ({active} active)",
@@ -288,13 +289,13 @@ fn rebuild(a: &StoreRebuildArgs) -> Result<(), String> {
     }
     let fail = |e: crate::store::StoreError| unreachable(&store, &e);
     // Keys and overrides: the store's own when it still has them.
-    let in_store = keys::read_all(KeysAt::Store(&store)).map_err(|e| e.to_string())?;
+    let in_store = key_ops::read_all(KeysAt::Store(&store)).map_err(|e| e.to_string())?;
     if in_store.is_empty() {
         let (from, records) = keys_to_restore(&config, a.keys.as_deref())?;
         if records.is_empty() {
             println!("keys: the store holds none and no local copy was found (add keys with `tollgate keys add`)");
         } else {
-            keys::update_keys(KeysAt::Store(&store), |r| {
+            key_ops::update_keys(KeysAt::Store(&store), |r| {
                 if r.is_empty() {
                     r.extend(records.iter().cloned());
                 }

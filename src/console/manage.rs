@@ -6,7 +6,7 @@ use crate::access::budget::Budget;
 use crate::money::Money;
 use serde_json::{json, Map, Value};
 
-use crate::access::keys::{self, CreditChange, KeyOpError};
+use crate::access::key_ops::{self, CreditChange, KeyOpError};
 use crate::config::{ConfigError, GroupSpec, ModelChange};
 use crate::protocol::ApiError;
 use crate::server::gateway::Gateway;
@@ -126,7 +126,7 @@ pub fn set_budget(gw: &Gateway, name: &str, body: &Value) -> Result<Value, ApiEr
             ApiError::invalid("give {\"amount\", \"period\"} or {\"none\": true}")
         })?)
     };
-    keys::set_budget(gw.keys_at(), name, budget).map_err(key_error)?;
+    key_ops::set_budget(gw.keys_at(), name, budget).map_err(key_error)?;
     gw.reload_keys();
     Ok(json!({"name": name, "budget": budget}))
 }
@@ -134,7 +134,7 @@ pub fn set_budget(gw: &Gateway, name: &str, body: &Value) -> Result<Value, ApiEr
 /// `POST /admin/keys/{name}/expires {"at": "2026-12-31T00:00:00Z"}` or `{"never": true}`.
 pub fn set_expiry(gw: &Gateway, name: &str, body: &Value) -> Result<Value, ApiError> {
     let expires = parse_expiry(object(body)?)?;
-    keys::set_expiry(gw.keys_at(), name, expires).map_err(key_error)?;
+    key_ops::set_expiry(gw.keys_at(), name, expires).map_err(key_error)?;
     gw.reload_keys();
     Ok(json!({"name": name, "expires": expires.map(crate::util::rfc3339)}))
 }
@@ -174,7 +174,7 @@ pub fn move_key(gw: &Gateway, name: &str, body: &Value) -> Result<Value, ApiErro
             format!("group: no group named {group:?}"),
         ));
     }
-    keys::move_key(gw.keys_at(), name, &group).map_err(key_error)?;
+    key_ops::move_key(gw.keys_at(), name, &group).map_err(key_error)?;
     gw.reload_keys();
     Ok(json!({"name": name, "group": group}))
 }
@@ -201,12 +201,12 @@ pub fn create_key(gw: &Gateway, body: &Value) -> Result<Value, ApiError> {
         None | Some(Value::Null) => None,
         Some(_) => parse_expiry(o)?,
     };
-    let key = keys::add_key(gw.keys_at(), name, group, credit).map_err(key_error)?;
+    let key = key_ops::add_key(gw.keys_at(), name, group, credit).map_err(key_error)?;
     if budget.is_some() {
-        keys::set_budget(gw.keys_at(), name, budget).map_err(key_error)?;
+        key_ops::set_budget(gw.keys_at(), name, budget).map_err(key_error)?;
     }
     if expires.is_some() {
-        keys::set_expiry(gw.keys_at(), name, expires).map_err(key_error)?;
+        key_ops::set_expiry(gw.keys_at(), name, expires).map_err(key_error)?;
     }
     gw.reload_keys();
     Ok(
@@ -216,27 +216,27 @@ pub fn create_key(gw: &Gateway, body: &Value) -> Result<Value, ApiError> {
 }
 
 pub fn revoke_key(gw: &Gateway, name: &str) -> Result<Value, ApiError> {
-    keys::revoke_key(gw.keys_at(), name).map_err(key_error)?;
+    key_ops::revoke_key(gw.keys_at(), name).map_err(key_error)?;
     gw.reload_keys();
     Ok(json!({"name": name, "disabled": true}))
 }
 
 /// `POST /admin/keys/{name}/enable`: a revoked key works again.
 pub fn enable_key(gw: &Gateway, name: &str) -> Result<Value, ApiError> {
-    keys::enable_key(gw.keys_at(), name).map_err(key_error)?;
+    key_ops::enable_key(gw.keys_at(), name).map_err(key_error)?;
     gw.reload_keys();
     Ok(json!({"name": name, "disabled": false}))
 }
 
 /// `DELETE /admin/keys/{name}`: a revoked key leaves every list (its name stays taken).
 pub fn delete_key(gw: &Gateway, name: &str) -> Result<Value, ApiError> {
-    keys::delete_key(gw.keys_at(), name).map_err(key_error)?;
+    key_ops::delete_key(gw.keys_at(), name).map_err(key_error)?;
     gw.reload_keys();
     Ok(json!({"name": name, "deleted": true}))
 }
 
 pub fn rotate_key(gw: &Gateway, name: &str) -> Result<Value, ApiError> {
-    let key = keys::rotate_key(gw.keys_at(), name).map_err(key_error)?;
+    let key = key_ops::rotate_key(gw.keys_at(), name).map_err(key_error)?;
     gw.reload_keys();
     Ok(json!({"name": name, "key": key}))
 }
@@ -258,7 +258,7 @@ pub fn credit(gw: &Gateway, name: &str, body: &Value) -> Result<Value, ApiError>
             ))
         }
     };
-    let credit = keys::change_credit(gw.keys_at(), name, change).map_err(key_error)?;
+    let credit = key_ops::change_credit(gw.keys_at(), name, change).map_err(key_error)?;
     gw.reload_keys();
     let spent = gw.accounts.spent(name);
     Ok(

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::gateway::{read_overrides, Gateway, OVERRIDES_MAP};
+use crate::access::key_ops;
 use crate::access::keys::{self, KeyRecord};
 use crate::config::{Config, Overrides};
 use crate::store::Store;
@@ -129,8 +130,10 @@ pub fn join(config: &Config, store: &Store) -> Result<Joined, String> {
             }
         }
     }
-    let (keys_version, fields) = store.read_map(keys::STORE_MAP).map_err(|e| e.to_string())?;
-    let records = keys::records_of(&fields);
+    let (keys_version, fields) = store
+        .read_map(key_ops::STORE_MAP)
+        .map_err(|e| e.to_string())?;
+    let records = key_ops::records_of(&fields);
     let (overrides_version, overrides) = read_overrides(store).map_err(|e| e.to_string())?;
     keep_keys_copy(dir, &records);
     keep_overrides_copy(dir, &overrides);
@@ -222,7 +225,7 @@ fn import_local(config: &Config, store: &Store) -> Result<(), String> {
     let records = keys::read_keys(&dir.join(keys::KEYS_FILE)).map_err(|e| e.to_string())?;
     if !records.is_empty() {
         let n = records.len();
-        keys::update_keys(keys::KeysAt::Store(store), |in_store| {
+        key_ops::update_keys(key_ops::KeysAt::Store(store), |in_store| {
             if in_store.is_empty() {
                 in_store.extend(records.iter().cloned());
             }
@@ -314,8 +317,8 @@ fn look_loop(gw: &Gateway, store: &Store, keys: u64, overrides: u64) {
             continue;
         }
         if v.keys != seen.keys {
-            if let Ok((ver, fields)) = store.read_map(keys::STORE_MAP) {
-                let records = keys::records_of(&fields);
+            if let Ok((ver, fields)) = store.read_map(key_ops::STORE_MAP) {
+                let records = key_ops::records_of(&fields);
                 if gw
                     .keys
                     .install(&records, &format!("the store ({})", store.describe()))

@@ -53,10 +53,10 @@ impl Gateway {
     }
 
     /// Where key changes go: the shared store, or the keys file in `data_dir`.
-    pub fn keys_at(&self) -> crate::access::keys::KeysAt<'_> {
+    pub fn keys_at(&self) -> crate::access::key_ops::KeysAt<'_> {
         match &self.store {
-            Some(store) => crate::access::keys::KeysAt::Store(store),
-            None => crate::access::keys::KeysAt::Dir(&self.base.data_dir),
+            Some(store) => crate::access::key_ops::KeysAt::Store(store),
+            None => crate::access::key_ops::KeysAt::Dir(&self.base.data_dir),
         }
     }
 
@@ -64,7 +64,7 @@ impl Gateway {
     pub fn reload_keys(&self) {
         match &self.store {
             Some(store) => {
-                if let Ok(records) = crate::access::keys::read_all(self.keys_at()) {
+                if let Ok(records) = crate::access::key_ops::read_all(self.keys_at()) {
                     self.keys
                         .install(&records, &format!("the store ({})", store.describe()));
                 }

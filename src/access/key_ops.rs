@@ -1,0 +1,341 @@
+//! The operator's changes to keys: add, revoke, enable, delete, rotate, credit, budget, expiry, group; made
+//! where the key records live (`KeysAt`: the keys file in a data directory, rewritten under a lock, or the
+//! shared store, written with compare-and-set), so the CLI, the console, other instances and hand edits
+//! never lose each other's changes.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use super::budget::Budget;
+use super::keys::{generate_key, hash_key, hint_of, read_keys, write_keys, KeyRecord, KEYS_FILE};
+use crate::money::Money;
+
+/// A refused key operation: which input was wrong (`name`, `group`, `credit`) and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeyOpError {
+    pub field: &'static str,
+    pub message: String,
+}
+
+impl KeyOpError {
+    fn new(field: &'static str, message: impl Into<String>) -> Self {
+        KeyOpError {
+            field,
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for KeyOpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.field.is_empty() {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "{}: {}", self.field, self.message)
+        }
+    }
+}
+
+/// Where the key records live: the keys file in a data directory, or a shared store.
+#[derive(Clone, Copy)]
+pub enum KeysAt<'a> {
+    Dir(&'a Path),
+    Store(&'a crate::store::Store),
+}
+
+/// The map in the store that holds the key records (key name → record JSON).
+pub const STORE_MAP: &str = "keys";
+
+/// Every key record (tombstones of deleted keys included), oldest first.
+pub fn read_all(at: KeysAt) -> Result<Vec<KeyRecord>, KeyOpError> {
+    match at {
+        KeysAt::Dir(dir) => {
+            let path = dir.join(KEYS_FILE);
+            read_keys(&path)
+                .map_err(|e| KeyOpError::new("", format!("cannot read {}: {e}", path.display())))
+        }
+        KeysAt::Store(store) => {
+            let (_, fields) = store.read_map(STORE_MAP).map_err(store_error)?;
+            Ok(records_of(&fields))
+        }
+    }
+}
+
+/// The key records of a store map's fields, oldest first (a field that is not a record is skipped and
+/// logged).
+pub fn records_of(fields: &[(String, String)]) -> Vec<KeyRecord> {
+    let mut out: Vec<KeyRecord> = fields
+        .iter()
+        .filter_map(
+            |(name, json)| match serde_json::from_str::<KeyRecord>(json) {
+                Ok(r) if &r.name == name => Some(r),
+                _ => {
+                    log::error!("store: the key record {name:?} is not valid; ignored");
+                    None
+                }
+            },
+        )
+        .collect();
+    out.sort_by(|a, b| a.created.cmp(&b.created).then(a.name.cmp(&b.name)));
+    out
+}
+
+fn store_error(e: crate::store::StoreError) -> KeyOpError {
+    KeyOpError::new("", format!("the store does not answer: {e}"))
+}
+
+/// Reads, changes and writes the key records: in a data directory, the keys file is rewritten atomically
+/// under an exclusive lock (`keys.lock`); in a store, the change is written only if nobody changed the
+/// records in between (else read again and retried). So the CLI, the console, other instances and hand
+/// edits never lose each other's changes.
+pub fn update_keys<T>(
+    at: KeysAt,
+    mut f: impl FnMut(&mut Vec<KeyRecord>) -> Result<T, KeyOpError>,
+) -> Result<T, KeyOpError> {
+    let data_dir = match at {
+        KeysAt::Dir(d) => d,
+        KeysAt::Store(store) => return update_in_store(store, f),
+    };
+    let io = |what: &str, p: &Path, e: &dyn std::fmt::Display| {
+        KeyOpError::new("", format!("cannot {what} {}: {e}", p.display()))
+    };
+    crate::util::create_private_dir_all(data_dir).map_err(|e| io("create", data_dir, &e))?;
+    let lock_path = data_dir.join("keys.lock");
+    let lock = crate::util::open_private(&lock_path).map_err(|e| io("open", &lock_path, &e))?;
+    lock.lock().map_err(|e| io("lock", &lock_path, &e))?;
+    let path = data_dir.join(KEYS_FILE);
+    let mut records = read_keys(&path).map_err(|e| io("read", &path, &e))?;
+    let result = f(&mut records)?;
+    write_keys(&path, &records).map_err(|e| io("write", &path, &e))?;
+    Ok(result)
+}
+
+fn update_in_store<T>(
+    store: &crate::store::Store,
+    mut f: impl FnMut(&mut Vec<KeyRecord>) -> Result<T, KeyOpError>,
+) -> Result<T, KeyOpError> {
+    for _ in 0..50 {
+        let (version, fields) = store.read_map(STORE_MAP).map_err(store_error)?;
+        let mut records = records_of(&fields);
+        let result = f(&mut records)?;
+        let before: HashMap<&str, &str> = fields
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let mut set = Vec::new();
+        for r in &records {
+            let json = serde_json::to_string(r)
+                .map_err(|e| KeyOpError::new("", format!("cannot encode the key: {e}")))?;
+            if before.get(r.name.as_str()) != Some(&json.as_str()) {
+                set.push((r.name.clone(), json));
+            }
+        }
+        let delete: Vec<String> = fields
+            .iter()
+            .filter(|(k, _)| !records.iter().any(|r| &r.name == k))
+            .map(|(k, _)| k.clone())
+            .collect();
+        if set.is_empty() && delete.is_empty() {
+            return Ok(result);
+        }
+        if store
+            .write_map(STORE_MAP, version, &set, &delete)
+            .map_err(store_error)?
+            .is_some()
+        {
+            return Ok(result);
+        }
+    }
+    Err(KeyOpError::new(
+        "",
+        "the keys in the store kept changing while this change was made; try again",
+    ))
+}
+
+fn valid_name(name: &str) -> Result<(), KeyOpError> {
+    if name.is_empty()
+        || name.len() > 128
+        || name.chars().any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(KeyOpError::new(
+            "name",
+            format!("expected a non-empty name without spaces, got {name:?}"),
+        ));
+    }
+    Ok(())
+}
+
+fn valid_credit(credit: Option<Money>) -> Result<(), KeyOpError> {
+    match credit {
+        Some(c) if c.is_negative() => Err(KeyOpError::new(
+            "credit",
+            format!("expected an amount of 0 or more, got {c}"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Creates a key (the group must exist: the caller checks it against the config). Returns the plaintext.
+pub fn add_key(
+    at: KeysAt,
+    name: &str,
+    group: &str,
+    credit: Option<Money>,
+) -> Result<String, KeyOpError> {
+    valid_name(name)?;
+    valid_credit(credit)?;
+    update_keys(at, |records| {
+        if let Some(existing) = records.iter().find(|r| r.name == name) {
+            let state = if existing.deleted {
+                " (deleted; its usage records keep the name)"
+            } else if existing.disabled {
+                " (revoked)"
+            } else {
+                ""
+            };
+            return Err(KeyOpError::new(
+                "name",
+                format!("a key named {name:?} already exists{state}; choose another name"),
+            ));
+        }
+        let key = generate_key();
+        let hint = Some(hint_of(&key));
+        records.push(KeyRecord {
+            name: name.to_string(),
+            group: group.to_string(),
+            hash: hash_key(&key),
+            credit,
+            disabled: false,
+            created: crate::util::rfc3339(crate::util::unix_now()),
+            deleted: false,
+            budget: None,
+            expires: None,
+            hint,
+        });
+        Ok(key)
+    })
+}
+
+fn find<'a>(records: &'a mut [KeyRecord], name: &str) -> Result<&'a mut KeyRecord, KeyOpError> {
+    records
+        .iter_mut()
+        .find(|r| r.name == name && !r.deleted)
+        .ok_or_else(|| KeyOpError::new("name", format!("no key named {name:?}")))
+}
+
+/// Sets a key's own spend budget (None: its group's applies, if any).
+pub fn set_budget(at: KeysAt, name: &str, budget: Option<Budget>) -> Result<(), KeyOpError> {
+    if let Some(b) = budget {
+        valid_credit(Some(b.amount))?;
+    }
+    update_keys(at, |records| {
+        find(records, name)?.budget = budget;
+        Ok(())
+    })
+}
+
+/// Sets when a key stops working (Unix seconds; None: never).
+pub fn set_expiry(at: KeysAt, name: &str, expires: Option<u64>) -> Result<(), KeyOpError> {
+    update_keys(at, |records| {
+        find(records, name)?.expires = expires.map(crate::util::rfc3339);
+        Ok(())
+    })
+}
+
+/// Moves a key to another group (the caller checks that the group exists).
+pub fn move_key(at: KeysAt, name: &str, group: &str) -> Result<(), KeyOpError> {
+    update_keys(at, |records| {
+        find(records, name)?.group = group.to_string();
+        Ok(())
+    })
+}
+
+/// Lets a revoked key work again (same key, name, group and credit).
+pub fn enable_key(at: KeysAt, name: &str) -> Result<(), KeyOpError> {
+    update_keys(at, |records| {
+        find(records, name)?.disabled = false;
+        Ok(())
+    })
+}
+
+/// Deletes a revoked key: it disappears from every list and its hash is forgotten. Its name stays taken,
+/// so that its usage records are never mixed with another key's.
+pub fn delete_key(at: KeysAt, name: &str) -> Result<(), KeyOpError> {
+    update_keys(at, |records| {
+        let r = find(records, name)?;
+        if !r.disabled {
+            return Err(KeyOpError::new(
+                "name",
+                format!("the key {name:?} is active; revoke it first, then delete it"),
+            ));
+        }
+        r.deleted = true;
+        r.hash = String::new();
+        r.credit = None;
+        Ok(())
+    })
+}
+
+/// Revokes a key at once (a running server notices within about a second).
+pub fn revoke_key(at: KeysAt, name: &str) -> Result<(), KeyOpError> {
+    update_keys(at, |records| {
+        find(records, name)?.disabled = true;
+        Ok(())
+    })
+}
+
+/// Replaces a key with a new one under the same name, group and credit; the old key stops working at once.
+pub fn rotate_key(at: KeysAt, name: &str) -> Result<String, KeyOpError> {
+    update_keys(at, |records| {
+        let r = find(records, name)?;
+        if r.disabled {
+            return Err(KeyOpError::new(
+                "name",
+                format!("the key {name:?} is revoked; create a new key instead"),
+            ));
+        }
+        let key = generate_key();
+        r.hash = hash_key(&key);
+        r.hint = Some(hint_of(&key));
+        Ok(key)
+    })
+}
+
+/// How to change a key's credit.
+#[derive(Debug, Clone, Copy)]
+pub enum CreditChange {
+    /// Top up by this amount (the key must have a credit).
+    Add(Money),
+    /// Set the credit to this amount.
+    Set(Money),
+    /// Remove the limit.
+    Unlimited,
+}
+
+/// Changes a key's credit; returns the new credit.
+pub fn change_credit(
+    at: KeysAt,
+    name: &str,
+    change: CreditChange,
+) -> Result<Option<Money>, KeyOpError> {
+    match change {
+        CreditChange::Add(a) => valid_credit(Some(a))?,
+        CreditChange::Set(a) => valid_credit(Some(a))?,
+        CreditChange::Unlimited => {}
+    }
+    update_keys(at, |records| {
+        let r = find(records, name)?;
+        r.credit = match (change, r.credit) {
+            (CreditChange::Add(a), Some(c)) => Some(c + a),
+            (CreditChange::Add(_), None) => {
+                return Err(KeyOpError::new(
+                    "credit",
+                    format!("the key {name:?} has no credit limit (unlimited); set one instead of adding to it"),
+                ))
+            }
+            (CreditChange::Set(a), _) => Some(a),
+            (CreditChange::Unlimited, _) => None,
+        };
+        Ok(r.credit)
+    })
+}
