@@ -484,25 +484,13 @@ impl Store {
     /// Whether Redis keeps its data across a restart (`appendonly yes`), when it says (None: CONFIG GET is
     /// not allowed for this user).
     pub fn persistence(&self) -> Result<Option<bool>, StoreError> {
-        let got: redis::RedisResult<Vec<String>> = self
-            .client
-            .get_connection_with_timeout(self.settings.timeout)
-            .and_then(|mut c| {
-                c.set_read_timeout(Some(self.settings.timeout))?;
-                redis::cmd("CONFIG")
-                    .arg("GET")
-                    .arg("appendonly")
-                    .query(&mut c)
-            });
+        let got: Result<Vec<String>, StoreError> =
+            self.with(|con| redis::cmd("CONFIG").arg("GET").arg("appendonly").query(con));
         match got {
             Ok(v) => Ok(v.get(1).map(|s| s == "yes")),
-            Err(e)
-                if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError)
-                    || e.code().is_some() =>
-            {
-                Ok(None)
-            }
-            Err(e) => Err(self.failed(&e)),
+            // Refused (an ACL without CONFIG, a managed Redis): the store answered, it just will not say.
+            Err(e) if !e.unavailable => Ok(None),
+            Err(e) => Err(e),
         }
     }
 
