@@ -557,6 +557,39 @@ mod tests {
     }
 
     #[test]
+    fn data_files_open_only_as_regular_files_this_user_owns() {
+        let d = tmpdir("owned");
+        let ro = || fs::OpenOptions::new().read(true).clone();
+        // A FIFO neither blocks the open nor passes.
+        let fifo = d.join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = open_owned(&fifo, &mut ro()).unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+        assert_eq!(
+            open_owned(&d.join("missing"), &mut ro())
+                .unwrap_err()
+                .kind(),
+            io::ErrorKind::NotFound
+        );
+        let own = d.join("own");
+        fs::write(&own, b"mine").unwrap();
+        assert_eq!(read_owned(&own).unwrap(), b"mine");
+        assert!(check_data_files(&d, &["own", "missing"]).is_empty());
+        let problems = check_data_files(&d, &["fifo"]);
+        assert!(problems[0].contains("not a regular file"), "{problems:?}");
+        if effective_uid() == 0 {
+            std::os::unix::fs::chown(&own, Some(65534), Some(65534)).unwrap();
+            let e = open_owned(&own, &mut ro()).unwrap_err();
+            assert!(e.to_string().contains("uid 65534"), "{e}");
+            assert_eq!(check_data_files(&d, &["own"]).len(), 1);
+            let e = write_atomic(&own, b"x").unwrap_err();
+            assert!(e.to_string().contains("belongs to another user"), "{e}");
+        }
+        fs::remove_dir_all(d).unwrap();
+    }
+
+    #[test]
     fn atomic_writes_refuse_symlinks_and_clean_up_on_failure() {
         let d = tmpdir("atomic-link");
         let victim = d.join("victim");
