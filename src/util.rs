@@ -1,4 +1,5 @@
-//! Small helpers with no better home: random ids, Unix and RFC 3339 time, token estimates.
+//! Small helpers with no better home: random ids, Unix and RFC 3339 time, token estimates, and the files of
+//! the data directory (opened only when they are regular files this user owns, written atomically).
 
 use std::fs;
 use std::io::{self, Write};
@@ -31,24 +32,124 @@ pub fn create_private_dir_all(dir: &Path) -> io::Result<()> {
     }
 }
 
-/// Opens (creating when missing) a file private to its owner: mode 0600 whatever the umask, and never
-/// through a symbolic link (`O_NOFOLLOW`). For lock files; the content is left as it is.
+/// Opens (creating when missing) a file private to its owner: mode 0600 whatever the umask, never through a
+/// symbolic link, and only when it is a regular file this user owns ([`open_owned`]). For lock files; the
+/// content is left as it is.
 pub fn open_private(path: &Path) -> io::Result<fs::File> {
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let f = fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .mode(PRIVATE_FILE_MODE)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|e| symlink_error(path, e))?;
+    use std::os::unix::fs::PermissionsExt;
+    let f = open_owned(
+        path,
+        fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true),
+    )?;
     if f.metadata()?.permissions().mode() & 0o7777 != PRIVATE_FILE_MODE {
-        // Created under a umask that took owner bits away, or left by an older version: best effort (a
-        // file owned by another user cannot be changed, and the lock works all the same).
+        // Created under a umask that took owner bits away, or left by an older version.
         let _ = f.set_permissions(fs::Permissions::from_mode(PRIVATE_FILE_MODE));
     }
     Ok(f)
+}
+
+/// Opens a file of the data directory with `options` (a file it creates gets mode 0600): never through a
+/// symbolic link (`O_NOFOLLOW`), and only when what was opened is a regular file owned by the user tollgate
+/// runs as. Both are checked on the opened descriptor (`fstat`), so nothing can be swapped in between a
+/// check and the open. A FIFO planted at the path does not block the open (`O_NONBLOCK`, cleared once the
+/// file is known to be regular). A missing file is still `NotFound`.
+pub fn open_owned(path: &Path, options: &mut fs::OpenOptions) -> io::Result<fs::File> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let f = options
+        .mode(PRIVATE_FILE_MODE)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| symlink_error(path, e))?;
+    let m = f.metadata()?;
+    if !m.file_type().is_file() {
+        return Err(not_regular(path));
+    }
+    if m.uid() != effective_uid() {
+        return Err(foreign_owner(path, m.uid()));
+    }
+    // SAFETY: fcntl on a descriptor this function owns; F_GETFL/F_SETFL read and set its status flags only.
+    let fd = f.as_raw_fd();
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags >= 0 && flags & libc::O_NONBLOCK != 0 {
+        // SAFETY: as above.
+        unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) };
+    }
+    Ok(f)
+}
+
+/// The whole content of a file of the data directory, opened by [`open_owned`] (a missing file is
+/// `NotFound`).
+pub fn read_owned(path: &Path) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut f = open_owned(path, fs::OpenOptions::new().read(true))?;
+    let mut out = Vec::new();
+    f.read_to_end(&mut out)?;
+    Ok(out)
+}
+
+/// [`read_owned`] as UTF-8 text.
+pub fn read_owned_string(path: &Path) -> io::Result<String> {
+    String::from_utf8(read_owned(path)?).map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} is not UTF-8 text ({e})", path.display()),
+        )
+    })
+}
+
+/// The user tollgate runs as.
+pub fn effective_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Checks, without opening them, that those of `names` present in `dir` are regular files this user owns
+/// (at start, so a planted link or file stops the start with a clear error before anything is written;
+/// every later open checks again on its descriptor). Returns each problem found.
+pub fn check_data_files(dir: &Path, names: &[&str]) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    let mut problems = Vec::new();
+    for name in names {
+        let path = dir.join(name);
+        let problem = match fs::symlink_metadata(&path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => io::Error::new(e.kind(), format!("cannot examine {}: {e}", path.display())),
+            Ok(m) if m.file_type().is_symlink() => refused_symlink(&path),
+            Ok(m) if !m.file_type().is_file() => not_regular(&path),
+            Ok(m) if m.uid() != effective_uid() => foreign_owner(&path, m.uid()),
+            Ok(_) => continue,
+        };
+        problems.push(problem.to_string());
+    }
+    problems
+}
+
+fn not_regular(path: &Path) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!(
+            "{} is not a regular file; refusing to use it (tollgate uses only regular files it owns in its data \
+             directory: remove it)",
+            path.display()
+        ),
+    )
+}
+
+fn foreign_owner(path: &Path, uid: u32) -> io::Error {
+    let me = effective_uid();
+    io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        format!(
+            "{} belongs to another user (uid {uid}; tollgate runs as uid {me}); refusing to use it (a file \
+             tollgate did not create may have been planted): check it, then remove it or `chown {me} {}`",
+            path.display(),
+            path.display()
+        ),
+    )
 }
 
 /// `O_NOFOLLOW` on a symbolic link fails with ELOOP, whose text ("too many levels of symbolic links")
@@ -64,8 +165,8 @@ fn refused_symlink(path: &Path) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidInput,
         format!(
-            "{} is a symbolic link; refusing to write through it (tollgate writes only regular files it owns: \
-             remove the link)",
+            "{} is a symbolic link; refusing to use it (tollgate reads and writes only regular files it owns in \
+             its data directory: remove the link)",
             path.display()
         ),
     )
@@ -74,56 +175,94 @@ fn refused_symlink(path: &Path) -> io::Error {
 /// Replaces `path` with `data` so that readers see either the old or the new file, never a mix: the data
 /// goes to a new temporary file next to it (an unpredictable name, created exclusively, never through a
 /// symbolic link, mode 0600), is synced, and is renamed over `path`; then the directory is synced. A target
-/// that is a symbolic link is refused. On any failure the temporary file is removed and `path` is untouched.
+/// that is a symbolic link, not a regular file or another user's is refused. On any failure the temporary
+/// file is removed and `path` is untouched.
 pub fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+    let dir = parent_dir(path);
     create_private_dir_all(dir)?;
-    match fs::symlink_metadata(path) {
-        Ok(m) if m.file_type().is_symlink() => return Err(refused_symlink(path)),
-        Ok(m) if !m.is_file() => {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{} exists and is not a regular file", path.display()),
-            ))
-        }
-        _ => {}
-    }
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
-    let (tmp, mut file) = {
-        let mut attempt = 0;
-        loop {
-            let tmp = dir.join(format!(".{name}.{}.tmp", random_base62(16)));
-            match fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(PRIVATE_FILE_MODE)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                .open(&tmp)
-            {
-                Ok(f) => break (tmp, f),
-                // ~95 random bits: a clash is someone guessing; try another name a few times.
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && attempt < 8 => attempt += 1,
-                Err(e) => return Err(e),
-            }
-        }
+    let problems = match path.file_name() {
+        Some(name) => check_data_files(dir, &[&name.to_string_lossy()]),
+        None => Vec::new(),
     };
-    let written = file
-        .set_permissions(fs::Permissions::from_mode(PRIVATE_FILE_MODE))
-        .and_then(|()| file.write_all(data))
-        .and_then(|()| file.sync_all());
+    if let Some(p) = problems.into_iter().next() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, p));
+    }
+    let (tmp, mut file) = private_temp(path, false)?;
+    let written = file.write_all(data).and_then(|()| file.sync_all());
     drop(file);
     if let Err(e) = written.and_then(|()| fs::rename(&tmp, path)) {
         let _ = fs::remove_file(&tmp);
         return Err(e);
     }
+    sync_dir(dir);
+    Ok(())
+}
+
+/// Creates `path` with what `fill` writes, only while nothing is at `path`: the content goes to a new private
+/// temporary file next to it, is synced, and is linked into place (a link never replaces what appeared at
+/// the path meanwhile, and is never made through a symbolic link); then the directory is synced. Returns the
+/// new file, open for reading and appending. On any failure nothing is left at `path` by this call.
+pub fn create_filled(
+    path: &Path,
+    fill: impl FnOnce(&mut fs::File) -> io::Result<()>,
+) -> io::Result<fs::File> {
+    let (tmp, mut file) = private_temp(path, true)?;
+    let made = fill(&mut file)
+        .and_then(|()| file.sync_all())
+        .and_then(|()| fs::hard_link(&tmp, path));
+    let _ = fs::remove_file(&tmp);
+    made?;
+    sync_dir(parent_dir(path));
+    Ok(file)
+}
+
+fn parent_dir(path: &Path) -> &Path {
+    path.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
+/// Makes a directory entry durable (best effort).
+fn sync_dir(dir: &Path) {
     if let Ok(d) = fs::File::open(dir) {
         let _ = d.sync_all();
     }
-    Ok(())
+}
+
+/// A new private file next to `path` with an unpredictable name (created exclusively, never through a
+/// symbolic link, mode 0600 whatever the umask), open for reading and writing (appending when `append`).
+fn private_temp(path: &Path, append: bool) -> io::Result<(std::path::PathBuf, fs::File)> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let dir = parent_dir(path);
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+    let mut attempt = 0;
+    loop {
+        let tmp = dir.join(format!(".{name}.{}.tmp", random_base62(16)));
+        let mut options = fs::OpenOptions::new();
+        if append {
+            options.append(true);
+        } else {
+            options.write(true);
+        }
+        match options
+            .read(true)
+            .create_new(true)
+            .mode(PRIVATE_FILE_MODE)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)
+        {
+            Ok(f) => {
+                if let Err(e) = f.set_permissions(fs::Permissions::from_mode(PRIVATE_FILE_MODE)) {
+                    let _ = fs::remove_file(&tmp);
+                    return Err(e);
+                }
+                return Ok((tmp, f));
+            }
+            // ~95 random bits: a clash is someone guessing; try another name a few times.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && attempt < 8 => attempt += 1,
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// A warning when `data_dir` can be read or entered by other users (group or world permission bits): it
@@ -414,6 +553,39 @@ mod tests {
         assert_eq!(mode(&p), 0o600);
         assert_eq!(mode(&d.join("sub")), 0o700);
         assert_eq!(mode(&d.join("sub/dir")), 0o700);
+        fs::remove_dir_all(d).unwrap();
+    }
+
+    #[test]
+    fn data_files_open_only_as_regular_files_this_user_owns() {
+        let d = tmpdir("owned");
+        let ro = || fs::OpenOptions::new().read(true).clone();
+        // A FIFO neither blocks the open nor passes.
+        let fifo = d.join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = open_owned(&fifo, &mut ro()).unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+        assert_eq!(
+            open_owned(&d.join("missing"), &mut ro())
+                .unwrap_err()
+                .kind(),
+            io::ErrorKind::NotFound
+        );
+        let own = d.join("own");
+        fs::write(&own, b"mine").unwrap();
+        assert_eq!(read_owned(&own).unwrap(), b"mine");
+        assert!(check_data_files(&d, &["own", "missing"]).is_empty());
+        let problems = check_data_files(&d, &["fifo"]);
+        assert!(problems[0].contains("not a regular file"), "{problems:?}");
+        if effective_uid() == 0 {
+            std::os::unix::fs::chown(&own, Some(65534), Some(65534)).unwrap();
+            let e = open_owned(&own, &mut ro()).unwrap_err();
+            assert!(e.to_string().contains("uid 65534"), "{e}");
+            assert_eq!(check_data_files(&d, &["own"]).len(), 1);
+            let e = write_atomic(&own, b"x").unwrap_err();
+            assert!(e.to_string().contains("belongs to another user"), "{e}");
+        }
         fs::remove_dir_all(d).unwrap();
     }
 

@@ -329,7 +329,12 @@ fn a_symlink_at_the_keys_file_is_refused() {
         .unwrap()
         .file_type()
         .is_symlink());
-    assert_eq!(entries(&data), ["keys.jsonl", "keys.lock"]);
+    // (The audit file is opened before any change, so a change it could not record is never made.)
+    assert_eq!(entries(&data), ["audit.jsonl", "keys.jsonl", "keys.lock"]);
+    assert_eq!(
+        std::fs::read_to_string(data.join("audit.jsonl")).unwrap(),
+        ""
+    );
 }
 
 /// Files and directories tollgate creates are private whatever the umask.

@@ -84,6 +84,9 @@ fn store_error(e: crate::store::StoreError) -> KeyOpError {
     KeyOpError::new("", format!("the store does not answer: {e}"))
 }
 
+/// The lock file of the keys file inside `data_dir`.
+pub const KEYS_LOCK: &str = "keys.lock";
+
 /// Reads, changes and writes the key records: in a data directory, the keys file is rewritten atomically
 /// under an exclusive lock (`keys.lock`); in a store, the change is written only if nobody changed the
 /// records in between (else read again and retried). So the CLI, the console, other instances and hand
@@ -100,7 +103,7 @@ pub fn update_keys<T>(
         KeyOpError::new("", format!("cannot {what} {}: {e}", p.display()))
     };
     crate::util::create_private_dir_all(data_dir).map_err(|e| io("create", data_dir, &e))?;
-    let lock_path = data_dir.join("keys.lock");
+    let lock_path = data_dir.join(KEYS_LOCK);
     let lock = crate::util::open_private(&lock_path).map_err(|e| io("open", &lock_path, &e))?;
     lock.lock().map_err(|e| io("lock", &lock_path, &e))?;
     let path = data_dir.join(KEYS_FILE);

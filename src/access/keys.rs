@@ -98,7 +98,7 @@ impl std::fmt::Display for KeysFileError {
 
 /// Reads the keys file; a missing file is an empty set.
 pub fn read_keys(path: &Path) -> Result<Vec<KeyRecord>, KeysFileError> {
-    let text = match fs::read_to_string(path) {
+    let text = match crate::util::read_owned_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(KeysFileError::Io(e)),
@@ -219,7 +219,7 @@ struct FileMeta {
 
 fn file_meta(path: &Path) -> Option<FileMeta> {
     use std::os::unix::fs::MetadataExt;
-    let m = fs::metadata(path).ok()?;
+    let m = fs::symlink_metadata(path).ok()?;
     Some(FileMeta {
         dev: m.dev(),
         ino: m.ino(),
@@ -258,7 +258,7 @@ fn now_secs() -> i64 {
 
 /// The file's bytes, None when it is missing.
 fn read_bytes(path: &Path) -> io::Result<Option<Vec<u8>>> {
-    match fs::read(path) {
+    match crate::util::read_owned(path) {
         Ok(b) => Ok(Some(b)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),

@@ -250,17 +250,28 @@ pub fn run(args: Args) -> i32 {
     }
 }
 
-/// Runs a `keys` command; a change that succeeded goes into the audit trail (actor `cli`).
+/// Runs a `keys` command; a change that succeeded goes into the audit trail (actor `cli`). The audit file
+/// is opened first: a change it could not record is not made.
 fn keys_command(c: KeysCommand) -> i32 {
     let audit = |config: Option<&Path>, name: &str, action: &str, run: &mut dyn FnMut() -> i32| {
         let opened = load(config)
             .ok()
             .and_then(|c| store::Place::open(&c).ok().map(|p| (c, p)));
+        let trail = match &opened {
+            Some((c, _)) => match crate::audit::Trail::open(&c.data_dir) {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    eprintln!("{e}\nThe change was not made: its audit entry cannot be written.");
+                    return 1;
+                }
+            },
+            None => None,
+        };
         let before = opened.as_ref().map_or(serde_json::Value::Null, |(_, p)| {
             crate::audit::key_in(p.at(), name)
         });
         let code = run();
-        if let (0, Some((c, p))) = (code, opened) {
+        if let (0, Some((_, p)), Some(trail)) = (code, opened, trail) {
             let after = crate::audit::key_in(p.at(), name);
             let entry = crate::audit::Entry::new(
                 crate::audit::ACTOR_CLI,
@@ -269,7 +280,7 @@ fn keys_command(c: KeysCommand) -> i32 {
                 before,
                 after,
             );
-            p.audit(&c, &entry);
+            p.audit(trail, &entry);
         }
         code
     };
@@ -690,6 +701,25 @@ fn log_config_problems(config: &Config) {
     }
 }
 
+/// Whether every file tollgate keeps in `data_dir` that is there is a regular file this user owns (not a
+/// link, not another user's); each one that is not stops the start with an ERROR naming it. Every later
+/// open checks again, on its descriptor.
+fn data_files_in_order(dir: &Path) -> bool {
+    let mut names = vec![
+        crate::ledger::LEDGER_FILE,
+        crate::audit::AUDIT_FILE,
+        KEYS_FILE,
+        key_ops::KEYS_LOCK,
+        crate::config::OVERRIDES_FILE,
+    ];
+    names.extend(crate::server::cluster::FILES);
+    let problems = crate::util::check_data_files(dir, &names);
+    for p in &problems {
+        log::error!("data_dir: {p}");
+    }
+    problems.is_empty()
+}
+
 /// Binds the listen address; when it is taken, says how to choose another one.
 fn bind(listen: &str, has_config: bool) -> Option<TcpListener> {
     match TcpListener::bind(listen) {
@@ -751,6 +781,9 @@ fn serve(a: ServeArgs) -> i32 {
     );
     if let Err(e) = crate::util::create_private_dir_all(&config.data_dir) {
         log::error!("cannot create data_dir {}: {e}", config.data_dir.display());
+        return 1;
+    }
+    if !data_files_in_order(&config.data_dir) {
         return 1;
     }
     log_config_problems(&config);

@@ -97,9 +97,10 @@ impl Place {
         }
     }
 
-    /// Notes an audit entry: in the data directory's audit file, and in the store's audit list.
-    pub fn audit(&self, config: &Config, entry: &crate::audit::Entry) {
-        crate::audit::append(&config.data_dir, entry);
+    /// Notes an audit entry: in the data directory's audit file (opened before the change), and in the
+    /// store's audit list.
+    pub fn audit(&self, trail: crate::audit::Trail, entry: &crate::audit::Entry) {
+        trail.write(entry);
         if let Place::Store(s) = self {
             if let Ok(json) = serde_json::to_string(entry) {
                 let _ = s.audit_push(&json);

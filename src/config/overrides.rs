@@ -115,7 +115,7 @@ impl Overrides {
     /// Reads the overrides in `data_dir` (none when the file is missing).
     pub fn load(data_dir: &Path) -> Result<Overrides, ConfigError> {
         let path = data_dir.join(OVERRIDES_FILE);
-        match std::fs::read_to_string(&path) {
+        match crate::util::read_owned_string(&path) {
             Ok(text) => serde_json::from_str(&text)
                 .map_err(|e| err("", format!("{}: not valid overrides ({e})", path.display()))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Overrides::default()),

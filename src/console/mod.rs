@@ -100,12 +100,25 @@ pub enum Answer {
 }
 
 /// Runs an admin call; a change that succeeded is appended to the audit trail with its state before and
-/// after.
+/// after. The audit file is opened before the change: a change it could not record is refused (503).
 fn audited(gw: &Gateway, ex: &Exchange, trace: &Trace) -> Result<Answer, ApiError> {
     let change = audit_target(ex);
+    let trail = match change {
+        Some(_) => Some(
+            crate::audit::Trail::open(&gw.config().data_dir).map_err(|e| {
+                ApiError::new(
+                    503,
+                    ErrorKind::Unavailable,
+                    format!("The change was not made: its audit entry cannot be written. {e}"),
+                )
+                .with_code("audit_unavailable")
+            })?,
+        ),
+        None => None,
+    };
     let before = change.as_ref().map(|(kind, name)| state_of(gw, kind, name));
     let answer = route(gw, ex)?;
-    if let (Some((kind, name)), Answer::Json(v)) = (change, &answer) {
+    if let (Some((kind, name)), Some(trail), Answer::Json(v)) = (change, trail, &answer) {
         // A new key or group is named in the answer.
         let name = name.or_else(|| v["name"].as_str().map(str::to_string));
         if let Some(name) = name {
@@ -120,7 +133,7 @@ fn audited(gw: &Gateway, ex: &Exchange, trace: &Trace) -> Result<Answer, ApiErro
                 after,
             );
             entry.request_id = Some(trace.request_id.clone());
-            crate::audit::append(&gw.config().data_dir, &entry);
+            trail.write(&entry);
             if let Some(store) = &gw.store {
                 if let Ok(json) = serde_json::to_string(&entry) {
                     if let Err(e) = store.audit_push(&json) {

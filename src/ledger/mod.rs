@@ -9,6 +9,9 @@
 //! retried every 500 ms (strict-mode records are handed back to their caller at once instead). At start the
 //! file is replayed to rebuild every key's spend; a torn last line (a crash mid-write) is cut off with a
 //! warning, and impossible records (negative cost, bad token counts) are refused.
+//!
+//! The ledger opens only a regular file this user owns, never through a symbolic link (checked on the open
+//! descriptor); the writer notices its file moved away, deleted or replaced while it runs (`writer.rs`).
 
 mod query;
 mod writer;
@@ -16,7 +19,7 @@ mod writer;
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions, Permissions};
 use std::io::{self, BufRead, BufReader, Seek, SeekFrom};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -193,6 +196,17 @@ struct Shared {
     inbox: std::sync::Mutex<Vec<Record>>,
     /// False once the writer thread has ended.
     writer_alive: AtomicBool,
+    /// Why the last write attempt failed, while it does.
+    problem: std::sync::Mutex<Option<String>>,
+}
+
+impl Shared {
+    fn set_problem(&self, reason: Option<String>) {
+        *match self.problem.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        } = reason;
+    }
 }
 
 /// Records in the inbox that wake the writer before its sync interval is up.
@@ -227,8 +241,9 @@ impl Ledger {
             synced: std::sync::Mutex::new(None),
             inbox: std::sync::Mutex::new(Vec::new()),
             writer_alive: AtomicBool::new(true),
+            problem: std::sync::Mutex::new(None),
         });
-        let w = writer::Writer::new(file, path.clone(), good_len, sync_interval, shared.clone());
+        let w = writer::Writer::new(file, path.clone(), good_len, sync_interval, shared.clone())?;
         std::thread::Builder::new()
             .name("tollgate-ledger".into())
             .spawn(move || w.run(rx))?;
@@ -362,6 +377,18 @@ impl Ledger {
         self.shared.healthy.load(Ordering::Relaxed)
     }
 
+    /// Why the ledger is not healthy (a disk error, its file replaced by another), for `/readyz`; None
+    /// while it is. Names the file, never the data directory's place.
+    pub fn problem(&self) -> Option<String> {
+        if self.healthy() {
+            return None;
+        }
+        match self.shared.problem.lock() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
     /// Records handed to the ledger and not yet written and synced (about 0 in normal operation).
     pub fn backlog(&self) -> usize {
         self.shared.backlog.load(Ordering::Relaxed)
@@ -401,36 +428,36 @@ impl Ledger {
     }
 }
 
-/// Opens the ledger for appending; a new file gets mode 0600 whatever the umask.
+/// Opens the ledger for reading and appending; a new file gets mode 0600 whatever the umask. Only a regular
+/// file this user owns is opened, never through a symbolic link (`util::open_owned`).
 fn open_for_append(path: &Path) -> io::Result<File> {
-    match OpenOptions::new()
-        .append(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-    {
-        Ok(f) => {
-            f.set_permissions(Permissions::from_mode(0o600))?;
-            // Make the new directory entry durable too (best effort).
-            if let Some(dir) = path.parent() {
-                if let Ok(d) = File::open(dir) {
-                    let _ = d.sync_all();
-                }
-            }
-            Ok(f)
-        }
+    let f = match crate::util::open_owned(
+        path,
+        OpenOptions::new().read(true).append(true).create_new(true),
+    ) {
+        Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            OpenOptions::new().append(true).open(path)
+            return crate::util::open_owned(path, OpenOptions::new().read(true).append(true))
         }
-        Err(e) => Err(e),
+        Err(e) => return Err(e),
+    };
+    f.set_permissions(Permissions::from_mode(0o600))?;
+    // Make the new directory entry durable too (best effort).
+    if let Some(dir) = path.parent() {
+        if let Ok(d) = File::open(dir) {
+            let _ = d.sync_all();
+        }
     }
+    Ok(f)
 }
 
 /// Spend per key in the day, week and month holding `now`, read from the ledger in `data_dir` without
 /// changing it (for `tollgate keys list` next to a running server; lines it cannot read are skipped).
 pub fn period_spend(data_dir: &Path, now: u64) -> HashMap<String, PeriodSpend> {
     let mut out: HashMap<String, PeriodSpend> = HashMap::new();
-    let Ok(file) = File::open(data_dir.join(LEDGER_FILE)) else {
+    let Ok(file) =
+        crate::util::open_owned(&data_dir.join(LEDGER_FILE), OpenOptions::new().read(true))
+    else {
         return out;
     };
     let since = crate::util::rfc3339(
@@ -495,7 +522,7 @@ fn replay(path: &Path) -> io::Result<Replay> {
             .start_of(now)
             .min(Period::Weekly.start_of(now)),
     );
-    let file = match OpenOptions::new().read(true).write(true).open(path) {
+    let file = match crate::util::open_owned(path, OpenOptions::new().read(true).write(true)) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(result),
         Err(e) => return Err(e),

@@ -1,7 +1,6 @@
 //! Reading the ledger newest first: the file is scanned backwards in blocks, so recent records (what the
 //! console and support ask for) are found without reading the whole history.
 
-use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::Path;
 
@@ -162,7 +161,7 @@ const STOP_MARGIN_SECS: u64 = 6 * 3600;
 
 /// Calls `f` with each complete line of the file, last line first, until `f` returns false.
 pub fn each_line_backwards(path: &Path, mut f: impl FnMut(&[u8]) -> bool) -> io::Result<()> {
-    let mut file = match File::open(path) {
+    let mut file = match crate::util::open_owned(path, std::fs::OpenOptions::new().read(true)) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(e),

@@ -350,3 +350,113 @@ fn shutdown_status_roundtrips_and_filters() {
     assert!(!by("client_closed").matches(&back));
     assert!(!by("200").matches(&back));
 }
+
+fn tmp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "tollgate-ledger-{tag}-{}",
+        crate::util::random_base62(8)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn lines_of(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// A ledger file moved away while in use is made again at the path with everything written so far, and
+/// records continue there: a replay counts every record, once.
+#[test]
+fn a_ledger_moved_away_is_made_again_with_what_it_held() {
+    let dir = tmp_dir("moved");
+    let path = dir.join(LEDGER_FILE);
+    let (ledger, _) = Ledger::open(&dir, Duration::from_millis(20), false).unwrap();
+    ledger.append(record("a", 1.0, 1));
+    ledger.append(record("a", 2.0, 2));
+    assert!(ledger.flush());
+    std::fs::rename(&path, dir.join("moved.jsonl")).unwrap();
+    ledger.append(record("a", 4.0, 3));
+    assert!(ledger.flush());
+    assert!(ledger.healthy(), "{:?}", ledger.problem());
+    let lines = lines_of(&path);
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert_eq!(lines_of(&dir.join("moved.jsonl")).len(), 2);
+    // Deleted, with nothing queued: the idle check makes it again.
+    std::fs::remove_file(&path).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::fs::symlink_metadata(&path).is_err() {
+        assert!(Instant::now() < deadline, "the ledger was not made again");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    ledger.append(record("b", 8.0, 4));
+    assert!(ledger.flush());
+    drop(ledger);
+    let (_, replay) = Ledger::open(&dir, Duration::from_millis(20), false).unwrap();
+    assert_eq!(replay.records, 4);
+    assert_eq!(replay.spent["a"], Money::from_f64(7.0).unwrap());
+    assert_eq!(replay.spent["b"], Money::from_f64(8.0).unwrap());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A ledger path that names another file (or a link) is never written: records wait in memory, the
+/// ledger is unhealthy with the reason (naming the file, not the directory), and when the file is moved
+/// away every record is written, once, in a ledger made again with what it held.
+#[test]
+fn a_ledger_replaced_by_another_file_is_not_written() {
+    let dir = tmp_dir("replaced");
+    let path = dir.join(LEDGER_FILE);
+    let (ledger, _) = Ledger::open(&dir, Duration::from_millis(20), false).unwrap();
+    ledger.append(record("a", 1.0, 1));
+    assert!(ledger.flush());
+    std::fs::rename(&path, dir.join("old.jsonl")).unwrap();
+    std::fs::write(&path, "planted\n").unwrap();
+    ledger.append(record("a", 2.0, 2));
+    assert!(!ledger.flush());
+    assert!(!ledger.healthy());
+    let why = ledger.problem().unwrap();
+    assert!(why.contains("replaced by another file"), "{why}");
+    assert!(!why.contains(&*dir.to_string_lossy()), "{why}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "planted\n");
+    assert_eq!(ledger.backlog(), 1);
+    // A link is no better.
+    std::fs::remove_file(&path).unwrap();
+    std::os::unix::fs::symlink(dir.join("old.jsonl"), &path).unwrap();
+    assert!(!ledger.flush());
+    assert_eq!(lines_of(&dir.join("old.jsonl")).len(), 1);
+    std::fs::remove_file(&path).unwrap();
+    assert!(ledger.flush());
+    assert!(ledger.healthy() && ledger.problem().is_none());
+    let lines = lines_of(&path);
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A ledger that is a link, or another user's file, is refused at open, and nothing is written through it.
+#[test]
+fn a_planted_ledger_is_refused_at_open() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tmp_dir("planted");
+    let victim = dir.join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    std::os::unix::fs::symlink(&victim, dir.join(LEDGER_FILE)).unwrap();
+    let e = Ledger::open(&dir, Duration::from_millis(20), false)
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("symbolic link"), "{e}");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    std::fs::remove_file(dir.join(LEDGER_FILE)).unwrap();
+    if crate::util::effective_uid() == 0 {
+        std::fs::write(dir.join(LEDGER_FILE), "").unwrap();
+        std::os::unix::fs::chown(dir.join(LEDGER_FILE), Some(65534), Some(65534)).unwrap();
+        let e = Ledger::open(&dir, Duration::from_millis(20), false)
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("belongs to another user"), "{e}");
+        assert_eq!(std::fs::metadata(dir.join(LEDGER_FILE)).unwrap().size(), 0);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

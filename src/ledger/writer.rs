@@ -2,10 +2,18 @@
 //! can be undone: it knows the file length made of complete lines (`good_len`), and when a write or sync
 //! fails it cuts the file back to it and keeps every unwritten record, in order, until a later write and
 //! sync of all of them succeed.
+//!
+//! Before each write, and about once a second when idle, it checks that the ledger's path still names the
+//! file it holds open (device and inode of the path against those of its descriptor). A file moved away or
+//! deleted while in use is made again at the path with every line written so far (so a restart still counts
+//! that spend; nothing is written twice), with an ERROR, and records continue there. A path that names
+//! another file (or a link) is never written: that is a failure like a full disk (records kept in memory,
+//! `/readyz` not ready with the reason; in strict mode requests refused) until it is moved away.
 
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, Write};
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -13,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, SendError, Sender, TryRecvError};
 
-use super::{Ack, FlushAck, Msg, Record, Shared};
+use super::{Ack, FlushAck, Msg, Record, Shared, LEDGER_FILE};
 
 /// How often the backlog is retried while the disk fails.
 pub(super) const RETRY_EVERY: Duration = Duration::from_millis(500);
@@ -23,6 +31,9 @@ const LOG_EVERY: Duration = Duration::from_secs(30);
 
 /// Unwritten bytes that trigger a write before `sync_interval` is up.
 const EARLY_WRITE_BYTES: usize = 1024 * 1024;
+
+/// How often an idle writer checks that the ledger's path still names its file.
+const CHECK_EVERY: Duration = Duration::from_secs(1);
 
 /// Bytes handed to one `write` call.
 const CHUNK: usize = 256 * 1024;
@@ -47,6 +58,12 @@ struct Episode {
 pub(super) struct Writer {
     file: File,
     path: PathBuf,
+    /// Device and inode of `file`: what the path must still name.
+    id: (u64, u64),
+    /// When the path was last checked.
+    last_check: Instant,
+    /// The failure in progress is the path naming another file (not the disk failing).
+    misplaced: bool,
     /// Length of the file made of complete, synced lines.
     good_len: u64,
     /// A cut back to `good_len` failed: it must succeed before anything else is written.
@@ -93,11 +110,14 @@ impl Writer {
         good_len: u64,
         sync_interval: Duration,
         shared: Arc<Shared>,
-    ) -> Writer {
+    ) -> io::Result<Writer> {
         let now = Instant::now();
-        Writer {
+        Ok(Writer {
+            id: file_id(&file)?,
             file,
             path,
+            last_check: now,
+            misplaced: false,
             good_len,
             need_truncate: false,
             pending: VecDeque::new(),
@@ -109,7 +129,7 @@ impl Writer {
             close: None,
             shared,
             scratch: Vec::new(),
-        }
+        })
     }
 
     pub(super) fn run(mut self, rx: Receiver<Msg>) {
@@ -138,6 +158,8 @@ impl Writer {
             }
             if urgent || disconnected || self.due() {
                 self.attempt();
+            } else if self.idle_check_due() {
+                self.check_idle();
             }
             let done = self.pending.is_empty();
             for (ack, snapshot) in flushes.drain(..) {
@@ -243,10 +265,88 @@ impl Writer {
         wait
     }
 
+    /// Whether the path is to be checked with nothing to write: about once a second, and while the path
+    /// names another file, at the retry pace (never while the disk fails: a check is no write).
+    fn idle_check_due(&self) -> bool {
+        if !self.pending.is_empty() || self.need_truncate {
+            return false;
+        }
+        match (self.failing(), self.misplaced) {
+            (false, _) => self.last_check.elapsed() >= CHECK_EVERY,
+            (true, true) => self.last_check.elapsed() >= RETRY_EVERY,
+            (true, false) => false,
+        }
+    }
+
+    /// The path checked with nothing to write: a failure is reported like a failed write; a path in order
+    /// again ends the failure it caused.
+    fn check_idle(&mut self) {
+        match self.keep_in_place() {
+            Ok(()) if self.misplaced => {
+                self.misplaced = false;
+                self.succeeded();
+            }
+            Ok(()) => {}
+            Err(e) => {
+                self.misplaced = true;
+                self.failed(&e);
+            }
+        }
+    }
+
+    /// Checks that the path still names the file being written. A file moved away or deleted is made again
+    /// at the path, holding every complete line written so far, and writing continues in it. A path that
+    /// names anything else is an error: nothing is written there.
+    fn keep_in_place(&mut self) -> io::Result<()> {
+        self.last_check = Instant::now();
+        match std::fs::symlink_metadata(&self.path) {
+            Ok(m) if (m.dev(), m.ino()) == self.id => Ok(()),
+            Ok(_) => Err(io::Error::other(format!(
+                "{LEDGER_FILE} was replaced by another file while in use; nothing is written to that file and \
+                 records are kept in memory: move it away (the ledger is then made again with everything it \
+                 held), or restart tollgate to replay it"
+            ))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => self.recreate(),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Makes the ledger again at its path (moved away or deleted while in use) with the complete lines of
+    /// the file still held open, and writes there from now on.
+    fn recreate(&mut self) -> io::Result<()> {
+        let len = self.good_len;
+        let old = &self.file;
+        let file = crate::util::create_filled(&self.path, |new| copy_prefix(old, new, len))
+            .map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!(
+                        "{LEDGER_FILE} was moved away or deleted while in use and cannot be made again ({e})"
+                    ),
+                )
+            })?;
+        self.id = file_id(&file)?;
+        self.file = file;
+        self.need_truncate = false;
+        log::error!(
+            "usage ledger {}: the file was moved away or deleted while in use; made it again with the {len} bytes \
+             written so far, and records continue there (the ledger is tollgate's record of spend: do not move \
+             or rotate it while tollgate runs)",
+            self.path.display()
+        );
+        Ok(())
+    }
+
     /// One attempt to write and sync every pending record.
     fn attempt(&mut self) {
         if self.need_truncate || !self.pending.is_empty() {
             self.last_attempt = Instant::now();
+            self.misplaced = false;
+            if let Err(e) = self.keep_in_place() {
+                self.misplaced = true;
+                self.failed(&e);
+                return;
+            }
         }
         if self.need_truncate {
             if let Err(e) = self.file.set_len(self.good_len) {
@@ -304,6 +404,7 @@ impl Writer {
         }
         self.shared.backlog.fetch_sub(n, Ordering::Relaxed);
         self.shared.healthy.store(true, Ordering::Relaxed);
+        self.shared.set_problem(None);
         self.shared
             .synced_len
             .store(self.good_len, Ordering::Release);
@@ -325,6 +426,10 @@ impl Writer {
     fn failed(&mut self, e: &io::Error) {
         self.shared.write_errors.fetch_add(1, Ordering::Relaxed);
         self.shared.healthy.store(false, Ordering::Relaxed);
+        // The reason as `/readyz` shows it: the file's name, not where the data directory is.
+        let path = self.path.display().to_string();
+        self.shared
+            .set_problem(Some(e.to_string().replace(&path, LEDGER_FILE)));
         let mut handed_back = 0usize;
         for mut entry in std::mem::take(&mut self.pending) {
             let Some(ack) = entry.ack.take() else {
@@ -395,4 +500,29 @@ impl Writer {
         self.shared.backlog.fetch_sub(n, Ordering::Relaxed);
         logged
     }
+}
+
+/// Device and inode of an open file.
+fn file_id(f: &File) -> io::Result<(u64, u64)> {
+    let m = f.metadata()?;
+    Ok((m.dev(), m.ino()))
+}
+
+/// Copies the first `len` bytes of `from` to the end of `to`.
+fn copy_prefix(from: &File, to: &mut File, len: u64) -> io::Result<()> {
+    let mut buf = vec![0u8; CHUNK];
+    let mut at = 0u64;
+    while at < len {
+        let want = ((len - at) as usize).min(buf.len());
+        let n = from.read_at(&mut buf[..want], at)?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("the file held open is shorter than the {len} bytes written to it"),
+            ));
+        }
+        to.write_all(&buf[..n])?;
+        at += n as u64;
+    }
+    Ok(())
 }

@@ -34,6 +34,9 @@ const EPOCH_FILE: &str = "store-epoch";
 /// This data directory's run id: the holder of its instance name in the store.
 const RUN_ID_FILE: &str = "store-run-id";
 
+/// The files of the data directory this module reads and writes.
+pub const FILES: [&str; 4] = [KEYS_COPY, OVERRIDES_COPY, EPOCH_FILE, RUN_ID_FILE];
+
 /// The start of an epoch written by `tollgate store rebuild`: only such a new epoch ends the refusals of
 /// instances that saw the store lose its data.
 pub const REBUILT: &str = "rebuilt_";
@@ -53,7 +56,14 @@ pub struct Joined {
 }
 
 fn read_text(path: &Path) -> Option<String> {
-    std::fs::read_to_string(path).ok()
+    match crate::util::read_owned_string(path) {
+        Ok(text) => Some(text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => {
+            log::error!("{e}");
+            None
+        }
+    }
 }
 
 /// The run id of this data directory (made on first use).

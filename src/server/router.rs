@@ -111,7 +111,8 @@ fn readiness(gw: &Gateway) -> (bool, serde_json::Value) {
     });
     let ready = !draining && ledger && store.as_ref().is_none_or(|(ok, _)| *ok);
     let body = json!({"status": if ready { "ready" } else { "not ready" }, "config": "loaded",
-                      "ledger": if ledger { "writable" } else { "failing" }, "draining": draining,
+                      "ledger": if ledger { "writable" } else { "failing" },
+                      "ledger_error": gw.ledger.problem(), "draining": draining,
                       "store": store.map(|(_, s)| s)});
     (ready, body)
 }

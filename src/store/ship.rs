@@ -13,7 +13,6 @@
 //! The cursor also holds the ledger's fingerprint (a hash of its first line), so a ledger file that was
 //! replaced is not taken for the one the cursor counted.
 
-use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -49,7 +48,7 @@ pub fn fingerprint(first_line: &[u8]) -> String {
 
 /// The first line of the file at `path` ("" when there is none yet).
 fn first_line(path: &Path) -> std::io::Result<Vec<u8>> {
-    let mut f = match File::open(path) {
+    let mut f = match crate::util::open_owned(path, std::fs::OpenOptions::new().read(true)) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e),
@@ -383,7 +382,8 @@ fn ship_from(
     if fp.is_empty() {
         *fp = fingerprint(&first_line(path).map_err(io_err)?);
     }
-    let mut f = File::open(path).map_err(io_err)?;
+    let mut f =
+        crate::util::open_owned(path, std::fs::OpenOptions::new().read(true)).map_err(io_err)?;
     f.seek(SeekFrom::Start(pos)).map_err(io_err)?;
     let len = ((end - pos) as usize).min(READ_MAX);
     let mut buf = vec![0u8; len];
