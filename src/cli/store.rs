@@ -177,10 +177,10 @@ pub fn join_at_serve(config: &Config) -> Result<Option<crate::server::Shared>, S
     let store = Arc::new(Store::new(settings, &config.instance)?);
     let joined = crate::server::cluster::join(config, &store)?;
     log::info!(
-        "store: {} as instance {:?} ({} keys; on_unavailable = {})",
+        "store: {} as instance {:?} ({}; on_unavailable = {})",
         store.describe(),
         config.instance,
-        joined.keys.len(),
+        crate::util::plural(joined.keys.len(), "key"),
         settings.on_unavailable.name()
     );
     Ok(Some(crate::server::Shared { store, joined }))
