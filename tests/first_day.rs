@@ -51,10 +51,11 @@ fn a_key_works_the_moment_keys_add_returns() {
     assert_eq!(r.status, 401);
 }
 
-/// Two instances on one Redis: a key made through instance A's config (the store) works on B at once.
+/// Two instances on one Redis: a key made through instance A's config (the store) works on B at once. (And
+/// `check --connect` says that this Redis keeps its data across a restart, as docs/CLUSTER.md promises.)
 #[test]
 fn a_key_made_on_one_instance_works_on_the_other_at_once() {
-    let redis = Redis::start(false);
+    let redis = Redis::start(true);
     let config = |dir: &std::path::Path, name: &str| {
         let mut c = base_config(dir, &format!("instance = \"{name}\""));
         c.push_str(
@@ -78,6 +79,9 @@ fn a_key_made_on_one_instance_works_on_the_other_at_once() {
         let r = a.post_as(&key, "/v1/chat/completions", &chat());
         assert_eq!(r.status, 200, "key {name} on A at once: {}", r.text());
     }
+    let (code, out, err) = a.cli(&["check", "--connect"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("keeps its data across a restart"), "{out}");
 }
 
 #[test]
@@ -201,4 +205,48 @@ fn small_texts_say_what_they_mean() {
         .find(|l| l.trim_start().starts_with("local servers"))
         .unwrap_or_else(|| panic!("no local servers line: {text}"));
     assert!(line.contains("local servers "), "{line}");
+}
+
+/// The README's way to try a config with no model at hand: the fake upstream example, behind the gateway.
+/// (`cargo test` builds the examples; a run of this file alone may not have, and says so.)
+#[test]
+fn the_fake_upstream_of_the_readme_answers_through_the_gateway() {
+    let exe = std::path::Path::new(bin())
+        .parent()
+        .unwrap()
+        .join("examples/fake-upstream");
+    if !exe.exists() {
+        eprintln!(
+            "SKIPPED: {} is not built (`cargo test` builds it)",
+            exe.display()
+        );
+        return;
+    }
+    let mut fake = Command::new(&exe)
+        .args(["--listen", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(fake.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let addr = line.trim().rsplit("http://").next().unwrap().to_string();
+    let dir = TempDir::new("fd-fake");
+    let mut c = base_config(dir.path(), "");
+    c.push_str(&format!(
+        "[[upstreams]]\nname = \"fake\"\nkind = \"openai-chat\"\nbase_url = \"http://{addr}/v1\"\n\n\
+         [[models]]\nname = \"any-model\"\nupstream = \"fake\"\n\n[[groups]]\nname = \"default\"\nmodels = [\"*\"]\n"
+    ));
+    let gw = Gateway::start_with(dir, &c);
+    let r = gw.post(
+        "/v1/chat/completions",
+        &json!({"model": "any-model", "messages": [{"role": "user", "content": "hi"}]}),
+    );
+    let _ = fake.kill();
+    let _ = fake.wait();
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.json()["choices"][0]["message"]["content"].is_string());
 }

@@ -149,7 +149,9 @@ pub fn connect_check(config: &Config) -> Result<Vec<String>, String> {
         }
     });
     match store.persistence() {
-        Ok(Some(true)) => {}
+        Ok(Some(true)) => lines.push(
+            "store: keeps its data across a restart (appendonly yes)".to_string(),
+        ),
         Ok(Some(false)) => lines.push(
             "warning: the store runs without `appendonly yes`: a Redis restart loses every balance and key \
              (tollgate store rebuild can restore them from the ledgers)"
