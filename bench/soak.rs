@@ -18,7 +18,8 @@
 //! | stalled stream (2) | the upstream goes silent 3 s; idle_timeout_secs = 2 | 200, then an in-stream error | 1 record, 200, error set |
 //! | client leaves mid-stream (8) | the client closes after 3 of 50 events (20 ms apart) | – | 1 record, `client_closed` |
 //! | client leaves early (4) | the client closes 200 ms into a 1.5 s wait | – | 1 record, `client_closed` |
-//! | bad key (3) / bad JSON (2) | refused before any upstream call | 401 / 400 | no record |
+//! | bad key (3) | refused before any upstream call | 401 | no record (anyone could fill the ledger) |
+//! | bad JSON (2), a known key | refused before any upstream call | 400 | 1 refusal record: 400, no upstream, cost 0, a `reason` |
 //!
 //! **Disk-full phase**: the data directory is a tmpfs (mounted by the soak; it needs root, and says so and
 //! skips the phase otherwise). From 40 % to 60 % of the run the file system is filled to the last byte, so
@@ -123,6 +124,9 @@ struct LedgerExpect {
     tokens: Option<(u64, u64)>,
     stream: bool,
     protocol: &'static str,
+    /// A request of a known key that tollgate refused itself: its record has no upstream, cost 0 and a
+    /// `reason` (the operator's view of refusals).
+    refusal: bool,
 }
 
 /// One request as sent, and what should come of it.
@@ -169,6 +173,7 @@ fn plan(kind: Kind, rng: &mut Rng) -> Plan {
         tokens,
         stream,
         protocol: if messages { "messages" } else { "chat" },
+        refusal: false,
     };
     match kind {
         Kind::ChatOk | Kind::MessagesOk => {
@@ -197,6 +202,7 @@ fn plan(kind: Kind, rng: &mut Rng) -> Plan {
                 tokens: None,
                 stream: p.stream,
                 protocol: if p.messages { "messages" } else { "chat" },
+                refusal: false,
             });
         }
         Kind::SlowOk => {
@@ -214,6 +220,7 @@ fn plan(kind: Kind, rng: &mut Rng) -> Plan {
                 tokens: None,
                 stream: false,
                 protocol: if p.messages { "messages" } else { "chat" },
+                refusal: false,
             });
         }
         Kind::BrokenStream | Kind::StalledStream => {
@@ -231,6 +238,7 @@ fn plan(kind: Kind, rng: &mut Rng) -> Plan {
                 tokens: None,
                 stream: true,
                 protocol: if p.messages { "messages" } else { "chat" },
+                refusal: false,
             });
         }
         Kind::ClientLeavesMidStream => {
@@ -245,6 +253,7 @@ fn plan(kind: Kind, rng: &mut Rng) -> Plan {
                 tokens: None,
                 stream: true,
                 protocol: if p.messages { "messages" } else { "chat" },
+                refusal: false,
             });
         }
         Kind::ClientLeavesEarly => {
@@ -258,6 +267,7 @@ fn plan(kind: Kind, rng: &mut Rng) -> Plan {
                 tokens: None,
                 stream: false,
                 protocol: if p.messages { "messages" } else { "chat" },
+                refusal: false,
             });
         }
         Kind::BadKey => {
@@ -266,9 +276,18 @@ fn plan(kind: Kind, rng: &mut Rng) -> Plan {
             p.usage = None;
         }
         Kind::BadJson => {
+            // A known key: refused before any upstream call, with a refusal record.
             p.bad_json = true;
             p.status = Some(400);
             p.usage = None;
+            p.ledger = Some(LedgerExpect {
+                status: "400".into(),
+                error: true,
+                tokens: None,
+                stream: false,
+                protocol: if p.messages { "messages" } else { "chat" },
+                refusal: true,
+            });
         }
     }
     p
@@ -773,10 +792,22 @@ models = ["*"]
     let mut unreadable = 0u64;
     let mut without_id = 0u64;
     let mut lines = 0u64;
+    // Records of requests that reached the upstream (refusal records have no upstream).
+    let mut upstream_lines = 0u64;
     for line in text.lines() {
         lines += 1;
         match serde_json::from_str::<Value>(line) {
             Ok(v) => match v.get("client_request_id").and_then(Value::as_str) {
+                Some(id)
+                    if !v
+                        .get("upstream")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .is_empty() =>
+                {
+                    upstream_lines += 1;
+                    records.entry(id.to_string()).or_default().push(v)
+                }
                 Some(id) => records.entry(id.to_string()).or_default().push(v),
                 None => without_id += 1,
             },
@@ -840,6 +871,18 @@ models = ["*"]
                 if r.get("protocol").and_then(Value::as_str) != Some(e.protocol) {
                     diffs.push(("protocol".into(), "protocol".into()));
                 }
+                let upstream = r.get("upstream").and_then(Value::as_str).unwrap_or("");
+                let cost = r.get("cost").and_then(Value::as_f64).unwrap_or(-1.0);
+                let reason = r.get("reason").and_then(Value::as_str);
+                if e.refusal && (!upstream.is_empty() || cost != 0.0 || reason.is_none()) {
+                    diffs.push((
+                        "refusal record".into(),
+                        format!("refusal record with upstream {upstream:?}, cost {cost}, reason {reason:?}"),
+                    ));
+                }
+                if !e.refusal && upstream.is_empty() {
+                    diffs.push(("no upstream".into(), "no upstream in the record".into()));
+                }
                 if let Some((i, o)) = e.tokens {
                     let gi = r.get("input_tokens").and_then(Value::as_u64);
                     let go = r.get("output_tokens").and_then(Value::as_u64);
@@ -898,7 +941,7 @@ models = ["*"]
     }
     println!("ledger ({}):", inst.ledger_path().display());
     println!(
-        "  {lines} lines ({unreadable} unreadable); {expected_records} requests reached the upstream by the plan; the fake upstream counted {}",
+        "  {lines} lines ({unreadable} unreadable), {upstream_lines} of requests that reached an upstream; {expected_records} records expected by the plan; the fake upstream counted {}",
         upstream_requests.map_or("?".into(), |n| n.to_string())
     );
     println!(
@@ -925,7 +968,7 @@ models = ["*"]
         && mismatched == 0
         && strangers == 0
         && unreadable == 0
-        && upstream_requests.is_none_or(|n| n == lines)
+        && upstream_requests.is_none_or(|n| n == upstream_lines)
         && tally.admin_failures.is_empty();
     let pass = ledger_ok && wrong_total == 0 && exit == Some(0) && !phase_failed;
     println!();

@@ -310,6 +310,15 @@ pub fn new_id(prefix: &str) -> String {
     format!("{prefix}{}", random_base62(24))
 }
 
+/// `n` and the noun, plural unless `n` is 1: "1 model", "3 models".
+pub fn plural(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// Seconds since the Unix epoch.
 pub fn unix_now() -> u64 {
     SystemTime::now()

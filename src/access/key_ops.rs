@@ -61,6 +61,26 @@ pub fn read_all(at: KeysAt) -> Result<Vec<KeyRecord>, KeyOpError> {
     }
 }
 
+/// Reads the store's key records and puts them in force in `keys` (unless a newer version is in force
+/// already, or `force`: after a rebuild, versions are counted anew). Returns the version read and the
+/// records; None when the store did not answer.
+pub fn install_from_store(
+    keys: &crate::access::KeyStore,
+    store: &crate::store::Store,
+    force: bool,
+) -> Option<(u64, Vec<KeyRecord>)> {
+    let (ver, fields) = store.read_map(STORE_MAP).ok()?;
+    let records = records_of(&fields);
+    let from = format!("the store ({})", store.describe());
+    if keys.install_version(&records, &from, ver, force) {
+        log::info!(
+            "keys reloaded from the store ({})",
+            crate::util::plural(records.len(), "key")
+        );
+    }
+    Some((ver, records))
+}
+
 /// The key records of a store map's fields, oldest first (a field that is not a record is skipped and
 /// logged).
 pub fn records_of(fields: &[(String, String)]) -> Vec<KeyRecord> {

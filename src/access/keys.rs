@@ -8,12 +8,20 @@
 //! file when it changes (any rewrite: inode, length, times and a SHA-256 of the content are compared); a file
 //! that no longer parses, has disappeared or holds no keys leaves the last good set in force and logs an
 //! error once. Keys end by being revoked, never by a file going missing.
+//!
+//! A key that is not in memory makes the set look at its source once before it is refused ([`KeyStore::check`]):
+//! the keys file's metadata (one `stat`), or, with a shared store, the store's key version (one call). Looks
+//! are single-flight: a miss waits for a look that started after it arrived, and shares it with every miss
+//! that arrived before that look began, so a flood of wrong keys costs one look at a time, and a key made a
+//! moment ago (`tollgate keys add`, the console) works at its first use.
 
 use std::collections::HashMap;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
@@ -198,12 +206,21 @@ impl KeySet {
     }
 }
 
+/// How a key set looks at its source again when a presented key is not in it (see the module doc).
+pub type MissLook = Box<dyn Fn(&KeyStore) + Send + Sync>;
+
 /// The keys the server accepts, reloaded when the file changes.
 pub struct KeyStore {
     path: PathBuf,
     set: RwLock<Arc<KeySet>>,
     /// What the last look at the file saw; also serialises reloads.
     seen: Mutex<Seen>,
+    /// With a shared store: the version of its key records in force.
+    version: AtomicU64,
+    /// What a miss does before refusing (the keys file: a quick reload; a store: set by the server).
+    miss_look: OnceLock<MissLook>,
+    /// When the last look on a miss started (held while a look runs: looks are single-flight).
+    last_look: Mutex<Option<Instant>>,
 }
 
 /// The file's identity and metadata: a rewrite in place changes the length or the times, a replacement
@@ -286,7 +303,7 @@ impl KeyStore {
             Some(b) => parse_bytes(b)?,
             None => Vec::new(),
         };
-        Ok(KeyStore {
+        let store = KeyStore {
             set: RwLock::new(Arc::new(KeySet::from_records(&records))),
             path,
             seen: Mutex::new(Seen {
@@ -294,7 +311,15 @@ impl KeyStore {
                 digest: bytes.map(|b| Sha256::digest(&b).into()),
                 read_at,
             }),
-        })
+            version: AtomicU64::new(0),
+            miss_look: OnceLock::new(),
+            last_look: Mutex::new(None),
+        };
+        let quick: MissLook = Box::new(|k: &KeyStore| {
+            k.reload(false);
+        });
+        let _ = store.miss_look.set(quick);
+        Ok(store)
     }
 
     /// A key set kept in a shared store: starts from `records` (the store's, or the local copy while the
@@ -308,7 +333,41 @@ impl KeyStore {
                 digest: None,
                 read_at: 0,
             }),
+            version: AtomicU64::new(0),
+            miss_look: OnceLock::new(),
+            last_look: Mutex::new(None),
         }
+    }
+
+    /// Sets how a key set kept in a shared store looks at the store on a miss (once; later calls are ignored).
+    pub fn set_miss_look(&self, look: MissLook) {
+        let _ = self.miss_look.set(look);
+    }
+
+    /// The version of the store's key records in force (0: none installed by version).
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::SeqCst)
+    }
+
+    /// [`KeyStore::install`] of the store's records at `version`, unless a newer version is in force already
+    /// (a look on a miss and the store thread may read the store at the same time). `force`: install whatever
+    /// the version (the store was rebuilt and counts its versions anew).
+    pub fn install_version(
+        &self,
+        records: &[KeyRecord],
+        from: &str,
+        version: u64,
+        force: bool,
+    ) -> bool {
+        let _serial = lock(&self.seen);
+        if !force && version <= self.version() {
+            return false;
+        }
+        let installed = self.install(records, from);
+        if installed {
+            self.version.store(version, Ordering::SeqCst);
+        }
+        installed
     }
 
     /// Puts the store's key records in force. Like a keys file that comes back empty, a store that holds no
@@ -355,14 +414,42 @@ impl KeyStore {
         self.current().records.clone()
     }
 
-    /// Checks a presented key.
+    /// Checks a presented key. A key not in force makes the set look at its source once (single-flight; see
+    /// the module doc) before it is called unknown.
     pub fn check(&self, key: &str) -> KeyCheck {
+        let arrived = Instant::now();
+        let hash = hash_key(key);
+        match self.lookup(&hash) {
+            KeyCheck::Unknown if self.miss_look.get().is_some() => {
+                self.look_since(arrived);
+                self.lookup(&hash)
+            }
+            found => found,
+        }
+    }
+
+    fn lookup(&self, hash: &str) -> KeyCheck {
         let set = self.current();
-        match set.by_hash.get(&hash_key(key)) {
+        match set.by_hash.get(hash) {
             Some((id, false)) => KeyCheck::Valid(id.clone()),
             Some((id, true)) => KeyCheck::Revoked(id.name.clone()),
             None => KeyCheck::Unknown,
         }
+    }
+
+    /// Makes sure a look at the source that started at or after `arrived` has completed: waits for the look
+    /// in progress, and starts one unless a look that started after `arrived` has ended meanwhile.
+    fn look_since(&self, arrived: Instant) {
+        let Some(look) = self.miss_look.get() else {
+            return;
+        };
+        let mut last = lock(&self.last_look);
+        if last.is_some_and(|t| t >= arrived) {
+            return;
+        }
+        let started = Instant::now();
+        look(self);
+        *last = Some(started);
     }
 
     /// Reloads the file if it changed: its inode, length or times differ, or (while its timestamps cannot
@@ -372,12 +459,16 @@ impl KeyStore {
     /// (the log names the line), cannot be read, has disappeared or holds no key records: an empty keys file
     /// is far more often a mistake than an intent, and keys end by being revoked.
     pub fn reload_if_changed(&self) -> bool {
-        let mut seen = match self.seen.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        self.reload(true)
+    }
+
+    /// [`KeyStore::reload_if_changed`]; `thorough`: also read a file whose timestamps cannot tell writes
+    /// apart (the reload thread does; a look on a miss only compares metadata, which every rewrite tollgate
+    /// makes changes: it replaces the file).
+    fn reload(&self, thorough: bool) -> bool {
+        let mut seen = lock(&self.seen);
         let meta = file_meta(&self.path);
-        if meta == seen.meta && !seen.racy() {
+        if meta == seen.meta && !(thorough && seen.racy()) {
             return false;
         }
         let read_at = now_secs();
@@ -439,9 +530,9 @@ impl KeyStore {
             Err(p) => *p.into_inner() = set,
         }
         log::info!(
-            "keys reloaded from {} ({} keys)",
+            "keys reloaded from {} ({})",
             self.path.display(),
-            records.len()
+            crate::util::plural(records.len(), "key")
         );
         true
     }
@@ -453,6 +544,14 @@ impl KeyStore {
              revoke it: tollgate keys revoke --name NAME",
             self.path.display()
         );
+    }
+}
+
+/// A mutex's guard, also when a thread panicked holding it (what it guards stays consistent).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
     }
 }
 

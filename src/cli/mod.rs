@@ -371,9 +371,7 @@ fn keys_command(c: KeysCommand) -> i32 {
         }
         KeysCommand::Move(a) => audit(a.config.as_deref(), &a.name, "key.moved", &mut || {
             with_place(a.config.as_deref(), |config, place| {
-                if config.group(&a.group).is_none() {
-                    return Err(format!("--group: no group named {:?}", a.group));
-                }
+                known_group(config, &a.group)?;
                 key_ops::move_key(place.at(), &a.name, &a.group).map_err(flag_error)?;
                 println!("Moved key {:?} to group {:?}.", a.name, a.group);
                 Ok(())
@@ -400,11 +398,11 @@ fn check(path: &Path, connect: bool) -> i32 {
     match Config::load(path) {
         Ok(c) => {
             println!(
-                "{}: OK ({} upstreams, {} models, {} groups; listens on {})",
+                "{}: OK ({}, {}, {}; listens on {})",
                 path.display(),
-                c.upstreams.len(),
-                c.models.len(),
-                c.groups.len(),
+                crate::util::plural(c.upstreams.len(), "upstream"),
+                crate::util::plural(c.models.len(), "model"),
+                crate::util::plural(c.groups.len(), "group"),
                 c.listen
             );
             for w in &c.warnings {
@@ -470,14 +468,20 @@ fn add_key(
     group: &str,
     credit: Option<crate::money::Money>,
 ) -> Result<String, String> {
-    if config.group(group).is_none() {
-        let known: Vec<&str> = config.groups.iter().map(|g| g.name.as_str()).collect();
-        return Err(format!(
-            "--group: unknown group {group:?}; expected one of [{}]",
-            known.join(", ")
-        ));
-    }
+    known_group(config, group)?;
     key_ops::add_key(at, name, group, credit).map_err(flag_error)
+}
+
+/// `--group`: a group the config (with the console's changes) has; the error lists those that exist.
+fn known_group(config: &Config, group: &str) -> Result<(), String> {
+    if config.group(group).is_some() {
+        return Ok(());
+    }
+    let known: Vec<&str> = config.groups.iter().map(|g| g.name.as_str()).collect();
+    Err(format!(
+        "--group: unknown group {group:?}; expected one of [{}]",
+        known.join(", ")
+    ))
 }
 
 /// `--budget AMOUNT --period P`, checked.
@@ -529,10 +533,21 @@ fn keys_add(a: KeysAddArgs) -> i32 {
     });
     match made {
         Ok(key) => {
-            let credit = a.credit.map_or("unlimited".to_string(), |c| c.to_string());
+            let mut terms = vec![format!(
+                "credit: {}",
+                a.credit.map_or("unlimited".to_string(), |c| c.to_string())
+            )];
+            if let Some(b) = budget {
+                terms.push(format!("budget: {b}"));
+            }
+            if let Some(t) = expires {
+                terms.push(format!("expires: {}", crate::util::rfc3339(t)));
+            }
             println!(
-                "Created key {:?} in group {:?} (credit: {credit}). It is shown only this once; store it now:",
-                a.name, a.group
+                "Created key {:?} in group {:?} ({}). It is shown only this once; store it now:",
+                a.name,
+                a.group,
+                terms.join(", ")
             );
             println!("{key}");
             0
@@ -563,9 +578,9 @@ fn keys_list(a: KeysListArgs) -> i32 {
     // Where they were read (on stderr, so the table stays the whole of stdout): an empty table from the wrong
     // directory must not look like lost keys.
     eprintln!(
-        "keys in {} ({} keys{})",
+        "keys in {} ({}{})",
         place.describe(),
-        records.len(),
+        crate::util::plural(records.len(), "key"),
         match (&a.config, records.is_empty()) {
             (None, true) => "; without --config this is ./tollgate-data of the current directory",
             _ => "",
@@ -746,25 +761,74 @@ fn bind(listen: &str, has_config: bool) -> Option<TcpListener> {
 }
 
 fn serve(a: ServeArgs) -> i32 {
+    let Some(config) = serve_config(&a) else {
+        return 1;
+    };
+    if let Err(e) = crate::util::create_private_dir_all(&config.data_dir) {
+        log::error!("cannot create data_dir {}: {e}", config.data_dir.display());
+        return 1;
+    }
+    if !data_files_in_order(&config.data_dir) {
+        return 1;
+    }
+    log_config_problems(&config);
+    // The port first: a start that cannot listen must not mint (and print, once) a key nobody gets to use.
+    let Some(listener) = bind(&config.listen, a.config.is_some()) else {
+        return 1;
+    };
+    if a.config.is_none() && mint_first_key(&config).is_err() {
+        return 1;
+    }
+    let shared = match store::join_at_serve(&config) {
+        Ok(s) => s,
+        Err(e) => {
+            log::error!("{e}");
+            return 1;
+        }
+    };
+    let Some(keys) = open_keys(&config, a.config.as_deref(), shared.as_ref()) else {
+        return 1;
+    };
+    let Some((ledger, replay)) = open_ledger(&config) else {
+        return 1;
+    };
+    let addr = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| config.listen.clone());
+    log::info!(
+        "tollgate {} listening on http://{addr} ({}, {}, {} workers, data in {})",
+        env!("CARGO_PKG_VERSION"),
+        crate::util::plural(config.models.len(), "model"),
+        crate::util::plural(keys.len(), "key"),
+        config.workers,
+        config.data_dir.display()
+    );
+    crate::server::run(config, keys, ledger, replay, listener, shared)
+}
+
+/// The configuration `serve` runs with: the file's (or the embedded defaults), `TOLLGATE_LISTEN` and
+/// `--log-format` applied, logging started and the secrets to scrub registered. None: the reason was printed.
+fn serve_config(a: &ServeArgs) -> Option<Config> {
     let mut config = match load(a.config.as_deref()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("{e}");
-            return 1;
+            return None;
         }
     };
     // TOLLGATE_LISTEN overrides `listen` (containers, and running the defaults on another port).
     if let Ok(listen) = std::env::var("TOLLGATE_LISTEN") {
         if listen.parse::<std::net::SocketAddr>().is_err() {
             eprintln!("TOLLGATE_LISTEN: expected host:port such as 0.0.0.0:8080, got {listen:?}");
-            return 1;
+            return None;
         }
         config.listen = listen;
     }
     if let Some(format) = &a.log_format {
         if format != "text" && format != "json" {
             eprintln!("--log-format: expected text or json, got {format:?}");
-            return 1;
+            return None;
         }
         config.log_format = format.clone();
     }
@@ -779,75 +843,86 @@ fn serve(a: ServeArgs) -> i32 {
             .chain(admin_token.as_deref())
             .chain(config.store.as_ref().and_then(|s| s.password.as_deref())),
     );
-    if let Err(e) = crate::util::create_private_dir_all(&config.data_dir) {
-        log::error!("cannot create data_dir {}: {e}", config.data_dir.display());
-        return 1;
-    }
-    if !data_files_in_order(&config.data_dir) {
-        return 1;
-    }
-    log_config_problems(&config);
-    let keys_path = config.data_dir.join(KEYS_FILE);
-    let first_group = config
+    Some(config)
+}
+
+/// The group a first key (and the advice to add one) names.
+fn first_group(config: &Config) -> String {
+    config
         .groups
         .first()
         .map(|g| g.name.clone())
-        .unwrap_or_else(|| "default".into());
-    // Only the embedded defaults (a newcomer's first command) get a key minted for them. With a config file
-    // the operator creates keys; an unlimited key nobody asked for is not made behind their back.
-    if a.config.is_none() && fs::symlink_metadata(&keys_path).is_err() {
-        match add_key(
-            &config,
-            key_ops::KeysAt::Dir(&config.data_dir),
-            "default",
-            &first_group,
-            None,
-        ) {
-            Ok(key) => {
-                println!("First start: created the API key \"default\" (group {first_group:?}). It is shown only this once:");
-                println!("{key}");
-                let _ = std::io::stdout().flush();
-            }
-            Err(e) => {
-                log::error!("could not create the first key: {e}");
-                return 1;
-            }
+        .unwrap_or_else(|| "default".into())
+}
+
+/// Only the embedded defaults (a newcomer's first command) get a key minted for them, on the first start
+/// (no keys file yet), once the port is bound. With a config file the operator creates keys; an unlimited
+/// key nobody asked for is not made behind their back.
+fn mint_first_key(config: &Config) -> Result<(), ()> {
+    if fs::symlink_metadata(config.data_dir.join(KEYS_FILE)).is_ok() {
+        return Ok(());
+    }
+    let group = first_group(config);
+    match add_key(
+        config,
+        key_ops::KeysAt::Dir(&config.data_dir),
+        "default",
+        &group,
+        None,
+    ) {
+        Ok(key) => {
+            println!(
+                "First start: created the API key \"default\" (group {group:?}). It is shown only this once:"
+            );
+            println!("{key}");
+            let _ = std::io::stdout().flush();
+            Ok(())
+        }
+        Err(e) => {
+            log::error!("could not create the first key: {e}");
+            Err(())
         }
     }
-    let shared = match store::join_at_serve(&config) {
-        Ok(s) => s,
-        Err(e) => {
-            log::error!("{e}");
-            return 1;
-        }
-    };
-    let keys = match &shared {
+}
+
+/// The keys in force at start: the store's (or its local copy), or the keys file's. Warns when there are
+/// none. None: the keys file cannot be read (logged).
+fn open_keys(
+    config: &Config,
+    config_path: Option<&Path>,
+    shared: Option<&crate::server::Shared>,
+) -> Option<crate::access::KeyStore> {
+    let keys_path = config.data_dir.join(KEYS_FILE);
+    let keys = match shared {
         Some(s) => crate::access::KeyStore::from_records(&config.data_dir, &s.joined.keys),
         None => match crate::access::KeyStore::open(&config.data_dir) {
             Ok(k) => k,
             Err(e) => {
                 log::error!("cannot read {}: {e}", keys_path.display());
-                return 1;
+                return None;
             }
         },
     };
-    let keys_place = match &shared {
-        Some(s) => s.store.describe(),
-        None => keys_path.display().to_string(),
-    };
     if keys.records().is_empty() {
-        let config_flag = a
-            .config
-            .as_deref()
+        let keys_place = match shared {
+            Some(s) => s.store.describe(),
+            None => keys_path.display().to_string(),
+        };
+        let config_flag = config_path
             .map(|p| format!(" --config {}", p.display()))
             .unwrap_or_default();
         log::warn!(
-            "no API keys in {}: every request is refused (401) until you add one with \
-             `tollgate keys add{config_flag} --name NAME --group {first_group}` (it prints the key; a running \
-             server picks it up within a second)",
-            keys_place
+            "no API keys in {keys_place}: every request is refused (401) until you add one with \
+             `tollgate keys add{config_flag} --name NAME --group {}` (it prints the key; a running server \
+             accepts it at once)",
+            first_group(config)
         );
     }
+    Some(keys)
+}
+
+/// The usage ledger, replayed. None: it cannot be opened (logged).
+fn open_ledger(config: &Config) -> Option<(crate::ledger::Ledger, crate::ledger::Replay)> {
     let (ledger, replay) = match crate::ledger::Ledger::open(
         &config.data_dir,
         config.ledger_sync,
@@ -859,13 +934,13 @@ fn serve(a: ServeArgs) -> i32 {
                 "cannot open the usage ledger in {}: {e}",
                 config.data_dir.display()
             );
-            return 1;
+            return None;
         }
     };
     log::info!(
-        "usage ledger: {} records replayed ({} keys with spend{}{})",
-        replay.records,
-        replay.spent.len(),
+        "usage ledger: {} replayed ({} with spend{}{})",
+        crate::util::plural(replay.records as usize, "record"),
+        crate::util::plural(replay.spent.len(), "key"),
         if replay.bad_lines > 0 {
             format!(", {} unreadable lines skipped", replay.bad_lines)
         } else {
@@ -877,20 +952,5 @@ fn serve(a: ServeArgs) -> i32 {
             String::new()
         },
     );
-    let Some(listener) = bind(&config.listen, a.config.is_some()) else {
-        return 1;
-    };
-    let addr = listener
-        .local_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_else(|_| config.listen.clone());
-    log::info!(
-        "tollgate {} listening on http://{addr} ({} models, {} keys, {} workers, data in {})",
-        env!("CARGO_PKG_VERSION"),
-        config.models.len(),
-        keys.len(),
-        config.workers,
-        config.data_dir.display()
-    );
-    crate::server::run(config, keys, ledger, replay, listener, shared)
+    Some((ledger, replay))
 }

@@ -150,7 +150,9 @@ pub fn connect_check(config: &Config) -> Result<Vec<String>, String> {
         }
     });
     match store.persistence() {
-        Ok(Some(true)) => {}
+        Ok(Some(true)) => lines.push(
+            "store: keeps its data across a restart (appendonly yes)".to_string(),
+        ),
         Ok(Some(false)) => lines.push(
             "warning: the store runs without `appendonly yes`: a Redis restart loses every balance and key \
              (tollgate store rebuild can restore them from the ledgers)"
@@ -178,10 +180,10 @@ pub fn join_at_serve(config: &Config) -> Result<Option<crate::server::Shared>, S
     let store = Arc::new(Store::new(settings, &config.instance)?);
     let joined = crate::server::cluster::join(config, &store)?;
     log::info!(
-        "store: {} as instance {:?} ({} keys; on_unavailable = {})",
+        "store: {} as instance {:?} ({}; on_unavailable = {})",
         store.describe(),
         config.instance,
-        joined.keys.len(),
+        crate::util::plural(joined.keys.len(), "key"),
         settings.on_unavailable.name()
     );
     Ok(Some(crate::server::Shared { store, joined }))

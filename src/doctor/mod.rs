@@ -377,7 +377,10 @@ fn local_servers(checked: Option<&str>) -> String {
         .filter(|u| checked.is_none_or(|c| !c.starts_with(&u[..u.len() - 3])))
         .filter_map(|u| {
             let models = crate::upstream::discovery::probe(&agent, u).ok()?;
-            Some(format!("{u} ({} models)", models.len()))
+            Some(format!(
+                "{u} ({})",
+                crate::util::plural(models.len(), "model")
+            ))
         })
         .collect();
     if found.is_empty() {
@@ -523,8 +526,9 @@ pub(crate) fn not_sent(proto: Proto, stream: bool, client_id: &str) -> Outcome {
     o
 }
 
+/// One `label value` line, the values aligned (a label as long as the column still gets a space).
 fn field(out: &mut impl Write, label: &str, value: &str) {
-    let _ = writeln!(out, "    {label:<12}{value}");
+    let _ = writeln!(out, "    {label:<11} {value}");
 }
 
 fn print_outcome(out: &mut impl Write, o: &Outcome, cause: Option<&str>, scrub: &report::Scrubber) {

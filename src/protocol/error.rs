@@ -61,6 +61,9 @@ struct ErrorInfo {
     /// The upstream's own `type`, kept when the client speaks the same family of protocol.
     openai_type: Option<String>,
     anthropic_type: Option<String>,
+    /// For the operator only (log lines, usage records, the console): what the client is not told, such as
+    /// the upstream host a connection failed to.
+    detail: Option<String>,
 }
 
 impl ApiError {
@@ -75,7 +78,22 @@ impl ApiError {
             retry_after: None,
             openai_type: None,
             anthropic_type: None,
+            detail: None,
         }))
+    }
+
+    /// Adds what only the operator sees (see [`ApiError::operator_text`]); never rendered to a client.
+    pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
+        self.0.detail = Some(detail.into());
+        self
+    }
+
+    /// The message with the operator's detail, for log lines, usage records and the console.
+    pub fn operator_text(&self) -> std::borrow::Cow<'_, str> {
+        match &self.0.detail {
+            Some(d) => format!("{} ({d})", self.0.message).into(),
+            None => self.0.message.as_str().into(),
+        }
     }
 
     pub fn status(&self) -> u16 {

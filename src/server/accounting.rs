@@ -107,7 +107,11 @@ pub fn record(
             rec.status = Status::Http(503);
             rec.cost = Money::ZERO;
         }
-        rec.error = out.answer.error.as_ref().map(|e| e.message().to_string());
+        rec.error = out
+            .answer
+            .error
+            .as_ref()
+            .map(|e| crate::secrets::scrubbed(&e.operator_text()));
         gw.ledger.requeue(rec);
     }
     if let Some(r) = reservation {
@@ -244,7 +248,7 @@ fn usage_record(
             .answer
             .error
             .as_ref()
-            .map(|e| crate::secrets::scrubbed(e.message())),
+            .map(|e| crate::secrets::scrubbed(&e.operator_text())),
         reason: None,
         requested_model: out.requested_model.clone(),
         instance,

@@ -243,7 +243,8 @@ fn import_local(config: &Config, store: &Store) -> Result<(), String> {
         })
         .map_err(|e| e.to_string())?;
         log::info!(
-            "store: {n} keys copied from {} into the new store",
+            "store: {} copied from {} into the new store",
+            crate::util::plural(n, "key"),
             dir.join(keys::KEYS_FILE).display()
         );
     }
@@ -265,6 +266,7 @@ pub fn start(gw: &Arc<Gateway>, joined_keys: u64, joined_overrides: u64) -> Resu
     let Some(store) = gw.store.clone() else {
         return Ok(());
     };
+    look_on_miss(&gw.keys, &store);
     let (g, s) = (gw.clone(), store.clone());
     super::spawn("tollgate-store", move || {
         look_loop(&g, &s, joined_keys, joined_overrides)
@@ -327,14 +329,9 @@ fn look_loop(gw: &Gateway, store: &Store, keys: u64, overrides: u64) {
             continue;
         }
         if v.keys != seen.keys {
-            if let Ok((ver, fields)) = store.read_map(key_ops::STORE_MAP) {
-                let records = key_ops::records_of(&fields);
-                if gw
-                    .keys
-                    .install(&records, &format!("the store ({})", store.describe()))
-                {
-                    log::info!("keys reloaded from the store ({} keys)", records.len());
-                }
+            // After a rebuild (versions counted anew) whatever the store holds goes in force.
+            let force = seen.keys == u64::MAX;
+            if let Some((ver, records)) = key_ops::install_from_store(&gw.keys, store, force) {
                 seen.keys = ver;
                 keep_keys_copy(&dir, &records);
             }
@@ -360,6 +357,23 @@ fn look_loop(gw: &Gateway, store: &Store, keys: u64, overrides: u64) {
             }
         }
     }
+}
+
+/// A key not in force makes the key set look at the store's key version once before it is refused (so a
+/// key made on any instance works here at once): a newer version is read and put in force. While the store
+/// does not answer, nothing is asked (a flood of wrong keys must not wait on a store that is down).
+pub fn look_on_miss(keys: &crate::access::KeyStore, store: &Arc<Store>) {
+    let store = store.clone();
+    keys.set_miss_look(Box::new(move |keys| {
+        if !store.healthy() || store.lost() {
+            return;
+        }
+        if let Ok(v) = store.versions() {
+            if v.keys != keys.version() {
+                key_ops::install_from_store(keys, &store, false);
+            }
+        }
+    }));
 }
 
 /// Checks the store's epoch against the one in force; false while the store has lost its data.

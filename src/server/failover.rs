@@ -61,10 +61,12 @@ pub fn dispatch(
                     && !cut =>
             {
                 log::warn!(
-                    "{}: upstream `{}` failed after {} ms ({e}); trying the next one",
+                    "{}: upstream `{}` failed after {} ms ({} {}); trying the next one",
                     req.trace.request_id,
                     upstream.name,
                     started.elapsed().as_millis(),
+                    e.status(),
+                    e.operator_text()
                 );
                 last = Some(e);
             }

@@ -64,10 +64,7 @@ impl Gateway {
     pub fn reload_keys(&self) {
         match &self.store {
             Some(store) => {
-                if let Ok(records) = crate::access::key_ops::read_all(self.keys_at()) {
-                    self.keys
-                        .install(&records, &format!("the store ({})", store.describe()));
-                }
+                crate::access::key_ops::install_from_store(&self.keys, store, false);
             }
             None => {
                 self.keys.reload_if_changed();

@@ -66,7 +66,7 @@ pub fn write_line(l: &Line, out: &Outcome) {
     let answer = &out.answer;
     let usage = answer.usage.unwrap_or_default();
     let status = out.status_text();
-    let error = answer.error.as_ref().map(|e| e.message());
+    let error = answer.error.as_ref().map(|e| e.operator_text());
     let level = if answer.error.is_some() && answer.status >= 500 {
         log::Level::Warn
     } else {

@@ -191,9 +191,13 @@ fn probe(agent: &ureq::Agent, u: &Upstream) -> Value {
             json!({"up": status < 500, "status": status, "latency_ms": ms, "checked": checked, "detail": detail})
         }
         Err(e) => {
-            let detail = crate::upstream::http::map_error(&u.name, e)
-                .message()
-                .to_string();
+            let detail = crate::upstream::http::map_error(
+                &u.name,
+                crate::upstream::http::host_of(&u.base_url),
+                e,
+            )
+            .operator_text()
+            .into_owned();
             json!({"up": false, "status": null, "latency_ms": ms, "checked": checked, "detail": detail})
         }
     }

@@ -160,7 +160,7 @@ impl Reply {
             .limit(MAX_RESPONSE_BYTES)
             .reader()
             .read_to_end(&mut buf)
-            .map_err(|e| map_error(upstream, ureq::Error::from(e)))?;
+            .map_err(|e| map_error(upstream, "", ureq::Error::from(e)))?;
         Ok(buf)
     }
 
@@ -244,7 +244,7 @@ pub fn send_to(
                     upstream.name
                 );
             }
-            Err(e) => return Err(map_error(&upstream.name, e)),
+            Err(e) => return Err(map_error(&upstream.name, host_of(&upstream.base_url), e)),
         }
     };
     let status = resp.status().as_u16();
@@ -276,32 +276,79 @@ fn header_str<'a>(headers: &'a http::HeaderMap, name: &str) -> &'a str {
         .unwrap_or("")
 }
 
-/// Turns a transport failure into the client-facing error: timeouts are 504, everything else 502.
-pub fn map_error(upstream: &str, e: ureq::Error) -> ApiError {
-    match e {
-        ureq::Error::Timeout(t) => {
-            ApiError::gateway_timeout(format!("upstream `{upstream}` timed out ({t})"))
-        }
-        ureq::Error::Io(io) if io.kind() == std::io::ErrorKind::TimedOut => {
-            ApiError::gateway_timeout(format!("upstream `{upstream}` timed out"))
-        }
-        ureq::Error::HostNotFound => {
-            ApiError::bad_gateway(format!("upstream `{upstream}` unreachable: host not found"))
-        }
-        ureq::Error::ConnectionFailed => ApiError::bad_gateway(format!(
-            "upstream `{upstream}` unreachable: connection failed"
-        )),
-        ureq::Error::Io(io) => {
-            ApiError::bad_gateway(format!("upstream `{upstream}` unreachable: {}", io.kind()))
-        }
-        ureq::Error::BodyExceedsLimit(n) => ApiError::bad_gateway(format!(
+/// Turns a transport failure into the client-facing error: timeouts are 504, everything else 502. The
+/// message names the upstream and the category (name not found, connection refused, TLS, timeout, reset);
+/// the host (`host`, may be empty) goes into the operator's detail only, never to a client.
+pub fn map_error(upstream: &str, host: &str, e: ureq::Error) -> ApiError {
+    let at = if host.is_empty() {
+        String::new()
+    } else {
+        format!("host {host}: ")
+    };
+    let (timeout, category, what) = categorize(&e);
+    let msg = if timeout {
+        format!("upstream `{upstream}` timed out: {category}")
+    } else {
+        format!("upstream `{upstream}` unreachable: {category}")
+    };
+    let err = match (timeout, &e) {
+        (true, _) => ApiError::gateway_timeout(msg),
+        (false, ureq::Error::BodyExceedsLimit(n)) => ApiError::bad_gateway(format!(
             "upstream `{upstream}` sent a body larger than {n} bytes"
         )),
-        other => ApiError::bad_gateway(format!(
-            "upstream `{upstream}` failed: {}",
-            sanitize(&other.to_string())
-        )),
-    }
+        (false, _) => ApiError::bad_gateway(msg),
+    };
+    err.with_detail(format!("{at}{}", sanitize(&what)))
+}
+
+/// Whether a transport failure is a timeout, its category, and the transport's own words.
+fn categorize(e: &ureq::Error) -> (bool, &'static str, String) {
+    use std::io::ErrorKind as K;
+    let text = e.to_string();
+    let category = match e {
+        ureq::Error::Timeout(ureq::Timeout::Connect) => return (true, "connecting", text),
+        ureq::Error::Timeout(_) => return (true, "no answer in time", text),
+        ureq::Error::HostNotFound => "name not found",
+        ureq::Error::ConnectionFailed => "connection failed",
+        ureq::Error::Tls(_) | ureq::Error::Pem(_) | ureq::Error::Rustls(_) => "TLS failed",
+        ureq::Error::Io(io) => match io.kind() {
+            K::TimedOut | K::WouldBlock => return (true, "no answer in time", text),
+            K::ConnectionRefused => "connection refused",
+            K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe | K::UnexpectedEof => {
+                "connection reset"
+            }
+            K::NotFound => "name not found",
+            K::HostUnreachable | K::NetworkUnreachable | K::NetworkDown => "host unreachable",
+            K::InvalidData if text.contains("certificate") || text.contains("TLS") => "TLS failed",
+            // The system resolver's failures come as uncategorized errors with its own words.
+            _ if is_name_error(&text) => "name not found",
+            _ => "connection failed",
+        },
+        _ => "connection failed",
+    };
+    (false, category, text)
+}
+
+/// Whether a resolver failure's text says the name does not resolve (glibc, musl, macOS wordings).
+fn is_name_error(text: &str) -> bool {
+    let t = text.to_ascii_lowercase();
+    [
+        "lookup address",
+        "name or service not known",
+        "nodename nor servname",
+        "temporary failure in name resolution",
+        "no address associated",
+        "name does not resolve",
+    ]
+    .iter()
+    .any(|w| t.contains(w))
+}
+
+/// The host and port of an upstream's base URL, for the operator's detail of a failure.
+pub fn host_of(base_url: &str) -> &str {
+    let rest = base_url.split_once("://").map_or(base_url, |(_, r)| r);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    authority.rsplit('@').next().unwrap_or(authority)
 }
 
 /// Error texts from the HTTP client can quote URLs; strip any userinfo so credentials never leak.
