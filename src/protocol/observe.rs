@@ -76,9 +76,22 @@ struct ChatDelta<'a> {
     #[serde(borrow, default)]
     content: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
+    refusal: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
     reasoning_content: Option<Cow<'a, str>>,
+    /// vLLM's and OpenRouter's name for `reasoning_content` (read only when it is text).
+    #[serde(borrow, default)]
+    reasoning: Option<MaybeText<'a>>,
     #[serde(default)]
     tool_calls: Option<Value>,
+}
+
+/// A field read when it is a string and skipped otherwise.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum MaybeText<'a> {
+    Text(#[serde(borrow)] Cow<'a, str>),
+    Other(serde::de::IgnoredAny),
 }
 
 /// Watches one relayed stream.
@@ -221,7 +234,16 @@ impl StreamObserver {
         }
         for c in peek.choices.iter().flatten() {
             let Some(d) = &c.delta else { continue };
-            for t in [&d.content, &d.reasoning_content].into_iter().flatten() {
+            let reasoning = match &d.reasoning {
+                Some(MaybeText::Text(t)) => Some(t),
+                _ => None,
+            };
+            let texts = [
+                d.content.as_ref(),
+                d.refusal.as_ref(),
+                d.reasoning_content.as_ref(),
+            ];
+            for t in texts.into_iter().chain([reasoning]).flatten() {
                 self.produced.push_str(t);
             }
             for call in d.tool_calls.iter().filter_map(Value::as_array).flatten() {
@@ -367,8 +389,9 @@ pub fn redact_event(ev: &SseEvent, edits: &[crate::secrets::Edit]) -> Option<Vec
         let Some(d) = c.get_mut("delta").filter(|d| d.is_object()) else {
             continue;
         };
-        edit(d.get_mut("content"));
-        edit(d.get_mut("reasoning_content"));
+        for name in ["content", "refusal", "reasoning_content", "reasoning"] {
+            edit(d.get_mut(name));
+        }
         let calls = d.get_mut("tool_calls").and_then(Value::as_array_mut);
         for call in calls.into_iter().flatten() {
             edit(call.pointer_mut("/function/arguments"));
