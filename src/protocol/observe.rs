@@ -113,7 +113,7 @@ pub struct StreamObserver {
     input_estimate: u64,
     /// Where the text the last event added begins in `produced`.
     added_from: usize,
-    /// The last event was the upstream's error.
+    /// The last event was no answer but an error (or not JSON at all): an error text.
     last_was_error: bool,
 }
 
@@ -141,7 +141,8 @@ impl StreamObserver {
         &self.produced[self.added_from..]
     }
 
-    /// Whether the last event observed was the upstream's error (an error text, not an answer).
+    /// Whether the last event observed was an error text rather than part of an answer: the upstream's
+    /// error event, any event carrying an `error` object, or one that is not JSON at all.
     pub fn last_was_error(&self) -> bool {
         self.last_was_error
     }
@@ -181,9 +182,10 @@ impl StreamObserver {
     /// Looks at one event; returns whether to pass it on.
     pub fn observe(&mut self, ev: &SseEvent) -> bool {
         self.added_from = self.produced.len();
+        self.last_was_error = false;
         let errors_before = self.upstream_error.is_some();
         let relay = self.observe_event(ev);
-        self.last_was_error = !errors_before && self.upstream_error.is_some();
+        self.last_was_error |= !errors_before && self.upstream_error.is_some();
         relay
     }
 
@@ -197,8 +199,10 @@ impl StreamObserver {
             return true;
         }
         let Ok(peek) = serde_json::from_str::<Peek>(data) else {
+            self.last_was_error = serde_json::from_str::<serde::de::IgnoredAny>(data).is_err();
             return true;
         };
+        self.last_was_error = peek.error.as_ref().is_some_and(|e| !e.is_null());
         let before = self.produced.len();
         self.collect(&peek);
         self.produced_tokens += estimate::tokens(&self.produced[before..]);
@@ -537,5 +541,34 @@ mod tests {
         assert!(redact_event(&e, &[cut(5, 9, true)]).is_none());
         let out = String::from_utf8(redact_event(&e, &[cut(1, 2, true)]).unwrap()).unwrap();
         assert!(out.contains(r#""delta":"x[redacted]""#), "{out}");
+    }
+
+    #[test]
+    fn error_texts_are_told_from_answers() {
+        let mut w = StreamObserver::new(Protocol::Messages, false, 0);
+        w.observe(&ev(
+            Some("content_block_delta"),
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"an error"}}"#,
+        ));
+        assert!(!w.last_was_error());
+        assert_eq!(w.added_text(), "an error");
+        // An error object, whatever the event is called.
+        w.observe(&ev(None, r#"{"error":{"message":"bad key sk-****abcd"}}"#));
+        assert!(w.last_was_error());
+        assert_eq!(w.added_text(), "");
+        w.observe(&ev(None, "Internal Server Error"));
+        assert!(w.last_was_error());
+        // Chat: `reasoning` is read when it is text, and an object there does not hide the usage.
+        let mut c = StreamObserver::new(Protocol::Chat, false, 0);
+        c.observe(&ev(
+            None,
+            r#"{"choices":[{"delta":{"reasoning":"think"}}],"usage":null}"#,
+        ));
+        assert_eq!(c.added_text(), "think");
+        c.observe(&ev(
+            None,
+            r#"{"choices":[{"delta":{"reasoning":{"x":1}}}],"usage":{"prompt_tokens":1,"completion_tokens":9}}"#,
+        ));
+        assert_eq!(c.output_so_far().0, Some(9));
     }
 }
