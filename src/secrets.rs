@@ -1,13 +1,14 @@
 //! Upstream credentials never leave, and answers are never altered: the two rules meet here.
 //!
 //! **What is a secret.** The credentials registered at start ([`register`]: the upstreams' keys;
-//! [`register_own`]: the admin token and the store's password) are sorted once. A *placeholder* is no
-//! secret and is never searched for anywhere: a known one (llama.cpp's `sk-no-key-required`, `ollama`,
-//! `EMPTY`, `none`, `lm-studio`, ...), anything shorter than 8 characters, an upstream key made only of
-//! lowercase letters and separators (`your-api-key-here`: a generated key has digits or mixed case), or
-//! one character repeated for half of it (`sk-xxxx…`, `sk-ant-api03-XXXX…`). A *real secret* is one of at
-//! least [`ANSWER_MIN`] (16) characters that is not a placeholder; a registered credential between 8 and 16
-//! characters is scrubbed from error texts and logs only.
+//! [`register_own`]: the admin token and the store's password) are sorted once. An upstream key that is a
+//! *placeholder* is no secret and is never searched for anywhere: a known one (llama.cpp's
+//! `sk-no-key-required`, `ollama`, `EMPTY`, `none`, `lm-studio`, ...), anything shorter than 8 characters,
+//! one made only of lowercase letters and separators (`your-api-key-here`: a generated key has digits or
+//! mixed case), or one character repeated for half of it (`sk-xxxx…`, `sk-ant-api03-XXXX…`). A *real
+//! secret* is a key of at least [`ANSWER_MIN`] (16) characters that is not a placeholder, or an operator's
+//! secret of that length; shorter ones (an operator's secret is never a placeholder) are scrubbed from error
+//! texts and logs only.
 //!
 //! **Error texts, records and log lines** ([`scrub`]): every registered credential is replaced by
 //! `[redacted]`, and so is every word that looks like a masked echo of one (`sk-proj-****…abcd`: a word that
@@ -49,7 +50,7 @@ pub const ANSWER_MIN: usize = 16;
 /// A stream event is held back while the text so far ends in at least this many of a secret's first bytes.
 pub const HOLD_FROM: usize = 8;
 
-/// Credentials shorter than this are never searched for anywhere.
+/// Upstream keys shorter than this are placeholders.
 const SCRUB_MIN: usize = 8;
 
 /// Placeholder credentials that local servers and their documentation use (compared ignoring case).
@@ -156,10 +157,9 @@ enum Kind {
 fn kind(c: &str, chosen_by_operator: bool) -> Kind {
     let len = c.chars().count();
     let lower = c.to_ascii_lowercase();
-    if len < SCRUB_MIN || PLACEHOLDERS.contains(&lower.as_str()) {
-        return Kind::Placeholder;
-    }
-    if !chosen_by_operator && placeholder_shaped(c) {
+    let placeholder =
+        len < SCRUB_MIN || PLACEHOLDERS.contains(&lower.as_str()) || placeholder_shaped(c);
+    if len == 0 || (placeholder && !chosen_by_operator) {
         return Kind::Placeholder;
     }
     if len < ANSWER_MIN {
@@ -192,7 +192,8 @@ pub fn register<'a>(credentials: impl IntoIterator<Item = &'a str>) {
     }
 }
 
-/// Registers secrets the operator chose (the admin token, the store's password): only the length decides.
+/// Registers secrets the operator chose (the admin token, the store's password): never placeholders, so
+/// always scrubbed from error texts and logs; searched for in answers from [`ANSWER_MIN`] characters on.
 pub fn register_own<'a>(secrets: impl IntoIterator<Item = &'a str>) {
     for c in secrets {
         add(c, kind(c, true));
@@ -568,10 +569,10 @@ mod tests {
             assert_eq!(kind(real, false), Kind::Real, "{real}");
         }
         assert_eq!(kind("Abc123def4", false), Kind::Short);
-        // The operator's own secrets are judged by their length alone.
+        // The operator's own secrets are secrets whatever they look like; their length decides where.
         assert_eq!(kind("correcthorsebattery", true), Kind::Real);
-        assert_eq!(kind("hunter22", true), Kind::Short);
-        assert_eq!(kind("ollama", true), Kind::Placeholder);
+        assert_eq!(kind("hunter2", true), Kind::Short);
+        assert_eq!(kind("", true), Kind::Placeholder);
     }
 
     /// A redactor for `secrets` (whatever is registered globally by other tests).
