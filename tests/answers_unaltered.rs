@@ -776,3 +776,79 @@ fn a_secret_split_across_stream_events_never_arrives() {
         }
     }
 }
+
+/// A stream whose text ends in the first bytes of the real key is held back only until it is clear: when
+/// the text goes on otherwise, and when the stream ends there, the client gets every byte the upstream wrote,
+/// in order, before the closing events; and the output-limit cut still ends a stream after a held event.
+#[test]
+fn held_events_go_out_in_order_and_the_limit_cut_still_works() {
+    let head = &UPSTREAM_KEY[..14];
+    let chunk = |delta: Value, finish: Value| {
+        sse(
+            None,
+            &json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1700000000,
+                    "model": "real-chat-model",
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}),
+        )
+    };
+    let text = |t: &str| chunk(json!({"content": t}), Value::Null);
+    let close = vec![
+        chunk(json!({}), json!("stop")),
+        sse(
+            None,
+            &json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1700000000,
+                    "model": "real-chat-model", "choices": [],
+                    "usage": {"prompt_tokens": 9, "completion_tokens": 8, "total_tokens": 17}}),
+        ),
+        b"data: [DONE]\n\n".to_vec(),
+    ];
+    // The text goes on otherwise; the stream ends inside the partial match.
+    let broken = [
+        vec![text("Hi "), text(&format!("my {head}")), text("cond guess")],
+        close.clone(),
+    ]
+    .concat();
+    let ends = [
+        vec![text("Hi "), text(&format!("my {head}"))],
+        close.clone(),
+    ]
+    .concat();
+    // Far beyond the client's limit right after the held event.
+    let cut = vec![
+        text("Hi "),
+        text(&format!("my {head}")),
+        text(&"word ".repeat(800)),
+        text("never sent"),
+    ];
+    let cases = vec![("broken", broken), ("ends", ends), ("cut", cut)];
+    let streams = cases.clone();
+    let fake = FakeUpstream::start(move |rec| {
+        let body = String::from_utf8_lossy(&rec.body).to_string();
+        let (_, events) = streams
+            .iter()
+            .find(|(name, _)| body.contains(&format!("case={name}")))
+            .unwrap();
+        Reply::sse(events.clone())
+    });
+    let gw = Gateway::start_with_fake(fake.addr, "");
+    for (name, events) in cases {
+        let mut body = request("chat", "m-chat", &format!("case={name}"), true);
+        body["max_tokens"] = json!(10);
+        let r = gw.post("/v1/chat/completions", &body);
+        assert_eq!(r.status, 200, "{name}: {}", r.text());
+        let all = String::from_utf8(events.concat()).unwrap();
+        if name != "cut" {
+            assert_eq!(r.text(), all, "{name}: not relayed byte for byte");
+            continue;
+        }
+        // The held event went out before the in-stream error; nothing after the cut did.
+        let sent: String = events[..2]
+            .iter()
+            .map(|e| String::from_utf8_lossy(e).into_owned())
+            .collect();
+        assert!(r.text().starts_with(&sent), "{}", r.text());
+        assert!(!r.text().contains("never sent") && !r.text().contains("word word"));
+        let (_, last) = r.events().pop().unwrap();
+        assert!(last.contains("error"), "{last}");
+    }
+}
