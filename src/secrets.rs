@@ -1,76 +1,245 @@
-//! Upstream credentials never leave: whatever text reaches a client, a usage record, the console or a log
-//! line is scrubbed of every configured upstream credential, and of the masked forms upstreams echo back
-//! (`sk-proj-****…abcd`: a word that starts like the key or ends with its last four characters).
+//! Upstream credentials never leave, and answers are never altered: the two rules meet here.
 //!
-//! The set of credentials is registered once when the gateway starts ([`register`]); scrubbing is a few
-//! substring searches per text, done only on error texts and log lines, never on answers.
+//! **What is a secret.** The credentials registered at start ([`register`]: the upstreams' keys;
+//! [`register_own`]: the admin token and the store's password) are sorted once. An upstream key that is a
+//! *placeholder* is no secret and is never searched for anywhere: a known one (llama.cpp's
+//! `sk-no-key-required`, `ollama`, `EMPTY`, `none`, `lm-studio`, ...), anything shorter than 8 characters,
+//! one made only of lowercase letters and separators (`your-api-key-here`: a generated key has digits or
+//! mixed case), or one character repeated for half of it (`sk-xxxx…`, `sk-ant-api03-XXXX…`). A *real
+//! secret* is a key of at least [`ANSWER_MIN`] (16) characters that is not a placeholder, or an operator's
+//! secret of that length; shorter ones (an operator's secret is never a placeholder) are scrubbed from error
+//! texts and logs only.
+//!
+//! **Error texts, records and log lines** ([`scrub`]): every registered credential is replaced by
+//! `[redacted]`, and so is every word that looks like a masked echo of one (`sk-proj-****…abcd`: a word that
+//! starts like the key or ends with its last four characters), as upstreams write them in their errors.
+//!
+//! **Answers** (what the model wrote, plain or streamed, on every path) are never searched with those
+//! heuristics: only an exact real secret is replaced, wherever it appears.
+//! - A complete body (`server/respond.rs` `json`, which every plain answer passes) and each chunk a stream
+//!   writes: [`redact`] replaces the credential's bytes (as written, or as a JSON string escapes it).
+//! - A secret split across stream events: a [`Redactor`] per stream (`server/events.rs` for canonical
+//!   streams: the built-in model and translation; `server/passthrough.rs` for relayed ones) is fed the text
+//!   each event adds (text, reasoning, tool arguments) before the event goes out. It runs one
+//!   Knuth–Morris–Pratt automaton per real secret over the concatenated text, so it knows at every byte how
+//!   many of a secret's first bytes the text so far ends with. An event is held back only while that is at
+//!   least [`HOLD_FROM`] bytes (so ordinary text is practically never held, and at most `HOLD_FROM - 1` of
+//!   a secret's first bytes can have left before it is recognised); the events after it wait behind it, in
+//!   order. On a full match, the secret's bytes in the held events and the current one are cut from their
+//!   text and `[redacted]` is put where the first held part began ([`Edit`]); the events go out (rewritten)
+//!   once no partial match is long enough to hold them, or when the stream ends (before its closing events).
+//!   Events that repeat the whole text (a Responses `response.completed`, an `output_text.done`) carry the
+//!   secret in one piece and are caught by [`redact`]; a canonical stream's final objects are built from the
+//!   redacted deltas.
+//!
+//! Cost: with no real secret registered (local servers with placeholder keys), a `Redactor` holds nothing
+//! and every event passes with one comparison; with some, each event's text is scanned once per secret, one
+//! automaton step per byte, and nothing is allocated until a secret's first [`HOLD_FROM`] bytes actually
+//! appear at an event's end. The set is read once per stream (an `Arc`), not per event.
 
 use std::borrow::Cow;
-use std::sync::RwLock;
+use std::collections::VecDeque;
+use std::sync::{Arc, RwLock};
 
-static SECRETS: RwLock<Vec<Secret>> = RwLock::new(Vec::new());
+/// What replaces a credential.
+pub const REDACTED: &str = "[redacted]";
 
-/// What is searched for, per credential.
+/// The shortest credential that counts as a real secret, searched for in answers.
+pub const ANSWER_MIN: usize = 16;
+
+/// A stream event is held back while the text so far ends in at least this many of a secret's first bytes.
+pub const HOLD_FROM: usize = 8;
+
+/// Upstream keys shorter than this are placeholders.
+const SCRUB_MIN: usize = 8;
+
+/// Placeholder credentials that local servers and their documentation use (compared ignoring case).
+const PLACEHOLDERS: [&str; 18] = [
+    "sk-no-key-required",
+    "no-key-required",
+    "ollama",
+    "empty",
+    "none",
+    "null",
+    "not-needed",
+    "not-used",
+    "no-key",
+    "nokey",
+    "dummy",
+    "lm-studio",
+    "lmstudio",
+    "vllm",
+    "token-abc123",
+    "your-api-key",
+    "your-api-key-here",
+    "sk-placeholder",
+];
+
+static SCRUBBED: RwLock<Vec<Secret>> = RwLock::new(Vec::new());
+static IN_ANSWERS: RwLock<Option<Arc<[Pattern]>>> = RwLock::new(None);
+
+/// What is searched for in error texts and logs, per credential.
 struct Secret {
     full: String,
-    /// The first characters (a masked echo keeps them): at least 8.
+    /// The first characters (a masked echo keeps them): 8 (empty for credentials under 12 characters).
     head: String,
     /// The last four characters (a masked echo keeps them).
     tail: String,
 }
 
-/// What replaces a credential.
-pub const REDACTED: &str = "[redacted]";
+/// A real secret, as searched for in answers.
+#[derive(Clone)]
+struct Pattern {
+    bytes: Box<[u8]>,
+    /// Knuth–Morris–Pratt: `fail[i]` is the length of the longest proper prefix of `bytes[..=i]` that is
+    /// also its suffix.
+    fail: Box<[usize]>,
+    /// The other ways a JSON encoder may write it inside a string (`\"`, `\\`, `\/`), when they differ.
+    escaped: Vec<Box<[u8]>>,
+}
 
-/// Registers the credentials to scrub (adds to those registered before). Credentials shorter than 8
-/// characters are scrubbed whole only.
-pub fn register<'a>(credentials: impl IntoIterator<Item = &'a str>) {
-    let mut set = match SECRETS.write() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    };
-    for c in credentials {
-        if c.is_empty() || set.iter().any(|s| s.full == c) {
-            continue;
+impl Pattern {
+    fn new(secret: &str) -> Pattern {
+        let bytes: Box<[u8]> = secret.as_bytes().into();
+        let mut fail = vec![0; bytes.len()];
+        let mut k = 0;
+        for i in 1..bytes.len() {
+            while k > 0 && bytes[i] != bytes[k] {
+                k = fail[k - 1];
+            }
+            if bytes[i] == bytes[k] {
+                k += 1;
+            }
+            fail[i] = k;
         }
-        let chars: Vec<char> = c.chars().collect();
-        let (head, tail) = if chars.len() >= 12 {
-            (
-                chars[..8].iter().collect(),
-                chars[chars.len() - 4..].iter().collect(),
-            )
-        } else {
-            (String::new(), String::new())
-        };
-        set.push(Secret {
-            full: c.to_string(),
-            head,
-            tail,
-        });
+        let mut escaped = Vec::new();
+        let json = serde_json::to_string(secret).unwrap_or_default();
+        let json = json.trim_matches('"');
+        if json != secret {
+            escaped.push(json.as_bytes().into());
+        }
+        if json.contains('/') {
+            escaped.push(json.replace('/', "\\/").into_bytes().into());
+        }
+        Pattern {
+            bytes,
+            fail: fail.into(),
+            escaped,
+        }
+    }
+
+    /// The automaton's next state: `state` bytes of the secret matched, then `b`.
+    fn step(&self, mut state: usize, b: u8) -> usize {
+        if state == self.bytes.len() {
+            state = self.fail[state - 1];
+        }
+        while state > 0 && self.bytes[state] != b {
+            state = self.fail[state - 1];
+        }
+        if self.bytes[state] == b {
+            state += 1;
+        }
+        state
     }
 }
 
-/// Whether `bytes` may hold a credential or a masked echo of one (cheap; no allocation): only then does
-/// relayed data need [`scrub`].
-pub fn suspicious(bytes: &[u8]) -> bool {
-    let set = match SECRETS.read() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
+/// How a registered credential is treated.
+#[derive(Debug, PartialEq, Eq)]
+enum Kind {
+    /// Not a secret: never searched for.
+    Placeholder,
+    /// Scrubbed from error texts and logs.
+    Short,
+    /// Also replaced in answers.
+    Real,
+}
+
+fn kind(c: &str, chosen_by_operator: bool) -> Kind {
+    let len = c.chars().count();
+    let lower = c.to_ascii_lowercase();
+    let placeholder =
+        len < SCRUB_MIN || PLACEHOLDERS.contains(&lower.as_str()) || placeholder_shaped(c);
+    if len == 0 || (placeholder && !chosen_by_operator) {
+        return Kind::Placeholder;
+    }
+    if len < ANSWER_MIN {
+        Kind::Short
+    } else {
+        Kind::Real
+    }
+}
+
+/// Whether an upstream key looks written by hand rather than generated: only lowercase letters and
+/// separators, or one character making up half of its letters and digits (`sk-xxxxxxxx…`).
+fn placeholder_shaped(c: &str) -> bool {
+    let alnum: Vec<char> = c.chars().filter(|ch| ch.is_alphanumeric()).collect();
+    let generated = c.chars().any(|ch| ch.is_ascii_digit() || ch.is_uppercase());
+    if !generated {
+        return true;
+    }
+    let most = alnum
+        .iter()
+        .map(|a| alnum.iter().filter(|b| *b == a).count())
+        .max()
+        .unwrap_or(0);
+    most * 2 >= alnum.len()
+}
+
+/// Registers upstream credentials (adds to those registered before); placeholders are left out.
+pub fn register<'a>(credentials: impl IntoIterator<Item = &'a str>) {
+    for c in credentials {
+        add(c, kind(c, false));
+    }
+}
+
+/// Registers secrets the operator chose (the admin token, the store's password): never placeholders, so
+/// always scrubbed from error texts and logs; searched for in answers from [`ANSWER_MIN`] characters on.
+pub fn register_own<'a>(secrets: impl IntoIterator<Item = &'a str>) {
+    for c in secrets {
+        add(c, kind(c, true));
+    }
+}
+
+fn add(c: &str, kind: Kind) {
+    if kind == Kind::Placeholder {
+        return;
+    }
+    let mut set = SCRUBBED.write().unwrap_or_else(|p| p.into_inner());
+    if set.iter().any(|s| s.full == c) {
+        return;
+    }
+    let chars: Vec<char> = c.chars().collect();
+    let (head, tail) = if chars.len() >= 12 {
+        (
+            chars[..8].iter().collect(),
+            chars[chars.len() - 4..].iter().collect(),
+        )
+    } else {
+        (String::new(), String::new())
     };
-    let has = |needle: &str| {
-        !needle.is_empty() && bytes.windows(needle.len()).any(|w| w == needle.as_bytes())
-    };
-    set.iter()
-        .any(|s| has(&s.full) || has(&s.tail) || has(&s.head))
+    set.push(Secret {
+        full: c.to_string(),
+        head,
+        tail,
+    });
+    if kind == Kind::Real {
+        let mut answers = IN_ANSWERS.write().unwrap_or_else(|p| p.into_inner());
+        let mut all = answers.as_deref().unwrap_or(&[]).to_vec();
+        all.push(Pattern::new(c));
+        *answers = Some(all.into());
+    }
+}
+
+/// The real secrets searched for in answers, if any.
+fn answer_patterns() -> Option<Arc<[Pattern]>> {
+    IN_ANSWERS.read().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
 /// `text` with every registered credential, and every word that looks like a masked echo of one, replaced
-/// by `[redacted]`. Borrowed when there was nothing to replace.
+/// by `[redacted]`: for error texts, records and log lines, never answers. Borrowed when there was nothing
+/// to replace.
 pub fn scrub(text: &str) -> Cow<'_, str> {
-    let set = match SECRETS.read() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    };
+    let set = SCRUBBED.read().unwrap_or_else(|p| p.into_inner());
     if set.is_empty() {
         return Cow::Borrowed(text);
     }
@@ -123,17 +292,242 @@ pub fn scrubbed(text: &str) -> String {
     scrub(text).into_owned()
 }
 
+/// `bytes` (an answer going to a client) with every real secret, as written or as a JSON string escapes
+/// it, replaced by `[redacted]`; nothing else is touched. Borrowed when there was none.
+pub fn redact(bytes: &[u8]) -> Cow<'_, [u8]> {
+    match answer_patterns() {
+        Some(p) => redact_with(&p, bytes),
+        None => Cow::Borrowed(bytes),
+    }
+}
+
+fn redact_with<'b>(patterns: &[Pattern], bytes: &'b [u8]) -> Cow<'b, [u8]> {
+    let mut out = Cow::Borrowed(bytes);
+    for p in patterns {
+        for needle in std::iter::once(&p.bytes).chain(&p.escaped) {
+            if let Some(at) = find(&out, needle) {
+                out = Cow::Owned(replace_from(&out, needle, at));
+            }
+        }
+    }
+    out
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    let first = *needle.first()?;
+    let mut from = 0;
+    while let Some(i) = hay.get(from..)?.iter().position(|&b| b == first) {
+        let at = from + i;
+        if hay[at..].starts_with(needle) {
+            return Some(at);
+        }
+        from = at + 1;
+    }
+    None
+}
+
+/// `hay` with every `needle` from `at` on (the first found there) replaced.
+fn replace_from(hay: &[u8], needle: &[u8], mut at: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(hay.len());
+    let mut done = 0;
+    loop {
+        out.extend_from_slice(&hay[done..at]);
+        out.extend_from_slice(REDACTED.as_bytes());
+        done = at + needle.len();
+        match find(&hay[done..], needle) {
+            Some(i) => at = done + i,
+            None => break,
+        }
+    }
+    out.extend_from_slice(&hay[done..]);
+    out
+}
+
+/// A change to an event's text (byte offsets into the text the event added): `start..end` removed and, when
+/// `mark`, `[redacted]` put in its place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Edit {
+    pub start: usize,
+    pub end: usize,
+    pub mark: bool,
+}
+
+/// `fragment`, which begins `offset` bytes into its event's text, with the edits that fall in it applied;
+/// `None` when none does. (An event whose text is one string passes offset 0.)
+pub fn apply(fragment: &str, offset: usize, edits: &[Edit]) -> Option<String> {
+    let end = offset + fragment.len();
+    let mut out: Option<String> = None;
+    let mut done = 0;
+    for e in edits {
+        let (s, t) = (e.start.max(offset), e.end.min(end));
+        if s >= t {
+            continue;
+        }
+        let o = out.get_or_insert_with(|| String::with_capacity(fragment.len()));
+        o.push_str(&fragment[done..s - offset]);
+        // The mark goes where the edit starts, in the fragment holding its first byte.
+        if e.mark && e.start >= offset {
+            o.push_str(REDACTED);
+        }
+        done = t - offset;
+    }
+    let mut o = out?;
+    o.push_str(&fragment[done..]);
+    Some(o)
+}
+
+/// Where one held event's text lies in the stream's text, and what is to change in it.
+struct Held<E> {
+    event: E,
+    start: usize,
+    len: usize,
+    edits: Vec<Edit>,
+}
+
+/// Finds real secrets in a stream's text, split across events or not, and holds events back while one may
+/// be arriving (see the module documentation). `E` is whatever the writer sends per event.
+pub struct Redactor<E> {
+    patterns: Option<Arc<[Pattern]>>,
+    /// Per pattern: how many of its first bytes the text read so far ends with.
+    states: Vec<usize>,
+    /// Bytes of text read so far.
+    read: usize,
+    /// Events not yet sent, in order.
+    queue: VecDeque<Held<E>>,
+    /// A partial match of at least `HOLD_FROM` bytes is open: nothing may go out.
+    holding: bool,
+    /// The event last read, until it is handed over with [`Redactor::hold`].
+    current: Held<()>,
+}
+
+impl<E> Default for Redactor<E> {
+    fn default() -> Self {
+        Self::with(answer_patterns())
+    }
+}
+
+impl<E> Redactor<E> {
+    /// A redactor for the real secrets registered now.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn with(patterns: Option<Arc<[Pattern]>>) -> Self {
+        let n = patterns.as_ref().map_or(0, |p| p.len());
+        Redactor {
+            patterns,
+            states: vec![0; n],
+            read: 0,
+            queue: VecDeque::new(),
+            holding: false,
+            current: Held {
+                event: (),
+                start: 0,
+                len: 0,
+                edits: Vec::new(),
+            },
+        }
+    }
+
+    /// Reads the text the next event adds. `true`: that event goes out now, as it is. `false`: hand it over
+    /// with [`Redactor::hold`], then send what [`Redactor::ready`] gives, in order.
+    pub fn read(&mut self, text: &str) -> bool {
+        let Some(patterns) = self.patterns.as_deref() else {
+            return true;
+        };
+        self.current.start = self.read;
+        self.current.len = text.len();
+        for (i, &b) in text.as_bytes().iter().enumerate() {
+            let mut found = None;
+            for (p, state) in patterns.iter().zip(self.states.iter_mut()) {
+                *state = p.step(*state, b);
+                if *state == p.bytes.len() {
+                    found = Some(p.bytes.len());
+                    break;
+                }
+            }
+            if let Some(len) = found {
+                let end = self.read + i + 1;
+                cut(&mut self.queue, &mut self.current, end - len, end);
+                self.states.iter_mut().for_each(|s| *s = 0);
+            }
+        }
+        self.read += text.len();
+        self.holding = self.states.iter().any(|&s| s >= HOLD_FROM);
+        !self.holding && self.queue.is_empty() && self.current.edits.is_empty()
+    }
+
+    /// Takes the event [`Redactor::read`] refused to pass.
+    pub fn hold(&mut self, event: E) {
+        self.queue.push_back(Held {
+            event,
+            start: self.current.start,
+            len: self.current.len,
+            edits: std::mem::take(&mut self.current.edits),
+        });
+    }
+
+    /// The next event that may go out, with the changes to make to its text (none: as it is).
+    pub fn ready(&mut self) -> Option<(E, Vec<Edit>)> {
+        if self.holding {
+            return None;
+        }
+        self.queue.pop_front().map(|h| (h.event, h.edits))
+    }
+
+    /// The stream ends (or is cut): everything held may go, as it is.
+    pub fn release(&mut self) {
+        self.holding = false;
+        self.states.iter_mut().for_each(|s| *s = 0);
+    }
+
+    /// [`redact`] with this stream's secrets (no lock taken).
+    pub fn redact<'b>(&self, bytes: &'b [u8]) -> Cow<'b, [u8]> {
+        match &self.patterns {
+            Some(p) => redact_with(p, bytes),
+            None => Cow::Borrowed(bytes),
+        }
+    }
+}
+
+/// A secret was found at `start..end` of the stream's text: cut from the events still here (held, and the
+/// one just read), `[redacted]` put in the first of them.
+fn cut<E>(queue: &mut VecDeque<Held<E>>, current: &mut Held<()>, start: usize, end: usize) {
+    let mut mark = true;
+    let spans = queue
+        .iter_mut()
+        .map(|h| (h.start, h.len, &mut h.edits))
+        .chain(std::iter::once((
+            current.start,
+            current.len,
+            &mut current.edits,
+        )));
+    for (at, len, edits) in spans {
+        let (s, e) = (start.max(at), end.min(at + len));
+        if s < e {
+            edits.push(Edit {
+                start: s - at,
+                end: e - at,
+                mark,
+            });
+            mark = false;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const KEY: &str = "sk-proj-ABCDEFGHIJKLMNOPQRSTUVWXYZ0123wxyz";
+
     #[test]
     fn credentials_and_their_masked_echoes_are_scrubbed() {
-        register(["sk-proj-ABCDEFGHIJKLMNOPQRSTUVWXYZ0123wxyz"]);
+        register([KEY]);
         assert_eq!(scrub("nothing here"), "nothing here");
         assert!(matches!(scrub("nothing here"), Cow::Borrowed(_)));
-        let full = scrub("bad key sk-proj-ABCDEFGHIJKLMNOPQRSTUVWXYZ0123wxyz, sorry");
-        assert_eq!(full, "bad key [redacted], sorry");
+        let text = format!("bad key {KEY}, sorry");
+        assert_eq!(scrub(&text), "bad key [redacted], sorry");
         let masked =
             scrub("Incorrect API key provided: sk-proj-********************wxyz. You can find");
         assert_eq!(
@@ -144,5 +538,177 @@ mod tests {
         assert!(!head.contains("sk-proj-AB"), "{head}");
         // Short words that happen to end like the key are left alone.
         assert_eq!(scrub("wxyz"), "wxyz");
+        // An answer is searched for the exact key only, never for what merely looks like it.
+        let answer = format!("{{\"text\":\"ends in wxyz: sk-proj-**wxyz and {KEY}\"}}");
+        assert_eq!(
+            String::from_utf8_lossy(&redact(answer.as_bytes())),
+            "{\"text\":\"ends in wxyz: sk-proj-**wxyz and [redacted]\"}"
+        );
+    }
+
+    #[test]
+    fn placeholders_are_no_secrets() {
+        for p in [
+            "sk-no-key-required",
+            "ollama",
+            "EMPTY",
+            "none",
+            "not-needed",
+            "no-key",
+            "dummy",
+            "lm-studio",
+            "your-api-key-here",
+            "sk-xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+            "sk-XXXXXXXXXXXXXXXXXXXXXXXXXXXX",
+            "sk-ant-api03-xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+            "short1A",
+        ] {
+            assert_eq!(kind(p, false), Kind::Placeholder, "{p}");
+        }
+        for real in [KEY, "sk-upstream-secret-0123456789", "0f3a9c2b7e1d4a6f"] {
+            assert_eq!(kind(real, false), Kind::Real, "{real}");
+        }
+        assert_eq!(kind("Abc123def4", false), Kind::Short);
+        // The operator's own secrets are secrets whatever they look like; their length decides where.
+        assert_eq!(kind("correcthorsebattery", true), Kind::Real);
+        assert_eq!(kind("hunter2", true), Kind::Short);
+        assert_eq!(kind("", true), Kind::Placeholder);
+    }
+
+    /// A redactor for `secrets` (whatever is registered globally by other tests).
+    fn redactor(secrets: &[&str]) -> Redactor<usize> {
+        let p: Vec<Pattern> = secrets.iter().map(|s| Pattern::new(s)).collect();
+        Redactor::with(Some(p.into()))
+    }
+
+    /// Feeds `events` (their texts) through a redactor and returns what the client receives, event by event
+    /// (in order), after the stream's end.
+    fn stream(r: &mut Redactor<usize>, events: &[&str]) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut send = |i: usize, edits: &[Edit]| {
+            out.push(apply(events[i], 0, edits).unwrap_or_else(|| events[i].to_string()));
+        };
+        for (i, text) in events.iter().enumerate() {
+            if r.read(text) {
+                send(i, &[]);
+                continue;
+            }
+            r.hold(i);
+            while let Some((j, edits)) = r.ready() {
+                send(j, &edits);
+            }
+        }
+        r.release();
+        while let Some((j, edits)) = r.ready() {
+            send(j, &edits);
+        }
+        out
+    }
+
+    #[test]
+    fn ordinary_text_passes_at_once() {
+        let mut r = redactor(&[KEY]);
+        for text in ["required", "inspired", "sk-", "wxyz", "sk-proj", "ollama"] {
+            assert!(r.read(text), "{text} was held");
+        }
+        assert!(r.queue.is_empty());
+        // No secret registered: nothing is ever held.
+        let mut none: Redactor<usize> = Redactor::with(None);
+        assert!(none.read(KEY));
+    }
+
+    #[test]
+    fn a_secret_in_one_event_is_replaced() {
+        let mut r = redactor(&[KEY]);
+        let got = stream(&mut r, &["a ", &format!("key {KEY} here"), " end"]);
+        assert_eq!(got, ["a ", "key [redacted] here", " end"]);
+    }
+
+    #[test]
+    fn a_secret_split_across_events_never_arrives() {
+        for cuts in [
+            vec![20],
+            vec![8],
+            vec![1],
+            vec![39],
+            vec![3, 20],
+            vec![10, 11, 30],
+        ] {
+            let mut parts = Vec::new();
+            let text = format!("before {KEY} after");
+            let mut from = 0;
+            for c in &cuts {
+                parts.push(text[from..7 + c].to_string());
+                from = 7 + c;
+            }
+            parts.push(text[from..].to_string());
+            let events: Vec<&str> = parts.iter().map(String::as_str).collect();
+            let mut r = redactor(&[KEY]);
+            let got = stream(&mut r, &events).concat();
+            assert!(!got.contains(KEY), "{cuts:?}: {got}");
+            assert!(got.starts_with("before ") && got.ends_with("[redacted] after"));
+            // At most the first HOLD_FROM - 1 bytes left before the secret was recognised.
+            let leaked = got.len() - "before [redacted] after".len();
+            assert!(leaked < HOLD_FROM, "{cuts:?}: {got}");
+        }
+    }
+
+    #[test]
+    fn held_events_go_out_in_order_when_the_match_breaks_or_the_stream_ends() {
+        let mut r = redactor(&[KEY]);
+        assert!(!r.read("use sk-proj-ABC"));
+        r.hold(0);
+        assert!(r.ready().is_none(), "held while it may be the key");
+        assert!(!r.read(""), "a text-less event waits behind");
+        r.hold(1);
+        assert!(r.ready().is_none());
+        assert!(!r.read("-not the key"));
+        r.hold(2);
+        let order: Vec<(usize, Vec<Edit>)> = std::iter::from_fn(|| r.ready()).collect();
+        assert_eq!(order, [(0, vec![]), (1, vec![]), (2, vec![])]);
+        assert!(r.read("next"));
+        // The stream ends inside a partial match: the held text goes out as written.
+        assert!(!r.read("sk-proj-ABCDEF"));
+        r.hold(3);
+        r.release();
+        assert_eq!(r.ready(), Some((3, vec![])));
+    }
+
+    #[test]
+    fn edits_span_fragments_of_one_event() {
+        // An event whose text is two fragments ("ab" + KEY-prefix, KEY-rest + "cd").
+        let (a, b) = ("ab", &KEY[..10]);
+        let first = format!("{a}{b}");
+        let second = format!("{}cd", &KEY[10..]);
+        let text = format!("{first}{second}");
+        let mut r = redactor(&[KEY]);
+        assert!(!r.read(&text));
+        r.hold(0);
+        let (_, edits) = r.ready().unwrap();
+        assert_eq!(apply(&first, 0, &edits).as_deref(), Some("ab[redacted]"));
+        assert_eq!(apply(&second, first.len(), &edits).as_deref(), Some("cd"));
+        assert_eq!(apply("untouched", 0, &[]), None);
+    }
+
+    #[test]
+    fn escaped_forms_are_found_in_raw_bodies() {
+        let key = "abc/DEF\"123/ghi/JKL";
+        let p = [Pattern::new(key)];
+        let json = serde_json::to_string(key).unwrap();
+        let got = redact_with(&p, json.as_bytes());
+        assert_eq!(&*got, b"\"[redacted]\"");
+        let slashed = json.replace('/', "\\/");
+        assert_eq!(&*redact_with(&p, slashed.as_bytes()), b"\"[redacted]\"");
+    }
+
+    #[test]
+    fn overlapping_prefixes_are_followed() {
+        // The automaton backs off to the longest border, so a repeated start does not hide the key.
+        let key = "abababXY12cdefgh";
+        let mut r = redactor(&[key]);
+        let got = stream(&mut r, &["abababab", "abXY12cd", "efgh!"]).concat();
+        // The key began 4 bytes before the first event ended (under HOLD_FROM: that event went out).
+        assert_eq!(got, "abababab[redacted]!");
+        assert!(!got.contains(key));
     }
 }

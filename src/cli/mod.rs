@@ -833,14 +833,14 @@ fn serve_config(a: &ServeArgs) -> Option<Config> {
         config.log_format = format.clone();
     }
     crate::logging::init(&config.log_level, config.log_format == "json");
-    // Upstream credentials (and the admin token) are scrubbed from every error text and log line.
+    // Upstream credentials (and the admin token, the store's password) are scrubbed from every error text
+    // and log line, and the real secrets among them from answers (placeholder keys are no secrets).
     let admin_token = config.admin_token();
-    crate::secrets::register(
-        config
-            .upstreams
-            .iter()
-            .filter_map(|u| u.api_key.as_deref())
-            .chain(admin_token.as_deref())
+    crate::secrets::register(config.upstreams.iter().filter_map(|u| u.api_key.as_deref()));
+    crate::secrets::register_own(
+        admin_token
+            .as_deref()
+            .into_iter()
             .chain(config.store.as_ref().and_then(|s| s.password.as_deref())),
     );
     Some(config)

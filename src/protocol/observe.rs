@@ -1,7 +1,8 @@
 //! Watching a stream relayed as it came (passthrough): each event is parsed once, for its type, its
 //! sequence number, the usage it reports, an error it carries and the text it adds; the observer says whether
 //! the stream completed, hides the usage chunk a Chat client did not ask for, and writes the protocol's
-//! in-stream error when the stream breaks.
+//! in-stream error when the stream breaks. It also says what text the last event added (for the credential
+//! redactor of `secrets.rs`) and rewrites an event whose text held a credential ([`redact_event`]).
 
 use std::borrow::Cow;
 
@@ -75,9 +76,22 @@ struct ChatDelta<'a> {
     #[serde(borrow, default)]
     content: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
+    refusal: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
     reasoning_content: Option<Cow<'a, str>>,
+    /// vLLM's and OpenRouter's name for `reasoning_content` (read only when it is text).
+    #[serde(borrow, default)]
+    reasoning: Option<MaybeText<'a>>,
     #[serde(default)]
     tool_calls: Option<Value>,
+}
+
+/// A field read when it is a string and skipped otherwise.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum MaybeText<'a> {
+    Text(#[serde(borrow)] Cow<'a, str>),
+    Other(serde::de::IgnoredAny),
 }
 
 /// Watches one relayed stream.
@@ -97,6 +111,10 @@ pub struct StreamObserver {
     /// A running estimate of the tokens in `produced` (summed per event, so cheap per event).
     produced_tokens: u64,
     input_estimate: u64,
+    /// Where the text the last event added begins in `produced`.
+    added_from: usize,
+    /// The last event was no answer but an error (or not JSON at all): an error text.
+    last_was_error: bool,
 }
 
 impl StreamObserver {
@@ -112,7 +130,21 @@ impl StreamObserver {
             produced: String::new(),
             produced_tokens: 0,
             input_estimate,
+            added_from: 0,
+            last_was_error: false,
         }
+    }
+
+    /// The text (answer text, reasoning, tool arguments) the last event observed added, in the order
+    /// [`redact_event`] walks its fields.
+    pub fn added_text(&self) -> &str {
+        &self.produced[self.added_from..]
+    }
+
+    /// Whether the last event observed was an error text rather than part of an answer: the upstream's
+    /// error event, any event carrying an `error` object, or one that is not JSON at all.
+    pub fn last_was_error(&self) -> bool {
+        self.last_was_error
     }
 
     /// Whether the stream reached its end marker (or an error event that ends it).
@@ -149,6 +181,15 @@ impl StreamObserver {
 
     /// Looks at one event; returns whether to pass it on.
     pub fn observe(&mut self, ev: &SseEvent) -> bool {
+        self.added_from = self.produced.len();
+        self.last_was_error = false;
+        let errors_before = self.upstream_error.is_some();
+        let relay = self.observe_event(ev);
+        self.last_was_error |= !errors_before && self.upstream_error.is_some();
+        relay
+    }
+
+    fn observe_event(&mut self, ev: &SseEvent) -> bool {
         if ev.is_comment() {
             return true;
         }
@@ -158,8 +199,10 @@ impl StreamObserver {
             return true;
         }
         let Ok(peek) = serde_json::from_str::<Peek>(data) else {
+            self.last_was_error = serde_json::from_str::<serde::de::IgnoredAny>(data).is_err();
             return true;
         };
+        self.last_was_error = peek.error.as_ref().is_some_and(|e| !e.is_null());
         let before = self.produced.len();
         self.collect(&peek);
         self.produced_tokens += estimate::tokens(&self.produced[before..]);
@@ -195,7 +238,16 @@ impl StreamObserver {
         }
         for c in peek.choices.iter().flatten() {
             let Some(d) = &c.delta else { continue };
-            for t in [&d.content, &d.reasoning_content].into_iter().flatten() {
+            let reasoning = match &d.reasoning {
+                Some(MaybeText::Text(t)) => Some(t),
+                _ => None,
+            };
+            let texts = [
+                d.content.as_ref(),
+                d.refusal.as_ref(),
+                d.reasoning_content.as_ref(),
+            ];
+            for t in texts.into_iter().chain([reasoning]).flatten() {
                 self.produced.push_str(t);
             }
             for call in d.tool_calls.iter().filter_map(Value::as_array).flatten() {
@@ -310,6 +362,53 @@ fn error_message(e: &Value) -> String {
     ))
 }
 
+/// `ev` with the edits the credential redactor found applied to the text it adds (the same fields, in the
+/// same order, as the observer reads them), framed again; `None` when it cannot be read or nothing changed.
+/// The rewritten event is encoded anew (its other fields keep their values, not their spelling).
+pub fn redact_event(ev: &SseEvent, edits: &[crate::secrets::Edit]) -> Option<Vec<u8>> {
+    let mut v: Value = serde_json::from_str(ev.data.trim()).ok()?;
+    let mut offset = 0;
+    let mut changed = false;
+    let mut edit = |field: Option<&mut Value>| {
+        let Some(field) = field else { return };
+        let Some(text) = field.as_str() else { return };
+        let len = text.len();
+        if let Some(new) = crate::secrets::apply(text, offset, edits) {
+            *field = Value::String(new);
+            changed = true;
+        }
+        offset += len;
+    };
+    match v.get_mut("delta") {
+        Some(d) if d.is_string() => edit(Some(d)),
+        Some(d) if d.is_object() => {
+            for name in ["text", "thinking", "partial_json"] {
+                edit(d.get_mut(name));
+            }
+        }
+        _ => {}
+    }
+    let choices = v.get_mut("choices").and_then(Value::as_array_mut);
+    for c in choices.into_iter().flatten() {
+        let Some(d) = c.get_mut("delta").filter(|d| d.is_object()) else {
+            continue;
+        };
+        for name in ["content", "refusal", "reasoning_content", "reasoning"] {
+            edit(d.get_mut(name));
+        }
+        let calls = d.get_mut("tool_calls").and_then(Value::as_array_mut);
+        for call in calls.into_iter().flatten() {
+            edit(call.pointer_mut("/function/arguments"));
+        }
+    }
+    if !changed {
+        return None;
+    }
+    let mut out = Vec::new();
+    push_event(&mut out, ev.event.as_deref(), &v.to_string());
+    Some(out)
+}
+
 /// The sequence number the event replacing a Responses stream's held closing events takes (the first one
 /// held), if any.
 pub fn next_sequence(held: &[u8]) -> Option<u64> {
@@ -402,5 +501,74 @@ mod tests {
                 .as_deref(),
             Some("upstream error in stream: boom")
         );
+    }
+
+    #[test]
+    fn an_event_is_rewritten_where_the_redactor_found_a_credential() {
+        use crate::secrets::Edit;
+        let cut = |start, end, mark| Edit { start, end, mark };
+        // Chat: content then tool arguments, in the order the observer reads them.
+        let mut w = StreamObserver::new(Protocol::Chat, false, 0);
+        let data = r#"{"id":"c1","choices":[{"index":0,"delta":{"content":"key: SECRET","tool_calls":[{"index":0,"function":{"arguments":"MORE}"}}]}}]}"#;
+        let e = ev(None, data);
+        w.observe(&e);
+        assert_eq!(w.added_text(), "key: SECRETMORE}");
+        let out = redact_event(&e, &[cut(5, 15, true)]).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let v: Value = serde_json::from_str(text.strip_prefix("data: ").unwrap().trim()).unwrap();
+        assert_eq!(v["choices"][0]["delta"]["content"], "key: [redacted]");
+        assert_eq!(
+            v["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"],
+            "}"
+        );
+        assert_eq!(v["id"], "c1");
+        // Messages: the event name is kept.
+        let e = ev(
+            Some("content_block_delta"),
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"abcdef"}}"#,
+        );
+        let out = String::from_utf8(redact_event(&e, &[cut(0, 3, false)]).unwrap()).unwrap();
+        assert!(
+            out.starts_with("event: content_block_delta\ndata: "),
+            "{out}"
+        );
+        assert!(out.contains(r#""text":"def""#), "{out}");
+        // Responses: `delta` is the text itself. No edit in it: nothing to rewrite.
+        let e = ev(
+            Some("response.output_text.delta"),
+            r#"{"type":"response.output_text.delta","delta":"xy"}"#,
+        );
+        assert!(redact_event(&e, &[cut(5, 9, true)]).is_none());
+        let out = String::from_utf8(redact_event(&e, &[cut(1, 2, true)]).unwrap()).unwrap();
+        assert!(out.contains(r#""delta":"x[redacted]""#), "{out}");
+    }
+
+    #[test]
+    fn error_texts_are_told_from_answers() {
+        let mut w = StreamObserver::new(Protocol::Messages, false, 0);
+        w.observe(&ev(
+            Some("content_block_delta"),
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"an error"}}"#,
+        ));
+        assert!(!w.last_was_error());
+        assert_eq!(w.added_text(), "an error");
+        // An error object, whatever the event is called.
+        w.observe(&ev(None, r#"{"error":{"message":"bad key sk-****abcd"}}"#));
+        assert!(w.last_was_error());
+        assert_eq!(w.added_text(), "");
+        w.observe(&ev(None, "Internal Server Error"));
+        assert!(w.last_was_error());
+        // Chat: `reasoning` is read when it is text, and an object there does not hide the usage.
+        let mut c = StreamObserver::new(Protocol::Chat, false, 0);
+        c.observe(&ev(
+            None,
+            r#"{"choices":[{"delta":{"reasoning":"think"}}],"usage":null}"#,
+        ));
+        assert_eq!(c.added_text(), "think");
+        c.observe(&ev(
+            None,
+            r#"{"choices":[{"delta":{"reasoning":{"x":1}}}],"usage":{"prompt_tokens":1,"completion_tokens":9}}"#,
+        ));
+        assert_eq!(c.output_so_far().0, Some(9));
     }
 }

@@ -1,5 +1,9 @@
 //! Writing a canonical event stream to a client: the client protocol's stream encoder, one chunk per step,
-//! usage tracked on the way (and estimated when the upstream reports none).
+//! usage tracked on the way (and estimated when the upstream reports none). The text of every event passes
+//! the stream's credential redactor (`secrets.rs`) before the encoder sees it, so what the encoder repeats
+//! in its closing objects is redacted too; every chunk is searched for a whole credential before it goes.
+
+use std::borrow::Cow;
 
 use super::respond;
 use super::trace::Trace;
@@ -8,6 +12,7 @@ use crate::http::ResponseWriter;
 use crate::protocol::canon::{StreamEvent, Usage};
 use crate::protocol::estimate;
 use crate::protocol::{ApiError, StreamEncoder};
+use crate::secrets::{self, Edit, Redactor};
 
 /// The client went away (a write failed).
 #[derive(Debug)]
@@ -27,6 +32,8 @@ pub struct EventWriter<'a> {
     /// The upstream's finish reason came (the stream completed).
     finished: bool,
     pub error: Option<ApiError>,
+    /// Events held back while an upstream credential may be arriving in their text.
+    redactor: Redactor<StreamEvent>,
 }
 
 impl<'a> EventWriter<'a> {
@@ -58,22 +65,48 @@ impl<'a> EventWriter<'a> {
             produced_tokens: 0,
             finished: false,
             error: None,
+            redactor: Redactor::new(),
         };
         ew.emit(&start)?;
         Ok(ew)
     }
 
-    /// Encodes one event and writes whatever it produced as one chunk.
+    /// Takes one event: counted at once, encoded and written as one chunk as soon as the redactor lets it
+    /// go (at once, unless its text may be the start of an upstream credential).
     pub fn emit(&mut self, ev: &StreamEvent) -> Result<(), ClientGone> {
         if let StreamEvent::Error(e) = ev {
             // Upstream texts reach the client here: never with an upstream credential in them.
             let clean = StreamEvent::Error(e.clone().scrub_secrets());
-            return self.emit_clean(&clean);
+            return self.accept(&clean);
         }
-        self.emit_clean(ev)
+        self.accept(ev)
     }
 
-    fn emit_clean(&mut self, ev: &StreamEvent) -> Result<(), ClientGone> {
+    fn accept(&mut self, ev: &StreamEvent) -> Result<(), ClientGone> {
+        self.note(ev);
+        if self.redactor.read(answer_text(ev)) {
+            return self.send(ev);
+        }
+        self.redactor.hold(ev.clone());
+        self.send_released()
+    }
+
+    /// Sends the events the redactor lets go, their text rewritten where a credential was found.
+    fn send_released(&mut self) -> Result<(), ClientGone> {
+        while let Some((mut ev, edits)) = self.redactor.ready() {
+            redact_text(&mut ev, &edits);
+            self.send(&ev)?;
+        }
+        Ok(())
+    }
+
+    fn send(&mut self, ev: &StreamEvent) -> Result<(), ClientGone> {
+        self.enc.encode(ev, &mut self.buf);
+        self.flush()
+    }
+
+    /// What an event tells of the stream (usage, output, its end), when it is taken.
+    fn note(&mut self, ev: &StreamEvent) {
         match ev {
             StreamEvent::Usage(u) => self.usage = Some(*u),
             StreamEvent::TextDelta(t) | StreamEvent::ReasoningDelta(t) => {
@@ -89,8 +122,6 @@ impl<'a> EventWriter<'a> {
             StreamEvent::Finish(_) => self.finished = true,
             _ => {}
         }
-        self.enc.encode(ev, &mut self.buf);
-        self.flush()
     }
 
     fn produce(&mut self, text: &str) {
@@ -107,6 +138,9 @@ impl<'a> EventWriter<'a> {
         if self.buf.is_empty() {
             return Ok(());
         }
+        if let Cow::Owned(clean) = self.redactor.redact(&self.buf) {
+            self.buf = clean;
+        }
         let r = self.w.write_chunk(&self.buf);
         self.buf.clear();
         r.map_err(|_| ClientGone)
@@ -122,6 +156,8 @@ impl<'a> EventWriter<'a> {
     /// Closes the stream: when no usage came, an estimate is sent first; then the protocol's closing
     /// events and the end of the chunked body.
     pub fn finish(mut self) -> Result<(Usage, bool), ClientGone> {
+        self.redactor.release();
+        self.send_released()?;
         let (usage, estimated) = self.usage();
         if self.trace.hold_tail {
             // Strict ledger: the closing events wait until the usage record is synced.
@@ -135,5 +171,26 @@ impl<'a> EventWriter<'a> {
         self.flush()?;
         self.w.finish().map_err(|_| ClientGone)?;
         Ok((usage, estimated))
+    }
+}
+
+/// The text an event adds to the answer (what the redactor reads).
+fn answer_text(ev: &StreamEvent) -> &str {
+    match ev {
+        StreamEvent::TextDelta(t) | StreamEvent::ReasoningDelta(t) => t,
+        StreamEvent::ToolArgsDelta { delta, .. } => delta,
+        _ => "",
+    }
+}
+
+/// Applies the redactor's edits to an event's text.
+fn redact_text(ev: &mut StreamEvent, edits: &[Edit]) {
+    let text = match ev {
+        StreamEvent::TextDelta(t) | StreamEvent::ReasoningDelta(t) => t,
+        StreamEvent::ToolArgsDelta { delta, .. } => delta,
+        _ => return,
+    };
+    if let Some(new) = secrets::apply(text, 0, edits) {
+        *text = new;
     }
 }

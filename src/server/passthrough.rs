@@ -9,10 +9,12 @@ use super::attempt::Attempt;
 use super::call;
 use super::respond;
 use super::translate;
-use crate::protocol::observe::StreamObserver;
+use crate::protocol::observe::{self, StreamObserver};
 use crate::protocol::sse::SseEvent;
 use crate::protocol::{estimate, limits, ApiError};
+use crate::secrets::{self, Edit, Redactor};
 use crate::upstream::http::{self as uphttp, Reply};
+use std::borrow::Cow;
 
 pub fn serve(a: &mut Attempt) -> Result<(), ApiError> {
     let protocol = a.trace.protocol;
@@ -63,20 +65,13 @@ fn relay_stream(a: &mut Attempt, reply: Reply, mut watch: StreamObserver) {
         a.watch.stream_started(shared, a.trace.protocol);
     }
     a.answer.status = 200;
+    let mut redactor = Redactor::new();
     let failure = loop {
         let waiting = std::time::Instant::now();
         let next = events.next_event();
         a.trace.add_upstream_wait(waiting.elapsed());
-        match next {
-            Ok(Some(ev)) => match forward(a, &mut watch, ev) {
-                Step::Next => {}
-                Step::ClientGone => {
-                    a.answer.client_closed = true;
-                    a.answer.set_usage(watch.usage());
-                    return;
-                }
-                Step::Stop(failure) => break failure,
-            },
+        let step = match next {
+            Ok(Some(ev)) => forward(a, &mut watch, &mut redactor, ev),
             Ok(None) => break None,
             Err(e) if watch.done() => {
                 log::debug!("{}: upstream stream ended with {e}", a.trace.request_id);
@@ -84,9 +79,25 @@ fn relay_stream(a: &mut Attempt, reply: Reply, mut watch: StreamObserver) {
             }
             Err(_) if a.trace.cut_by_shutdown() => break Some(ApiError::shutting_down()),
             Err(e) => break Some(uphttp::stream_read_error(&a.upstream.name, &e)),
+        };
+        match step {
+            Step::Next => {}
+            Step::ClientGone => {
+                a.answer.client_closed = true;
+                a.answer.set_usage(watch.usage());
+                return;
+            }
+            Step::Stop(failure) => break failure,
         }
     };
     a.answer.set_usage(watch.usage());
+    // The stream ends: events held while a credential might be arriving go out, before anything that
+    // closes the stream.
+    redactor.release();
+    if let Step::ClientGone = release(a, &mut redactor) {
+        a.answer.client_closed = true;
+        return;
+    }
     if let Some(e) = watch.upstream_error() {
         a.answer.error = Some(e);
     }
@@ -105,18 +116,26 @@ enum Step {
     Stop(Option<ApiError>),
 }
 
-/// Looks at one upstream event and passes it on (scrubbed of upstream credentials).
-fn forward(a: &mut Attempt, watch: &mut StreamObserver, mut ev: SseEvent) -> Step {
+/// An upstream event on its way to the client.
+struct Relayed {
+    ev: SseEvent,
+    /// Passed on at all (a hidden usage chunk is not).
+    relay: bool,
+    /// The stream had completed with it (strict ledger: what follows waits for the record).
+    closing: bool,
+    /// The upstream's error event: an error text, scrubbed like one.
+    error: bool,
+}
+
+/// Looks at one upstream event and passes it on as it came, unless it may carry an upstream credential
+/// (`secrets::Redactor`: held while one may be arriving across events, rewritten when one came).
+fn forward(
+    a: &mut Attempt,
+    watch: &mut StreamObserver,
+    redactor: &mut Redactor<Relayed>,
+    ev: SseEvent,
+) -> Step {
     let relay = watch.observe(&ev);
-    // Events are relayed as they came, but never with an upstream credential in them (upstreams echo the
-    // key in error events).
-    if crate::secrets::suspicious(&ev.raw) {
-        if let std::borrow::Cow::Owned(clean) =
-            crate::secrets::scrub(&String::from_utf8_lossy(&ev.raw))
-        {
-            ev.raw = clean.into_bytes();
-        }
-    }
     if watch.produced_anything() {
         a.trace.mark_first_token();
     }
@@ -130,12 +149,59 @@ fn forward(a: &mut Attempt, watch: &mut StreamObserver, mut ev: SseEvent) -> Ste
             limit.unwrap_or(0),
         )));
     }
+    let item = Relayed {
+        ev,
+        relay,
+        closing: watch.done(),
+        error: watch.last_was_error(),
+    };
+    if redactor.read(watch.added_text()) {
+        return send(a, redactor, item, &[]);
+    }
+    redactor.hold(item);
+    release(a, redactor)
+}
+
+/// Sends the events the redactor lets go.
+fn release(a: &mut Attempt, redactor: &mut Redactor<Relayed>) -> Step {
+    while let Some((item, edits)) = redactor.ready() {
+        if let Step::ClientGone = send(a, redactor, item, &edits) {
+            return Step::ClientGone;
+        }
+    }
+    Step::Next
+}
+
+/// Writes one event: byte for byte, unless a credential is in it (its text rewritten by `edits`, or found
+/// whole by `Redactor::redact`); an error event is scrubbed like every error text.
+fn send(a: &mut Attempt, redactor: &Redactor<Relayed>, item: Relayed, edits: &[Edit]) -> Step {
     let w = a.ex.response();
-    if watch.done() && a.trace.hold_tail {
+    if item.closing && a.trace.hold_tail {
         // Strict ledger: the closing events wait for the record to be synced.
         w.hold_rest();
     }
-    if relay && w.write_chunk(&ev.framed()).is_err() {
+    if !item.relay {
+        return Step::Next;
+    }
+    let rewritten = (!edits.is_empty())
+        .then(|| observe::redact_event(&item.ev, edits))
+        .flatten();
+    let framed = match &rewritten {
+        Some(bytes) => Cow::Borrowed(bytes.as_slice()),
+        None => item.ev.framed(),
+    };
+    let clean = if item.error {
+        match secrets::scrub(&String::from_utf8_lossy(&framed)) {
+            Cow::Owned(s) => Cow::Owned(s.into_bytes()),
+            Cow::Borrowed(_) => framed,
+        }
+    } else {
+        match redactor.redact(&framed) {
+            Cow::Owned(b) => Cow::Owned(b),
+            Cow::Borrowed(_) => framed,
+        }
+    };
+    if w.write_chunk(&clean).is_err() {
         return Step::ClientGone;
     }
     Step::Next

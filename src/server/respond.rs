@@ -1,5 +1,7 @@
 //! Writing answers with the headers every response carries: `x-request-id` (and `request-id` for Messages
-//! clients), the echoed `x-client-request-id`, `retry-after` on errors that have one.
+//! clients), the echoed `x-client-request-id`, `retry-after` on errors that have one. Every complete body
+//! passes here, and leaves with no real upstream credential in it (`secrets::redact`: the exact credential
+//! only; the rest byte for byte).
 
 use std::sync::atomic::Ordering;
 
@@ -7,7 +9,7 @@ use super::trace::Trace;
 use crate::http::ResponseWriter;
 use crate::protocol::{sse, ApiError, Protocol};
 
-/// Sends a JSON body with status.
+/// Sends a JSON body with status (an upstream credential in it replaced).
 pub fn json(
     w: &mut ResponseWriter,
     trace: &Trace,
@@ -21,7 +23,8 @@ pub fn json(
         ("x-tollgate-overhead-ms", &overhead),
     ]);
     headers.extend_from_slice(extra);
-    if let Err(e) = w.send(status, &headers, body) {
+    let body = crate::secrets::redact(body);
+    if let Err(e) = w.send(status, &headers, &body) {
         log::debug!("{}: could not send the response: {e}", trace.request_id);
     }
 }
