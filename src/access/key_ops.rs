@@ -395,3 +395,32 @@ pub fn change_credit(
         Ok(r.credit)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn terms_are_exact_integers_and_name_the_state() {
+        let mut r = KeyRecord {
+            name: "k".into(),
+            group: "g".into(),
+            hash: String::new(),
+            credit: Some(Money::parse("50.000000000001").unwrap()),
+            disabled: false,
+            created: String::new(),
+            hint: None,
+            budget: Some(Budget::new(Money::parse("2.5").unwrap(), "weekly").unwrap()),
+            expires: Some("2026-01-01T00:00:00Z".into()),
+            deleted: false,
+        };
+        assert_eq!(terms_of(&r), "50000000000001|2500000000000|w|1767225600|a");
+        r.credit = None;
+        r.budget = None;
+        r.expires = None;
+        r.disabled = true;
+        assert_eq!(terms_of(&r), "||||r");
+        r.deleted = true;
+        assert_eq!(terms_of(&r), "||||x");
+    }
+}
