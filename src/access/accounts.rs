@@ -8,7 +8,14 @@
 //! plus its output limit, at the model's prices), so concurrent requests can overspend a balance by at most
 //! the worst-case cost of the requests admitted while it was still positive beyond their reservations: in
 //! practice one request's worst case (plus any error in the input estimate). With a store the reservation
-//! and the check are one atomic step on the server, so the same bound holds for all instances together.
+//! and the check are one atomic step on the server, so the same bound holds for all instances together; the
+//! credit, the key's own budget, its expiry and whether it is revoked are then read there too, from the
+//! key's record in force (`store/lua/admit.lua`), never from this instance's copy of the keys: a credit cut,
+//! a budget changed, an expiry brought forward or a revocation on one instance holds on every other at its
+//! next admission of the key. One case waits for the copy to follow (within a quarter of a second): a key
+//! this instance holds to no credit or budget at all is not judged against one (its requests go upstream
+//! with no output limit, and without any group limit they make no store call), so a first credit or budget
+//! set on such a key elsewhere applies here from then.
 //!
 //! Rate limits (per key, from its group): requests per minute and tokens per minute over a sliding
 //! 60-second window, and requests in flight. Tokens are estimated at admission and corrected with the real
@@ -399,8 +406,12 @@ impl Accounts {
         if !needs_store {
             return Ok((self.reservation(ask, Held::Nothing), RateInfo::default()));
         }
-        match store.admit(ask.key, ask.id, ask.cost, &limits) {
-            Ok(standing) => {
+        // The key's credit, own budget, expiry and state are the store's, not this instance's copy of the
+        // key (a moment old when another instance just changed it); its group's limits are this config's.
+        let group_budget = ask.group.and_then(|g| g.budget);
+        match store.admit(ask.key, ask.id, ask.cost, &limits, group_budget) {
+            Ok(admission) => {
+                let standing = admission.standing;
                 // What the local fallback would start from if the store stops answering.
                 if local_fallback {
                     let mut keys = self.lock();
@@ -408,6 +419,11 @@ impl Accounts {
                     st.spent = standing.spent;
                     st.spent_known = true;
                 }
+                let limits = Limits {
+                    credit: admission.credit,
+                    budget: admission.budget,
+                    ..limits
+                };
                 let info = judge(&limits, &standing)?;
                 let held = Held::Shared {
                     id: ask.id.to_string(),

@@ -38,6 +38,22 @@ impl Period {
         }
     }
 
+    /// Its one-letter form in the shared store (`d`, `w`, `m`).
+    pub fn letter(self) -> char {
+        match self {
+            Period::Daily => 'd',
+            Period::Weekly => 'w',
+            Period::Monthly => 'm',
+        }
+    }
+
+    /// The period of a one-letter form.
+    pub fn from_letter(s: &str) -> Option<Period> {
+        Period::ALL
+            .into_iter()
+            .find(|p| s.len() == 1 && s.starts_with(p.letter()))
+    }
+
     /// Its index in [`Period::ALL`].
     pub fn index(self) -> usize {
         self as usize

@@ -150,7 +150,7 @@ fn update_in_store<T>(
             let json = serde_json::to_string(r)
                 .map_err(|e| KeyOpError::new("", format!("cannot encode the key: {e}")))?;
             if before.get(r.name.as_str()) != Some(&json.as_str()) {
-                set.push((r.name.clone(), json));
+                set.push((r.name.clone(), json, terms_of(r)));
             }
         }
         let delete: Vec<String> = fields
@@ -161,8 +161,9 @@ fn update_in_store<T>(
         if set.is_empty() && delete.is_empty() {
             return Ok(result);
         }
+        // The records and their terms (what admission reads) in one atomic step.
         if store
-            .write_map(STORE_MAP, version, &set, &delete)
+            .write_keys(version, &set, &delete)
             .map_err(store_error)?
             .is_some()
         {
@@ -172,6 +173,61 @@ fn update_in_store<T>(
     Err(KeyOpError::new(
         "",
         "the keys in the store kept changing while this change was made; try again",
+    ))
+}
+
+/// What the store's admission script reads of a key (`store/lua/admit.lua`), written with its record in the
+/// same atomic step: `credit|budget|period|expires|state`, amounts in units of 10⁻¹² credits, the period as
+/// `d`/`w`/`m`, the expiry in Unix seconds, the state `a` (active), `r` (revoked) or `x` (deleted); empty:
+/// none (no credit is unlimited, no budget is the group's).
+pub fn terms_of(r: &KeyRecord) -> String {
+    let credit = r
+        .credit
+        .map_or_else(String::new, |c| c.max(Money::ZERO).units().to_string());
+    let (budget, period) = r.budget.map_or_else(
+        || (String::new(), String::new()),
+        |b| {
+            (
+                b.amount.max(Money::ZERO).units().to_string(),
+                b.period.letter().to_string(),
+            )
+        },
+    );
+    let expires = r
+        .expires
+        .as_deref()
+        .and_then(crate::util::parse_rfc3339)
+        .map_or_else(String::new, |t| t.to_string());
+    let state = if r.deleted {
+        'x'
+    } else if r.disabled {
+        'r'
+    } else {
+        'a'
+    };
+    format!("{credit}|{budget}|{period}|{expires}|{state}")
+}
+
+/// Writes every key's terms anew when they were last written for another version of the records (a store
+/// set up before terms were kept, or changed by a writer that did not keep them); an instance does this as
+/// it joins the store. Returns whether anything was written.
+pub fn sync_terms(store: &crate::store::Store) -> Result<bool, KeyOpError> {
+    for _ in 0..50 {
+        let (version, fields) = store.read_map(STORE_MAP).map_err(store_error)?;
+        if store.terms_at().map_err(store_error)? == version && version > 0 {
+            return Ok(false);
+        }
+        let terms: Vec<(String, String)> = records_of(&fields)
+            .iter()
+            .map(|r| (r.name.clone(), terms_of(r)))
+            .collect();
+        if store.sync_terms(version, &terms).map_err(store_error)? {
+            return Ok(true);
+        }
+    }
+    Err(KeyOpError::new(
+        "",
+        "the keys in the store kept changing while their terms were written; try again",
     ))
 }
 
@@ -361,4 +417,33 @@ pub fn change_credit(
         };
         Ok(r.credit)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn terms_are_exact_integers_and_name_the_state() {
+        let mut r = KeyRecord {
+            name: "k".into(),
+            group: "g".into(),
+            hash: String::new(),
+            credit: Some(Money::parse("50.000000000001").unwrap()),
+            disabled: false,
+            created: String::new(),
+            hint: None,
+            budget: Some(Budget::new(Money::parse("2.5").unwrap(), "weekly").unwrap()),
+            expires: Some("2026-01-01T00:00:00Z".into()),
+            deleted: false,
+        };
+        assert_eq!(terms_of(&r), "50000000000001|2500000000000|w|1767225600|a");
+        r.credit = None;
+        r.budget = None;
+        r.expires = None;
+        r.disabled = true;
+        assert_eq!(terms_of(&r), "||||r");
+        r.deleted = true;
+        assert_eq!(terms_of(&r), "||||x");
+    }
 }

@@ -101,16 +101,20 @@ fn presented_key(req: &Request, protocol: Protocol) -> Result<&str, ApiError> {
     }
 }
 
-/// Whether a group may use the model entry `model` when asked for it as `requested`: one of the group's
-/// names or patterns matches the entry's name, or, for a pattern entry, the name asked for. An alias is
-/// resolved to its entry first and never counts on its own, so aliases never widen access.
+/// Whether a group may use the model entry `model` when asked for it as `requested`. The group's globs are
+/// matched against one concrete name: the entry's own name for an entry with a plain name (whatever alias
+/// was asked for: an alias is resolved to its entry and never counts on its own, so aliases never widen
+/// access), and the name asked for for a pattern entry (which has no aliases). Never against a pattern's
+/// text: a name holding `*` or `?` matches no glob (`glob_match`), so `o?` is not stretched over `o*`.
 pub fn group_allows(config: &Config, group: &str, model: &str, requested: &str) -> bool {
-    let pattern_entry = crate::config::names::is_pattern(model);
-    config.group(group).is_some_and(|g| {
-        g.models
-            .iter()
-            .any(|p| glob_match(p, model) || (pattern_entry && glob_match(p, requested)))
-    })
+    let name = if crate::config::names::is_pattern(model) {
+        requested
+    } else {
+        model
+    };
+    config
+        .group(group)
+        .is_some_and(|g| g.models.iter().any(|p| glob_match(p, name)))
 }
 
 /// 403 for a model outside the caller's group (naming only the model and the group).

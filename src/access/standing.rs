@@ -18,18 +18,27 @@ pub enum Verdict {
     Concurrency,
     Credit,
     Budget,
+    /// The store holds the key revoked, deleted or not at all (another instance changed it a moment ago;
+    /// this instance's copy of the keys has not caught up yet).
+    Revoked,
+    /// The store holds the key expired.
+    Expired,
 }
 
 impl Verdict {
-    /// The verdict the admission script returns as a number.
+    /// The verdict the admission script returns as a number (an unknown one refuses: a script of another
+    /// version never admits by mistake).
     pub fn from_code(code: i64) -> Verdict {
         match code {
+            0 => Verdict::Admitted,
             1 => Verdict::Rpm,
             2 => Verdict::Tpm,
             3 => Verdict::Concurrency,
             4 => Verdict::Credit,
             5 => Verdict::Budget,
-            _ => Verdict::Admitted,
+            6 => Verdict::Revoked,
+            7 => Verdict::Expired,
+            _ => Verdict::Revoked,
         }
     }
 }
@@ -107,6 +116,13 @@ pub fn judge(limits: &Limits, s: &Standing) -> Result<RateInfo, (ApiError, RateI
     }
     let refused = match s.verdict {
         Verdict::Admitted => return Ok(info),
+        Verdict::Revoked => {
+            ApiError::unauthorized("This API key has been revoked. Ask the operator for a new key.")
+        }
+        Verdict::Expired => ApiError::unauthorized(
+            "This API key has expired. Ask the operator to extend it or for a new key.",
+        )
+        .with_code("key_expired"),
         Verdict::Rpm => rate_error(
             format!(
                 "the requests-per-minute limit of {} for this key",

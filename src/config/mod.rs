@@ -347,8 +347,13 @@ models = ["*"]
 [discovery]
 "#;
 
-/// Glob match with `*` (any run) and `?` (one character), as used in group model lists.
+/// Glob match with `*` (any run) and `?` (one character), as used in group model lists and model name
+/// patterns. Globs match concrete names only: a `name` holding `*` or `?` is never matched (not even by `*`),
+/// so a glob can never be stretched over another pattern's text (`o?` does not match the entry `o*`).
 pub fn glob_match(pattern: &str, name: &str) -> bool {
+    if names::is_pattern(name) {
+        return false;
+    }
     if pattern == "*" {
         return true;
     }
@@ -424,5 +429,10 @@ mod tests {
         assert!(glob_match("a*b*c", "aXXbYYc"));
         assert!(!glob_match("a*b*c", "aXXbYY"));
         assert!(glob_match("claude-*-4*", "claude-sonnet-4-5"));
+        // Never against a string holding glob characters: `?` does not stand for `*`, `*` not for `?`.
+        assert!(!glob_match("o?", "o*"));
+        assert!(!glob_match("*", "gpt-*"));
+        assert!(!glob_match("gpt-*", "gpt-?"));
+        assert!(!glob_match("a*", "a*"));
     }
 }

@@ -872,13 +872,25 @@ fn known_openai_base(host: &str) -> Option<&'static str> {
 }
 
 /// Names and aliases are unique across models (an alias is never another model's name); patterns that tie
-/// (equally specific, can match the same names) are warned about; an alias that is a pattern is refused.
+/// (equally specific, can match the same names) are warned about; an alias that is a pattern, and an alias of
+/// a pattern entry, are refused.
 fn check_names(models: &[Model], p: &mut Problems) {
     let mut taken: HashMap<&str, &str> = HashMap::new();
     for m in models {
         taken.insert(&m.name, &m.name);
     }
     for (i, m) in models.iter().enumerate() {
+        if super::names::is_pattern(&m.name) && !m.aliases.is_empty() {
+            // A pattern entry serves many names: the group check is made on the name asked for, and an alias
+            // would be a name the pattern may not match (give it an entry of its own instead).
+            p.errors.push(err(
+                format!("models[{i}].aliases"),
+                format!(
+                    "the pattern entry {:?} cannot have aliases; give {:?} an entry of its own",
+                    m.name, m.aliases[0]
+                ),
+            ));
+        }
         for a in &m.aliases {
             if super::names::is_pattern(a) || a.is_empty() || a.chars().any(char::is_whitespace) {
                 p.errors.push(err(
@@ -904,7 +916,14 @@ fn check_names(models: &[Model], p: &mut Problems) {
 
 /// Groups that may use no model, and models no group may use.
 fn coverage_warnings(models: &[Model], groups: &[Group], warnings: &mut Vec<String>) {
-    let allows = |g: &Group, m: &Model| g.models.iter().any(|pat| super::glob_match(pat, &m.name));
+    // A glob may serve a pattern entry when the two can match a common name (requests are then checked on
+    // the name asked for).
+    let allows = |g: &Group, m: &Model| {
+        g.models.iter().any(|pat| {
+            super::glob_match(pat, &m.name)
+                || (super::names::is_pattern(&m.name) && super::names::globs_overlap(pat, &m.name))
+        })
+    };
     for g in groups {
         if !models.iter().any(|m| allows(g, m)) {
             warnings.push(format!(

@@ -11,7 +11,10 @@
 //! overrides is read and put in force (so a key revoked on any instance is refused here within about a
 //! quarter of a second), the epoch is checked (a store without its epoch lost its data: model requests are
 //! refused until `tollgate store rebuild`), and this instance's reservation leases and name claim are
-//! renewed. The shipper thread (`store::ship`) sends the ledger's records as they are synced.
+//! renewed. The keys' terms (what the admission script reads of each key: credit, own budget, expiry,
+//! state) are written with their records (`access/key_ops.rs`); at start, and when the records changed
+//! without them, they are written anew (`key_ops::sync_terms`). The shipper thread (`store::ship`) sends the
+//! ledger's records as they are synced.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -139,6 +142,11 @@ pub fn join(config: &Config, store: &Store) -> Result<Joined, String> {
                 remember_epoch(dir, e)?;
             }
         }
+    }
+    // What admission reads of each key is kept with its record; a store whose terms are not those of its
+    // records (set up before they were kept) gets them now.
+    if key_ops::sync_terms(store).map_err(|e| e.to_string())? {
+        log::info!("store: the keys' terms (what admission reads of each key) were written anew");
     }
     let (keys_version, fields) = store
         .read_map(key_ops::STORE_MAP)
@@ -334,6 +342,12 @@ fn look_loop(gw: &Gateway, store: &Store, keys: u64, overrides: u64) {
             if let Some((ver, records)) = key_ops::install_from_store(&gw.keys, store, force) {
                 seen.keys = ver;
                 keep_keys_copy(&dir, &records);
+                // Records written without their terms (by a writer that does not keep them): written now.
+                if store.terms_at().is_ok_and(|at| at != ver) {
+                    if let Err(e) = key_ops::sync_terms(store) {
+                        log::warn!("store: {e}");
+                    }
+                }
             }
         }
         if v.overrides != seen.overrides {

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use redis::{FromRedisValue, Value};
 
 use super::{lock, Store, StoreError};
-use crate::access::budget::Period;
+use crate::access::budget::{Budget, Period};
 use crate::access::standing::{Limits, Standing, Verdict};
 use crate::money::Money;
 
@@ -47,12 +47,16 @@ pub struct Balance {
 
 /// The field of a budget period's spend in `per:K`: `d`, `w` or `m` and the period's start.
 pub fn period_field(period: Period, now: u64) -> String {
-    let letter = match period {
-        Period::Daily => 'd',
-        Period::Weekly => 'w',
-        Period::Monthly => 'm',
-    };
-    format!("{letter}{}", period.start_of(now))
+    format!("{}{}", period.letter(), period.start_of(now))
+}
+
+/// What the admission script answered: the key's standing, and the credit and budget the store holds for it
+/// (the ones it was judged by).
+#[derive(Debug, Clone)]
+pub struct Admission {
+    pub standing: Standing,
+    pub credit: Option<Money>,
+    pub budget: Option<Budget>,
 }
 
 fn units(m: Money) -> String {
@@ -90,69 +94,95 @@ impl Store {
         }
     }
 
-    /// Admission of request `id` of key `key`: its standing, with the reservation made when admitted.
+    /// Admission of request `id` of key `key`: its standing, with the reservation made when admitted, and
+    /// the credit and budget it was judged by. The key's credit, own budget, expiry and state are the
+    /// store's (its terms, kept with its record): the amounts in `limits.credit` and `limits.budget` are not
+    /// sent, only whether the request is held to a balance at all (either is set). Its group's rate limits
+    /// come from `limits`, and `group_budget` applies when the key has no budget of its own.
     pub fn admit(
         &self,
         key: &str,
         id: &str,
         cost: Money,
         limits: &Limits,
-    ) -> Result<Standing, StoreError> {
+        group_budget: Option<Budget>,
+    ) -> Result<Admission, StoreError> {
         let k = self.account_keys(key);
-        let (budget, field) = match limits.budget {
-            Some(b) => (units(b.amount), period_field(b.period, limits.now)),
+        let (budget, letter) = match group_budget {
+            Some(b) => (units(b.amount), b.period.letter().to_string()),
             None => (String::new(), String::new()),
         };
+        let field = |p| period_field(p, limits.now);
         let args = [
             id.to_string(),
             units(cost.max(Money::ZERO)),
             limits.tokens.to_string(),
-            limits
-                .credit
-                .map_or_else(String::new, |c| units(c.max(Money::ZERO))),
             opt(limits.rpm),
             opt(limits.tpm),
             opt(limits.max_concurrent),
             self.settings.lease.as_millis().to_string(),
             budget,
-            field,
+            letter,
+            limits.now.to_string(),
+            key.to_string(),
+            field(Period::Daily),
+            field(Period::Weekly),
+            field(Period::Monthly),
+            if limits.credit.is_some() || limits.budget.is_some() {
+                "1".to_string()
+            } else {
+                String::new()
+            },
         ];
-        let keys = [k.acct, k.res, k.lease, k.win, k.winv, k.per];
+        let keys = [
+            k.acct,
+            k.res,
+            k.lease,
+            k.win,
+            k.winv,
+            k.per,
+            self.k("terms"),
+        ];
         // The key's settlements still waiting go first, in the same round trip: a client's next request is
         // judged after its last one ended.
         let reply = self.send(self.take_pending(|p| p.key == key), Some((&keys, &args)))?;
-        let (
-            verdict,
-            rpm_used,
-            rpm_reset,
-            tpm_used,
-            tpm_reset,
-            tpm_wait,
-            _in_flight,
-            spent,
-            _reserved,
-            pspent,
-        ): (i64, u64, i64, u64, i64, i64, i64, String, String, String) =
-            FromRedisValue::from_redis_value(reply.unwrap_or(Value::Nil)).map_err(|e| {
-                StoreError {
-                    unavailable: false,
-                    message: format!("the admission script's answer: {e}"),
-                }
-            })?;
-        let verdict = Verdict::from_code(verdict);
+        let bad = |e: &dyn std::fmt::Display| StoreError {
+            unavailable: false,
+            message: format!("the admission script's answer: {e}"),
+        };
+        let v: Vec<Value> =
+            FromRedisValue::from_redis_value(reply.unwrap_or(Value::Nil)).map_err(|e| bad(&e))?;
+        if v.len() != 13 {
+            return Err(bad(&format!("{} values", v.len())));
+        }
+        let int = |i: usize| i64::from_redis_value(v[i].clone()).map_err(|e| bad(&e));
+        let text = |i: usize| String::from_redis_value(v[i].clone()).map_err(|e| bad(&e));
+        let ms = |v: i64| Duration::from_millis(v.max(0) as u64);
+        let verdict = Verdict::from_code(int(0)?);
         if verdict == Verdict::Admitted {
             lock(&self.leases).insert(id.to_string(), key.to_string());
         }
-        let ms = |v: i64| Duration::from_millis(v.max(0) as u64);
-        Ok(Standing {
-            verdict,
-            rpm_used,
-            rpm_reset: ms(rpm_reset),
-            tpm_used,
-            tpm_reset: ms(tpm_reset),
-            tpm_wait: ms(tpm_wait),
-            spent: money(&spent),
-            period_spent: money(&pspent),
+        let amount = text(11)?;
+        let budget = Period::from_letter(&text(12)?)
+            .filter(|_| !amount.is_empty())
+            .map(|period| Budget {
+                amount: money(&amount),
+                period,
+            });
+        let credit = text(10)?;
+        Ok(Admission {
+            standing: Standing {
+                verdict,
+                rpm_used: int(1)?.max(0) as u64,
+                rpm_reset: ms(int(2)?),
+                tpm_used: int(3)?.max(0) as u64,
+                tpm_reset: ms(int(4)?),
+                tpm_wait: ms(int(5)?),
+                spent: money(&text(7)?),
+                period_spent: money(&text(9)?),
+            },
+            credit: (!credit.is_empty()).then(|| money(&credit)),
+            budget,
         })
     }
 

@@ -10,7 +10,9 @@
 //! that restarted is reached again by the next call (its scripts are loaded again when it answers
 //! NOSCRIPT).
 //!
-//! Layout (every key under `prefix`): `keys` (hash: key name → key record JSON) with `keys:ver`;
+//! Layout (every key under `prefix`): `keys` (hash: key name → key record JSON) with `keys:ver`, and beside
+//! it `terms` (hash: key name → what admission reads of the key: credit, own budget, expiry, state; written in
+//! the same atomic step as the record, `lua/keys_write.lua`) with `terms:at` (the `keys:ver` they match);
 //! `overrides` (hash: `doc` → the console's overrides JSON) with `overrides:ver`; `epoch` (set once, so a
 //! store that lost its data is noticed); per key name K: `acct:K` (spent, reserved, inflight, last_used),
 //! `res:K` and `lease:K` (reservations in flight and their leases), `win:K`, `winv:K` (the rate
@@ -54,6 +56,8 @@ struct Scripts {
     renew: redis::Script,
     map_read: redis::Script,
     map_write: redis::Script,
+    keys_write: redis::Script,
+    terms_sync: redis::Script,
     claim: redis::Script,
 }
 
@@ -74,6 +78,8 @@ impl Scripts {
             renew: script(include_str!("lua/renew.lua")),
             map_read: script(include_str!("lua/map_read.lua")),
             map_write: script(include_str!("lua/map_write.lua")),
+            keys_write: script(include_str!("lua/keys_write.lua")),
+            terms_sync: script(include_str!("lua/terms_sync.lua")),
             claim: script(include_str!("lua/claim.lua")),
         }
     }
@@ -396,6 +402,54 @@ impl Store {
             &args,
         )?;
         Ok((v > 0).then_some(v))
+    }
+
+    /// Changes the key records if they are still at `version`, and with each record set its terms (the
+    /// admission script's view of the key), in one atomic step: `set` holds (name, record JSON, terms);
+    /// `delete` names records to remove with their terms. Some(new version), or None when someone changed the
+    /// records in between (read them again and retry).
+    pub fn write_keys(
+        &self,
+        version: u64,
+        set: &[(String, String, String)],
+        delete: &[String],
+    ) -> Result<Option<u64>, StoreError> {
+        let mut args = vec![version.to_string(), set.len().to_string()];
+        for (name, record, terms) in set {
+            args.extend([name.clone(), record.clone(), terms.clone()]);
+        }
+        args.extend(delete.iter().cloned());
+        let v: u64 = self.run(|s| &s.keys_write, &self.keys_and_terms(), &args)?;
+        Ok((v > 0).then_some(v))
+    }
+
+    /// The version of the key records the terms were last written for (0: never).
+    pub fn terms_at(&self) -> Result<u64, StoreError> {
+        let key = self.k("terms:at");
+        let v: Option<String> = self.with(|con| redis::cmd("GET").arg(&key).query(con))?;
+        Ok(v.and_then(|s| s.parse().ok()).unwrap_or(0))
+    }
+
+    /// Writes every key's terms anew for the records at `version`: (name, terms) pairs. False when the
+    /// records changed in between.
+    pub fn sync_terms(&self, version: u64, terms: &[(String, String)]) -> Result<bool, StoreError> {
+        let mut args = vec![version.to_string()];
+        for (name, t) in terms {
+            args.extend([name.clone(), t.clone()]);
+        }
+        let [ver, _, terms_key, at] = self.keys_and_terms();
+        let done: i64 = self.run(|s| &s.terms_sync, &[ver, terms_key, at], &args)?;
+        Ok(done == 1)
+    }
+
+    /// `keys:ver`, `keys`, `terms`, `terms:at`.
+    fn keys_and_terms(&self) -> [String; 4] {
+        [
+            self.k("keys:ver"),
+            self.k("keys"),
+            self.k("terms"),
+            self.k("terms:at"),
+        ]
     }
 
     /// Usage records from the shared stream, newest first: up to `count` entries older than the stream id

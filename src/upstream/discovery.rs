@@ -1,8 +1,10 @@
 //! Local model servers found with no file: OpenAI-compatible servers at their well-known local addresses
 //! (Ollama, vLLM, LM Studio, llama.cpp, text-generation-webui, KoboldCpp, Jan), asked for their model list
 //! (`GET /v1/models`, or Ollama's `/api/tags`), each model served under its own id beside the configured
-//! ones, at price 0. A configured model of the same name wins; when two servers list the same id, the first
-//! in probe order serves the plain id and the others `id@host:port`. A server that stops answering keeps its
+//! ones, at price 0. A configured model of the same name, alias or pattern wins (the id is then served as
+//! `id@host:port`, unless a configured pattern matches that too); when two servers list the same id, the
+//! first in probe order serves the plain id and the others `id@host:port`. Ids holding `*` or `?` are
+//! skipped: a discovered server is never a catch-all. A server that stops answering keeps its
 //! models (requests to them name the server and get 502) until it answers again without them.
 
 use std::time::Duration;
@@ -91,8 +93,19 @@ pub fn upstream_name(base_url: &str) -> String {
     format!("local@{host}")
 }
 
-/// `config` with the discovered servers' models added (configured names win; a second server's copy of an
-/// id is `id@host:port`).
+/// Whether a listed model id can be served under its own name: not empty, no whitespace or control
+/// characters, and no `*` or `?` (a discovered server is never a catch-all: such ids are skipped, not taken
+/// literally, since no client name could be told apart from a pattern).
+pub fn servable(id: &str) -> bool {
+    !id.is_empty()
+        && !crate::config::names::is_pattern(id)
+        && !id.chars().any(|c| c.is_whitespace() || c.is_control())
+}
+
+/// `config` with the discovered servers' models added. Configured names win: an id that any configured
+/// entry serves (its name, an alias or a pattern matching it) is served as `id@host:port`, or not at all
+/// when a configured pattern matches that too; so does a second server's copy of an id. The lookup itself
+/// (`config::names`) asks discovered models last, by exact name only.
 pub fn apply(config: &Config, servers: &[Server]) -> Config {
     let mut c = config.clone();
     let template = Config::embedded().models[0].clone();
@@ -114,17 +127,17 @@ pub fn apply(config: &Config, servers: &[Server]) -> Config {
                 .cloned()
                 .unwrap_or_else(|| Config::embedded().upstreams[0].clone())
         });
-        for id in &s.models {
-            let taken = c
-                .models
-                .iter()
-                .any(|m| &m.name == id || m.aliases.contains(id));
-            let model_name = if taken {
+        for id in s.models.iter().filter(|id| servable(id)) {
+            // A name any configured entry serves (exact, alias or pattern) stays the operator's.
+            let configured = |n: &str| config.model_index.configured(&config.models, n).is_some();
+            let listed = |n: &str| c.models[config.models.len()..].iter().any(|m| m.name == n);
+            let model_name = if configured(id) || listed(id) {
                 format!("{id}@{host}")
             } else {
                 id.clone()
             };
-            if c.models.iter().any(|m| m.name == model_name) {
+            // A second name a configured pattern also matches would be listed yet never reached.
+            if configured(&model_name) || listed(&model_name) {
                 continue;
             }
             c.models.push(Model {
@@ -196,5 +209,42 @@ mod tests {
         );
         assert!(c.model("mock@127.0.0.1:11434").is_some());
         assert!(c.upstream("local@127.0.0.1:1234").is_some());
+    }
+
+    /// A local process listing `gpt-4*`, `*` or `gpt-4o` takes nothing from a configured `gpt-*`.
+    #[test]
+    fn a_discovered_server_never_takes_configured_patterns_nor_becomes_a_catch_all() {
+        let config = Config::from_toml_str(
+            "[[upstreams]]\nname = \"mock\"\nkind = \"mock\"\n\n\
+             [[models]]\nname = \"gpt-*\"\nupstream = \"mock\"\ninput_price = 1.0\noutput_price = 2.0\n\n\
+             [[groups]]\nname = \"default\"\nmodels = [\"*\"]\n",
+        )
+        .unwrap();
+        let servers = vec![Server {
+            base_url: "http://127.0.0.1:11434/v1".into(),
+            models: vec![
+                "gpt-4*".into(),
+                "*".into(),
+                "gpt-4o".into(),
+                "qwen3".into(),
+                "".into(),
+                "a b".into(),
+            ],
+            up: true,
+            error: None,
+        }];
+        let c = apply(&config, &servers);
+        for asked in ["gpt-4o", "gpt-4omni", "gpt-4o@127.0.0.1:11434"] {
+            let m = c.model(asked).unwrap();
+            assert_eq!(m.name, "gpt-*", "{asked} goes to the configured pattern");
+            assert_eq!(m.discovered, None);
+        }
+        assert_eq!(
+            c.model("qwen3").unwrap().discovered.as_deref(),
+            Some("http://127.0.0.1:11434/v1")
+        );
+        assert!(c.model("llama3").is_none(), "no catch-all");
+        let names: Vec<&str> = c.models.iter().map(|m| m.name.as_str()).collect();
+        assert_eq!(names, ["gpt-*", "qwen3"], "nothing unreachable is added");
     }
 }

@@ -1,15 +1,35 @@
 -- Admission of one request: the shared twin of Accounts::check_and_reserve (access/accounts.rs), atomic.
+-- The key's credit, own budget, expiry and state are read here from its terms (kept by keys_write.lua in
+-- the same atomic step as its record), never taken from the instance asking: an instance's copy of the keys
+-- may be a moment old, the store's is the one in force.
 -- KEYS: 1 acct (hash: spent, reserved, inflight, last_used), 2 res (hash: id -> reservation entry),
 --       3 lease (zset: id -> lease deadline), 4 win (zset: id -> admitted at, the last minute's admissions of
 --       a key with an rpm or tpm limit), 5 winv (hash: id -> tokens, and _total), 6 per (hash: period field ->
---       spent in it)
--- ARGV: 1 id, 2 cost (worst case), 3 tokens (estimate), 4 credit ('' unlimited), 5 rpm, 6 tpm, 7 max
---       concurrent ('' none), 8 lease ms, 9 budget amount (''), 10 budget period field
+--       spent in it), 7 terms (hash: key name -> "credit|budget|period|expires|state")
+-- ARGV: 1 id, 2 cost (worst case), 3 tokens (estimate), 4 rpm, 5 tpm, 6 max concurrent ('' none), 7 lease
+--       ms, 8 the group's budget amount ('' none; the key's own wins), 9 its period (d, w or m), 10 now (Unix
+--       seconds), 11 the key's name, 12-14 the day, week and month period fields of now, 15 '1' when the
+--       request is held to the key's balance ('' for token counting, and for a key the instance holds to no
+--       credit or budget: it sends no output limit upstream)
 -- Returns {verdict, rpm used, rpm reset ms, tpm used, tpm reset ms, tpm wait ms, in flight, spent, reserved,
---          spent in the budget period}; verdict 0 admitted, 1 rpm, 2 tpm, 3 concurrency, 4 credit, 5 budget.
+--          spent in the budget period, credit ('' unlimited), budget amount (''), budget period};
+--          verdict 0 admitted, 1 rpm, 2 tpm, 3 concurrency, 4 credit, 5 budget, 6 revoked (or unknown to
+--          the store), 7 expired.
 local acct, res, lease, win, winv, per = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local id, cost, tokens = ARGV[1], m(ARGV[2]), tonumber(ARGV[3])
-local credit, rpm, tpm, conc = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local rpm, tpm, conc = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local credit, bamount, bperiod, expires, state = '', ARGV[8], ARGV[9], '', 'u'
+local terms = redis.call('HGET', KEYS[7], ARGV[11])
+if terms then
+  local c, b, bp, ex, st = string.match(terms, '^(%d*)|(%d*)|(%a?)|(%d*)|(%a)$')
+  if st then
+    credit, expires, state = c, ex, st
+    if b ~= '' then bamount, bperiod = b, bp end
+  end
+end
+if ARGV[15] ~= '1' then credit, bamount = '', '' end
+local pfield = ({d = ARGV[12], w = ARGV[13], m = ARGV[14]})[bperiod]
+if not pfield then bamount = '' end
 local now = now_ms()
 local window = 60000
 local cutoff = now - window
@@ -68,7 +88,11 @@ if rpm or tpm then
 end
 
 local verdict = 0
-if rpm and used >= rpm then
+if state ~= 'a' then
+  verdict = 6
+elseif expires ~= '' and tonumber(expires) <= tonumber(ARGV[10]) then
+  verdict = 7
+elseif rpm and used >= rpm then
   verdict = 1
 elseif tpm and total + tokens > tpm then
   verdict = 2
@@ -79,9 +103,9 @@ if verdict == 0 and credit ~= '' and not mlt(madd(spent, reserved), m(credit)) t
   verdict = 4
 end
 local pspent = {0, 0}
-if ARGV[9] ~= '' then
-  pspent = m(redis.call('HGET', per, ARGV[10]))
-  if verdict == 0 and not mlt(madd(pspent, reserved), m(ARGV[9])) then verdict = 5 end
+if bamount ~= '' then
+  pspent = m(redis.call('HGET', per, pfield))
+  if verdict == 0 and not mlt(madd(pspent, reserved), m(bamount)) then verdict = 5 end
 end
 
 if verdict == 0 then
@@ -101,10 +125,11 @@ if verdict == 0 then
     inflight = inflight + 1
   end
   redis.call('HSET', res, id, ARGV[2] .. ' ' .. ARGV[3] .. ' ' .. slot)
-  redis.call('ZADD', lease, now + tonumber(ARGV[8]), id)
+  redis.call('ZADD', lease, now + tonumber(ARGV[7]), id)
   changed = true
 end
 if changed then
   redis.call('HSET', acct, 'reserved', ms(reserved), 'inflight', inflight)
 end
-return {verdict, used, reset, total, reset, tpm_wait, inflight, ms(spent), ms(reserved), ms(pspent)}
+return {verdict, used, reset, total, reset, tpm_wait, inflight, ms(spent), ms(reserved), ms(pspent), credit,
+  bamount, bperiod}
