@@ -61,14 +61,18 @@ pub fn read_all(at: KeysAt) -> Result<Vec<KeyRecord>, KeyOpError> {
     }
 }
 
+/// The local copy of the store's key records (hashes only) in `data_dir`, kept for a start while the store
+/// is down and for `tollgate store rebuild`.
+pub const KEYS_COPY: &str = "store-keys.jsonl";
+
 /// Reads the store's key records and puts them in force in `keys` (unless a newer version is in force
-/// already, or `force`: after a rebuild, versions are counted anew). Returns the version read and the
-/// records; None when the store did not answer.
+/// already, or `force`: after a rebuild, versions are counted anew), keeping the local copy of what is in
+/// force. Returns the version read; None when the store did not answer.
 pub fn install_from_store(
     keys: &crate::access::KeyStore,
     store: &crate::store::Store,
     force: bool,
-) -> Option<(u64, Vec<KeyRecord>)> {
+) -> Option<u64> {
     let (ver, fields) = store.read_map(STORE_MAP).ok()?;
     let records = records_of(&fields);
     let from = format!("the store ({})", store.describe());
@@ -77,8 +81,21 @@ pub fn install_from_store(
             "keys reloaded from the store ({})",
             crate::util::plural(records.len(), "key")
         );
+        if let Some(dir) = keys.path().parent() {
+            keep_keys_copy(dir, &records);
+        }
     }
-    Some((ver, records))
+    Some(ver)
+}
+
+/// Writes the local copy of the store's key records (errors are logged: it is a copy).
+pub fn keep_keys_copy(dir: &Path, records: &[KeyRecord]) {
+    if let Err(e) = write_keys(&dir.join(KEYS_COPY), records) {
+        log::warn!(
+            "store: cannot keep the local copy of the keys in {}: {e}",
+            dir.display()
+        );
+    }
 }
 
 /// The key records of a store map's fields, oldest first (a field that is not a record is skipped and

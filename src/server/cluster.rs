@@ -29,7 +29,7 @@ use crate::store::Store;
 
 /// The local copy of the store's key records (hashes only), kept for a start while the store is down and
 /// for `tollgate store rebuild`.
-pub const KEYS_COPY: &str = "store-keys.jsonl";
+pub const KEYS_COPY: &str = key_ops::KEYS_COPY;
 /// The local copy of the store's overrides.
 pub const OVERRIDES_COPY: &str = "store-overrides.json";
 /// The store epoch this data directory last saw.
@@ -153,7 +153,7 @@ pub fn join(config: &Config, store: &Store) -> Result<Joined, String> {
         .map_err(|e| e.to_string())?;
     let records = key_ops::records_of(&fields);
     let (overrides_version, overrides) = read_overrides(store).map_err(|e| e.to_string())?;
-    keep_keys_copy(dir, &records);
+    key_ops::keep_keys_copy(dir, &records);
     keep_overrides_copy(dir, &overrides);
     Ok(Joined {
         keys: records,
@@ -179,16 +179,6 @@ fn local_copies(dir: &Path) -> Joined {
         overrides,
         keys_version: 0,
         overrides_version: 0,
-    }
-}
-
-/// Writes the local copy of the store's key records (errors are logged: it is a copy).
-fn keep_keys_copy(dir: &Path, records: &[KeyRecord]) {
-    if let Err(e) = keys::write_keys(&dir.join(KEYS_COPY), records) {
-        log::warn!(
-            "store: cannot keep the local copy of the keys in {}: {e}",
-            dir.display()
-        );
     }
 }
 
@@ -339,9 +329,8 @@ fn look_loop(gw: &Gateway, store: &Store, keys: u64, overrides: u64) {
         if v.keys != seen.keys {
             // After a rebuild (versions counted anew) whatever the store holds goes in force.
             let force = seen.keys == u64::MAX;
-            if let Some((ver, records)) = key_ops::install_from_store(&gw.keys, store, force) {
+            if let Some(ver) = key_ops::install_from_store(&gw.keys, store, force) {
                 seen.keys = ver;
-                keep_keys_copy(&dir, &records);
                 // Records written without their terms (by a writer that does not keep them): written now.
                 if store.terms_at().is_ok_and(|at| at != ver) {
                     if let Err(e) = key_ops::sync_terms(store) {
