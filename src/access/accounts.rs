@@ -67,7 +67,7 @@ impl KeyState {
             .is_some_and(|(t, _)| now.duration_since(*t) >= WINDOW)
         {
             if let Some((_, n)) = self.tokens.pop_front() {
-                self.tokens_total -= n;
+                self.tokens_total = self.tokens_total.saturating_sub(n);
             }
         }
     }
@@ -214,12 +214,12 @@ impl KeyState {
         let tpm_used = self.tokens_in_window();
         let mut tpm_wait = Duration::ZERO;
         if let Some(limit) = limits.tpm {
-            if tpm_used + ask.tokens > limit {
+            if tpm_used.saturating_add(ask.tokens) > limit {
                 // The earliest time enough tokens leave the window for this request to fit.
-                let mut freed = 0;
+                let mut freed = 0u64;
                 for (t, n) in &self.tokens {
-                    freed += n;
-                    if tpm_used - freed + ask.tokens <= limit {
+                    freed = freed.saturating_add(*n);
+                    if tpm_used.saturating_sub(freed).saturating_add(ask.tokens) <= limit {
                         tpm_wait = since(t);
                         break;
                     }
@@ -235,7 +235,10 @@ impl KeyState {
         });
         let verdict = if limits.rpm.is_some_and(|l| rpm_used >= l) {
             Verdict::Rpm
-        } else if limits.tpm.is_some_and(|l| tpm_used + ask.tokens > l) {
+        } else if limits
+            .tpm
+            .is_some_and(|l| tpm_used.saturating_add(ask.tokens) > l)
+        {
             Verdict::Tpm
         } else if limits.max_concurrent.is_some_and(|l| self.in_flight >= l) {
             Verdict::Concurrency
@@ -482,7 +485,7 @@ impl Accounts {
         }
         if limits.tpm.is_some() {
             st.tokens.push_back((now, ask.tokens));
-            st.tokens_total += ask.tokens;
+            st.tokens_total = st.tokens_total.saturating_add(ask.tokens);
         }
         st.reserved += ask.cost;
         st.in_flight += 1;
@@ -536,7 +539,10 @@ impl Accounts {
             .find(|(t, n)| *t == at && *n == tokens)
         {
             entry.1 = actual_tokens;
-            st.tokens_total = st.tokens_total - tokens + actual_tokens;
+            st.tokens_total = st
+                .tokens_total
+                .saturating_sub(tokens)
+                .saturating_add(actual_tokens);
         }
     }
 }
@@ -661,6 +667,29 @@ mod tests {
         r.settle(Money::ZERO, 10); // it really used 10
         let (r, _) = a.check_and_reserve(&ask(&g, None, 20, 0.0)).unwrap();
         r.settle(Money::ZERO, 20);
+    }
+
+    /// Token counts near 2^64 saturate: refused by tpm, never admitted by wrapping around; a settlement
+    /// with a huge count neither panics nor frees the window.
+    #[test]
+    fn token_arithmetic_saturates() {
+        let a = Arc::new(Accounts::new(
+            HashMap::new(),
+            HashMap::new(),
+            HashMap::new(),
+        ));
+        let g = group(None, Some(1000), None);
+        let (r, _) = a.check_and_reserve(&ask(&g, None, 10, 0.0)).unwrap();
+        let (err, _) = a
+            .check_and_reserve(&ask(&g, None, u64::MAX, 0.0))
+            .unwrap_err();
+        assert!(
+            err.message().contains("tokens-per-minute"),
+            "{}",
+            err.message()
+        );
+        r.settle(Money::ZERO, u64::MAX);
+        assert!(a.check_and_reserve(&ask(&g, None, 1, 0.0)).is_err());
     }
 
     #[test]

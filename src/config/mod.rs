@@ -130,6 +130,9 @@ pub struct Model {
     pub cached_input_price: Option<Money>,
     pub output_price: Money,
     pub max_output_tokens: u64,
+    /// The input tokens one image may cost at most on this model's upstreams (admission counts every image
+    /// part at it; see `protocol::estimate`).
+    pub image_tokens: u64,
     /// Anthropic upstreams: ask for structured output with a forced tool (for Anthropic-compatible servers
     /// without `output_config.format`) instead of natively.
     pub structured_via_tool: bool,

@@ -82,6 +82,7 @@ struct RawModel {
     cached_input_price: Option<Money>,
     output_price: Option<Money>,
     max_output_tokens: Option<u64>,
+    image_tokens: Option<u64>,
     structured_output: Option<String>,
     reasoning: Option<bool>,
     account_features: Option<bool>,
@@ -684,6 +685,9 @@ fn validate_model(
         cached_input_price: m.cached_input_price,
         output_price: m.output_price.unwrap_or_default(),
         max_output_tokens: m.max_output_tokens.unwrap_or(DEFAULT_MAX_OUTPUT_TOKENS),
+        image_tokens: m
+            .image_tokens
+            .unwrap_or(crate::protocol::estimate::IMAGE_TOKENS),
         reasoning: m.reasoning.unwrap_or(false),
         account_features: m.account_features.unwrap_or(false),
         disabled: false,

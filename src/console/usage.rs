@@ -227,7 +227,9 @@ struct Totals {
 impl Totals {
     fn add(&mut self, r: &Record) {
         self.requests += 1;
-        self.tokens += r.input_tokens + r.output_tokens;
+        self.tokens = self
+            .tokens
+            .saturating_add(r.input_tokens.saturating_add(r.output_tokens));
         self.cost += r.cost;
         if matches!(r.status, Status::Http(s) if s >= 400) || r.error.is_some() {
             self.errors += 1;

@@ -211,8 +211,9 @@ pub struct Usage {
 }
 
 impl Usage {
+    /// Input and output, saturating (counts come from upstreams and clients).
     pub fn total(&self) -> u64 {
-        self.input_tokens + self.output_tokens
+        self.input_tokens.saturating_add(self.output_tokens)
     }
 }
 

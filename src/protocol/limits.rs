@@ -5,7 +5,9 @@
 //! `max_output_tokens`; Messages: `max_tokens`). A request may carry another protocol's field as well, and an
 //! upstream may honour it: so the gateway reads only the client protocol's own fields and removes the others
 //! before anything is reserved or forwarded, and a Chat request with both of its fields gets the lower value in
-//! both.
+//! both. Going upstream, the limit is written in the one field that upstream reads, and only there. Chat's `n`
+//! multiplies the output (each choice up to the limit): admission reserves and billing allows the limit times
+//! `n` ([`choices`]).
 
 use serde_json::{json, Map, Value};
 
@@ -62,32 +64,44 @@ pub fn normalize(protocol: Protocol, body: &mut Value) -> Result<Option<u64>, Ap
     Ok(limit)
 }
 
-/// Makes a body for an upstream of `protocol` carry `limit` as its output limit: the fields it has are set to
-/// it, and when it has none, the protocol's own field is added (for Chat: `max_completion_tokens` when the
-/// upstream takes it, else `max_tokens`).
+/// Makes a body for an upstream of `protocol` carry `limit` as its one output limit, in the field that
+/// upstream reads: every limit field is removed and that one written (for Chat: `max_completion_tokens`
+/// when the upstream takes it, else `max_tokens`), so an upstream never honours a field the gateway did not
+/// mean for it.
 pub fn apply(protocol: Protocol, body: &mut Value, limit: u64, max_completion_tokens: bool) {
-    let chat_field = if max_completion_tokens {
-        "max_completion_tokens"
-    } else {
-        "max_tokens"
-    };
     let Some(o) = body.as_object_mut() else {
         return;
     };
-    let own = own_fields(protocol);
-    let mut present = false;
-    for f in own {
-        if o.get(*f).is_some_and(|v| !v.is_null()) {
-            o.insert((*f).to_string(), json!(limit));
-            present = true;
-        }
+    for f in ALL {
+        o.remove(f);
     }
-    if !present {
-        let field = match protocol {
-            Protocol::Chat => chat_field,
-            _ => own[0],
-        };
-        o.insert(field.to_string(), json!(limit));
+    let field = match protocol {
+        Protocol::Chat if max_completion_tokens => "max_completion_tokens",
+        Protocol::Chat => "max_tokens",
+        _ => own_fields(protocol)[0],
+    };
+    o.insert(field.to_string(), json!(limit));
+}
+
+/// How many answers (choices) a request of `protocol` asks for, each up to the output limit: Chat's `n`
+/// (1 when absent); 1 for the other protocols, whose bodies lose an `n` (no upstream of theirs may multiply
+/// the output admission reserved for). `n` must be a whole number of at least 1.
+pub fn choices(protocol: Protocol, body: &mut Value) -> Result<u64, ApiError> {
+    let Some(o) = body.as_object_mut() else {
+        return Ok(1);
+    };
+    if protocol != Protocol::Chat {
+        o.remove("n");
+        return Ok(1);
+    }
+    match o.get("n") {
+        None | Some(Value::Null) => Ok(1),
+        Some(v) => v.as_u64().filter(|n| *n >= 1).ok_or_else(|| {
+            ApiError::invalid_param(
+                "n",
+                format!("n: expected a whole number of at least 1, got {v}"),
+            )
+        }),
     }
 }
 
@@ -130,15 +144,36 @@ mod tests {
     }
 
     #[test]
-    fn apply_lowers_or_adds_the_field_the_upstream_takes() {
+    fn apply_writes_the_one_field_the_upstream_reads() {
         let mut b = json!({"max_tokens": 100});
         apply(Protocol::Chat, &mut b, 50, true);
-        assert_eq!(b, json!({"max_tokens": 50}));
+        assert_eq!(b, json!({"max_completion_tokens": 50}));
+        let mut b = json!({"max_completion_tokens": 10, "max_tokens": 10});
+        apply(Protocol::Chat, &mut b, 10, false);
+        assert_eq!(b, json!({"max_tokens": 10}));
         let mut b = json!({});
         apply(Protocol::Chat, &mut b, 50, true);
         assert_eq!(b, json!({"max_completion_tokens": 50}));
         let mut b = json!({});
         apply(Protocol::Responses, &mut b, 7, false);
         assert_eq!(b, json!({"max_output_tokens": 7}));
+    }
+
+    #[test]
+    fn choices_are_chat_n_and_nothing_else() {
+        let mut b = json!({"n": 8});
+        assert_eq!(choices(Protocol::Chat, &mut b).unwrap(), 8);
+        let mut b = json!({"messages": []});
+        assert_eq!(choices(Protocol::Chat, &mut b).unwrap(), 1);
+        for bad in [json!({"n": 0}), json!({"n": -1}), json!({"n": 1.5})] {
+            let mut b = bad;
+            assert_eq!(
+                choices(Protocol::Chat, &mut b).unwrap_err().param(),
+                Some("n")
+            );
+        }
+        let mut b = json!({"n": 8, "max_tokens": 1});
+        assert_eq!(choices(Protocol::Messages, &mut b).unwrap(), 1);
+        assert_eq!(b, json!({"max_tokens": 1}));
     }
 }

@@ -53,14 +53,16 @@ pub fn admit(
             output_tokens: p.reserved_output(),
             ..Usage::default()
         };
+        // Token counts saturate: a limit near 2^64 is a huge request, never a small one by wrap-around.
+        let requested = p.requested_output.unwrap_or(0).saturating_mul(p.choices);
         Ask {
             key,
             id,
             credit: p.identity.credit,
             group,
-            tokens: input + p.requested_output.unwrap_or(0),
+            tokens: input.saturating_add(requested),
             cost: cost(p.model, &worst),
-            budget: p.identity.budget.or(group.and_then(|g| g.budget)),
+            budget: p.budget(),
             now: crate::util::unix_now(),
         }
     };
@@ -190,9 +192,17 @@ fn refusal_reason(err: &ApiError) -> &str {
     }
 }
 
-/// The usage billed: as reported or estimated, with output beyond the limit sent upstream cut off.
+/// The usage billed, by one rule on every path: as reported or estimated, with output beyond the limit
+/// sent upstream cut off, and never less than the request's input once its upstream worked on it (see
+/// [`worked_on`]): an upstream that never reported usage (the client left first, or shutdown cut the
+/// call) is billed the admission's estimate of the input, marked estimated.
 fn billable_usage(trace: &Trace, out: &mut Outcome) -> Usage {
     let mut usage = out.answer.usage.unwrap_or_default();
+    if usage.input_tokens == 0 && worked_on(out) {
+        usage.input_tokens = out.input_estimate;
+        out.answer.estimated = true;
+        out.answer.usage = Some(usage);
+    }
     if let Some(limit) = out.answer.output_limit {
         if usage.output_tokens > limit {
             log::warn!(
@@ -207,6 +217,16 @@ fn billable_usage(trace: &Trace, out: &mut Outcome) -> Usage {
         }
     }
     usage
+}
+
+/// Whether the upstream worked on the request, so that it owes at least its input: the upstream took the
+/// whole request without refusing it (see `Answer::taken`), and its answer began (a stream, however it
+/// ended) or the gateway stopped waiting for it because the client left or shutdown cut the call. Not
+/// billed so: a request never sent whole (connection refused or failed, name not resolved), an upstream's
+/// own error answer (4xx, 5xx, an error object: providers bill none), an upstream silent past its timeouts.
+fn worked_on(out: &Outcome) -> bool {
+    let a = &out.answer;
+    a.taken && (a.status == 200 || a.client_closed || out.shutdown)
 }
 
 fn usage_record(

@@ -12,10 +12,11 @@ pub fn serve(a: &mut Attempt) -> Result<(), ApiError> {
     let protocol = a.trace.protocol;
     let mut req = protocol.decode_request(&a.p.body)?;
     if req.max_tokens.is_none() && a.p.must_limit() {
-        req.max_tokens = Some(a.p.reserved_output());
+        req.max_tokens = Some(a.p.limit_per_choice());
     }
     a.answer.output_limit = req.max_tokens;
     a.answer.called = true;
+    a.answer.taken = true;
     let mut reply = mock::reply(&req, &a.p.requested);
     reply.response.id = protocol.new_response_id();
     a.answer.usage = Some(reply.response.usage);

@@ -41,6 +41,9 @@ pub fn send_to(
     a.answer.called = true;
     let sent = std::time::Instant::now();
     let reply = uphttp::send_to(&a.gw.agent, a.upstream, url, body, stream, beta);
+    // Whether the upstream has the whole request (it may be working on it even if no answer comes back);
+    // an error answer below says it refused it.
+    a.answer.taken = reply.is_ok() || crate::upstream::tap::attempt().sent;
     a.trace.add_upstream_wait(sent.elapsed());
     if reply.is_ok() {
         a.gw.routing.first_byte(&a.upstream.name, sent.elapsed());
@@ -50,6 +53,7 @@ pub fn send_to(
     let reply = reply.map_err(ApiError::unanswered)?;
     let status = reply.status;
     if status >= 400 {
+        a.answer.taken = false;
         let retry_after = reply.retry_after;
         let body = reply.read_all(&a.upstream.name)?;
         return Err(ApiError::from_upstream(status, &body, retry_after));
@@ -64,14 +68,14 @@ pub fn send_to(
 }
 
 /// Reads a complete answer that must be a JSON object and not an error object.
-pub fn read_json(a: &Attempt, reply: Reply) -> Result<Value, ApiError> {
+pub fn read_json(a: &mut Attempt, reply: Reply) -> Result<Value, ApiError> {
     let (raw, status, content_type) = read_raw(a, reply)?;
     answer::parse(&raw).map_err(|u| unusable(a, u, status, &content_type, &raw))
 }
 
 /// [`read_json`] for answers passed on as they are: the same checks, and only `usage` parsed. Returns the
 /// raw bytes and the usage object.
-pub fn read_usage(a: &Attempt, reply: Reply) -> Result<(Vec<u8>, Option<Value>), ApiError> {
+pub fn read_usage(a: &mut Attempt, reply: Reply) -> Result<(Vec<u8>, Option<Value>), ApiError> {
     let (raw, status, content_type) = read_raw(a, reply)?;
     match answer::usage_only(&raw) {
         Ok(usage) => Ok((raw, usage)),
@@ -87,9 +91,13 @@ fn read_raw(a: &Attempt, mut reply: Reply) -> Result<(Vec<u8>, u16, String), Api
     Ok((raw?, status, content_type))
 }
 
-fn unusable(a: &Attempt, u: Unusable, status: u16, content_type: &str, raw: &[u8]) -> ApiError {
+fn unusable(a: &mut Attempt, u: Unusable, status: u16, content_type: &str, raw: &[u8]) -> ApiError {
     match u {
-        Unusable::Error(e) => e,
+        Unusable::Error(e) => {
+            // An error object in a 2xx answer: the upstream refused the request.
+            a.answer.taken = false;
+            e
+        }
         Unusable::NotJson => {
             let snippet: String = String::from_utf8_lossy(raw)
                 .trim()

@@ -20,7 +20,7 @@ pub fn serve(a: &mut Attempt) -> Result<(), ApiError> {
     } else {
         // Decoding validates the body.
         let req = decode_count_request(&a.p.body)?;
-        count_answer(estimate::input_from_request(&req).max(1))
+        count_answer(estimate::input_from_request(&req, a.p.model.image_tokens).max(1))
     };
     respond::json(a.ex.response(), a.trace, 200, &body, &[]);
     a.answer.status = 200;

@@ -14,6 +14,10 @@ pub struct Answer {
     pub upstream: Option<String>,
     /// The attempt reached its upstream (so the request gets a usage record).
     pub called: bool,
+    /// The upstream took the request: all of it was written to the upstream (or the built-in model had
+    /// it), and the upstream did not refuse it with an error answer. From then on it may be working on it,
+    /// whether or not an answer comes back (see `accounting::billable_usage`).
+    pub taken: bool,
     pub status: u16,
     pub usage: Option<Usage>,
     /// Usage was estimated from the text because the upstream reported none.
@@ -98,6 +102,9 @@ pub struct Outcome {
     pub shutdown: bool,
     /// Recorded at no cost (`count_tokens`: metered, not billed).
     pub unbilled: bool,
+    /// The request's input as admission estimated it (billed when an upstream worked on the request and
+    /// reported no usage).
+    pub input_estimate: u64,
 }
 
 impl Outcome {

@@ -1,5 +1,6 @@
 //! Same-protocol passthrough: the client's body goes upstream as it came (model renamed, stream usage
-//! switched on for Chat, an output limit where the key's balance needs one), and the answer comes back
+//! switched on for Chat, the one output limit in the field the upstream reads, added where the key's
+//! spending limit needs one), and the answer comes back
 //! byte for byte, streams event by event, while usage is read on the way. A stream that breaks after it
 //! started ends with the protocol's in-stream error event.
 
@@ -11,7 +12,7 @@ use super::respond;
 use super::translate;
 use crate::protocol::observe::{self, StreamObserver};
 use crate::protocol::sse::SseEvent;
-use crate::protocol::{estimate, limits, ApiError};
+use crate::protocol::{limits, ApiError};
 use crate::secrets::{self, Edit, Redactor};
 use crate::upstream::http::{self as uphttp, Reply};
 use std::borrow::Cow;
@@ -19,23 +20,21 @@ use std::borrow::Cow;
 pub fn serve(a: &mut Attempt) -> Result<(), ApiError> {
     let protocol = a.trace.protocol;
     let stream = a.p.stream;
-    let limit = a.p.limit_for_upstream();
     // The body is changed in place (no copy). All edits are idempotent, so a failover to the next upstream
-    // can change it again.
-    if a.p.must_limit() {
-        let reserved = a.p.reserved_output();
+    // can change it again. The one output limit goes in the field this upstream reads, and only there.
+    if let Some(limit) = a.p.limit_for_upstream() {
         let field = a.upstream.max_completion_tokens;
-        limits::apply(protocol, &mut a.p.body, reserved, field);
+        limits::apply(protocol, &mut a.p.body, limit, field);
     }
-    a.answer.output_limit = limit;
+    // Each choice may reach the limit: the answer is billed (and a stream cut) at the limit times them.
+    a.answer.output_limit = a.p.output_cap();
     protocol.edit_for_passthrough(&mut a.p.body, &a.p.upstream_model, stream);
     let bytes = serde_json::to_vec(&a.p.body).map_err(|e| ApiError::internal(e.to_string()))?;
     let beta = protocol.passed_on_beta(&a.ex.request);
     let reply = call::send(a, &bytes, stream, beta.as_deref())?;
     if stream && reply.is_event_stream() {
         let hide_usage = !a.p.wants_stream_usage;
-        let watch =
-            StreamObserver::new(protocol, hide_usage, estimate::input_from_body(bytes.len()));
+        let watch = StreamObserver::new(protocol, hide_usage, a.p.input_estimate());
         relay_stream(a, reply, watch);
         return Ok(());
     }

@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use super::gateway::Gateway;
 use super::outcome::Outcome;
+use crate::access::budget::Budget;
 use crate::access::{self, Identity};
 use crate::config::{Config, Model};
 use crate::http::Exchange;
@@ -21,8 +22,6 @@ pub struct Prepared<'a> {
     pub endpoint: Endpoint,
     pub identity: Arc<Identity>,
     pub body: Value,
-    /// Size of the raw body, for the admission estimate of input tokens.
-    pub body_len: usize,
     pub stream: bool,
     /// The client's stream is to carry a usage report (Chat clients ask for it).
     pub wants_stream_usage: bool,
@@ -32,37 +31,61 @@ pub struct Prepared<'a> {
     /// The model name sent upstream: the entry's `upstream_model`, with `{model}` replaced by the name
     /// asked for.
     pub upstream_model: String,
-    /// The output limit the client asked for, read from its own protocol's field(s) only.
+    /// The output limit the client asked for (per choice), read from its own protocol's field(s) only.
     pub requested_output: Option<u64>,
+    /// Answers asked for, each up to the output limit (Chat's `n`; 1 elsewhere).
+    pub choices: u64,
+    /// The input estimated from the body, media at their providers' cost (`estimate::input`).
+    input_estimate: u64,
 }
 
 impl Prepared<'_> {
-    /// The output limit admission reserves for: the client's, or the model's `max_output_tokens`. No
-    /// upstream request of this request asks for more (see [`Prepared::limit_for_upstream`]).
-    pub fn reserved_output(&self) -> u64 {
+    /// The spend budget in force: the key's own, else its group's.
+    pub fn budget(&self) -> Option<Budget> {
+        let group = self.config.group(&self.identity.group);
+        self.identity.budget.or(group.and_then(|g| g.budget))
+    }
+
+    /// Whether every upstream request must carry an output limit: the key has a spending limit (a credit,
+    /// or a budget of its own or its group's), so the worst case reserved must be the worst case possible.
+    pub fn must_limit(&self) -> bool {
+        self.identity.credit.is_some() || self.budget().is_some()
+    }
+
+    /// The output limit of each choice admission reserves for: the client's, or the model's
+    /// `max_output_tokens`.
+    pub fn limit_per_choice(&self) -> u64 {
         self.requested_output
             .unwrap_or(self.model.max_output_tokens)
     }
 
-    /// Whether every upstream request must carry an output limit: the key has a finite balance, so the
-    /// worst case reserved must be the worst case possible.
-    pub fn must_limit(&self) -> bool {
-        self.identity.credit.is_some()
+    /// The output admission reserves: the limit of each choice times the choices. No upstream request of
+    /// this request asks for more (see [`Prepared::limit_for_upstream`]).
+    pub fn reserved_output(&self) -> u64 {
+        self.limit_per_choice().saturating_mul(self.choices)
     }
 
-    /// The output limit a passthrough request carries upstream: the client's own, or (keys with a finite
-    /// balance) the reserved one, added when the client sent none.
+    /// The output limit (per choice) a passthrough request carries upstream: the client's own, or (keys with
+    /// a spending limit) the reserved one, added when the client sent none.
     pub fn limit_for_upstream(&self) -> Option<u64> {
         if self.must_limit() {
-            Some(self.reserved_output())
+            Some(self.limit_per_choice())
         } else {
             self.requested_output
         }
     }
 
-    /// The admission estimate of the input, from the raw body.
+    /// The most output a passthrough answer is billed for (and a stream may carry before it is cut): the
+    /// limit sent upstream times the choices. None: no limit was sent.
+    pub fn output_cap(&self) -> Option<u64> {
+        self.limit_for_upstream()
+            .map(|l| l.saturating_mul(self.choices))
+    }
+
+    /// The admission estimate of the input (also what a request its upstream worked on without reporting
+    /// usage is billed).
     pub fn input_estimate(&self) -> u64 {
-        estimate::input_from_body(self.body_len)
+        self.input_estimate
     }
 }
 
@@ -80,18 +103,19 @@ pub fn prepare<'a>(
     out.group = Some(identity.group.clone());
     protocol.check_headers(&ex.request)?;
     let mut body = parse_body(&ex.request.body)?;
-    let (stream, requested_output) = match endpoint {
+    let (stream, requested_output, choices) = match endpoint {
         Endpoint::Generate(_) => {
             let stream = protocol.validate_envelope(&body)?;
             // One output limit: the client protocol's own field; other protocols' limit fields are dropped
             // so that no upstream can honour a limit admission did not reserve for.
-            (stream, limits::normalize(protocol, &mut body)?)
+            let limit = limits::normalize(protocol, &mut body)?;
+            (stream, limit, limits::choices(protocol, &mut body)?)
         }
         Endpoint::CountTokens => {
             // Checked further only where it is estimated here: an Anthropic upstream judges its own.
             let o = fields::object(&body, "body")?;
             fields::req_str(o, "model", "")?;
-            (false, None)
+            (false, None, 1)
         }
     };
     out.stream = stream;
@@ -115,18 +139,21 @@ pub fn prepare<'a>(
         }
     }
     let wants_stream_usage = protocol.wants_stream_usage(&body);
+    let input_estimate = estimate::input(&body, ex.request.body.len(), model.image_tokens);
+    out.input_estimate = input_estimate;
     Ok(Prepared {
         config,
         endpoint,
         identity,
         body,
-        body_len: ex.request.body.len(),
         stream,
         wants_stream_usage,
         model,
         upstream_model: model.upstream_model.replace("{model}", &model_name),
         requested: model_name,
         requested_output,
+        choices,
+        input_estimate,
     })
 }
 

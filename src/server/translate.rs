@@ -45,7 +45,7 @@ pub fn serve(a: &mut Attempt) -> Result<(), ApiError> {
 }
 
 /// Decodes the client's body and fits it to the model: no more output than it is configured for (and, for
-/// a key with a finite balance, always a limit: the reserved one is never smaller), and reasoning effort
+/// a key with a spending limit, always a limit: the reserved one is never smaller), and reasoning effort
 /// only where it reasons (translated requests carry what the client asked of another vendor's model).
 fn translate_request(a: &mut Attempt) -> Result<Translated, ApiError> {
     let Some(target) = a.upstream.kind.protocol() else {
@@ -108,7 +108,7 @@ fn relay_stream(a: &mut Attempt, t: &Translated, reply: Reply) -> Result<(), Api
         id: client.new_response_id(),
         model: a.p.requested.clone(),
         created: unix_now(),
-        input_tokens: estimate::input_from_request(&t.req),
+        input_tokens: estimate::input_from_request(&t.req, a.p.model.image_tokens),
     };
     let extra = dropped_header(&t.dropped);
     let (w, trace) = (a.ex.response(), a.trace);
@@ -175,7 +175,10 @@ fn complete_answer(
     req: &Request,
 ) -> Result<Response, ApiError> {
     let mut resp = target.decode_response(v, opts)?;
-    let estimated = estimate::complete_usage(&mut resp, estimate::input_from_request(req));
+    let estimated = estimate::complete_usage(
+        &mut resp,
+        estimate::input_from_request(req, a.p.model.image_tokens),
+    );
     a.answer.set_usage((resp.usage, estimated));
     resp.id = a.trace.protocol.new_response_id();
     resp.model = a.p.requested.clone();

@@ -59,8 +59,19 @@ pub struct Admission {
     pub budget: Option<Budget>,
 }
 
-fn units(m: Money) -> String {
-    m.units().to_string()
+/// The largest whole number a script's Lua double holds exactly (2^53 - 1).
+const SCRIPT_MAX: u64 = (1 << 53) - 1;
+
+/// An amount as the scripts take it, saturated at `SCRIPT_MAX` whole credits (their money is split into
+/// whole credits and picocredits, each exact only up to 2^53): a huge reservation stays huge, never wraps.
+pub(super) fn units(m: Money) -> String {
+    let max = SCRIPT_MAX as i128 * crate::money::UNITS_PER_CREDIT;
+    m.units().min(max).to_string()
+}
+
+/// A token count as the scripts take it, saturated at `SCRIPT_MAX`.
+pub(super) fn script_tokens(n: u64) -> u64 {
+    n.min(SCRIPT_MAX)
 }
 
 fn money(s: &str) -> Money {
@@ -116,7 +127,7 @@ impl Store {
         let args = [
             id.to_string(),
             units(cost.max(Money::ZERO)),
-            limits.tokens.to_string(),
+            script_tokens(limits.tokens).to_string(),
             opt(limits.rpm),
             opt(limits.tpm),
             opt(limits.max_concurrent),
@@ -235,7 +246,7 @@ impl Store {
                 .arg(&[k.acct, k.res, k.lease, k.winv, k.per])
                 .arg(&p.id)
                 .arg(units(p.cost.max(Money::ZERO)))
-                .arg(p.tokens)
+                .arg(script_tokens(p.tokens))
                 .arg(field(Period::Daily))
                 .arg(field(Period::Weekly))
                 .arg(field(Period::Monthly));

@@ -199,8 +199,9 @@ impl Store {
                     } else {
                         String::new()
                     },
-                    r.cost.max(crate::money::Money::ZERO).units().to_string(),
-                    (r.input_tokens + r.output_tokens).to_string(),
+                    super::accounts::units(r.cost.max(crate::money::Money::ZERO)),
+                    super::accounts::script_tokens(r.input_tokens.saturating_add(r.output_tokens))
+                        .to_string(),
                     field(Period::Daily),
                     field(Period::Weekly),
                     field(Period::Monthly),

@@ -59,27 +59,34 @@ thread_local! {
 }
 
 /// What one upstream call on this thread did at the transport level: whether it tried to open a new
-/// connection, whether any byte came back, and whether a write failed. From it the caller can tell a call
-/// the upstream cannot have taken (a reused connection closed before any byte of the answer, or a failed
-/// write) from one it may have.
+/// connection, whether the whole request went out (the wait for the answer began), whether any byte came
+/// back, whether a write failed, and whether the wait was given up because the request was cancelled. From
+/// it the caller can tell a call the upstream cannot have taken (a reused connection closed before any byte
+/// of the answer, or a failed write) from one it may have.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Attempt {
     pub connects: u32,
+    pub sent: bool,
     pub input: bool,
     pub write_failed: bool,
+    pub cancelled: bool,
 }
 
 impl Attempt {
     const NEW: Attempt = Attempt {
         connects: 0,
+        sent: false,
         input: false,
         write_failed: false,
+        cancelled: false,
     };
 
     /// The upstream cannot have received the whole request: a write failed, or a pooled connection (no
-    /// new connection was tried) ended before any byte of the answer.
+    /// new connection was tried) ended before any byte of the answer. Never a call given up because its
+    /// request was cancelled: that one was sent, and sending it again would only give the upstream the
+    /// same work twice.
     pub fn safe_to_retry(self) -> bool {
-        self.write_failed || (self.connects == 0 && !self.input)
+        !self.cancelled && (self.write_failed || (self.connects == 0 && !self.input))
     }
 }
 
@@ -303,6 +310,8 @@ impl Transport for TcpTap {
                 ureq::Error::Io(e)
             })?;
         }
+        // The answer is awaited only once the whole request went out.
+        note(|a| a.sent = true);
         let slot = bound();
         let real = timeout.for_read();
         let budget: Duration = *real.after;
@@ -357,6 +366,7 @@ impl Transport for TcpTap {
 }
 
 fn client_went_away() -> ureq::Error {
+    note(|a| a.cancelled = true);
     ureq::Error::Io(io::Error::new(
         io::ErrorKind::ConnectionAborted,
         "the client went away",
@@ -389,6 +399,7 @@ impl Transport for Tapped {
     }
 
     fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
+        note(|a| a.sent = true);
         let r = self.await_input_sliced(timeout);
         if matches!(r, Ok(true)) {
             note(|a| a.input = true);

@@ -21,7 +21,7 @@ pub fn stop_reason(stop: &StopReason) -> (String, Value) {
 /// The Messages usage object; `input_tokens` excludes cached and cache-write tokens.
 pub fn usage_json(u: &Usage) -> Value {
     json!({
-        "input_tokens": u.input_tokens.saturating_sub(u.cached_input_tokens + u.cache_creation_input_tokens),
+        "input_tokens": u.input_tokens.saturating_sub(u.cached_input_tokens.saturating_add(u.cache_creation_input_tokens)),
         "output_tokens": u.output_tokens,
         "cache_creation_input_tokens": u.cache_creation_input_tokens,
         "cache_read_input_tokens": u.cached_input_tokens,
@@ -37,7 +37,7 @@ pub fn usage_from(u: &Value) -> Option<Usage> {
         n("cache_creation_input_tokens"),
     );
     Some(Usage {
-        input_tokens: n("input_tokens") + read + write,
+        input_tokens: n("input_tokens").saturating_add(read).saturating_add(write),
         cached_input_tokens: read,
         cache_creation_input_tokens: write,
         output_tokens: n("output_tokens"),
