@@ -158,7 +158,7 @@ fn agent_betas_flow_and_nothing_is_stored() {
     let r = post_with(
         &gw,
         "/v1/responses",
-        &json!({"model": "m-responses", "input": "hi", "store": true, "tools": [{"type": "web_search"}]}),
+        &json!({"model": "m-responses", "input": "hi", "store": true, "tools": [{"type": "function", "name": "f"}]}),
         None,
     );
     assert_eq!(r.status, 200, "{}", r.text());

@@ -1,5 +1,6 @@
 //! Watching a stream relayed as it came (passthrough): each event is parsed once, for its type, its
-//! sequence number, the usage it reports, an error it carries and the text it adds; the observer says whether
+//! sequence number, the usage it reports (paid hosted uses included), an error it carries and the text it
+//! adds; the observer says whether
 //! the stream completed, hides the usage chunk a Chat client did not ask for, and writes the protocol's
 //! in-stream error when the stream breaks.
 
@@ -9,6 +10,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::canon::Usage;
+use super::hosted::{Tally, Uses};
 use super::sse::{push_event, SseEvent};
 use super::{chat, estimate, messages, responses, ApiError, Protocol};
 
@@ -32,6 +34,23 @@ struct Peek<'a> {
     delta: Option<DeltaField<'a>>,
     #[serde(borrow, default)]
     choices: Option<Vec<Choice<'a>>>,
+    /// Responses `response.output_item.*`: the item's type.
+    #[serde(borrow, default)]
+    item: Option<Tagged<'a>>,
+    /// Messages `content_block_start`: the block's type and (server tools) name.
+    #[serde(borrow, default)]
+    content_block: Option<Tagged<'a>>,
+    /// Chat chunks: the tier the answer is served at.
+    #[serde(borrow, default)]
+    service_tier: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct Tagged<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
 }
 
 /// Messages' `message` object (`message_start`), or the `message` text of a Responses `error` event.
@@ -97,6 +116,8 @@ pub struct StreamObserver {
     /// A running estimate of the tokens in `produced` (summed per event, so cheap per event).
     produced_tokens: u64,
     input_estimate: u64,
+    /// Paid hosted uses and the tier, as the stream reports them.
+    hosted: Tally,
 }
 
 impl StreamObserver {
@@ -112,6 +133,7 @@ impl StreamObserver {
             produced: String::new(),
             produced_tokens: 0,
             input_estimate,
+            hosted: Tally::default(),
         }
     }
 
@@ -145,6 +167,12 @@ impl StreamObserver {
     pub fn usage(&self) -> (Usage, bool) {
         let completed = self.done && self.upstream_error.is_none();
         estimate::stream_usage(self.usage, completed, &self.produced, self.input_estimate)
+    }
+
+    /// The paid hosted uses the stream reported, once it completed (None: it did not, so what ran is not
+    /// known).
+    pub fn hosted_uses(&self) -> Option<Uses> {
+        (self.done && self.upstream_error.is_none()).then(|| self.hosted.uses(self.protocol))
     }
 
     /// Looks at one event; returns whether to pass it on.
@@ -207,6 +235,9 @@ impl StreamObserver {
     }
 
     fn observe_chat(&mut self, peek: Peek) -> bool {
+        if let Some(t) = &peek.service_tier {
+            self.hosted.tier(t);
+        }
         if let Some(e) = peek.error.as_ref().filter(|e| !e.is_null()) {
             self.done = true;
             self.upstream_error = Some(error_message(e));
@@ -236,6 +267,9 @@ impl StreamObserver {
                         _ => None,
                     })
                 };
+                if let Some(u) = u {
+                    self.hosted.usage(u);
+                }
                 let Some(new) = u.and_then(messages::usage_from) else {
                     return;
                 };
@@ -248,6 +282,15 @@ impl StreamObserver {
                 }
                 merged.reasoning_tokens = merged.reasoning_tokens.max(new.reasoning_tokens);
                 self.usage = Some(merged);
+            }
+            "content_block_start" => {
+                if let Some(Tagged {
+                    kind: Some(k),
+                    name,
+                }) = &peek.content_block
+                {
+                    self.hosted.item(k, name.as_deref());
+                }
             }
             "message_stop" => self.done = true,
             "error" => {
@@ -262,9 +305,15 @@ impl StreamObserver {
     fn observe_responses(&mut self, name: &str, peek: Peek) {
         match name {
             "response.created" => self.response = peek.response,
+            "response.output_item.done" => {
+                if let Some(Tagged { kind: Some(k), .. }) = &peek.item {
+                    self.hosted.item(k, None);
+                }
+            }
             "response.completed" | "response.incomplete" | "response.failed" => {
                 self.done = true;
                 let r = peek.response.unwrap_or(Value::Null);
+                self.hosted.response(&r);
                 self.usage = r.get("usage").and_then(responses::usage_from);
                 if name == "response.failed" {
                     self.upstream_error = Some(error_message(&r["error"]));

@@ -2,6 +2,7 @@
 //! ledger: who asked for what ([`Outcome`]) and how it was answered ([`Answer`]: one per attempt at an
 //! upstream; the request keeps the last one).
 
+use super::hosted::{Plan, Ran};
 use crate::protocol::canon::Usage;
 use crate::protocol::{ApiError, Origin};
 use crate::upstream::breaker::Verdict;
@@ -23,6 +24,8 @@ pub struct Answer {
     pub client_closed: bool,
     /// The output limit sent upstream (None: the request carried none). Output beyond it is never billed.
     pub output_limit: Option<u64>,
+    /// The paid hosted features this attempt set running, as far as known (see `server::hosted`).
+    pub hosted: Ran,
 }
 
 impl Answer {
@@ -98,6 +101,8 @@ pub struct Outcome {
     pub shutdown: bool,
     /// Recorded at no cost (`count_tokens`: metered, not billed).
     pub unbilled: bool,
+    /// The paid hosted features the request was admitted with, and their prices.
+    pub hosted: Plan,
 }
 
 impl Outcome {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::gateway::Gateway;
+use super::hosted::{self, Plan};
 use super::outcome::Outcome;
 use crate::access::{self, Identity};
 use crate::config::{Config, Model};
@@ -34,6 +35,8 @@ pub struct Prepared<'a> {
     pub upstream_model: String,
     /// The output limit the client asked for, read from its own protocol's field(s) only.
     pub requested_output: Option<u64>,
+    /// Paid hosted tools and service tiers the model allows this request, at their prices.
+    pub hosted: Plan,
 }
 
 impl Prepared<'_> {
@@ -114,6 +117,8 @@ pub fn prepare<'a>(
             account::store_nothing(protocol, &mut body);
         }
     }
+    let hosted = hosted::plan(config, model, endpoint, &mut body)?;
+    out.hosted = hosted.clone();
     let wants_stream_usage = protocol.wants_stream_usage(&body);
     Ok(Prepared {
         config,
@@ -127,6 +132,7 @@ pub fn prepare<'a>(
         upstream_model: model.upstream_model.replace("{model}", &model_name),
         requested: model_name,
         requested_output,
+        hosted,
     })
 }
 
