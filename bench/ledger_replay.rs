@@ -58,6 +58,8 @@ fn main() {
                 reason: None,
                 requested_model: None,
                 instance: None,
+                hosted_uses: Default::default(),
+                service_tier: None,
             };
             serde_json::to_writer(&mut out, &rec).unwrap();
             out.write_all(b"\n").unwrap();

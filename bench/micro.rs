@@ -192,6 +192,8 @@ fn main() {
             reason: None,
             requested_model: None,
             instance: None,
+            hosted_uses: Default::default(),
+            service_tier: None,
         });
     }
     let queued = t.elapsed();

@@ -71,23 +71,23 @@ fn account_state_is_refused_on_every_path() {
         ("conversation", json!({"conversation": "conv_1"})),
         ("background", json!({"background": true})),
         (
-            "tools",
+            "tools[0]",
             json!({"tools": [{"type": "file_search", "vector_store_ids": ["vs_1"]}]}),
         ),
         (
-            "tools",
+            "tools[0]",
             json!({"tools": [{"type": "mcp", "server_label": "x", "server_url": "https://evil.example"}]}),
         ),
         (
-            "tools",
+            "tools[0]",
             json!({"tools": [{"type": "code_interpreter", "container": {"type": "auto"}}]}),
         ),
         (
-            "input",
+            "input[0]",
             json!({"input": [{"type": "item_reference", "id": "msg_1"}]}),
         ),
         (
-            "input",
+            "input[0].content[0].file_id",
             json!({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file_1"}]}]}),
         ),
     ];
@@ -112,7 +112,7 @@ fn account_state_is_refused_on_every_path() {
             None,
         ),
         (
-            "messages",
+            "messages[0].content[0].source",
             json!({"messages": [{"role": "user", "content": [{"type": "document", "source": {"type": "file", "file_id": "file_1"}}]}]}),
             None,
         ),
@@ -158,7 +158,7 @@ fn agent_betas_flow_and_nothing_is_stored() {
     let r = post_with(
         &gw,
         "/v1/responses",
-        &json!({"model": "m-responses", "input": "hi", "store": true, "tools": [{"type": "web_search"}]}),
+        &json!({"model": "m-responses", "input": "hi", "store": true, "tools": [{"type": "function", "name": "f"}]}),
         None,
     );
     assert_eq!(r.status, 200, "{}", r.text());

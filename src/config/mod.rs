@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub mod hosted;
 pub mod names;
 mod overrides;
 pub mod store;
@@ -222,6 +223,8 @@ pub struct Config {
     pub log_format: String,
     pub upstreams: Vec<Upstream>,
     pub models: Vec<Model>,
+    /// What each model entry (by name) allows of paid hosted features; see [`Config::hosted_prices`].
+    pub hosted: std::collections::HashMap<String, hosted::HostedPrices>,
     pub groups: Vec<Group>,
     /// `/metrics` needs the admin token (`Authorization: Bearer`).
     pub metrics_auth: bool,

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::hosted::HostedPrices;
 use super::{
     err, Config, ConfigError, Group, Model, Upstream, UpstreamKind, DEFAULT_MAX_OUTPUT_TOKENS,
 };
@@ -86,6 +87,9 @@ struct RawModel {
     structured_output: Option<String>,
     reasoning: Option<bool>,
     account_features: Option<bool>,
+    allow_hosted_tools: Option<std::collections::BTreeMap<String, Money>>,
+    allow_service_tiers: Option<std::collections::BTreeMap<String, Money>>,
+    max_hosted_uses: Option<u64>,
     route: Option<String>,
     weights: Option<Vec<u32>>,
     #[serde(default)]
@@ -160,7 +164,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
     let declared: Vec<String> = raw.upstreams.iter().map(|u| u.name.clone()).collect();
     let (upstreams, deployments) = validate_upstreams(raw.upstreams, &mut p);
     let discovery = raw.discovery.map(|d| validate_discovery(d, &mut p));
-    let mut models = validate_models(raw.models, &declared, discovery.is_some(), &mut p);
+    let (mut models, hosted) = validate_models(raw.models, &declared, discovery.is_some(), &mut p);
     for m in &mut models {
         expand_deployments(m, &deployments);
     }
@@ -205,6 +209,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         upstreams,
         model_index: super::names::ModelIndex::build(&models),
         models,
+        hosted,
         groups,
         warnings: Vec::new(),
     };
@@ -579,11 +584,18 @@ fn validate_models(
     upstreams: &[String],
     discovery: bool,
     p: &mut Problems,
-) -> Vec<Model> {
+) -> (Vec<Model>, HashMap<String, HostedPrices>) {
     let mut seen = HashSet::new();
     let mut models = Vec::new();
-    for (i, m) in raw.into_iter().enumerate() {
+    let mut hosted = HashMap::new();
+    for (i, mut m) in raw.into_iter().enumerate() {
+        let (tools, tiers) = (m.allow_hosted_tools.take(), m.allow_service_tiers.take());
+        let prices = super::hosted::validate(i, tools, tiers, m.max_hosted_uses, &mut p.warnings);
+        let prices = p.take(prices, None);
         if let Some(m) = p.take(validate_model(i, m, upstreams, &mut seen).map(Some), None) {
+            if let Some(h) = prices {
+                hosted.insert(m.name.clone(), h);
+            }
             models.push(m);
         }
     }
@@ -593,7 +605,7 @@ fn validate_models(
             "expected at least one [[models]] entry (or a [discovery] table to find local model servers)",
         ));
     }
-    models
+    (models, hosted)
 }
 
 /// A model's `route` and `weights` (one per upstream, each above 0; `weighted` without weights: equal).

@@ -449,6 +449,9 @@ pub fn models(gw: &Gateway, probe: bool) -> Value {
                 "cached_input_price": m.cached_input_price,
                 "output_price": m.output_price,
                 "max_output_tokens": m.max_output_tokens,
+                "allow_hosted_tools": config.hosted_prices(&m.name).tools,
+                "allow_service_tiers": config.hosted_prices(&m.name).tiers,
+                "max_hosted_uses": config.hosted_prices(&m.name).max_uses,
                 "disabled": m.disabled,
                 "availability": gw.stats.model_json(&m.name),
             })

@@ -16,7 +16,7 @@
 mod query;
 mod writer;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions, Permissions};
 use std::io::{self, BufRead, BufReader, Seek, SeekFrom};
 use std::os::unix::fs::PermissionsExt;
@@ -127,6 +127,12 @@ pub struct Record {
     /// The instance that served the request (with a `[store]`, or when `instance` is set).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance: Option<String>,
+    /// Uses of paid hosted tools billed, per tool family (`web_search`: 3); their cost is in `cost`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub hosted_uses: BTreeMap<String, u64>,
+    /// The paid service tier billed (`priority`); its price is in `cost`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_tier: Option<String>,
 }
 
 fn upstream_out<S: serde::Serializer>(u: &str, s: S) -> Result<S::Ok, S::Error> {

@@ -30,6 +30,8 @@ fn record(key: &str, cost: f64, n: u64) -> Record {
         reason: None,
         requested_model: None,
         instance: None,
+        hosted_uses: Default::default(),
+        service_tier: None,
     }
 }
 

@@ -1,21 +1,38 @@
 //! The operator's upstream account stays the operator's: key holders share it, so nothing they send may
-//! reach state stored in it (responses, conversations, files, vector stores, containers, MCP connections)
-//! or run hosted tools there on their own. Such fields, tools, content and betas are refused with 400 naming
-//! them, on passthrough and translation alike; a model opts in with `account_features = true` (for a
-//! single-tenant operator).
+//! reach state stored in it (responses, conversations, prompts, files, vector stores, containers, MCP
+//! connections) or run hosted tools there on their own. Such fields, tools, content and betas are refused
+//! with 400 naming them by their path in the body (`input[2].output[0].file_id`), on passthrough and
+//! translation alike; a model opts in with `account_features = true` (for a single-tenant operator).
+//!
+//! References are found at any depth: the whole body is walked once, and any `file_id`, `file_ids`,
+//! `vector_store_ids`, container (`container`, `container_id`, a `container_*` type), stored response,
+//! conversation or prompt, `item_reference`, or `source` of type `file` is refused wherever it sits. What
+//! belongs to the client alone is not looked into: JSON Schemas (`parameters`, `input_schema`, `schema`),
+//! tool call inputs, `metadata`. The walk allocates nothing unless it finds something.
 //!
 //! `store`: a stored response or completion could only be read back by id, which tollgate never serves, so
 //! storing would only leave tenants' prompts in the operator's account: requests go upstream with
 //! `store: false`.
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::{ApiError, Protocol};
 
 /// `anthropic-beta` values that open account-scoped features (files, MCP connections, code execution,
-/// skills). Agent betas (interleaved thinking, fine-grained tool streaming, context windows, prompt caching,
-/// token-efficient tools, …) are not among them.
+/// skills), compared without regard to letter case. Agent betas (interleaved thinking, fine-grained tool
+/// streaming, context windows, prompt caching, token-efficient tools, …) are not among them.
 const ACCOUNT_BETAS: [&str; 4] = ["files-api-", "mcp-client-", "code-execution-", "skills-"];
+
+/// Keys whose values belong to the client alone (schemas, free-form data): never looked into.
+const CLIENT_DATA: [&str; 7] = [
+    "parameters",
+    "input_schema",
+    "schema",
+    "metadata",
+    "input_examples",
+    "logit_bias",
+    "env",
+];
 
 fn refused(param: &str, what: &str) -> ApiError {
     ApiError::invalid_param(
@@ -29,8 +46,61 @@ fn refused(param: &str, what: &str) -> ApiError {
     .with_code("account_feature_refused")
 }
 
-fn present(o: &serde_json::Map<String, Value>, field: &str) -> bool {
-    o.get(field).is_some_and(|v| !v.is_null())
+/// One step from the body's root to a value; the chain lives on the stack.
+#[derive(Clone, Copy)]
+enum Step<'a> {
+    Key(&'a str),
+    Index(usize),
+}
+
+#[derive(Clone, Copy)]
+struct At<'a> {
+    step: Step<'a>,
+    up: Option<&'a At<'a>>,
+}
+
+impl At<'_> {
+    fn key(&self) -> Option<&str> {
+        match self.step {
+            Step::Key(k) => Some(k),
+            Step::Index(_) => None,
+        }
+    }
+
+    /// The key of the array this value is an element of.
+    fn array_key(&self) -> Option<&str> {
+        match self.step {
+            Step::Index(_) => self.up.and_then(At::key),
+            Step::Key(_) => None,
+        }
+    }
+}
+
+/// The field path of `at` (`input[0].content[1].file_id`), built only for an error.
+fn path(at: Option<&At>) -> String {
+    let mut steps = Vec::new();
+    let mut cur = at;
+    while let Some(a) = cur {
+        steps.push(a.step);
+        cur = a.up;
+    }
+    let mut out = String::new();
+    for s in steps.iter().rev() {
+        match s {
+            Step::Key(k) => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(k);
+            }
+            Step::Index(i) => out.push_str(&format!("[{i}]")),
+        }
+    }
+    out
+}
+
+fn child<'a>(at: Option<&'a At<'a>>, step: Step<'a>) -> At<'a> {
+    At { step, up: at }
 }
 
 /// Refuses what a request of `protocol` (its body, and for Messages its `anthropic-beta` values) would make
@@ -43,137 +113,102 @@ pub fn refuse_account_features(
     let Some(o) = body.as_object() else {
         return Ok(());
     };
-    match protocol {
-        Protocol::Responses => responses(o),
-        Protocol::Chat => chat(o),
-        Protocol::Messages => messages(o, betas),
-    }
-}
-
-fn responses(o: &serde_json::Map<String, Value>) -> Result<(), ApiError> {
-    for (field, what) in [
-        ("previous_response_id", "a stored response"),
-        ("conversation", "a stored conversation"),
-        ("prompt", "a stored prompt template"),
-    ] {
-        if present(o, field) {
-            return Err(refused(field, what));
-        }
-    }
     if o.get("background") == Some(&Value::Bool(true)) {
         return Err(refused(
             "background",
             "a background response (stored, to be fetched later)",
         ));
     }
-    for t in o
-        .get("tools")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        match t.get("type").and_then(Value::as_str) {
-            Some("file_search") => {
-                return Err(refused("tools", "the file_search tool (vector stores)"))
-            }
-            Some("mcp") => return Err(refused("tools", "the mcp tool (remote MCP servers)")),
-            Some("code_interpreter") => {
-                return Err(refused("tools", "the code_interpreter tool (containers)"))
-            }
-            _ => {}
-        }
-    }
-    if let Some(items) = o.get("input").and_then(Value::as_array) {
-        for item in items {
-            if item.get("type").and_then(Value::as_str) == Some("item_reference") {
-                return Err(refused("input", "an item_reference (a stored item)"));
-            }
-            let parts = item.get("content").and_then(Value::as_array);
-            for p in parts.into_iter().flatten() {
-                let ty = p.get("type").and_then(Value::as_str);
-                if matches!(ty, Some("input_file" | "input_image"))
-                    && p.get("file_id").is_some_and(|f| !f.is_null())
-                {
-                    return Err(refused("input", "a file_id (an uploaded file)"));
-                }
-            }
-        }
+    walk_object(o, None)?;
+    if protocol == Protocol::Messages {
+        refuse_betas(betas)?;
     }
     Ok(())
 }
 
-fn chat(o: &serde_json::Map<String, Value>) -> Result<(), ApiError> {
-    for m in o
-        .get("messages")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        for p in m
-            .get("content")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let file_id = p.pointer("/file/file_id").is_some_and(|f| !f.is_null());
-            if p.get("type").and_then(Value::as_str) == Some("file") && file_id {
-                return Err(refused("messages", "a file_id (an uploaded file)"));
+fn walk(v: &Value, at: &At) -> Result<(), ApiError> {
+    match v {
+        Value::Object(o) => walk_object(o, Some(at)),
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                walk(item, &child(Some(at), Step::Index(i)))?;
             }
+            Ok(())
         }
+        _ => Ok(()),
+    }
+}
+
+fn walk_object(o: &Map<String, Value>, at: Option<&At>) -> Result<(), ApiError> {
+    let ty = o.get("type").and_then(Value::as_str).unwrap_or("");
+    if let Some(what) = typed_reference(ty, at) {
+        return Err(refused(&path(at), what));
+    }
+    // A tool call's input is the client's own data (Messages `tool_use`).
+    let call = matches!(ty, "tool_use" | "server_tool_use" | "mcp_tool_use");
+    for (k, v) in o {
+        if v.is_null() || CLIENT_DATA.contains(&k.as_str()) || (call && k == "input") {
+            continue;
+        }
+        let here = child(at, Step::Key(k));
+        if let Some(what) = keyed_reference(k, v) {
+            return Err(refused(&path(Some(&here)), what));
+        }
+        walk(v, &here)?;
     }
     Ok(())
 }
 
-fn messages(o: &serde_json::Map<String, Value>, betas: &[&str]) -> Result<(), ApiError> {
-    if present(o, "container") {
-        return Err(refused("container", "a code-execution container"));
+/// What an object of type `ty` at `at` refers to in the account, if anything.
+fn typed_reference(ty: &str, at: Option<&At>) -> Option<&'static str> {
+    if ty == "item_reference" {
+        return Some("an item_reference (a stored item)");
     }
-    if o.get("mcp_servers")
-        .is_some_and(|v| v.as_array().is_none_or(|a| !a.is_empty()) && !v.is_null())
-    {
-        return Err(refused("mcp_servers", "MCP server connections"));
+    // `container_upload` blocks, `container_auto` / `container_reference` shell environments.
+    if ty.starts_with("container_") {
+        return Some("a container");
     }
-    for t in o
-        .get("tools")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let ty = t.get("type").and_then(Value::as_str).unwrap_or("");
-        if ty.starts_with("code_execution") || ty.starts_with("mcp_toolset") {
-            return Err(refused("tools", "a code-execution or MCP tool"));
+    if ty == "file" && at.and_then(At::key) == Some("source") {
+        return Some("a file source (an uploaded file)");
+    }
+    if at.and_then(At::array_key) != Some("tools") {
+        return None;
+    }
+    match ty {
+        "file_search" => Some("the file_search tool (vector stores)"),
+        "mcp" => Some("the mcp tool (remote MCP servers)"),
+        "code_interpreter" => Some("the code_interpreter tool (containers)"),
+        t if t.starts_with("code_execution") || t.starts_with("mcp_toolset") => {
+            Some("a code-execution or MCP tool")
         }
+        _ => None,
     }
-    for m in o
-        .get("messages")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        for block in m
-            .get("content")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            if let Some(why) = block_reaches_account(block) {
-                return Err(refused("messages", why));
-            }
-            // Tool results nest their own content blocks.
-            for inner in block
-                .get("content")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                if let Some(why) = block_reaches_account(inner) {
-                    return Err(refused("messages", why));
-                }
-            }
-        }
+}
+
+/// What the (non-null) field `k` refers to in the account, if anything.
+fn keyed_reference(k: &str, v: &Value) -> Option<&'static str> {
+    let listed = || v.as_array().is_none_or(|a| !a.is_empty());
+    match k {
+        "file_id" => Some("a file_id (an uploaded file)"),
+        "file_ids" if listed() => Some("file_ids (uploaded files)"),
+        "vector_store_ids" if listed() => Some("vector stores"),
+        "container" | "container_id" => Some("a container"),
+        "previous_response_id" => Some("a stored response"),
+        "conversation" => Some("a stored conversation"),
+        "prompt" => Some("a stored prompt template"),
+        "mcp_servers" if listed() => Some("MCP server connections"),
+        _ => None,
     }
+}
+
+fn refuse_betas(betas: &[&str]) -> Result<(), ApiError> {
     for b in betas.iter().flat_map(|b| b.split(',')).map(str::trim) {
-        if ACCOUNT_BETAS.iter().any(|p| b.starts_with(p)) {
+        let opens = ACCOUNT_BETAS.iter().any(|p| {
+            b.as_bytes()
+                .get(..p.len())
+                .is_some_and(|head| head.eq_ignore_ascii_case(p.as_bytes()))
+        });
+        if opens {
             return Err(refused(
                 "anthropic-beta",
                 &format!("the beta `{b}` (files, MCP, code execution or skills)"),
@@ -181,14 +216,6 @@ fn messages(o: &serde_json::Map<String, Value>, betas: &[&str]) -> Result<(), Ap
         }
     }
     Ok(())
-}
-
-fn block_reaches_account(block: &Value) -> Option<&'static str> {
-    if block.get("type").and_then(Value::as_str) == Some("container_upload") {
-        return Some("a container_upload block");
-    }
-    (block.pointer("/source/type").and_then(Value::as_str) == Some("file"))
-        .then_some("a file source (an uploaded file)")
 }
 
 /// Requests go upstream with `store: false` (Responses and Chat): nothing a tenant sends is kept in the
@@ -216,55 +243,79 @@ mod tests {
             .map(|e| e.param().unwrap_or_default().to_string())
     }
 
+    fn user(content: Value) -> Value {
+        json!({"messages": [{"role": "user", "content": content}]})
+    }
+
     #[test]
-    fn responses_account_state_is_refused() {
+    fn responses_account_state_is_refused_by_path() {
         let r = Protocol::Responses;
-        assert_eq!(
-            param(r, json!({"previous_response_id": "resp_1"}), &[]).as_deref(),
-            Some("previous_response_id")
-        );
-        assert_eq!(
-            param(r, json!({"conversation": "conv_1"}), &[]).as_deref(),
-            Some("conversation")
-        );
-        assert_eq!(
-            param(r, json!({"background": true}), &[]).as_deref(),
-            Some("background")
-        );
-        assert_eq!(
-            param(r, json!({"prompt": {"id": "pmpt_1"}}), &[]).as_deref(),
-            Some("prompt")
-        );
-        for tool in ["file_search", "mcp", "code_interpreter"] {
-            assert_eq!(
-                param(r, json!({"tools": [{"type": tool}]}), &[]).as_deref(),
-                Some("tools"),
-                "{tool}"
-            );
-        }
-        assert_eq!(
-            param(
-                r,
-                json!({"input": [{"type": "item_reference", "id": "msg_1"}]}),
-                &[]
-            )
-            .as_deref(),
-            Some("input")
-        );
-        assert_eq!(
-            param(r, json!({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file_1"}]}]}), &[]).as_deref(),
-            Some("input")
-        );
-        // What coding agents send passes.
-        assert_eq!(
-            param(
-                r,
-                json!({"input": "hi", "background": false, "previous_response_id": null,
-                            "tools": [{"type": "function", "name": "f"}, {"type": "web_search"}]}),
-                &[]
+        for (body, path) in [
+            (
+                json!({"previous_response_id": "resp_1"}),
+                "previous_response_id",
             ),
-            None
+            (json!({"conversation": "conv_1"}), "conversation"),
+            (json!({"background": true}), "background"),
+            (json!({"prompt": {"id": "pmpt_1"}}), "prompt"),
+            (
+                json!({"tools": [{"type": "function", "name": "f"}, {"type": "file_search"}]}),
+                "tools[1]",
+            ),
+            (json!({"tools": [{"type": "mcp"}]}), "tools[0]"),
+            (json!({"tools": [{"type": "code_interpreter"}]}), "tools[0]"),
+            (
+                json!({"tools": [{"type": "shell", "environment": {"type": "container_auto"}}]}),
+                "tools[0].environment",
+            ),
+            (
+                json!({"tools": [{"type": "image_generation", "input_image_mask": {"file_id": "file_1"}}]}),
+                "tools[0].input_image_mask.file_id",
+            ),
+            (
+                json!({"input": [{"type": "item_reference", "id": "msg_1"}]}),
+                "input[0]",
+            ),
+            (
+                json!({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file_1"}]}]}),
+                "input[0].content[0].file_id",
+            ),
+            (
+                json!({"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c", "output": [
+                    {"type": "input_text", "text": "see"}, {"type": "input_image", "file_id": "file_2"}]}]}),
+                "input[1].output[1].file_id",
+            ),
+            (
+                json!({"input": [{"type": "function_call_output", "call_id": "c",
+                "output": [{"type": "input_file", "file_id": "file_3"}]}]}),
+                "input[0].output[0].file_id",
+            ),
+            (
+                json!({"tools": [{"type": "file_search", "vector_store_ids": ["vs_1"]}]}),
+                "tools[0]",
+            ),
+        ] {
+            assert_eq!(param(r, body.clone(), &[]).as_deref(), Some(path), "{body}");
+        }
+    }
+
+    #[test]
+    fn what_agents_send_passes() {
+        // A function's schema may name any property, a call's input is the client's: not looked into.
+        let body = json!({"input": "hi", "background": false, "previous_response_id": null,
+            "tools": [{"type": "function", "name": "open", "parameters": {"type": "object",
+                "properties": {"file_id": {"type": "string"}, "container": {"type": "string"}}}},
+                {"type": "web_search"}, {"type": "shell", "environment": {"type": "local"}}],
+            "text": {"format": {"type": "json_schema", "schema": {"properties": {"prompt": {}}}}},
+            "metadata": {"file_id": "x"}});
+        assert_eq!(param(Protocol::Responses, body, &[]), None);
+        let body = user(
+            json!([{"type": "tool_use", "id": "t", "name": "read", "input": {"file_id": "f", "container": "c"}},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}},
+            {"type": "search_result", "source": "https://example.com", "title": "t", "content": []}]),
         );
+        assert_eq!(param(Protocol::Messages, body, &[]), None);
     }
 
     #[test]
@@ -278,20 +329,49 @@ mod tests {
             param(m, json!({"mcp_servers": [{"url": "x"}]}), &[]).as_deref(),
             Some("mcp_servers")
         );
+        assert_eq!(param(m, json!({"mcp_servers": []}), &[]), None);
+        for (content, path) in [
+            (
+                json!([{"type": "document", "source": {"type": "file", "file_id": "f"}}]),
+                "messages[0].content[0].source",
+            ),
+            (
+                json!([{"type": "text", "text": "x"}, {"type": "tool_result", "tool_use_id": "t",
+                "content": [{"type": "image", "source": {"type": "file", "file_id": "f"}}]}]),
+                "messages[0].content[1].content[0].source",
+            ),
+            (
+                json!([{"type": "document", "source": {"type": "content", "content": [
+                {"type": "image", "source": {"type": "file", "file_id": "f"}}]}}]),
+                "messages[0].content[0].source.content[0].source",
+            ),
+            (
+                json!([{"type": "container_upload", "file_id": "f"}]),
+                "messages[0].content[0]",
+            ),
+        ] {
+            assert_eq!(
+                param(m, user(content.clone()), &[]).as_deref(),
+                Some(path),
+                "{content}"
+            );
+        }
         assert_eq!(
-            param(m, json!({"messages": [{"role": "user", "content": [{"type": "document", "source": {"type": "file", "file_id": "f"}}]}]}), &[]).as_deref(),
-            Some("messages")
-        );
-        assert_eq!(
-            param(m, json!({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t",
-                "content": [{"type": "image", "source": {"type": "file", "file_id": "f"}}]}]}]}), &[]).as_deref(),
-            Some("messages")
+            param(
+                m,
+                json!({"tools": [{"type": "code_execution_20250825", "name": "c"}]}),
+                &[]
+            )
+            .as_deref(),
+            Some("tools[0]")
         );
         for beta in [
             "files-api-2025-04-14",
-            "mcp-client-2025-04-04",
+            "FILES-API-2025-04-14",
+            " Files-Api-2025-04-14 ",
+            "interleaved-thinking-2025-05-14, MCP-Client-2025-04-04",
             "code-execution-2025-05-22",
-            "skills-2025-10-02",
+            "Skills-2025-10-02",
         ] {
             assert_eq!(
                 param(m, json!({}), &[beta]).as_deref(),
@@ -317,9 +397,18 @@ mod tests {
     #[test]
     fn chat_file_ids_are_refused_and_nothing_is_stored() {
         assert_eq!(
-            param(Protocol::Chat, json!({"messages": [{"role": "user", "content": [{"type": "file", "file": {"file_id": "f"}}]}]}), &[]).as_deref(),
-            Some("messages")
+            param(
+                Protocol::Chat,
+                user(json!([{"type": "file", "file": {"file_id": "f"}}])),
+                &[]
+            )
+            .as_deref(),
+            Some("messages[0].content[0].file.file_id")
         );
+        let inline = user(
+            json!([{"type": "file", "file": {"file_data": "data:application/pdf;base64,AA==", "filename": "a.pdf"}}]),
+        );
+        assert_eq!(param(Protocol::Chat, inline, &[]), None);
         let mut b = json!({"input": "x"});
         store_nothing(Protocol::Responses, &mut b);
         assert_eq!(b["store"], false);

@@ -11,6 +11,7 @@ pub mod egress;
 mod error;
 pub mod estimate;
 pub mod fields;
+pub mod hosted;
 pub mod limits;
 pub mod messages;
 pub mod observe;

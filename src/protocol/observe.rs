@@ -1,5 +1,6 @@
 //! Watching a stream relayed as it came (passthrough): each event is parsed once, for its type, its
-//! sequence number, the usage it reports, an error it carries and the text it adds; the observer says whether
+//! sequence number, the usage it reports (paid hosted uses included), an error it carries and the text it
+//! adds; the observer says whether
 //! the stream completed, hides the usage chunk a Chat client did not ask for, and writes the protocol's
 //! in-stream error when the stream breaks. It also says what text the last event added (for the credential
 //! redactor of `secrets.rs`) and rewrites an event whose text held a credential ([`redact_event`]).
@@ -10,6 +11,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::canon::Usage;
+use super::hosted::{Tally, Uses};
 use super::sse::{push_event, SseEvent};
 use super::{chat, estimate, messages, responses, ApiError, Protocol};
 
@@ -33,6 +35,23 @@ struct Peek<'a> {
     delta: Option<DeltaField<'a>>,
     #[serde(borrow, default)]
     choices: Option<Vec<Choice<'a>>>,
+    /// Responses `response.output_item.*`: the item's type.
+    #[serde(borrow, default)]
+    item: Option<Tagged<'a>>,
+    /// Messages `content_block_start`: the block's type and (server tools) name.
+    #[serde(borrow, default)]
+    content_block: Option<Tagged<'a>>,
+    /// Chat chunks: the tier the answer is served at.
+    #[serde(borrow, default)]
+    service_tier: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct Tagged<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
 }
 
 /// Messages' `message` object (`message_start`), or the `message` text of a Responses `error` event.
@@ -115,6 +134,8 @@ pub struct StreamObserver {
     added_from: usize,
     /// The last event was no answer but an error (or not JSON at all): an error text.
     last_was_error: bool,
+    /// Paid hosted uses and the tier, as the stream reports them.
+    hosted: Tally,
 }
 
 impl StreamObserver {
@@ -132,6 +153,7 @@ impl StreamObserver {
             input_estimate,
             added_from: 0,
             last_was_error: false,
+            hosted: Tally::default(),
         }
     }
 
@@ -177,6 +199,12 @@ impl StreamObserver {
     pub fn usage(&self) -> (Usage, bool) {
         let completed = self.done && self.upstream_error.is_none();
         estimate::stream_usage(self.usage, completed, &self.produced, self.input_estimate)
+    }
+
+    /// The paid hosted uses the stream reported, once it completed (None: it did not, so what ran is not
+    /// known).
+    pub fn hosted_uses(&self) -> Option<Uses> {
+        (self.done && self.upstream_error.is_none()).then(|| self.hosted.uses(self.protocol))
     }
 
     /// Looks at one event; returns whether to pass it on.
@@ -259,6 +287,9 @@ impl StreamObserver {
     }
 
     fn observe_chat(&mut self, peek: Peek) -> bool {
+        if let Some(t) = &peek.service_tier {
+            self.hosted.tier(t);
+        }
         if let Some(e) = peek.error.as_ref().filter(|e| !e.is_null()) {
             self.done = true;
             self.upstream_error = Some(error_message(e));
@@ -288,6 +319,9 @@ impl StreamObserver {
                         _ => None,
                     })
                 };
+                if let Some(u) = u {
+                    self.hosted.usage(u);
+                }
                 let Some(new) = u.and_then(messages::usage_from) else {
                     return;
                 };
@@ -300,6 +334,15 @@ impl StreamObserver {
                 }
                 merged.reasoning_tokens = merged.reasoning_tokens.max(new.reasoning_tokens);
                 self.usage = Some(merged);
+            }
+            "content_block_start" => {
+                if let Some(Tagged {
+                    kind: Some(k),
+                    name,
+                }) = &peek.content_block
+                {
+                    self.hosted.item(k, name.as_deref());
+                }
             }
             "message_stop" => self.done = true,
             "error" => {
@@ -314,9 +357,15 @@ impl StreamObserver {
     fn observe_responses(&mut self, name: &str, peek: Peek) {
         match name {
             "response.created" => self.response = peek.response,
+            "response.output_item.done" => {
+                if let Some(Tagged { kind: Some(k), .. }) = &peek.item {
+                    self.hosted.item(k, None);
+                }
+            }
             "response.completed" | "response.incomplete" | "response.failed" => {
                 self.done = true;
                 let r = peek.response.unwrap_or(Value::Null);
+                self.hosted.response(&r);
                 self.usage = r.get("usage").and_then(responses::usage_from);
                 if name == "response.failed" {
                     self.upstream_error = Some(error_message(&r["error"]));

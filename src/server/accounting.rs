@@ -61,7 +61,7 @@ pub fn admit(
             credit: p.identity.credit,
             group,
             tokens: input.saturating_add(requested),
-            cost: cost(p.model, &worst),
+            cost: cost(p.model, &worst) + p.hosted.reserved(),
             budget: p.budget(),
             now: crate::util::unix_now(),
         }
@@ -97,11 +97,13 @@ pub fn record(
     }
     let usage = billable_usage(trace, out);
     let model = out.model.as_deref().and_then(|m| config.model_any(m));
+    let hosted = out.hosted.charge(&out.answer.hosted);
     let mut charged = match model {
-        Some(m) if !out.unbilled => cost(m, &usage),
+        Some(m) if !out.unbilled => cost(m, &usage) + hosted.cost,
         _ => Money::ZERO,
     };
-    let rec = usage_record(gw, trace, out, &usage, charged, latency);
+    let mut rec = usage_record(gw, trace, out, &usage, charged, latency);
+    (rec.hosted_uses, rec.service_tier) = (hosted.uses, hosted.tier);
     if let Err(rec) = gw.ledger.try_append(rec) {
         let mut rec = *rec;
         if withhold_answer(ex, trace, out) {
@@ -272,6 +274,8 @@ fn usage_record(
         reason: None,
         requested_model: out.requested_model.clone(),
         instance,
+        hosted_uses: Default::default(),
+        service_tier: None,
     }
 }
 

@@ -81,7 +81,16 @@ fn admit(gw: &Gateway, trace: &mut Trace, p: &Prepared) -> Result<Reservation, A
         gw.metrics.count(&gw.metrics.ledger_refused);
         return Err(ApiError::ledger_unavailable(gw.ledger.backlog()));
     }
-    let (admitted, info) = match accounting::admit(gw, p, &trace.request_id) {
+    let budget = p
+        .identity
+        .budget
+        .or(p.config.group(&p.identity.group).and_then(|g| g.budget));
+    let admitted = p
+        .hosted
+        .affordable(&gw.accounts, &p.identity, budget)
+        .map_err(|e| (e, Default::default()))
+        .and_then(|()| accounting::admit(gw, p, &trace.request_id));
+    let (admitted, info) = match admitted {
         Ok((res, info)) => (Ok(res), info),
         Err((e, info)) => {
             let counter = match e.origin() {

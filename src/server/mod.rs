@@ -11,6 +11,7 @@ mod events;
 mod failover;
 pub mod gateway;
 mod generate;
+mod hosted;
 pub mod metrics;
 mod outcome;
 mod passthrough;

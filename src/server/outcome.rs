@@ -2,6 +2,7 @@
 //! ledger: who asked for what ([`Outcome`]) and how it was answered ([`Answer`]: one per attempt at an
 //! upstream; the request keeps the last one).
 
+use super::hosted::{Plan, Ran};
 use crate::protocol::canon::Usage;
 use crate::protocol::{ApiError, Origin};
 use crate::upstream::breaker::Verdict;
@@ -27,6 +28,8 @@ pub struct Answer {
     pub client_closed: bool,
     /// The output limit sent upstream (None: the request carried none). Output beyond it is never billed.
     pub output_limit: Option<u64>,
+    /// The paid hosted features this attempt set running, as far as known (see `server::hosted`).
+    pub hosted: Ran,
 }
 
 impl Answer {
@@ -105,6 +108,8 @@ pub struct Outcome {
     /// The request's input as admission estimated it (billed when an upstream worked on the request and
     /// reported no usage).
     pub input_estimate: u64,
+    /// The paid hosted features the request was admitted with, and their prices.
+    pub hosted: Plan,
 }
 
 impl Outcome {

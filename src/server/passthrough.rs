@@ -1,18 +1,19 @@
 //! Same-protocol passthrough: the client's body goes upstream as it came (model renamed, stream usage
 //! switched on for Chat, the one output limit in the field the upstream reads, added where the key's
-//! spending limit needs one), and the answer comes back
-//! byte for byte, streams event by event, while usage is read on the way. A stream that breaks after it
+//! spending limit needs one), and the answer comes back byte for byte, streams event by event, while usage
+//! (paid hosted uses included: `server/hosted.rs`) is read on the way. A stream that breaks after it
 //! started ends with the protocol's in-stream error event.
 
 use serde_json::Value;
 
 use super::attempt::Attempt;
 use super::call;
+use super::hosted::Ran;
 use super::respond;
 use super::translate;
 use crate::protocol::observe::{self, StreamObserver};
 use crate::protocol::sse::SseEvent;
-use crate::protocol::{limits, ApiError};
+use crate::protocol::{hosted, limits, ApiError};
 use crate::secrets::{self, Edit, Redactor};
 use crate::upstream::http::{self as uphttp, Reply};
 use std::borrow::Cow;
@@ -31,7 +32,9 @@ pub fn serve(a: &mut Attempt) -> Result<(), ApiError> {
     protocol.edit_for_passthrough(&mut a.p.body, &a.p.upstream_model, stream);
     let bytes = serde_json::to_vec(&a.p.body).map_err(|e| ApiError::internal(e.to_string()))?;
     let beta = protocol.passed_on_beta(&a.ex.request);
-    let reply = call::send(a, &bytes, stream, beta.as_deref())?;
+    let sent = call::send(a, &bytes, stream, beta.as_deref());
+    sent_hosted(a, &sent);
+    let reply = sent?;
     if stream && reply.is_event_stream() {
         let hide_usage = !a.p.wants_stream_usage;
         let watch = StreamObserver::new(protocol, hide_usage, a.p.input_estimate());
@@ -39,6 +42,9 @@ pub fn serve(a: &mut Attempt) -> Result<(), ApiError> {
         return Ok(());
     }
     let (raw, usage) = call::read_usage(a, reply)?;
+    if !a.p.hosted.is_empty() {
+        a.answer.hosted = Ran::Reported(hosted::from_answer(protocol, &raw, usage.as_ref()));
+    }
     if stream {
         // A plain JSON answer to a streaming request: sent as a stream in the client's protocol, the same
         // way a translated answer is.
@@ -50,6 +56,19 @@ pub fn serve(a: &mut Attempt) -> Result<(), ApiError> {
     respond::json(a.ex.response(), a.trace, 200, &raw, &[]);
     a.answer.status = 200;
     Ok(())
+}
+
+/// Notes what paid hosted features the request set running once it was sent: unknown until an answer
+/// completes, unless the upstream refused it or never answered (and the client is still there).
+fn sent_hosted(a: &mut Attempt, sent: &Result<Reply, ApiError>) {
+    if a.p.hosted.is_empty() {
+        return;
+    }
+    let refused = match sent {
+        Ok(_) => false,
+        Err(e) => !a.answer.called || (e.is_upstream() && !a.trace.client_gone()),
+    };
+    a.answer.hosted = if refused { Ran::Nothing } else { Ran::Sent };
 }
 
 /// Relays an upstream stream event by event, cutting it at the output limit and ending a broken one with
@@ -96,6 +115,9 @@ fn relay_stream(a: &mut Attempt, reply: Reply, mut watch: StreamObserver) {
     if let Step::ClientGone = release(a, &mut redactor) {
         a.answer.client_closed = true;
         return;
+    }
+    if let Some(uses) = watch.hosted_uses().filter(|_| !a.p.hosted.is_empty()) {
+        a.answer.hosted = Ran::Reported(uses);
     }
     if let Some(e) = watch.upstream_error() {
         a.answer.error = Some(e);

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::gateway::Gateway;
+use super::hosted::{self, Plan};
 use super::outcome::Outcome;
 use crate::access::budget::Budget;
 use crate::access::{self, Identity};
@@ -37,6 +38,8 @@ pub struct Prepared<'a> {
     pub choices: u64,
     /// The input estimated from the body, media at their providers' cost (`estimate::input`).
     input_estimate: u64,
+    /// Paid hosted tools and service tiers the model allows this request, at their prices.
+    pub hosted: Plan,
 }
 
 impl Prepared<'_> {
@@ -138,6 +141,8 @@ pub fn prepare<'a>(
             account::store_nothing(protocol, &mut body);
         }
     }
+    let hosted = hosted::plan(config, model, endpoint, &mut body)?;
+    out.hosted = hosted.clone();
     let wants_stream_usage = protocol.wants_stream_usage(&body);
     let input_estimate = estimate::input(&body, ex.request.body.len(), model.image_tokens);
     out.input_estimate = input_estimate;
@@ -154,6 +159,7 @@ pub fn prepare<'a>(
         requested_output,
         choices,
         input_estimate,
+        hosted,
     })
 }
 

@@ -167,6 +167,11 @@ function availabilityList(a) {
 
 function pricesBlock(frame, m) {
   const price = (v, fallback) => (v === null || v === undefined ? el('span', { class: 'muted', text: fallback }) : fmtCredits(v));
+  const perUse = (prices, unit) => {
+    const names = Object.keys(prices || {});
+    if (!names.length) return el('span', { class: 'muted', text: 'none allowed' });
+    return names.map((n) => `${n} ${fmtCredits(prices[n])} ${unit}`).join(', ');
+  };
   const facts = el(
     'dl',
     { class: 'facts' },
@@ -178,6 +183,10 @@ function pricesBlock(frame, m) {
     el('dd', { class: 'output-price' }, price(m.output_price, 'free')),
     el('dt', { text: 'Max output tokens' }),
     el('dd', {}, fmtInt(m.max_output_tokens)),
+    el('dt', { text: 'Hosted tools' }),
+    el('dd', { class: 'hosted-tools' }, perUse(m.allow_hosted_tools, `per use (at most ${fmtInt(m.max_hosted_uses)} per request)`)),
+    el('dt', { text: 'Service tiers' }),
+    el('dd', { class: 'service-tiers' }, perUse(m.allow_service_tiers, 'per request')),
   );
   const edit = button('Edit prices', { class: 'button-quiet edit-prices' });
   const wrap = el('div', {}, facts, edit);

@@ -1,0 +1,501 @@
+//! Paid features an upstream runs in the operator's account at a price per use: hosted tools (web search,
+//! web fetch, image generation, computer use, ...) and service tiers above the standard one. What a request
+//! asks for ([`asks`]), the limit on its uses written into it where the client gave none ([`limit_uses`]),
+//! and the uses an answer reports ([`Tally`], fed by a complete answer or by a relayed stream's events). No
+//! prices here: the gateway prices what this finds (`server/hosted.rs`).
+//!
+//! Tools the client runs itself are not hosted and pass: functions and custom tools, Anthropic's `bash`,
+//! `text_editor`, `computer` and `memory`, OpenAI's `local_shell`, local `shell` and `apply_patch`, and tool
+//! search (token-priced only). Every other tool type is a hosted family: its type without the version date
+//! (`web_search_20250305` → `web_search`), with `web_search_preview*` → `web_search` and
+//! `computer_use_preview` → `computer_use`.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use super::{fields, ApiError, Protocol};
+
+/// A hosted tool a request offers the model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolAsk {
+    pub family: String,
+    /// Where it is (`tools[2]`, `web_search_options`).
+    pub param: String,
+    /// The most uses the client allowed (None: it set no limit).
+    pub max_uses: Option<u64>,
+    /// Where that limit is written (`tools[2].max_uses`, `max_tool_calls`).
+    pub limit_param: String,
+}
+
+/// A service tier above the standard one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TierAsk {
+    pub tier: String,
+    pub param: &'static str,
+}
+
+/// The paid features one request asks for.
+#[derive(Debug, Default, PartialEq)]
+pub struct Asks {
+    pub tools: Vec<ToolAsk>,
+    pub tiers: Vec<TierAsk>,
+    /// The tools share one limit (Responses `max_tool_calls` counts every hosted call), rather than one each.
+    pub shared_limit: bool,
+}
+
+impl Asks {
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty() && self.tiers.is_empty()
+    }
+}
+
+/// Tiers at the standard rate or below, as requests name them and answers report them.
+const FREE_TIERS: [&str; 5] = ["auto", "default", "flex", "standard", "standard_only"];
+
+/// Whether `tier` costs no more than the standard rate.
+pub fn free_tier(tier: &str) -> bool {
+    FREE_TIERS.contains(&tier)
+}
+
+/// The paid features a request body of `protocol` asks for (nothing allocated when there are none).
+pub fn asks(protocol: Protocol, body: &Value) -> Result<Asks, ApiError> {
+    let mut out = Asks::default();
+    let Some(o) = body.as_object() else {
+        return Ok(out);
+    };
+    let shared = match protocol {
+        Protocol::Responses => Some(fields::opt_u64(o, "max_tool_calls", "")?),
+        _ => None,
+    };
+    for (i, t) in o
+        .get("tools")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let Some(to) = t.as_object() else { continue };
+        let Some(family) = tool_family(protocol, to) else {
+            continue;
+        };
+        let param = format!("tools[{i}]");
+        let (max_uses, limit_param) = match shared {
+            Some(limit) => (limit, "max_tool_calls".to_string()),
+            None => (
+                fields::opt_u64(to, "max_uses", &param)?,
+                format!("{param}.max_uses"),
+            ),
+        };
+        out.tools.push(ToolAsk {
+            family: family.into_owned(),
+            param,
+            max_uses,
+            limit_param,
+        });
+    }
+    out.shared_limit = shared.is_some();
+    if protocol == Protocol::Chat && o.get("web_search_options").is_some_and(|v| !v.is_null()) {
+        // Search models search once per request.
+        out.tools.push(ToolAsk {
+            family: "web_search".into(),
+            param: "web_search_options".into(),
+            max_uses: Some(1),
+            limit_param: "web_search_options".into(),
+        });
+    }
+    tier(o, "service_tier", &mut out)?;
+    if protocol == Protocol::Messages {
+        // Fast mode: a premium rate on every token.
+        tier(o, "speed", &mut out)?;
+    }
+    Ok(out)
+}
+
+fn tier(o: &Map<String, Value>, param: &'static str, out: &mut Asks) -> Result<(), ApiError> {
+    match fields::opt_str(o, param, "")? {
+        Some(t) if !free_tier(t) => out.tiers.push(TierAsk {
+            tier: t.to_string(),
+            param,
+        }),
+        _ => {}
+    }
+    Ok(())
+}
+
+/// The hosted family of a tool definition, or None for a tool the client runs.
+fn tool_family<'a>(protocol: Protocol, t: &'a Map<String, Value>) -> Option<Cow<'a, str>> {
+    let ty = t.get("type").and_then(Value::as_str);
+    match protocol {
+        Protocol::Messages => {
+            let ty = ty.filter(|t| *t != "custom")?;
+            let client = [
+                "bash",
+                "text_editor_",
+                "computer_",
+                "memory_",
+                "tool_search_tool_",
+            ];
+            if client.iter().any(|p| ty.starts_with(p)) {
+                return None;
+            }
+            Some(Cow::Borrowed(match undated(ty) {
+                "mcp_toolset" => "mcp",
+                other => other,
+            }))
+        }
+        Protocol::Responses | Protocol::Chat => {
+            let local_shell = t
+                .get("environment")
+                .and_then(|e| e.get("type"))
+                .is_none_or(|e| e == "local");
+            match ty.unwrap_or("function") {
+                "function" | "custom" | "namespace" | "local_shell" | "apply_patch"
+                | "tool_search" => None,
+                "shell" if local_shell => None,
+                w if w.starts_with("web_search") => Some(Cow::Borrowed("web_search")),
+                "computer_use_preview" | "computer" => Some(Cow::Borrowed("computer_use")),
+                other => Some(Cow::Borrowed(other)),
+            }
+        }
+    }
+}
+
+/// A tool type without its version date (`web_search_20250305` → `web_search`).
+fn undated(ty: &str) -> &str {
+    match ty.rsplit_once('_') {
+        Some((head, date)) if date.len() == 8 && date.bytes().all(|b| b.is_ascii_digit()) => head,
+        _ => ty,
+    }
+}
+
+/// Writes the limit `cap` where the client gave none, so the upstream stops where the reservation does:
+/// Responses `max_tool_calls`; Messages `max_uses` on web search and web fetch tools.
+pub fn limit_uses(protocol: Protocol, body: &mut Value, cap: u64) {
+    let Some(o) = body.as_object_mut() else {
+        return;
+    };
+    match protocol {
+        Protocol::Responses => {
+            if o.get("max_tool_calls").is_none_or(Value::is_null) {
+                o.insert("max_tool_calls".into(), json!(cap));
+            }
+        }
+        Protocol::Messages => {
+            let tools = o.get_mut("tools").and_then(Value::as_array_mut);
+            for t in tools.into_iter().flatten().filter_map(Value::as_object_mut) {
+                let ty = t.get("type").and_then(Value::as_str).unwrap_or("");
+                let limited = matches!(undated(ty), "web_search" | "web_fetch");
+                if limited && t.get("max_uses").is_none_or(Value::is_null) {
+                    t.insert("max_uses".into(), json!(cap));
+                }
+            }
+        }
+        Protocol::Chat => {}
+    }
+}
+
+/// The paid uses an upstream reported for one answer.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Uses {
+    /// Uses per hosted family (None: this protocol reports no count of them).
+    pub tools: Option<Vec<(String, u64)>>,
+    /// The tier the upstream says it served the answer at (None: it did not say).
+    pub tier: Option<String>,
+}
+
+/// Counts the paid uses of one answer as they are reported: Anthropic's `usage.server_tool_use` and
+/// `server_tool_use` blocks, OpenAI Responses output items (`web_search_call`, `image_generation_call`,
+/// `computer_call`, ...) and the `service_tier` OpenAI answers name.
+#[derive(Debug, Default)]
+pub struct Tally {
+    /// Calls seen one by one (stream items and blocks).
+    seen: Vec<(String, u64)>,
+    /// Totals the upstream stated (Anthropic's usage, a Responses answer's whole output).
+    stated: Vec<(String, u64)>,
+    tier: Option<String>,
+}
+
+fn bump(list: &mut Vec<(String, u64)>, family: &str, n: u64) {
+    match list.iter_mut().find(|(f, _)| f == family) {
+        Some((_, c)) => *c = c.saturating_add(n),
+        None => list.push((family.to_string(), n)),
+    }
+}
+
+/// The hosted family of a Responses output item type (`web_search_call` → `web_search`); None for calls the
+/// client runs.
+fn item_family(kind: &str) -> Option<&str> {
+    match kind.strip_suffix("_call")? {
+        "function" | "custom_tool" | "local_shell" | "apply_patch" | "tool_search" => None,
+        "computer" => Some("computer_use"),
+        other => Some(other),
+    }
+}
+
+impl Tally {
+    /// A Responses output item (done), or an Anthropic content block (started) of type `kind`.
+    pub fn item(&mut self, kind: &str, name: Option<&str>) {
+        let family = if kind == "server_tool_use" {
+            name
+        } else {
+            item_family(kind)
+        };
+        if let Some(f) = family {
+            bump(&mut self.seen, f, 1);
+        }
+    }
+
+    /// An Anthropic usage object: its `server_tool_use` counts (`web_search_requests`, ...).
+    pub fn usage(&mut self, usage: &Value) {
+        let Some(counts) = usage.get("server_tool_use").and_then(Value::as_object) else {
+            return;
+        };
+        for (k, v) in counts {
+            if let (Some(f), Some(n)) = (k.strip_suffix("_requests"), v.as_u64()) {
+                match self.stated.iter_mut().find(|(g, _)| g == f) {
+                    Some((_, c)) => *c = (*c).max(n),
+                    None => self.stated.push((f.to_string(), n)),
+                }
+            }
+        }
+    }
+
+    /// A complete Responses object: the items of its output, and its `service_tier`.
+    pub fn response(&mut self, response: &Value) {
+        let items = response.get("output").and_then(Value::as_array);
+        let mut stated = Vec::new();
+        for kind in items
+            .into_iter()
+            .flatten()
+            .filter_map(|i| i.get("type").and_then(Value::as_str))
+        {
+            if let Some(f) = item_family(kind) {
+                bump(&mut stated, f, 1);
+            }
+        }
+        self.stated = stated;
+        if let Some(t) = response.get("service_tier").and_then(Value::as_str) {
+            self.tier(t);
+        }
+    }
+
+    /// The tier an OpenAI answer (or chunk) names.
+    pub fn tier(&mut self, tier: &str) {
+        self.tier = Some(tier.to_string());
+    }
+
+    /// The uses, each family at the larger of what was seen and what was stated (by family name).
+    pub fn uses(&self, protocol: Protocol) -> Uses {
+        let mut tools = self.stated.clone();
+        for (f, n) in &self.seen {
+            match tools.iter_mut().find(|(g, _)| g == f) {
+                Some((_, c)) => *c = (*c).max(*n),
+                None => tools.push((f.clone(), *n)),
+            }
+        }
+        tools.sort();
+        Uses {
+            // Chat answers say nothing of the searches a search model made.
+            tools: (protocol != Protocol::Chat).then_some(tools),
+            // Anthropic's `service_tier` names capacity, not the rate (fast mode reports `standard`).
+            tier: (protocol != Protocol::Messages)
+                .then(|| self.tier.clone())
+                .flatten(),
+        }
+    }
+}
+
+/// The parts of a complete answer the tally reads.
+#[derive(Deserialize)]
+struct AnswerPeek<'a> {
+    #[serde(borrow, default)]
+    output: Option<Vec<Kind<'a>>>,
+    #[serde(borrow, default)]
+    service_tier: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    content: Option<Vec<Kind<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct Kind<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
+}
+
+/// The uses a complete answer of `protocol` reports (its raw bytes, and its usage object when read).
+pub fn from_answer(protocol: Protocol, raw: &[u8], usage: Option<&Value>) -> Uses {
+    let mut tally = Tally::default();
+    if let Ok(peek) = serde_json::from_slice::<AnswerPeek>(raw) {
+        for k in peek.output.iter().chain(peek.content.iter()).flatten() {
+            if let Some(kind) = &k.kind {
+                tally.item(kind, k.name.as_deref());
+            }
+        }
+        if let Some(t) = &peek.service_tier {
+            tally.tier(t);
+        }
+    }
+    if let Some(u) = usage {
+        tally.usage(u);
+    }
+    tally.uses(protocol)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn families(p: Protocol, body: Value) -> Vec<(String, String, Option<u64>)> {
+        asks(p, &body)
+            .unwrap()
+            .tools
+            .into_iter()
+            .map(|t| (t.family, t.param, t.max_uses))
+            .collect()
+    }
+
+    fn f(family: &str, param: &str, max: Option<u64>) -> (String, String, Option<u64>) {
+        (family.into(), param.into(), max)
+    }
+
+    #[test]
+    fn hosted_tools_are_found_and_client_tools_pass() {
+        let r = Protocol::Responses;
+        let body = json!({"max_tool_calls": 4, "tools": [
+            {"type": "function", "name": "f"}, {"type": "custom", "name": "c"}, {"type": "local_shell"},
+            {"type": "shell"}, {"type": "apply_patch"}, {"type": "web_search"}, {"type": "web_search_preview_2025_03_11"},
+            {"type": "image_generation"}, {"type": "computer_use_preview"}]});
+        assert_eq!(
+            families(r, body),
+            [
+                f("web_search", "tools[5]", Some(4)),
+                f("web_search", "tools[6]", Some(4)),
+                f("image_generation", "tools[7]", Some(4)),
+                f("computer_use", "tools[8]", Some(4))
+            ]
+        );
+        let m = Protocol::Messages;
+        let body = json!({"tools": [{"name": "f", "input_schema": {}}, {"type": "custom", "name": "g"},
+            {"type": "bash_20250124", "name": "bash"}, {"type": "text_editor_20250728", "name": "e"},
+            {"type": "computer_20250124", "name": "computer"}, {"type": "memory_20250818", "name": "memory"},
+            {"type": "tool_search_tool_regex_20251119", "name": "s"},
+            {"type": "web_search_20250305", "name": "web_search", "max_uses": 99},
+            {"type": "web_fetch_20250910", "name": "web_fetch"}]});
+        assert_eq!(
+            families(m, body),
+            [
+                f("web_search", "tools[7]", Some(99)),
+                f("web_fetch", "tools[8]", None)
+            ]
+        );
+        let c = Protocol::Chat;
+        assert_eq!(
+            families(
+                c,
+                json!({"web_search_options": {}, "tools": [{"type": "function"}]})
+            ),
+            [f("web_search", "web_search_options", Some(1))]
+        );
+        assert!(asks(
+            m,
+            &json!({"tools": [{"type": "web_search_20250305", "max_uses": "x"}]})
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn paid_tiers_are_found() {
+        let tiers = |p, b| -> Vec<String> {
+            asks(p, &b)
+                .unwrap()
+                .tiers
+                .into_iter()
+                .map(|t| t.tier)
+                .collect()
+        };
+        assert_eq!(
+            tiers(Protocol::Responses, json!({"service_tier": "priority"})),
+            ["priority"]
+        );
+        assert_eq!(
+            tiers(Protocol::Chat, json!({"service_tier": "scale"})),
+            ["scale"]
+        );
+        for free in ["auto", "default", "flex"] {
+            assert!(tiers(Protocol::Chat, json!({"service_tier": free})).is_empty());
+        }
+        assert!(tiers(
+            Protocol::Messages,
+            json!({"service_tier": "standard_only", "speed": "standard"})
+        )
+        .is_empty());
+        assert_eq!(
+            tiers(
+                Protocol::Messages,
+                json!({"service_tier": "auto", "speed": "fast"})
+            ),
+            ["fast"]
+        );
+        assert!(asks(Protocol::Messages, &json!({"messages": []}))
+            .unwrap()
+            .is_empty());
+    }
+
+    #[test]
+    fn limits_are_written_where_the_client_gave_none() {
+        let mut b = json!({"tools": [{"type": "web_search"}]});
+        limit_uses(Protocol::Responses, &mut b, 5);
+        assert_eq!(b["max_tool_calls"], 5);
+        let mut b = json!({"max_tool_calls": 2});
+        limit_uses(Protocol::Responses, &mut b, 5);
+        assert_eq!(b["max_tool_calls"], 2);
+        let mut b = json!({"tools": [{"type": "web_search_20250305"}, {"type": "web_fetch_20250910", "max_uses": 3}, {"name": "f"}]});
+        limit_uses(Protocol::Messages, &mut b, 5);
+        assert_eq!(b["tools"][0]["max_uses"], 5);
+        assert_eq!(b["tools"][1]["max_uses"], 3);
+        assert!(b["tools"][2].get("max_uses").is_none());
+    }
+
+    #[test]
+    fn reported_uses_are_counted() {
+        let raw = br#"{"content": [{"type": "server_tool_use", "name": "web_search"}, {"type": "text", "text": "x"}],
+            "usage": {"server_tool_use": {"web_search_requests": 3, "web_fetch_requests": 1}}}"#;
+        let usage: Value = serde_json::from_slice::<Value>(raw).unwrap()["usage"].clone();
+        let u = from_answer(Protocol::Messages, raw, Some(&usage));
+        assert_eq!(
+            u.tools,
+            Some(vec![("web_fetch".into(), 1), ("web_search".into(), 3)])
+        );
+        let raw = br#"{"service_tier": "default", "output": [{"type": "web_search_call"}, {"type": "web_search_call"},
+            {"type": "image_generation_call"}, {"type": "function_call"}, {"type": "computer_call"}, {"type": "message"}]}"#;
+        let u = from_answer(Protocol::Responses, raw, None);
+        assert_eq!(
+            u.tools,
+            Some(vec![
+                ("computer_use".into(), 1),
+                ("image_generation".into(), 1),
+                ("web_search".into(), 2)
+            ])
+        );
+        assert_eq!(u.tier.as_deref(), Some("default"));
+        let u = from_answer(
+            Protocol::Chat,
+            br#"{"service_tier": "priority", "choices": []}"#,
+            None,
+        );
+        assert_eq!((u.tools, u.tier.as_deref()), (None, Some("priority")));
+        // A stream: blocks seen one by one, and the total stated at the end; each family at the larger.
+        let mut t = Tally::default();
+        t.item("server_tool_use", Some("web_search"));
+        t.item("server_tool_use", Some("web_fetch"));
+        t.usage(&json!({"server_tool_use": {"web_search_requests": 2}}));
+        assert_eq!(
+            t.uses(Protocol::Messages).tools,
+            Some(vec![("web_fetch".into(), 1), ("web_search".into(), 2)])
+        );
+    }
+}

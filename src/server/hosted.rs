@@ -1,0 +1,378 @@
+//! Paid hosted features at the operator's prices (`allow_hosted_tools`, `allow_service_tiers` and
+//! `max_hosted_uses` on `[[models]]`: `config/hosted.rs`). A request's [`Plan`] is made once, in `prepare`:
+//! what it asks for (found by `protocol/hosted.rs`) is refused with 400 naming the field unless the model
+//! allows it at a price, and the use limit is written into the body where the client gave none. Admission
+//! reserves the plan's worst case (and refuses a key whose balance or budget cannot cover it); settlement
+//! bills what the upstream reported ([`Ran`] → [`Bill`]).
+//!
+//! - Only models with an upstream of the client's protocol are checked: a translated request leaves hosted
+//!   tools out (said in `x-tollgate-dropped-tools`) and carries no tier, so nothing paid runs. Token
+//!   counting runs nothing either.
+//! - Worst case: each tool's price × its use limit (the client's, at most `max_hosted_uses`; none given:
+//!   `max_hosted_uses`); where one limit covers all hosted calls (Responses), that limit × the highest price
+//!   among the tools; plus the price of each paid tier.
+//! - Billed: for a complete answer, the uses the upstream reported (never more than the worst case), and a
+//!   tier unless the upstream says it served the answer at a standard one; where the protocol reports no
+//!   count (Chat search models), the worst case. An answer that went upstream and never completed (a broken
+//!   stream, a client that left) is billed the worst case: uses may have run that were never reported. An
+//!   attempt the upstream refused or never answered, or one that was translated, is billed nothing.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::access::accounts::Accounts;
+use crate::access::budget::Budget;
+use crate::access::Identity;
+use crate::config::{Config, Model};
+use crate::money::Money;
+use crate::protocol::hosted::{self as wire, TierAsk, ToolAsk, Uses};
+use crate::protocol::request::Endpoint;
+use crate::protocol::{ApiError, ErrorKind, Origin, Protocol};
+
+/// What paid features an attempt set running upstream, as far as the gateway knows.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum Ran {
+    /// Nothing paid reached an upstream that runs it (translated, refused, never answered).
+    #[default]
+    Nothing,
+    /// The request went upstream as it came; no complete answer said what ran.
+    Sent,
+    /// A complete answer, and the uses it reported.
+    Reported(Uses),
+}
+
+/// The paid features a request was admitted with, and their prices.
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    /// Tool family → credits per use (each family once).
+    prices: Vec<(String, Money)>,
+    /// The worst case of the tools, and the uses it stands for.
+    tools_worst: Money,
+    worst_uses: Vec<(String, u64)>,
+    /// Paid tier → credits per request.
+    tiers: Vec<(String, Money)>,
+}
+
+/// What a request is billed for its paid features.
+#[derive(Debug, Default, PartialEq)]
+pub struct Bill {
+    pub cost: Money,
+    /// Uses billed per tool family.
+    pub uses: BTreeMap<String, u64>,
+    /// The paid tier billed.
+    pub tier: Option<String>,
+}
+
+fn times(price: Money, n: u64) -> Money {
+    Money::from_units(price.units().saturating_mul(n as i128))
+}
+
+impl Plan {
+    pub fn is_empty(&self) -> bool {
+        self.prices.is_empty() && self.tiers.is_empty()
+    }
+
+    /// The worst case reserved at admission.
+    pub fn reserved(&self) -> Money {
+        self.tools_worst + self.tiers.iter().map(|(_, p)| *p).sum()
+    }
+
+    /// The bill for what `ran`.
+    pub fn charge(&self, ran: &Ran) -> Bill {
+        let reported = match ran {
+            Ran::Nothing => return Bill::default(),
+            Ran::Sent => None,
+            Ran::Reported(u) => Some(u),
+        };
+        let mut bill = Bill::default();
+        match reported.and_then(|u| u.tools.as_ref()) {
+            Some(counts) => {
+                let mut cost = Money::ZERO;
+                for (family, price) in &self.prices {
+                    let n = counts.iter().find(|(f, _)| f == family).map_or(0, |c| c.1);
+                    if n > 0 {
+                        bill.uses.insert(family.clone(), n);
+                        cost += times(*price, n);
+                    }
+                }
+                bill.cost = cost.min(self.tools_worst);
+            }
+            None => {
+                bill.cost = self.tools_worst;
+                bill.uses = self.worst_uses.iter().cloned().collect();
+            }
+        }
+        let served_standard = reported
+            .and_then(|u| u.tier.as_deref())
+            .is_some_and(wire::free_tier);
+        if !served_standard {
+            for (tier, price) in &self.tiers {
+                bill.cost += *price;
+                bill.tier = Some(tier.clone());
+            }
+        }
+        bill
+    }
+
+    /// Refuses (429 `insufficient_quota`, like a used-up balance) a request whose worst case is more than
+    /// what the key has left of its credit or of its budget (`budget`: the key's, else its group's).
+    pub fn affordable(
+        &self,
+        accounts: &Accounts,
+        identity: &Identity,
+        budget: Option<Budget>,
+    ) -> Result<(), ApiError> {
+        let worst = self.reserved();
+        if worst == Money::ZERO {
+            return Ok(());
+        }
+        if let Some(credit) = identity.credit {
+            let left = credit - accounts.spent(&identity.name);
+            if left < worst {
+                return Err(short(worst, left, "balance"));
+            }
+        }
+        if let Some(b) = budget {
+            let spent = accounts.period_spent(&identity.name, b.period, crate::util::unix_now());
+            let left = b.amount - spent;
+            if left < worst {
+                return Err(short(worst, left, &format!("{} budget", b.period.name())));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn short(worst: Money, left: Money, of: &str) -> ApiError {
+    ApiError::new(
+        429,
+        ErrorKind::InsufficientQuota,
+        format!(
+            "You exceeded your current quota: this request's hosted tools and service tier may cost up to {worst} \
+             credits, and this key has {left} left of its {of}. Allow fewer uses of hosted tools, or ask the \
+             operator to top the key up."
+        ),
+    )
+    .with_code("insufficient_quota")
+    .with_origin(Origin::Quota)
+}
+
+/// The plan of a request to `model` (refusing what the model does not allow); writes the use limit into
+/// `body` where the client gave none.
+pub fn plan(
+    config: &Config,
+    model: &Model,
+    endpoint: Endpoint,
+    body: &mut Value,
+) -> Result<Plan, ApiError> {
+    let protocol = endpoint.protocol();
+    if endpoint == Endpoint::CountTokens {
+        return Ok(Plan::default());
+    }
+    let asks = wire::asks(protocol, body)?;
+    if asks.is_empty() || !runs_hosted(config, model, protocol) {
+        return Ok(Plan::default());
+    }
+    let allowed = config.hosted_prices(&model.name);
+    let mut plan = Plan::default();
+    // Where one limit covers every hosted call: the dearest tool, that many times.
+    let mut shared: Option<(&str, Money, u64)> = None;
+    for t in &asks.tools {
+        let Some(&price) = allowed.tools.get(&t.family) else {
+            return Err(tool_refused(t, &model.name));
+        };
+        let limit = t.max_uses.unwrap_or(allowed.max_uses);
+        if limit > allowed.max_uses {
+            return Err(over_limit(t, limit, allowed.max_uses, &model.name));
+        }
+        if !plan.prices.iter().any(|(f, _)| *f == t.family) {
+            plan.prices.push((t.family.clone(), price));
+        }
+        if asks.shared_limit {
+            if shared.is_none_or(|(_, p, _)| price > p) {
+                shared = Some((&t.family, price, limit));
+            }
+        } else {
+            plan.tools_worst += times(price, limit);
+            match plan.worst_uses.iter_mut().find(|(f, _)| *f == t.family) {
+                Some((_, n)) => *n += limit,
+                None => plan.worst_uses.push((t.family.clone(), limit)),
+            }
+        }
+    }
+    if let Some((family, price, limit)) = shared {
+        plan.tools_worst = times(price, limit);
+        plan.worst_uses = vec![(family.to_string(), limit)];
+    }
+    for t in &asks.tiers {
+        let Some(&price) = allowed.tiers.get(&t.tier) else {
+            return Err(tier_refused(t, &model.name));
+        };
+        plan.tiers.push((t.tier.clone(), price));
+    }
+    if !asks.tools.is_empty() {
+        wire::limit_uses(protocol, body, allowed.max_uses);
+    }
+    Ok(plan)
+}
+
+/// Whether some upstream of `model` speaks `protocol`, so a request's hosted tools and tier would reach it.
+fn runs_hosted(config: &Config, model: &Model, protocol: Protocol) -> bool {
+    model
+        .upstreams
+        .iter()
+        .filter_map(|n| config.upstream(n))
+        .any(|u| u.kind.protocol() == Some(protocol))
+}
+
+fn tool_refused(t: &ToolAsk, model: &str) -> ApiError {
+    let (param, family) = (&t.param, &t.family);
+    ApiError::invalid_param(
+        param,
+        format!(
+            "`{param}` is not accepted here: the hosted tool `{family}` runs in the operator's upstream account at a \
+             price per use, and the model `{model}` does not allow it. The operator can allow it on the model with \
+             `allow_hosted_tools = {{ {family} = <credits per use> }}`."
+        ),
+    )
+    .with_code("hosted_tool_refused")
+}
+
+fn over_limit(t: &ToolAsk, asked: u64, cap: u64, model: &str) -> ApiError {
+    let param = &t.limit_param;
+    ApiError::invalid_param(
+        param,
+        format!(
+            "`{param}` asks for up to {asked} uses of hosted tools; the model `{model}` allows at most {cap} per \
+             request (`max_hosted_uses`)."
+        ),
+    )
+    .with_code("hosted_uses_over_limit")
+}
+
+fn tier_refused(t: &TierAsk, model: &str) -> ApiError {
+    let (param, tier) = (t.param, &t.tier);
+    ApiError::invalid_param(
+        param,
+        format!(
+            "`{param}` `{tier}` is not accepted here: it is billed to the operator's upstream account above the \
+             standard rate, and the model `{model}` does not allow it. The operator can allow it on the model with \
+             `allow_service_tiers = {{ {tier} = <credits per request> }}`; the standard tiers need nothing."
+        ),
+    )
+    .with_code("service_tier_refused")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn config() -> Config {
+        Config::from_toml_str(
+            "[[upstreams]]\nname='r'\nkind='openai-responses'\nbase_url='http://127.0.0.1:1/v1'\n\
+             [[upstreams]]\nname='a'\nkind='anthropic'\nbase_url='http://127.0.0.1:1'\n\
+             [[upstreams]]\nname='c'\nkind='openai-chat'\nbase_url='http://127.0.0.1:1/v1'\n\
+             [[models]]\nname='gpt'\nupstream='r'\nmax_hosted_uses = 5\n\
+             allow_hosted_tools = { web_search = 10, image_generation = 40 }\nallow_service_tiers = { priority = 0.5 }\n\
+             [[models]]\nname='claude'\nupstream='a'\nallow_hosted_tools = { web_search = 0.01 }\n\
+             [[models]]\nname='plain'\nupstream='r'\n\
+             [[models]]\nname='local'\nupstream='c'\n",
+        )
+        .unwrap()
+    }
+
+    fn plan_for(model: &str, endpoint: Endpoint, mut body: Value) -> Result<(Plan, Value), String> {
+        let c = config();
+        let m = c.model(model).unwrap();
+        plan(&c, m, endpoint, &mut body)
+            .map(|p| (p, body))
+            .map_err(|e| e.param().unwrap_or_default().to_string())
+    }
+
+    const RESPONSES: Endpoint = Endpoint::Generate(Protocol::Responses);
+    const MESSAGES: Endpoint = Endpoint::Generate(Protocol::Messages);
+
+    #[test]
+    fn refused_unless_allowed_and_only_where_it_would_run() {
+        let search = json!({"tools": [{"type": "web_search"}]});
+        assert_eq!(
+            plan_for("plain", RESPONSES, search.clone())
+                .err()
+                .as_deref(),
+            Some("tools[0]")
+        );
+        let tier = json!({"service_tier": "priority"});
+        assert_eq!(
+            plan_for("plain", RESPONSES, tier).err().as_deref(),
+            Some("service_tier")
+        );
+        // A Chat upstream never sees them: a translated request leaves them out.
+        assert!(plan_for("local", RESPONSES, search.clone())
+            .unwrap()
+            .0
+            .is_empty());
+        let count = Endpoint::CountTokens;
+        let fetch = json!({"tools": [{"type": "web_fetch_20250910", "name": "web_fetch"}]});
+        assert!(plan_for("claude", count, fetch.clone())
+            .unwrap()
+            .0
+            .is_empty());
+        assert_eq!(
+            plan_for("claude", MESSAGES, fetch).err().as_deref(),
+            Some("tools[0]")
+        );
+        let many = json!({"tools": [{"type": "web_search_20250305", "name": "web_search", "max_uses": 99}]});
+        assert_eq!(
+            plan_for("claude", MESSAGES, many).err().as_deref(),
+            Some("tools[0].max_uses")
+        );
+    }
+
+    #[test]
+    fn the_worst_case_is_reserved_and_what_ran_is_billed() {
+        let body = json!({"tools": [{"type": "web_search"}, {"type": "image_generation"}], "service_tier": "priority"});
+        let (p, sent) = plan_for("gpt", RESPONSES, body).unwrap();
+        assert_eq!(sent["max_tool_calls"], 5, "the limit reserved for is sent");
+        // 5 calls at the dearest tool, plus the tier.
+        assert_eq!(p.reserved().to_string(), "200.5");
+        let reported = Ran::Reported(Uses {
+            tools: Some(vec![
+                ("image_generation".into(), 1),
+                ("web_search".into(), 3),
+            ]),
+            tier: Some("priority".into()),
+        });
+        let bill = p.charge(&reported);
+        assert_eq!(bill.cost.to_string(), "70.5");
+        assert_eq!(bill.uses.get("web_search"), Some(&3));
+        assert_eq!(bill.tier.as_deref(), Some("priority"));
+        let standard = Ran::Reported(Uses {
+            tools: Some(Vec::new()),
+            tier: Some("default".into()),
+        });
+        assert_eq!(
+            p.charge(&standard),
+            Bill::default(),
+            "served at the standard tier, nothing ran"
+        );
+        assert_eq!(p.charge(&Ran::Sent).cost, p.reserved());
+        assert_eq!(p.charge(&Ran::Nothing), Bill::default());
+        let body = json!({"tools": [{"type": "web_search_20250305", "name": "web_search", "max_uses": 3},
+            {"type": "web_search_20250305", "name": "web_search_2"}]});
+        let (p, sent) = plan_for("claude", MESSAGES, body).unwrap();
+        assert_eq!(sent["tools"][0]["max_uses"], 3);
+        assert_eq!(sent["tools"][1]["max_uses"], 10);
+        assert_eq!(p.reserved().to_string(), "0.13");
+        let over = Ran::Reported(Uses {
+            tools: Some(vec![("web_search".into(), 50)]),
+            tier: None,
+        });
+        assert_eq!(
+            p.charge(&over).cost.to_string(),
+            "0.13",
+            "never above the worst case"
+        );
+    }
+}
