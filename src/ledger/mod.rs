@@ -166,8 +166,9 @@ pub struct Replay {
 /// What a strict-mode caller gets back: `Err` hands the record back when its write failed.
 type Ack = Sender<Result<(), Box<Record>>>;
 
-/// The answer to a flush: whether nothing is left unwritten, and (when asked for) copies of what is.
-type FlushAck = Sender<(bool, Vec<Record>)>;
+/// The answer to a flush: whether nothing is left unwritten, and (when asked for) the lines of what is, oldest
+/// first.
+type FlushAck = Sender<(bool, Vec<Arc<[u8]>>)>;
 
 enum Msg {
     /// A record; the sender is there when the caller waits (strict mode).
@@ -332,7 +333,7 @@ impl Ledger {
         self.flush_within(FLUSH_WAIT, false).0
     }
 
-    fn flush_within(&self, wait: Duration, snapshot: bool) -> (bool, Vec<Record>) {
+    fn flush_within(&self, wait: Duration, snapshot: bool) -> (bool, Vec<Arc<[u8]>>) {
         let (ack_tx, ack_rx) = crossbeam_channel::bounded(1);
         if self
             .tx
@@ -371,7 +372,7 @@ impl Ledger {
     /// disk does not take right now are found in memory.
     pub fn query(&self, filter: &Filter) -> io::Result<Vec<Record>> {
         let (_, unwritten) = self.flush_within(QUERY_FLUSH_WAIT, true);
-        query::scan_with_unwritten(&self.path, filter, unwritten)
+        query::scan_with_unwritten(&self.path, filter, &unwritten)
     }
 
     pub fn path(&self) -> &Path {

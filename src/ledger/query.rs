@@ -135,16 +135,20 @@ pub fn scan(path: &Path, filter: &Filter) -> io::Result<Vec<Record>> {
 pub fn scan_with_unwritten(
     path: &Path,
     filter: &Filter,
-    unwritten: Vec<Record>,
+    unwritten: &[std::sync::Arc<[u8]>],
 ) -> io::Result<Vec<Record>> {
     let limit = filter.limit();
-    let matched: Vec<Record> = unwritten
-        .into_iter()
+    // Newest first, parsed only until the page is full.
+    let mut matched = unwritten
+        .iter()
         .rev()
-        .filter(|r| filter.matches(r))
-        .collect();
-    let skipped = filter.offset.min(matched.len());
-    let mut out: Vec<Record> = matched.into_iter().skip(skipped).take(limit).collect();
+        .filter_map(|line| serde_json::from_slice::<Record>(line).ok())
+        .filter(|r| filter.matches(r));
+    let mut skipped = 0;
+    while skipped < filter.offset && matched.next().is_some() {
+        skipped += 1;
+    }
+    let mut out: Vec<Record> = matched.take(limit).collect();
     if out.len() < limit {
         let rest = Filter {
             offset: filter.offset - skipped,

@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, SendError, Sender, TryRecvError};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 
 use super::{Ack, FlushAck, Msg, Record, Shared, LEDGER_FILE};
 
@@ -41,13 +41,15 @@ const CHUNK: usize = 256 * 1024;
 /// Messages taken from the channel before one write attempt (so a flood cannot postpone it for ever).
 const MAX_DRAIN: usize = 8192;
 
-/// One record waiting to be written and synced.
+/// One record waiting to be written and synced: its JSON line only (about 500 bytes while it waits, so a
+/// full backlog of 100,000 records holds about 50 MB), and for a strict-mode caller that waits, the record
+/// itself to hand back if its write fails. The line is shared, so a query's snapshot of the backlog costs
+/// a reference count per record, not a copy.
 struct Entry {
-    /// The JSON line, newline included.
-    line: Vec<u8>,
-    rec: Box<Record>,
-    /// A strict-mode caller waiting for the outcome.
-    ack: Option<Ack>,
+    /// The JSON line, newline included, allocated to its exact size.
+    line: Arc<[u8]>,
+    /// A strict-mode caller waiting for the outcome, and its record.
+    waiting: Option<(Ack, Box<Record>)>,
 }
 
 /// A stretch of failed writes, for logging.
@@ -164,7 +166,7 @@ impl Writer {
             let done = self.pending.is_empty();
             for (ack, snapshot) in flushes.drain(..) {
                 let unwritten = if snapshot && !done {
-                    self.pending.iter().map(|e| (*e.rec).clone()).collect()
+                    self.pending.iter().map(|e| e.line.clone()).collect()
                 } else {
                     Vec::new()
                 };
@@ -212,7 +214,10 @@ impl Writer {
                     Ok(mut line) => {
                         line.push(b'\n');
                         self.pending_bytes += line.len();
-                        self.pending.push_back(Entry { line, rec, ack });
+                        self.pending.push_back(Entry {
+                            line: Arc::from(line),
+                            waiting: ack.map(|a| (a, rec)),
+                        });
                     }
                     Err(e) => {
                         self.shared.backlog.fetch_sub(1, Ordering::Relaxed);
@@ -398,7 +403,7 @@ impl Writer {
         self.good_len += self.pending_bytes as u64;
         self.pending_bytes = 0;
         for e in self.pending.drain(..) {
-            if let Some(ack) = e.ack {
+            if let Some((ack, _)) = e.waiting {
                 let _ = ack.send(Ok(()));
             }
         }
@@ -432,22 +437,16 @@ impl Writer {
             .set_problem(Some(e.to_string().replace(&path, LEDGER_FILE)));
         let mut handed_back = 0usize;
         for mut entry in std::mem::take(&mut self.pending) {
-            let Some(ack) = entry.ack.take() else {
+            let Some((ack, rec)) = entry.waiting.take() else {
                 self.pending.push_back(entry);
                 continue;
             };
-            match ack.send(Err(entry.rec)) {
-                Ok(()) => {
-                    handed_back += 1;
-                    self.pending_bytes -= entry.line.len();
-                }
+            if ack.send(Err(rec)).is_ok() {
+                handed_back += 1;
+                self.pending_bytes -= entry.line.len();
+            } else {
                 // Nobody waits for it any more: it stays with the others.
-                Err(SendError(Err(rec))) => self.pending.push_back(Entry {
-                    line: entry.line,
-                    rec,
-                    ack: None,
-                }),
-                Err(SendError(Ok(()))) => {}
+                self.pending.push_back(entry);
             }
         }
         self.shared
@@ -488,8 +487,8 @@ impl Writer {
         let n = self.pending.len();
         for e in self.pending.drain(..) {
             // (A strict-mode record is only pending here if its caller stopped waiting.)
-            if let Some(ack) = e.ack {
-                if ack.send(Err(e.rec)).is_ok() {
+            if let Some((ack, rec)) = e.waiting {
+                if ack.send(Err(rec)).is_ok() {
                     continue;
                 }
             }
