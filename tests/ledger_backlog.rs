@@ -59,6 +59,8 @@ fn record(n: u64) -> Record {
         reason: None,
         requested_model: None,
         instance: Some("gw-1".into()),
+        hosted_uses: Default::default(),
+        service_tier: None,
     }
 }
 
