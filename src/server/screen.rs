@@ -49,7 +49,8 @@ fn early(
 ) -> http::Early {
     let began = Instant::now();
     let status = err.status();
-    if status == 401 {
+    // The count of requests without a valid key (a wrong admin token is not one).
+    if status == 401 && err.code() != Some("invalid_admin_token") {
         gw.metrics.unauthorized(crate::util::unix_now());
     }
     let request_id = crate::util::new_id("req_");
