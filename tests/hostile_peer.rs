@@ -437,12 +437,13 @@ fn discovered_servers_are_not_named_by_address() {
 }
 
 /// With the shared store down, neither `/readyz` nor the 503 a model request gets (plain or in the
-/// Messages shape) shows the Redis URL or its port; the log does, for the operator.
+/// Messages shape) shows the Redis URL or its port; the log and the console's overview do, for the operator.
 #[test]
 fn the_store_address_stays_with_the_operator() {
     let mut redis = Redis::start(false);
     let dir = TempDir::new("peer-store");
-    let mut config = standard_config(dir.path(), None, "instance = \"peer\"");
+    let top = format!("instance = \"peer\"\nadmin_token_env = \"{ADMIN_TOKEN_ENV}\"");
+    let mut config = standard_config(dir.path(), None, &top);
     config.push_str(&redis.store_section(""));
     let gw = Gateway::start_with(dir, &config);
     assert_eq!(gw.post("/v1/chat/completions", &small_chat()).status, 200);
@@ -491,5 +492,14 @@ fn the_store_address_stays_with_the_operator() {
         gw.all_logs()
             .contains(&redis.url()[..redis.url().len() - 2]),
         "the operator's log names the store"
+    );
+    let overview = gw.admin("/admin/overview");
+    assert_eq!(overview.status, 200, "{}", overview.text());
+    assert!(
+        overview.json()["store"]["at"]
+            .as_str()
+            .is_some_and(|a| a.contains(&redis.url())),
+        "the console names the store: {}",
+        overview.text()
     );
 }
