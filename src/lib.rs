@@ -2,6 +2,7 @@
 //! clients, in front of upstreams of any of those kinds. See ARCHITECTURE.md for the map.
 
 pub mod access;
+pub mod addresses;
 pub mod audit;
 pub mod cli;
 pub mod config;

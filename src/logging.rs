@@ -1,8 +1,9 @@
 //! Logging to stderr: human-readable lines by default, or JSON lines (`log_format = "json"` or
 //! `tollgate serve --log-format json`) for log shippers. Never a key, an upstream credential or a prompt:
 //! nothing logged carries them, every line is scrubbed of upstream credentials as a last line of defence,
-//! third-party crates that dump wire data are capped at info, and control characters in text lines are
-//! escaped so that no client-chosen string can forge a line.
+//! third-party crates that dump wire data are capped at info, and no client-chosen string can forge a line
+//! or a field: the request line quotes its values ([`field`]), and every character that does not print
+//! (controls, bidi and other format characters, line separators) is escaped in text and JSON lines alike.
 //!
 //! A line is formatted on the thread that logs it and written by one writer thread, so a slow consumer of
 //! stderr (a pipe, journald under pressure) never holds up a request; the queue is bounded, and when it is
@@ -12,6 +13,8 @@
 //! `log::logger().flush()` returns once every line logged before it is written (the binary calls it before
 //! it exits).
 
+use std::borrow::Cow;
+use std::fmt::Write as _;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -94,47 +97,114 @@ impl Logger {
         // No log line carries an upstream credential, whatever was logged.
         let msg = crate::secrets::scrubbed(&record.args().to_string());
         let mut line = if !self.json {
-            // Client-chosen strings (model names, request ids) cannot forge a line: control characters are
-            // escaped.
+            // Client-chosen strings (model names, request ids) cannot forge a line: what does not print is
+            // escaped (and the request line quotes its fields, `field`).
             format!(
                 "{ts} {:<5} [{}] {}",
                 record.level().as_str(),
                 record.target(),
-                escape_controls(&msg)
+                escape_unprintable(&msg)
             )
         } else if record.target() == REQUEST_TARGET && msg.starts_with('{') {
             // Request summaries are already JSON objects with their own fields.
-            msg
+            json_escape_unprintable(msg)
         } else {
-            serde_json::json!({
-                "ts": ts,
-                "level": record.level().as_str(),
-                "target": record.target(),
-                "message": msg,
-            })
-            .to_string()
+            json_escape_unprintable(
+                serde_json::json!({
+                    "ts": ts,
+                    "level": record.level().as_str(),
+                    "target": record.target(),
+                    "message": msg,
+                })
+                .to_string(),
+            )
         };
         line.push('\n');
         line
     }
 }
 
-/// Control characters (line breaks above all) written as escapes, so one log record is one line.
-fn escape_controls(s: &str) -> std::borrow::Cow<'_, str> {
-    if !s.chars().any(char::is_control) {
-        return std::borrow::Cow::Borrowed(s);
+/// Whether `c` does not print as itself: a control character, a format character (the bidi controls
+/// U+202A–U+202E and U+2066–U+2069, the marks U+200E/U+200F, zero-width characters), the line and paragraph
+/// separators U+2028/U+2029, a space other than ' ', a private-use or unassigned code point (everything
+/// Rust's `{:?}` escapes). Such a character in a log line could start a line or reorder what is shown.
+pub fn unprintable(c: char) -> bool {
+    if c.is_ascii() {
+        return c.is_ascii_control();
+    }
+    matches!(c, '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{206f}' | '\u{feff}')
+        || c.is_control()
+        || c.is_whitespace()
+        || c.escape_debug().next() == Some('\\')
+}
+
+/// Pushes `c` as it reads in a text log line: `\n`, `\r`, `\t`, or `\u{…}` for what does not print.
+fn push_escaped(out: &mut String, c: char) {
+    match c {
+        '\n' => out.push_str("\\n"),
+        '\r' => out.push_str("\\r"),
+        '\t' => out.push_str("\\t"),
+        c if unprintable(c) => {
+            let _ = write!(out, "\\u{{{:04x}}}", c as u32);
+        }
+        c => out.push(c),
+    }
+}
+
+/// A value in a `key=value` text log line, chosen by a client or not (request ids, key, group and model
+/// names, error texts): as it is when it holds only printable ASCII other than `"`, `\` and `=`; otherwise
+/// in double quotes, with `"` and `\` escaped and every character that does not print ([`unprintable`])
+/// written as an escape. One value can never pass for two fields, nor start a line.
+pub fn field(v: &str) -> Cow<'_, str> {
+    let safe = |b: u8| b.is_ascii_graphic() && !matches!(b, b'"' | b'\\' | b'=');
+    if !v.is_empty() && v.bytes().all(safe) {
+        return Cow::Borrowed(v);
+    }
+    let mut out = String::with_capacity(v.len() + 2);
+    out.push('"');
+    for c in v.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c => push_escaped(&mut out, c),
+        }
+    }
+    out.push('"');
+    Cow::Owned(out)
+}
+
+/// Characters that do not print (line breaks above all) written as escapes, so one log record is one line
+/// and shows as what it is.
+fn escape_unprintable(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(unprintable) {
+        return Cow::Borrowed(s);
     }
     let mut out = String::with_capacity(s.len() + 8);
     for c in s.chars() {
-        match c {
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c.is_control() => out.push_str(&format!("\\u{{{:04x}}}", c as u32)),
-            c => out.push(c),
+        push_escaped(&mut out, c);
+    }
+    Cow::Owned(out)
+}
+
+/// A JSON line with every character that does not print written as a JSON `\uXXXX` escape (serde_json
+/// escapes only the ASCII controls; such characters stand only inside strings, where the escape means the
+/// same character).
+fn json_escape_unprintable(line: String) -> String {
+    if !line.chars().any(unprintable) {
+        return line;
+    }
+    let mut out = String::with_capacity(line.len() + 16);
+    for c in line.chars() {
+        if unprintable(c) {
+            let mut units = [0u16; 2];
+            for u in c.encode_utf16(&mut units) {
+                let _ = write!(out, "\\u{:04x}", u);
+            }
+        } else {
+            out.push(c);
         }
     }
-    std::borrow::Cow::Owned(out)
+    out
 }
 
 /// Third-party crates that can dump wire data (request headers with credentials) at debug or trace level
@@ -203,5 +273,49 @@ impl log::Log for Logger {
             }
         }
         let _ = std::io::stderr().flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_are_quoted_unless_plainly_safe() {
+        assert_eq!(field("gpt-4o-mini"), "gpt-4o-mini");
+        assert_eq!(field("req_AbC.1:2/3@x"), "req_AbC.1:2/3@x");
+        assert_eq!(field(""), "\"\"");
+        assert_eq!(
+            field("x key=victim group=admins"),
+            "\"x key=victim group=admins\""
+        );
+        assert_eq!(field("a=b"), "\"a=b\"");
+        assert_eq!(field(r#"q"\"#), r#""q\"\\""#);
+        assert_eq!(field("é"), "\"é\"");
+        assert_eq!(field("a\nb\tc"), "\"a\\nb\\tc\"");
+        assert_eq!(
+            field("a\u{2028}b\u{202e}c\u{2066}d\u{200e}e\u{feff}\u{a0}\u{7f}"),
+            "\"a\\u{2028}b\\u{202e}c\\u{2066}d\\u{200e}e\\u{feff}\\u{00a0}\\u{007f}\""
+        );
+    }
+
+    #[test]
+    fn what_does_not_print_is_escaped_in_text_and_json() {
+        for c in [
+            '\u{0}', '\u{1b}', '\u{85}', '\u{200b}', '\u{200f}', '\u{2028}', '\u{2029}',
+            '\u{202a}', '\u{202e}', '\u{2066}', '\u{2069}', '\u{2060}', '\u{feff}', '\u{e000}',
+            '\u{3000}',
+        ] {
+            assert!(unprintable(c), "U+{:04X}", c as u32);
+        }
+        for c in ['a', ' ', '"', '\\', 'é', '中', '€', 'ß'] {
+            assert!(!unprintable(c), "{c}");
+        }
+        assert_eq!(escape_unprintable("a\u{2028}b"), "a\\u{2028}b");
+        let line = serde_json::json!({"m": "a\u{2028}b\u{202e}\u{1f600}\u{e0001}"}).to_string();
+        let escaped = json_escape_unprintable(line);
+        assert_eq!(escaped, r#"{"m":"a\u2028b\u202e😀\udb40\udc01"}"#);
+        let back: serde_json::Value = serde_json::from_str(&escaped).unwrap();
+        assert_eq!(back["m"], "a\u{2028}b\u{202e}\u{1f600}\u{e0001}");
     }
 }

@@ -8,10 +8,12 @@ pub mod guard;
 mod manage;
 mod usage;
 
+use std::net::IpAddr;
+
 use serde_json::{json, Value};
 
 use crate::access::{constant_time_eq, token_digest};
-use crate::http::Exchange;
+use crate::http::{Exchange, Request};
 use crate::protocol::{ApiError, ErrorKind};
 use crate::server::gateway::Gateway;
 use crate::server::respond;
@@ -21,6 +23,12 @@ pub use assets::serve as serve_ui;
 
 /// Checks the admin token (also for `/metrics` with `metrics_auth`).
 pub fn authorize(gw: &Gateway, ex: &Exchange) -> Result<(), ApiError> {
+    authorize_head(gw, &ex.request, ex.peer.ip())
+}
+
+/// Checks the admin token of a request from `addr` (its head is enough: the head screen asks before a body
+/// is read), held off while the address is guessing.
+pub fn authorize_head(gw: &Gateway, request: &Request, addr: IpAddr) -> Result<(), ApiError> {
     let Some(expected) = &gw.admin_token else {
         return Err(ApiError::new(
             403,
@@ -33,8 +41,7 @@ pub fn authorize(gw: &Gateway, ex: &Exchange) -> Result<(), ApiError> {
         )
         .with_code("admin_disabled"));
     };
-    let presented = ex
-        .request
+    let presented = request
         .header("authorization")
         .and_then(|h| {
             h.strip_prefix("Bearer ")
@@ -42,7 +49,6 @@ pub fn authorize(gw: &Gateway, ex: &Exchange) -> Result<(), ApiError> {
         })
         .map(str::trim)
         .unwrap_or("");
-    let addr = ex.peer.ip();
     let now = std::time::Instant::now();
     if let Some(wait) = gw.admin_guard.held(addr, now) {
         let secs = wait.as_secs_f64().ceil().max(1.0) as u64;

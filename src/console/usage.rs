@@ -325,6 +325,10 @@ pub fn overview(gw: &Gateway, ex: &Exchange) -> Result<Value, ApiError> {
         // Requests without a valid key leave no record: the metrics count them.
         "unauthorized_last_hour": gw.metrics.unauthorized_last_hour(now),
         "currency": gw.config().currency,
+        // Where the shared store is, for the operator only (`/readyz` does not say).
+        "store": gw.store.as_ref().map(|s| json!({
+            "at": s.describe(), "answers": s.healthy(), "lost": s.lost(), "error": s.last_error(),
+        })),
     }))
 }
 

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use super::request::{parse_head, BodyKind, ChunkedDecoder, HttpError, Request};
 use super::response::ResponseWriter;
-use super::shared::{Early, HttpConfig, ServerState};
+use super::shared::{Early, HttpConfig, Incoming, ServerState};
 
 /// Bytes read from a socket at most per call.
 const READ_CHUNK: usize = 16 * 1024;
@@ -19,6 +19,8 @@ const READ_CHUNK: usize = 16 * 1024;
 /// close does not become a reset that destroys the answer in flight), and at most this much.
 pub(super) const LINGER: Duration = Duration::from_millis(500);
 const LINGER_BYTES: usize = 4 * 1024 * 1024;
+/// A body's share of the server-wide budget grows in steps of this many bytes as it arrives.
+const BODY_STEP: u64 = 64 * 1024;
 
 pub(super) struct Conn {
     pub sock: Arc<TcpStream>,
@@ -210,7 +212,7 @@ impl Conn {
                 self.phase = Phase::Head;
                 self.deadline = Instant::now() + config.read_timeout;
             }
-            match self.head(config, state) {
+            match self.head(config) {
                 Ok(Some(step)) => return step,
                 Ok(None) => {}
                 Err(refusal) => return Step::Refuse(refusal),
@@ -228,7 +230,7 @@ impl Conn {
 
     /// Parses the head if it is complete: a request with no body is done; one with a body moves on to
     /// gathering it (`None`).
-    fn head(&mut self, config: &HttpConfig, state: &ServerState) -> Result<Option<Step>, Refusal> {
+    fn head(&mut self, config: &HttpConfig) -> Result<Option<Step>, Refusal> {
         let head = match parse_head(&self.buf, &config.limits) {
             Ok(Some((head, used))) => {
                 self.buf.drain(..used);
@@ -237,22 +239,25 @@ impl Conn {
             Ok(None) => return Ok(Some(Step::More)),
             Err(e) => return Err(Refusal::Framing(request_path(&self.buf), e)),
         };
-        // Identity before memory: a request the screen answers from its head has no body read.
+        // Identity before memory: the screen decides from the head alone whether the body may be read; a
+        // request it answers has nothing of its body read or reserved.
         if let Some(screen) = &config.screen {
-            if let Some(early) = screen(&head.request) {
+            let incoming = Incoming {
+                request: &head.request,
+                peer: self.peer,
+                has_body: head.body != BodyKind::None,
+            };
+            if let Some(early) = screen(&incoming) {
                 return Err(Refusal::Screened(early));
             }
         }
-        let path = Some(head.request.path.clone());
         let length = match head.body {
             BodyKind::None => return Ok(Some(Step::Request(head.request))),
-            BodyKind::Length(n) => {
-                if !state.reserve_body(n, config.max_buffered_body_bytes) {
-                    return Err(Refusal::OverBudget(path));
-                }
-                self.reserved += n;
-                n
+            // A body larger than the whole budget could never be held.
+            BodyKind::Length(n) if n > config.max_buffered_body_bytes => {
+                return Err(Refusal::OverBudget(Some(head.request.path)));
             }
+            BodyKind::Length(n) => n,
             BodyKind::Chunked => 0,
         };
         if head.expect_continue && self.buf.is_empty() {
@@ -274,29 +279,36 @@ impl Conn {
             return Ok(false);
         };
         let body = &mut p.request.body;
-        match &mut p.chunked {
+        let done = match &mut p.chunked {
             None => {
                 let want = (p.length as usize).saturating_sub(body.len());
                 let take = want.min(self.buf.len());
                 body.extend_from_slice(&self.buf[..take]);
                 self.buf.drain(..take);
-                Ok(body.len() as u64 >= p.length)
+                body.len() as u64 >= p.length
             }
             Some(decoder) => {
                 let (used, done) = decoder
                     .feed(&self.buf, body, config.limits.max_body_bytes)
                     .map_err(|e| Refusal::Framing(Some(p.request.path.clone()), e))?;
                 self.buf.drain(..used);
-                // A chunked body reserves its bytes as it grows, in 64 KiB steps.
-                while body.len() as u64 > self.reserved {
-                    if !state.reserve_body(64 * 1024, config.max_buffered_body_bytes) {
-                        return Err(Refusal::OverBudget(Some(p.request.path.clone())));
-                    }
-                    self.reserved += 64 * 1024;
-                }
-                Ok(done)
+                done
             }
+        };
+        // The budget holds what has arrived, in 64 KiB steps (never beyond a declared length): a client that
+        // announces a large body and sends nothing holds nothing.
+        let have = body.len() as u64;
+        let mut want = have.div_ceil(BODY_STEP) * BODY_STEP;
+        if p.chunked.is_none() {
+            want = want.min(p.length);
         }
+        if want > self.reserved {
+            if !state.reserve_body(want - self.reserved, config.max_buffered_body_bytes) {
+                return Err(Refusal::OverBudget(Some(p.request.path.clone())));
+            }
+            self.reserved = want;
+        }
+        Ok(done)
     }
 }
 

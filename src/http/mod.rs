@@ -20,5 +20,5 @@ pub use request::{
 pub use response::{reason, ResponseWriter, SharedStream, Withheld};
 pub use server::start;
 pub use shared::{
-    Early, ErrorRenderer, Exchange, Handler, HttpConfig, Overloaded, Screen, ServerState,
+    Early, ErrorRenderer, Exchange, Handler, HttpConfig, Incoming, Overloaded, Screen, ServerState,
 };

@@ -19,14 +19,15 @@ pub struct HttpConfig {
     pub write_timeout: Duration,
     /// Open connections above this get 503 and are closed.
     pub max_connections: usize,
-    /// Request-body bytes buffered at once across all connections; a body that would go beyond gets 503.
+    /// Request-body bytes buffered at once across all connections, counted as they arrive; a body that would
+    /// go beyond gets 503.
     pub max_buffered_body_bytes: u64,
     /// Requests served at once: one worker carries one request from its complete head to its last byte.
     pub workers: usize,
     /// Complete requests waiting for a worker when all are busy; one more gets 503 at once.
     pub queue_size: usize,
-    /// Looks at each request head before its body is read and may answer it at once (a missing or wrong
-    /// credential: no body is read for a caller who may not send one).
+    /// Looks at each request head before its body is read and may answer it at once: the one place that
+    /// decides who may send a body (a missing or wrong credential: nothing of the body is read or reserved).
     pub screen: Option<Arc<Screen>>,
     /// Answers a request refused because every worker is busy and the queue is full; false leaves it to the
     /// layer's own 503.
@@ -40,8 +41,19 @@ pub struct Early {
     pub body: Vec<u8>,
 }
 
-/// See [`HttpConfig::screen`]: the request has its head only (an empty body).
-pub type Screen = dyn Fn(&Request) -> Option<Early> + Send + Sync;
+/// What the screen is shown of a request: its head, before any of its body is read.
+pub struct Incoming<'a> {
+    /// The request with an empty body.
+    pub request: &'a Request,
+    pub peer: SocketAddr,
+    /// A body follows (a `Content-Length` above zero, or chunked). It is read only if the screen lets the
+    /// request through.
+    pub has_body: bool,
+}
+
+/// See [`HttpConfig::screen`]: `None` lets the request through (its body is then read), `Some` answers it
+/// from its head and closes the connection.
+pub type Screen = dyn Fn(&Incoming) -> Option<Early> + Send + Sync;
 
 /// See [`HttpConfig::overloaded`].
 pub type Overloaded = dyn Fn(&mut Exchange) -> bool + Send + Sync;
@@ -65,7 +77,7 @@ pub struct ServerState {
     /// Requests waiting for a worker.
     pub queued: AtomicUsize,
     pub rejected: AtomicUsize,
-    /// Request-body bytes buffered now (reserved before they are read).
+    /// Request-body bytes buffered now (reserved as they arrive).
     pub buffered_body: std::sync::atomic::AtomicU64,
 }
 

@@ -324,11 +324,14 @@ impl ApiError {
         }
     }
 
+    /// The message as a client reads it: with the request id, and without any internal address (where an
+    /// upstream or the shared store is: `addresses::hide`; the log line keeps them for the operator).
     fn message_with_id(&self, request_id: &str) -> String {
-        if request_id.is_empty() || self.0.message.contains(request_id) {
-            self.0.message.clone()
+        let message = crate::addresses::hide(&self.0.message);
+        if request_id.is_empty() || message.contains(request_id) {
+            message.into_owned()
         } else {
-            format!("{} (request id: {request_id})", self.0.message)
+            format!("{message} (request id: {request_id})")
         }
     }
 

@@ -19,6 +19,7 @@ mod prepared;
 mod report;
 pub mod respond;
 mod router;
+mod screen;
 mod stats;
 pub mod trace;
 mod translate;
@@ -33,7 +34,6 @@ use self::gateway::Gateway;
 use crate::access::KeyStore;
 use crate::config::Config;
 use crate::http::{self, Exchange, HttpConfig, Limits, ServerState};
-use crate::protocol::request::Endpoint;
 use crate::protocol::{ApiError, Protocol};
 
 /// Renders errors the HTTP layer answers by itself, in the shape of the protocol at that path, with the
@@ -67,64 +67,6 @@ fn render_http_error(
         format!("{:.3}", began.elapsed().as_secs_f64() * 1000.0),
     ));
     (headers, body)
-}
-
-/// Identity before memory: a request to a generation endpoint without a valid key is answered 401 from
-/// its head, before its body is read (the handler checks the key again; this only spares the memory).
-fn screen_credentials(gw: Arc<Gateway>) -> Arc<http::Screen> {
-    Arc::new(move |req: &crate::http::Request| {
-        if req.method != "POST" {
-            return None;
-        }
-        let protocol = Endpoint::from_path(&req.path)?.protocol();
-        let err = match crate::access::authenticate(req, protocol, &gw.keys) {
-            Err(e) if e.status() == 401 => e,
-            _ => return None,
-        };
-        gw.metrics.unauthorized(crate::util::unix_now());
-        let trace_id = crate::util::new_id("req_");
-        let began = Instant::now();
-        let mut headers = vec![
-            ("content-type".to_string(), "application/json".to_string()),
-            ("x-request-id".to_string(), trace_id.clone()),
-        ];
-        if protocol == Protocol::Messages {
-            headers.push(("request-id".to_string(), trace_id.clone()));
-        } else {
-            headers.push(("www-authenticate".to_string(), "Bearer".to_string()));
-        }
-        if let Some(v) = respond::should_retry(401) {
-            headers.push(("x-should-retry".to_string(), v.to_string()));
-        }
-        if let Some(c) = trace::client_request_id(req) {
-            headers.push(("x-client-request-id".to_string(), c.to_string()));
-        }
-        let body = err.body(protocol, &trace_id);
-        log_screened(req, protocol, &trace_id, &err);
-        headers.push((
-            "x-tollgate-overhead-ms".to_string(),
-            format!("{:.3}", began.elapsed().as_secs_f64() * 1000.0),
-        ));
-        Some(http::Early {
-            status: 401,
-            headers,
-            body,
-        })
-    })
-}
-
-/// The request log line of a request answered 401 from its head (the same fields as every request line).
-fn log_screened(req: &crate::http::Request, protocol: Protocol, request_id: &str, err: &ApiError) {
-    let mut out = outcome::Outcome::default();
-    out.answer.fail(err.clone());
-    let line = report::Line {
-        request_id,
-        client_request_id: trace::client_request_id(req),
-        protocol,
-        latency_ms: 0,
-        overhead_ms: 0.0,
-    };
-    report::write_line(&line, &out);
 }
 
 /// A shared store joined at start, with what it held then.
@@ -183,6 +125,13 @@ fn build(
         .map(|t| crate::access::token_digest(&t));
     if admin_token.is_none() {
         log::info!("admin API closed: {} is not set", config.admin_token_env);
+    }
+    // Where the upstreams and the store are is never told to clients (`addresses::hide`).
+    for u in &config.upstreams {
+        crate::addresses::register(&u.base_url);
+    }
+    if let Some(s) = &shared {
+        crate::addresses::register(&s.store.settings().url);
     }
     let (overrides, accounts, store) = match shared {
         Some(s) => (
@@ -257,6 +206,9 @@ fn start(
     }
     if let Some(d) = &config.discovery {
         let probe = crate::upstream::discovery::probe_list(&d.probe);
+        for url in &probe {
+            crate::addresses::register(url);
+        }
         if !probe.is_empty() {
             let listen = listener
                 .local_addr()
@@ -279,7 +231,7 @@ fn start(
         max_buffered_body_bytes: config.max_buffered_body_bytes,
         workers: config.workers,
         queue_size: config.queue_size,
-        screen: Some(screen_credentials(gw.clone())),
+        screen: Some(screen::screen(gw.clone())),
         overloaded: Some(Arc::new(move |ex: &mut Exchange| {
             accounting::refuse_overloaded(&busy, ex)
         })),

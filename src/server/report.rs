@@ -1,5 +1,6 @@
 //! Reporting a finished request: the metrics it feeds and its request log line (text or JSON).
 
+use std::borrow::Cow;
 use std::sync::atomic::Ordering;
 
 use super::gateway::Gateway;
@@ -61,6 +62,11 @@ pub struct Line<'a> {
     pub overhead_ms: f64,
 }
 
+/// A value of the text request line: `-` when absent, quoted when it needs to be (`logging::field`).
+fn field(v: Option<&str>) -> Cow<'_, str> {
+    v.map_or(Cow::Borrowed("-"), crate::logging::field)
+}
+
 /// Writes a request log line (also for requests answered from their head, which have no trace).
 pub fn write_line(l: &Line, out: &Outcome) {
     let answer = &out.answer;
@@ -96,24 +102,26 @@ pub fn write_line(l: &Line, out: &Outcome) {
         log::log!(target: REQUEST_TARGET, level, "{v}");
         return;
     }
+    // Every value a client (or the operator) chose is a quoted field when it needs to be, so none can pass for
+    // another field or start a line.
     let line = format!(
         "{} client_request_id={} key={} group={} model={} protocol={} upstream={} stream={} status={} in={} out={}{} ms={}",
-        l.request_id,
-        l.client_request_id.unwrap_or("-"),
-        out.key.as_deref().unwrap_or("-"),
-        out.group.as_deref().unwrap_or("-"),
-        out.model.as_deref().unwrap_or("-"),
+        field(Some(l.request_id)),
+        field(l.client_request_id),
+        field(out.key.as_deref()),
+        field(out.group.as_deref()),
+        field(out.model.as_deref()),
         l.protocol.name(),
-        answer.upstream.as_deref().unwrap_or("-"),
+        field(answer.upstream.as_deref()),
         out.stream,
-        status,
+        field(Some(&status)),
         usage.input_tokens,
         usage.output_tokens,
         if answer.estimated { " estimated=true" } else { "" },
         l.latency_ms,
     );
     match error {
-        Some(e) => log::log!(target: REQUEST_TARGET, level, "{line} error={e:?}"),
+        Some(e) => log::log!(target: REQUEST_TARGET, level, "{line} error={}", field(Some(&e))),
         None => log::log!(target: REQUEST_TARGET, level, "{line}"),
     }
 }

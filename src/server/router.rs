@@ -1,5 +1,7 @@
 //! Maps method and path to a handler; unknown paths get a 404 that explains the usual base-URL mistakes.
 
+use std::net::IpAddr;
+
 use serde_json::{json, Value};
 
 use super::gateway::Gateway;
@@ -8,7 +10,7 @@ use super::metrics::scrape::scrape;
 use super::respond;
 use super::trace::Trace;
 use crate::access;
-use crate::http::Exchange;
+use crate::http::{Exchange, Request};
 use crate::protocol::request::Endpoint;
 use crate::protocol::{ApiError, Protocol};
 
@@ -21,11 +23,7 @@ pub fn route(gw: &Gateway, ex: &mut Exchange) {
             generate::handle(gw, ex, endpoint);
         } else {
             let trace = Trace::new(ex, endpoint.protocol());
-            let e = ApiError::new(
-                405,
-                crate::protocol::ErrorKind::MethodNotAllowed,
-                format!("{path} only accepts POST (got {method})."),
-            );
+            let e = method_not_allowed(&path, &method, "POST");
             respond::error_with(ex.response(), &trace, &e, &[("allow", "POST")]);
         }
         return;
@@ -60,7 +58,11 @@ pub fn route(gw: &Gateway, ex: &mut Exchange) {
                     return respond::error(ex.response(), &trace, &e);
                 }
             }
-            let text = scrape(gw);
+            // Without a token, the upstreams' labels name no address.
+            let mut text = scrape(gw);
+            if !gw.config().metrics_auth {
+                text = crate::addresses::hide(&text).into_owned();
+            }
             let headers =
                 trace.headers(&[("content-type", "text/plain; version=0.0.4; charset=utf-8")]);
             let _ = ex.response().send(200, &headers, text.as_bytes());
@@ -75,15 +77,71 @@ pub fn route(gw: &Gateway, ex: &mut Exchange) {
             }
         }
         (_, "/v1/models" | "/healthz" | "/readyz" | "/metrics") => {
-            let e = ApiError::new(
-                405,
-                crate::protocol::ErrorKind::MethodNotAllowed,
-                format!("{path} only accepts GET."),
-            );
+            let e = method_not_allowed(&path, &method, "GET");
             respond::error_with(ex.response(), &trace, &e, &[("allow", "GET")]);
         }
         _ => respond::error(ex.response(), &trace, &not_found(&path)),
     }
+}
+
+/// 405 for a path that takes only `allowed`.
+fn method_not_allowed(path: &str, method: &str, allowed: &str) -> ApiError {
+    ApiError::new(
+        405,
+        crate::protocol::ErrorKind::MethodNotAllowed,
+        format!("{path} only accepts {allowed} (got {method})."),
+    )
+}
+
+/// What a request is refused with from its head when it carries a body: every path but the models' and the
+/// admin API's takes none, and a body is read only for a caller who may send one. Its answer is the one the
+/// path gives the head alone when that is an error (401, 404, 405); otherwise 400. `None`: the body may be
+/// read. (Called by the head screen, `screen.rs`, before anything of the body is read or reserved.)
+pub fn refuse_body(
+    gw: &Gateway,
+    req: &Request,
+    peer: IpAddr,
+) -> Option<(ApiError, Option<&'static str>)> {
+    let (path, method) = (req.path.as_str(), req.method.as_str());
+    if let Some(endpoint) = Endpoint::from_path(path) {
+        if method != "POST" {
+            return Some((method_not_allowed(path, method, "POST"), Some("POST")));
+        }
+        let e = access::authenticate(req, endpoint.protocol(), &gw.keys).err()?;
+        return Some((e, None));
+    }
+    if path.starts_with("/admin/") {
+        let e = crate::console::authorize_head(gw, req, peer).err()?;
+        return Some((e, None));
+    }
+    let models = path == "/v1/models" || path.starts_with("/v1/models/");
+    let credentials = if models {
+        let protocol = match Protocol::for_request(req) {
+            Protocol::Messages => Protocol::Messages,
+            _ => Protocol::Chat,
+        };
+        access::authenticate(req, protocol, &gw.keys).err()
+    } else if path == "/metrics" && gw.config().metrics_auth {
+        crate::console::authorize_head(gw, req, peer).err()
+    } else {
+        None
+    };
+    if let Some(e) = credentials {
+        return Some((e, None));
+    }
+    let get = matches!(method, "GET" | "HEAD");
+    let console = path == "/console" || path.starts_with("/console/");
+    if !(models || console || matches!(path, "/healthz" | "/readyz" | "/metrics"))
+        || (console && !get)
+    {
+        return Some((not_found(path), None));
+    }
+    if !get {
+        return Some((method_not_allowed(path, method, "GET"), Some("GET")));
+    }
+    let e = ApiError::invalid(format!("{method} {path} takes no request body."))
+        .with_code("unexpected_body");
+    Some((e, None))
 }
 
 /// `/readyz`: ready unless draining, the ledger is failing, or (with a store) the store lost its data or
@@ -103,10 +161,12 @@ fn readiness(gw: &Gateway) -> (bool, serde_json::Value) {
             (false, true) => "answers",
             (false, false) => "not answering",
         };
+        // Unauthenticated: where the store is stays in the log and the console.
         let error = if answers { None } else { s.last_error() };
+        let error = error.map(|e| crate::addresses::hide(&e).into_owned());
         (
             !s.lost() && (answers || local),
-            json!({"state": state, "at": s.describe(), "error": error}),
+            json!({"state": state, "error": error}),
         )
     });
     let ready = !draining && ledger && store.as_ref().is_none_or(|(ok, _)| *ok);
@@ -193,7 +253,7 @@ fn models(gw: &Gateway, ex: &mut Exchange, trace: &Trace, id: Option<String>, an
         .collect();
     let created = gw.started_unix;
     let openai = |(id, m): &(&str, &crate::config::Model)| -> Value {
-        json!({"id": id, "object": "model", "created": created, "owned_by": m.upstreams.first().cloned().unwrap_or_default()})
+        json!({"id": id, "object": "model", "created": created, "owned_by": owned_by(m)})
     };
     let claude = |(id, _): &(&str, &crate::config::Model)| -> Value {
         json!({"type": "model", "id": id, "display_name": id, "created_at": crate::util::rfc3339(created)})
@@ -218,6 +278,16 @@ fn models(gw: &Gateway, ex: &mut Exchange, trace: &Trace, id: Option<String>, an
         }
     };
     respond::json(ex.response(), trace, 200, body.to_string().as_bytes(), &[]);
+}
+
+/// `owned_by` of a model in the list: its first upstream's name, `local` for a server discovery found (whose
+/// upstream is named after its address), and never an address (`addresses::hide`).
+fn owned_by(m: &crate::config::Model) -> String {
+    if m.discovered.is_some() {
+        return "local".into();
+    }
+    let name = m.upstreams.first().map_or("", String::as_str);
+    crate::addresses::hide(name).into_owned()
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use super::label;
 use crate::server::gateway::Gateway;
 
 /// The whole `/metrics` text: the counters and histograms, and gauges read at the moment of the scrape
-/// (queue, connections, workers, the usage ledger's backlog, each configured upstream's breaker).
+/// (queue, connections, buffered request bodies, workers, the usage ledger's backlog, each configured upstream's breaker).
 pub fn scrape(gw: &Gateway) -> String {
     let config = gw.config();
     let gauges = [
@@ -26,6 +26,12 @@ pub fn scrape(gw: &Gateway) -> String {
             "tollgate_in_flight_requests",
             "Requests handed to a worker and not yet answered.",
             gw.state.in_flight.load(Ordering::Relaxed) as f64,
+        ),
+        (
+            "tollgate_buffered_body_bytes",
+            "Request-body bytes held now across all connections (counted as they arrive; at most \
+             max_buffered_body_bytes).",
+            gw.state.buffered_body.load(Ordering::Relaxed) as f64,
         ),
         ("tollgate_workers", "Worker threads.", config.workers as f64),
         (
