@@ -84,17 +84,6 @@ fn usage_records(gw: &Gateway, query: &str) -> Vec<Value> {
     r.json()["data"].as_array().unwrap().clone()
 }
 
-fn key_row(gw: &Gateway, name: &str) -> Value {
-    let r = gw.admin("/admin/keys");
-    r.json()["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|k| k["name"] == name)
-        .cloned()
-        .unwrap()
-}
-
 #[test]
 fn permissions_follow_the_group() {
     let gw = start("");
@@ -188,7 +177,7 @@ fn cost_is_computed_from_usage_and_recorded() {
     assert!(rec["ts"].as_str().unwrap().ends_with('Z') && rec["latency_ms"].is_u64());
     // Spend shows in /admin/keys.
     assert_eq!(
-        key_row(&gw, "default")["spent"].as_f64().unwrap(),
+        gw.key_row("default")["spent"].as_f64().unwrap(),
         (input + 2 * output) as f64
     );
     // A refused request (403 here) never reached an upstream: its record costs nothing and names no upstream.
@@ -199,7 +188,7 @@ fn cost_is_computed_from_usage_and_recorded() {
     assert_eq!(refusal["cost"], 0.0, "{refusal}");
     assert!(refusal["upstream"].is_null(), "{refusal}");
     assert_eq!(
-        key_row(&gw, "default")["spent"].as_f64().unwrap(),
+        gw.key_row("default")["spent"].as_f64().unwrap(),
         (input + 2 * output) as f64
     );
 }
@@ -233,7 +222,7 @@ fn an_exhausted_balance_gets_429_before_any_upstream_call() {
         refusal["cost"], 0.0,
         "refused before any upstream call: {refusal}"
     );
-    let row = key_row(&gw, "small");
+    let row = gw.key_row("small");
     assert!(row["balance"].as_f64().unwrap() <= 0.0, "{row}");
 
     // A top-up takes effect without a restart.
@@ -283,7 +272,7 @@ fn concurrent_requests_cannot_overspend() {
     let refused = statuses.iter().filter(|s| **s == 429).count();
     assert_eq!(ok + refused, 20, "{statuses:?}");
     assert!(refused > 0, "the balance must run out: {statuses:?}");
-    let spent = key_row(&gw, "racer")["spent"].as_f64().unwrap();
+    let spent = gw.key_row("racer")["spent"].as_f64().unwrap();
     // The bound: credit plus one request's worst case (its input estimate, well under 100 tokens here,
     // plus max_tokens, at 1 credit per token).
     let worst = 100.0 + max_tokens as f64;
@@ -482,7 +471,7 @@ fn the_ledger_survives_restarts_torn_lines_and_kill_9() {
             200
         );
     }
-    let spent = key_row(&gw, "default")["spent"].as_f64().unwrap();
+    let spent = gw.key_row("default")["spent"].as_f64().unwrap();
     signal(gw.pid(), "TERM");
     assert_eq!(wait_exit(&mut gw.child, Duration::from_secs(30)), Some(0));
     let ledger = path.join("data/usage.jsonl");
@@ -507,7 +496,7 @@ fn the_ledger_survives_restarts_torn_lines_and_kill_9() {
     gw.keep_dir();
     let gw2 = Gateway::restart(TempDir(path.clone()), &c, &key);
     assert!(gw2.all_logs().contains("torn"), "{}", gw2.all_logs());
-    assert_eq!(key_row(&gw2, "default")["spent"].as_f64().unwrap(), spent);
+    assert_eq!(gw2.key_row("default")["spent"].as_f64().unwrap(), spent);
     assert_eq!(
         gw2.post("/v1/chat/completions", &chat("m-basic", "after"))
             .status,
@@ -555,7 +544,7 @@ fn the_ledger_survives_restarts_torn_lines_and_kill_9() {
     let gw3 = Gateway::restart(TempDir(path.clone()), &c, &key);
     let records = usage_records(&gw3, "key=default&limit=1000");
     let total: f64 = records.iter().map(|r| r["cost"].as_f64().unwrap()).sum();
-    let spent = key_row(&gw3, "default")["spent"].as_f64().unwrap();
+    let spent = gw3.key_row("default")["spent"].as_f64().unwrap();
     assert!(
         (total - spent).abs() < 1e-6,
         "balance {spent} = sum of surviving records {total}"

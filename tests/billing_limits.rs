@@ -59,16 +59,6 @@ fn records(gw: &Gateway, key: &str) -> Vec<Value> {
         .clone()
 }
 
-fn key_row(gw: &Gateway, name: &str) -> Value {
-    gw.admin("/admin/keys").json()["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|k| k["name"] == name)
-        .cloned()
-        .unwrap()
-}
-
 /// A key with a daily budget of its own and no credit.
 fn add_budget_key(gw: &Gateway, name: &str, group: &str, budget: &str) -> String {
     let args = [
@@ -209,7 +199,7 @@ fn a_request_its_upstream_took_is_billed_when_the_client_leaves_first() {
     }
     let recs = records(&gw, "walker");
     let total: f64 = recs.iter().map(|r| r["cost"].as_f64().unwrap()).sum();
-    let row = key_row(&gw, "walker");
+    let row = gw.key_row("walker");
     assert!(row["spent"].as_f64().unwrap() > 0.0, "{row}");
     assert!(
         (row["spent"].as_f64().unwrap() - total).abs() < 1e-9,
@@ -444,7 +434,7 @@ fn a_budget_caps_spend_like_a_credit() {
     for rec in fake.received() {
         assert_eq!(rec.json()["max_tokens"], 1000, "{}", rec.json());
     }
-    let spent = key_row(&gw, "budgeted")["spent"].as_f64().unwrap();
+    let spent = gw.key_row("budgeted")["spent"].as_f64().unwrap();
     assert!(
         spent <= budget + worst + 1e-9,
         "spent {spent} > budget {budget} + one worst case {worst}"
@@ -517,7 +507,7 @@ fn images_are_reserved_at_their_cost() {
         h.join().unwrap();
     }
     assert_eq!(rx.try_iter().collect::<Vec<_>>(), [200]);
-    let spent = key_row(&gw, "viewer")["spent"].as_f64().unwrap();
+    let spent = gw.key_row("viewer")["spent"].as_f64().unwrap();
     // One request's worst case: fifty images at 3,800 tokens and the text, at 10 per 1M: under 2 credits.
     assert!(spent <= credit + 2.0, "spent {spent}");
 
@@ -677,7 +667,7 @@ fn token_counts_near_2_64_saturate_in_the_shared_store() {
         .sum();
     wait_for(
         || {
-            let row = key_row(&gw, "rich");
+            let row = gw.key_row("rich");
             (row["spent"].as_f64().unwrap() - total).abs() < 1e-9
         },
         "the spend to be settled",

@@ -60,16 +60,6 @@ fn ledger_ids(path: &Path) -> Vec<String> {
         .collect()
 }
 
-fn key_row(gw: &Gateway, name: &str) -> Value {
-    gw.admin("/admin/keys").json()["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|k| k["name"] == name)
-        .cloned()
-        .unwrap_or_else(|| panic!("no key {name}"))
-}
-
 fn audit_entries(data: &Path) -> Vec<Value> {
     std::fs::read_to_string(data.join("audit.jsonl"))
         .unwrap_or_default()
@@ -199,7 +189,7 @@ fn a_ledger_moved_away_at_run_time_is_made_again_and_a_restart_counts_everything
     let ready = gw.request("GET", "/readyz", &[], b"");
     assert_eq!(ready.status, 200, "{}", ready.text());
     assert_eq!(ready.json()["ledger"], "writable");
-    let spent = key_row(&gw, "default")["spent"].as_f64().unwrap();
+    let spent = gw.key_row("default")["spent"].as_f64().unwrap();
     assert!(spent > 0.0);
 
     // A restart replays the ledger at the path: all five records count.
@@ -210,7 +200,7 @@ fn a_ledger_moved_away_at_run_time_is_made_again_and_a_restart_counts_everything
     gw.keep_dir();
     drop(gw);
     let gw2 = Gateway::restart(TempDir(path), &c, &key);
-    let row = key_row(&gw2, "default");
+    let row = gw2.key_row("default");
     assert_eq!(row["spent"].as_f64().unwrap(), spent, "{row}");
 }
 
@@ -318,7 +308,7 @@ fn a_change_that_cannot_be_audited_is_refused() {
     );
     assert_eq!(r.json()["error"]["code"], "audit_unavailable");
     assert!(
-        key_row(&gw, "default")["credit"].is_null(),
+        gw.key_row("default")["credit"].is_null(),
         "the change was not made"
     );
 
@@ -330,7 +320,7 @@ fn a_change_that_cannot_be_audited_is_refused() {
     );
     let (code, _, err) = gw.cli(&["keys", "add", "--name", "unaudited"]);
     assert_eq!(code, 1, "{err}");
-    assert!(key_row(&gw, "default")["credit"].is_null());
+    assert!(gw.key_row("default")["credit"].is_null());
     let (_, list, _) = gw.cli(&["keys", "list"]);
     assert!(!list.contains("unaudited"), "{list}");
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
@@ -343,7 +333,7 @@ fn a_change_that_cannot_be_audited_is_refused() {
         let r = gw.admin_post("/admin/keys/default/credit", &json!({"set": 5}));
         assert_eq!(r.status, 503, "{}", r.text());
         assert!(r.text().contains("belongs to another user"), "{}", r.text());
-        assert!(key_row(&gw, "default")["credit"].is_null());
+        assert!(gw.key_row("default")["credit"].is_null());
     } else {
         println!("not root: the other-owner case is skipped");
     }
@@ -353,7 +343,7 @@ fn a_change_that_cannot_be_audited_is_refused() {
     std::fs::rename(&real, &audit).unwrap();
     let r = gw.admin_post("/admin/keys/default/credit", &json!({"set": 5}));
     assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(key_row(&gw, "default")["credit"].as_f64(), Some(5.0));
+    assert_eq!(gw.key_row("default")["credit"].as_f64(), Some(5.0));
     let entries = audit_entries(&data);
     assert_eq!(entries.len(), entries_before + 1, "{entries:?}");
     let last = entries.last().unwrap();

@@ -225,17 +225,6 @@ fn cluster_config(dir: &Path, redis: &Redis, instance: &str) -> String {
     c
 }
 
-/// A key's credit, spend and balance as the store has them (`/admin/keys` on `gw`).
-fn account(gw: &Gateway, name: &str) -> Value {
-    gw.admin("/admin/keys").json()["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|k| k["name"] == name)
-        .cloned()
-        .unwrap_or_else(|| panic!("no key {name}"))
-}
-
 /// Break 12: a credit cut on instance A (admin API, then `tollgate keys credit`) holds on instance B at its
 /// very next admission, while B's own copy of the keys still says 50; so do a revocation and an expiry.
 /// What admission reads is kept in the store with the record, and an instance that joins a store whose
@@ -256,7 +245,7 @@ fn a_credit_cut_on_one_instance_holds_on_the_other_at_once() {
     let worst = 50.0 * 10000.0 / 1e6 + 200.0 * 1000.0 / 1e6;
 
     // Cut to nothing left on A; B (whose copy still says 50) refuses at once, every time.
-    let spent = account(&a, "wallet")["spent"].as_f64().unwrap();
+    let spent = a.key_row("wallet")["spent"].as_f64().unwrap();
     let r = a.admin_post("/admin/keys/wallet/credit", &json!({"set": spent}));
     assert_eq!(r.status, 200, "{}", r.text());
     for i in 0..10 {
@@ -270,7 +259,7 @@ fn a_credit_cut_on_one_instance_holds_on_the_other_at_once() {
     let r = a.admin_post("/admin/keys/wallet/credit", &json!({"set": 50.0}));
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(chat_as(&b, &key, "mock").status, 200);
-    let spent = account(&a, "wallet")["spent"].as_f64().unwrap();
+    let spent = a.key_row("wallet")["spent"].as_f64().unwrap();
     let credit = spent + 1.0;
     let (code, _, err) = a.cli(&[
         "keys",
@@ -297,7 +286,7 @@ fn a_credit_cut_on_one_instance_holds_on_the_other_at_once() {
         || redis.hget("t:acct:wallet", "reserved") == "0",
         "every reservation settled",
     );
-    let after = account(&a, "wallet");
+    let after = a.key_row("wallet");
     let balance = credit - after["spent"].as_f64().unwrap();
     assert!(admitted >= 1, "the credit left admitted nothing");
     assert!(

@@ -332,6 +332,17 @@ impl Gateway {
         self.request("GET", path_and_query, &[("authorization", &auth)], b"")
     }
 
+    /// The key named `name` as `GET /admin/keys` lists it (credit, spent, balance, ...).
+    pub fn key_row(&self, name: &str) -> Value {
+        self.admin("/admin/keys").json()["data"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no key list"))
+            .iter()
+            .find(|k| k["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no key {name}"))
+    }
+
     /// POST JSON to an admin endpoint with the admin token.
     pub fn admin_post(&self, path: &str, body: &Value) -> Response {
         let auth = format!("Bearer {ADMIN_TOKEN}");
