@@ -771,6 +771,17 @@ fn check_refuses_bad_prices_and_warns_of_unpriced_paid_traffic() {
             && out.contains("no price"),
         "{out}"
     );
+    // Prices set by hand for a listed model, without its cache prices: warned (writes would cost the input
+    // price).
+    let (code, out, _) = check(&model(
+        "upstream_model = \"claude-sonnet-4-6\"\ninput_price = 3\noutput_price = 15",
+    ));
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("not cached_input_price or cache_write_price")
+            && out.contains("claude-sonnet-4-6"),
+        "{out}"
+    );
     // Not warned: opted out, a local server, a model the list prices.
     for body in [
         "[[models]]\nname = \"m\"\nupstream = \"paid\"\nprices = \"none\"\n",

@@ -184,6 +184,32 @@ pub(super) fn warnings(
                 ));
             }
         }
+        if let (Source::Set, Some(l)) = (s.source, list::find(&m.upstream_model)) {
+            let missing: Vec<&str> = [
+                (
+                    "cached_input_price",
+                    s.base.cached_input.is_none() && l.prices.cached.is_some(),
+                ),
+                (
+                    "cache_write_price",
+                    s.base.cache_write.is_none() && l.prices.write.is_some(),
+                ),
+            ]
+            .into_iter()
+            .filter_map(|(k, miss)| miss.then_some(k))
+            .collect();
+            if !missing.is_empty() {
+                warnings.push(format!(
+                    "models[{i}]: model {:?} sets its own prices but not {}: those tokens are billed at the input \
+                     price, while {} prices them apart (list: {}); set them, or leave out every price to take the \
+                     list's",
+                    m.name,
+                    missing.join(" or "),
+                    l.model,
+                    l.sheet().describe()
+                ));
+            }
+        }
         if s.source == Source::Unset {
             let paid = m
                 .upstreams

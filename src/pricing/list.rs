@@ -507,6 +507,43 @@ mod tests {
         }
     }
 
+    /// The worked examples of docs/BILLING.md, at the table's prices.
+    #[test]
+    fn the_documented_examples_cost_what_the_doc_says() {
+        use crate::protocol::canon::Usage;
+        let bill = |model: &str, u: Usage| find(model).unwrap().sheet().bill(&u, 0);
+        let claude = Usage {
+            input_tokens: 36_200,
+            cached_input_tokens: 30_000,
+            cache_write_tokens: 5_000,
+            cache_write_1h_tokens: 3_000,
+            output_tokens: 400,
+            reasoning_tokens: 0,
+        };
+        assert_eq!(bill("claude-sonnet-4-6", claude).cost.to_string(), "0.0441");
+        let gpt = Usage {
+            input_tokens: 300_000,
+            cached_input_tokens: 250_000,
+            cache_write_tokens: 20_000,
+            cache_write_1h_tokens: 0,
+            output_tokens: 3_000,
+            reasoning_tokens: 2_000,
+        };
+        let b = bill("gpt-6.1-terra", gpt);
+        assert_eq!(
+            (b.cost.to_string(), b.tier),
+            ("0.1575".into(), Some(272_000))
+        );
+        let gemini = Usage {
+            input_tokens: 12_000,
+            cached_input_tokens: 8_000,
+            output_tokens: 2_000,
+            reasoning_tokens: 1_500,
+            ..Usage::default()
+        };
+        assert_eq!(bill("gemini-2.5-pro", gemini).cost.to_string(), "0.026");
+    }
+
     #[test]
     fn names_snapshots_and_aliases_are_found() {
         assert_eq!(

@@ -294,6 +294,43 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_streams_usage_keeps_what_later_events_leave_out() {
+        let start = json!({"input_tokens": 10, "cache_read_input_tokens": 20, "cache_creation_input_tokens": 30,
+                           "cache_creation": {"ephemeral_5m_input_tokens": 10, "ephemeral_1h_input_tokens": 20},
+                           "output_tokens": 1});
+        let u = usage_from(&start).unwrap();
+        assert_eq!(
+            (
+                u.input_tokens,
+                u.cache_write_tokens,
+                u.cache_write_1h_tokens
+            ),
+            (60, 30, 20)
+        );
+        // message_delta repeating the counts without the split; then one with only the output; one with nulls.
+        let repeat = json!({"input_tokens": 10, "cache_read_input_tokens": 20, "cache_creation_input_tokens": 30,
+                            "output_tokens": 7});
+        let u = usage_update(u, &repeat).unwrap();
+        let u = usage_update(u, &json!({"output_tokens": 9, "input_tokens": null})).unwrap();
+        assert_eq!(
+            u,
+            Usage {
+                input_tokens: 60,
+                cached_input_tokens: 20,
+                cache_write_tokens: 30,
+                cache_write_1h_tokens: 20,
+                output_tokens: 9,
+                reasoning_tokens: 0,
+            }
+        );
+        // And back out in Messages' buckets.
+        let v = usage_json(&u);
+        assert_eq!(v["input_tokens"], 10);
+        assert_eq!(v["cache_creation"]["ephemeral_1h_input_tokens"], 20);
+        assert_eq!(v["cache_creation"]["ephemeral_5m_input_tokens"], 10);
+    }
+
+    #[test]
     fn stream_blocks_are_contiguous() {
         let mut enc = MessagesStreamEncoder::new();
         let mut out = Vec::new();
