@@ -337,7 +337,7 @@ step('a record shows every kind of token: cache reads, writes by lifetime, at li
   const res = await fetch(`${BASE}/v1/messages`, {
     method: 'POST',
     headers: { Authorization: `Bearer ${newKey}`, 'content-type': 'application/json', 'anthropic-version': '2023-06-01' },
-    body: JSON.stringify({ model: 'claude-cached', max_tokens: 100, messages: [{ role: 'user', content: 'Hello, cache' }] }),
+    body: JSON.stringify({ model: 'claude-cached', max_tokens: 1000, messages: [{ role: 'user', content: 'Hello, cache' }] }),
   });
   check(res.status === 200, `the cached request failed: ${res.status} ${await res.text()}`);
   const id = res.headers.get('x-request-id');
@@ -370,8 +370,9 @@ step('a record shows every kind of token: cache reads, writes by lifetime, at li
   await card.waitFor();
   const source = await card.locator('.price-source').textContent();
   check(source.includes('list price') && source.includes('claude-haiku-5-5'), `the model is not marked as at list price: ${source}`);
-  check((await card.locator('dd.cache-write-1h-price').textContent()).includes('0.2'), 'the 1-hour write price is not shown');
-  check((await card.locator('dd.tier-prices').textContent()).includes('0.5'), 'the long-context tier is not shown');
+  check((await card.locator('dd.cache-write-price').textContent()).includes('0.125'), 'the 5-minute write price is not shown exactly');
+  check((await card.locator('dd.cache-write-1h-price').textContent()).includes('0.20'), 'the 1-hour write price is not shown');
+  check((await card.locator('dd.tier-prices').textContent()).includes('5m writes 0.625'), 'the long-context tier is not shown');
   await open('keys');
 });
 

@@ -29,6 +29,13 @@ export function fmtCredits(n) {
   return (a === 0 || a >= 0.01 ? CREDITS[0] : CREDITS[1]).format(n);
 }
 
+const PRICE = new Intl.NumberFormat('en-US', { minimumFractionDigits: 2, maximumFractionDigits: 6 });
+
+/** A price per 1M tokens, exact (prices have at most 6 decimals): 0.125 stays 0.125, 3 shows as 3.00. */
+export function fmtPrice(n) {
+  return n === null || n === undefined ? '—' : PRICE.format(n);
+}
+
 export function fmtCompact(n) {
   return COMPACT.format(n);
 }

@@ -3,7 +3,7 @@
  */
 import { api, seg } from './api.js';
 import { act, badge, button, el, empty, errorSlot, field, input, table, td } from './dom.js';
-import { currency, fmtAgo, fmtCredits, fmtInt, fmtMs, fmtPct, parseAmount, timeEl } from './format.js';
+import { currency, fmtAgo, fmtCredits, fmtInt, fmtMs, fmtPct, fmtPrice, parseAmount, timeEl } from './format.js';
 import { confirmAction } from './dialogs.js';
 
 // The last probe of each upstream (from "Check upstreams now"), shown until the next one: plain status
@@ -176,7 +176,7 @@ function priceSource(m) {
 }
 
 function pricesBlock(frame, m) {
-  const price = (v, fallback) => (v === null || v === undefined ? el('span', { class: 'muted', text: fallback }) : fmtCredits(v));
+  const price = (v, fallback) => (v === null || v === undefined ? el('span', { class: 'muted', text: fallback }) : fmtPrice(v));
   const perUse = (prices, unit) => {
     const names = Object.keys(prices || {});
     if (!names.length) return el('span', { class: 'muted', text: 'none allowed' });
@@ -191,7 +191,7 @@ function pricesBlock(frame, m) {
       ['output', t.output_price],
     ]
       .filter(([, v]) => v !== null && v !== undefined)
-      .map(([k, v]) => `${k} ${fmtCredits(v)}`)
+      .map(([k, v]) => `${k} ${fmtPrice(v)}`)
       .join(', ');
   const facts = el(
     'dl',
