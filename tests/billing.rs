@@ -260,11 +260,16 @@ fn responses_object(p: Parts, status: &str) -> Value {
 /// A gateway with one priced model per upstream kind (`b-chat`, `b-responses`, `b-messages`) at `fake`,
 /// plus whatever `extra` adds (models, upstreams).
 fn gateway(fake: &FakeUpstream, extra: &str) -> Gateway {
+    gateway_with(fake, "", extra, "")
+}
+
+/// [`gateway`] with lines at the top of the config and a section at its end (`[store]`).
+fn gateway_with(fake: &FakeUpstream, top: &str, extra: &str, end: &str) -> Gateway {
     let dir = TempDir::new("billing");
     let f = fake.addr;
     let mut c = base_config(
         dir.path(),
-        &format!("admin_token_env = \"{ADMIN_TOKEN_ENV}\""),
+        &format!("admin_token_env = \"{ADMIN_TOKEN_ENV}\"\n{top}"),
     );
     for (kind, url) in [
         ("openai-chat", format!("http://{f}/v1")),
@@ -285,7 +290,8 @@ fn gateway(fake: &FakeUpstream, extra: &str) -> Gateway {
         ));
     }
     c.push_str(extra);
-    c.push_str("\n[[groups]]\nname = \"default\"\nmodels = [\"*\"]\n");
+    c.push_str("\n[[groups]]\nname = \"default\"\nmodels = [\"*\"]\n\n");
+    c.push_str(end);
     Gateway::start_with(dir, &c)
 }
 
@@ -904,4 +910,61 @@ fn old_ledger_lines_still_replay() {
     assert_eq!(rec["cache_write_1h_tokens"], 0, "{rec}");
     assert_eq!(money(&rec["cost"]), Money::parse("0.5").unwrap());
     assert!(!gw.all_logs().contains("ERROR"), "{}", gw.all_logs());
+}
+
+/// With a shared store, what the store settles and what the shipped records say are the same costs, every
+/// kind of token billed: a key's spend in the store is the sum of its records' costs to the unit, and the
+/// shared usage stream carries the breakdown.
+#[test]
+fn the_store_settles_and_ships_the_same_cost() {
+    let redis = common::redis::Redis::start(false);
+    let fake = FakeUpstream::start(answer);
+    let gw = gateway_with(&fake, "instance = \"bill-a\"", "", &redis.store_section(""));
+    let key = gw.add_key("stored", "default", Some(100.0));
+    let mut want = Money::ZERO;
+    for (scenario, parts) in [("small", SMALL), ("big", BIG)] {
+        for stream in [false, true] {
+            let r = gw.post_as(
+                &key,
+                "/v1/messages",
+                &request(
+                    "messages",
+                    "b-messages",
+                    &format!("SCENARIO-{scenario}"),
+                    stream,
+                ),
+            );
+            assert_eq!(r.status, 200, "{}", r.text());
+            want += expected_cost(seen("anthropic", parts));
+        }
+    }
+    let mut records = Vec::new();
+    wait_for(
+        || {
+            records = gw.admin("/admin/usage?key=stored").json()["data"]
+                .as_array()
+                .unwrap()
+                .clone();
+            records.len() == 4
+        },
+        "the four records in the shared usage stream",
+    );
+    let shipped: Money = records.iter().map(|r| money(&r["cost"])).sum();
+    assert_eq!(shipped, want);
+    assert!(
+        records.iter().all(|r| r["cache_write_1h_tokens"] != 0),
+        "{records:?}"
+    );
+    let spent = || {
+        let keys = gw.admin("/admin/keys").json();
+        let k = keys["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["name"] == "stored")
+            .cloned()
+            .unwrap();
+        money(&k["spent"])
+    };
+    wait_for(|| spent() == want, "the store's spend to match the records");
 }
