@@ -47,8 +47,11 @@ fn main() {
                 },
                 input_tokens: 1200 + (i % 700) as u64,
                 cached_input_tokens: (i % 5) as u64 * 100,
+                cache_write_5m_tokens: 0,
+                cache_write_1h_tokens: 0,
                 output_tokens: 300 + (i % 400) as u64,
                 reasoning_tokens: 0,
+                tier_above_input_tokens: None,
                 estimated: false,
                 cost: tollgate::money::Money::from_units(
                     4_200_000_000 + (i % 10) as i128 * 100_000_000,

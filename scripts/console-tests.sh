@@ -52,17 +52,19 @@ fi
 out="$(mktemp -d "${TMPDIR:-/tmp}/tollgate-console-tests.XXXXXX")"
 gateway_pid=""
 closed_pid=""
+fake_pid=""
 passed=0
 cleanup() {
     local pid
-    for pid in "$gateway_pid" "$closed_pid"; do
+    for pid in "$gateway_pid" "$closed_pid" "$fake_pid"; do
         if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; fi
     done
-    for pid in "$gateway_pid" "$closed_pid"; do
+    for pid in "$gateway_pid" "$closed_pid" "$fake_pid"; do
         if [ -n "$pid" ]; then wait "$pid" 2>/dev/null || true; fi
     done
     gateway_pid=""
     closed_pid=""
+    fake_pid=""
     if [ "$passed" = 1 ] && [ "${CONSOLE_TESTS_KEEP:-0}" != 1 ]; then
         rm -rf "$out"
     else
@@ -73,7 +75,15 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# write_config DIR: a gateway on a free port with the mock model, priced so that requests cost credits.
+# A fake Anthropic upstream (tests/console/fake-upstream.mjs) whose answers report cache reads and writes
+# split by lifetime, behind the model `claude-cached` (list prices: its upstream model is in the table).
+node "$console_dir/fake-upstream.mjs" "$out/fake.port" >"$out/fake.log" 2>&1 &
+fake_pid=$!
+fake_port="$(wait_for "$out/fake.port" 's/^\([0-9][0-9]*\)$/\1/p' "$fake_pid")" ||
+    die "the fake upstream did not start: $(tail -5 "$out/fake.log")"
+
+# write_config DIR: a gateway on a free port with the mock model, priced so that requests cost credits, and
+# the fake upstream's model at list prices.
 write_config() {
     mkdir -p "$1"
     cat >"$1/tollgate.toml" <<EOF
@@ -92,6 +102,16 @@ name = "mock"
 upstream = "mock"
 input_price = 1000000.0
 output_price = 2000000.0
+
+[[upstreams]]
+name = "fake-anthropic"
+kind = "anthropic"
+base_url = "http://127.0.0.1:$fake_port"
+
+[[models]]
+name = "claude-cached"
+upstream = "fake-anthropic"
+upstream_model = "claude-haiku-5-5"
 
 [[groups]]
 name = "default"

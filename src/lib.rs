@@ -12,6 +12,7 @@ pub mod http;
 pub mod ledger;
 pub mod logging;
 pub mod money;
+pub mod pricing;
 pub mod protocol;
 pub mod secrets;
 pub mod server;

@@ -29,6 +29,7 @@ pub enum Command {
     Serve(ServeArgs),
     Keys(KeysArgs),
     Check(CheckArgs),
+    Models(ModelsArgs),
     Store(store::StoreArgs),
     Doctor(crate::doctor::DoctorArgs),
 }
@@ -239,11 +240,24 @@ pub struct CheckArgs {
     pub connect: bool,
 }
 
+#[derive(FromArgs)]
+/// Show the configured models' prices, or the built-in list prices.
+#[argh(subcommand, name = "models")]
+pub struct ModelsArgs {
+    /// config file (TOML); without it, the built-in defaults
+    #[argh(option)]
+    pub config: Option<PathBuf>,
+    /// print the built-in table of list prices (USD per 1M tokens), context windows and output limits
+    #[argh(switch)]
+    pub list_prices: bool,
+}
+
 /// Runs a command; returns the process exit code.
 pub fn run(args: Args) -> i32 {
     match args.command {
         Command::Serve(a) => serve(a),
         Command::Check(a) => check(&a.config, a.connect),
+        Command::Models(a) => models(&a),
         Command::Store(a) => store::run(a),
         Command::Doctor(a) => crate::doctor::run(a),
         Command::Keys(k) => keys_command(k.command),
@@ -408,6 +422,9 @@ fn check(path: &Path, connect: bool) -> i32 {
             for w in &c.warnings {
                 println!("warning: {w}");
             }
+            for l in crate::config::list_price_lines(&c.models) {
+                println!("list price: {l}");
+            }
             for u in &c.upstreams {
                 if let Some(var) = &u.missing_key {
                     println!(
@@ -449,6 +466,38 @@ fn check(path: &Path, connect: bool) -> i32 {
             1
         }
     }
+}
+
+/// `tollgate models`: each configured model's prices and where they come from; with `--list-prices`, the
+/// built-in table.
+fn models(a: &ModelsArgs) -> i32 {
+    if a.list_prices {
+        print!("{}", crate::pricing::list::render());
+        return 0;
+    }
+    let c = match load(a.config.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{e}");
+            return 1;
+        }
+    };
+    for m in &c.models {
+        let source = match m.prices.source {
+            crate::pricing::Source::List(row) => {
+                format!("list price of {row}, {}", crate::pricing::list::AS_OF)
+            }
+            s => s.name().to_string(),
+        };
+        println!(
+            "{} (upstream model {}; {source}; output limit {}): {}",
+            m.name,
+            m.upstream_model,
+            m.max_output_tokens,
+            m.prices.describe()
+        );
+    }
+    0
 }
 
 /// A key operation's error with the flag that was wrong.
@@ -710,6 +759,9 @@ fn log_config_problems(config: &Config) {
     }
     for w in &config.warnings {
         log::warn!("config: {w}");
+    }
+    for l in crate::config::list_price_lines(&config.models) {
+        log::info!("{l}");
     }
     if let Some(w) = crate::util::data_dir_exposure(&config.data_dir) {
         log::warn!("{w}");

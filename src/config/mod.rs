@@ -4,7 +4,6 @@
 
 use std::fmt;
 
-use crate::money::Money;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -12,9 +11,11 @@ use std::time::Duration;
 pub mod hosted;
 pub mod names;
 mod overrides;
+mod prices;
 pub mod store;
 mod validate;
 pub use overrides::{GroupSpec, ModelChange, Overrides, OVERRIDES_FILE};
+pub use prices::list_price_lines;
 
 /// A configuration problem, naming the field.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,9 +128,10 @@ pub struct Model {
     /// Upstream names, tried in order before the first byte.
     pub upstreams: Vec<String>,
     pub upstream_model: String,
-    pub input_price: Money,
-    pub cached_input_price: Option<Money>,
-    pub output_price: Money,
+    /// Its prices (credits per 1M tokens), tiers and where they came from.
+    pub prices: crate::pricing::PriceSheet,
+    /// The output limit a request is reserved and (keys with a spending limit) capped at when it sets none:
+    /// the config's, else the list's for its upstream model, else [`DEFAULT_MAX_OUTPUT_TOKENS`].
     pub max_output_tokens: u64,
     /// The input tokens one image may cost at most on this model's upstreams (admission counts every image
     /// part at it; see `protocol::estimate`).
@@ -342,8 +344,7 @@ mock_delay_ms = 20
 [[models]]
 name = "mock"
 upstream = "mock"
-input_price = 0.0
-output_price = 0.0
+prices = "none"
 
 [[groups]]
 name = "default"

@@ -39,9 +39,19 @@ pub struct ModelChange {
     pub output_price: Option<Money>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cached_input_price: Option<Money>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write_price: Option<Money>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write_1h_price: Option<Money>,
     /// The cached-input price was cleared: cached input costs the input price again.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub clear_cached_input_price: bool,
+    /// The cache-write price was cleared: writes cost the input price again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub clear_cache_write_price: bool,
+    /// The 1-hour write price was cleared: 1-hour writes cost the 5-minute write price again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub clear_cache_write_1h_price: bool,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -97,11 +107,67 @@ impl GroupSpec {
 }
 
 impl ModelChange {
+    /// Whether it changes any price.
+    pub fn reprices(&self) -> bool {
+        self.input_price.is_some()
+            || self.output_price.is_some()
+            || self.cached_input_price.is_some()
+            || self.cache_write_price.is_some()
+            || self.cache_write_1h_price.is_some()
+            || self.clear_cached_input_price
+            || self.clear_cache_write_price
+            || self.clear_cache_write_1h_price
+    }
+
+    /// The model's prices with this change made: they become its own (`Source::Set`), list prices that
+    /// were in force included; an announced change of the list no longer applies.
+    pub fn apply(&self, sheet: &mut crate::pricing::PriceSheet) {
+        if !self.reprices() {
+            return;
+        }
+        let now = crate::util::unix_now();
+        let current = sheet.in_force(now).clone();
+        *sheet = current;
+        sheet.source = crate::pricing::Source::Set;
+        let b = &mut sheet.base;
+        if let Some(p) = self.input_price {
+            b.input = p;
+        }
+        if let Some(p) = self.output_price {
+            b.output = p;
+        }
+        for (slot, set, clear) in [
+            (
+                &mut b.cached_input,
+                self.cached_input_price,
+                self.clear_cached_input_price,
+            ),
+            (
+                &mut b.cache_write,
+                self.cache_write_price,
+                self.clear_cache_write_price,
+            ),
+            (
+                &mut b.cache_write_1h,
+                self.cache_write_1h_price,
+                self.clear_cache_write_1h_price,
+            ),
+        ] {
+            if set.is_some() {
+                *slot = set;
+            } else if clear {
+                *slot = None;
+            }
+        }
+    }
+
     pub fn validate(&self) -> Result<(), ConfigError> {
         for (k, v) in [
             ("input_price", self.input_price),
             ("output_price", self.output_price),
             ("cached_input_price", self.cached_input_price),
+            ("cache_write_price", self.cache_write_price),
+            ("cache_write_1h_price", self.cache_write_1h_price),
         ] {
             if let Some(p) = v {
                 crate::money::check_price(p).map_err(|m| err(k, m))?;
@@ -166,17 +232,7 @@ impl Config {
             if let Some(d) = change.disabled {
                 m.disabled = d;
             }
-            if let Some(p) = change.input_price {
-                m.input_price = p;
-            }
-            if let Some(p) = change.output_price {
-                m.output_price = p;
-            }
-            if change.cached_input_price.is_some() {
-                m.cached_input_price = change.cached_input_price;
-            } else if change.clear_cached_input_price {
-                m.cached_input_price = None;
-            }
+            change.apply(&mut m.prices);
         }
         Ok(c)
     }
@@ -218,7 +274,10 @@ mod tests {
         assert_eq!(c.group("default").unwrap().rpm, Some(5));
         assert_eq!(c.group("new").unwrap().max_concurrent, Some(2));
         assert!(c.model("mock").is_none(), "disabled models are hidden");
-        assert_eq!(c.model_any("mock").unwrap().output_price, Money::credits(3));
+        assert_eq!(
+            c.model_any("mock").unwrap().prices.base.output,
+            Money::credits(3)
+        );
         o.groups[0].rpm = Some(0);
         assert!(base.with_overrides(&o).unwrap_err().field.ends_with("rpm"));
     }

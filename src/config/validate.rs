@@ -81,7 +81,13 @@ struct RawModel {
     upstream_model: Option<String>,
     input_price: Option<Money>,
     cached_input_price: Option<Money>,
+    cache_write_price: Option<Money>,
+    cache_write_1h_price: Option<Money>,
     output_price: Option<Money>,
+    /// `"none"`: no prices, not even the built-in list prices.
+    prices: Option<String>,
+    #[serde(default)]
+    tiers: Vec<super::prices::RawTier>,
     max_output_tokens: Option<u64>,
     image_tokens: Option<u64>,
     structured_output: Option<String>,
@@ -178,6 +184,8 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         .and_then(|s| super::store::validate_store(s, &mut p.errors));
     check_names(&models, &mut p);
     coverage_warnings(&models, &groups, &mut p.warnings);
+    let currency = p.take(currency(raw.currency), String::new());
+    super::prices::warnings(&models, &upstreams, &currency, &mut p.warnings);
     let config = Config {
         listen,
         data_dir: PathBuf::from(raw.data_dir.unwrap_or_else(|| "./tollgate-data".into())),
@@ -201,7 +209,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         log_level,
         log_format: p.take(log_format(raw.log_format.as_deref()), String::new()),
         metrics_auth: raw.metrics_auth.unwrap_or(false),
-        currency: p.take(currency(raw.currency), String::new()),
+        currency,
         discovery,
         instance,
         instance_set,
@@ -674,29 +682,31 @@ fn validate_model(
     }
     let (route, weights) = route_of(m.route.as_deref(), m.weights, names.len(), &f)?;
     check_upstreams_known(&names, upstreams, &f)?;
-    for (k, v) in [
-        ("input_price", m.input_price),
-        ("output_price", m.output_price),
-        ("cached_input_price", m.cached_input_price),
-    ] {
-        if let Some(p) = v {
-            crate::money::check_price(p).map_err(|m| err(f(k), m))?;
-        }
-    }
+    let upstream_model = m.upstream_model.unwrap_or_else(|| m.name.clone());
+    let raw = super::prices::RawPrices {
+        input_price: m.input_price,
+        cached_input_price: m.cached_input_price,
+        cache_write_price: m.cache_write_price,
+        cache_write_1h_price: m.cache_write_1h_price,
+        output_price: m.output_price,
+    };
+    let prices = super::prices::sheet(raw, m.tiers, m.prices.as_deref(), &upstream_model, &f)?;
     if m.max_output_tokens == Some(0) {
         return Err(err(
             f("max_output_tokens"),
             "expected a number greater than 0, got 0",
         ));
     }
+    let listed_limit = crate::pricing::list::find(&upstream_model).and_then(|l| l.max_output);
     Ok(Model {
-        upstream_model: m.upstream_model.unwrap_or_else(|| m.name.clone()),
+        upstream_model,
         name: m.name,
         upstreams: names,
-        input_price: m.input_price.unwrap_or_default(),
-        cached_input_price: m.cached_input_price,
-        output_price: m.output_price.unwrap_or_default(),
-        max_output_tokens: m.max_output_tokens.unwrap_or(DEFAULT_MAX_OUTPUT_TOKENS),
+        prices,
+        max_output_tokens: m
+            .max_output_tokens
+            .or(listed_limit)
+            .unwrap_or(DEFAULT_MAX_OUTPUT_TOKENS),
         image_tokens: m
             .image_tokens
             .unwrap_or(crate::protocol::estimate::IMAGE_TOKENS),

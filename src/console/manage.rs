@@ -406,6 +406,7 @@ pub fn delete_group(gw: &Gateway, name: &str) -> Result<Value, ApiError> {
 /// `GET /admin/models[?probe=1]`: every model with its upstreams, prices, state and live availability.
 pub fn models(gw: &Gateway, probe: bool) -> Value {
     let config = gw.config();
+    let now = crate::util::unix_now();
     let probes = if probe {
         gw.stats.probe_all(&gw.agent, &config)
     } else {
@@ -437,7 +438,7 @@ pub fn models(gw: &Gateway, probe: bool) -> Value {
                            "routing": routing})
                 })
                 .collect();
-            json!({
+            let mut v = json!({
                 "name": m.name,
                 "upstream_model": m.upstream_model,
                 "upstreams": upstreams,
@@ -445,16 +446,15 @@ pub fn models(gw: &Gateway, probe: bool) -> Value {
                 "aliases": m.aliases,
                 "discovered": m.discovered,
                 "weights": m.weights,
-                "input_price": m.input_price,
-                "cached_input_price": m.cached_input_price,
-                "output_price": m.output_price,
                 "max_output_tokens": m.max_output_tokens,
                 "allow_hosted_tools": config.hosted_prices(&m.name).tools,
                 "allow_service_tiers": config.hosted_prices(&m.name).tiers,
                 "max_hosted_uses": config.hosted_prices(&m.name).max_uses,
                 "disabled": m.disabled,
                 "availability": gw.stats.model_json(&m.name),
-            })
+            });
+            merge(&mut v, m.prices.json(now));
+            v
         })
         .collect();
     let discovery: Vec<Value> = gw
@@ -465,7 +465,16 @@ pub fn models(gw: &Gateway, probe: bool) -> Value {
     json!({"data": data, "discovery": discovery})
 }
 
-/// `POST /admin/models/{name} {disabled?, input_price?, output_price?, cached_input_price?}`.
+/// The fields of `extra` added to the object `v`.
+fn merge(v: &mut Value, extra: Value) {
+    if let (Some(o), Value::Object(e)) = (v.as_object_mut(), extra) {
+        o.extend(e);
+    }
+}
+
+/// `POST /admin/models/{name} {disabled?, input_price?, cached_input_price?, cache_write_price?,
+/// cache_write_1h_price?, output_price?}`: the prices set become the model's own (list prices included); a
+/// null cache price clears it (reads and writes cost the input price again, 1-hour writes the write price).
 pub fn change_model(gw: &Gateway, name: &str, body: &Value) -> Result<Value, ApiError> {
     let o = object(body)?;
     // An alias or a matching name stands for its entry, whose name the overrides are kept under.
@@ -486,13 +495,17 @@ pub fn change_model(gw: &Gateway, name: &str, body: &Value) -> Result<Value, Api
             ))
         }
     };
+    let null = |k: &str| o.get(k) == Some(&Value::Null);
     let change = ModelChange {
         disabled,
         input_price: opt_amount(o, "input_price")?,
         output_price: opt_amount(o, "output_price")?,
         cached_input_price: opt_amount(o, "cached_input_price")?,
-        // `"cached_input_price": null` clears it: cached input costs the input price again.
-        clear_cached_input_price: o.get("cached_input_price") == Some(&Value::Null),
+        cache_write_price: opt_amount(o, "cache_write_price")?,
+        cache_write_1h_price: opt_amount(o, "cache_write_1h_price")?,
+        clear_cached_input_price: null("cached_input_price"),
+        clear_cache_write_price: null("cache_write_price"),
+        clear_cache_write_1h_price: null("cache_write_1h_price"),
     };
     change.validate().map_err(config_error)?;
     gw.change_overrides(|ov| {
@@ -503,17 +516,38 @@ pub fn change_model(gw: &Gateway, name: &str, body: &Value) -> Result<Value, Api
         for (slot, v) in [
             (&mut entry.input_price, change.input_price),
             (&mut entry.output_price, change.output_price),
-            (&mut entry.cached_input_price, change.cached_input_price),
         ] {
             if v.is_some() {
                 *slot = v;
             }
         }
-        if change.cached_input_price.is_some() {
-            entry.clear_cached_input_price = false;
-        } else if change.clear_cached_input_price {
-            entry.cached_input_price = None;
-            entry.clear_cached_input_price = true;
+        for (slot, cleared, v, clear) in [
+            (
+                &mut entry.cached_input_price,
+                &mut entry.clear_cached_input_price,
+                change.cached_input_price,
+                change.clear_cached_input_price,
+            ),
+            (
+                &mut entry.cache_write_price,
+                &mut entry.clear_cache_write_price,
+                change.cache_write_price,
+                change.clear_cache_write_price,
+            ),
+            (
+                &mut entry.cache_write_1h_price,
+                &mut entry.clear_cache_write_1h_price,
+                change.cache_write_1h_price,
+                change.clear_cache_write_1h_price,
+            ),
+        ] {
+            if v.is_some() {
+                *slot = v;
+                *cleared = false;
+            } else if clear {
+                *slot = None;
+                *cleared = true;
+            }
         }
         Ok(())
     })
@@ -522,8 +556,7 @@ pub fn change_model(gw: &Gateway, name: &str, body: &Value) -> Result<Value, Api
     let m = config
         .model_any(name)
         .ok_or_else(|| ApiError::internal("model vanished"))?;
-    Ok(
-        json!({"name": m.name, "disabled": m.disabled, "input_price": m.input_price,
-              "output_price": m.output_price, "cached_input_price": m.cached_input_price}),
-    )
+    let mut v = json!({"name": m.name, "disabled": m.disabled});
+    merge(&mut v, m.prices.json(crate::util::unix_now()));
+    Ok(v)
 }

@@ -181,8 +181,10 @@ fn state_of(gw: &Gateway, kind: &str, name: &Option<String>) -> Value {
         "key" => crate::audit::key_in(gw.keys_at(), name),
         "group" => config.group(name).map_or(Value::Null, |g| json!(g)),
         _ => config.model_any(name).map_or(Value::Null, |m| {
-            json!({"name": m.name, "disabled": m.disabled, "input_price": m.input_price,
-                   "cached_input_price": m.cached_input_price, "output_price": m.output_price})
+            let mut v = m.prices.json(crate::util::unix_now());
+            v["name"] = json!(m.name);
+            v["disabled"] = json!(m.disabled);
+            v
         }),
     }
 }

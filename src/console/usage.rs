@@ -166,7 +166,8 @@ pub fn csv(gw: &Gateway, ex: &Exchange) -> Result<String, ApiError> {
     let f = filter(ex, 100_000, 100_000)?;
     let mut out = String::from(
         "ts,request_id,client_request_id,key,group,model,protocol,upstream,stream,status,input_tokens,\
-         cached_input_tokens,output_tokens,reasoning_tokens,estimated,cost,latency_ms,error,reason,instance\n",
+         cached_input_tokens,cache_write_5m_tokens,cache_write_1h_tokens,output_tokens,reasoning_tokens,\
+         tier_above_input_tokens,estimated,cost,latency_ms,error,reason,instance\n",
     );
     for r in query(gw, &f)? {
         let status = match r.status {
@@ -187,8 +188,13 @@ pub fn csv(gw: &Gateway, ex: &Exchange) -> Result<String, ApiError> {
             status,
             r.input_tokens.to_string(),
             r.cached_input_tokens.to_string(),
+            r.cache_write_5m_tokens.to_string(),
+            r.cache_write_1h_tokens.to_string(),
             r.output_tokens.to_string(),
             r.reasoning_tokens.to_string(),
+            r.tier_above_input_tokens
+                .map(|t| t.to_string())
+                .unwrap_or_default(),
             r.estimated.to_string(),
             format!("{}", r.cost),
             r.latency_ms.to_string(),
@@ -220,6 +226,9 @@ fn csv_field(s: &str) -> String {
 struct Totals {
     requests: u64,
     tokens: u64,
+    /// Tokens by kind, as the records count them: input (all), cache reads, 5-minute and 1-hour cache
+    /// writes, output (all), reasoning.
+    kinds: [u64; 6],
     cost: Money,
     errors: u64,
 }
@@ -230,6 +239,17 @@ impl Totals {
         self.tokens = self
             .tokens
             .saturating_add(r.input_tokens.saturating_add(r.output_tokens));
+        let kinds = [
+            r.input_tokens,
+            r.cached_input_tokens,
+            r.cache_write_5m_tokens,
+            r.cache_write_1h_tokens,
+            r.output_tokens,
+            r.reasoning_tokens,
+        ];
+        for (total, n) in self.kinds.iter_mut().zip(kinds) {
+            *total = total.saturating_add(n);
+        }
         self.cost += r.cost;
         if matches!(r.status, Status::Http(s) if s >= 400) || r.error.is_some() {
             self.errors += 1;
@@ -242,7 +262,11 @@ impl Totals {
         } else {
             self.errors as f64 / self.requests as f64
         };
-        json!({"requests": self.requests, "tokens": self.tokens, "cost": self.cost, "errors": self.errors, "error_rate": rate})
+        let [input, cached, w5m, w1h, output, reasoning] = self.kinds;
+        json!({"requests": self.requests, "tokens": self.tokens, "cost": self.cost, "errors": self.errors,
+               "error_rate": rate, "input_tokens": input, "cached_input_tokens": cached,
+               "cache_write_5m_tokens": w5m, "cache_write_1h_tokens": w1h, "output_tokens": output,
+               "reasoning_tokens": reasoning})
     }
 }
 

@@ -102,12 +102,25 @@ pub struct Record {
     pub upstream: String,
     pub stream: bool,
     pub status: Status,
+    /// All input: uncached, cache reads and cache writes.
     pub input_tokens: u64,
+    /// The input read from a cache.
     #[serde(default)]
     pub cached_input_tokens: u64,
+    /// The input written to a cache for five minutes (or for a lifetime the upstream did not state).
+    #[serde(default)]
+    pub cache_write_5m_tokens: u64,
+    /// The input written to a cache for an hour.
+    #[serde(default)]
+    pub cache_write_1h_tokens: u64,
+    /// All output, reasoning included.
     pub output_tokens: u64,
+    /// The output that was reasoning.
     #[serde(default)]
     pub reasoning_tokens: u64,
+    /// The long-context tier the request was billed at (its `above_input_tokens`); none: the base prices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier_above_input_tokens: Option<u64>,
     /// Tokens were estimated from the text because the upstream reported none.
     #[serde(default)]
     pub estimated: bool,

@@ -200,20 +200,59 @@ pub enum StopReason {
     Other(String),
 }
 
-/// Token usage, normalised: `input_tokens` counts all input including cached and cache-write tokens.
+/// Token usage, normalised once from each vendor's semantics (the decoders of `chat/`, `responses/` and
+/// `messages/`), so that one price sheet bills every path alike:
+///
+/// - `input_tokens` counts all input: uncached, cache reads and cache writes. OpenAI's `prompt_tokens` /
+///   `input_tokens` already do (its `cached_tokens` and `cache_write_tokens` are parts of them); Anthropic's
+///   three buckets (`input_tokens`, `cache_read_input_tokens`, `cache_creation_input_tokens`) are added up;
+///   the Gemini API's `promptTokenCount` already holds its `cachedContentTokenCount`.
+/// - `cached_input_tokens`: the part read from a cache. `cache_write_tokens`: the part written to one, of
+///   which `cache_write_1h_tokens` were written for an hour (Anthropic's `ephemeral_1h_input_tokens`); the
+///   rest were written for five minutes or for a lifetime the upstream does not state.
+/// - `output_tokens` counts all output, reasoning included: OpenAI's `completion_tokens` / `output_tokens`
+///   and Anthropic's `output_tokens` already do; Gemini's `thoughtsTokenCount` comes apart from its
+///   `candidatesTokenCount` and is added to it. `reasoning_tokens` is the part that was reasoning (never
+///   billed twice).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Usage {
     pub input_tokens: u64,
     pub cached_input_tokens: u64,
-    pub cache_creation_input_tokens: u64,
+    pub cache_write_tokens: u64,
+    pub cache_write_1h_tokens: u64,
     pub output_tokens: u64,
     pub reasoning_tokens: u64,
+}
+
+/// The input of a usage in its billed kinds, which add up to its `input_tokens`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct InputSplit {
+    pub uncached: u64,
+    pub cache_reads: u64,
+    /// Written for five minutes, or for a lifetime the upstream did not state.
+    pub cache_writes_5m: u64,
+    pub cache_writes_1h: u64,
 }
 
 impl Usage {
     /// Input and output, saturating (counts come from upstreams and clients).
     pub fn total(&self) -> u64 {
         self.input_tokens.saturating_add(self.output_tokens)
+    }
+
+    /// The input by kind, the one rule every use shares (billing, the record, a Messages client's buckets):
+    /// reads and writes are parts of the input, so counts that claim more than the input are cut to it
+    /// (reads first, then writes, the 1-hour ones first).
+    pub fn split(&self) -> InputSplit {
+        let reads = self.cached_input_tokens.min(self.input_tokens);
+        let writes = self.cache_write_tokens.min(self.input_tokens - reads);
+        let writes_1h = self.cache_write_1h_tokens.min(writes);
+        InputSplit {
+            uncached: self.input_tokens - reads - writes,
+            cache_reads: reads,
+            cache_writes_5m: writes - writes_1h,
+            cache_writes_1h: writes_1h,
+        }
     }
 }
 

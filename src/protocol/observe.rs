@@ -322,18 +322,10 @@ impl StreamObserver {
                 if let Some(u) = u {
                     self.hosted.usage(u);
                 }
-                let Some(new) = u.and_then(messages::usage_from) else {
-                    return;
-                };
-                let mut merged = self.usage.unwrap_or_default();
-                merged.output_tokens = new.output_tokens.max(merged.output_tokens);
-                if new.input_tokens > 0 {
-                    merged.input_tokens = new.input_tokens;
-                    merged.cached_input_tokens = new.cached_input_tokens;
-                    merged.cache_creation_input_tokens = new.cache_creation_input_tokens;
+                let prev = self.usage.unwrap_or_default();
+                if let Some(new) = u.and_then(|u| messages::usage_update(prev, u)) {
+                    self.usage = Some(new);
                 }
-                merged.reasoning_tokens = merged.reasoning_tokens.max(new.reasoning_tokens);
-                self.usage = Some(merged);
             }
             "content_block_start" => {
                 if let Some(Tagged {

@@ -11,18 +11,16 @@ use crate::config::{Config, Model};
 use crate::http::{Exchange, Withheld};
 use crate::ledger::{Record, Status};
 use crate::money::Money;
+use crate::pricing::Bill;
 use crate::protocol::canon::Usage;
 use crate::protocol::request::Endpoint;
 use crate::protocol::ApiError;
 use crate::util::{rfc3339_millis, unix_millis};
 
-/// Credits for `usage` at the model's prices (per 1M tokens; cached input at its own price when set).
-pub fn cost(model: &Model, u: &Usage) -> Money {
-    let cached = u.cached_input_tokens.min(u.input_tokens);
-    let cached_price = model.cached_input_price.unwrap_or(model.input_price);
-    model.input_price.per_million(u.input_tokens - cached)
-        + cached_price.per_million(cached)
-        + model.output_price.per_million(u.output_tokens)
+/// What `usage` costs at the model's prices in force now: every kind of token at its price, the whole
+/// request at the tier its input falls in (`pricing::PriceSheet::bill`, the one rule).
+pub fn cost(model: &Model, u: &Usage) -> Bill {
+    model.prices.bill(u, crate::util::unix_now())
 }
 
 /// Checks the key's limits and balance and reserves the request's worst case: its estimated input and the
@@ -48,11 +46,12 @@ pub fn admit(
             now: crate::util::unix_now(),
         }
     } else {
-        let worst = Usage {
-            input_tokens: input,
-            output_tokens: p.reserved_output(),
-            ..Usage::default()
-        };
+        // The worst case: at the tier the estimated input falls in, every input token at the dearest input
+        // kind (a request may write all of it to a cache).
+        let worst = p
+            .model
+            .prices
+            .worst_case(input, p.reserved_output(), crate::util::unix_now());
         // Token counts saturate: a limit near 2^64 is a huge request, never a small one by wrap-around.
         let requested = p.requested_output.unwrap_or(0).saturating_mul(p.choices);
         Ask {
@@ -61,7 +60,7 @@ pub fn admit(
             credit: p.identity.credit,
             group,
             tokens: input.saturating_add(requested),
-            cost: cost(p.model, &worst) + p.hosted.reserved(),
+            cost: worst + p.hosted.reserved(),
             budget: p.budget(),
             now: crate::util::unix_now(),
         }
@@ -72,7 +71,7 @@ pub fn admit(
 /// Settles the reservation and writes the usage record (only for requests that reached an upstream).
 /// Output beyond the limit sent upstream is not billed. In strict mode a record that cannot be synced turns
 /// the answer into an error before its end reaches the client (503, or the stream's in-stream error).
-/// Returns the cost charged.
+/// Returns what was charged: the cost (hosted uses included) and the tier applied.
 pub fn record(
     gw: &Gateway,
     config: &Config,
@@ -80,14 +79,14 @@ pub fn record(
     trace: &Trace,
     out: &mut Outcome,
     reservation: Option<Reservation>,
-) -> Money {
+) -> Bill {
     let latency = ex.received.elapsed();
     if !out.upstream_called {
         if let Some(r) = reservation {
             r.release();
         }
         record_refusal(gw, trace, out, latency);
-        return Money::ZERO;
+        return Bill::default();
     }
     if let Some(m) = &out.model {
         let failure = out.answer.upstream_failure();
@@ -98,11 +97,14 @@ pub fn record(
     let usage = billable_usage(trace, out);
     let model = out.model.as_deref().and_then(|m| config.model_any(m));
     let hosted = out.hosted.charge(&out.answer.hosted);
-    let mut charged = match model {
-        Some(m) if !out.unbilled => cost(m, &usage) + hosted.cost,
-        _ => Money::ZERO,
+    let bill = match model {
+        Some(m) if !out.unbilled => Some(cost(m, &usage)),
+        _ => None,
     };
+    let mut charged = bill.map_or(Money::ZERO, |b| b.cost + hosted.cost);
     let mut rec = usage_record(gw, trace, out, &usage, charged, latency);
+    let rec_tier = bill.and_then(|b| b.tier);
+    rec.tier_above_input_tokens = rec_tier;
     (rec.hosted_uses, rec.service_tier) = (hosted.uses, hosted.tier);
     if let Err(rec) = gw.ledger.try_append(rec) {
         let mut rec = *rec;
@@ -121,7 +123,11 @@ pub fn record(
     if let Some(r) = reservation {
         r.settle(charged, usage.total());
     }
-    charged
+    Bill {
+        cost: charged,
+        split: usage.split(),
+        tier: rec_tier,
+    }
 }
 
 /// A request of a known key that arrives while every worker is busy: answered 503 `overloaded` here, on
@@ -240,6 +246,7 @@ fn usage_record(
     latency: std::time::Duration,
 ) -> Record {
     let started_ms = unix_millis().saturating_sub(latency.as_millis() as u64);
+    let split = usage.split();
     let instance = gw.record_instance.clone();
     let status = if out.answer.client_closed {
         Status::ClientClosed
@@ -260,9 +267,12 @@ fn usage_record(
         stream: out.stream,
         status,
         input_tokens: usage.input_tokens,
-        cached_input_tokens: usage.cached_input_tokens,
+        cached_input_tokens: split.cache_reads,
+        cache_write_5m_tokens: split.cache_writes_5m,
+        cache_write_1h_tokens: split.cache_writes_1h,
         output_tokens: usage.output_tokens,
         reasoning_tokens: usage.reasoning_tokens,
+        tier_above_input_tokens: None,
         estimated: out.answer.estimated,
         cost,
         latency_ms: latency.as_millis() as u64,

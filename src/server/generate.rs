@@ -63,10 +63,10 @@ pub fn handle(gw: &Gateway, ex: &mut Exchange, endpoint: Endpoint) {
         out.answer.fail(e);
     }
     out.shutdown = trace.cut_by_shutdown();
-    let cost = accounting::record(gw, &config, ex, &trace, &mut out, reservation);
+    let bill = accounting::record(gw, &config, ex, &trace, &mut out, reservation);
     // Metrics and the log line before the answer's last byte: a client that reads `/metrics` right after its
     // answer sees its request counted.
-    report::observe(gw, &config, &trace, &out, cost);
+    report::observe(gw, &config, &trace, &out, &bill);
     report::log_line(ex, &trace, &out);
     let _ = ex.response().release_held();
 }

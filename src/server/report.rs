@@ -10,11 +10,11 @@ use super::trace::Trace;
 use crate::config::Config;
 use crate::http::Exchange;
 use crate::logging::REQUEST_TARGET;
-use crate::money::Money;
+use crate::pricing::Bill;
 use crate::protocol::Protocol;
 
 /// Feeds the metrics with a finished request.
-pub fn observe(gw: &Gateway, config: &Config, trace: &Trace, out: &Outcome, cost: Money) {
+pub fn observe(gw: &Gateway, config: &Config, trace: &Trace, out: &Outcome, bill: &Bill) {
     if trace.streaming.replace(false) {
         ACTIVE_STREAMS.fetch_sub(1, Ordering::Relaxed);
     }
@@ -34,10 +34,13 @@ pub fn observe(gw: &Gateway, config: &Config, trace: &Trace, out: &Outcome, cost
         overhead: trace.overhead(),
         first_token: trace.first_token.get(),
         input_tokens: usage.input_tokens,
-        cached_input_tokens: usage.cached_input_tokens,
+        cached_input_tokens: bill.split.cache_reads,
+        cache_write_5m_tokens: bill.split.cache_writes_5m,
+        cache_write_1h_tokens: bill.split.cache_writes_1h,
         output_tokens: usage.output_tokens,
         reasoning_tokens: usage.reasoning_tokens,
-        cost,
+        cost: bill.cost,
+        tier: bill.tier,
     });
 }
 

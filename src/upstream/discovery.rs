@@ -12,7 +12,6 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::config::{Config, Model, Route, Upstream, UpstreamKind};
-use crate::money::Money;
 
 /// The well-known local addresses, in probe order.
 pub const WELL_KNOWN: [&str; 7] = [
@@ -144,9 +143,7 @@ pub fn apply(config: &Config, servers: &[Server]) -> Config {
                 name: model_name,
                 upstreams: vec![name.clone()],
                 upstream_model: id.clone(),
-                input_price: Money::ZERO,
-                cached_input_price: None,
-                output_price: Money::ZERO,
+                prices: crate::pricing::PriceSheet::default(),
                 aliases: Vec::new(),
                 route: Route::Ordered,
                 weights: Vec::new(),
@@ -176,6 +173,7 @@ pub fn probe_list(configured: &[String]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::money::Money;
 
     #[test]
     fn discovered_models_join_the_configured_ones_without_taking_their_names() {
@@ -197,7 +195,7 @@ mod tests {
         let c = apply(&config, &servers);
         let m = c.model("qwen3:8b").unwrap();
         assert_eq!(m.upstreams, ["local@127.0.0.1:11434"]);
-        assert_eq!(m.input_price, Money::ZERO);
+        assert_eq!(m.prices.base.input, Money::ZERO);
         assert!(
             c.model("qwen3:8b@127.0.0.1:1234").is_some(),
             "the second server's copy"

@@ -330,6 +330,52 @@ step("a key's page shows its spend, budget, limits and recent records; the Keys 
   await open('keys');
 });
 
+step('a record shows every kind of token: cache reads, writes by lifetime, at list prices', async () => {
+  // The fake Anthropic upstream reports 1,200 uncached input tokens, 30,000 cache reads, 2,000 5-minute and
+  // 3,000 1-hour cache writes and 400 output tokens; claude-cached takes Claude Haiku 5.5's list prices
+  // (0.1 / reads 0.01 / 5m writes 0.125 / 1h writes 0.2 / output 0.5 per 1M tokens): 0.00147.
+  const res = await fetch(`${BASE}/v1/messages`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${newKey}`, 'content-type': 'application/json', 'anthropic-version': '2023-06-01' },
+    body: JSON.stringify({ model: 'claude-cached', max_tokens: 1000, messages: [{ role: 'user', content: 'Hello, cache' }] }),
+  });
+  check(res.status === 200, `the cached request failed: ${res.status} ${await res.text()}`);
+  const id = res.headers.get('x-request-id');
+  const rec = await until(`the usage record of ${id}`, async () => (await admin(`/admin/usage?request_id=${id}`)).data[0]);
+  const kinds = [rec.input_tokens, rec.cached_input_tokens, rec.cache_write_5m_tokens, rec.cache_write_1h_tokens, rec.output_tokens];
+  check(JSON.stringify(kinds) === '[36200,30000,2000,3000,400]', `the record's kinds: ${JSON.stringify(rec)}`);
+  check(rec.cost === 0.00147, `the record costs ${rec.cost}, not the list price 0.00147`);
+
+  await page.goto(`${BASE}/console#usage?request_id=${id}`);
+  const row = page.locator(`#usage-table tbody tr[data-request-id="${id}"]`);
+  await row.waitFor();
+  const input = await row.locator('td.input-tokens').textContent();
+  for (const part of ['36,200', '30,000 cache reads', '2,000 5m cache writes', '3,000 1h cache writes']) {
+    check(input.includes(part), `the Usage row's input shows no "${part}": ${input}`);
+  }
+  check((await row.locator('td.cost').textContent()).includes('0.001470'), `the Usage row shows another cost: ${await row.textContent()}`);
+  check((await page.locator('#usage-totals').textContent()).includes('3,000 1h cache writes'), 'the totals do not break the tokens down');
+  await screenshot('usage-breakdown');
+
+  await open('keys');
+  await page.fill('input[name="key-search"]', KEY_NAME);
+  await keyRow(KEY_NAME).locator('a.key-name').click();
+  const keyRecord = page.locator(`#key-records tbody tr[data-request-id="${id}"]`);
+  await keyRecord.waitFor();
+  const keyInput = await keyRecord.locator('td.input-tokens').textContent();
+  check(keyInput.includes('30,000 cache reads') && keyInput.includes('3,000 1h cache writes'), `the key's page shows no breakdown: ${keyInput}`);
+
+  await open('models');
+  const card = page.locator('article.model-card[data-model="claude-cached"]');
+  await card.waitFor();
+  const source = await card.locator('.price-source').textContent();
+  check(source.includes('list price') && source.includes('claude-haiku-5-5'), `the model is not marked as at list price: ${source}`);
+  check((await card.locator('dd.cache-write-price').textContent()).includes('0.125'), 'the 5-minute write price is not shown exactly');
+  check((await card.locator('dd.cache-write-1h-price').textContent()).includes('0.20'), 'the 1-hour write price is not shown');
+  check((await card.locator('dd.tier-prices').textContent()).includes('5m writes 0.625'), 'the long-context tier is not shown');
+  await open('keys');
+});
+
 step('rotating a key shows the new one once (copy falls back to selecting it); the old one stops working', async () => {
   const row = keyRow(KEY_NAME);
   await row.locator('button.rotate').click();

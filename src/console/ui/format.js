@@ -29,6 +29,13 @@ export function fmtCredits(n) {
   return (a === 0 || a >= 0.01 ? CREDITS[0] : CREDITS[1]).format(n);
 }
 
+const PRICE = new Intl.NumberFormat('en-US', { minimumFractionDigits: 2, maximumFractionDigits: 6 });
+
+/** A price per 1M tokens, exact (prices have at most 6 decimals): 0.125 stays 0.125, 3 shows as 3.00. */
+export function fmtPrice(n) {
+  return n === null || n === undefined ? '—' : PRICE.format(n);
+}
+
 export function fmtCompact(n) {
   return COMPACT.format(n);
 }
@@ -72,6 +79,25 @@ export function fmtAgo(iso) {
 export function timeEl(iso, { ago = false } = {}) {
   if (!iso) return el('span', { class: 'muted', text: '—' });
   return el('time', { datetime: iso, title: `${iso} (UTC)` }, fmtTime(iso), ago && el('span', { class: 'muted', text: ` (${fmtAgo(iso)})` }));
+}
+
+/**
+ * A record's tokens by kind, as sub-lines under its input and output counts (the same breakdown as the CSV
+ * and /metrics): cache reads, 5-minute and 1-hour cache writes and the long-context tier under the input;
+ * reasoning under the output. Each line has its own class (`kind-reads`, `kind-write-5m`, `kind-write-1h`,
+ * `kind-tier`, `kind-reasoning`).
+ */
+export function tokenKinds(r) {
+  const line = (cls, n, text) => n > 0 && el('div', { class: `sub ${cls}`, text: `${fmtInt(n)} ${text}` });
+  return {
+    input: [
+      line('kind-reads', r.cached_input_tokens, 'cache reads'),
+      line('kind-write-5m', r.cache_write_5m_tokens, '5m cache writes'),
+      line('kind-write-1h', r.cache_write_1h_tokens, '1h cache writes'),
+      r.tier_above_input_tokens != null && el('div', { class: 'sub kind-tier', text: `tier above ${fmtInt(r.tier_above_input_tokens)}` }),
+    ],
+    output: [line('kind-reasoning', r.reasoning_tokens, 'reasoning')],
+  };
 }
 
 /** datetime-local value (local time) ↔ RFC 3339 (UTC). */

@@ -5,7 +5,7 @@
 import { api, request, seg } from './api.js';
 import { seriesChart } from './chart.js';
 import { act, badge, button, el, empty, errorSlot, field, input, table, td } from './dom.js';
-import { currency, fmtCredits, fmtInt, fmtMs, parseAmount, timeEl } from './format.js';
+import { currency, fmtCredits, fmtInt, fmtMs, parseAmount, timeEl, tokenKinds } from './format.js';
 import { confirmAction, showSecret } from './dialogs.js';
 import { viewHash } from './nav.js';
 
@@ -261,8 +261,9 @@ export async function viewKey(frame, params) {
       td(timeEl(r.ts), 'nowrap'),
       td([el('span', { text: String(r.status) }), r.reason && el('div', { class: 'sub reason', text: r.reason }), r.error && el('div', { class: 'sub error-text', text: r.error })]),
       td(el('span', { text: r.model })),
-      td(fmtInt(r.input_tokens + r.output_tokens), 'num'),
-      td(fmtCredits(r.cost), 'num'),
+      td([fmtInt(r.input_tokens), ...tokenKinds(r).input], 'num input-tokens'),
+      td([fmtInt(r.output_tokens), ...tokenKinds(r).output], 'num output-tokens'),
+      td(fmtCredits(r.cost), 'num cost'),
       td(fmtMs(r.latency_ms), 'num'),
     ),
   );
@@ -273,7 +274,7 @@ export async function viewKey(frame, params) {
       'section',
       { class: 'panel' },
       el('h2', {}, 'Recent requests ', el('a', { href: viewHash('usage', { key: k.name }), text: '(all in Usage)' })),
-      rows.length ? table([['When'], ['Status'], ['Model'], ['Tokens', 'num'], ['Cost', 'num'], ['Latency', 'num']], rows, { id: 'key-records' }) : empty('No requests yet.'),
+      rows.length ? table([['When'], ['Status'], ['Model'], ['Input', 'num'], ['Output', 'num'], ['Cost', 'num'], ['Latency', 'num']], rows, { id: 'key-records' }) : empty('No requests yet.'),
     ),
   ];
 }

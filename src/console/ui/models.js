@@ -3,7 +3,7 @@
  */
 import { api, seg } from './api.js';
 import { act, badge, button, el, empty, errorSlot, field, input, table, td } from './dom.js';
-import { currency, fmtAgo, fmtCredits, fmtInt, fmtMs, fmtPct, parseAmount, timeEl } from './format.js';
+import { currency, fmtAgo, fmtCredits, fmtInt, fmtMs, fmtPct, fmtPrice, parseAmount, timeEl } from './format.js';
 import { confirmAction } from './dialogs.js';
 
 // The last probe of each upstream (from "Check upstreams now"), shown until the next one: plain status
@@ -165,22 +165,53 @@ function availabilityList(a) {
   );
 }
 
+/** Where a model's prices come from, as a badge: the built-in list (with its model and date), none on purpose. */
+function priceSource(m) {
+  if (m.price_source === 'list') {
+    return el('span', { class: 'price-source' }, badge('list price', 'ok'), el('span', { class: 'muted', text: ` ${m.list_model}, as of ${m.list_date}` }));
+  }
+  if (m.price_source === 'none') return el('span', { class: 'price-source' }, badge('free', 'muted'));
+  if (m.price_source === 'unset') return el('span', { class: 'price-source' }, badge('no price', 'warn'));
+  return null;
+}
+
 function pricesBlock(frame, m) {
-  const price = (v, fallback) => (v === null || v === undefined ? el('span', { class: 'muted', text: fallback }) : fmtCredits(v));
+  const price = (v, fallback) => (v === null || v === undefined ? el('span', { class: 'muted', text: fallback }) : fmtPrice(v));
   const perUse = (prices, unit) => {
     const names = Object.keys(prices || {});
     if (!names.length) return el('span', { class: 'muted', text: 'none allowed' });
     return names.map((n) => `${n} ${fmtCredits(prices[n])} ${unit}`).join(', ');
   };
+  const tierText = (t) =>
+    [
+      ['input', t.input_price],
+      ['cache reads', t.cached_input_price],
+      ['5m writes', t.cache_write_price],
+      ['1h writes', t.cache_write_1h_price],
+      ['output', t.output_price],
+    ]
+      .filter(([, v]) => v !== null && v !== undefined)
+      .map(([k, v]) => `${k} ${fmtPrice(v)}`)
+      .join(', ');
   const facts = el(
     'dl',
     { class: 'facts' },
+    el('dt', { text: 'Source' }),
+    el('dd', {}, priceSource(m) || el('span', { class: 'muted', text: 'config' })),
     el('dt', { text: 'Input' }),
     el('dd', { class: 'input-price' }, price(m.input_price, 'free')),
-    el('dt', { text: 'Cached input' }),
+    el('dt', { text: 'Cache reads' }),
     el('dd', { class: 'cached-input-price' }, price(m.cached_input_price, 'as input')),
+    el('dt', { text: 'Cache writes (5m)' }),
+    el('dd', { class: 'cache-write-price' }, price(m.cache_write_price, 'as input')),
+    el('dt', { text: 'Cache writes (1h)' }),
+    el('dd', { class: 'cache-write-1h-price' }, price(m.cache_write_1h_price, 'as 5m writes')),
     el('dt', { text: 'Output' }),
     el('dd', { class: 'output-price' }, price(m.output_price, 'free')),
+    ...(m.tiers || []).flatMap((t) => [
+      el('dt', { text: `Above ${fmtInt(t.above_input_tokens)} input tokens` }),
+      el('dd', { class: 'tier-prices', text: `the whole request at ${tierText(t)} (the rest as above)` }),
+    ]),
     el('dt', { text: 'Max output tokens' }),
     el('dd', {}, fmtInt(m.max_output_tokens)),
     el('dt', { text: 'Hosted tools' }),
@@ -204,6 +235,8 @@ function priceEditor(frame, m, onCancel) {
   const inputs = {
     input_price: fieldFor('input_price', m.input_price, 'unchanged'),
     cached_input_price: fieldFor('cached_input_price', m.cached_input_price, 'as input'),
+    cache_write_price: fieldFor('cache_write_price', m.cache_write_price, 'as input'),
+    cache_write_1h_price: fieldFor('cache_write_1h_price', m.cache_write_1h_price, 'as 5m writes'),
     output_price: fieldFor('output_price', m.output_price, 'unchanged'),
   };
   const save = el('button', { type: 'submit', class: 'button-primary' }, 'Save prices');
@@ -216,7 +249,9 @@ function priceEditor(frame, m, onCancel) {
       'div',
       { class: 'form-row' },
       field('Input', inputs.input_price),
-      field('Cached input', inputs.cached_input_price),
+      field('Cache reads', inputs.cached_input_price),
+      field('Cache writes (5m)', inputs.cache_write_price),
+      field('Cache writes (1h)', inputs.cache_write_1h_price),
       field('Output', inputs.output_price),
     ),
     el('div', { class: 'actions' }, save, cancel),
@@ -233,8 +268,9 @@ function priceEditor(frame, m, onCancel) {
       for (const [k, node] of Object.entries(inputs)) {
         const v = parseAmount(k, node.value);
         if (v !== null) body[k] = v;
-        // An emptied cached-input price goes back to "as input"; other empty prices are left as they are.
-        else if (k === 'cached_input_price' && m.cached_input_price !== null) body[k] = null;
+        // An emptied cache price goes back to its default ("as input", "as 5m writes"); other empty prices
+        // are left as they are.
+        else if (k.startsWith('cache') && m[k] !== null && m[k] !== undefined) body[k] = null;
       }
       if (!Object.keys(body).length) throw new Error('Enter at least one price.');
       await api.post(`/admin/models/${seg(m.name)}`, body);

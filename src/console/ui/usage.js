@@ -4,7 +4,7 @@
  */
 import { api } from './api.js';
 import { act, badge, button, el, empty, errorSlot, field, input, table, td } from './dom.js';
-import { currency, fmtCredits, fmtInt, fmtMs, fromLocalInput, pad, timeEl, toLocalInput } from './format.js';
+import { currency, fmtCredits, fmtInt, fmtMs, fromLocalInput, pad, timeEl, toLocalInput, tokenKinds } from './format.js';
 import { navigate, viewHash } from './nav.js';
 
 const STATUSES = [
@@ -63,7 +63,7 @@ export async function viewUsage(frame, params) {
   const totals = el(
     'p',
     { class: 'usage-totals', id: 'usage-totals' },
-    `All that match: ${fmtInt(t.requests)} requests, ${fmtInt(t.tokens)} tokens, ${fmtCredits(t.cost)} ${currency()}, ${fmtInt(t.errors)} errors`,
+    `All that match: ${fmtInt(t.requests)} requests, ${fmtInt(t.tokens)} tokens (${fmtInt(t.input_tokens)} in, of which ${fmtInt(t.cached_input_tokens)} cache reads, ${fmtInt(t.cache_write_5m_tokens)} 5m and ${fmtInt(t.cache_write_1h_tokens)} 1h cache writes; ${fmtInt(t.output_tokens)} out, of which ${fmtInt(t.reasoning_tokens)} reasoning), ${fmtCredits(t.cost)} ${currency()}, ${fmtInt(t.errors)} errors`,
   );
   return [
     usageFilters(params, limit, keys.data, models.data),
@@ -181,6 +181,7 @@ function statusBadge(status) {
 
 function usageRow(r) {
   const approx = r.estimated ? '≈ ' : '';
+  const kinds = tokenKinds(r);
   return el(
     'tr',
     { data: { requestId: r.request_id } },
@@ -200,8 +201,8 @@ function usageRow(r) {
       r.reason && el('div', { class: 'sub reason', text: r.reason }),
       r.error && el('div', { class: 'sub error-text', text: r.error }),
     ]),
-    td([`${approx}${fmtInt(r.input_tokens)}`, r.cached_input_tokens > 0 && el('div', { class: 'sub', text: `${fmtInt(r.cached_input_tokens)} cached` })], 'num'),
-    td([`${approx}${fmtInt(r.output_tokens)}`, r.reasoning_tokens > 0 && el('div', { class: 'sub', text: `${fmtInt(r.reasoning_tokens)} reasoning` })], 'num'),
+    td([`${approx}${fmtInt(r.input_tokens)}`, ...kinds.input], 'num input-tokens'),
+    td([`${approx}${fmtInt(r.output_tokens)}`, ...kinds.output], 'num output-tokens'),
     td(fmtCredits(r.cost), 'num cost'),
     td(fmtMs(r.latency_ms), 'num'),
   );

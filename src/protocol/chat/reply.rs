@@ -16,13 +16,18 @@ pub fn finish_reason(stop: &StopReason) -> &'static str {
     }
 }
 
-/// The usage object of a response or final chunk.
+/// The usage object of a response or final chunk: `prompt_tokens` counts all input, cache reads and
+/// writes included; `cached_tokens` the reads, `cache_write_tokens` (only when there were any) the writes.
 pub fn usage_json(u: &Usage) -> Value {
+    let mut prompt = json!({"cached_tokens": u.cached_input_tokens, "audio_tokens": 0});
+    if u.cache_write_tokens > 0 {
+        prompt["cache_write_tokens"] = json!(u.cache_write_tokens);
+    }
     json!({
         "prompt_tokens": u.input_tokens,
         "completion_tokens": u.output_tokens,
         "total_tokens": u.total(),
-        "prompt_tokens_details": {"cached_tokens": u.cached_input_tokens, "audio_tokens": 0},
+        "prompt_tokens_details": prompt,
         "completion_tokens_details": {
             "reasoning_tokens": u.reasoning_tokens, "audio_tokens": 0,
             "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0
@@ -30,14 +35,16 @@ pub fn usage_json(u: &Usage) -> Value {
     })
 }
 
-/// Reads a Chat `usage` object.
+/// Reads a Chat `usage` object: `prompt_tokens` holds the cached tokens (`cached_tokens`) and those written
+/// to the cache (`cache_write_tokens`, lifetime not stated); `completion_tokens` holds the reasoning.
 pub fn usage_from(u: &Value) -> Option<Usage> {
     let o = u.as_object()?;
     let n = |v: Option<&Value>| v.and_then(Value::as_u64).unwrap_or(0);
     Some(Usage {
         input_tokens: n(o.get("prompt_tokens")),
         cached_input_tokens: n(u.pointer("/prompt_tokens_details/cached_tokens")),
-        cache_creation_input_tokens: 0,
+        cache_write_tokens: n(u.pointer("/prompt_tokens_details/cache_write_tokens")),
+        cache_write_1h_tokens: 0,
         output_tokens: n(o.get("completion_tokens")),
         reasoning_tokens: n(u.pointer("/completion_tokens_details/reasoning_tokens")),
     })

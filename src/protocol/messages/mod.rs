@@ -10,7 +10,8 @@ mod reply;
 pub mod upstream;
 
 pub use reply::{
-    arguments_object, encode_response, stop_reason, usage_from, usage_json, MessagesStreamEncoder,
+    arguments_object, encode_response, stop_reason, usage_from, usage_json, usage_update,
+    MessagesStreamEncoder,
 };
 
 /// Checks the fields Messages requires before anything else: `max_tokens` (an integer) and `messages`.

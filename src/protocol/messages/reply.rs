@@ -18,33 +18,70 @@ pub fn stop_reason(stop: &StopReason) -> (String, Value) {
     }
 }
 
-/// The Messages usage object; `input_tokens` excludes cached and cache-write tokens.
+/// The Messages usage object: the input in its three buckets (`input_tokens` is only the uncached part),
+/// and the writes split by lifetime in `cache_creation` when there were any (writes of a lifetime the
+/// upstream did not state count as 5-minute ones, the price they are billed at).
 pub fn usage_json(u: &Usage) -> Value {
-    json!({
-        "input_tokens": u.input_tokens.saturating_sub(u.cached_input_tokens.saturating_add(u.cache_creation_input_tokens)),
+    let s = u.split();
+    let writes = s.cache_writes_5m + s.cache_writes_1h;
+    let mut v = json!({
+        "input_tokens": s.uncached,
         "output_tokens": u.output_tokens,
-        "cache_creation_input_tokens": u.cache_creation_input_tokens,
-        "cache_read_input_tokens": u.cached_input_tokens,
-    })
+        "cache_creation_input_tokens": writes,
+        "cache_read_input_tokens": s.cache_reads,
+    });
+    if writes > 0 {
+        v["cache_creation"] = json!({
+            "ephemeral_5m_input_tokens": s.cache_writes_5m,
+            "ephemeral_1h_input_tokens": s.cache_writes_1h,
+        });
+    }
+    v
 }
 
 /// Reads a Messages `usage` object into normalised usage (input includes cache reads and writes).
 pub fn usage_from(u: &Value) -> Option<Usage> {
+    usage_update(Usage::default(), u)
+}
+
+/// Applies a Messages `usage` object to the usage so far, the one rule for a response and for a stream
+/// (`message_start`, then `message_delta`, whose counts are cumulative): each count the object carries
+/// replaces the one before and counts it leaves out (or sends as null) stay, so a `message_delta` that
+/// repeats the input counts changes nothing and one that leaves them out loses nothing. The writes' split
+/// by lifetime (`cache_creation`) stays when a later object gives only their total; a total below the
+/// split's sum counts as the sum. Output never goes down.
+pub fn usage_update(prev: Usage, u: &Value) -> Option<Usage> {
     let o = u.as_object()?;
-    let n = |k: &str| o.get(k).and_then(Value::as_u64).unwrap_or(0);
-    let (read, write) = (
-        n("cache_read_input_tokens"),
-        n("cache_creation_input_tokens"),
-    );
+    let n = |k: &str| o.get(k).and_then(Value::as_u64);
+    let before = prev.split();
+    let split = o.get("cache_creation").and_then(Value::as_object).map(|c| {
+        let n = |k: &str| c.get(k).and_then(Value::as_u64).unwrap_or(0);
+        (
+            n("ephemeral_5m_input_tokens"),
+            n("ephemeral_1h_input_tokens"),
+        )
+    });
+    let split_sum = split.map(|(m5, h1)| m5.saturating_add(h1));
+    let writes = match (n("cache_creation_input_tokens"), split_sum) {
+        (Some(total), Some(sum)) => total.max(sum),
+        (Some(total), None) => total,
+        (None, Some(sum)) => sum,
+        (None, None) => before.cache_writes_5m + before.cache_writes_1h,
+    };
+    let writes_1h = split.map_or(before.cache_writes_1h, |(_, h1)| h1);
+    let reads = n("cache_read_input_tokens").unwrap_or(before.cache_reads);
+    let uncached = n("input_tokens").unwrap_or(before.uncached);
+    let reasoning = u.pointer("/output_tokens_details/reasoning_tokens");
     Some(Usage {
-        input_tokens: n("input_tokens").saturating_add(read).saturating_add(write),
-        cached_input_tokens: read,
-        cache_creation_input_tokens: write,
-        output_tokens: n("output_tokens"),
-        reasoning_tokens: u
-            .pointer("/output_tokens_details/reasoning_tokens")
+        input_tokens: uncached.saturating_add(reads).saturating_add(writes),
+        cached_input_tokens: reads,
+        cache_write_tokens: writes,
+        cache_write_1h_tokens: writes_1h.min(writes),
+        output_tokens: n("output_tokens").unwrap_or(0).max(prev.output_tokens),
+        reasoning_tokens: reasoning
             .and_then(Value::as_u64)
-            .unwrap_or(0),
+            .unwrap_or(0)
+            .max(prev.reasoning_tokens),
     })
 }
 
@@ -255,6 +292,43 @@ impl StreamEncoder for MessagesStreamEncoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_streams_usage_keeps_what_later_events_leave_out() {
+        let start = json!({"input_tokens": 10, "cache_read_input_tokens": 20, "cache_creation_input_tokens": 30,
+                           "cache_creation": {"ephemeral_5m_input_tokens": 10, "ephemeral_1h_input_tokens": 20},
+                           "output_tokens": 1});
+        let u = usage_from(&start).unwrap();
+        assert_eq!(
+            (
+                u.input_tokens,
+                u.cache_write_tokens,
+                u.cache_write_1h_tokens
+            ),
+            (60, 30, 20)
+        );
+        // message_delta repeating the counts without the split; then one with only the output; one with nulls.
+        let repeat = json!({"input_tokens": 10, "cache_read_input_tokens": 20, "cache_creation_input_tokens": 30,
+                            "output_tokens": 7});
+        let u = usage_update(u, &repeat).unwrap();
+        let u = usage_update(u, &json!({"output_tokens": 9, "input_tokens": null})).unwrap();
+        assert_eq!(
+            u,
+            Usage {
+                input_tokens: 60,
+                cached_input_tokens: 20,
+                cache_write_tokens: 30,
+                cache_write_1h_tokens: 20,
+                output_tokens: 9,
+                reasoning_tokens: 0,
+            }
+        );
+        // And back out in Messages' buckets.
+        let v = usage_json(&u);
+        assert_eq!(v["input_tokens"], 10);
+        assert_eq!(v["cache_creation"]["ephemeral_1h_input_tokens"], 20);
+        assert_eq!(v["cache_creation"]["ephemeral_5m_input_tokens"], 10);
+    }
 
     #[test]
     fn stream_blocks_are_contiguous() {

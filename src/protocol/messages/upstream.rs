@@ -4,7 +4,7 @@
 use crate::protocol::fields::{str_at, str_or};
 use serde_json::{json, Map, Value};
 
-use super::{arguments_object, usage_from};
+use super::{arguments_object, usage_from, usage_update};
 use crate::protocol::canon::{
     ImageSource, OutputFormat, Part, Request, Response, Role, StopReason, StreamEvent, ToolChoice,
 };
@@ -346,7 +346,10 @@ impl StreamDecoder for MessagesStreamDecoder {
         let index = v.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
         match ty {
             "message_start" => {
-                if let Some(u) = v.pointer("/message/usage").and_then(usage_from) {
+                if let Some(u) = v
+                    .pointer("/message/usage")
+                    .and_then(|u| usage_update(self.usage, u))
+                {
                     self.usage = u;
                 }
             }
@@ -430,22 +433,10 @@ impl MessagesStreamDecoder {
         }
     }
 
-    /// Usage (output so far, input where the upstream repeats it) and the stop reason.
+    /// Usage (output so far, input where the upstream repeats it; see `usage_update`) and the stop reason.
     fn message_delta(&mut self, v: &Value, out: &mut Vec<StreamEvent>) {
-        if let Some(u) = v.get("usage").and_then(|u| u.as_object()) {
-            let n = |k: &str| u.get(k).and_then(Value::as_u64);
-            if let Some(o) = n("output_tokens") {
-                self.usage.output_tokens = o;
-            }
-            if let Some(full) = v
-                .get("usage")
-                .and_then(usage_from)
-                .filter(|f| f.input_tokens > 0)
-            {
-                self.usage.input_tokens = full.input_tokens;
-                self.usage.cached_input_tokens = full.cached_input_tokens;
-                self.usage.cache_creation_input_tokens = full.cache_creation_input_tokens;
-            }
+        if let Some(u) = v.get("usage").and_then(|u| usage_update(self.usage, u)) {
+            self.usage = u;
         }
         out.push(StreamEvent::Usage(self.usage));
         if let Some(r) = v.pointer("/delta/stop_reason").and_then(Value::as_str) {

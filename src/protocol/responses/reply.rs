@@ -10,25 +10,33 @@ use crate::protocol::sse::push_event;
 use crate::protocol::StreamEncoder;
 use crate::util::new_id;
 
-/// The Responses usage object (both detail objects always present).
+/// The Responses usage object (both detail objects always present): `input_tokens` counts all input, cache
+/// reads and writes included; `cached_tokens` the reads, `cache_write_tokens` (only when there were any) the
+/// writes.
 pub fn usage_json(u: &Usage) -> Value {
+    let mut input = json!({"cached_tokens": u.cached_input_tokens});
+    if u.cache_write_tokens > 0 {
+        input["cache_write_tokens"] = json!(u.cache_write_tokens);
+    }
     json!({
         "input_tokens": u.input_tokens,
-        "input_tokens_details": {"cached_tokens": u.cached_input_tokens},
+        "input_tokens_details": input,
         "output_tokens": u.output_tokens,
         "output_tokens_details": {"reasoning_tokens": u.reasoning_tokens},
         "total_tokens": u.total(),
     })
 }
 
-/// Reads a Responses `usage` object.
+/// Reads a Responses `usage` object (the same semantics as Chat's: cached and written tokens inside
+/// `input_tokens`, reasoning inside `output_tokens`).
 pub fn usage_from(u: &Value) -> Option<Usage> {
     let o = u.as_object()?;
     let n = |v: Option<&Value>| v.and_then(Value::as_u64).unwrap_or(0);
     Some(Usage {
         input_tokens: n(o.get("input_tokens")),
         cached_input_tokens: n(u.pointer("/input_tokens_details/cached_tokens")),
-        cache_creation_input_tokens: 0,
+        cache_write_tokens: n(u.pointer("/input_tokens_details/cache_write_tokens")),
+        cache_write_1h_tokens: 0,
         output_tokens: n(o.get("output_tokens")),
         reasoning_tokens: n(u.pointer("/output_tokens_details/reasoning_tokens")),
     })

@@ -84,24 +84,39 @@ pub struct Observation<'a> {
     pub first_token: Option<Duration>,
     pub input_tokens: u64,
     pub cached_input_tokens: u64,
+    pub cache_write_5m_tokens: u64,
+    pub cache_write_1h_tokens: u64,
     pub output_tokens: u64,
     pub reasoning_tokens: u64,
     pub cost: Money,
+    /// The long-context tier billed (its threshold).
+    pub tier: Option<u64>,
 }
 
 /// Streams being answered now (a process-wide gauge: started where SSE responses start).
 pub static ACTIVE_STREAMS: AtomicI64 = AtomicI64::new(0);
 
-/// The token kinds of `tollgate_tokens_total`, in the order of `ModelCounters::tokens`.
-const TOKEN_KINDS: [&str; 4] = ["input", "cached_input", "output", "reasoning"];
+/// The token kinds of `tollgate_tokens_total`, in the order of `ModelCounters::tokens`: `input` counts all
+/// input, of which `cached_input` were cache reads and `cache_write_5m` / `cache_write_1h` cache writes by
+/// lifetime; `output` all output, of which `reasoning` was reasoning (as the usage records count them).
+const TOKEN_KINDS: [&str; 6] = [
+    "input",
+    "cached_input",
+    "cache_write_5m",
+    "cache_write_1h",
+    "output",
+    "reasoning",
+];
 
 /// Everything counted per model, found with one look-up that allocates nothing once the model is known.
 #[derive(Default)]
 struct ModelCounters {
     /// (protocol, status, requests): a handful per model, so a list.
     requests: Vec<(String, String, u64)>,
-    tokens: [u64; 4],
+    tokens: [u64; 6],
     cost: Money,
+    /// (tier threshold, requests billed at it).
+    tiers: Vec<(u64, u64)>,
 }
 
 pub struct Metrics {
@@ -167,13 +182,21 @@ impl Metrics {
                 let counts = [
                     o.input_tokens,
                     o.cached_input_tokens,
+                    o.cache_write_5m_tokens,
+                    o.cache_write_1h_tokens,
                     o.output_tokens,
                     o.reasoning_tokens,
                 ];
                 for (total, n) in c.tokens.iter_mut().zip(counts) {
-                    *total += n;
+                    *total = total.saturating_add(n);
                 }
                 c.cost += o.cost;
+                if let Some(t) = o.tier {
+                    match c.tiers.iter_mut().find(|(a, _)| *a == t) {
+                        Some((_, n)) => *n += 1,
+                        None => c.tiers.push((t, 1)),
+                    }
+                }
             }
         }
         self.duration.observe(o.total);
@@ -264,6 +287,16 @@ impl Metrics {
                 let _ = writeln!(
                     out,
                     "tollgate_tokens_total{{model=\"{}\",kind=\"{kind}\"}} {n}",
+                    label(model)
+                );
+            }
+        }
+        out.push_str("# HELP tollgate_tier_requests_total Requests billed at a long-context tier, by model and the tier's above_input_tokens.\n# TYPE tollgate_tier_requests_total counter\n");
+        for (model, c) in models.iter() {
+            for (above, n) in &c.tiers {
+                let _ = writeln!(
+                    out,
+                    "tollgate_tier_requests_total{{model=\"{}\",above_input_tokens=\"{above}\"}} {n}",
                     label(model)
                 );
             }
