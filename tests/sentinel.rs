@@ -268,7 +268,10 @@ fn failover_under_load(server: &str) {
         "load on both instances",
     );
 
-    // The primary dies (SIGKILL). The sentinels promote the replica; both instances follow by themselves.
+    // The primary dies (SIGKILL), and the first sentinel listed hangs (SIGSTOP: it accepts connections and
+    // answers nothing). The other two promote the replica; both instances follow by themselves, never held
+    // by the hung sentinel.
+    set.stop_sentinel(0);
     let killed = Instant::now();
     set.node(first).kill();
     wait_for(
@@ -359,8 +362,17 @@ fn failover_under_load(server: &str) {
     // unconfirmed.
     let (code, out) = check_connect(&a);
     assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        out.matches(&format!("names 127.0.0.1:{replica} as the primary"))
+            .count(),
+        2,
+        "{out}"
+    );
+    let hung = set.sentinels[0].port;
     assert!(
-        out.contains(&format!("names 127.0.0.1:{replica} as the primary")),
+        out.contains(&format!(
+            "sentinel 127.0.0.1:{hung} does not name the primary"
+        )),
         "{out}"
     );
     assert!(
@@ -397,4 +409,106 @@ fn the_primary_killed_under_load_is_followed_to_the_promoted_replica() {
 #[ignore = "needs valkey-server on PATH: Debian 12 (this CI) does not package Valkey; run with --ignored where it is installed"]
 fn valkey_the_primary_killed_under_load_is_followed_too() {
     failover_under_load("valkey-server");
+}
+
+/// What `WAIT` costs a store call (docs/PERFORMANCE.md, "Redis Sentinel"): on this machine's replica set,
+/// the request path's store call (an admission carrying the previous request's settlement, one round trip)
+/// in a loop, with `replica_wait = "changes"` (no `WAIT` on the request path) and `"all"` (a `WAIT 1` in
+/// the same round trip), in alternating rounds of the same run. A measurement, not a check: run it with
+/// `cargo test --release --test sentinel -- --ignored wait_cost --nocapture`.
+#[test]
+#[ignore = "a measurement (docs/PERFORMANCE.md): run with --release -- --ignored --nocapture"]
+fn wait_cost_per_store_call() {
+    use tollgate::access::standing::Limits;
+    use tollgate::money::Money;
+    use tollgate::store::Store;
+
+    let set = ReplicaSet::start("redis-server");
+    let dir = TempDir::new("wait-cost");
+    // The store reads the passwords from the environment at load time: name variables that hold them.
+    let store_for = |wait: &str| {
+        let c = format!(
+            "listen = \"127.0.0.1:0\"\ndata_dir = \"{}\"\n[[upstreams]]\nname = \"mock\"\nkind = \"mock\"\n\
+             [[models]]\nname = \"mock\"\nupstream = \"mock\"\n[[groups]]\nname = \"default\"\nmodels = [\"*\"]\n{}",
+            dir.path().join("data").display(),
+            set.store_section(&format!("replica_wait = \"{wait}\""))
+                .replace(NODE_PASSWORD_ENV, "TG_BENCH_NODE_PW")
+                .replace(SENTINEL_PASSWORD_ENV, "TG_BENCH_SENTINEL_PW")
+        );
+        let path = dir.path().join(format!("{wait}.toml"));
+        std::fs::write(&path, c).unwrap();
+        let config = tollgate::config::Config::load(&path).unwrap();
+        let store = Store::new(config.store.as_ref().unwrap(), "bench").unwrap();
+        store.versions().unwrap();
+        assert_eq!(store.replicas(), Some(1));
+        store
+    };
+    // SAFETY (edition 2021: set_var is safe): this test runs alone (it is ignored unless asked for).
+    std::env::set_var("TG_BENCH_NODE_PW", NODE_PASSWORD);
+    std::env::set_var("TG_BENCH_SENTINEL_PW", SENTINEL_PASSWORD);
+    let stores = [("changes", store_for("changes")), ("all", store_for("all"))];
+    let credit = Money::from_units(1_000_000_000_000_000_000);
+    assert!(stores[0]
+        .1
+        .write_keys(
+            0,
+            &[(
+                "bench".into(),
+                "{}".into(),
+                format!("{}||||a", credit.units())
+            )],
+            &[]
+        )
+        .unwrap()
+        .is_some());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let limits = Limits {
+        rpm: None,
+        tpm: None,
+        max_concurrent: None,
+        credit: Some(credit),
+        budget: None,
+        tokens: 100,
+        now,
+    };
+    let cost = Money::from_units(1_000_000);
+    // Short alternating rounds, so a change in the machine's load falls on both alike.
+    const N: usize = 250;
+    let mut times: Vec<Vec<Duration>> = vec![Vec::new(), Vec::new()];
+    let mut seq = 0;
+    for round in 0..90 {
+        for (i, (_, store)) in stores.iter().enumerate() {
+            for _ in 0..N {
+                seq += 1;
+                let id = format!("req-{seq}");
+                let t = Instant::now();
+                let a = store.admit("bench", &id, cost, &limits, None).unwrap();
+                let took = t.elapsed();
+                assert_eq!(
+                    a.standing.verdict,
+                    tollgate::access::standing::Verdict::Admitted
+                );
+                store.settle("bench", &id, cost, 50, now);
+                // The first ten rounds warm up.
+                if round >= 10 {
+                    times[i].push(took);
+                }
+            }
+        }
+    }
+    for (i, (name, _)) in stores.iter().enumerate() {
+        let t = &mut times[i];
+        t.sort();
+        let mean = t.iter().sum::<Duration>() / t.len() as u32;
+        eprintln!(
+            "replica_wait = {name:8} {} calls: mean {:.1} µs, p50 {:.1} µs, p99 {:.1} µs",
+            t.len(),
+            mean.as_secs_f64() * 1e6,
+            t[t.len() / 2].as_secs_f64() * 1e6,
+            t[t.len() * 99 / 100].as_secs_f64() * 1e6
+        );
+    }
 }

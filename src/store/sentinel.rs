@@ -5,10 +5,13 @@
 //!
 //! The crate's synchronous Sentinel client sets no timeout on the connections it opens (to each sentinel,
 //! and to the primary it checks with `ROLE`), so a host that is gone would hold its caller for as long as the
-//! kernel tries to connect. Every lookup therefore runs on threads of its own, one per sentinel (a *lane*,
-//! with that sentinel's connection cache), and a caller waits for the first sentinel that names a primary,
-//! for at most the store's `timeout_ms`. A lane whose lookup overran is left out of later lookups until it
-//! ends, so one dead sentinel never hides the others and no more than one thread per sentinel is ever held.
+//! kernel tries to connect (about two minutes). So every lookup runs on threads of its own, one per sentinel
+//! (a *lane*, with that sentinel's connection cache), and a caller waits for the first sentinel that names a
+//! primary, for at most the store's `timeout_ms`; and a lane asks the crate only once its sentinel answered
+//! `SENTINEL GET-MASTER-ADDR-BY-NAME` and the server it names accepted a connection, each within that
+//! deadline, so a dead host (a sentinel's, or the old primary's before the sentinels mark it down) holds no
+//! lane. A lane whose lookup overran anyway is left out of later lookups until it ends: one stuck sentinel
+//! never hides the others, and no more than one thread per sentinel is ever held.
 //!
 //! The addresses the sentinels name are registered with `addresses` before anything can show them, so
 //! clients never see where the primary is.
@@ -192,7 +195,9 @@ impl Follower {
             .map(|p| p.address.clone())
     }
 
-    /// The primary, asking the sentinels when none is known; waits at most the store's deadline.
+    /// The primary, asking the sentinels when none is known; waits at most the store's deadline. While it
+    /// waits, a sentinel that answered (without a primary: the old one is down, the new one not named yet)
+    /// is asked again every `RETRY_AFTER`, one question per sentinel at a time.
     pub(super) fn primary(self: &Arc<Self>) -> Result<Primary, String> {
         let deadline = Instant::now() + self.timeout;
         let mut st = lock(&self.state);
@@ -202,30 +207,26 @@ impl Follower {
                 return Ok(p.clone());
             }
             let now = Instant::now();
-            let overran = st
+            // Every sentinel this caller asked answered, and none named a primary.
+            let answered = mine.is_some_and(|id| st.started == id && st.pending == 0);
+            if answered || now >= deadline {
+                return Err(self.no_primary(&st));
+            }
+            let recent = st
                 .last_start
-                .is_none_or(|t| now.duration_since(t) >= self.timeout);
-            match mine {
-                // Every sentinel asked answered, and none named a primary.
-                Some(id) if st.started == id && st.pending == 0 => return Err(self.no_primary(&st)),
-                Some(_) => {}
-                None if st.pending > 0 && !overran => mine = Some(st.started),
-                None if st
-                    .last_start
-                    .is_some_and(|t| now.duration_since(t) < RETRY_AFTER) =>
-                {
-                    return Err(self.no_primary(&st))
+                .is_some_and(|t| now.duration_since(t) < RETRY_AFTER);
+            let free = st.lanes.iter().any(|l| !l.busy);
+            if !recent && (free || st.pending == 0) {
+                mine = Some(self.start(&mut st));
+            } else if mine.is_none() {
+                if st.pending == 0 {
+                    // A lookup just ended without a primary.
+                    return Err(self.no_primary(&st));
                 }
-                None => mine = Some(self.start(&mut st)),
+                mine = Some(st.started);
             }
-            if now >= deadline {
-                return Err(format!(
-                    "no sentinel named the primary {:?} within {} ms",
-                    self.master_name,
-                    self.timeout.as_millis()
-                ));
-            }
-            st = match self.changed.wait_timeout(st, deadline - now) {
+            let wait = deadline.saturating_duration_since(now).min(RETRY_AFTER);
+            st = match self.changed.wait_timeout(st, wait) {
                 Ok((g, _)) => g,
                 Err(p) => p.into_inner().0,
             };
@@ -285,10 +286,10 @@ impl Follower {
                 },
             };
             lane.busy = true;
-            let me = self.clone();
+            let (me, info) = (self.clone(), lane.info.clone());
             let spawned = std::thread::Builder::new()
                 .name("store-sentinel".into())
-                .spawn(move || me.ask(i, id, sentinel));
+                .spawn(move || me.ask(i, id, &info, sentinel));
             match spawned {
                 Ok(_) => st.pending += 1,
                 Err(e) => {
@@ -306,9 +307,15 @@ impl Follower {
         id
     }
 
-    /// One lane's lookup (on its own thread): the primary its sentinel names, checked with `ROLE`.
-    fn ask(&self, lane: usize, id: u64, mut sentinel: Sentinel) {
-        let found = sentinel.master_for(&self.master_name, Some(&self.node));
+    /// One lane's lookup (on its own thread): the primary its sentinel names, checked with `ROLE`. The
+    /// crate's client is asked only once the sentinel and the server it names were both reached within the
+    /// deadline (`guard`), so a host that is gone holds no lane.
+    fn ask(&self, lane: usize, id: u64, info: &ConnectionInfo, mut sentinel: Sentinel) {
+        let found = self.guard(info).and_then(|()| {
+            sentinel
+                .master_for(&self.master_name, Some(&self.node))
+                .map_err(|e| e.to_string())
+        });
         let mut st = lock(&self.state);
         let address = st.lanes[lane].address.clone();
         st.lanes[lane].busy = false;
@@ -325,6 +332,7 @@ impl Follower {
             }
             Err(e) => {
                 // A fresh connection next time.
+                drop(sentinel);
                 st.lanes[lane].sentinel = None;
                 st.last_error = Some(crate::secrets::scrubbed(&format!(
                     "sentinel {address}: {e}"
@@ -333,6 +341,35 @@ impl Follower {
         }
         drop(st);
         self.changed.notify_all();
+    }
+
+    /// Before the crate's client (which sets no timeouts) is asked: the sentinel answers within the deadline
+    /// and names a primary whose port accepts a connection within it.
+    fn guard(&self, info: &ConnectionInfo) -> Result<(), String> {
+        let mut con = plain(info, self.timeout).map_err(|e| e.to_string())?;
+        let named: Option<(String, u16)> = redis::cmd("SENTINEL")
+            .arg("GET-MASTER-ADDR-BY-NAME")
+            .arg(&self.master_name)
+            .query(&mut con)
+            .map_err(|e| e.to_string())?;
+        let (host, port) =
+            named.ok_or_else(|| format!("it knows no primary {:?}", self.master_name))?;
+        let address = host_port(&host, port);
+        crate::addresses::register(&address);
+        let unreached = |e: &dyn std::fmt::Display| format!("the primary it names, {address}: {e}");
+        let addrs = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port))
+            .map_err(|e| unreached(&e))?;
+        let mut last = None;
+        for a in addrs {
+            match std::net::TcpStream::connect_timeout(&a, self.timeout) {
+                Ok(_) => return Ok(()),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(unreached(&last.map_or_else(
+            || "no address".to_string(),
+            |e| e.to_string(),
+        )))
     }
 
     /// Takes up the primary a sentinel named (a new generation when it is another server, or none was in use).

@@ -162,6 +162,8 @@ impl Drop for Redis {
 pub struct Node {
     child: Option<Child>,
     pub port: u16,
+    /// Stopped with SIGSTOP (`ReplicaSet::stop_sentinel`).
+    pub stopped: bool,
 }
 
 impl Node {
@@ -310,6 +312,7 @@ impl ReplicaSet {
         Node {
             child: Some(child),
             port,
+            stopped: false,
         }
     }
 
@@ -340,12 +343,29 @@ impl ReplicaSet {
         Node {
             child: Some(child),
             port,
+            stopped: false,
         }
     }
 
-    /// The port of the primary the sentinels name now (asking the first that answers).
+    /// Stops sentinel `i` with SIGSTOP: its port still accepts connections (the kernel does that), but it
+    /// answers nothing, as a hung process. It is killed with the set.
+    pub fn stop_sentinel(&mut self, i: usize) {
+        let s = &mut self.sentinels[i];
+        if let Some(c) = &s.child {
+            let ok = Command::new("kill")
+                .arg("-STOP")
+                .arg(c.id().to_string())
+                .status()
+                .is_ok_and(|st| st.success());
+            assert!(ok, "kill -STOP failed");
+        }
+        s.stopped = true;
+    }
+
+    /// The port of the primary the sentinels name now (asking the first that answers; a stopped one is
+    /// skipped).
     pub fn primary_port(&self) -> Option<u16> {
-        self.sentinels.iter().find_map(|s| {
+        self.sentinels.iter().filter(|s| !s.stopped).find_map(|s| {
             let v = resp(
                 s.port,
                 Some(SENTINEL_PASSWORD),
