@@ -539,3 +539,96 @@ fn replica_addresses(v: Vec<Value>) -> Vec<(String, u16)> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::store::{OnUnavailable, ReplicaWait, SentinelSettings};
+
+    fn settings(sentinels: Vec<(String, u16)>, timeout: Duration) -> StoreSettings {
+        StoreSettings {
+            url: String::new(),
+            host: String::new(),
+            port: 0,
+            db: 0,
+            username: None,
+            sentinel: Some(SentinelSettings {
+                addresses: sentinels,
+                master_name: "m".into(),
+                password_env: None,
+                password: None,
+                missing_password: None,
+            }),
+            replica_wait: ReplicaWait::Changes,
+            password_env: None,
+            password: None,
+            missing_password: None,
+            prefix: "t:".into(),
+            on_unavailable: OnUnavailable::Closed,
+            timeout,
+            usage_stream_max: 1000,
+            lease: Duration::from_secs(30),
+        }
+    }
+
+    #[test]
+    fn a_sentinel_that_hangs_or_is_gone_holds_no_caller_past_the_deadline() {
+        // One sentinel accepts connections and never answers (a hung process); another port refuses.
+        let hung = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let hung_port = hung.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for c in hung.incoming() {
+                held.push(c);
+            }
+        });
+        let gone_port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let timeout = Duration::from_millis(200);
+        let f = Follower::new(&settings(
+            vec![
+                ("127.0.0.1".into(), hung_port),
+                ("127.0.0.1".into(), gone_port),
+            ],
+            timeout,
+        ))
+        .unwrap();
+        for _ in 0..3 {
+            let began = Instant::now();
+            let e = f.primary().err().expect("no primary");
+            assert!(
+                began.elapsed() < timeout * 10,
+                "waited {:?}",
+                began.elapsed()
+            );
+            assert!(e.contains("\"m\""), "{e}");
+            std::thread::sleep(RETRY_AFTER);
+        }
+        assert!(f.address().is_none());
+    }
+
+    #[test]
+    fn replicas_are_read_from_either_reply_shape() {
+        let b = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let flat = vec![Value::Array(vec![
+            b("name"),
+            b("10.0.0.6:6379"),
+            b("ip"),
+            b("10.0.0.6"),
+            b("port"),
+            b("6379"),
+        ])];
+        assert_eq!(
+            replica_addresses(flat),
+            vec![("10.0.0.6".to_string(), 6379)]
+        );
+        let map = vec![Value::Map(vec![
+            (b("ip"), b("::1")),
+            (b("port"), b("7000")),
+        ])];
+        assert_eq!(replica_addresses(map), vec![("::1".to_string(), 7000)]);
+        assert!(replica_addresses(vec![Value::Array(vec![b("ip"), b("h")])]).is_empty());
+    }
+}
