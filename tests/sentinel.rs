@@ -56,10 +56,11 @@ fn command(args: &[&str]) -> Command {
     cmd
 }
 
-/// An instance on the set (the first makes the `default` key; the others are given it).
-fn start(set: &ReplicaSet, instance: &str, key: Option<&str>) -> Gateway {
+/// An instance on the set (the first makes the `default` key; the others are given it), with `store` added
+/// to its `[store]` section.
+fn start(set: &ReplicaSet, instance: &str, key: Option<&str>, store: &str) -> Gateway {
     let dir = TempDir::new(instance);
-    let c = config(dir.path(), set, instance, "");
+    let c = config(dir.path(), set, instance, store);
     let cfg = dir.path().join("tollgate.toml");
     std::fs::write(&cfg, c).unwrap();
     let mut cmd = command(&["serve", "--config"]);
@@ -218,8 +219,9 @@ fn failover_under_load(server: &str) {
         .map(|n| n.port)
         .find(|p| *p != first)
         .unwrap();
-    let a = Arc::new(start(&set, "gw-a", None));
-    let b = Arc::new(start(&set, "gw-b", Some(&a.key)));
+    // A waits for a replica on changes only (the default with sentinels), B on every admission too.
+    let a = Arc::new(start(&set, "gw-a", None, ""));
+    let b = Arc::new(start(&set, "gw-b", Some(&a.key), "replica_wait = \"all\""));
 
     // check --connect: every sentinel names the primary, the quorum holds, the replica answers; no
     // password shows.
@@ -256,9 +258,29 @@ fn failover_under_load(server: &str) {
         waits(first) > waited,
         "the new key did not wait for the replica"
     );
+    // Requests on A wait for no replica; on B (which has sent none yet) each admission does.
+    let before = waits(first);
+    for _ in 0..5 {
+        assert_eq!(
+            a.post_as(&wallet, "/v1/chat/completions", &chat()).status,
+            200
+        );
+    }
+    assert_eq!(
+        waits(first),
+        before,
+        "A waited for a replica on the request path"
+    );
     wait_for(
         || b.post_as(&wallet, "/v1/messages", &messages()).status == 200,
         "the new key on B",
+    );
+    for _ in 0..5 {
+        assert_eq!(b.post_as(&wallet, "/v1/messages", &messages()).status, 200);
+    }
+    assert!(
+        waits(first) >= before + 5,
+        "B's admissions did not wait for the replica"
     );
 
     let stop = Arc::new(AtomicBool::new(false));

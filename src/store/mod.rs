@@ -201,14 +201,6 @@ impl Store {
         }
     }
 
-    /// With sentinels: the address of the primary in use (None: none named now, or no sentinels).
-    pub fn primary(&self) -> Option<String> {
-        match &self.target {
-            Target::Url(_) => None,
-            Target::Sentinels(f) => f.address(),
-        }
-    }
-
     /// How many replicas the server said it has at the last look (None: not known).
     pub fn replicas(&self) -> Option<u64> {
         u64::try_from(self.replicas.load(Ordering::Relaxed)).ok()
