@@ -1,8 +1,10 @@
 //! A store behind Redis Sentinel, on real processes of this machine (a primary, a replica, three sentinels,
 //! each on a free port; `tests/common/redis.rs`): two instances follow a failover by themselves when the
 //! primary is killed under load, refuse in each client's protocol meanwhile, charge nothing twice, answer no
-//! 200 without a record, and end with balances equal to their records' sum. `check --connect` says which
-//! primary the sentinels name and whether the replicas answer.
+//! 200 without a record, and end with balances equal to their records' sum; a sentinel that hangs at the same
+//! moment holds nothing. Changes wait for the replica (`replica_wait`), admissions too only with `"all"`.
+//! `check --connect` says which primary the sentinels name and whether the replicas answer. Also the
+//! measurement of what `WAIT` costs a store call (ignored unless asked for).
 
 mod common;
 
