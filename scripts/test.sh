@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test: the Rust unit and integration tests (which start the real binary against fake upstreams,
-# and several instances on real redis-server processes),
+# and several instances on real redis-server processes, a primary with a replica and three sentinels among them),
 # the compatibility suite with the official OpenAI and Anthropic Python SDKs (in .venv, created on the first
 # run), and the real coding agents Claude Code and Codex CLI (npm packages in tests/agents/node_modules,
 # installed on the first run) against every upstream kind, and the operator console in headless Chromium
@@ -19,7 +19,7 @@ elif ! python3 -m venv --help >/dev/null 2>&1; then
 fi
 command -v node >/dev/null || missing+=("Node.js: apt-get install nodejs npm (or https://nodejs.org)")
 command -v npm >/dev/null || missing+=("npm: apt-get install npm")
-command -v redis-server >/dev/null || missing+=("redis-server (the tests of several instances start real Redis servers): apt-get install redis-server")
+command -v redis-server >/dev/null || missing+=("redis-server (the tests of several instances start real Redis servers, and tests/sentinel.rs a primary, a replica and three sentinels with redis-server --sentinel): apt-get install redis-server")
 chromium="${CHROMIUM:-/usr/bin/chromium}"
 [ -x "$chromium" ] || missing+=("Chromium at $chromium: apt-get install chromium (or set CHROMIUM to a Chromium binary)")
 if [ "${#missing[@]}" -gt 0 ]; then

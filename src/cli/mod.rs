@@ -438,10 +438,10 @@ fn check(path: &Path, connect: bool) -> i32 {
                 println!("warning: {w}");
             }
             if let Some(s) = &c.store {
-                if let Some(var) = &s.missing_password {
+                for (field, var) in s.missing_variables() {
                     println!(
-                        "warning: store.password_env: the environment variable {var} is not set here; the store \
-                         will refuse this instance"
+                        "warning: {field}: the environment variable {var} is not set here; the store will refuse \
+                         this instance"
                     );
                 }
             }

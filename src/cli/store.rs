@@ -113,9 +113,9 @@ fn connect(
     config: &Config,
     settings: &crate::config::store::StoreSettings,
 ) -> Result<Store, String> {
-    if let Some(var) = &settings.missing_password {
+    if let Some((field, var)) = settings.missing_variables().first() {
         return Err(format!(
-            "store.password_env: the environment variable {var} is not set here"
+            "{field}: the environment variable {var} is not set here"
         ));
     }
     Store::new(settings, &config.instance)
@@ -134,14 +134,18 @@ pub fn connect_check(config: &Config) -> Result<Vec<String>, String> {
         ]);
     };
     let store = connect(config, settings)?;
+    let mut lines = Vec::new();
+    if settings.sentinel.is_some() {
+        lines.extend(sentinel_lines(settings)?);
+    }
     let v = store.versions().map_err(|e| unreachable(&store, &e))?;
     let version = store.server_version().unwrap_or_else(|_| "?".into());
-    let mut lines = vec![format!(
+    lines.push(format!(
         "store: {} answers (server {version}); instance {:?}, prefix {:?}",
         store.describe(),
         config.instance,
         settings.prefix
-    )];
+    ));
     lines.push(match v.epoch {
         Some(_) => "store: holds tollgate data".to_string(),
         None => {
@@ -164,6 +168,93 @@ pub fn connect_check(config: &Config) -> Result<Vec<String>, String> {
                 .to_string(),
         ),
     }
+    if settings.replica_wait != crate::config::store::ReplicaWait::Off {
+        lines.push(match store.replicas() {
+            Some(0) => format!(
+                "warning: the primary has no replica connected: replica_wait = {:?} has nothing to wait for, and a \
+                 failover would have nothing to promote",
+                settings.replica_wait.name()
+            ),
+            Some(n) => format!(
+                "store: the primary has {} connected; replica_wait = {:?}",
+                crate::util::plural(n as usize, "replica"),
+                settings.replica_wait.name()
+            ),
+            None => format!(
+                "note: the primary does not say how many replicas it has (ROLE refused); replica_wait = {:?} waits \
+                 for one anyway",
+                settings.replica_wait.name()
+            ),
+        });
+    }
+    Ok(lines)
+}
+
+/// `check --connect` with sentinels: which primary each sentinel names, the quorum, and whether each replica
+/// answers. Err when no sentinel names one.
+fn sentinel_lines(settings: &crate::config::store::StoreSettings) -> Result<Vec<String>, String> {
+    let Some(s) = &settings.sentinel else {
+        return Ok(Vec::new());
+    };
+    let within = settings.timeout.max(std::time::Duration::from_secs(2));
+    let survey = crate::store::sentinel::survey(settings, within)?;
+    let mut lines = Vec::new();
+    let mut named = Vec::new();
+    for (address, said) in &survey.sentinels {
+        lines.push(match said {
+            Ok(primary) => {
+                named.push(primary.clone());
+                format!(
+                    "sentinel {address}: names {primary} as the primary {:?}",
+                    s.master_name
+                )
+            }
+            Err(e) => format!(
+                "warning: sentinel {address} does not name the primary {:?}: {e}",
+                s.master_name
+            ),
+        });
+    }
+    named.sort();
+    named.dedup();
+    match named.len() {
+        0 => {
+            return Err(format!(
+                "no sentinel names a primary {:?} that answers ({})",
+                s.master_name,
+                crate::util::plural(survey.sentinels.len(), "sentinel")
+            ))
+        }
+        1 => {}
+        _ => lines.push(format!(
+            "warning: the sentinels disagree on the primary ({}): a failover is under way, or they are not one set",
+            named.join(", ")
+        )),
+    }
+    match &survey.quorum {
+        Some(Ok(ok)) => lines.push(format!("sentinels: {ok}")),
+        Some(Err(e)) => lines.push(format!("warning: the sentinels cannot fail over: {e}")),
+        None => {}
+    }
+    if survey.replicas.is_empty() {
+        lines.push(
+            "warning: the sentinels know no replica of the primary: a failover would have nothing to promote"
+                .to_string(),
+        );
+    }
+    let answering = survey.replicas.iter().filter(|(_, r)| r.is_ok()).count();
+    for (address, r) in &survey.replicas {
+        lines.push(match r {
+            Ok(()) => format!("replica {address}: answers"),
+            Err(e) => format!("warning: replica {address} does not answer: {e}"),
+        });
+    }
+    if !survey.replicas.is_empty() {
+        lines.push(format!(
+            "replicas: {answering} of {} answer",
+            survey.replicas.len()
+        ));
+    }
     Ok(lines)
 }
 
@@ -172,9 +263,9 @@ pub fn join_at_serve(config: &Config) -> Result<Option<crate::server::Shared>, S
     let Some(settings) = &config.store else {
         return Ok(None);
     };
-    if let Some(var) = &settings.missing_password {
+    for (field, var) in settings.missing_variables() {
         log::error!(
-            "store.password_env: the environment variable {var} is not set; the store will refuse this instance"
+            "{field}: the environment variable {var} is not set; the store will refuse this instance"
         );
     }
     let store = Arc::new(Store::new(settings, &config.instance)?);

@@ -258,6 +258,7 @@ impl Store {
                 .arg(keys)
                 .arg(args);
         }
+        self.wait_in(&mut pipe);
         let mut replies: Vec<redis::RedisResult<Value>> = Vec::new();
         for attempt in 0..2 {
             replies = match self.with(|con| pipe.query(con)) {
@@ -302,10 +303,8 @@ impl Store {
         match admitted {
             None | Some(None) => Ok(None),
             Some(Some(Ok(v))) => Ok(Some(v)),
-            Some(Some(Err(e))) => Err(StoreError {
-                unavailable: false,
-                message: crate::secrets::scrubbed(&e.to_string()),
-            }),
+            // An error the script answered; with sentinels, a server that turned replica counts as down.
+            Some(Some(Err(e))) => Err(self.failed(&e)),
         }
     }
 

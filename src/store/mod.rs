@@ -10,6 +10,12 @@
 //! that restarted is reached again by the next call (its scripts are loaded again when it answers
 //! NOSCRIPT).
 //!
+//! The server is the one at `[store] url`, or the primary that the Redis Sentinels of `[store] sentinels`
+//! name (`sentinel.rs`): a call that finds it gone or turned replica makes the next call ask the sentinels
+//! again, so a failover is followed by itself. With `replica_wait`, the writes no ledger can restore (key
+//! records and their terms, the console's overrides, the epoch; with `all` every admission and settlement
+//! too) wait for a replica's acknowledgement (`WAIT`) before they count as done.
+//!
 //! Layout (every key under `prefix`): `keys` (hash: key name → key record JSON) with `keys:ver`, and beside
 //! it `terms` (hash: key name → what admission reads of the key: credit, own budget, expiry, state; written in
 //! the same atomic step as the record, `lua/keys_write.lua`) with `terms:at` (the `keys:ver` they match);
@@ -21,15 +27,16 @@
 //! (list of audit entries, newest first).
 
 pub mod accounts;
+pub mod sentinel;
 pub mod ship;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::{ConnectionLike, FromRedisValue, IntoConnectionInfo, Value};
 
-use crate::config::store::StoreSettings;
+use crate::config::store::{ReplicaWait, StoreSettings};
 
 /// Why a store call failed.
 #[derive(Debug, Clone)]
@@ -88,11 +95,23 @@ impl Scripts {
 /// Connections kept for reuse at most (more are opened under load and closed when returned).
 const POOL_MAX: usize = 64;
 
+/// Which server the store is.
+enum Target {
+    /// The one at `url`.
+    Url(redis::Client),
+    /// The primary the sentinels name.
+    Sentinels(Arc<sentinel::Follower>),
+}
+
 /// The handle every part of the gateway shares.
 pub struct Store {
     settings: StoreSettings,
-    client: redis::Client,
-    pool: Mutex<Vec<redis::Connection>>,
+    target: Target,
+    /// Open connections, each with the generation of the primary it reaches (always 0 with `url`).
+    pool: Mutex<Vec<(u64, redis::Connection)>>,
+    /// How many replicas the server said it has (`ROLE`, at each look while `replica_wait` is on or with
+    /// sentinels); -1: not known (it did not say, or `ROLE` is not allowed): writes then wait anyway.
+    replicas: AtomicI64,
     healthy: AtomicBool,
     /// The store lost its data (its epoch is gone): nothing it says about balances can be trusted.
     lost: AtomicBool,
@@ -124,27 +143,27 @@ pub struct Versions {
 }
 
 impl Store {
-    /// A handle on the store; nothing is sent until the first call.
+    /// A handle on the store; nothing is sent until the first call. Its addresses (the URL's, or the
+    /// sentinels') are registered with `addresses`, so clients never see them.
     pub fn new(settings: &StoreSettings, instance: &str) -> Result<Store, String> {
-        let mut redis = redis::RedisConnectionInfo::default()
-            .set_db(settings.db)
-            .set_skip_set_lib_name();
-        if let Some(user) = &settings.username {
-            redis = redis.set_username(user);
+        for a in settings.addresses() {
+            crate::addresses::register(&a);
         }
-        if let Some(pw) = &settings.password {
-            redis = redis.set_password(pw);
-        }
-        let info = redis::ConnectionAddr::Tcp(settings.host.clone(), settings.port)
-            .into_connection_info()
-            .map_err(|e| format!("store.url: {e}"))?
-            .set_redis_settings(redis)
-            .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
-        let client = redis::Client::open(info).map_err(|e| format!("store.url: {e}"))?;
+        let target = if settings.sentinel.is_some() {
+            Target::Sentinels(sentinel::Follower::new(settings)?)
+        } else {
+            let info = redis::ConnectionAddr::Tcp(settings.host.clone(), settings.port)
+                .into_connection_info()
+                .map_err(|e| format!("store.url: {e}"))?
+                .set_redis_settings(sentinel::node_settings(settings))
+                .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
+            Target::Url(redis::Client::open(info).map_err(|e| format!("store.url: {e}"))?)
+        };
         Ok(Store {
             settings: settings.clone(),
-            client,
+            target,
             pool: Mutex::new(Vec::new()),
+            replicas: AtomicI64::new(-1),
             healthy: AtomicBool::new(true),
             lost: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
@@ -165,9 +184,26 @@ impl Store {
         &self.instance
     }
 
-    /// Where the store is, for messages (never with a password).
+    /// Where the store is, for messages (never with a password; `addresses::hide` takes the addresses out of
+    /// what clients see).
     pub fn describe(&self) -> String {
-        format!("Redis at {}", self.settings.url)
+        match &self.target {
+            Target::Url(_) => format!("Redis at {}", self.settings.url),
+            Target::Sentinels(f) => format!(
+                "Redis primary {:?} of the sentinels at {} ({})",
+                f.master_name(),
+                f.sentinels().join(", "),
+                f.address().map_or_else(
+                    || "no primary known now".to_string(),
+                    |a| format!("now at {a}")
+                )
+            ),
+        }
+    }
+
+    /// How many replicas the server said it has at the last look (None: not known).
+    pub fn replicas(&self) -> Option<u64> {
+        u64::try_from(self.replicas.load(Ordering::Relaxed)).ok()
     }
 
     /// A key name under the prefix.
@@ -228,15 +264,43 @@ impl Store {
         }
     }
 
-    fn connection(&self) -> Result<redis::Connection, redis::RedisError> {
-        if let Some(c) = lock(&self.pool).pop() {
-            return Ok(c);
+    /// A connection to the server (pooled, or opened within the deadline), with the generation of the
+    /// primary it reaches.
+    fn connection(&self) -> Result<(u64, redis::Connection), redis::RedisError> {
+        let (generation, client) = match &self.target {
+            Target::Url(client) => (0, client.clone()),
+            Target::Sentinels(f) => {
+                let p = f.primary().map_err(|e| {
+                    redis::RedisError::from(std::io::Error::new(
+                        std::io::ErrorKind::NotConnected,
+                        e,
+                    ))
+                })?;
+                (p.generation, p.client)
+            }
+        };
+        {
+            let mut pool = lock(&self.pool);
+            while let Some((g, c)) = pool.pop() {
+                if g == generation {
+                    return Ok((g, c));
+                }
+            }
         }
         let t = self.settings.timeout;
-        let c = self.client.get_connection_with_timeout(t)?;
+        let c = client.get_connection_with_timeout(t)?;
         c.set_read_timeout(Some(t))?;
         c.set_write_timeout(Some(t))?;
-        Ok(c)
+        Ok((generation, c))
+    }
+
+    fn put_back(&self, generation: u64, con: redis::Connection) {
+        if con.is_open() {
+            let mut pool = lock(&self.pool);
+            if pool.len() < POOL_MAX {
+                pool.push((generation, con));
+            }
+        }
     }
 
     /// Runs `f` on a pooled connection. A failure to reach the store drops the connection and marks the store
@@ -245,27 +309,19 @@ impl Store {
         &self,
         f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
     ) -> Result<T, StoreError> {
-        let mut con = match self.connection() {
+        let (generation, mut con) = match self.connection() {
             Ok(c) => c,
             Err(e) => return Err(self.failed(&e)),
         };
         match f(&mut con) {
             Ok(v) => {
-                if con.is_open() {
-                    let mut pool = lock(&self.pool);
-                    if pool.len() < POOL_MAX {
-                        pool.push(con);
-                    }
-                }
+                self.put_back(generation, con);
                 Ok(v)
             }
             Err(e) => {
                 let err = self.failed(&e);
-                if !err.unavailable && con.is_open() {
-                    let mut pool = lock(&self.pool);
-                    if pool.len() < POOL_MAX {
-                        pool.push(con);
-                    }
+                if !err.unavailable {
+                    self.put_back(generation, con);
                 }
                 Err(err)
             }
@@ -273,21 +329,39 @@ impl Store {
     }
 
     fn failed(&self, e: &redis::RedisError) -> StoreError {
+        // With sentinels, a server that says it is a replica now (or lost its primary) is no primary.
+        let demoted = matches!(self.target, Target::Sentinels(_))
+            && matches!(
+                e.kind(),
+                redis::ErrorKind::Server(
+                    redis::ServerErrorKind::ReadOnly | redis::ServerErrorKind::MasterDown
+                )
+            );
         let unavailable = e.is_io_error()
             || e.is_timeout()
             || e.is_connection_dropped()
             || e.is_connection_refusal()
-            || e.is_unrecoverable_error();
+            || e.is_unrecoverable_error()
+            || demoted;
         let message = crate::secrets::scrubbed(&e.to_string());
         if unavailable {
-            // Connections opened before the failure are suspect (a restarted Redis closed them all).
-            lock(&self.pool).clear();
-            self.mark_down(&message);
+            self.lost_primary(&message);
         }
         StoreError {
             unavailable,
             message,
         }
+    }
+
+    /// The server did not answer (or is no primary): every open connection goes, the store is down until a
+    /// look succeeds, and with sentinels the next call asks them again.
+    fn lost_primary(&self, message: &str) {
+        // Connections opened before the failure are suspect (a restarted Redis closed them all).
+        lock(&self.pool).clear();
+        if let Target::Sentinels(f) = &self.target {
+            f.forget();
+        }
+        self.mark_down(message);
     }
 
     /// Runs a script, loading it again when the server forgot it (a restart).
@@ -296,6 +370,18 @@ impl Store {
         s: impl Fn(&Scripts) -> &redis::Script,
         keys: &[String],
         args: &[String],
+    ) -> Result<T, StoreError> {
+        self.run_confirmed(s, keys, args, None)
+    }
+
+    /// Runs a script like `run`; with `confirm` (what it writes, for the log), its writes then wait for a
+    /// replica (`confirm`).
+    fn run_confirmed<T: FromRedisValue>(
+        &self,
+        s: impl Fn(&Scripts) -> &redis::Script,
+        keys: &[String],
+        args: &[String],
+        confirm: Option<&str>,
     ) -> Result<T, StoreError> {
         let script = s(&self.scripts);
         self.with(|con| {
@@ -306,16 +392,38 @@ impl Store {
             for a in args {
                 inv.arg(a);
             }
-            inv.invoke(con)
+            let v = inv.invoke(con)?;
+            if let Some(what) = confirm {
+                self.confirm(con, what)?;
+            }
+            Ok(v)
         })
     }
 
     /// One look at the store: the versions and the epoch (the store thread calls this every 250 ms). Marks
-    /// the store up when it answers.
+    /// the store up when it answers. With sentinels or `replica_wait`, it also asks the server's `ROLE`: how
+    /// many replicas it has, and (with sentinels) whether it is the primary still; and the sentinels are asked
+    /// again once a second.
     pub fn versions(&self) -> Result<Versions, StoreError> {
         let names = [self.k("keys:ver"), self.k("overrides:ver"), self.k("epoch")];
-        let got: Vec<Option<String>> =
-            self.with(|con| redis::cmd("MGET").arg(&names).query(con))?;
+        let role = matches!(self.target, Target::Sentinels(_))
+            || self.settings.replica_wait != ReplicaWait::Off;
+        let (got, role): (Vec<Option<String>>, Option<Value>) = self.with(|con| {
+            let got = redis::cmd("MGET").arg(&names).query(con)?;
+            // ROLE may not be allowed (an ACL without @admin): then the replicas are not known.
+            let role = if role {
+                redis::cmd("ROLE").query::<Value>(con).ok()
+            } else {
+                None
+            };
+            Ok((got, role))
+        })?;
+        if let Some(role) = role {
+            self.note_role(role)?;
+        }
+        if let Target::Sentinels(f) = &self.target {
+            f.refresh();
+        }
         self.mark_up();
         let n = |v: &Option<String>| v.as_deref().and_then(|s| s.parse().ok()).unwrap_or(0);
         Ok(Versions {
@@ -325,15 +433,87 @@ impl Store {
         })
     }
 
+    /// What `ROLE` said: the replicas of a primary; with sentinels, a server that is no primary any more is
+    /// left (an error that counts as not answering: the sentinels are asked again).
+    fn note_role(&self, role: Value) -> Result<(), StoreError> {
+        let Value::Array(parts) = role else {
+            return Ok(());
+        };
+        let kind = parts
+            .first()
+            .and_then(|v| String::from_redis_value(v.clone()).ok())
+            .unwrap_or_default();
+        if kind == "master" {
+            let n = match parts.get(2) {
+                Some(Value::Array(r)) => r.len() as i64,
+                _ => -1,
+            };
+            self.replicas.store(n, Ordering::Relaxed);
+            return Ok(());
+        }
+        if matches!(self.target, Target::Sentinels(_)) {
+            let message = format!("the server named as the primary says it is a {kind}");
+            self.lost_primary(&message);
+            return Err(StoreError {
+                unavailable: true,
+                message,
+            });
+        }
+        Ok(())
+    }
+
+    /// After a write that must survive a failover (on `con`, the connection that made it): waits for a
+    /// replica to acknowledge it (`WAIT 1`), when `replica_wait` asks for it and the server has replicas.
+    /// Unconfirmed (no replica, or none within half the store's deadline), it is logged, not undone: the
+    /// write is on the primary, and only a failover in the next moment could lose it.
+    fn confirm(&self, con: &mut redis::Connection, what: &str) -> redis::RedisResult<()> {
+        if self.settings.replica_wait == ReplicaWait::Off {
+            return Ok(());
+        }
+        if self.replicas.load(Ordering::Relaxed) == 0 {
+            log::warn!(
+                "store: {what} is not confirmed by a replica: the primary has none connected; a failover now \
+                 would lose it"
+            );
+            return Ok(());
+        }
+        let ms = self.wait_ms();
+        let acked: i64 = redis::cmd("WAIT").arg(1).arg(ms).query(con)?;
+        if acked < 1 {
+            log::warn!(
+                "store: {what} is not confirmed by a replica within {ms} ms; a failover now would lose it"
+            );
+        }
+        Ok(())
+    }
+
+    /// How long a `WAIT` waits: half the store's deadline, so it ends before the call's own deadline.
+    fn wait_ms(&self) -> u64 {
+        (self.settings.timeout.as_millis() as u64 / 2).max(1)
+    }
+
+    /// With `replica_wait = "all"` and replicas: a `WAIT 1` at the end of a pipeline of request-path writes
+    /// (its answer ignored: an admission or settlement that is not confirmed stands, its record restores it).
+    fn wait_in(&self, pipe: &mut redis::Pipeline) {
+        if self.settings.replica_wait == ReplicaWait::All
+            && self.replicas.load(Ordering::Relaxed) != 0
+        {
+            pipe.cmd("WAIT").arg(1).arg(self.wait_ms()).ignore();
+        }
+    }
+
     /// Sets the epoch if the store has none; returns the epoch in force.
     pub fn init_epoch(&self, fresh: &str) -> Result<String, StoreError> {
         let key = self.k("epoch");
         self.with(|con| {
-            let _: Value = redis::cmd("SET")
+            let set: Value = redis::cmd("SET")
                 .arg(&key)
                 .arg(fresh)
                 .arg("NX")
                 .query(con)?;
+            if set != Value::Nil {
+                self.confirm(con, "the store's epoch")?;
+            }
             redis::cmd("GET").arg(&key).query(con)
         })
     }
@@ -341,7 +521,10 @@ impl Store {
     /// Sets a new epoch (after a rebuild).
     pub fn set_epoch(&self, epoch: &str) -> Result<(), StoreError> {
         let key = self.k("epoch");
-        self.with(|con| redis::cmd("SET").arg(&key).arg(epoch).query(con))
+        self.with(|con| {
+            redis::cmd("SET").arg(&key).arg(epoch).query::<()>(con)?;
+            self.confirm(con, "the store's epoch")
+        })
     }
 
     /// Claims this instance's name for `run_id` for `ttl`; Err(holder) when another process holds it.
@@ -396,10 +579,11 @@ impl Store {
             args.push(v.clone());
         }
         args.extend(delete.iter().cloned());
-        let v: u64 = self.run(
+        let v: u64 = self.run_confirmed(
             |s| &s.map_write,
             &[self.k(&format!("{name}:ver")), self.k(name)],
             &args,
+            Some(&format!("a change of {name}")),
         )?;
         Ok((v > 0).then_some(v))
     }
@@ -419,7 +603,12 @@ impl Store {
             args.extend([name.clone(), record.clone(), terms.clone()]);
         }
         args.extend(delete.iter().cloned());
-        let v: u64 = self.run(|s| &s.keys_write, &self.keys_and_terms(), &args)?;
+        let v: u64 = self.run_confirmed(
+            |s| &s.keys_write,
+            &self.keys_and_terms(),
+            &args,
+            Some("a change of the keys"),
+        )?;
         Ok((v > 0).then_some(v))
     }
 
@@ -438,7 +627,12 @@ impl Store {
             args.extend([name.clone(), t.clone()]);
         }
         let [ver, _, terms_key, at] = self.keys_and_terms();
-        let done: i64 = self.run(|s| &s.terms_sync, &[ver, terms_key, at], &args)?;
+        let done: i64 = self.run_confirmed(
+            |s| &s.terms_sync,
+            &[ver, terms_key, at],
+            &args,
+            Some("the keys' terms"),
+        )?;
         Ok(done == 1)
     }
 

@@ -623,3 +623,11 @@ pub fn wait_exit(child: &mut Child, within: Duration) -> Option<i32> {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+impl Gateway {
+    /// Starts a prepared `tollgate serve` command (its own environment kept) on existing data: the first key
+    /// was made by an earlier start, on this gateway's store or data.
+    pub fn restart_command(dir: TempDir, cmd: &mut Command, key: &str) -> Gateway {
+        Gateway::start_command_keyed(dir, cmd, Some(key.to_string()))
+    }
+}
