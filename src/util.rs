@@ -183,11 +183,7 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
 
 /// [`write_atomic`], calling `before_rename` once the temporary file is complete and synced, just before it
 /// is renamed into place.
-pub fn write_atomic_then(
-    path: &Path,
-    data: &[u8],
-    before_rename: impl FnOnce(),
-) -> io::Result<()> {
+pub fn write_atomic_then(path: &Path, data: &[u8], before_rename: impl FnOnce()) -> io::Result<()> {
     let dir = parent_dir(path);
     create_private_dir_all(dir)?;
     let problems = match path.file_name() {

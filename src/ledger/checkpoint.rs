@@ -78,8 +78,8 @@ pub fn read(dir: &Path) -> io::Result<Option<Checkpoint>> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
-    let cp: Checkpoint = serde_json::from_slice(&text)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    let cp: Checkpoint =
+        serde_json::from_slice(&text).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
     if cp.version != VERSION {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,

@@ -197,9 +197,9 @@ impl History {
     pub fn at(dir: &Path) -> io::Result<History> {
         let segments = segments(dir)?;
         let cp = super::checkpoint::read(dir).ok().flatten();
-        let (retired_through, retired) = cp
-            .as_ref()
-            .map_or((0, None), |c| (c.retired_through, Some(Arc::new(c.retired.clone()))));
+        let (retired_through, retired) = cp.as_ref().map_or((0, None), |c| {
+            (c.retired_through, Some(Arc::new(c.retired.clone())))
+        });
         let seq = active_seq(&segments, cp.as_ref().map_or(0, |c| c.seq), retired_through);
         let path = dir.join(LEDGER_FILE);
         let (file, len) = match crate::util::open_owned(&path, OpenOptions::new().read(true)) {
@@ -249,9 +249,9 @@ impl History {
                 left: len,
             }));
         }
-        let seg = self
-            .segment(seq)
-            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("no ledger file {seq}")))?;
+        let seg = self.segment(seq).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::NotFound, format!("no ledger file {seq}"))
+        })?;
         let mut r = open_segment(seg)?;
         if offset > 0 {
             let skipped = io::copy(&mut (&mut r).take(offset), &mut io::sink())?;
@@ -350,9 +350,15 @@ mod tests {
         let from = crate::util::parse_rfc3339("2026-01-02T03:04:05Z").unwrap();
         let to = crate::util::parse_rfc3339("2026-01-02T23:59:59Z").unwrap();
         let name = segment_name(42, from, to);
-        assert_eq!(name, "usage-00000042-20260102T030405Z-20260102T235959Z.jsonl");
+        assert_eq!(
+            name,
+            "usage-00000042-20260102T030405Z-20260102T235959Z.jsonl"
+        );
         assert_eq!(parse_name(&name), Some((42, from, to, false)));
-        assert_eq!(parse_name(&format!("{name}.gz")), Some((42, from, to, true)));
+        assert_eq!(
+            parse_name(&format!("{name}.gz")),
+            Some((42, from, to, true))
+        );
         for bad in [
             "usage.jsonl",
             "usage-x-20260102T030405Z-20260102T235959Z.jsonl",

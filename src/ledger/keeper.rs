@@ -207,7 +207,10 @@ impl Keeper {
         let mut through = self.retired_through;
         for s in expired {
             if let Err(e) = fold_file(s, &mut retired) {
-                log::error!("usage ledger: cannot read {} to retire it: {e}; it is kept", s.name());
+                log::error!(
+                    "usage ledger: cannot read {} to retire it: {e}; it is kept",
+                    s.name()
+                );
                 break;
             }
             through = s.seq;
@@ -281,7 +284,11 @@ impl Keeper {
     fn active_first_ts(&self) -> Option<String> {
         use std::os::unix::fs::FileExt;
         let f = lock(&self.shared.active).1.clone();
-        let len = self.shared.synced_len.load(Ordering::Acquire).min(64 * 1024) as usize;
+        let len = self
+            .shared
+            .synced_len
+            .load(Ordering::Acquire)
+            .min(64 * 1024) as usize;
         let mut buf = vec![0u8; len];
         let n = f.read_at(&mut buf, 0).ok()?;
         let end = buf[..n].iter().position(|b| *b == b'\n')?;

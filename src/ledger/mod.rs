@@ -43,7 +43,7 @@ use crate::access::budget::PeriodSpend;
 use crate::money::Money;
 
 pub use checkpoint::CHECKPOINT_FILE;
-pub use files::{fingerprint, segment_name, Active, History, Segment};
+pub use files::{complete_len, fingerprint, segment_name, Active, History, Segment};
 pub use options::Options;
 pub use query::{Filter, StatusFilter};
 pub use totals::{KeyTotals, Totals};
@@ -509,7 +509,11 @@ impl Ledger {
     pub fn history(&self) -> io::Result<History> {
         let (seq, file, len) = {
             let a = lock(&self.shared.active);
-            (a.0, a.1.clone(), self.shared.synced_len.load(Ordering::Acquire))
+            (
+                a.0,
+                a.1.clone(),
+                self.shared.synced_len.load(Ordering::Acquire),
+            )
         };
         let mut segments = files::segments(&self.dir)?;
         // The active file just rotated is read through the descriptor already taken.

@@ -6,7 +6,6 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader};
 use std::os::unix::fs::FileExt;
-use std::path::Path;
 
 use super::files::{History, Segment};
 use super::{Record, Status};
@@ -271,7 +270,7 @@ pub fn scan_with_unwritten(
 
 /// Calls `f` with each complete line of the file at `path`, last line first, until `f` returns false.
 #[cfg(test)]
-pub fn each_line_backwards(path: &Path, f: impl FnMut(&[u8]) -> bool) -> io::Result<()> {
+pub fn each_line_backwards(path: &std::path::Path, f: impl FnMut(&[u8]) -> bool) -> io::Result<()> {
     let file = match crate::util::open_owned(path, std::fs::OpenOptions::new().read(true)) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),

@@ -51,9 +51,9 @@ pub(super) fn start(dir: &Path, repair: bool, now: u64) -> io::Result<Start> {
             None
         }
     };
-    let (retired_through, retired) = cp
-        .as_ref()
-        .map_or((0, Totals::default()), |c| (c.retired_through, c.retired.clone()));
+    let (retired_through, retired) = cp.as_ref().map_or((0, Totals::default()), |c| {
+        (c.retired_through, c.retired.clone())
+    });
     let seq = files::active_seq(&segments, cp.as_ref().map_or(0, |c| c.seq), retired_through);
     let path = dir.join(LEDGER_FILE);
     let mut options = OpenOptions::new();
@@ -161,7 +161,9 @@ fn fold_line(s: &mut Start, name: &str, at: u64, text: &[u8]) -> Option<i64> {
         }
         Line::NotRecord(why) => {
             s.replay.bad_lines += 1;
-            log::warn!("usage ledger {name}: the line at byte {at} is not a record ({why}); skipped");
+            log::warn!(
+                "usage ledger {name}: the line at byte {at} is not a record ({why}); skipped"
+            );
             None
         }
     }
@@ -184,7 +186,13 @@ fn replay_segment(seg: &Segment, offset: u64, s: &mut Start) -> io::Result<()> {
 }
 
 /// Replays the active file from `offset`; a torn last line is cut off (with `repair`).
-fn replay_active(path: &Path, file: File, offset: u64, repair: bool, s: &mut Start) -> io::Result<()> {
+fn replay_active(
+    path: &Path,
+    file: File,
+    offset: u64,
+    repair: bool,
+    s: &mut Start,
+) -> io::Result<()> {
     let mut r = &file;
     r.seek(SeekFrom::Start(offset))?;
     let mut good_end = offset;

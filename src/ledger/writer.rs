@@ -547,9 +547,7 @@ impl Writer {
             return Ok(());
         }
         let too_big = self.good_len + self.pending_bytes as u64 > self.options.max_file_bytes;
-        let new_day = self
-            .file_day
-            .is_some_and(|d| options::now() / 86_400 > d);
+        let new_day = self.file_day.is_some_and(|d| options::now() / 86_400 > d);
         if too_big || new_day {
             self.rotate()?;
         }
@@ -568,7 +566,10 @@ impl Writer {
             )));
         }
         std::fs::rename(&self.path, &target).map_err(|e| {
-            io::Error::new(e.kind(), format!("cannot rotate {LEDGER_FILE} to {name}: {e}"))
+            io::Error::new(
+                e.kind(),
+                format!("cannot rotate {LEDGER_FILE} to {name}: {e}"),
+            )
         })?;
         // From here the old file is done: what follows goes into a new one.
         let bytes = self.good_len;
