@@ -115,7 +115,7 @@ pub(super) struct Writer {
     fingerprint: String,
     first_ms: Option<i64>,
     last_ms: Option<i64>,
-    /// The UTC day (by the ledger's clock) the active file began on.
+    /// The UTC day (by the ledger's clock) the active file began on (for a file found at start: the start's).
     file_day: Option<u64>,
     /// A rotation renamed the file but could not make the new one yet.
     file_missing: bool,
@@ -172,10 +172,8 @@ impl Writer {
             keeper: s.keeper,
             seq: s.seq,
             fingerprint: s.fingerprint,
-            file_day: s
-                .first_ms
-                .map(|ms| (ms / 1000).max(0) as u64 / 86_400)
-                .or((s.good_len > 0).then(|| options::now() / 86_400)),
+            // A file found at start counts as begun today: it is rotated at the next midnight.
+            file_day: (s.good_len > 0).then(|| options::now() / 86_400),
             first_ms: s.first_ms,
             last_ms: s.last_ms,
             file_missing: false,
