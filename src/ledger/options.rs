@@ -1,6 +1,7 @@
 //! How the ledger keeps its files over time: rotation, retention, compression, checkpoints and the
 //! free-space warning (the config's `ledger_*` and `min_free_disk_mb` settings).
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 /// Bytes in one MB of the settings (`ledger_max_file_mb`, `min_free_disk_mb`).
@@ -50,9 +51,17 @@ pub fn now() -> u64 {
     let Some(path) = std::env::var_os(CLOCK_ENV) else {
         return real;
     };
-    let shift = std::fs::read_to_string(path)
+    // A file read while it is rewritten keeps the shift read last.
+    static LAST: AtomicI64 = AtomicI64::new(0);
+    let shift = match std::fs::read_to_string(path)
         .ok()
         .and_then(|t| t.trim().parse::<i64>().ok())
-        .unwrap_or(0);
+    {
+        Some(s) => {
+            LAST.store(s, Ordering::Relaxed);
+            s
+        }
+        None => LAST.load(Ordering::Relaxed),
+    };
     (real as i64).saturating_add(shift).max(0) as u64
 }
