@@ -782,11 +782,19 @@ fn low_free_space_is_warned_before_writes_fail() {
 fn the_store_gets_every_record_across_rotations_and_rebuilds_from_them() {
     let mut redis = Redis::start(false);
     let dir = TempDir::new("hist-store");
+    let clock = dir.path().join("clock");
+    set_clock(&clock, 0);
+    let clock_env = clock.display().to_string();
     let extra = format!(
-        "instance = \"gw-h\"\nledger_max_file_mb = 0.005\nledger_compress_after_days = 0\n{}",
+        "instance = \"gw-h\"\nledger_max_file_mb = 0.005\nledger_compress_after_days = 0\n\
+         ledger_retention_days = 3\n{}",
         redis.store_section("")
     );
-    let gw = Arc::new(start(dir, &extra));
+    let gw = Arc::new(start_env(
+        dir,
+        &extra,
+        &[("TOLLGATE_TEST_CLOCK_FILE", &clock_env)],
+    ));
     let sent = load(&gw, 4, 40, no_stop(), false);
     let data_dir = data(&gw.dir);
     let usage = |gw: &Gateway| -> Vec<String> {
@@ -832,4 +840,38 @@ fn the_store_gets_every_record_across_rotations_and_rebuilds_from_them() {
     let (spent2, ..) = balance(&gw, "default");
     assert!(spent2 > spent - 1e-9, "{spent2} vs {spent}");
     wait_for(|| usage(&gw).len() >= 161, "the new record shipped");
+
+    // Five days later the shipped files are past retention and go (their totals kept in the checkpoint).
+    // The store loses its data again: rebuilt from the checkpoint's retired totals and what is left, every
+    // balance, budget period included, is what it was.
+    set_clock(&clock, 5 * 86_400);
+    assert_eq!(post(&gw, "five-days-on").status, 200);
+    wait_for(
+        || segments(&data_dir).is_empty(),
+        "the files past retention deleted",
+    );
+    wait_for(|| usage(&gw).len() >= 162, "the newest record shipped");
+    let before = balance(&gw, "default");
+    redis.restart();
+    wait_for(
+        || post(&gw, "lost-again").status == 503,
+        "refusals while the store has lost its data",
+    );
+    assert_eq!(gw.admin("/admin/usage?limit=1").status, 200, "flushed");
+    let (code, out, err) = gw.cli(&["store", "rebuild"]);
+    assert_eq!(code, 0, "{out}{err}");
+    wait_for(
+        || gw.request("GET", "/readyz", &[], b"").status == 200,
+        "ready after the second rebuild",
+    );
+    let after = balance(&gw, "default");
+    assert!(close(after.0, before.0), "spent {after:?} vs {before:?}");
+    assert!(
+        close(after.1, before.1),
+        "budget period {after:?} vs {before:?}"
+    );
+    assert!(
+        after.2.as_str() >= before.2.as_str(),
+        "last use (refusals since count too)"
+    );
 }

@@ -63,6 +63,7 @@ impl Keeper {
         let mut last_maintain = Instant::now() - MAINTAIN_EVERY;
         let mut last_stats = Instant::now() - STATS_EVERY;
         let mut low_since: Option<Instant> = None;
+        let mut shipped = self.shared.shipped_before.load(Ordering::Acquire);
         loop {
             let mut closing = None;
             match rx.recv_timeout(STATS_EVERY) {
@@ -85,8 +86,11 @@ impl Keeper {
                 let _ = ack.send(());
                 return;
             }
-            if self.rotated || last_maintain.elapsed() >= MAINTAIN_EVERY {
+            // A file the shipper finished may be due for compression or retention now.
+            let shipped_now = self.shared.shipped_before.load(Ordering::Acquire);
+            if self.rotated || shipped_now != shipped || last_maintain.elapsed() >= MAINTAIN_EVERY {
                 self.rotated = false;
+                shipped = shipped_now;
                 last_maintain = Instant::now();
                 self.maintain();
             }
