@@ -55,6 +55,18 @@ struct Item {
     id: Option<String>,
 }
 
+/// What an item is made of: a record's key, request id (none: the line only moves the cursor), cost,
+/// tokens, `ts` and JSON (none: no usage stream entry).
+#[derive(Default, Clone, Copy)]
+struct Entry<'a> {
+    key: &'a str,
+    id: &'a str,
+    cost: crate::money::Money,
+    tokens: u64,
+    ts: &'a str,
+    json: &'a str,
+}
+
 /// How shipping one stretch ended.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Shipped {
@@ -153,27 +165,35 @@ impl Store {
                     let keyed = !r.key.is_empty();
                     let id = if keyed { r.request_id.as_str() } else { "" };
                     let tokens = r.input_tokens.saturating_add(r.output_tokens);
-                    self.item(next, &r.key, id, r.cost, tokens, &r.ts, json)
+                    self.item(
+                        next,
+                        &Entry {
+                            key: &r.key,
+                            id,
+                            cost: r.cost,
+                            tokens,
+                            ts: &r.ts,
+                            json,
+                        },
+                    )
                 }
                 // A line that is no record (blank, damaged) only moves the cursor.
-                None => self.item(next, "", "", crate::money::Money::ZERO, 0, "", ""),
+                None => self.item(next, &Entry::default()),
             });
         }
         out
     }
 
-    /// One item: the keys of `key`'s account (none without a request id) and the script's values.
-    #[allow(clippy::too_many_arguments)]
-    fn item(
-        &self,
-        next: u64,
-        key: &str,
-        id: &str,
-        cost: crate::money::Money,
-        tokens: u64,
-        ts: &str,
-        json: &str,
-    ) -> Item {
+    /// One item: the keys of its account (none without a request id) and the script's values.
+    fn item(&self, next: u64, e: &Entry) -> Item {
+        let Entry {
+            key,
+            id,
+            cost,
+            tokens,
+            ts,
+            json,
+        } = *e;
         if id.is_empty() {
             return Item {
                 next,
@@ -236,7 +256,14 @@ impl Store {
             for (cost, ts) in parts {
                 let next = out.len() as u64 + 1;
                 let id = format!("retired:{through}:{next}");
-                out.push(self.item(next, name, &id, cost, 0, &ts, ""));
+                let e = Entry {
+                    key: name,
+                    id: &id,
+                    cost,
+                    ts: &ts,
+                    ..Entry::default()
+                };
+                out.push(self.item(next, &e));
             }
         }
         out
