@@ -29,19 +29,25 @@ const WARN_EVERY: Duration = Duration::from_secs(600);
 
 const DAY: u64 = 86_400;
 
-/// A position of the ledger and what every record before it adds up to, from the writer.
+/// A position of the ledger (everything before byte `offset` of file `seq`) and what the records written
+/// since the previous snapshot add up to, from the writer.
 pub(super) struct Snapshot {
+    pub position: Position,
+    pub delta: Totals,
+}
+
+#[derive(Debug, Clone, Default)]
+pub(super) struct Position {
     pub seq: u64,
     pub offset: u64,
     pub fingerprint: String,
     pub first_ms: Option<i64>,
     pub last_ms: Option<i64>,
-    pub totals: Totals,
 }
 
 pub(super) enum Msg {
     Snapshot(Box<Snapshot>),
-    /// Write the last snapshot if it is not written yet, then end; answered when done.
+    /// Write the checkpoint if it is behind, then end; answered when done.
     Close(Sender<()>),
 }
 
@@ -49,8 +55,10 @@ pub(super) struct Keeper {
     pub dir: PathBuf,
     pub options: Options,
     pub shared: Arc<Shared>,
-    /// The newest snapshot, and whether it is not in a checkpoint on disk yet.
-    pub last: Snapshot,
+    /// What every record before `position` adds up to (the writer sends only what came since), and whether
+    /// that is not in a checkpoint on disk yet.
+    pub position: Position,
+    pub totals: Totals,
     pub dirty: bool,
     pub retired_through: u64,
     pub retired: Totals,
@@ -102,32 +110,35 @@ impl Keeper {
     }
 
     fn take(&mut self, s: Snapshot) {
-        if s.seq != self.last.seq {
+        if s.position.seq != self.position.seq {
             self.rotated = true;
         }
-        self.last = s;
+        self.totals.merge(&s.delta);
+        self.position = s.position;
         self.dirty = true;
     }
 
-    /// Writes the newest snapshot as the checkpoint, with `retired` in place of the current retired totals
-    /// when given. Returns whether it is on disk.
+    /// Writes the totals at the newest position as the checkpoint, with `retired` in place of the current
+    /// retired totals when given. Returns whether it is on disk.
     fn write_checkpoint(&mut self, retired: Option<(u64, &Totals)>) -> bool {
         let (through, retired) = match retired {
             Some((t, r)) => (t, r.clone()),
             None => (self.retired_through, std::mem::take(&mut self.retired)),
         };
+        self.totals.prune(crate::util::unix_now());
+        let p = &self.position;
         let mut cp = Checkpoint::new(
-            self.last.seq,
-            self.last.offset,
-            self.last.fingerprint.clone(),
-            std::mem::take(&mut self.last.totals),
+            p.seq,
+            p.offset,
+            p.fingerprint.clone(),
+            std::mem::take(&mut self.totals),
         );
-        cp.first_ms = self.last.first_ms;
-        cp.last_ms = self.last.last_ms;
+        cp.first_ms = p.first_ms;
+        cp.last_ms = p.last_ms;
         cp.retired_through = through;
         cp.retired = retired;
         let result = checkpoint::write(&self.dir, &cp);
-        self.last.totals = cp.totals;
+        self.totals = cp.totals;
         if through == self.retired_through {
             self.retired = cp.retired;
         }
@@ -136,13 +147,13 @@ impl Keeper {
                 self.dirty = false;
                 let mut st = lock(&self.shared.stats);
                 st.checkpoint_written = Some(cp.written.clone());
-                st.checkpoint_records = self.last.totals.records;
+                st.checkpoint_records = self.totals.records;
                 drop(st);
                 log::debug!(
                     "usage ledger: checkpoint written ({} records, file {} at byte {})",
-                    self.last.totals.records,
-                    self.last.seq,
-                    self.last.offset
+                    self.totals.records,
+                    self.position.seq,
+                    self.position.offset
                 );
                 true
             }
@@ -172,6 +183,8 @@ impl Keeper {
         }
         let now = options::now();
         let shipped_before = self.shared.shipped_before.load(Ordering::Acquire);
+        // Only files before the checkpoint's (about to be written) position may go.
+        let covered = self.position.seq;
         let old = |s: &Segment, days: Option<u64>| {
             days.is_some_and(|d| s.to.saturating_add(d.saturating_mul(DAY)) < now)
         };
@@ -179,9 +192,7 @@ impl Keeper {
             .iter()
             .filter(|s| s.seq > self.retired_through)
             .take_while(|s| {
-                old(s, self.options.retention_days)
-                    && s.seq < self.last.seq
-                    && s.seq < shipped_before
+                old(s, self.options.retention_days) && s.seq < covered && s.seq < shipped_before
             })
             .collect();
         if !expired.is_empty() {

@@ -342,22 +342,21 @@ impl Ledger {
             }),
         });
         let (keeper_tx, keeper_rx) = unbounded();
-        let snapshot = keeper::Snapshot {
-            seq: start.seq,
-            offset: good_len,
-            fingerprint: start.fingerprint.clone(),
-            first_ms: start.first_ms,
-            last_ms: start.last_ms,
-            totals: start.totals.clone(),
-        };
         let keeper = keeper::Keeper {
             dir: data_dir.to_path_buf(),
             options: options.clone(),
             shared: shared.clone(),
-            last: snapshot,
+            position: keeper::Position {
+                seq: start.seq,
+                offset: good_len,
+                fingerprint: start.fingerprint.clone(),
+                first_ms: start.first_ms,
+                last_ms: start.last_ms,
+            },
             // A start that replayed records (or found no checkpoint) writes one at once.
             dirty: start.replay.records > 0
                 || start.replay.checkpoint.is_none() && start.totals.records > 0,
+            totals: std::mem::take(&mut start.totals),
             retired_through: start.retired_through,
             retired: std::mem::take(&mut start.retired),
             rotated: false,
@@ -375,7 +374,6 @@ impl Ledger {
             fingerprint: start.fingerprint,
             first_ms: start.first_ms,
             last_ms: start.last_ms,
-            totals: start.totals,
         })?;
         std::thread::Builder::new()
             .name("tollgate-ledger-keeper".into())

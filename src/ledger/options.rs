@@ -18,7 +18,8 @@ pub struct Options {
     /// Rotated files whose newest record is older than this many days are compressed
     /// (`ledger_compress_after_days`; None: never).
     pub compress_after_days: Option<u64>,
-    /// A checkpoint is written after this many records (`ledger_checkpoint_records`, default 100,000) ...
+    /// A checkpoint is written after this many records (`ledger_checkpoint_records`, default 10,000: a start
+    /// after a `kill -9` replays at most about that many) ...
     pub checkpoint_records: u64,
     /// ... or this long after the last one when records came since (`ledger_checkpoint_secs`, default 60 s),
     /// at each rotation, after the start's replay, and at shutdown.
@@ -34,7 +35,7 @@ impl Default for Options {
             max_file_bytes: 256 * MB,
             retention_days: None,
             compress_after_days: None,
-            checkpoint_records: 100_000,
+            checkpoint_records: 10_000,
             checkpoint_interval: Duration::from_secs(60),
             min_free_disk_bytes: 1024 * MB,
         }

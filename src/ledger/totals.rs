@@ -17,12 +17,14 @@ const DAY: u64 = 86_400;
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct KeyTotals {
     /// Everything it spent (exact decimal text on disk).
-    #[serde(serialize_with = "money_text")]
+    #[serde(serialize_with = "money_text", deserialize_with = "money_from_text")]
     pub spent: Money,
-    /// Spend per UTC day (the day's start, Unix seconds), for the days the current budget periods may count.
+    /// Spend per UTC day (the day's start, Unix seconds), for the days the current budget periods may count
+    /// (integer picocredits on disk).
     #[serde(
         default,
-        serialize_with = "days_text",
+        serialize_with = "days_units",
+        deserialize_with = "days_from_units",
         skip_serializing_if = "BTreeMap::is_empty"
     )]
     pub days: BTreeMap<u64, Money>,
@@ -39,7 +41,11 @@ pub struct Totals {
     #[serde(default)]
     pub keys: HashMap<String, KeyTotals>,
     /// Total spend per group (the group each record names).
-    #[serde(default, serialize_with = "groups_text")]
+    #[serde(
+        default,
+        serialize_with = "groups_text",
+        deserialize_with = "groups_from_text"
+    )]
     pub groups: HashMap<String, Money>,
     #[serde(default)]
     pub records: u64,
@@ -193,12 +199,43 @@ pub struct Balances {
     pub last_used: HashMap<String, String>,
 }
 
+/// An amount written as exact decimal text (read directly: no untagged enum on the start's path).
+struct Text(Money);
+
+impl<'de> Deserialize<'de> for Text {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let t: Cow<'de, str> = Deserialize::deserialize(d)?;
+        Money::parse(&t).map(Text).map_err(serde::de::Error::custom)
+    }
+}
+
+fn money_from_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Money, D::Error> {
+    Text::deserialize(d).map(|t| t.0)
+}
+
+fn days_from_units<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<u64, Money>, D::Error> {
+    let m: BTreeMap<u64, i128> = Deserialize::deserialize(d)?;
+    Ok(m.into_iter()
+        .map(|(k, v)| (k, Money::from_units(v)))
+        .collect())
+}
+
+fn groups_from_text<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<HashMap<String, Money>, D::Error> {
+    let m: HashMap<String, Text> = Deserialize::deserialize(d)?;
+    Ok(m.into_iter().map(|(k, v)| (k, v.0)).collect())
+}
+
 fn money_text<S: serde::Serializer>(m: &Money, s: S) -> Result<S::Ok, S::Error> {
     s.collect_str(m)
 }
 
-fn days_text<S: serde::Serializer>(days: &BTreeMap<u64, Money>, s: S) -> Result<S::Ok, S::Error> {
-    s.collect_map(days.iter().map(|(d, m)| (d, m.to_string())))
+/// Days as integer picocredits (a start reads many of them: integers parse fastest, and exactly).
+fn days_units<S: serde::Serializer>(days: &BTreeMap<u64, Money>, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_map(days.iter().map(|(d, m)| (d, m.units())))
 }
 
 fn groups_text<S: serde::Serializer>(g: &HashMap<String, Money>, s: S) -> Result<S::Ok, S::Error> {

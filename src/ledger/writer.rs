@@ -13,8 +13,9 @@
 //! Rotation happens here, between two writes: before writing a batch, a file that would grow past
 //! `ledger_max_file_mb`, or that began on an earlier UTC day, is renamed to its rotated name and a new
 //! `usage.jsonl` is made (a failure there is a failed write: records kept, strict-mode ones handed back).
-//! Each synced line is folded into the running totals, which go to the keeper as a checkpoint every
-//! `ledger_checkpoint_records` records or `ledger_checkpoint_secs`, and at each rotation.
+//! Each synced line is folded into what the records since the last snapshot add up to, which goes to the
+//! keeper (it holds the whole totals and writes the checkpoint) every `ledger_checkpoint_records` records
+//! or `ledger_checkpoint_secs`, and at each rotation: the writer never copies the whole totals.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -27,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 
-use super::keeper::{self, Snapshot};
+use super::keeper::{self, Position, Snapshot};
 use super::options::{self, Options};
 use super::totals::{Line, Totals};
 use super::{lock, Ack, FlushAck, Msg, Record, Shared, LEDGER_FILE};
@@ -80,7 +81,6 @@ pub(super) struct Setup {
     pub fingerprint: String,
     pub first_ms: Option<i64>,
     pub last_ms: Option<i64>,
-    pub totals: Totals,
 }
 
 pub(super) struct Writer {
@@ -119,8 +119,8 @@ pub(super) struct Writer {
     file_day: Option<u64>,
     /// A rotation renamed the file but could not make the new one yet.
     file_missing: bool,
-    /// What every synced record adds up to, and how many came since the last snapshot went to the keeper.
-    totals: Totals,
+    /// What the records synced since the last snapshot went to the keeper add up to, and how many.
+    delta: Totals,
     since_snapshot: u64,
     last_snapshot: Instant,
 }
@@ -177,7 +177,7 @@ impl Writer {
             first_ms: s.first_ms,
             last_ms: s.last_ms,
             file_missing: false,
-            totals: s.totals,
+            delta: Totals::default(),
             since_snapshot: 0,
             last_snapshot: now,
         })
@@ -246,14 +246,15 @@ impl Writer {
         if !(force || due) || self.file_missing {
             return;
         }
-        self.totals.prune(crate::util::unix_now());
         let s = Snapshot {
-            seq: self.seq,
-            offset: self.good_len,
-            fingerprint: self.fingerprint.clone(),
-            first_ms: self.first_ms,
-            last_ms: self.last_ms,
-            totals: self.totals.clone(),
+            position: Position {
+                seq: self.seq,
+                offset: self.good_len,
+                fingerprint: self.fingerprint.clone(),
+                first_ms: self.first_ms,
+                last_ms: self.last_ms,
+            },
+            delta: std::mem::take(&mut self.delta),
         };
         let _ = self.keeper.send(keeper::Msg::Snapshot(Box::new(s)));
         self.since_snapshot = 0;
@@ -528,7 +529,7 @@ impl Writer {
             }
         }
         for e in &self.pending {
-            if let Line::Record(ts) = self.totals.fold(&e.line[..e.line.len() - 1]) {
+            if let Line::Record(ts) = self.delta.fold(&e.line[..e.line.len() - 1]) {
                 if let Some(ms) = crate::util::parse_rfc3339_millis(&ts) {
                     self.first_ms = Some(self.first_ms.map_or(ms, |f| f.min(ms)));
                     self.last_ms = Some(self.last_ms.map_or(ms, |l| l.max(ms)));

@@ -473,6 +473,11 @@ impl Shipper {
             },
         };
         if c.offset == 0 && c.fingerprint.is_empty() {
+            // Named, so every later step (moving on from retired totals too) finds the cursor where it is.
+            let to = self.cursor_of(h, &begin)?;
+            if to != c {
+                store.set_cursor(&self.instance, &to)?;
+            }
             return Ok(begin);
         }
         if let Some(t) = c.fingerprint.strip_prefix("retired:") {
