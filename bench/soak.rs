@@ -107,8 +107,10 @@ fn reordered(order: &[String], records: &HashMap<String, Vec<Value>>) -> u64 {
             .get(id)
             .is_some_and(|r| r.iter().any(|v| v["status"] == "client_closed"));
         let mut parts = id.rsplitn(2, '-');
-        let (Some(n), Some(client)) = (parts.next().and_then(|n| n.parse::<u64>().ok()), parts.next())
-        else {
+        let (Some(n), Some(client)) = (
+            parts.next().and_then(|n| n.parse::<u64>().ok()),
+            parts.next(),
+        ) else {
             continue;
         };
         if left {

@@ -452,6 +452,16 @@ fn load(
     threads.into_iter().map(|t| t.join().unwrap()).collect()
 }
 
+/// Stops the load threads when a test ends, also by a failure (so they let go of the gateway, which is then
+/// stopped).
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 fn no_stop() -> Arc<AtomicBool> {
     Arc::new(AtomicBool::new(false))
 }
@@ -545,6 +555,7 @@ fn rotation_at_midnight_under_load_keeps_every_record() {
         &[("TOLLGATE_TEST_CLOCK_FILE", &clock_env)],
     ));
     let stop = no_stop();
+    let _stop_on_failure = StopOnDrop(stop.clone());
     let runner = {
         let (gw, stop) = (gw.clone(), stop.clone());
         std::thread::spawn(move || load(&gw, 6, 100_000, stop, false))

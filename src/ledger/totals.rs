@@ -20,7 +20,7 @@ pub struct KeyTotals {
     #[serde(serialize_with = "money_text", deserialize_with = "money_from_text")]
     pub spent: Money,
     /// Spend per UTC day (the day's start, Unix seconds), for the days the current budget periods may count
-    /// (integer picocredits on disk).
+    /// (on disk: the first day and each day's picocredits).
     #[serde(
         default,
         serialize_with = "days_units",
@@ -171,17 +171,27 @@ impl Totals {
     /// accounts start from.
     pub fn balances(&self, now: u64) -> Balances {
         let first = first_counted_day(now);
+        // The periods holding `now`: a day counts in each whose [start, end) holds it.
+        let spans = Period::ALL.map(|p| {
+            let start = p.start_of(now);
+            (start, p.end_of(start))
+        });
+        let none = PeriodSpend::at(now);
         let mut out = Balances::default();
         for (name, k) in &self.keys {
             out.spent.insert(name.clone(), k.spent);
-            let mut p = PeriodSpend::at(now);
+            let mut sums = [Money::ZERO; 3];
             let mut any = false;
             for (d, m) in k.days.range(first..) {
-                p.add(*d, *m);
-                any = true;
+                for (i, (start, end)) in spans.iter().enumerate() {
+                    if (*start..*end).contains(d) {
+                        sums[i] += *m;
+                        any = true;
+                    }
+                }
             }
             if any {
-                out.periods.insert(name.clone(), p);
+                out.periods.insert(name.clone(), none.with(sums));
             }
             if !k.last_used.is_empty() {
                 out.last_used.insert(name.clone(), k.last_used.clone());
@@ -216,10 +226,30 @@ fn money_from_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Money, D::E
 fn days_from_units<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> Result<BTreeMap<u64, Money>, D::Error> {
-    let m: BTreeMap<u64, i128> = Deserialize::deserialize(d)?;
-    Ok(m.into_iter()
-        .map(|(k, v)| (k, Money::from_units(v)))
-        .collect())
+    let v: Vec<i64> = Deserialize::deserialize(d)?;
+    let bad = || serde::de::Error::custom("a day out of range");
+    let mut it = v.into_iter();
+    let Some(first) = it.next() else {
+        return Ok(BTreeMap::new());
+    };
+    let mut day = u64::try_from(first).map_err(|_| bad())?;
+    let mut out = BTreeMap::new();
+    while let Some(u) = it.next() {
+        let units = match u {
+            BIG => {
+                let (hi, lo) = (it.next().ok_or_else(bad)?, it.next().ok_or_else(bad)?);
+                ((hi as i128) << 62) | lo as i128
+            }
+            u if u < 0 => {
+                day = day.saturating_add(u.unsigned_abs());
+                continue;
+            }
+            u => u as i128,
+        };
+        out.insert(day.saturating_mul(DAY), Money::from_units(units));
+        day += 1;
+    }
+    Ok(out)
 }
 
 fn groups_from_text<'de, D: serde::Deserializer<'de>>(
@@ -233,9 +263,32 @@ fn money_text<S: serde::Serializer>(m: &Money, s: S) -> Result<S::Ok, S::Error> 
     s.collect_str(m)
 }
 
-/// Days as integer picocredits (a start reads many of them: integers parse fastest, and exactly).
+/// In a day array: the next two numbers are one amount too large for one (high and low 62 bits).
+const BIG: i64 = i64::MIN;
+
+/// Days as `[first day (days since 1970), picocredits of that day, of the next, ...]`, a run of days without
+/// spend written as minus its length: a start reads many of them, and 64-bit integers parse fastest (an
+/// amount beyond them, over 9 million credits in a day, is written as `BIG, high, low`).
 fn days_units<S: serde::Serializer>(days: &BTreeMap<u64, Money>, s: S) -> Result<S::Ok, S::Error> {
-    s.collect_map(days.iter().map(|(d, m)| (d, m.units())))
+    let mut out: Vec<i64> = Vec::with_capacity(days.len() + 1);
+    let mut next = None;
+    for (d, m) in days {
+        let d = d / DAY;
+        match next {
+            None => out.push(d as i64),
+            Some(n) if d > n => out.push(-((d - n) as i64)),
+            _ => {}
+        }
+        match i64::try_from(m.units()) {
+            Ok(u) if u >= 0 => out.push(u),
+            _ => {
+                let u = m.units().max(0);
+                out.extend([BIG, (u >> 62) as i64, (u & ((1 << 62) - 1)) as i64]);
+            }
+        }
+        next = Some(d + 1);
+    }
+    s.collect_seq(out)
 }
 
 fn groups_text<S: serde::Serializer>(g: &HashMap<String, Money>, s: S) -> Result<S::Ok, S::Error> {
@@ -276,6 +329,19 @@ mod tests {
         assert_eq!(t.groups["g"], Money::parse("0.3").unwrap());
         let back: Totals = serde_json::from_str(&serde_json::to_string(&t).unwrap()).unwrap();
         assert_eq!(back, t);
+        // Days far apart, as a run of empty days.
+        let mut far = t.clone();
+        far.keys.get_mut("a").unwrap().days.insert(
+            crate::util::parse_rfc3339("2031-01-01T00:00:00Z").unwrap(),
+            Money::parse("7").unwrap(),
+        );
+        far.keys.get_mut("a").unwrap().days.insert(
+            crate::util::parse_rfc3339("2031-01-02T00:00:00Z").unwrap(),
+            Money::from_units(i128::from(i64::MAX) * 1000 + 7),
+        );
+        let text = serde_json::to_string(&far).unwrap();
+        assert!(text.len() < 1000, "{text}");
+        assert_eq!(serde_json::from_str::<Totals>(&text).unwrap(), far);
         // Periods at 2026-04-01 (a Wednesday): the month is new, the week began on Monday 03-30.
         let now = crate::util::parse_rfc3339("2026-04-01T12:00:00Z").unwrap();
         let b = t.balances(now);
