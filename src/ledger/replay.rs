@@ -3,6 +3,7 @@
 //! with none. The active file's torn last line (a crash mid-write) is cut off with a warning; impossible
 //! records (a negative cost, bad token counts) are refused.
 
+use std::borrow::Cow;
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
@@ -101,6 +102,8 @@ pub(super) fn start(dir: &Path, repair: bool, now: u64) -> io::Result<Start> {
         }
         None => From { seq: 0, offset: 0 },
     };
+    // Days no budget period holding now can count are not kept while replaying.
+    s.totals.scratch.floor = super::totals::first_counted_day(now);
     for seg in segments.iter().filter(|g| g.seq >= from.seq) {
         let offset = if seg.seq == from.seq { from.offset } else { 0 };
         replay_segment(seg, offset, &mut s)?;
@@ -146,12 +149,12 @@ fn matches(
     Ok(files::fingerprint(&first) == cp.fingerprint && len.is_none_or(|l| cp.offset <= l))
 }
 
-/// Counts one line, logging one that is not a record.
-fn fold_line(s: &mut Start, name: &str, at: u64, text: &[u8]) -> Option<i64> {
+/// Counts one line, logging one that is not a record; returns a record's `ts`.
+fn fold_line<'a>(s: &mut Start, name: &str, at: u64, text: &'a [u8]) -> Option<Cow<'a, str>> {
     match s.totals.fold(text) {
         Line::Record(ts) => {
             s.replay.records += 1;
-            crate::util::parse_rfc3339_millis(&ts)
+            Some(ts)
         }
         Line::Blank => None,
         Line::Impossible(why) => {
@@ -199,6 +202,7 @@ fn replay_active(
     let mut torn = 0u64;
     let mut first_line = offset == 0;
     let name = LEDGER_FILE.to_string();
+    let mut range = Range::default();
     each_line(r, offset, |at, text, complete| {
         if !complete {
             torn = text.len() as u64;
@@ -209,11 +213,14 @@ fn replay_active(
             first_line = false;
         }
         good_end = at + text.len() as u64 + 1;
-        if let Some(ms) = fold_line(s, &name, at, text) {
-            s.first_ms = Some(s.first_ms.map_or(ms, |f| f.min(ms)));
-            s.last_ms = Some(s.last_ms.map_or(ms, |l| l.max(ms)));
+        if let Some(ts) = fold_line(s, &name, at, text) {
+            range.add(&ts);
         }
     })?;
+    for ms in [range.first(), range.last()].into_iter().flatten() {
+        s.first_ms = Some(s.first_ms.map_or(ms, |f| f.min(ms)));
+        s.last_ms = Some(s.last_ms.map_or(ms, |l| l.max(ms)));
+    }
     s.good_len = good_end;
     if torn > 0 {
         s.replay.torn_bytes = torn;
@@ -228,6 +235,58 @@ fn replay_active(
         }
     }
     Ok(())
+}
+
+/// The earliest and latest `ts` of many records: UTC ones (the ledger's own) compared as text, parsed once
+/// at the end; any other parsed as it comes.
+#[derive(Default)]
+struct Range {
+    first: Option<String>,
+    last: Option<String>,
+    other: Option<(i64, i64)>,
+}
+
+impl Range {
+    fn add(&mut self, ts: &str) {
+        if ts.len() == 24 && ts.ends_with('Z') {
+            // (The buffers are reused: records come in time order, so nearly every one is a new latest.)
+            for (slot, better) in [(&mut self.first, false), (&mut self.last, true)] {
+                match slot {
+                    Some(cur) if (ts > cur.as_str()) == better && ts != cur.as_str() => {
+                        cur.clear();
+                        cur.push_str(ts);
+                    }
+                    Some(_) => {}
+                    None => *slot = Some(ts.to_string()),
+                }
+            }
+        } else if let Some(ms) = crate::util::parse_rfc3339_millis(ts) {
+            let (a, b) = self.other.unwrap_or((ms, ms));
+            self.other = Some((a.min(ms), b.max(ms)));
+        }
+    }
+
+    fn first(&self) -> Option<i64> {
+        let text = self
+            .first
+            .as_deref()
+            .and_then(crate::util::parse_rfc3339_millis);
+        match (text, self.other) {
+            (Some(t), Some((o, _))) => Some(t.min(o)),
+            (t, o) => t.or(o.map(|o| o.0)),
+        }
+    }
+
+    fn last(&self) -> Option<i64> {
+        let text = self
+            .last
+            .as_deref()
+            .and_then(crate::util::parse_rfc3339_millis);
+        match (text, self.other) {
+            (Some(t), Some((_, o))) => Some(t.max(o)),
+            (t, o) => t.or(o.map(|o| o.1)),
+        }
+    }
 }
 
 /// Calls `f(offset, line, complete)` for each line of `r` (without its newline), `r` starting at `start`.

@@ -49,6 +49,43 @@ pub struct Totals {
     pub groups: HashMap<String, Money>,
     #[serde(default)]
     pub records: u64,
+    /// Not kept: the day of the last date folded, and the first day worth keeping.
+    #[serde(skip)]
+    pub scratch: Scratch,
+}
+
+/// What folding many lines reuses (not part of the totals: two totals with different scratch are equal).
+#[derive(Debug, Clone, Default)]
+pub struct Scratch {
+    /// Days before this are not kept (they count in no budget period any more); 0: all are.
+    pub floor: u64,
+    /// The date part of the last `ts` folded and its day.
+    last: Option<([u8; 10], u64)>,
+}
+
+impl PartialEq for Scratch {
+    fn eq(&self, _: &Scratch) -> bool {
+        true
+    }
+}
+
+impl Scratch {
+    /// The start of the UTC day of `ts` (RFC 3339 in UTC as the ledger writes it), parsed only when its date
+    /// differs from the last one's.
+    fn day(&mut self, ts: &str) -> Option<u64> {
+        let date: Option<[u8; 10]> = ts.as_bytes().get(..10).and_then(|d| d.try_into().ok());
+        if let (Some(d), Some((last, day))) = (date, self.last) {
+            if d == last && ts.ends_with('Z') {
+                return Some(day);
+            }
+        }
+        let ms = crate::util::parse_rfc3339_millis(ts)?;
+        let day = (ms / 1000).max(0) as u64 / DAY * DAY;
+        if ts.ends_with('Z') {
+            self.last = date.map(|d| (d, day));
+        }
+        Some(day)
+    }
 }
 
 /// What a line was.
@@ -118,13 +155,14 @@ impl Totals {
         k.spent += cost;
         k.records += 1;
         if cost != Money::ZERO {
-            if let Some(ms) = crate::util::parse_rfc3339_millis(&s.ts) {
-                let day = (ms / 1000).max(0) as u64 / DAY * DAY;
+            if let Some(day) = self.scratch.day(&s.ts).filter(|d| *d >= self.scratch.floor) {
                 *k.days.entry(day).or_default() += cost;
             }
         }
         if k.last_used.as_str() < s.ts.as_ref() {
-            k.last_used = s.ts.to_string();
+            // (The buffer is reused: records come in time order, so nearly every one is the latest.)
+            k.last_used.clear();
+            k.last_used.push_str(&s.ts);
         }
         if cost != Money::ZERO {
             match self.groups.get_mut(s.group.as_ref()) {
