@@ -178,7 +178,10 @@ impl Keeper {
             }
         };
         // Files folded into `retired` by a keeper stopped before it deleted them.
-        for s in segs.iter().filter(|s| s.seq <= self.retired_through) {
+        for s in segs
+            .iter()
+            .filter(|s| self.retired_through > 0 && s.seq <= self.retired_through)
+        {
             remove(s);
         }
         let now = options::now();
