@@ -28,6 +28,11 @@
 //! The request-by-request check at the end then proves that not one record was lost. (`--no-disk-full`
 //! turns the phase off.)
 //!
+//! **Rotation**: the ledger's clock (`TOLLGATE_TEST_CLOCK_FILE`) passes a UTC midnight every 3 s, so the
+//! ledger rotates under load every 3 s, and files two of those "days" old are compressed while queries read
+//! them. The check at the end reads every file, and also counts the records of a client that are out of the
+//! order it sent them in (none may be).
+//!
 //! Chat and Messages (translated to the Chat upstream) are mixed in every kind that streams or fails. The
 //! breaker is set out of reach (`breaker_failures`), so injected failures never make tollgate skip the
 //! upstream (the breaker has its own tests). Every 25th answered request is also looked up at once through
@@ -50,6 +55,74 @@ use procs::{Bins, Gateway, Instance, Upstream};
 use serde_json::Value;
 
 const ADMIN_TOKEN: &str = "soak-admin-token-0123456789abcdef";
+
+/// How often the ledger's clock passes a UTC midnight (so it rotates) during the run.
+const CLOCK_STEP: Duration = Duration::from_secs(3);
+
+/// Moves the ledger's test clock `shift` seconds ahead (written whole: tollgate may be reading it).
+fn set_clock(clock: &std::path::Path, shift: u64) {
+    let tmp = clock.with_extension("tmp");
+    std::fs::write(&tmp, shift.to_string()).unwrap();
+    std::fs::rename(&tmp, clock).unwrap();
+}
+
+/// Every line of the ledger in `data`, in the order written: the rotated files by their seq (compressed
+/// ones decompressed), then `usage.jsonl`. Also how many files, and how many of them compressed.
+fn ledger_text(data: &std::path::Path) -> (String, usize, usize) {
+    use std::io::Read;
+    let mut rotated: Vec<(u64, std::path::PathBuf, bool)> = Vec::new();
+    for e in std::fs::read_dir(data).into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let gz = name.ends_with(".jsonl.gz");
+        let seq = name
+            .strip_prefix("usage-")
+            .and_then(|r| r.split('-').next())
+            .and_then(|n| n.parse::<u64>().ok());
+        if let Some(seq) = seq {
+            rotated.push((seq, e.path(), gz));
+        }
+    }
+    rotated.sort();
+    let mut text = String::new();
+    for (_, path, gz) in &rotated {
+        let bytes = std::fs::read(path).unwrap_or_default();
+        if *gz {
+            let _ = flate2::read::MultiGzDecoder::new(&bytes[..]).read_to_string(&mut text);
+        } else {
+            text.push_str(&String::from_utf8_lossy(&bytes));
+        }
+    }
+    text.push_str(&std::fs::read_to_string(data.join("usage.jsonl")).unwrap_or_default());
+    let compressed = rotated.iter().filter(|r| r.2).count();
+    (text, rotated.len() + 1, compressed)
+}
+
+/// Records of one client (`soak-SEED-CLIENT-N`) out of the order it sent them in. A request the client left
+/// is not counted: the client moves on while tollgate finishes it, so its record may follow the next one's.
+fn reordered(order: &[String], records: &HashMap<String, Vec<Value>>) -> u64 {
+    let mut last: HashMap<&str, u64> = HashMap::new();
+    let mut out = 0;
+    for id in order {
+        let left = records
+            .get(id)
+            .is_some_and(|r| r.iter().any(|v| v["status"] == "client_closed"));
+        let mut parts = id.rsplitn(2, '-');
+        let (Some(n), Some(client)) = (
+            parts.next().and_then(|n| n.parse::<u64>().ok()),
+            parts.next(),
+        ) else {
+            continue;
+        };
+        if left {
+            continue;
+        }
+        if last.get(client).is_some_and(|prev| *prev > n) {
+            out += 1;
+        }
+        last.insert(client, n);
+    }
+    out
+}
 
 struct Rng(u64);
 
@@ -573,6 +646,10 @@ log_level = "warn"
 admin_token_env = "TOLLGATE_SOAK_ADMIN_TOKEN"
 # The disk-full phase keeps every record in memory; no refusals for a full backlog here.
 ledger_backlog_records = 10000000
+# The ledger's clock moves a day every few seconds (TOLLGATE_TEST_CLOCK_FILE): it rotates at each of
+# those midnights, and files two "days" old are compressed, all under load.
+ledger_compress_after_days = 2
+ledger_checkpoint_records = 2000
 
 [[upstreams]]
 name = "fake"
@@ -602,7 +679,17 @@ models = ["*"]
         None
     };
     let key = inst.add_key(&bins, "soak", "default", None);
-    let gw = Gateway::start(&bins, &inst, &[("TOLLGATE_SOAK_ADMIN_TOKEN", ADMIN_TOKEN)]);
+    let clock = root.join("clock");
+    set_clock(&clock, 0);
+    let clock_env = clock.display().to_string();
+    let gw = Gateway::start(
+        &bins,
+        &inst,
+        &[
+            ("TOLLGATE_SOAK_ADMIN_TOKEN", ADMIN_TOKEN),
+            ("TOLLGATE_TEST_CLOCK_FILE", &clock_env),
+        ],
+    );
     let pid = gw.pid();
     let addr = gw.addr;
 
@@ -633,6 +720,20 @@ models = ["*"]
     let started = Instant::now();
     let mut peak_rss = rss_start;
     std::thread::scope(|s| {
+        // A UTC midnight every CLOCK_STEP, by the ledger's clock: a rotation under load each time.
+        let (stop_clock, clock) = (&stop, &clock);
+        s.spawn(move || {
+            let mut days = 0;
+            let mut since = Instant::now();
+            while !stop_clock.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(50));
+                if since.elapsed() >= CLOCK_STEP {
+                    days += 1;
+                    set_clock(clock, days * 86_400);
+                    since = Instant::now();
+                }
+            }
+        });
         for t in 0..clients {
             let (tally, stop, count, key, mix) = (&tally, &stop, &count, &key, &mix[..]);
             std::thread::Builder::new()
@@ -786,8 +887,10 @@ models = ["*"]
     );
     println!();
 
-    // The ledger, request by request.
-    let text = std::fs::read_to_string(inst.ledger_path()).unwrap_or_default();
+    // The ledger, request by request, across every file it rotated into (compressed ones too).
+    let (text, files, compressed) = ledger_text(&inst.dir.join("data"));
+    // Each client's records, in the order they are in the files.
+    let mut order: Vec<String> = Vec::new();
     let mut records: HashMap<String, Vec<Value>> = HashMap::new();
     let mut unreadable = 0u64;
     let mut without_id = 0u64;
@@ -806,9 +909,13 @@ models = ["*"]
                         .is_empty() =>
                 {
                     upstream_lines += 1;
+                    order.push(id.to_string());
                     records.entry(id.to_string()).or_default().push(v)
                 }
-                Some(id) => records.entry(id.to_string()).or_default().push(v),
+                Some(id) => {
+                    order.push(id.to_string());
+                    records.entry(id.to_string()).or_default().push(v)
+                }
                 None => without_id += 1,
             },
             Err(_) => unreadable += 1,
@@ -939,7 +1046,13 @@ models = ["*"]
             "  FAIL: the full disk was not noticed, or its backlog was not written afterwards"
         );
     }
-    println!("ledger ({}):", inst.ledger_path().display());
+    let reordered = reordered(&order, &records);
+    println!(
+        "ledger ({}): {files} files ({compressed} compressed; the clock moved a day every {} s); records of \
+         one client out of its order: {reordered}",
+        inst.dir.join("data").display(),
+        CLOCK_STEP.as_secs()
+    );
     println!(
         "  {lines} lines ({unreadable} unreadable), {upstream_lines} of requests that reached an upstream; {expected_records} records expected by the plan; the fake upstream counted {}",
         upstream_requests.map_or("?".into(), |n| n.to_string())
@@ -963,6 +1076,7 @@ models = ["*"]
         println!("    e.g. {f}");
     }
     let ledger_ok = missing == 0
+        && reordered == 0
         && unexpected == 0
         && duplicated == 0
         && mismatched == 0

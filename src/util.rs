@@ -178,6 +178,12 @@ fn refused_symlink(path: &Path) -> io::Error {
 /// that is a symbolic link, not a regular file or another user's is refused. On any failure the temporary
 /// file is removed and `path` is untouched.
 pub fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
+    write_atomic_then(path, data, || {})
+}
+
+/// [`write_atomic`], calling `before_rename` once the temporary file is complete and synced, just before it
+/// is renamed into place.
+pub fn write_atomic_then(path: &Path, data: &[u8], before_rename: impl FnOnce()) -> io::Result<()> {
     let dir = parent_dir(path);
     create_private_dir_all(dir)?;
     let problems = match path.file_name() {
@@ -190,6 +196,9 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
     let (tmp, mut file) = private_temp(path, false)?;
     let written = file.write_all(data).and_then(|()| file.sync_all());
     drop(file);
+    if written.is_ok() {
+        before_rename();
+    }
     if let Err(e) = written.and_then(|()| fs::rename(&tmp, path)) {
         let _ = fs::remove_file(&tmp);
         return Err(e);

@@ -122,6 +122,11 @@ impl PeriodSpend {
         PeriodSpend(Period::ALL.map(|p| (p.start_of(now), Money::ZERO)))
     }
 
+    /// The same periods with `spent` (daily, weekly, monthly) counted in them.
+    pub fn with(self, spent: [Money; 3]) -> PeriodSpend {
+        PeriodSpend(Period::ALL.map(|p| (self.0[p.index()].0, spent[p.index()])))
+    }
+
     /// Moves each period that has ended to the one holding `now`, starting it at zero.
     pub fn roll(&mut self, now: u64) {
         for p in Period::ALL {

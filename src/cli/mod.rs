@@ -774,6 +774,7 @@ fn log_config_problems(config: &Config) {
 fn data_files_in_order(dir: &Path) -> bool {
     let mut names = vec![
         crate::ledger::LEDGER_FILE,
+        crate::ledger::CHECKPOINT_FILE,
         crate::audit::AUDIT_FILE,
         KEYS_FILE,
         key_ops::KEYS_LOCK,
@@ -975,10 +976,11 @@ fn open_keys(
 
 /// The usage ledger, replayed. None: it cannot be opened (logged).
 fn open_ledger(config: &Config) -> Option<(crate::ledger::Ledger, crate::ledger::Replay)> {
-    let (ledger, replay) = match crate::ledger::Ledger::open(
+    let (ledger, replay) = match crate::ledger::Ledger::open_with(
         &config.data_dir,
         config.ledger_sync,
         config.ledger_strict,
+        &config.ledger_files,
     ) {
         Ok(pair) => pair,
         Err(e) => {
@@ -989,8 +991,15 @@ fn open_ledger(config: &Config) -> Option<(crate::ledger::Ledger, crate::ledger:
             return None;
         }
     };
+    let from = match &replay.checkpoint {
+        Some((written, n)) => format!(
+            " after the checkpoint of {written} ({} in all",
+            crate::util::plural(*n as usize + replay.records as usize, "record")
+        ),
+        None => format!(" ({}", crate::util::plural(replay.files as usize, "file")),
+    };
     log::info!(
-        "usage ledger: {} replayed ({} with spend{}{})",
+        "usage ledger: {} replayed{from}, {} with spend{}{})",
         crate::util::plural(replay.records as usize, "record"),
         crate::util::plural(replay.spent.len(), "key"),
         if replay.bad_lines > 0 {

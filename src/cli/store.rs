@@ -323,16 +323,41 @@ fn status(path: &Path) -> Result<(), String> {
     let c = store
         .cursor(&config.instance)
         .map_err(|e| unreachable(&store, &e))?;
-    let ledger = config.data_dir.join(crate::ledger::LEDGER_FILE);
-    let len = std::fs::metadata(&ledger).map_or(0, |m| m.len());
+    let history = crate::ledger::History::at(&config.data_dir).map_err(|e| e.to_string())?;
+    let mut at = None;
+    for seq in history.seqs() {
+        let fp = history.fingerprint(seq).map_err(|e| e.to_string())?;
+        if !fp.is_empty() && fp == c.fingerprint {
+            at = Some(seq);
+        }
+    }
+    let rest = match at {
+        Some(seq) if seq == history.active.seq => {
+            format!(
+                "{} of {} bytes of {} shipped",
+                c.offset,
+                history.active.len,
+                crate::ledger::LEDGER_FILE
+            )
+        }
+        Some(seq) => format!(
+            "shipping rotated ledger file {seq} (byte {}); {} newer",
+            c.offset,
+            crate::util::plural(history.seqs().iter().filter(|s| **s > seq).count(), "file")
+        ),
+        None if c.fingerprint.starts_with("retired:") => {
+            "shipping what retired ledger files held".into()
+        }
+        None => "nothing shipped yet".into(),
+    };
+    let done = at == Some(history.active.seq) && c.offset >= history.active.len;
     println!(
-        "this instance ({:?}): {} of {len} ledger bytes shipped{}",
+        "this instance ({:?}): {rest}{}",
         config.instance,
-        c.offset,
-        if c.offset < len {
-            " (the rest is shipped while `serve` runs)"
-        } else {
+        if done {
             ""
+        } else {
+            " (the rest is shipped while `serve` runs)"
         }
     );
     Ok(())
@@ -430,29 +455,43 @@ fn rebuild(a: &StoreRebuildArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// Ships a whole ledger file for `instance` from its start; returns how many lines.
+/// Ships a whole ledger for `instance` from its start (what retired files held, then every file, rotated
+/// and compressed ones included); returns how many records. `path` is a data directory, a ledger's
+/// `usage.jsonl` (its rotated files beside it count too), or any other file (that file alone).
 fn ship_whole(store: &Store, instance: &str, path: &Path) -> Result<u64, String> {
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-        Err(e) => return Err(format!("{}: {e}", path.display())),
-    };
-    let whole = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
-    let bytes = &bytes[..whole];
-    let first = bytes.split(|b| *b == b'\n').next().unwrap_or(&[]);
-    let fp = crate::store::ship::fingerprint(first);
-    match store
-        .ship_lines(instance, &fp, 0, bytes)
-        .map_err(|e| unreachable(store, &e))?
-    {
-        crate::store::ship::Shipped::Upto(n) if n == whole as u64 => {}
-        other => {
-            return Err(format!(
-                "shipping {} stopped early ({other:?}): is an instance named {instance:?} running and shipping it too? \
-                 Stop it, or leave its ledger out (it ships its own)",
-                path.display()
-            ))
+    let history = ledger_history(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    crate::store::ship::ship_all(store, instance, &history).map_err(|e| {
+        if e.unavailable {
+            unreachable(store, &e)
+        } else {
+            format!("{}: {e}", path.display())
         }
+    })
+}
+
+/// The ledger files `path` names (see [`ship_whole`]).
+fn ledger_history(path: &Path) -> std::io::Result<crate::ledger::History> {
+    if path.is_dir() {
+        return crate::ledger::History::at(path);
     }
-    Ok(bytes.iter().filter(|b| **b == b'\n').count() as u64)
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if path.file_name() == Some(std::ffi::OsStr::new(crate::ledger::LEDGER_FILE)) {
+        return crate::ledger::History::at(dir);
+    }
+    let file = crate::util::open_owned(path, std::fs::OpenOptions::new().read(true))?;
+    let len = crate::ledger::complete_len(&file)?;
+    Ok(crate::ledger::History {
+        dir: dir.to_path_buf(),
+        segments: Vec::new(),
+        active: crate::ledger::Active {
+            seq: 1,
+            file: Some(std::sync::Arc::new(file)),
+            len,
+        },
+        retired_through: 0,
+        retired: None,
+    })
 }

@@ -220,6 +220,8 @@ pub struct Config {
     pub ledger_strict: bool,
     /// Usage records kept in memory while the ledger's disk fails; when reached, new requests get 503.
     pub ledger_backlog_records: usize,
+    /// Rotation, retention, compression, checkpoints and the free-space warning of the ledger's files.
+    pub ledger_files: crate::ledger::Options,
     pub log_level: String,
     /// `text` or `json` (JSON lines).
     pub log_format: String,

@@ -32,6 +32,12 @@ pub(super) struct RawConfig {
     ledger_sync_ms: Option<u64>,
     ledger_strict: Option<bool>,
     ledger_backlog_records: Option<u64>,
+    ledger_max_file_mb: Option<f64>,
+    ledger_retention_days: Option<u64>,
+    ledger_compress_after_days: Option<u64>,
+    ledger_checkpoint_records: Option<u64>,
+    ledger_checkpoint_secs: Option<u64>,
+    min_free_disk_mb: Option<u64>,
     log_level: Option<String>,
     log_format: Option<String>,
     metrics_auth: Option<bool>,
@@ -164,6 +170,7 @@ impl Problems {
 /// in) before the first one stops it.
 pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
     let mut p = Problems::default();
+    let ledger_files = ledger_files(&raw, &mut p);
     let listen = p.take(listen(raw.listen), String::new());
     let log_level = p.take(log_level(raw.log_level), String::new());
     let admin_token_env = p.take(admin_token_env(raw.admin_token_env), String::new());
@@ -206,6 +213,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         ledger_sync: p.millis("ledger_sync_ms", raw.ledger_sync_ms, 200),
         ledger_strict: raw.ledger_strict.unwrap_or(false),
         ledger_backlog_records: p.take(backlog(raw.ledger_backlog_records), 0),
+        ledger_files,
         log_level,
         log_format: p.take(log_format(raw.log_format.as_deref()), String::new()),
         metrics_auth: raw.metrics_auth.unwrap_or(false),
@@ -357,6 +365,60 @@ fn bytes(field: &str, v: Option<u64>, default: u64) -> Result<u64, ConfigError> 
         Some(0) => Err(err(field, "expected a number of bytes greater than 0")),
         Some(n) => Ok(n),
         None => Ok(default),
+    }
+}
+
+/// The ledger's file settings (`ledger_max_file_mb`, `ledger_retention_days`, `ledger_compress_after_days`,
+/// `ledger_checkpoint_records`, `ledger_checkpoint_secs`, `min_free_disk_mb`).
+fn ledger_files(raw: &RawConfig, p: &mut Problems) -> crate::ledger::Options {
+    use crate::ledger::options::MB;
+    let d = crate::ledger::Options::default();
+    let max_file_bytes = match raw.ledger_max_file_mb {
+        None => d.max_file_bytes,
+        Some(mb) if mb.is_finite() && (mb * MB as f64) >= 1024.0 && mb <= 1_048_576.0 => {
+            (mb * MB as f64) as u64
+        }
+        Some(mb) => {
+            p.errors.push(err(
+                "ledger_max_file_mb",
+                format!("expected a size in MB from 0.001 to 1048576, got {mb}"),
+            ));
+            d.max_file_bytes
+        }
+    };
+    let mut days = |field: &str, v: Option<u64>, min: u64| match v {
+        Some(n) if n < min || n > 100_000 => {
+            p.errors.push(err(
+                field,
+                format!("expected a number of days from {min} to 100000, got {n}"),
+            ));
+            None
+        }
+        v => v,
+    };
+    let retention_days = days("ledger_retention_days", raw.ledger_retention_days, 1);
+    let compress_after_days = days(
+        "ledger_compress_after_days",
+        raw.ledger_compress_after_days,
+        0,
+    );
+    crate::ledger::Options {
+        max_file_bytes,
+        retention_days,
+        compress_after_days,
+        checkpoint_records: p.positive(
+            "ledger_checkpoint_records",
+            raw.ledger_checkpoint_records.map(|n| n as usize),
+            d.checkpoint_records as usize,
+        ) as u64,
+        checkpoint_interval: p.secs(
+            "ledger_checkpoint_secs",
+            raw.ledger_checkpoint_secs,
+            d.checkpoint_interval.as_secs(),
+        ),
+        min_free_disk_bytes: raw
+            .min_free_disk_mb
+            .map_or(d.min_free_disk_bytes, |mb| mb.saturating_mul(MB)),
     }
 }
 

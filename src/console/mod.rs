@@ -238,6 +238,7 @@ fn route(gw: &Gateway, ex: &Exchange) -> Result<Answer, ApiError> {
         ("GET", ["settings"]) => Ok(Answer::Json(json!({
             "currency": gw.config().currency,
             "version": env!("CARGO_PKG_VERSION"),
+            "ledger": usage::ledger_files(gw),
         }))),
         ("GET", ["usage"]) if ex.request.query_param("format").as_deref() == Some("csv") => usage::csv(gw, ex).map(Answer::Csv),
         ("GET", ["usage.csv"]) => usage::csv(gw, ex).map(Answer::Csv),

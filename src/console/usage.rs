@@ -356,6 +356,29 @@ pub fn overview(gw: &Gateway, ex: &Exchange) -> Result<Value, ApiError> {
     }))
 }
 
+/// The ledger's files and disk for `/admin/settings` (and the console's overview): size, files, the oldest
+/// record, free space, the last checkpoint, and the settings that keep them.
+pub fn ledger_files(gw: &Gateway) -> Value {
+    let s = gw.ledger.stats();
+    let o = &gw.config().ledger_files;
+    let mb = crate::ledger::options::MB;
+    json!({
+        "bytes": s.bytes,
+        "files": s.files,
+        "compressed_files": s.compressed_files,
+        "oldest_record": s.oldest_record,
+        "free_disk_bytes": s.free_bytes,
+        "low_disk": s.low_disk,
+        "disk_warning": s.disk_warning(),
+        "checkpoint": {"written": s.checkpoint_written, "records": s.checkpoint_records},
+        "replayed_at_start": s.replayed_at_start,
+        "max_file_mb": o.max_file_bytes as f64 / mb as f64,
+        "retention_days": o.retention_days,
+        "compress_after_days": o.compress_after_days,
+        "min_free_disk_mb": o.min_free_disk_bytes / mb,
+    })
+}
+
 /// The five with the most spend (then the most requests).
 fn top(m: HashMap<String, Totals>, field: &str) -> Vec<Value> {
     let mut v: Vec<(String, Totals)> = m.into_iter().collect();

@@ -1,4 +1,5 @@
-//! The usage ledger: one JSON line per request that reached an upstream, in `data_dir/usage.jsonl`.
+//! The usage ledger: one JSON line per request that reached an upstream, in `data_dir/usage.jsonl`, rotated
+//! into `usage-SEQ-FROM-TO.jsonl` files (`files.rs`) by size (`ledger_max_file_mb`) and at UTC midnight.
 //!
 //! Workers hand records to one writer thread (`writer.rs`) and never wait for the disk: a record nobody waits
 //! for goes into an inbox the writer takes at its next sync (queueing it wakes no thread); a strict-mode
@@ -6,32 +7,46 @@
 //! most that much); in strict mode each record is synced before the worker lets its response end. A record
 //! leaves the writer's memory only once it is written and synced: when a write or sync fails (disk full, I/O
 //! error) the file is cut back to its last complete line and every unwritten record is kept, in order, and
-//! retried every 500 ms (strict-mode records are handed back to their caller at once instead). At start the
-//! file is replayed to rebuild every key's spend; a torn last line (a crash mid-write) is cut off with a
-//! warning, and impossible records (negative cost, bad token counts) are refused.
+//! retried every 500 ms (strict-mode records are handed back to their caller at once instead). Rotation
+//! happens between two writes, so no record is split, lost, repeated or reordered by it.
 //!
-//! The ledger opens only a regular file this user owns, never through a symbolic link (checked on the open
+//! What the records add up to (`totals.rs`) is kept in a checkpoint (`checkpoint.rs`) every
+//! `ledger_checkpoint_records` records or `ledger_checkpoint_secs`; a start reads it and replays only the
+//! records after it (`replay.rs`). The keeper thread (`keeper.rs`) writes checkpoints, compresses and deletes
+//! old rotated files, and measures the files and the disk. Readers see every file (`query.rs`, [`History`]).
+//!
+//! The ledger opens only regular files this user owns, never through a symbolic link (checked on the open
 //! descriptor); the writer notices its file moved away, deleted or replaced while it runs (`writer.rs`).
 
+mod checkpoint;
+mod files;
+mod keeper;
+pub mod options;
 mod query;
+mod replay;
+mod totals;
 mod writer;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions, Permissions};
-use std::io::{self, BufRead, BufReader, Seek, SeekFrom};
+use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crossbeam_channel::{unbounded, SendError, Sender};
 use serde::{Deserialize, Serialize};
 
-use crate::access::budget::{Period, PeriodSpend};
+use crate::access::budget::PeriodSpend;
 use crate::money::Money;
 
+pub use checkpoint::CHECKPOINT_FILE;
+pub use files::{complete_len, fingerprint, segment_name, Active, History, Segment};
+pub use options::Options;
 pub use query::{Filter, StatusFilter};
+pub use totals::{KeyTotals, Totals};
 
 /// File name of the ledger inside `data_dir`.
 pub const LEDGER_FILE: &str = "usage.jsonl";
@@ -169,11 +184,48 @@ pub struct Replay {
     pub periods: HashMap<String, PeriodSpend>,
     /// When each key was last used (the latest `ts` of its records).
     pub last_used: HashMap<String, String>,
+    /// Records read at this start (those after the checkpoint).
     pub records: u64,
+    /// Records counted in all, the checkpoint's included.
+    pub total_records: u64,
+    /// The checkpoint the start began from: when it was written, and how many records it covers.
+    pub checkpoint: Option<(String, u64)>,
+    /// Files read (or read from the checkpoint's position on).
+    pub files: u64,
     /// Lines that did not parse or held an impossible record (skipped, not counted).
     pub bad_lines: u64,
     /// Bytes of a torn last line that were cut off.
     pub torn_bytes: u64,
+}
+
+/// The ledger's files and disk as last measured (every 2 s), for metrics, `/admin/settings` and `/readyz`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Stats {
+    /// Bytes of every ledger file (compressed ones as they are on disk).
+    pub bytes: u64,
+    /// Files, the active one included.
+    pub files: u64,
+    pub compressed_files: u64,
+    /// The `ts` of the oldest record kept (RFC 3339; None while there is none).
+    pub oldest_record: Option<String>,
+    /// Free bytes on the data disk for tollgate's user (None when it cannot be measured).
+    pub free_bytes: Option<u64>,
+    /// `free_bytes` is under `min_free_bytes`.
+    pub low_disk: bool,
+    pub min_free_bytes: u64,
+    /// When the last checkpoint was written, and how many records it covers.
+    pub checkpoint_written: Option<String>,
+    pub checkpoint_records: u64,
+    /// Records replayed at start (those after the checkpoint).
+    pub replayed_at_start: u64,
+}
+
+/// A lock, also when a thread panicked holding it.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
 }
 
 /// What a strict-mode caller gets back: `Err` hands the record back when its write failed.
@@ -218,6 +270,15 @@ struct Shared {
     writer_alive: AtomicBool,
     /// Why the last write attempt failed, while it does.
     problem: std::sync::Mutex<Option<String>>,
+    /// The file being written: its seq and the open file. Readers take both (and `synced_len`) under this
+    /// lock, so a rotation between looking and reading changes nothing: the file stays open under its new name.
+    active: Mutex<(u64, Arc<File>)>,
+    /// With a shipper: the files before this seq are shipped (compression and retention wait for that);
+    /// `u64::MAX` without one.
+    shipped_before: AtomicU64,
+    /// Files up to this seq were deleted by retention, and what they held.
+    retired: Mutex<(u64, Option<Arc<Totals>>)>,
+    stats: Mutex<Stats>,
 }
 
 impl Shared {
@@ -235,22 +296,39 @@ const INBOX_WAKE: usize = 4096;
 /// The handle workers use; cheap to share.
 pub struct Ledger {
     tx: Sender<Msg>,
+    dir: PathBuf,
     path: PathBuf,
     strict: bool,
     shared: Arc<Shared>,
 }
 
 impl Ledger {
-    /// Replays the ledger in `data_dir`, repairs a torn tail, and starts the writer thread.
+    /// Replays the ledger in `data_dir` (with the default file settings), repairs a torn tail, and starts
+    /// the writer and keeper threads.
     pub fn open(
         data_dir: &Path,
         sync_interval: Duration,
         strict: bool,
     ) -> io::Result<(Ledger, Replay)> {
+        Ledger::open_with(data_dir, sync_interval, strict, &Options::default())
+    }
+
+    /// [`open`](Ledger::open) with these file settings.
+    pub fn open_with(
+        data_dir: &Path,
+        sync_interval: Duration,
+        strict: bool,
+        options: &Options,
+    ) -> io::Result<(Ledger, Replay)> {
         let path = data_dir.join(LEDGER_FILE);
-        let replay = replay(&path)?;
-        let file = open_for_append(&path)?;
+        let now = crate::util::unix_now();
+        let mut start = replay::start(data_dir, true, now)?;
+        let file = Arc::new(open_for_append(&path)?);
         let good_len = file.metadata()?.len();
+        let balances = start.totals.balances(now);
+        start.replay.spent = balances.spent;
+        start.replay.periods = balances.periods;
+        start.replay.last_used = balances.last_used;
         let (tx, rx) = unbounded();
         let shared = Arc::new(Shared {
             healthy: AtomicBool::new(true),
@@ -262,19 +340,69 @@ impl Ledger {
             inbox: std::sync::Mutex::new(Vec::new()),
             writer_alive: AtomicBool::new(true),
             problem: std::sync::Mutex::new(None),
+            active: Mutex::new((start.seq, file.clone())),
+            shipped_before: AtomicU64::new(u64::MAX),
+            retired: Mutex::new((
+                start.retired_through,
+                (start.retired_through > 0).then(|| Arc::new(start.retired.clone())),
+            )),
+            stats: Mutex::new(Stats {
+                min_free_bytes: options.min_free_disk_bytes,
+                checkpoint_records: start.replay.checkpoint.as_ref().map_or(0, |c| c.1),
+                checkpoint_written: start.replay.checkpoint.as_ref().map(|c| c.0.clone()),
+                replayed_at_start: start.replay.records,
+                ..Stats::default()
+            }),
         });
-        let w = writer::Writer::new(file, path.clone(), good_len, sync_interval, shared.clone())?;
+        let (keeper_tx, keeper_rx) = unbounded();
+        let keeper = keeper::Keeper {
+            dir: data_dir.to_path_buf(),
+            options: options.clone(),
+            shared: shared.clone(),
+            position: keeper::Position {
+                seq: start.seq,
+                offset: good_len,
+                fingerprint: start.fingerprint.clone(),
+                first_ms: start.first_ms,
+                last_ms: start.last_ms,
+            },
+            // A start that replayed records (or found no checkpoint) writes one at once.
+            dirty: start.replay.records > 0
+                || start.replay.checkpoint.is_none() && start.totals.records > 0,
+            totals: std::mem::take(&mut start.totals),
+            retired_through: start.retired_through,
+            retired: std::mem::take(&mut start.retired),
+            rotated: false,
+        };
+        let w = writer::Writer::new(writer::Setup {
+            file,
+            dir: data_dir.to_path_buf(),
+            path: path.clone(),
+            good_len,
+            sync_interval,
+            shared: shared.clone(),
+            options: options.clone(),
+            keeper: keeper_tx,
+            seq: start.seq,
+            fingerprint: start.fingerprint,
+            first_ms: start.first_ms,
+            last_ms: start.last_ms,
+        })?;
+        std::thread::Builder::new()
+            .name("tollgate-ledger-keeper".into())
+            .spawn(move || keeper.run(keeper_rx))?;
         std::thread::Builder::new()
             .name("tollgate-ledger".into())
             .spawn(move || w.run(rx))?;
         Ok((
             Ledger {
                 tx,
+                dir: data_dir.to_path_buf(),
                 path,
                 strict,
                 shared,
             },
-            replay,
+            start.replay,
         ))
     }
 
@@ -385,7 +513,45 @@ impl Ledger {
     /// disk does not take right now are found in memory.
     pub fn query(&self, filter: &Filter) -> io::Result<Vec<Record>> {
         let (_, unwritten) = self.flush_within(QUERY_FLUSH_WAIT, true);
-        query::scan_with_unwritten(&self.path, filter, &unwritten)
+        query::scan_with_unwritten(&self.history()?, filter, &unwritten)
+    }
+
+    /// One look at every file of the ledger, oldest first, the active one read up to its synced length.
+    pub fn history(&self) -> io::Result<History> {
+        let (seq, file, len) = {
+            let a = lock(&self.shared.active);
+            (
+                a.0,
+                a.1.clone(),
+                self.shared.synced_len.load(Ordering::Acquire),
+            )
+        };
+        let mut segments = files::segments(&self.dir)?;
+        // The active file just rotated is read through the descriptor already taken.
+        segments.retain(|s| s.seq < seq);
+        let (retired_through, retired) = lock(&self.shared.retired).clone();
+        Ok(History {
+            dir: self.dir.clone(),
+            segments,
+            active: Active {
+                seq,
+                file: Some(file),
+                len,
+            },
+            retired_through,
+            retired,
+        })
+    }
+
+    /// The files and the disk as last measured.
+    pub fn stats(&self) -> Stats {
+        lock(&self.shared.stats).clone()
+    }
+
+    /// Tells the ledger that every file before `seq` is shipped (compression and retention of a file wait for
+    /// that once a shipper follows the ledger).
+    pub fn shipped_before(&self, seq: u64) {
+        self.shared.shipped_before.store(seq, Ordering::Release);
     }
 
     pub fn path(&self) -> &Path {
@@ -439,6 +605,8 @@ impl Ledger {
     /// A receiver told after every successful sync (for the one follower of the file; a later call
     /// replaces it).
     pub fn follow(&self) -> crossbeam_channel::Receiver<()> {
+        // Until the follower says what it shipped, no file is compressed or deleted.
+        self.shared.shipped_before.store(0, Ordering::Release);
         let (tx, rx) = crossbeam_channel::bounded(1);
         *match self.shared.synced.lock() {
             Ok(g) => g,
@@ -472,160 +640,13 @@ fn open_for_append(path: &Path) -> io::Result<File> {
 }
 
 /// Spend per key in the day, week and month holding `now`, read from the ledger in `data_dir` without
-/// changing it (for `tollgate keys list` next to a running server; lines it cannot read are skipped).
+/// changing it (for `tollgate keys list` next to a running server: the checkpoint, then the records after it;
+/// lines it cannot read are skipped).
 pub fn period_spend(data_dir: &Path, now: u64) -> HashMap<String, PeriodSpend> {
-    let mut out: HashMap<String, PeriodSpend> = HashMap::new();
-    let Ok(file) =
-        crate::util::open_owned(&data_dir.join(LEDGER_FILE), OpenOptions::new().read(true))
-    else {
-        return out;
-    };
-    let since = crate::util::rfc3339(
-        Period::Monthly
-            .start_of(now)
-            .min(Period::Weekly.start_of(now)),
-    );
-    for line in BufReader::new(file).split(b'\n').map_while(Result::ok) {
-        let Ok(s) = serde_json::from_slice::<Spend>(&line) else {
-            continue;
-        };
-        if s.ts.as_ref() < since.as_str() || !(s.cost.is_finite() && s.cost > 0.0) {
-            continue;
-        }
-        let (Some(ms), Some(cost)) = (
-            crate::util::parse_rfc3339_millis(&s.ts),
-            Money::from_f64(s.cost),
-        ) else {
-            continue;
-        };
-        out.entry(s.key.to_string())
-            .or_insert_with(|| PeriodSpend::at(now))
-            .add((ms / 1000).max(0) as u64, cost);
+    match replay::start(data_dir, false, now) {
+        Ok(s) => s.totals.balances(now).periods,
+        Err(_) => HashMap::new(),
     }
-    out
-}
-
-/// The fields replay needs; the token counts are there only to be checked (non-negative integers).
-#[derive(Deserialize)]
-struct Spend<'a> {
-    #[serde(borrow)]
-    key: std::borrow::Cow<'a, str>,
-    cost: f64,
-    #[serde(default, borrow)]
-    ts: std::borrow::Cow<'a, str>,
-    #[serde(rename = "input_tokens")]
-    _input: u64,
-    #[serde(rename = "output_tokens")]
-    _output: u64,
-    #[serde(default, rename = "cached_input_tokens")]
-    _cached: u64,
-    #[serde(default, rename = "reasoning_tokens")]
-    _reasoning: u64,
-}
-
-/// Whether a line that is not a valid record still looks like one (an object with a cost): a damaged or
-/// forged record rather than a stray line.
-fn looks_like_record(text: &[u8]) -> bool {
-    text.first() == Some(&b'{') && text.windows(6).any(|w| w == b"\"cost\"")
-}
-
-/// Reads the whole ledger, totalling spend per key. A last line without its newline is torn: it is cut off
-/// (so new records do not glue onto it) and reported. Impossible records (a negative or non-finite cost,
-/// token counts that are not non-negative integers) are not counted and are logged at ERROR.
-fn replay(path: &Path) -> io::Result<Replay> {
-    let mut result = Replay::default();
-    // Records in the current month (the longest budget period) also count in the periods' spend. Timestamps
-    // are RFC 3339 in UTC, so comparing the text finds them without parsing every line.
-    let now = crate::util::unix_now();
-    let since = crate::util::rfc3339(
-        Period::Monthly
-            .start_of(now)
-            .min(Period::Weekly.start_of(now)),
-    );
-    let file = match crate::util::open_owned(path, OpenOptions::new().read(true).write(true)) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(result),
-        Err(e) => return Err(e),
-    };
-    let mut reader = BufReader::with_capacity(1024 * 1024, &file);
-    let mut line = Vec::with_capacity(512);
-    let mut good_end: u64 = 0;
-    let mut line_no = 0u64;
-    loop {
-        line.clear();
-        let n = reader.read_until(b'\n', &mut line)?;
-        if n == 0 {
-            break;
-        }
-        line_no += 1;
-        if line.last() != Some(&b'\n') {
-            result.torn_bytes = n as u64;
-            log::warn!(
-                "usage ledger {}: line {line_no} is torn (a crash mid-write?); skipping its {n} bytes",
-                path.display()
-            );
-            break;
-        }
-        good_end += n as u64;
-        let text = &line[..line.len() - 1];
-        if text.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        match serde_json::from_slice::<Spend>(text) {
-            Ok(s) if s.cost.is_finite() && s.cost >= 0.0 => {
-                let cost = Money::from_f64(s.cost).unwrap_or_default();
-                if s.ts.as_ref() >= since.as_str() && cost != Money::ZERO {
-                    if let Some(ms) = crate::util::parse_rfc3339_millis(&s.ts) {
-                        let at = (ms / 1000).max(0) as u64;
-                        result
-                            .periods
-                            .entry(s.key.to_string())
-                            .or_insert_with(|| PeriodSpend::at(now))
-                            .add(at, cost);
-                    }
-                }
-                match result.last_used.get_mut(s.key.as_ref()) {
-                    Some(t) if t.as_str() >= s.ts.as_ref() => {}
-                    Some(t) => *t = s.ts.to_string(),
-                    None => {
-                        result.last_used.insert(s.key.to_string(), s.ts.to_string());
-                    }
-                }
-                *result.spent.entry(s.key.into_owned()).or_default() += cost;
-                result.records += 1;
-            }
-            Ok(s) => {
-                result.bad_lines += 1;
-                log::error!(
-                    "usage ledger {}: line {line_no} has an impossible cost ({}); not counted",
-                    path.display(),
-                    s.cost
-                );
-            }
-            Err(e) if looks_like_record(text) => {
-                result.bad_lines += 1;
-                log::error!(
-                    "usage ledger {}: line {line_no} is an impossible record ({e}); not counted",
-                    path.display()
-                );
-            }
-            Err(e) => {
-                result.bad_lines += 1;
-                log::warn!(
-                    "usage ledger {}: line {line_no} is not a record ({e}); skipped",
-                    path.display()
-                );
-            }
-        }
-    }
-    drop(reader);
-    if result.torn_bytes > 0 {
-        let mut f = file;
-        f.set_len(good_end)?;
-        f.seek(SeekFrom::End(0))?;
-        f.sync_all()?;
-    }
-    Ok(result)
 }
 
 #[cfg(test)]

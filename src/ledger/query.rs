@@ -1,9 +1,13 @@
-//! Reading the ledger newest first: the file is scanned backwards in blocks, so recent records (what the
-//! console and support ask for) are found without reading the whole history.
+//! Reading the ledger newest first, across its files: each file is scanned backwards in blocks, so recent
+//! records (what the console and support ask for) are found without reading the whole history, and a rotated
+//! file outside the asked time range is skipped by its name.
 
-use std::io::{self, Read, Seek, SeekFrom};
-use std::path::Path;
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{self, BufRead, BufReader};
+use std::os::unix::fs::FileExt;
 
+use super::files::{History, Segment};
 use super::{Record, Status};
 
 /// Which statuses to keep.
@@ -104,36 +108,140 @@ impl Filter {
     }
 }
 
-/// Scans `path` from its end, returning matching records newest first.
-pub fn scan(path: &Path, filter: &Filter) -> io::Result<Vec<Record>> {
-    let mut out = Vec::new();
-    let mut skipped = 0;
-    // Records are appended when a request ends, stamped with when it began: a record more than this much
-    // older than `since` means everything before it is older still (streams longer than that are rare).
-    let cutoff = filter.since.map(|t| t - STOP_MARGIN_SECS as i64 * 1000);
-    each_line_backwards(path, |line| {
-        let Ok(r) = serde_json::from_slice::<Record>(line) else {
-            return true;
-        };
-        if cutoff.is_some_and(|c| crate::util::parse_rfc3339_millis(&r.ts).is_some_and(|t| t < c)) {
+/// How far before `since` a backwards scan keeps looking.
+const STOP_MARGIN_SECS: u64 = 6 * 3600;
+
+/// A page of matches being gathered newest first, across files.
+struct Page<'a> {
+    filter: &'a Filter,
+    out: Vec<Record>,
+    skipped: usize,
+    limit: usize,
+    /// Records are appended when a request ends, stamped with when it began: a record more than this much
+    /// older than `since` means everything before it is older still (streams longer than that are rare).
+    cutoff: Option<i64>,
+    done: bool,
+}
+
+impl Page<'_> {
+    /// Takes one record (newest first); false once nothing more is wanted.
+    fn take(&mut self, r: Record) -> bool {
+        if self
+            .cutoff
+            .is_some_and(|c| crate::util::parse_rfc3339_millis(&r.ts).is_some_and(|t| t < c))
+        {
+            self.done = true;
             return false;
         }
-        if filter.matches(&r) {
-            if skipped < filter.offset {
-                skipped += 1;
+        if self.filter.matches(&r) {
+            if self.skipped < self.filter.offset {
+                self.skipped += 1;
             } else {
-                out.push(r);
+                self.out.push(r);
             }
         }
-        out.len() < filter.limit()
-    })?;
-    Ok(out)
+        self.done = self.out.len() >= self.limit;
+        !self.done
+    }
+}
+
+/// Records of the ledger's files matching `filter`, newest first: the active file scanned backwards from its
+/// end, then the rotated files from the newest, skipping without opening every one whose time range (in its
+/// name) is outside `since`..`until`. A compressed file is read forwards, keeping only the newest matches.
+pub fn scan(history: &History, filter: &Filter) -> io::Result<Vec<Record>> {
+    let mut page = Page {
+        filter,
+        out: Vec::new(),
+        skipped: 0,
+        limit: filter.limit(),
+        cutoff: filter.since.map(|t| t - STOP_MARGIN_SECS as i64 * 1000),
+        done: false,
+    };
+    if let Some(f) = &history.active.file {
+        each_line_backwards_in(f, history.active.len, |line| match parse(line) {
+            Some(r) => page.take(r),
+            None => true,
+        })?;
+    }
+    for seg in history.segments.iter().rev() {
+        if page.done {
+            break;
+        }
+        if !seg.overlaps(filter.since, filter.until) {
+            continue;
+        }
+        let read = if seg.compressed {
+            scan_compressed(seg, &mut page)
+        } else {
+            scan_plain(seg, &mut page)
+        };
+        match read {
+            Ok(()) => {}
+            // Deleted by retention meanwhile.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(page.out)
+}
+
+fn parse(line: &[u8]) -> Option<Record> {
+    serde_json::from_slice::<Record>(line).ok()
+}
+
+fn scan_plain(seg: &Segment, page: &mut Page) -> io::Result<()> {
+    let file = match crate::util::open_owned(&seg.path, std::fs::OpenOptions::new().read(true)) {
+        Ok(f) => f,
+        // Compressed meanwhile.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let gz = Segment {
+                path: format!("{}.gz", seg.path.display()).into(),
+                compressed: true,
+                ..seg.clone()
+            };
+            return scan_compressed(&gz, page);
+        }
+        Err(e) => return Err(e),
+    };
+    let len = file.metadata()?.len();
+    each_line_backwards_in(&file, len, |line| match parse(line) {
+        Some(r) => page.take(r),
+        None => true,
+    })
+}
+
+/// A compressed file, read forwards: the matches it holds, of which only the newest the page can still
+/// take are kept, then taken newest first.
+fn scan_compressed(seg: &Segment, page: &mut Page) -> io::Result<()> {
+    let want = (page.filter.offset - page.skipped) + (page.limit - page.out.len());
+    let mut kept: VecDeque<Record> = VecDeque::new();
+    let r = BufReader::with_capacity(256 * 1024, super::files::open_segment(seg)?);
+    for line in r.split(b'\n') {
+        let Some(rec) = parse(&line?) else {
+            continue;
+        };
+        if page.filter.matches(&rec) {
+            if kept.len() == want {
+                kept.pop_front();
+            }
+            kept.push_back(rec);
+        }
+    }
+    while let Some(r) = kept.pop_back() {
+        if !page.take(r) {
+            return Ok(());
+        }
+    }
+    if page.cutoff.is_some_and(|c| (seg.from as i64) * 1000 < c) {
+        page.done = true;
+    }
+    Ok(())
 }
 
 /// Like [`scan`], with records not yet in the file (the writer's backlog, oldest first) counted as the
 /// newest.
 pub fn scan_with_unwritten(
-    path: &Path,
+    history: &History,
     filter: &Filter,
     unwritten: &[std::sync::Arc<[u8]>],
 ) -> io::Result<Vec<Record>> {
@@ -155,30 +263,36 @@ pub fn scan_with_unwritten(
             limit: limit - out.len(),
             ..filter.clone()
         };
-        out.extend(scan(path, &rest)?);
+        out.extend(scan(history, &rest)?);
     }
     Ok(out)
 }
 
-/// How far before `since` a backwards scan keeps looking.
-const STOP_MARGIN_SECS: u64 = 6 * 3600;
-
-/// Calls `f` with each complete line of the file, last line first, until `f` returns false.
-pub fn each_line_backwards(path: &Path, mut f: impl FnMut(&[u8]) -> bool) -> io::Result<()> {
-    let mut file = match crate::util::open_owned(path, std::fs::OpenOptions::new().read(true)) {
+/// Calls `f` with each complete line of the file at `path`, last line first, until `f` returns false.
+#[cfg(test)]
+pub fn each_line_backwards(path: &std::path::Path, f: impl FnMut(&[u8]) -> bool) -> io::Result<()> {
+    let file = match crate::util::open_owned(path, std::fs::OpenOptions::new().read(true)) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(e),
     };
-    let len = file.seek(SeekFrom::End(0))?;
+    let len = file.metadata()?.len();
+    each_line_backwards_in(&file, len, f)
+}
+
+/// Calls `f` with each line of the first `len` bytes of `file`, last line first, until `f` returns false.
+pub fn each_line_backwards_in(
+    file: &File,
+    len: u64,
+    mut f: impl FnMut(&[u8]) -> bool,
+) -> io::Result<()> {
     let mut pos = len;
     let mut carry: Vec<u8> = Vec::new();
     let mut block = vec![0u8; 64 * 1024];
     while pos > 0 {
         let n = (pos as usize).min(block.len());
         pos -= n as u64;
-        file.seek(SeekFrom::Start(pos))?;
-        file.read_exact(&mut block[..n])?;
+        file.read_exact_at(&mut block[..n], pos)?;
         let mut chunk = block[..n].to_vec();
         chunk.extend_from_slice(&carry);
         let mut end = chunk.len();

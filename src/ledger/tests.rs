@@ -465,3 +465,37 @@ fn a_planted_ledger_is_refused_at_open() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_checkpoint_that_does_not_match_the_files_is_not_used() {
+    let dir = temp_dir("cp-mismatch");
+    {
+        let (ledger, replay) = Ledger::open(&dir, Duration::from_millis(20), false).unwrap();
+        assert!(replay.checkpoint.is_none());
+        for n in 0..5 {
+            ledger.append(record("a", 1.0, n));
+        }
+        assert_eq!(ledger.close(Duration::from_secs(5)), 0);
+    }
+    assert!(
+        dir.join(CHECKPOINT_FILE).exists(),
+        "a clean close writes one"
+    );
+    {
+        let (_ledger, replay) = Ledger::open(&dir, Duration::from_millis(20), false).unwrap();
+        assert_eq!(replay.records, 0, "nothing after the checkpoint");
+        assert_eq!(replay.total_records, 5);
+        assert_eq!(replay.spent["a"], Money::from_f64(5.0).unwrap());
+    }
+    // The ledger replaced by another one (restored from elsewhere): its first line differs.
+    let other: String = (10..13)
+        .map(|n| serde_json::to_string(&record("b", 2.0, n)).unwrap() + "\n")
+        .collect();
+    std::fs::write(dir.join(LEDGER_FILE), other).unwrap();
+    let (_ledger, replay) = Ledger::open(&dir, Duration::from_millis(20), false).unwrap();
+    assert!(replay.checkpoint.is_none(), "not used");
+    assert_eq!(replay.records, 3, "every record of the files there");
+    assert!(!replay.spent.contains_key("a"));
+    assert_eq!(replay.spent["b"], Money::from_f64(6.0).unwrap());
+    std::fs::remove_dir_all(dir).unwrap();
+}

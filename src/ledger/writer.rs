@@ -9,6 +9,13 @@
 //! that spend; nothing is written twice), with an ERROR, and records continue there. A path that names
 //! another file (or a link) is never written: that is a failure like a full disk (records kept in memory,
 //! `/readyz` not ready with the reason; in strict mode requests refused) until it is moved away.
+//!
+//! Rotation happens here, between two writes: before writing a batch, a file that would grow past
+//! `ledger_max_file_mb`, or that began on an earlier UTC day, is renamed to its rotated name and a new
+//! `usage.jsonl` is made (a failure there is a failed write: records kept, strict-mode ones handed back).
+//! Each synced line is folded into what the records since the last snapshot add up to, which goes to the
+//! keeper (it holds the whole totals and writes the checkpoint) every `ledger_checkpoint_records` records
+//! or `ledger_checkpoint_secs`, and at each rotation: the writer never copies the whole totals.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -21,7 +28,10 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 
-use super::{Ack, FlushAck, Msg, Record, Shared, LEDGER_FILE};
+use super::keeper::{self, Position, Snapshot};
+use super::options::{self, Options};
+use super::totals::{Line, Totals};
+use super::{lock, Ack, FlushAck, Msg, Record, Shared, LEDGER_FILE};
 
 /// How often the backlog is retried while the disk fails.
 pub(super) const RETRY_EVERY: Duration = Duration::from_millis(500);
@@ -57,8 +67,25 @@ struct Episode {
     last_log: Instant,
 }
 
+/// What the writer starts from.
+pub(super) struct Setup {
+    pub file: Arc<File>,
+    pub dir: PathBuf,
+    pub path: PathBuf,
+    pub good_len: u64,
+    pub sync_interval: Duration,
+    pub shared: Arc<Shared>,
+    pub options: Options,
+    pub keeper: Sender<keeper::Msg>,
+    pub seq: u64,
+    pub fingerprint: String,
+    pub first_ms: Option<i64>,
+    pub last_ms: Option<i64>,
+}
+
 pub(super) struct Writer {
-    file: File,
+    file: Arc<File>,
+    dir: PathBuf,
     path: PathBuf,
     /// Device and inode of `file`: what the path must still name.
     id: (u64, u64),
@@ -81,6 +108,21 @@ pub(super) struct Writer {
     close: Option<(Instant, Sender<usize>)>,
     shared: Arc<Shared>,
     scratch: Vec<u8>,
+    options: Options,
+    keeper: Sender<keeper::Msg>,
+    /// The active file's seq, its first line's fingerprint, and the earliest and latest `ts` in it.
+    seq: u64,
+    fingerprint: String,
+    first_ms: Option<i64>,
+    last_ms: Option<i64>,
+    /// The UTC day (by the ledger's clock) the active file began on (for a file found at start: the start's).
+    file_day: Option<u64>,
+    /// A rotation renamed the file but could not make the new one yet.
+    file_missing: bool,
+    /// What the records synced since the last snapshot went to the keeper add up to, and how many.
+    delta: Totals,
+    since_snapshot: u64,
+    last_snapshot: Instant,
 }
 
 /// Marks the writer gone when its thread ends, however it ends: records queued after that are logged.
@@ -106,31 +148,38 @@ pub(super) fn log_unwritten(json: &str) {
 }
 
 impl Writer {
-    pub(super) fn new(
-        file: File,
-        path: PathBuf,
-        good_len: u64,
-        sync_interval: Duration,
-        shared: Arc<Shared>,
-    ) -> io::Result<Writer> {
+    pub(super) fn new(s: Setup) -> io::Result<Writer> {
         let now = Instant::now();
         Ok(Writer {
-            id: file_id(&file)?,
-            file,
-            path,
+            id: file_id(&s.file)?,
+            file: s.file,
+            dir: s.dir,
+            path: s.path,
             last_check: now,
             misplaced: false,
-            good_len,
+            good_len: s.good_len,
             need_truncate: false,
             pending: VecDeque::new(),
             pending_bytes: 0,
-            sync_interval,
+            sync_interval: s.sync_interval,
             last_sync: now,
             last_attempt: now,
             episode: None,
             close: None,
-            shared,
+            shared: s.shared,
             scratch: Vec::new(),
+            options: s.options,
+            keeper: s.keeper,
+            seq: s.seq,
+            fingerprint: s.fingerprint,
+            // A file found at start counts as begun today: it is rotated at the next midnight.
+            file_day: (s.good_len > 0).then(|| options::now() / 86_400),
+            first_ms: s.first_ms,
+            last_ms: s.last_ms,
+            file_missing: false,
+            delta: Totals::default(),
+            since_snapshot: 0,
+            last_snapshot: now,
         })
     }
 
@@ -174,7 +223,9 @@ impl Writer {
             }
             if let Some((deadline, ack)) = self.close.take() {
                 if done || Instant::now() >= deadline {
-                    let _ = ack.send(self.give_up());
+                    let n = self.give_up();
+                    self.close_keeper();
+                    let _ = ack.send(n);
                 } else {
                     self.close = Some((deadline, ack));
                 }
@@ -183,6 +234,41 @@ impl Writer {
                 self.give_up();
                 return;
             }
+            self.snapshot_if_due(false);
+        }
+    }
+
+    /// Hands the keeper the totals so far when enough records came since the last time (or `force`).
+    fn snapshot_if_due(&mut self, force: bool) {
+        let due = self.since_snapshot >= self.options.checkpoint_records
+            || self.since_snapshot > 0
+                && self.last_snapshot.elapsed() >= self.options.checkpoint_interval;
+        if !(force || due) || self.file_missing {
+            return;
+        }
+        let s = Snapshot {
+            position: Position {
+                seq: self.seq,
+                offset: self.good_len,
+                fingerprint: self.fingerprint.clone(),
+                first_ms: self.first_ms,
+                last_ms: self.last_ms,
+            },
+            delta: std::mem::take(&mut self.delta),
+        };
+        let _ = self.keeper.send(keeper::Msg::Snapshot(Box::new(s)));
+        self.since_snapshot = 0;
+        self.last_snapshot = Instant::now();
+    }
+
+    /// At shutdown: the last checkpoint written before the close returns.
+    fn close_keeper(&mut self) {
+        if self.since_snapshot > 0 {
+            self.snapshot_if_due(true);
+        }
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        if self.keeper.send(keeper::Msg::Close(tx)).is_ok() {
+            let _ = rx.recv_timeout(Duration::from_secs(10));
         }
     }
 
@@ -305,6 +391,7 @@ impl Writer {
     fn keep_in_place(&mut self) -> io::Result<()> {
         self.last_check = Instant::now();
         match std::fs::symlink_metadata(&self.path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound && self.file_missing => self.new_file(),
             Ok(m) if (m.dev(), m.ino()) == self.id => Ok(()),
             Ok(_) => Err(io::Error::other(format!(
                 "{LEDGER_FILE} was replaced by another file while in use; nothing is written to that file and \
@@ -320,7 +407,7 @@ impl Writer {
     /// the file still held open, and writes there from now on.
     fn recreate(&mut self) -> io::Result<()> {
         let len = self.good_len;
-        let old = &self.file;
+        let old = &*self.file;
         let file = crate::util::create_filled(&self.path, |new| copy_prefix(old, new, len))
             .map_err(|e| {
                 io::Error::new(
@@ -331,7 +418,8 @@ impl Writer {
                 )
             })?;
         self.id = file_id(&file)?;
-        self.file = file;
+        self.file = Arc::new(file);
+        *lock(&self.shared.active) = (self.seq, self.file.clone());
         self.need_truncate = false;
         log::error!(
             "usage ledger {}: the file was moved away or deleted while in use; made it again with the {len} bytes \
@@ -363,6 +451,10 @@ impl Writer {
         if self.pending.is_empty() {
             return;
         }
+        if let Err(e) = self.rotate_if_due() {
+            self.failed(&e);
+            return;
+        }
         match self.write_pending() {
             Ok(()) => self.succeeded(),
             Err(e) => {
@@ -385,12 +477,12 @@ impl Writer {
         self.scratch.clear();
         for e in &self.pending {
             if !self.scratch.is_empty() && self.scratch.len() + e.line.len() > CHUNK {
-                self.file.write_all(&self.scratch)?;
+                (&*self.file).write_all(&self.scratch)?;
                 self.scratch.clear();
             }
             self.scratch.extend_from_slice(&e.line);
         }
-        self.file.write_all(&self.scratch)?;
+        (&*self.file).write_all(&self.scratch)?;
         self.scratch.clear();
         if self.scratch.capacity() > 4 * CHUNK {
             self.scratch = Vec::new();
@@ -400,6 +492,7 @@ impl Writer {
 
     fn succeeded(&mut self) {
         let n = self.pending.len();
+        self.fold_pending();
         self.good_len += self.pending_bytes as u64;
         self.pending_bytes = 0;
         for e in self.pending.drain(..) {
@@ -425,6 +518,89 @@ impl Writer {
                 self.path.display()
             );
         }
+    }
+
+    /// Adds the lines about to count as synced to the totals and to the active file's time range.
+    fn fold_pending(&mut self) {
+        if self.good_len == 0 {
+            if let Some(first) = self.pending.front() {
+                self.fingerprint = super::files::fingerprint(&first.line[..first.line.len() - 1]);
+                self.file_day = Some(options::now() / 86_400);
+            }
+        }
+        for e in &self.pending {
+            if let Line::Record(ts) = self.delta.fold(&e.line[..e.line.len() - 1]) {
+                if let Some(ms) = crate::util::parse_rfc3339_millis(&ts) {
+                    self.first_ms = Some(self.first_ms.map_or(ms, |f| f.min(ms)));
+                    self.last_ms = Some(self.last_ms.map_or(ms, |l| l.max(ms)));
+                }
+            }
+        }
+        self.since_snapshot += self.pending.len() as u64;
+    }
+
+    /// Rotates before the pending records are written when the file would grow past its size, or began on
+    /// an earlier UTC day.
+    fn rotate_if_due(&mut self) -> io::Result<()> {
+        if self.good_len == 0 {
+            return Ok(());
+        }
+        let too_big = self.good_len + self.pending_bytes as u64 > self.options.max_file_bytes;
+        let new_day = self.file_day.is_some_and(|d| options::now() / 86_400 > d);
+        if too_big || new_day {
+            self.rotate()?;
+        }
+        Ok(())
+    }
+
+    /// Renames the active file to its rotated name and makes a new one.
+    fn rotate(&mut self) -> io::Result<()> {
+        let now = options::now();
+        let secs = |ms: Option<i64>| ms.map_or(now, |ms| (ms / 1000).max(0) as u64);
+        let name = super::files::segment_name(self.seq, secs(self.first_ms), secs(self.last_ms));
+        let target = self.dir.join(&name);
+        if std::fs::symlink_metadata(&target).is_ok() {
+            return Err(io::Error::other(format!(
+                "cannot rotate {LEDGER_FILE}: {name} already exists"
+            )));
+        }
+        std::fs::rename(&self.path, &target).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot rotate {LEDGER_FILE} to {name}: {e}"),
+            )
+        })?;
+        // From here the old file is done: what follows goes into a new one.
+        let bytes = self.good_len;
+        self.snapshot_if_due(true);
+        self.seq += 1;
+        self.good_len = 0;
+        self.fingerprint.clear();
+        (self.first_ms, self.last_ms, self.file_day) = (None, None, None);
+        self.file_missing = true;
+        log::info!("usage ledger: rotated {LEDGER_FILE} ({bytes} bytes) to {name}");
+        self.new_file()
+    }
+
+    /// Makes the new active file after a rotation and has readers use it.
+    fn new_file(&mut self) -> io::Result<()> {
+        let file = super::open_for_append(&self.path).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot make a new {LEDGER_FILE} after a rotation: {e}"),
+            )
+        })?;
+        self.id = file_id(&file)?;
+        self.file = Arc::new(file);
+        self.file_missing = false;
+        {
+            let mut a = lock(&self.shared.active);
+            *a = (self.seq, self.file.clone());
+            self.shared.synced_len.store(0, Ordering::Release);
+        }
+        // The checkpoint at the rotation: the keeper also looks at the rotated files then.
+        self.snapshot_if_due(true);
+        Ok(())
     }
 
     /// After a failed write, sync or cut-back: strict-mode records go back to their callers, the rest stay.

@@ -146,7 +146,8 @@ pub fn refuse_body(
 
 /// `/readyz`: ready unless draining, the ledger is failing, or (with a store) the store lost its data or
 /// does not answer (with `on_unavailable = "local"` an unanswering store does not stop admission, so it does
-/// not stop readiness either).
+/// not stop readiness either). Free space on the data disk under `min_free_disk_mb` is a detail (`disk`),
+/// not a reason to be unready.
 fn readiness(gw: &Gateway) -> (bool, serde_json::Value) {
     let draining = gw
         .state
@@ -170,10 +171,15 @@ fn readiness(gw: &Gateway) -> (bool, serde_json::Value) {
         )
     });
     let ready = !draining && ledger && store.as_ref().is_none_or(|(ok, _)| *ok);
+    // Low free space is a warning ahead of a full disk: still ready, with the detail.
+    let files = gw.ledger.stats();
+    let disk = json!({"free_mb": files.free_bytes.map(|b| b / crate::ledger::options::MB),
+                      "min_free_mb": files.min_free_bytes / crate::ledger::options::MB,
+                      "low": files.low_disk, "warning": files.disk_warning()});
     let body = json!({"status": if ready { "ready" } else { "not ready" }, "config": "loaded",
                       "ledger": if ledger { "writable" } else { "failing" },
                       "ledger_error": gw.ledger.problem(), "draining": draining,
-                      "store": store.map(|(_, s)| s)});
+                      "disk": disk, "store": store.map(|(_, s)| s)});
     (ready, body)
 }
 

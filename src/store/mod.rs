@@ -66,6 +66,7 @@ struct Scripts {
     keys_write: redis::Script,
     terms_sync: redis::Script,
     claim: redis::Script,
+    cursor_move: redis::Script,
 }
 
 const MONEY: &str = include_str!("lua/money.lua");
@@ -88,6 +89,7 @@ impl Scripts {
             keys_write: script(include_str!("lua/keys_write.lua")),
             terms_sync: script(include_str!("lua/terms_sync.lua")),
             claim: script(include_str!("lua/claim.lua")),
+            cursor_move: script(include_str!("lua/cursor_move.lua")),
         }
     }
 }

@@ -1,28 +1,31 @@
 //! Shipping: every usage record of this instance's local ledger reaches the store, exactly once and in
-//! order. The ledger is the outbox: a thread follows the file as the ledger writer syncs it and sends each
+//! order. The ledger is the outbox: a thread follows its files as the ledger writer syncs them and sends each
 //! complete line through `lua/ship.lua`, which adds the record's cost to its key's spend (and budget
 //! periods), gives back its reservation, corrects its tokens in the tpm window, appends it to the shared
-//! usage stream and moves this instance's cursor (the ledger offset shipped so far) in one atomic step.
+//! usage stream and moves this instance's cursor (the ledger file and offset shipped so far) in one atomic
+//! step.
 //!
 //! So nothing is counted twice or lost: a batch cut by a Redis failure resumes from the cursor; a Redis
 //! restored from an older snapshot has the cursor of that moment and the records after it are shipped
 //! again; an instance killed with `kill -9` finds its cursor at its next start and ships what it had not.
-//! While Redis is down, records wait in the ledger file (nothing in memory), and the stream catches up when
+//! While Redis is down, records wait in the ledger files (nothing in memory), and the stream catches up when
 //! it answers again.
 //!
-//! The cursor also holds the ledger's fingerprint (a hash of its first line), so a ledger file that was
-//! replaced is not taken for the one the cursor counted.
+//! The cursor names the file by its fingerprint (a hash of its first line): a file rotated away is still
+//! found by it, and one that replaced the ledger is not taken for the one the cursor counted. At the end of a
+//! rotated file the cursor moves to the start of the next file (`lua/cursor_move.lua`, only while it is
+//! where the shipper left it), so files are shipped in order, none twice, none skipped. What files deleted
+//! by retention held is shipped first, from the checkpoint, when the cursor starts from nothing (a new or
+//! rebuilt store): its cursor is then `retired:SEQ`, counting the per-key items of that total.
 
-use std::io::{Read, Seek, SeekFrom};
-use std::path::{Path, PathBuf};
+use std::collections::HashMap;
+use std::io::Read;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sha2::{Digest, Sha256};
-
 use super::{Store, StoreError};
 use crate::access::budget::Period;
-use crate::ledger::Record;
+use crate::ledger::{History, Record, Totals};
 
 /// Records sent in one round trip at most.
 const BATCH: usize = 200;
@@ -37,38 +40,9 @@ pub struct Cursor {
     pub fingerprint: String,
 }
 
-/// The fingerprint of a ledger: the start of the SHA-256 of its first line ("" while it is empty).
+/// The fingerprint of a ledger file: the start of the SHA-256 of its first line ("" while it is empty).
 pub fn fingerprint(first_line: &[u8]) -> String {
-    if first_line.is_empty() {
-        return String::new();
-    }
-    let d = Sha256::digest(first_line);
-    d.iter().take(8).map(|b| format!("{b:02x}")).collect()
-}
-
-/// The first line of the file at `path` ("" when there is none yet).
-fn first_line(path: &Path) -> std::io::Result<Vec<u8>> {
-    let mut f = match crate::util::open_owned(path, std::fs::OpenOptions::new().read(true)) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    };
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut have = 0;
-    loop {
-        let n = f.read(&mut buf[have..])?;
-        if n == 0 {
-            return Ok(Vec::new());
-        }
-        have += n;
-        if let Some(i) = buf[..have].iter().position(|b| *b == b'\n') {
-            buf.truncate(i);
-            return Ok(buf);
-        }
-        if have == buf.len() {
-            buf.resize(buf.len() * 2, 0);
-        }
-    }
+    crate::ledger::fingerprint(first_line)
 }
 
 /// One line of the ledger, ready to ship: the keys of its account (none for a line without a key) and its
@@ -79,6 +53,18 @@ struct Item {
     args: [String; 9],
     /// The request id whose reservation the record settles.
     id: Option<String>,
+}
+
+/// What an item is made of: a record's key, request id (none: the line only moves the cursor), cost,
+/// tokens, `ts` and JSON (none: no usage stream entry).
+#[derive(Default, Clone, Copy)]
+struct Entry<'a> {
+    key: &'a str,
+    id: &'a str,
+    cost: crate::money::Money,
+    tokens: u64,
+    ts: &'a str,
+    json: &'a str,
 }
 
 /// How shipping one stretch ended.
@@ -130,7 +116,7 @@ impl Store {
         })
     }
 
-    /// Ships the complete lines of `bytes` (read from a ledger at `start`) for `instance`, in batches.
+    /// Ships the complete lines of `bytes` (read from a ledger file at `start`) for `instance`, in batches.
     /// Returns where shipping got to; `Err` when the store failed mid-way (what was shipped stays shipped).
     pub fn ship_lines(
         &self,
@@ -140,6 +126,16 @@ impl Store {
         bytes: &[u8],
     ) -> Result<Shipped, StoreError> {
         let items = self.items(start, bytes);
+        self.ship_items(instance, fp, start, &items)
+    }
+
+    fn ship_items(
+        &self,
+        instance: &str,
+        fp: &str,
+        start: u64,
+        items: &[Item],
+    ) -> Result<Shipped, StoreError> {
         let mut upto = start;
         for batch in items.chunks(BATCH) {
             match self.ship_batch(instance, fp, upto, batch)? {
@@ -164,54 +160,134 @@ impl Store {
                 .ok()
                 .filter(|t| !t.trim().is_empty())
                 .and_then(|t| serde_json::from_str::<Record>(t).ok().map(|r| (t, r)));
-            let Some((json, r)) = rec else {
+            out.push(match rec {
+                Some((json, r)) => {
+                    let keyed = !r.key.is_empty();
+                    let id = if keyed { r.request_id.as_str() } else { "" };
+                    let tokens = r.input_tokens.saturating_add(r.output_tokens);
+                    self.item(
+                        next,
+                        &Entry {
+                            key: &r.key,
+                            id,
+                            cost: r.cost,
+                            tokens,
+                            ts: &r.ts,
+                            json,
+                        },
+                    )
+                }
                 // A line that is no record (blank, damaged) only moves the cursor.
-                out.push(Item {
-                    next,
-                    keys: Default::default(),
-                    args: [
-                        next.to_string(),
-                        String::new(),
-                        "0".into(),
-                        "0".into(),
-                        String::new(),
-                        String::new(),
-                        String::new(),
-                        String::new(),
-                        String::new(),
-                    ],
-                    id: None,
-                });
-                continue;
-            };
-            let k = self.account_keys(&r.key);
-            let at = crate::util::parse_rfc3339_millis(&r.ts)
-                .map_or(crate::util::unix_now(), |ms| (ms / 1000).max(0) as u64);
-            let field = |p| super::accounts::period_field(p, at);
-            let keyed = !r.key.is_empty();
-            out.push(Item {
-                next,
-                keys: [k.acct, k.res, k.lease, k.winv, k.per],
-                args: [
-                    next.to_string(),
-                    if keyed {
-                        r.request_id.clone()
-                    } else {
-                        String::new()
-                    },
-                    super::accounts::units(r.cost.max(crate::money::Money::ZERO)),
-                    super::accounts::script_tokens(r.input_tokens.saturating_add(r.output_tokens))
-                        .to_string(),
-                    field(Period::Daily),
-                    field(Period::Weekly),
-                    field(Period::Monthly),
-                    r.ts.clone(),
-                    json.to_string(),
-                ],
-                id: keyed.then(|| r.request_id.clone()),
+                None => self.item(next, &Entry::default()),
             });
         }
         out
+    }
+
+    /// One item: the keys of its account (none without a request id) and the script's values.
+    fn item(&self, next: u64, e: &Entry) -> Item {
+        let Entry {
+            key,
+            id,
+            cost,
+            tokens,
+            ts,
+            json,
+        } = *e;
+        if id.is_empty() {
+            return Item {
+                next,
+                keys: Default::default(),
+                args: [
+                    next.to_string(),
+                    String::new(),
+                    "0".into(),
+                    "0".into(),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                    json.to_string(),
+                ],
+                id: None,
+            };
+        }
+        let k = self.account_keys(key);
+        let at = crate::util::parse_rfc3339_millis(ts)
+            .map_or(crate::util::unix_now(), |ms| (ms / 1000).max(0) as u64);
+        let field = |p| super::accounts::period_field(p, at);
+        Item {
+            next,
+            keys: [k.acct, k.res, k.lease, k.winv, k.per],
+            args: [
+                next.to_string(),
+                id.to_string(),
+                super::accounts::units(cost.max(crate::money::Money::ZERO)),
+                super::accounts::script_tokens(tokens).to_string(),
+                field(Period::Daily),
+                field(Period::Weekly),
+                field(Period::Monthly),
+                ts.to_string(),
+                json.to_string(),
+            ],
+            id: Some(id.to_string()),
+        }
+    }
+
+    /// What files deleted by retention held, as items (no usage stream entry): per key, the spend older than
+    /// the days kept, each day's spend, and its last use. Their offsets count them from 1.
+    fn retired_items(&self, through: u64, t: &Totals) -> Vec<Item> {
+        let mut names: Vec<&String> = t.keys.keys().collect();
+        names.sort();
+        let mut out = Vec::new();
+        for name in names {
+            let k = &t.keys[name];
+            let days: crate::money::Money = k.days.values().copied().sum();
+            let mut parts: Vec<(crate::money::Money, String)> = Vec::new();
+            if k.spent > days {
+                parts.push((k.spent - days, crate::util::rfc3339_millis(0)));
+            }
+            for (day, m) in &k.days {
+                parts.push((*m, crate::util::rfc3339_millis(day * 1000)));
+            }
+            if !k.last_used.is_empty() {
+                parts.push((crate::money::Money::ZERO, k.last_used.clone()));
+            }
+            for (cost, ts) in parts {
+                let next = out.len() as u64 + 1;
+                let id = format!("retired:{through}:{next}");
+                let e = Entry {
+                    key: name,
+                    id: &id,
+                    cost,
+                    ts: &ts,
+                    ..Entry::default()
+                };
+                out.push(self.item(next, &e));
+            }
+        }
+        out
+    }
+
+    /// Moves `instance`'s cursor from `from` to `to`, only while it is at `from`. Returns whether it moved.
+    pub fn move_cursor(
+        &self,
+        instance: &str,
+        from: &Cursor,
+        to: &Cursor,
+    ) -> Result<bool, StoreError> {
+        let key = self.cursor_key(instance);
+        let moved: i64 = self.with(|con| {
+            self.scripts
+                .cursor_move
+                .key(&key)
+                .arg(from.offset)
+                .arg(&from.fingerprint)
+                .arg(to.offset)
+                .arg(&to.fingerprint)
+                .invoke(con)
+        })?;
+        Ok(moved == 1)
     }
 
     /// One round trip: the script loaded (a restarted Redis has forgotten it), then one call for the batch.
@@ -271,6 +347,330 @@ impl Store {
     }
 }
 
+/// Where shipping stands in a ledger.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Pos {
+    /// In what files deleted by retention (up to `through`) held: `index` items shipped.
+    Retired { through: u64, index: u64 },
+    /// In file `seq`: `offset` bytes shipped.
+    File { seq: u64, offset: u64 },
+}
+
+/// A rotated file's reader left where the last read ended (a compressed file cannot seek): the offset of
+/// `carry` (bytes read past the last whole line), and the reader after it.
+struct Open {
+    seq: u64,
+    at: u64,
+    carry: Vec<u8>,
+    reader: Box<dyn Read + Send>,
+}
+
+/// Ships one ledger's files for one instance, a step at a time.
+pub struct Shipper {
+    instance: String,
+    pos: Option<Pos>,
+    /// Fingerprints of files by seq (a file's first line never changes).
+    fps: HashMap<u64, String>,
+    open: Option<Open>,
+    /// Records (and retired items) shipped, and how often the cursor was found elsewhere.
+    pub shipped: u64,
+    pub moved: u64,
+}
+
+fn io_error(e: std::io::Error) -> StoreError {
+    StoreError {
+        unavailable: false,
+        message: format!("cannot read the ledger: {e}"),
+    }
+}
+
+impl Shipper {
+    pub fn new(instance: &str) -> Shipper {
+        Shipper {
+            instance: instance.to_string(),
+            pos: None,
+            fps: HashMap::new(),
+            open: None,
+            shipped: 0,
+            moved: 0,
+        }
+    }
+
+    /// Forgets the position: the next step reads the cursor again.
+    pub fn reset(&mut self) {
+        self.pos = None;
+        self.open = None;
+    }
+
+    /// Every file before this seq is shipped.
+    pub fn shipped_before(&self) -> u64 {
+        match self.pos {
+            Some(Pos::File { seq, .. }) => seq,
+            Some(Pos::Retired { through, .. }) => through + 1,
+            None => 0,
+        }
+    }
+
+    fn fp(&mut self, h: &History, seq: u64) -> Result<String, StoreError> {
+        if let Some(f) = self.fps.get(&seq) {
+            return Ok(f.clone());
+        }
+        let f = h.fingerprint(seq).map_err(io_error)?;
+        if !f.is_empty() {
+            self.fps.insert(seq, f.clone());
+        }
+        Ok(f)
+    }
+
+    fn cursor_of(&mut self, h: &History, pos: &Pos) -> Result<Cursor, StoreError> {
+        Ok(match *pos {
+            Pos::Retired { through, index } => Cursor {
+                offset: index,
+                fingerprint: format!("retired:{through}"),
+            },
+            Pos::File { seq, offset } => Cursor {
+                offset,
+                fingerprint: self.fp(h, seq)?,
+            },
+        })
+    }
+
+    /// One step: finds the position (from the store's cursor) if needed, then ships what follows it, or
+    /// moves to the next file at the end of a rotated one. Ok(false): nothing to ship now.
+    pub fn step(&mut self, store: &Store, h: &History) -> Result<bool, StoreError> {
+        let pos = match self.pos.clone() {
+            Some(p) => p,
+            None => {
+                let p = self.resolve(store, h)?;
+                self.pos = Some(p.clone());
+                p
+            }
+        };
+        let moved = match pos {
+            Pos::Retired { through, index } => self.ship_retired(store, h, through, index)?,
+            Pos::File { seq, offset } => self.ship_file(store, h, seq, offset)?,
+        };
+        if moved.is_none() {
+            self.moved += 1;
+            self.reset();
+            return Ok(true);
+        }
+        Ok(moved == Some(true))
+    }
+
+    /// Where the store's cursor says shipping stands; a ledger it never counted is shipped from its start
+    /// (and the cursor set there).
+    fn resolve(&mut self, store: &Store, h: &History) -> Result<Pos, StoreError> {
+        let c = store.cursor(&self.instance)?;
+        let begin = match (&h.retired, h.seqs().first()) {
+            (Some(_), _) => Pos::Retired {
+                through: h.retired_through,
+                index: 0,
+            },
+            (None, first) => Pos::File {
+                seq: first.copied().unwrap_or(h.active.seq),
+                offset: 0,
+            },
+        };
+        if c.offset == 0 && c.fingerprint.is_empty() {
+            // Named, so every later step (moving on from retired totals too) finds the cursor where it is.
+            let to = self.cursor_of(h, &begin)?;
+            if to != c {
+                store.set_cursor(&self.instance, &to)?;
+            }
+            return Ok(begin);
+        }
+        if let Some(t) = c.fingerprint.strip_prefix("retired:") {
+            if h.retired.is_some() && t.parse() == Ok(h.retired_through) {
+                return Ok(Pos::Retired {
+                    through: h.retired_through,
+                    index: c.offset,
+                });
+            }
+            log::error!(
+                "store: instance {:?} was shipping what retired ledger files held ({}), which this ledger no longer \
+                 matches; shipping the ledger from its start",
+                self.instance,
+                c.fingerprint
+            );
+        } else {
+            for seq in h.seqs().into_iter().rev() {
+                if self.fp(h, seq)? != c.fingerprint {
+                    continue;
+                }
+                if seq == h.active.seq && c.offset > h.active.len {
+                    log::error!(
+                        "store: the ledger {} is shorter ({} bytes) than the {} bytes already shipped from it (was it \
+                         cut by hand?); shipping continues from its end",
+                        crate::ledger::LEDGER_FILE,
+                        h.active.len,
+                        c.offset
+                    );
+                    let to = Cursor {
+                        offset: h.active.len,
+                        fingerprint: c.fingerprint.clone(),
+                    };
+                    store.set_cursor(&self.instance, &to)?;
+                    return Ok(Pos::File {
+                        seq,
+                        offset: h.active.len,
+                    });
+                }
+                return Ok(Pos::File {
+                    seq,
+                    offset: c.offset,
+                });
+            }
+            log::error!(
+                "store: the ledger in {} is not the one instance {:?} shipped before (no file of it has the first \
+                 record the cursor names); shipping it from its start. If two instances share the name {:?}, give \
+                 each its own `instance`.",
+                h.dir.display(),
+                self.instance,
+                self.instance
+            );
+        }
+        let to = self.cursor_of(h, &begin)?;
+        store.set_cursor(&self.instance, &to)?;
+        Ok(begin)
+    }
+
+    /// Ships the retired items after `index`; at their end, moves to the first file after them. None: the
+    /// cursor was elsewhere.
+    fn ship_retired(
+        &mut self,
+        store: &Store,
+        h: &History,
+        through: u64,
+        index: u64,
+    ) -> Result<Option<bool>, StoreError> {
+        let Some(t) = h.retired.as_ref().filter(|_| h.retired_through == through) else {
+            return Ok(None);
+        };
+        let items = store.retired_items(through, t);
+        let fp = format!("retired:{through}");
+        if (index as usize) < items.len() {
+            return match store.ship_items(&self.instance, &fp, index, &items[index as usize..])? {
+                Shipped::Upto(n) => {
+                    self.shipped += n - index;
+                    self.pos = Some(Pos::Retired { through, index: n });
+                    Ok(Some(true))
+                }
+                Shipped::Moved => Ok(None),
+            };
+        }
+        let from = Cursor {
+            offset: index,
+            fingerprint: fp,
+        };
+        let next = h.seqs().into_iter().find(|s| *s > through);
+        self.advance(store, h, from, next)
+    }
+
+    /// Moves the cursor from `from` (the end of what was shipped) to the start of file `next`, once it has a
+    /// first line.
+    fn advance(
+        &mut self,
+        store: &Store,
+        h: &History,
+        from: Cursor,
+        next: Option<u64>,
+    ) -> Result<Option<bool>, StoreError> {
+        let Some(next) = next else {
+            return Ok(Some(false));
+        };
+        let fp = self.fp(h, next)?;
+        if fp.is_empty() {
+            return Ok(Some(false));
+        }
+        let to = Cursor {
+            offset: 0,
+            fingerprint: fp,
+        };
+        if !store.move_cursor(&self.instance, &from, &to)? {
+            return Ok(None);
+        }
+        self.pos = Some(Pos::File {
+            seq: next,
+            offset: 0,
+        });
+        self.open = None;
+        Ok(Some(true))
+    }
+
+    /// Ships the complete lines of file `seq` after `offset`; at the end of a rotated file, moves to the next.
+    fn ship_file(
+        &mut self,
+        store: &Store,
+        h: &History,
+        seq: u64,
+        offset: u64,
+    ) -> Result<Option<bool>, StoreError> {
+        if seq != h.active.seq && h.segment(seq).is_none() {
+            return Err(StoreError {
+                unavailable: false,
+                message: format!(
+                    "ledger file {seq} is gone before it was shipped whole (deleted by hand?); its records after \
+                     byte {offset} cannot be shipped"
+                ),
+            });
+        }
+        let bytes = self.read(h, seq, offset).map_err(io_error)?;
+        let fp = self.fp(h, seq)?;
+        if bytes.is_empty() {
+            if seq == h.active.seq {
+                return Ok(Some(false));
+            }
+            let from = Cursor {
+                offset,
+                fingerprint: fp,
+            };
+            return self.advance(store, h, from, h.next_after(seq));
+        }
+        match store.ship_lines(&self.instance, &fp, offset, &bytes)? {
+            Shipped::Upto(n) => {
+                let done = (n - offset) as usize;
+                self.shipped += bytes[..done.min(bytes.len())]
+                    .iter()
+                    .filter(|b| **b == b'\n')
+                    .count() as u64;
+                self.pos = Some(Pos::File { seq, offset: n });
+                Ok(Some(n > offset))
+            }
+            Shipped::Moved => Ok(None),
+        }
+    }
+
+    /// The whole lines of file `seq` from `offset`, up to `READ_MAX` bytes.
+    fn read(&mut self, h: &History, seq: u64, offset: u64) -> std::io::Result<Vec<u8>> {
+        let (mut buf, mut reader) = match self.open.take() {
+            Some(o) if seq != h.active.seq && o.seq == seq && o.at == offset => (o.carry, o.reader),
+            _ => (Vec::new(), h.open_at(seq, offset)?),
+        };
+        let have = buf.len();
+        buf.resize(READ_MAX.max(have), 0);
+        let mut n = have;
+        while n < buf.len() {
+            match reader.read(&mut buf[n..])? {
+                0 => break,
+                k => n += k,
+            }
+        }
+        buf.truncate(n);
+        let whole = buf.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+        if seq != h.active.seq {
+            self.open = Some(Open {
+                seq,
+                at: offset + whole as u64,
+                carry: buf[whole..].to_vec(),
+                reader,
+            });
+        }
+        buf.truncate(whole);
+        Ok(buf)
+    }
+}
+
 /// Ships what is left of `ledger` now, retrying until everything synced is shipped or `within` has passed.
 pub fn catch_up(
     store: &Store,
@@ -278,29 +678,21 @@ pub fn catch_up(
     within: Duration,
 ) -> Result<(), StoreError> {
     let deadline = std::time::Instant::now() + within;
-    let path = ledger.path().to_path_buf();
-    let instance = store.instance().to_string();
-    let mut fp;
+    let mut sh = Shipper::new(store.instance());
     let mut last: Option<StoreError> = None;
     while std::time::Instant::now() < deadline {
-        let end = ledger.synced_len();
-        let pos = match start_position(store, &instance, &path, end) {
-            Ok((p, f)) => {
-                fp = f;
-                p
-            }
+        let step = ledger
+            .history()
+            .map_err(io_error)
+            .and_then(|h| sh.step(store, &h));
+        match step {
+            Ok(false) => return Ok(()),
+            Ok(true) => {}
             Err(e) => {
                 last = Some(e);
+                sh.reset();
                 std::thread::sleep(Duration::from_millis(100));
-                continue;
             }
-        };
-        if pos >= end {
-            return Ok(());
-        }
-        if let Err(e) = ship_from(store, &instance, &path, &mut fp, pos, end) {
-            last = Some(e);
-            std::thread::sleep(Duration::from_millis(100));
         }
     }
     Err(last.unwrap_or(StoreError {
@@ -310,49 +702,33 @@ pub fn catch_up(
 }
 
 /// Follows `ledger` and ships what it syncs, until the store is told to stop shipping. Runs on its own
-/// thread.
+/// thread; tells the ledger which files are shipped (compression and retention wait for that).
 pub fn follow(store: Arc<Store>, ledger: &crate::ledger::Ledger) {
-    let path: PathBuf = ledger.path().to_path_buf();
     let wake = ledger.follow();
-    let instance = store.instance().to_string();
-    let mut at: Option<u64> = None;
-    let mut fp = String::new();
+    let mut sh = Shipper::new(store.instance());
     let mut failing = false;
     while !store.stopping() {
         if store.lost() {
             // Nothing is shipped into a store that lost its data until it is rebuilt.
-            at = None;
+            sh.reset();
             std::thread::sleep(Duration::from_millis(250));
             continue;
         }
-        let end = ledger.synced_len();
-        let pos = match at {
-            Some(p) => p,
-            None => match start_position(&store, &instance, &path, end) {
-                Ok((p, f)) => {
-                    fp = f;
-                    at = Some(p);
-                    p
-                }
-                Err(_) => {
-                    std::thread::sleep(Duration::from_millis(500));
-                    continue;
-                }
-            },
-        };
-        if pos >= end {
-            let _ = wake.recv_timeout(Duration::from_secs(1));
-            continue;
-        }
-        match ship_from(&store, &instance, &path, &mut fp, pos, end) {
-            Ok(Shipped::Upto(n)) => {
+        let step = ledger
+            .history()
+            .map_err(io_error)
+            .and_then(|h| sh.step(&store, &h));
+        match step {
+            Ok(moved) => {
                 if failing {
                     failing = false;
-                    log::info!("store: usage records shipped again (ledger offset {n})");
+                    log::info!("store: usage records shipped again");
                 }
-                at = Some(n);
+                ledger.shipped_before(sh.shipped_before());
+                if !moved {
+                    let _ = wake.recv_timeout(Duration::from_secs(1));
+                }
             }
-            Ok(Shipped::Moved) => at = None,
             Err(e) => {
                 if !failing {
                     log::warn!(
@@ -360,90 +736,30 @@ pub fn follow(store: Arc<Store>, ledger: &crate::ledger::Ledger) {
                     );
                 }
                 failing = true;
-                at = None;
+                sh.reset();
                 std::thread::sleep(Duration::from_millis(500));
             }
         }
     }
 }
 
-/// Reads `[pos, end)` of the ledger and ships its complete lines.
-fn ship_from(
-    store: &Store,
-    instance: &str,
-    path: &Path,
-    fp: &mut String,
-    pos: u64,
-    end: u64,
-) -> Result<Shipped, StoreError> {
-    let io_err = |e: std::io::Error| StoreError {
-        unavailable: false,
-        message: format!("cannot read the ledger {}: {e}", path.display()),
-    };
-    if fp.is_empty() {
-        *fp = fingerprint(&first_line(path).map_err(io_err)?);
+/// Ships a whole ledger (what retired files held, then every file in order) for `instance` from nothing
+/// (`store rebuild`, after every cursor was deleted). Returns how many records; an error when the cursor
+/// moves under it (an instance of that name running and shipping too).
+pub fn ship_all(store: &Store, instance: &str, h: &History) -> Result<u64, StoreError> {
+    let mut sh = Shipper::new(instance);
+    while sh.step(store, h)? {
+        if sh.moved > 0 {
+            return Err(StoreError {
+                unavailable: false,
+                message: format!(
+                    "shipping stopped early: the cursor of {instance:?} moved meanwhile (is an instance of that name \
+                     running and shipping it too? stop it, or leave its ledger out: it ships its own)"
+                ),
+            });
+        }
     }
-    let mut f =
-        crate::util::open_owned(path, std::fs::OpenOptions::new().read(true)).map_err(io_err)?;
-    f.seek(SeekFrom::Start(pos)).map_err(io_err)?;
-    let len = ((end - pos) as usize).min(READ_MAX);
-    let mut buf = vec![0u8; len];
-    f.read_exact(&mut buf).map_err(io_err)?;
-    // Only whole lines: a read cut by READ_MAX ends at the last newline.
-    let whole = buf.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
-    if whole == 0 {
-        return Ok(Shipped::Upto(pos));
-    }
-    store.ship_lines(instance, fp, pos, &buf[..whole])
-}
-
-/// Where shipping starts: the store's cursor when it counted this ledger; 0 for a ledger it never saw
-/// (and the cursor reset to it). Returns the offset and the ledger's fingerprint.
-pub fn start_position(
-    store: &Store,
-    instance: &str,
-    path: &Path,
-    end: u64,
-) -> Result<(u64, String), StoreError> {
-    let io_err = |e: std::io::Error| StoreError {
-        unavailable: false,
-        message: format!("cannot read the ledger {}: {e}", path.display()),
-    };
-    let fp = fingerprint(&first_line(path).map_err(io_err)?);
-    let c = store.cursor(instance)?;
-    if c.offset == 0 {
-        return Ok((0, fp));
-    }
-    if c.fingerprint == fp && c.offset <= end {
-        return Ok((c.offset, fp));
-    }
-    if c.fingerprint == fp {
-        log::error!(
-            "store: the ledger {} is shorter ({end} bytes) than the {} bytes already shipped from it (was it cut \
-             by hand?); shipping continues from its end",
-            path.display(),
-            c.offset
-        );
-        let to = Cursor {
-            offset: end,
-            fingerprint: fp.clone(),
-        };
-        store.set_cursor(instance, &to)?;
-        return Ok((end, fp));
-    }
-    log::error!(
-        "store: the ledger {} is not the one instance {instance:?} shipped before (its first record differs); \
-         shipping it from its start. If two instances share the name {instance:?}, give each its own `instance`.",
-        path.display()
-    );
-    store.set_cursor(
-        instance,
-        &Cursor {
-            offset: 0,
-            fingerprint: fp.clone(),
-        },
-    )?;
-    Ok((0, fp))
+    Ok(sh.shipped)
 }
 
 #[cfg(test)]

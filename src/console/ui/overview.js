@@ -1,11 +1,11 @@
 /**
- * The Overview view: totals, the requests-and-cost chart over 24 hours, 7 or 30 days, and the top keys and
- * models.
+ * The Overview view: totals, the requests-and-cost chart over 24 hours, 7 or 30 days, the top keys and
+ * models, and the usage ledger's files and free disk space.
  */
 import { api } from './api.js';
 import { seriesChart } from './chart.js';
 import { el, empty, table, td } from './dom.js';
-import { currency, fmtCredits, fmtInt, fmtPct } from './format.js';
+import { currency, fmtCredits, fmtInt, fmtPct, fmtTime } from './format.js';
 import { viewHash } from './nav.js';
 
 const RANGES = { '24h': 'last 24 hours', '7d': 'last 7 days', '30d': 'last 30 days' };
@@ -13,7 +13,10 @@ const RANGES = { '24h': 'last 24 hours', '7d': 'last 7 days', '30d': 'last 30 da
 /** Totals for the last hour and the range (24 h, 7 d or 30 d), the chart, top keys and models by spend. */
 export async function viewOverview(frame, params) {
   const range = RANGES[params.get('range')] ? params.get('range') : '24h';
-  const o = await api.get(`/admin/overview?range=${range}`);
+  const [o, settings] = await Promise.all([
+    api.get(`/admin/overview?range=${range}`),
+    api.get('/admin/settings').catch(() => null),
+  ]);
   const picker = el(
     'div',
     { class: 'range-picker', role: 'group', 'aria-label': 'Range' },
@@ -41,7 +44,37 @@ export async function viewOverview(frame, params) {
       topPanel(`Top keys by spend, ${RANGES[range]}`, 'Key', o.top_keys, 'key', 'top-keys'),
       topPanel(`Top models by spend, ${RANGES[range]}`, 'Model', o.top_models, 'model', 'top-models'),
     ),
+    settings && settings.ledger && ledgerPanel(settings.ledger),
   ];
+}
+
+/** Megabytes with one decimal. */
+function fmtMb(bytes) {
+  return `${(bytes / 1048576).toLocaleString(undefined, { maximumFractionDigits: 1 })} MB`;
+}
+
+/** The usage ledger's files and the data disk: size, files, the oldest record kept, free space. */
+function ledgerPanel(l) {
+  const kept = l.retention_days ? `records kept ${fmtInt(l.retention_days)} days` : 'every record kept';
+  return el(
+    'section',
+    { class: 'panel', id: 'ledger-files' },
+    el('h2', { text: 'Usage ledger' }),
+    l.disk_warning && el('p', { class: 'warning', role: 'status', text: `Low disk space: ${l.disk_warning}.` }),
+    el(
+      'dl',
+      { class: 'stats' },
+      stat('Size', fmtMb(l.bytes), 'ledger-bytes', kept),
+      stat('Files', fmtInt(l.files), 'ledger-files', `${fmtInt(l.compressed_files)} compressed`),
+      stat('Oldest record', l.oldest_record ? fmtTime(l.oldest_record) : '–', 'ledger-oldest'),
+      stat(
+        'Free disk',
+        l.free_disk_bytes == null ? '–' : fmtMb(l.free_disk_bytes),
+        'disk-free',
+        `warns under ${fmtInt(l.min_free_disk_mb)} MB`,
+      ),
+    ),
+  );
 }
 
 /**

@@ -11,7 +11,7 @@ use crate::server::gateway::Gateway;
 /// (queue, connections, buffered request bodies, workers, the usage ledger's backlog, each configured upstream's breaker).
 pub fn scrape(gw: &Gateway) -> String {
     let config = gw.config();
-    let gauges = [
+    let mut gauges = vec![
         (
             "tollgate_queue_depth",
             "Requests waiting for a worker.",
@@ -45,6 +45,7 @@ pub fn scrape(gw: &Gateway) -> String {
             if gw.ledger.healthy() { 1.0 } else { 0.0 },
         ),
     ];
+    gauges.extend(ledger_gauges(gw));
     let mut out = gw
         .metrics
         .render(&gauges, gw.state.rejected.load(Ordering::Relaxed) as u64);
@@ -90,4 +91,46 @@ pub fn scrape(gw: &Gateway) -> String {
         );
     }
     out
+}
+
+/// The usage ledger's files and the data disk (measured every 2 s by the ledger's keeper thread).
+fn ledger_gauges(gw: &Gateway) -> [(&'static str, &'static str, f64); 6] {
+    let files = gw.ledger.stats();
+    let oldest = files
+        .oldest_record
+        .as_deref()
+        .and_then(crate::util::parse_rfc3339_millis)
+        .map_or(0.0, |ms| ms as f64 / 1000.0);
+    [
+        (
+            "tollgate_ledger_bytes",
+            "Bytes of every usage ledger file, rotated and compressed ones included (as on disk).",
+            files.bytes as f64,
+        ),
+        (
+            "tollgate_ledger_files",
+            "Usage ledger files: the active one and those it rotated into.",
+            files.files as f64,
+        ),
+        (
+            "tollgate_ledger_oldest_record_timestamp_seconds",
+            "When the oldest usage record kept began (Unix seconds; 0 while there is none).",
+            oldest,
+        ),
+        (
+            "tollgate_data_disk_free_bytes",
+            "Free bytes on the data directory's disk (a WARN below min_free_disk_mb).",
+            files.free_bytes.unwrap_or(0) as f64,
+        ),
+        (
+            "tollgate_data_disk_low",
+            "1 while free space on the data disk is under min_free_disk_mb.",
+            if files.low_disk { 1.0 } else { 0.0 },
+        ),
+        (
+            "tollgate_ledger_checkpoint_records",
+            "Usage records the last checkpoint covers (a start replays only those after it).",
+            files.checkpoint_records as f64,
+        ),
+    ]
 }

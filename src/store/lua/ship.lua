@@ -3,14 +3,15 @@
 -- record, in the same atomic step as its effects, so a retry, a restart or a Redis snapshot restored from
 -- earlier never counts a record twice or loses one. A request settled on the request path (its reservation
 -- entry is the marker 's', see settle.lua) had its cost counted then: its record only removes the marker.
--- KEYS: 1 cursor (hash: offset, fp), 2 usage stream, then per record: acct, res, lease, winv, per
+-- KEYS: 1 cursor (hash: offset, fp: the file's fingerprint), 2 usage stream, then per record: acct, res, lease, winv, per
 -- ARGV: 1 offset of the first record, 2 ledger fingerprint, 3 stream length kept, 4 period fields older
 --       than this start are dropped, then per record 9 values: offset after it, request id ('' for a line
 --       that is no record), cost, tokens used, day/week/month period fields, ts, the record's JSON
 -- Returns {1, offset after the last record} or {0, the cursor's offset} when the cursor is elsewhere.
-local off = redis.call('HGET', KEYS[1], 'offset')
-if not off then off = '0' end
-if off ~= ARGV[1] then return {0, off} end
+local cur = redis.call('HMGET', KEYS[1], 'offset', 'fp')
+local off, fp = cur[1] or '0', cur[2] or ''
+-- The same offset of another file (a cursor restored from a snapshot taken before a rotation) is elsewhere.
+if off ~= ARGV[1] or (fp ~= '' and fp ~= ARGV[2]) then return {0, off} end
 local n = (#KEYS - 2) / 5
 local cut = tonumber(ARGV[4])
 local after = ARGV[1]
