@@ -61,6 +61,12 @@ pub fn scrape(gw: &Gateway) -> String {
          # TYPE tollgate_log_lines_dropped_total counter\ntollgate_log_lines_dropped_total {}",
         crate::logging::dropped_lines()
     );
+    upstream_gauges(gw, &config, &mut out);
+    out
+}
+
+/// Each configured upstream's breaker state and whether it is cooling down after a 429.
+fn upstream_gauges(gw: &Gateway, config: &crate::config::Config, out: &mut String) {
     out.push_str(
         "# HELP tollgate_upstream_breaker Breaker state per upstream: 1 for the state it is in (closed; open: \
          it stopped answering and is skipped; probing: one request is checking it; ejected: it answers with \
@@ -90,7 +96,6 @@ pub fn scrape(gw: &Gateway) -> String {
             u8::from(cooling)
         );
     }
-    out
 }
 
 /// The usage ledger's files and the data disk (measured every 2 s by the ledger's keeper thread).
