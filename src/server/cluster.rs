@@ -264,7 +264,6 @@ pub fn start(gw: &Arc<Gateway>, joined_keys: u64, joined_overrides: u64) -> Resu
     let Some(store) = gw.store.clone() else {
         return Ok(());
     };
-    look_on_miss(&gw.keys, &store);
     let (g, s) = (gw.clone(), store.clone());
     super::spawn("tollgate-store", move || {
         look_loop(&g, &s, joined_keys, joined_overrides)

@@ -95,6 +95,10 @@ pub fn run(
             return 1;
         }
     };
+    // A key made on another instance is looked for in the store from the first request on.
+    if let Some(store) = &gw.store {
+        cluster::look_on_miss(&gw.keys, store);
+    }
     let local = listener.local_addr().ok();
     let signals = match start(&gw, listener) {
         Ok(s) => s,
