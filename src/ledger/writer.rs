@@ -51,8 +51,8 @@ const CHUNK: usize = 256 * 1024;
 /// Messages taken from the channel before one write attempt (so a flood cannot postpone it for ever).
 const MAX_DRAIN: usize = 8192;
 
-/// One record waiting to be written and synced: its JSON line only (about 500 bytes while it waits, so a
-/// full backlog of 100,000 records holds about 50 MB), and for a strict-mode caller that waits, the record
+/// One record waiting to be written and synced: its JSON line only (550 to 650 bytes while it waits, so
+/// a full backlog of 100,000 records holds 55 to 65 MB), and for a strict-mode caller that waits, the record
 /// itself to hand back if its write fails. The line is shared, so a query's snapshot of the backlog costs
 /// a reference count per record, not a copy.
 struct Entry {
