@@ -323,7 +323,7 @@ fn upstream_call() {
     let addr = tiny_upstream();
     let upstream = Upstream {
         name: "tiny".into(),
-        kind: UpstreamKind::OpenAiChat,
+        kind: UpstreamKind::Speaks(tollgate::protocol::Protocol::Chat),
         base_url: format!("http://{addr}/v1"),
         api_key: Some("sk-bench".into()),
         missing_key: None,

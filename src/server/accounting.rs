@@ -34,7 +34,7 @@ pub fn admit(
     let input = p.input_estimate();
     let group = p.config.group(&p.identity.group);
     let key = &p.identity.name;
-    let ask = if p.endpoint == Endpoint::CountTokens {
+    let ask = if p.endpoint.counts_tokens() {
         Ask {
             key,
             id,
@@ -314,7 +314,7 @@ fn withhold_answer(ex: &mut Exchange, trace: &Trace, out: &mut Outcome) -> bool 
             let ev = trace.protocol.error_event(
                 &err,
                 &trace.request_id,
-                crate::protocol::observe::next_sequence(&held),
+                trace.protocol.next_sequence(&held),
             );
             let _ = w.write_chunk(&ev);
             let _ = w.finish();

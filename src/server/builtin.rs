@@ -10,7 +10,7 @@ use crate::util::unix_now;
 
 pub fn serve(a: &mut Attempt) -> Result<(), ApiError> {
     let protocol = a.trace.protocol;
-    let mut req = protocol.decode_request(&a.p.body)?;
+    let mut req = a.p.canonical()?;
     if req.max_tokens.is_none() && a.p.must_limit() {
         req.max_tokens = Some(a.p.limit_per_choice());
     }

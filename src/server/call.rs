@@ -15,10 +15,10 @@ pub fn send(
     a: &mut Attempt,
     body: &[u8],
     stream: bool,
-    beta: Option<&str>,
+    passed: Option<&(&'static str, String)>,
 ) -> Result<Reply, ApiError> {
     let url = uphttp::endpoint(a.upstream);
-    send_to(a, &url, body, stream, beta)
+    send_to(a, &url, body, stream, passed)
 }
 
 /// [`send`] to another endpoint of the upstream (`count_tokens`).
@@ -27,7 +27,7 @@ pub fn send_to(
     url: &str,
     body: &[u8],
     stream: bool,
-    beta: Option<&str>,
+    passed: Option<&(&'static str, String)>,
 ) -> Result<Reply, ApiError> {
     if let Some(var) = &a.upstream.missing_key {
         // Not sent: the upstream would refuse it. Failover may move on to the model's next upstream.
@@ -40,7 +40,7 @@ pub fn send_to(
     }
     a.answer.called = true;
     let sent = std::time::Instant::now();
-    let reply = uphttp::send_to(&a.gw.agent, a.upstream, url, body, stream, beta);
+    let reply = uphttp::send_to(&a.gw.agent, a.upstream, url, body, stream, passed);
     // Whether the upstream has the whole request (it may be working on it even if no answer comes back);
     // an error answer below says it refused it.
     a.answer.taken = reply.is_ok() || crate::upstream::tap::attempt().sent;

@@ -26,7 +26,7 @@ pub fn handle(gw: &Gateway, ex: &mut Exchange, endpoint: Endpoint) {
     let mut trace = Trace::new(ex, endpoint.protocol());
     trace.hold_tail = config.ledger_strict;
     let mut out = Outcome {
-        unbilled: endpoint == Endpoint::CountTokens,
+        unbilled: endpoint.counts_tokens(),
         ..Outcome::default()
     };
     let mut reservation = None;
@@ -110,7 +110,7 @@ fn admit(gw: &Gateway, trace: &mut Trace, p: &Prepared) -> Result<Reservation, A
 fn serve_for(endpoint: Endpoint) -> Serve {
     match endpoint {
         Endpoint::Generate(_) => generate,
-        Endpoint::CountTokens => count_tokens::serve,
+        Endpoint::CountTokens(_) => count_tokens::serve,
     }
 }
 

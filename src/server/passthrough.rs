@@ -21,18 +21,16 @@ use std::borrow::Cow;
 pub fn serve(a: &mut Attempt) -> Result<(), ApiError> {
     let protocol = a.trace.protocol;
     let stream = a.p.stream;
-    // The body is changed in place (no copy). All edits are idempotent, so a failover to the next upstream
-    // can change it again. The one output limit goes in the field this upstream reads, and only there.
-    if let Some(limit) = a.p.limit_for_upstream() {
-        let field = a.upstream.max_completion_tokens;
-        limits::apply(protocol, &mut a.p.body, limit, field);
-    }
+    // The client's body is serialized with this attempt's edits (no copy, nothing changed in it). The one
+    // output limit goes in the field this upstream reads, and only there.
+    let edits = protocol.upstream_edits(&a.p.forward(a.upstream, stream));
+    let bytes = edits
+        .apply(&a.p.body)
+        .map_err(|e| ApiError::internal(e.to_string()))?;
     // Each choice may reach the limit: the answer is billed (and a stream cut) at the limit times them.
     a.answer.output_limit = a.p.output_cap();
-    protocol.edit_for_passthrough(&mut a.p.body, &a.p.upstream_model, stream);
-    let bytes = serde_json::to_vec(&a.p.body).map_err(|e| ApiError::internal(e.to_string()))?;
-    let beta = protocol.passed_on_beta(&a.ex.request);
-    let sent = call::send(a, &bytes, stream, beta.as_deref());
+    let passed = protocol.passed_on(&a.ex.request);
+    let sent = call::send(a, &bytes, stream, passed.as_ref());
     sent_hosted(a, &sent);
     let reply = sent?;
     if stream && reply.is_event_stream() {
@@ -43,7 +41,8 @@ pub fn serve(a: &mut Attempt) -> Result<(), ApiError> {
     }
     let (raw, usage) = call::read_usage(a, reply)?;
     if !a.p.hosted.is_empty() {
-        a.answer.hosted = Ran::Reported(hosted::from_answer(protocol, &raw, usage.as_ref()));
+        let (counted, tier) = (protocol.reports_tool_uses(), protocol.reports_rate_tier());
+        a.answer.hosted = Ran::Reported(hosted::from_answer(&raw, usage.as_ref(), counted, tier));
     }
     if stream {
         // A plain JSON answer to a streaming request: sent as a stream in the client's protocol, the same
@@ -205,7 +204,7 @@ fn send(a: &mut Attempt, redactor: &Redactor<Relayed>, item: Relayed, edits: &[E
         return Step::Next;
     }
     let rewritten = (!edits.is_empty())
-        .then(|| observe::redact_event(&item.ev, edits))
+        .then(|| observe::redact_event(a.trace.protocol, &item.ev, edits))
         .flatten();
     let framed = match &rewritten {
         Some(bytes) => Cow::Borrowed(bytes.as_slice()),

@@ -11,9 +11,10 @@ use super::hosted::{self, Plan};
 use super::outcome::Outcome;
 use crate::access::budget::Budget;
 use crate::access::{self, Identity};
-use crate::config::{Config, Model};
+use crate::config::{Config, Model, Upstream};
 use crate::http::Exchange;
-use crate::protocol::request::Endpoint;
+use crate::protocol::canon;
+use crate::protocol::request::{Endpoint, Forward};
 use crate::protocol::{account, estimate, fields, limits, ApiError, Protocol};
 
 /// A request that passed authentication and validation, and the model it names.
@@ -22,6 +23,7 @@ pub struct Prepared<'a> {
     pub config: &'a Config,
     pub endpoint: Endpoint,
     pub identity: Arc<Identity>,
+    /// The client's body as it came (never changed: what goes upstream is built from it per attempt).
     pub body: Value,
     pub stream: bool,
     /// The client's stream is to carry a usage report (Chat clients ask for it).
@@ -40,6 +42,8 @@ pub struct Prepared<'a> {
     input_estimate: u64,
     /// Paid hosted tools and service tiers the model allows this request, at their prices.
     pub hosted: Plan,
+    /// Nothing of the request may be stored in the operator's upstream account.
+    pub store_nothing: bool,
 }
 
 impl Prepared<'_> {
@@ -85,6 +89,27 @@ impl Prepared<'_> {
             .map(|l| l.saturating_mul(self.choices))
     }
 
+    /// The client's request decoded into the canonical request, with the output limit the gateway read (the
+    /// lowest of the protocol's own fields).
+    pub fn canonical(&self) -> Result<canon::Request, ApiError> {
+        let mut req = self.endpoint.protocol().decode_request(&self.body)?;
+        req.max_tokens = self.requested_output;
+        Ok(req)
+    }
+
+    /// How the client's body goes to an upstream of its own protocol (see `request::Forward`).
+    pub fn forward<'s>(&'s self, upstream: &Upstream, stream: bool) -> Forward<'s> {
+        Forward {
+            model: &self.upstream_model,
+            generation: !self.endpoint.counts_tokens(),
+            limit: self.limit_for_upstream(),
+            max_completion_tokens: upstream.max_completion_tokens,
+            stream,
+            store_nothing: self.store_nothing,
+            hosted_cap: self.hosted.cap(),
+        }
+    }
+
     /// The admission estimate of the input (also what a request its upstream worked on without reporting
     /// usage is billed).
     pub fn input_estimate(&self) -> u64 {
@@ -105,16 +130,16 @@ pub fn prepare<'a>(
     out.key = Some(identity.name.clone());
     out.group = Some(identity.group.clone());
     protocol.check_headers(&ex.request)?;
-    let mut body = parse_body(&ex.request.body)?;
+    let body = parse_body(&ex.request.body)?;
     let (stream, requested_output, choices) = match endpoint {
         Endpoint::Generate(_) => {
             let stream = protocol.validate_envelope(&body)?;
-            // One output limit: the client protocol's own field; other protocols' limit fields are dropped
-            // so that no upstream can honour a limit admission did not reserve for.
-            let limit = limits::normalize(protocol, &mut body)?;
-            (stream, limit, limits::choices(protocol, &mut body)?)
+            // One output limit: the client protocol's own field (other protocols' limit fields never go
+            // upstream, so no upstream can honour a limit admission did not reserve for).
+            let limit = limits::read(protocol, &body)?;
+            (stream, limit, limits::choices(protocol, &body)?)
         }
-        Endpoint::CountTokens => {
+        Endpoint::CountTokens(_) => {
             // Checked further only where it is estimated here: an Anthropic upstream judges its own.
             let o = fields::object(&body, "body")?;
             fields::req_str(o, "model", "")?;
@@ -135,13 +160,11 @@ pub fn prepare<'a>(
     }
     // The operator's upstream account is shared by every key: nothing may reach state kept in it.
     if !model.account_features {
-        let betas = Protocol::beta_flags(&ex.request);
-        account::refuse_account_features(protocol, &body, &betas)?;
-        if endpoint != Endpoint::CountTokens {
-            account::store_nothing(protocol, &mut body);
-        }
+        account::refuse_account_features(&body)?;
+        protocol.refuse_account_headers(&ex.request)?;
     }
-    let hosted = hosted::plan(config, model, endpoint, &mut body)?;
+    let store_nothing = !model.account_features && !endpoint.counts_tokens();
+    let hosted = hosted::plan(config, model, endpoint, &body)?;
     out.hosted = hosted.clone();
     let wants_stream_usage = protocol.wants_stream_usage(&body);
     let input_estimate = estimate::input(&body, ex.request.body.len(), model.image_tokens);
@@ -160,6 +183,7 @@ pub fn prepare<'a>(
         choices,
         input_estimate,
         hosted,
+        store_nothing,
     })
 }
 

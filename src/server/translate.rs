@@ -52,7 +52,7 @@ fn translate_request(a: &mut Attempt) -> Result<Translated, ApiError> {
         return Err(ApiError::internal("translation to the mock model"));
     };
     let model = a.p.model;
-    let mut req = a.trace.protocol.decode_request(&a.p.body)?;
+    let mut req = a.p.canonical()?;
     req.max_tokens = req.max_tokens.map(|m| m.min(model.max_output_tokens));
     if req.max_tokens.is_none() && a.p.must_limit() {
         req.max_tokens = Some(model.max_output_tokens);
@@ -60,10 +60,10 @@ fn translate_request(a: &mut Attempt) -> Result<Translated, ApiError> {
     if !model.reasoning {
         req.reasoning_effort = None;
     }
-    // Anthropic requires a limit: its default is the model's.
-    a.answer.output_limit = req
-        .max_tokens
-        .or((target == Protocol::Messages).then_some(model.max_output_tokens));
+    // Upstreams that require a limit (Anthropic's) get the model's by default.
+    a.answer.output_limit = req.max_tokens.or(target
+        .requires_output_limit()
+        .then_some(model.max_output_tokens));
     let dropped = req.dropped_tools.join(", ");
     if !dropped.is_empty() {
         log::info!(
@@ -192,7 +192,7 @@ fn complete_answer(
 /// JSON answer (in `target`'s protocol) is relayed to the client as a stream of its own protocol.
 pub fn answer_as_stream(a: &mut Attempt, v: &Value, target: Protocol) -> Result<(), ApiError> {
     let client = a.trace.protocol;
-    let req = client.decode_request(&a.p.body)?;
+    let req = a.p.canonical()?;
     let opts = egress_options(a, true);
     let resp = complete_answer(a, v, target, &opts, &req)?;
     log::debug!(

@@ -9,7 +9,7 @@ use std::time::Duration;
 use ureq::http;
 
 use super::tap;
-use crate::config::{Upstream, UpstreamKind};
+use crate::config::Upstream;
 use crate::protocol::sse::SseReader;
 use crate::protocol::ApiError;
 
@@ -101,40 +101,34 @@ impl Resolver for CachingResolver {
     }
 }
 
-/// The URL of the generation endpoint of an upstream.
+/// The URL of the generation endpoint of an upstream (its protocol's path under its base URL).
 pub fn endpoint(upstream: &Upstream) -> String {
-    let path = match upstream.kind {
-        UpstreamKind::OpenAiChat => "/chat/completions",
-        UpstreamKind::OpenAiResponses => "/responses",
-        UpstreamKind::Anthropic => "/v1/messages",
-        UpstreamKind::Mock => "",
-    };
+    let path = upstream.kind.protocol().map_or("", |p| p.upstream_path());
     format!("{}{}", upstream.base_url, path)
 }
 
-/// The upstream's credentials and version headers on a request to it: `x-api-key` and `anthropic-version`
-/// for Anthropic, a bearer token for the others.
+/// The upstream's credential (and version) headers on a request to it, as its protocol sends them.
 pub fn with_credentials<B>(
     mut req: ureq::RequestBuilder<B>,
     upstream: &Upstream,
 ) -> ureq::RequestBuilder<B> {
-    if upstream.kind == UpstreamKind::Anthropic {
-        req = req.header("anthropic-version", "2023-06-01");
-        if let Some(key) = &upstream.api_key {
-            req = req.header("x-api-key", key.as_str());
-        }
-    } else if let Some(key) = &upstream.api_key {
-        req = req.header("authorization", format!("Bearer {key}"));
+    let headers = upstream
+        .kind
+        .protocol()
+        .map(|p| p.credentials(upstream.api_key.as_deref()));
+    for (name, value) in headers.into_iter().flatten().flatten() {
+        req = req.header(name, value.as_ref());
     }
     req
 }
 
 /// The URL of an upstream's model list (what the console's health probe asks for).
 pub fn models_url(upstream: &Upstream) -> String {
-    match upstream.kind {
-        UpstreamKind::Anthropic => format!("{}/v1/models", upstream.base_url),
-        _ => format!("{}/models", upstream.base_url),
-    }
+    let path = upstream
+        .kind
+        .protocol()
+        .map_or("/models", |p| p.models_path());
+    format!("{}{path}", upstream.base_url)
 }
 
 /// An upstream's answer: its status and headers, and the body still to be read.
@@ -171,16 +165,16 @@ impl Reply {
     }
 }
 
-/// Sends a generation request. `beta` is the client's `anthropic-beta` value, forwarded only to Anthropic
-/// upstreams.
+/// Sends a generation request. `passed`: a header of the client's request passed on (see
+/// `Codec::passed_on`).
 pub fn send(
     agent: &ureq::Agent,
     upstream: &Upstream,
     body: &[u8],
     stream: bool,
-    beta: Option<&str>,
+    passed: Option<&(&'static str, String)>,
 ) -> Result<Reply, ApiError> {
-    send_to(agent, upstream, &endpoint(upstream), body, stream, beta)
+    send_to(agent, upstream, &endpoint(upstream), body, stream, passed)
 }
 
 /// Sends a POST to `url` of `upstream` with its credentials and timeouts.
@@ -190,7 +184,7 @@ pub fn send_to(
     url: &str,
     body: &[u8],
     stream: bool,
-    beta: Option<&str>,
+    passed: Option<&(&'static str, String)>,
 ) -> Result<Reply, ApiError> {
     let per_read = if stream {
         upstream.idle_timeout
@@ -210,8 +204,8 @@ pub fn send_to(
                 },
             );
         req = with_credentials(req, upstream);
-        if let (UpstreamKind::Anthropic, Some(b)) = (upstream.kind, beta) {
-            req = req.header("anthropic-beta", b);
+        if let Some((name, value)) = passed {
+            req = req.header(*name, value.as_str());
         }
         req.config()
             .timeout_connect(Some(upstream.connect_timeout))
