@@ -6,28 +6,37 @@
 
 use super::attempt::Attempt;
 use super::call;
+use super::outcome::Answer;
 use super::respond;
 use crate::protocol::canon::Usage;
 use crate::protocol::{estimate, ApiError};
 
-pub fn serve(a: &mut Attempt) -> Result<(), ApiError> {
+pub fn serve(a: &mut Attempt) -> Answer {
+    let mut answer = Answer::for_upstream(&a.upstream.name);
     let protocol = a.p.endpoint.protocol();
     let counts = a.upstream.kind.protocol() == Some(protocol);
     let body = match protocol.upstream_count_path().filter(|_| counts) {
-        Some(path) => forward(a, path)?,
+        Some(path) => forward(a, &mut answer, path),
         None => {
             // Decoding validates the body.
-            let req = protocol.decode_count_request(&a.p.body)?;
-            protocol.count_answer(estimate::input_from_request(&req, a.p.model.image_tokens).max(1))
+            protocol.decode_count_request(&a.p.body).map(|req| {
+                let n = estimate::input_from_request(&req, a.p.model.image_tokens);
+                protocol.count_answer(n.max(1))
+            })
         }
     };
-    respond::json(a.ex.response(), a.trace, 200, &body, &[]);
-    a.answer.status = 200;
-    Ok(())
+    match body {
+        Ok(body) => {
+            respond::json(a.ex.response(), a.trace, 200, &body, &[]);
+            answer.status = 200;
+            answer
+        }
+        Err(e) => answer.failed(e),
+    }
 }
 
 /// Asks the upstream at its counting `path`; returns its answer as it came.
-fn forward(a: &mut Attempt, path: &str) -> Result<Vec<u8>, ApiError> {
+fn forward(a: &mut Attempt, answer: &mut Answer, path: &str) -> Result<Vec<u8>, ApiError> {
     let protocol = a.p.endpoint.protocol();
     let edits = protocol.upstream_edits(&a.p.forward(a.upstream, false));
     let bytes = edits
@@ -35,9 +44,10 @@ fn forward(a: &mut Attempt, path: &str) -> Result<Vec<u8>, ApiError> {
         .map_err(|e| ApiError::internal(e.to_string()))?;
     let passed = protocol.passed_on(&a.ex.request);
     let url = format!("{}{path}", a.upstream.base_url);
-    let reply = call::send_to(a, &url, &bytes, false, passed.as_ref())?;
-    let raw = reply.read_all(&a.upstream.name)?;
-    a.answer.usage = Some(Usage {
+    let sent = call::send_to(a, &url, &bytes, false, passed.as_ref());
+    answer.reached(sent.reached);
+    let raw = sent.reply?.read_all(&a.upstream.name)?;
+    answer.usage = Some(Usage {
         input_tokens: protocol.counted_tokens(&raw).unwrap_or(0),
         ..Usage::default()
     });

@@ -2,10 +2,12 @@
 //! protocol-agnostic HTTP layer in `crate::http`.
 
 mod accounting;
+mod admit;
 mod attempt;
 mod builtin;
 mod call;
 pub mod cluster;
+mod complete;
 mod count_tokens;
 mod events;
 mod failover;

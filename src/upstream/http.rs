@@ -16,9 +16,6 @@ use crate::protocol::ApiError;
 /// How long an idle upstream connection stays in the pool.
 const IDLE_AGE: Duration = Duration::from_secs(4);
 
-/// Extra attempts for a call the upstream cannot have taken (each one drops a stale pooled connection).
-const STALE_RETRIES: u32 = 3;
-
 /// Largest non-streamed upstream body we read.
 const MAX_RESPONSE_BYTES: u64 = 64 * 1024 * 1024;
 
@@ -215,23 +212,14 @@ pub fn send_to(
             .build()
     };
     // A pooled connection the upstream closed while it sat idle fails before any byte of the answer: the
-    // upstream never took that request, so it is sent again (on another pooled connection or a new one).
-    // Never after any byte came back, never after a timeout, never when a new connection failed.
+    // upstream never took that request, so it is sent again (on another pooled connection or a new one), as
+    // `policy::resend_stale` allows.
     let mut tries = 0;
     let resp = loop {
         tap::begin_attempt();
         match make().send(body) {
             Ok(r) => break r,
-            Err(e)
-                if tries < STALE_RETRIES
-                    && !matches!(
-                        e,
-                        ureq::Error::Timeout(_)
-                            | ureq::Error::ConnectionFailed
-                            | ureq::Error::HostNotFound
-                    )
-                    && tap::attempt().safe_to_retry() =>
-            {
+            Err(e) if super::policy::resend_stale(tries, &e, tap::attempt().safe_to_retry()) => {
                 tries += 1;
                 log::debug!(
                     "upstream `{}`: a reused connection was closed before the answer ({e}); sending again",
