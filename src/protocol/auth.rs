@@ -1,9 +1,16 @@
-//! Reading the key a client presents: in `x-api-key` or as `Authorization: Bearer`, whichever its protocol's
-//! SDK uses (each codec's `presented_key` says how its clients are told to send it). Checking the key is
-//! `access`'s.
+//! Keys in headers: a key sent as a bearer token, and the key a client presents read (from `x-api-key` or
+//! `Authorization: Bearer`; each codec's `presented_key` says how its clients are told to send it). Checking
+//! the key is `access`'s.
+
+use std::borrow::Cow;
 
 use super::ApiError;
 use crate::http::Request;
+
+/// A key sent as a bearer token (`Authorization: Bearer <key>`).
+pub fn bearer(key: &str) -> (&'static str, Cow<'_, str>) {
+    ("authorization", Cow::Owned(format!("Bearer {key}")))
+}
 
 /// Extracts the presented key from `x-api-key` or `Authorization: Bearer`; `how` is how the protocol's
 /// clients send it (for the error texts).

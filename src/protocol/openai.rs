@@ -2,8 +2,7 @@
 //! structured-output formats, image URLs, sampling ranges and reasoning effort, decoded and encoded once for
 //! the codecs in `chat/` and `responses/`. Where the same thing has two shapes (Chat nests a function under
 //! `function` and a schema under `json_schema`; Responses keeps both flat) the [`Shape`] parameter says which.
-//! Also their common wire: the error body, the models list, the bearer credential, the hosted tool families,
-//! the request headers of their SDKs.
+//! Also their common wire: the error body, the models list, the hosted tool families.
 
 use std::borrow::Cow;
 
@@ -31,11 +30,6 @@ pub fn models_list(models: &[Listed], created: u64) -> Value {
 /// One model of the list.
 pub fn model_entry(m: &Listed, created: u64) -> Value {
     json!({"id": m.id, "object": "model", "created": created, "owned_by": m.owned_by})
-}
-
-/// The key as a bearer token.
-pub fn bearer(key: &str) -> (&'static str, Cow<'_, str>) {
-    ("authorization", Cow::Owned(format!("Bearer {key}")))
 }
 
 /// The hosted family of an OpenAI tool definition (`web_search_preview*` → `web_search`,

@@ -136,7 +136,7 @@ impl Codec for Chat {
         "/chat/completions"
     }
     fn credentials<'k>(&self, key: Option<&'k str>) -> Headers<'k> {
-        [key.map(openai::bearer), None, None]
+        [key.map(auth::bearer), None, None]
     }
     fn stream_usage_on(&self) -> Option<(&'static str, Edit<'static>)> {
         Some((
@@ -167,7 +167,7 @@ impl Codec for Chat {
         client::probe_body(model, prompt, stream)
     }
     fn client_headers<'k>(&self, key: &'k str) -> Headers<'k> {
-        [Some(openai::bearer(key)), None, None]
+        [Some(auth::bearer(key)), None, None]
     }
     fn answer_text(&self, answer: &Value) -> Result<String, String> {
         client::answer_text(answer)

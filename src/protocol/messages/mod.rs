@@ -243,7 +243,7 @@ impl Codec for Messages {
     }
     fn client_headers<'k>(&self, key: &'k str) -> Headers<'k> {
         [
-            Some(super::openai::bearer(key)),
+            Some(auth::bearer(key)),
             Some(("x-api-key", Cow::Borrowed(key))),
             Some(("anthropic-version", Cow::Borrowed(VERSION))),
         ]

@@ -124,7 +124,7 @@ impl Codec for Responses {
         "/responses"
     }
     fn credentials<'k>(&self, key: Option<&'k str>) -> Headers<'k> {
-        [key.map(openai::bearer), None, None]
+        [key.map(auth::bearer), None, None]
     }
     fn encode_request(&self, req: &canon::Request, opts: &EgressOptions) -> Result<Value, ApiError> {
         upstream::encode_request(req, opts)
@@ -156,7 +156,7 @@ impl Codec for Responses {
         v
     }
     fn client_headers<'k>(&self, key: &'k str) -> Headers<'k> {
-        [Some(openai::bearer(key)), None, None]
+        [Some(auth::bearer(key)), None, None]
     }
     fn answer_text(&self, answer: &Value) -> Result<String, String> {
         client::answer_text(answer)
