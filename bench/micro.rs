@@ -162,7 +162,7 @@ fn main() {
         println!("  {:>8}  {:>34}  {:>34}", window, cells[0], cells[1]);
     }
 
-    // Ledger::append: the caller's side (building the record as accounting::record does, and queueing it)
+    // Ledger::append: the caller's side (building the record as accounting::settle does, and queueing it)
     // and the writer thread's (serialising and writing), measured as the time until flush() returns.
     let ldir = dir.join("ledger");
     std::fs::create_dir_all(&ldir).unwrap();

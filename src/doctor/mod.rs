@@ -254,15 +254,14 @@ impl Check<'_> {
                     .collect();
                 field(out, "endpoints", &eps.join(", "));
                 if !self.shape.has_errors() {
-                    if let (Some(o), Some(a)) =
-                        (self.shape.openai_base(), self.shape.anthropic_base())
-                    {
-                        field(
-                            out,
-                            "clients",
-                            &format!("OpenAI SDKs (Chat Completions, Responses) take {o}; Anthropic SDKs (Messages) take {a}"),
-                        );
-                    }
+                    let take: Vec<String> = url::families()
+                        .iter()
+                        .filter_map(|f| {
+                            let base = self.shape.base_for(f)?;
+                            Some(format!("{} SDKs ({}) take {base}", f.vendor, f.titles))
+                        })
+                        .collect();
+                    field(out, "clients", &take.join("; "));
                 }
             }
             None => field(
