@@ -148,3 +148,26 @@ pub trait StreamEncoder: Send {
     /// After an `Error` event nothing more is written.
     fn finish(&mut self, out: &mut Vec<u8>);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each protocol is found again by its name, its path and its upstream kind, and no two share one.
+    #[test]
+    fn the_registry_is_one_to_one() {
+        for &p in ALL {
+            assert_eq!(Protocol::named(p.name()), Some(p));
+            assert_eq!(Protocol::from_path(p.path()), Some(p));
+            assert_eq!(Protocol::of_upstream_kind(p.upstream_kind()), Some(p));
+            assert!(!p.limit_fields().is_empty(), "{}", p.name());
+            assert!(p.path().ends_with(p.sdk_path()), "{}", p.name());
+        }
+        let unique = |f: fn(Protocol) -> &'static str| {
+            let all: std::collections::BTreeSet<_> = ALL.iter().map(|p| f(*p)).collect();
+            all.len() == ALL.len()
+        };
+        assert!(unique(|p| p.name()) && unique(|p| p.path()) && unique(|p| p.upstream_kind()));
+        assert!(ALL.contains(&FALLBACK) && ALL.contains(&LOCAL));
+    }
+}
