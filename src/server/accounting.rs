@@ -3,8 +3,7 @@
 //! refused for a known key) gets its one ledger record.
 
 use super::gateway::Gateway;
-use super::outcome::{Answer, Outcome};
-use super::prepared::Asked;
+use super::outcome::{Answer, Asked, Outcome};
 use super::respond;
 use super::trace::Trace;
 use crate::access::accounts::Reservation;

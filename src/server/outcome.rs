@@ -1,13 +1,33 @@
 //! What happened to one request, for the metrics, the log line, the availability stats and the usage
-//! ledger: how it was answered ([`Answer`]: one per attempt at an upstream, built by the step that answers and
-//! returned by it; the request keeps the last one) and, with who asked for what (`prepared::Asked`), the
-//! request's [`Outcome`], which the pipeline puts together from the values its stages return.
+//! ledger: who asked for what ([`Asked`], found by the prepare stage), how it was answered ([`Answer`]: one
+//! per attempt at an upstream, built by the step that answers and returned by it; the request keeps the last
+//! one), and the two as the request's [`Outcome`], which the pipeline puts together from the values its
+//! stages return.
 
-use super::hosted::Ran;
-use super::prepared::Asked;
+use super::hosted::{Plan, Ran};
 use crate::protocol::canon::Usage;
 use crate::protocol::ApiError;
 use crate::upstream::policy::{self, Ended, Facts};
+
+/// Who asked for what, as far as it is known (a request refused early knows less): what its usage record,
+/// its metrics and its log line say of it besides how it was answered.
+#[derive(Debug, Default)]
+pub struct Asked {
+    pub key: Option<String>,
+    pub group: Option<String>,
+    /// The model entry that served (or, refused before one was found, the name asked for).
+    pub model: Option<String>,
+    /// The name the client asked for, when it is not the entry's (an alias, or a name a pattern matched).
+    pub requested_model: Option<String>,
+    pub stream: bool,
+    /// Recorded at no cost (token counting: metered, not billed).
+    pub unbilled: bool,
+    /// The input estimated from the body, media at their providers' cost (`estimate::input`): what
+    /// admission reserves for, and what a request its upstream worked on without reporting usage is billed.
+    pub input_estimate: u64,
+    /// Paid hosted tools and service tiers the model allows this request, at their prices.
+    pub hosted: Plan,
+}
 
 /// How far a call to an upstream got (`call.rs` says).
 #[derive(Debug, Default, Clone, Copy)]

@@ -1,13 +1,14 @@
 //! The first stage of every request to a model (generation and token counting alike): authenticate, read
 //! and validate the body, find the model and check that the key's group may use it. What passes is a
-//! [`Prepared`] request; what does not, a [`Refused`] one. Either says who asked for what ([`Asked`]).
+//! [`Prepared`] request; what does not, a [`Refused`] one. Either says who asked for what (`outcome::Asked`).
 
 use std::sync::Arc;
 
 use serde_json::Value;
 
 use super::gateway::Gateway;
-use super::hosted::{self, Plan};
+use super::hosted;
+use super::outcome::Asked;
 use crate::access::budget::Budget;
 use crate::access::{self, Identity};
 use crate::config::{Config, Model, Upstream};
@@ -41,26 +42,6 @@ pub struct Prepared<'a> {
     pub store_nothing: bool,
     /// Who asked for what: the record's side of the request (its input estimate and paid features too).
     pub asked: Asked,
-}
-
-/// Who asked for what, as far as it is known (a request refused early knows less): what its usage record,
-/// its metrics and its log line say of it besides how it was answered.
-#[derive(Debug, Default)]
-pub struct Asked {
-    pub key: Option<String>,
-    pub group: Option<String>,
-    /// The model entry that served (or, refused before one was found, the name asked for).
-    pub model: Option<String>,
-    /// The name the client asked for, when it is not the entry's (an alias, or a name a pattern matched).
-    pub requested_model: Option<String>,
-    pub stream: bool,
-    /// Recorded at no cost (token counting: metered, not billed).
-    pub unbilled: bool,
-    /// The input estimated from the body, media at their providers' cost (`estimate::input`): what
-    /// admission reserves for, and what a request its upstream worked on without reporting usage is billed.
-    pub input_estimate: u64,
-    /// Paid hosted tools and service tiers the model allows this request, at their prices.
-    pub hosted: Plan,
 }
 
 impl Prepared<'_> {
