@@ -8,7 +8,9 @@
 //! list); the request's fields the gateway governs (the output limit, account state, paid hosted features,
 //! token counting); its upstreams (encoding requests, decoding answers, streams, errors and usage in the
 //! vendor's semantics, the credential, the model list, passthrough edits, reading a relayed stream); and a
-//! client of some other gateway (the doctor's minimal request and how an SDK reads the answer).
+//! client of some other gateway (the doctor's minimal request and how an SDK reads the answer). Beside it are
+//! what its methods hand out: the stream encoder and decoder traits, and how a canonical request goes to an
+//! upstream of another protocol (`EgressOptions`).
 
 use std::borrow::Cow;
 
@@ -17,11 +19,45 @@ use serde_json::Value;
 use super::canon::{self, Usage};
 use super::client::ClientEvent;
 use super::edit::Edit;
+use super::error::ApiError;
 use super::hosted::Asks;
 use super::relay::Seen;
 use super::sse::SseEvent;
-use super::{ApiError, EgressOptions, StreamDecoder, StreamEncoder};
 use crate::http::Request;
+
+/// How a canonical request is sent to an upstream of another protocol.
+#[derive(Debug, Clone)]
+pub struct EgressOptions {
+    /// The model name the upstream knows.
+    pub model: String,
+    pub stream: bool,
+    /// The output limit for upstreams that require one when the client gave none.
+    pub default_max_tokens: u64,
+    /// Chat upstreams: send the limit as `max_completion_tokens` (OpenAI) instead of `max_tokens`.
+    pub max_completion_tokens_field: bool,
+    /// Messages upstreams: ask for structured output with a forced tool instead of `output_config.format`.
+    pub structured_via_tool: bool,
+}
+
+/// The name of the forced tool that carries structured output when `structured_via_tool` is on.
+pub const STRUCTURED_TOOL: &str = "structured_output";
+
+/// Turns an upstream's SSE events into canonical stream events. Decoders never emit `Start` (the gateway
+/// does, before the first upstream byte is read) and report the upstream's ids nowhere.
+pub trait StreamDecoder: Send {
+    /// Decodes one event into `out`. Returns true once the upstream's stream is complete (its end marker
+    /// was seen); an in-stream upstream error is emitted as `StreamEvent::Error` and also completes it.
+    fn feed(&mut self, event: &SseEvent, out: &mut Vec<canon::StreamEvent>) -> bool;
+}
+
+/// Turns canonical stream events into one protocol's SSE bytes.
+pub trait StreamEncoder: Send {
+    /// Appends the SSE bytes for one event (possibly none, possibly several SSE events) to `out`.
+    fn encode(&mut self, event: &canon::StreamEvent, out: &mut Vec<u8>);
+    /// Appends whatever closes the stream (final chunks, terminal events, `[DONE]`).
+    /// After an `Error` event nothing more is written.
+    fn finish(&mut self, out: &mut Vec<u8>);
+}
 
 /// The headers a request carries for a protocol (at most three; nothing allocated but a value that needs
 /// it).

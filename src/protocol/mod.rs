@@ -28,7 +28,7 @@ pub mod relay;
 pub mod request;
 pub mod sse;
 
-pub use codec::Codec;
+pub use codec::{Codec, EgressOptions, StreamDecoder, StreamEncoder, STRUCTURED_TOOL};
 pub use error::{ApiError, ErrorKind, Origin};
 
 /// Declares the protocols: for each, its directory, its variant and its codec (a unit struct of that
@@ -113,40 +113,6 @@ impl Protocol {
             .find(|p| p.recognizes(req))
             .unwrap_or_else(|| Protocol::for_errors_at(Some(&req.path)))
     }
-}
-
-/// How a canonical request is sent to an upstream of another protocol.
-#[derive(Debug, Clone)]
-pub struct EgressOptions {
-    /// The model name the upstream knows.
-    pub model: String,
-    pub stream: bool,
-    /// The output limit for upstreams that require one when the client gave none.
-    pub default_max_tokens: u64,
-    /// Chat upstreams: send the limit as `max_completion_tokens` (OpenAI) instead of `max_tokens`.
-    pub max_completion_tokens_field: bool,
-    /// Messages upstreams: ask for structured output with a forced tool instead of `output_config.format`.
-    pub structured_via_tool: bool,
-}
-
-/// The name of the forced tool that carries structured output when `structured_via_tool` is on.
-pub const STRUCTURED_TOOL: &str = "structured_output";
-
-/// Turns an upstream's SSE events into canonical stream events. Decoders never emit `Start` (the gateway
-/// does, before the first upstream byte is read) and report the upstream's ids nowhere.
-pub trait StreamDecoder: Send {
-    /// Decodes one event into `out`. Returns true once the upstream's stream is complete (its end marker
-    /// was seen); an in-stream upstream error is emitted as `StreamEvent::Error` and also completes it.
-    fn feed(&mut self, event: &sse::SseEvent, out: &mut Vec<canon::StreamEvent>) -> bool;
-}
-
-/// Turns canonical stream events into one protocol's SSE bytes.
-pub trait StreamEncoder: Send {
-    /// Appends the SSE bytes for one event (possibly none, possibly several SSE events) to `out`.
-    fn encode(&mut self, event: &canon::StreamEvent, out: &mut Vec<u8>);
-    /// Appends whatever closes the stream (final chunks, terminal events, `[DONE]`).
-    /// After an `Error` event nothing more is written.
-    fn finish(&mut self, out: &mut Vec<u8>);
 }
 
 #[cfg(test)]
