@@ -162,7 +162,7 @@ fn main() {
         println!("  {:>8}  {:>34}  {:>34}", window, cells[0], cells[1]);
     }
 
-    // Ledger::append: the caller's side (building the record as accounting::record does, and queueing it)
+    // Ledger::append: the caller's side (building the record as accounting::settle does, and queueing it)
     // and the writer thread's (serialising and writing), measured as the time until flush() returns.
     let ldir = dir.join("ledger");
     std::fs::create_dir_all(&ldir).unwrap();
@@ -323,7 +323,7 @@ fn upstream_call() {
     let addr = tiny_upstream();
     let upstream = Upstream {
         name: "tiny".into(),
-        kind: UpstreamKind::OpenAiChat,
+        kind: UpstreamKind::Speaks(tollgate::protocol::Protocol::Chat),
         base_url: format!("http://{addr}/v1"),
         api_key: Some("sk-bench".into()),
         missing_key: None,

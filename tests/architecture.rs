@@ -1,6 +1,8 @@
 //! The structural rules ARCHITECTURE.md states, checked on the source tree: no import circles among the
-//! files of `src/`, no wire field named in `src/server/`, no hand-passed argument bundles, functions a
-//! reader can hold in `src/server/` and `src/protocol/`, and module comments that point at files that exist.
+//! files of `src/`, no wire field named in `src/server/` (by the codecs' own fields), the protocols named
+//! only in their registry, the pipeline a line of stages (no callback into it, no outcome written across
+//! modules), no hand-passed argument bundles, functions a reader can hold in `src/server/` and
+//! `src/protocol/`, and module comments that point at files that exist.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -265,29 +267,94 @@ fn the_circle_check_sees_a_circle() {
     }
 }
 
+/// The string literals of `code` that look like a field or header name of more than one word
+/// (`max_tokens`, `anthropic-version`).
+fn field_names(code: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for piece in code.split('"').skip(1).step_by(2) {
+        let words: Vec<&str> = piece.split(['_', '-']).collect();
+        let plain = words.len() > 1
+            && piece.starts_with(|c: char| c.is_ascii_lowercase())
+            && words.iter().all(|w| {
+                !w.is_empty()
+                    && w.chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+            });
+        if plain {
+            out.insert(piece.to_string());
+        }
+    }
+    out
+}
+
+/// The wire fields that belong to some protocols and not to all, by the codecs' own code: the names each
+/// protocol's directory (and the OpenAI protocols' shared `openai.rs`) writes, less those every protocol has.
+fn protocol_specific_fields() -> BTreeSet<String> {
+    let protocol = root().join("src/protocol");
+    let openai = field_names(&code_of(&protocol.join("openai.rs")));
+    let mut per_protocol: Vec<BTreeSet<String>> = Vec::new();
+    for entry in std::fs::read_dir(&protocol).unwrap() {
+        let dir = entry.unwrap().path();
+        if !dir.is_dir() {
+            continue;
+        }
+        let mut names = BTreeSet::new();
+        for f in rust_files(&dir) {
+            let code = code_of(&f);
+            names.extend(field_names(&code));
+            if code.contains("openai::") {
+                names.extend(openai.iter().cloned());
+            }
+        }
+        per_protocol.push(names);
+    }
+    assert!(per_protocol.len() >= 3, "the protocols' directories");
+    let all: BTreeSet<String> = per_protocol.iter().flatten().cloned().collect();
+    all.into_iter()
+        .filter(|n| !per_protocol.iter().all(|p| p.contains(n)))
+        .collect()
+}
+
 /// Protocol knowledge lives in `src/protocol/`: the request pipeline in `src/server/` names no field of a
-/// wire format and indexes no JSON by field name.
+/// wire format that is some protocol's own (found in the codecs' own code, not in a list here) and indexes
+/// no JSON by field name. The request log line and the metrics are the gateway's own formats (their names
+/// may be a protocol's too).
 #[test]
 fn the_server_names_no_wire_field() {
-    let wire = [
+    let wire = protocol_specific_fields();
+    for known in [
+        "max_tokens",
         "stream_options",
-        "include_usage",
         "anthropic-version",
-        "anthropic-beta",
-        "\"max_tokens\"",
-        "\"max_completion_tokens\"",
         "sequence_number",
-        "previous_response_id",
-        "\"choices\"",
-        "\"delta\"",
-        "\"content\"",
+        "owned_by",
+    ] {
+        assert!(
+            wire.contains(known),
+            "{known} is some protocols' field: {wire:?}"
+        );
+    }
+    let own_formats = [
+        root().join("src/server/report.rs"),
+        root().join("src/server/metrics"),
     ];
     let mut found = Vec::new();
     for p in rust_files(&root().join("src/server")) {
         let code = code_of(&p);
-        for w in wire {
-            if code.contains(w) {
-                found.push(format!("{}: {w}", p.display()));
+        if !own_formats.iter().any(|f| p.starts_with(f)) {
+            for name in field_names(&code).intersection(&wire) {
+                found.push(format!("{}: \"{name}\"", p.display()));
+            }
+        }
+        for access in [
+            ".get(\"",
+            ".get_mut(\"",
+            "pointer(\"",
+            ".insert(\"",
+            ".remove(\"",
+        ] {
+            if code.contains(access) {
+                found.push(format!("{}: {access}", p.display()));
             }
         }
         for (i, _) in code.match_indices("[\"") {
@@ -302,6 +369,219 @@ fn the_server_names_no_wire_field() {
         }
     }
     assert!(found.is_empty(), "wire fields in src/server: {found:#?}");
+}
+
+/// The protocols' variants as the registry lists them (the lines of `protocols!` in `src/protocol/mod.rs`).
+fn registry_variants(registry: &str) -> Vec<String> {
+    let body = registry
+        .split("\nprotocols! {")
+        .nth(1)
+        .and_then(|b| b.split("\n}").next())
+        .unwrap_or("");
+    body.lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with("///") && !l.starts_with('#'))
+        .filter_map(|l| l.split_once("=>").map(|(v, _)| v.trim().to_string()))
+        .filter(|v| !v.is_empty())
+        .collect()
+}
+
+/// Where `code` names one of `variants` of the protocol id, or lists them all in an enum of its own.
+fn protocol_names(code: &str, variants: &[String]) -> Vec<String> {
+    let mut found = Vec::new();
+    for v in variants {
+        let named = format!("Protocol::{v}");
+        for (i, _) in code.match_indices(&named) {
+            let next = code[i + named.len()..].chars().next();
+            if !next.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+                found.push(named.clone());
+            }
+        }
+    }
+    for glob in ["Protocol::{", "Protocol::*"] {
+        if code.contains(glob) {
+            found.push(glob.to_string());
+        }
+    }
+    // A second list of the protocols: an enum of the same variants.
+    for decl in code.split("enum ").skip(1) {
+        let Some((head, body)) = decl.split_once('{') else {
+            continue;
+        };
+        let body = body.split('}').next().unwrap_or("");
+        let listed: BTreeSet<&str> = body
+            .split(',')
+            .map(|v| v.trim().split(['(', ' ', '{']).next().unwrap_or(""))
+            .collect();
+        if variants.iter().all(|v| listed.contains(v.as_str())) {
+            found.push(format!("enum {} lists the protocols", head.trim()));
+        }
+    }
+    found
+}
+
+/// A protocol is named in one place, the registry: everything else reaches it through its id, its codec or
+/// the registry's list. Counts the places outside the registry that name a variant of `Protocol` (by the
+/// registry's own list of them) or keep a list of the protocols of their own: none.
+#[test]
+fn protocols_are_named_only_in_the_registry() {
+    let registry = root().join("src/protocol/mod.rs");
+    let variants = registry_variants(&std::fs::read_to_string(&registry).unwrap());
+    assert!(
+        variants.len() >= 3,
+        "the registry's protocols: {variants:?}"
+    );
+    let mut found = Vec::new();
+    for p in rust_files(&root().join("src")) {
+        if p == registry {
+            continue;
+        }
+        for name in protocol_names(&code_of(&p), &variants) {
+            found.push(format!(
+                "{}: {name}",
+                p.strip_prefix(root()).unwrap().display()
+            ));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "protocols named outside the registry: {found:#?}"
+    );
+    // The check sees what it looks for.
+    let first = format!("let p = Protocol::{};", variants[0]);
+    assert_eq!(protocol_names(&first, &variants).len(), 1);
+    let longer = format!("let p = Protocol::{}s;", variants[0]);
+    assert!(protocol_names(&longer, &variants).is_empty());
+    let list = format!("enum Proto {{ {}, }}", variants.join(", "));
+    assert_eq!(protocol_names(&list, &variants).len(), 1);
+}
+
+/// The types a request's outcome is made of: `Outcome` and `Answer`, and the structs that hold one.
+fn outcome_holders(files: &[PathBuf]) -> BTreeSet<String> {
+    let mut holders: BTreeSet<String> = ["Outcome", "Answer"].map(String::from).into();
+    for p in files {
+        let code = code_of(p);
+        for decl in code.split("struct ").skip(1) {
+            let name: String = decl
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            let body = decl
+                .split_once('{')
+                .map_or("", |(_, b)| b.split('}').next().unwrap_or(""));
+            let holds = [": Answer,", ": Outcome,", ": Answer\n", ": Outcome\n"];
+            if holds.iter().any(|f| body.contains(f)) {
+                holders.insert(name);
+            }
+        }
+    }
+    holders
+}
+
+/// The signatures of the functions other modules may call (`pub`, `pub(crate)`, `pub(super)`).
+fn public_signatures(code: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    for start in ["pub fn ", "pub(crate) fn ", "pub(super) fn "] {
+        for (i, _) in code.match_indices(start) {
+            let rest = &code[i..];
+            let end = rest.find(['{', ';']).unwrap_or(rest.len());
+            out.push(&rest[..end]);
+        }
+    }
+    out
+}
+
+/// Whether `text` takes a `&mut` of the type `h` (with or without a lifetime).
+fn takes_mut(text: &str, h: &str) -> bool {
+    text.match_indices("&").any(|(i, _)| {
+        let rest = text[i + 1..].trim_start();
+        let rest = match rest.strip_prefix('\'') {
+            Some(r) => r
+                .trim_start_matches(|c: char| c.is_alphanumeric() || c == '_')
+                .trim_start(),
+            None => rest,
+        };
+        let Some(rest) = rest.strip_prefix("mut ") else {
+            return false;
+        };
+        let rest = rest.trim_start();
+        rest.starts_with(h)
+            && !rest[h.len()..].starts_with(|c: char| c.is_alphanumeric() || c == '_')
+    })
+}
+
+/// Where `code` passes one of `holders` by `&mut` across a module boundary (a public function's parameter,
+/// a struct's field), or passes a function back (a function pointer, a closure's trait). `own`: the file
+/// that defines the outcome's types (their own methods take `&mut self`).
+fn pipeline_breaches(code: &str, holders: &BTreeSet<String>, own: bool) -> Vec<String> {
+    let mut found = Vec::new();
+    for h in holders {
+        if !own && public_signatures(code).iter().any(|s| takes_mut(s, h)) {
+            found.push(format!("a public function takes &mut {h}"));
+        }
+        let mut fields = code.split("struct ").skip(1).map(|d| {
+            d.split_once('{')
+                .map_or("", |(_, b)| b.split('}').next().unwrap_or(""))
+        });
+        if fields.any(|body| takes_mut(body, h)) {
+            found.push(format!("a struct holds &mut {h}"));
+        }
+    }
+    for callback in ["fn(", "Fn(", "FnMut(", "FnOnce("] {
+        let typed = code
+            .match_indices(callback)
+            .any(|(i, _)| !code[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_'));
+        if typed {
+            found.push(format!("a function is passed as {callback}..)"));
+        }
+    }
+    found
+}
+
+/// Whether `code` names the type `t` (a whole word).
+fn names_type(code: &str, t: &str) -> bool {
+    let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+    code.match_indices(t)
+        .any(|(i, _)| !word(code[..i].chars().last()) && !word(code[i + t.len()..].chars().next()))
+}
+
+/// The pipeline is a line of stages (prepare → admit → attempts → settle), each taking its inputs and
+/// returning a value: no file of the request path (those that name `Attempt`, `Prepared`, `Answer` or
+/// `Outcome`) passes a function or closure back into it (failover decides the order and whether to move on;
+/// it never calls the answering step), and no `Outcome` or `Answer` (or a struct holding one) crosses a
+/// module boundary by `&mut`: the step that builds one owns it and returns it.
+#[test]
+fn the_pipeline_is_a_line_of_stages() {
+    let server: Vec<PathBuf> = rust_files(&root().join("src/server"));
+    let holders = outcome_holders(&server);
+    let own = root().join("src/server/outcome.rs");
+    let mut found = Vec::new();
+    for p in &server {
+        let code = code_of(p);
+        let on_path = ["Attempt", "Prepared", "Answer", "Outcome"]
+            .iter()
+            .any(|t| names_type(&code, t));
+        if !on_path {
+            continue;
+        }
+        for b in pipeline_breaches(&code, &holders, p == &own) {
+            found.push(format!(
+                "{}: {b}",
+                p.strip_prefix(root()).unwrap().display()
+            ));
+        }
+    }
+    assert!(found.is_empty(), "the pipeline: {found:#?}");
+    // The check sees what it looks for.
+    assert!(holders.contains("Settled"), "{holders:?}");
+    let serve = "pub type Serve = fn(&mut Attempt) -> Result<(), ApiError>;";
+    assert_eq!(pipeline_breaches(serve, &holders, false).len(), 1);
+    let keep = "pub fn dispatch(req: &mut InFlight, out: &mut Outcome) -> Result<(), ApiError> {";
+    assert_eq!(pipeline_breaches(keep, &holders, false).len(), 1);
+    let field = "pub struct Attempt<'a> { pub answer: &'a mut Answer, }";
+    assert_eq!(pipeline_breaches(field, &holders, false).len(), 1);
+    let fine = "pub fn serve(a: &mut Attempt) -> Answer { let x = &mut Answered; }";
+    assert!(pipeline_breaches(fine, &holders, false).is_empty());
 }
 
 /// No function takes a bundle of arguments passed by hand (what `too_many_arguments` would flag).

@@ -646,7 +646,16 @@ fn retention_deletes_only_folded_files_and_balances_survive_a_restart() {
     set_clock(&clock, 2 * 86_400);
     assert_eq!(post(&gw, "day-2").status, 200);
     assert_eq!(gw.admin("/admin/usage?limit=1").status, 200, "flushed");
-    let old = segments(&data_dir).len();
+    // Files counted by their sequence number: while one is being compressed, its plain and compressed forms
+    // may both be listed for a moment.
+    let distinct = |d: &Path| {
+        segments(d)
+            .iter()
+            .map(|s| s.0)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+    };
+    let old = distinct(&data_dir);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while !segments(&data_dir).iter().all(|s| s.4) {
         assert!(
@@ -661,7 +670,8 @@ fn retention_deletes_only_folded_files_and_balances_survive_a_restart() {
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    assert_eq!(segments(&data_dir).len(), old);
+    assert_eq!(distinct(&data_dir), old);
+    assert_eq!(segments(&data_dir).len(), old, "a file left in both forms");
     let usage = gw.admin("/admin/usage?limit=10000").json();
     assert_eq!(
         usage["data"].as_array().unwrap().len(),

@@ -57,32 +57,41 @@ fn err(field: impl Into<String>, message: impl Into<String>) -> ConfigError {
     }
 }
 
-/// The four kinds of upstream.
+/// What an upstream speaks: one of the wire protocols (its config `kind` is that protocol's codec's
+/// `upstream_kind`, such as `openai-chat`), or the built-in mock model, which answers in every protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UpstreamKind {
-    OpenAiChat,
-    OpenAiResponses,
-    Anthropic,
+    Speaks(crate::protocol::Protocol),
     Mock,
 }
 
 impl UpstreamKind {
+    /// The kind as config writes it.
     pub fn name(self) -> &'static str {
         match self {
-            UpstreamKind::OpenAiChat => "openai-chat",
-            UpstreamKind::OpenAiResponses => "openai-responses",
-            UpstreamKind::Anthropic => "anthropic",
+            UpstreamKind::Speaks(p) => p.upstream_kind(),
             UpstreamKind::Mock => "mock",
         }
     }
 
+    /// The kind config's `name` stands for.
+    pub fn parse(name: &str) -> Option<UpstreamKind> {
+        if name == "mock" {
+            return Some(UpstreamKind::Mock);
+        }
+        crate::protocol::Protocol::of_upstream_kind(name).map(UpstreamKind::Speaks)
+    }
+
+    /// Every kind's name, for messages: `openai-chat, openai-responses, anthropic, mock`.
+    pub fn names() -> String {
+        let kinds = crate::protocol::ALL.iter().map(|p| p.upstream_kind());
+        kinds.chain(["mock"]).collect::<Vec<_>>().join(", ")
+    }
+
     /// The wire protocol an upstream of this kind speaks (`None` for the mock, which speaks all).
     pub fn protocol(self) -> Option<crate::protocol::Protocol> {
-        use crate::protocol::Protocol;
         match self {
-            UpstreamKind::OpenAiChat => Some(Protocol::Chat),
-            UpstreamKind::OpenAiResponses => Some(Protocol::Responses),
-            UpstreamKind::Anthropic => Some(Protocol::Messages),
+            UpstreamKind::Speaks(p) => Some(p),
             UpstreamKind::Mock => None,
         }
     }
@@ -99,7 +108,8 @@ impl AsRef<str> for Upstream {
 pub struct Upstream {
     pub name: String,
     pub kind: UpstreamKind,
-    /// Without a trailing slash. OpenAI kinds include `/v1`; anthropic does not.
+    /// Without a trailing slash; with `/v1` where its protocol's SDKs take one (OpenAI's), not otherwise
+    /// (Anthropic's).
     pub base_url: String,
     /// The credential read from `api_key_env` at load time. Never logged, never sent to clients.
     pub api_key: Option<String>,

@@ -296,7 +296,7 @@ mod tests {
 
     fn up(url: &str) -> Upstream {
         let mut u = crate::config::Config::embedded().upstreams[0].clone();
-        u.kind = UpstreamKind::OpenAiChat;
+        u.kind = UpstreamKind::Speaks(crate::protocol::Protocol::Chat);
         u.base_url = url.into();
         u
     }

@@ -577,19 +577,11 @@ fn kind_and_url(
     base_url: Option<String>,
     f: &dyn Fn(&str) -> String,
 ) -> Result<(UpstreamKind, String), ConfigError> {
-    let kind = match kind {
-        "openai-chat" => UpstreamKind::OpenAiChat,
-        "openai-responses" => UpstreamKind::OpenAiResponses,
-        "anthropic" => UpstreamKind::Anthropic,
-        "mock" => UpstreamKind::Mock,
-        other => {
-            return Err(err(
-                f("kind"),
-                format!(
-                    "expected one of openai-chat, openai-responses, anthropic, mock; got {other:?}"
-                ),
-            ))
-        }
+    let Some(kind) = UpstreamKind::parse(kind) else {
+        return Err(err(
+            f("kind"),
+            format!("expected one of {}; got {kind:?}", UpstreamKind::names()),
+        ));
     };
     let base_url = match (kind, base_url) {
         (UpstreamKind::Mock, b) => b.unwrap_or_default(),
@@ -905,9 +897,9 @@ fn validate_group(i: usize, g: RawGroup, seen: &mut HashSet<String>) -> Result<G
 /// Base URLs that cannot work as written: a full endpoint path (the gateway appends it), an Anthropic URL
 /// with `/v1` (Anthropic's paths start with `/v1`), a known vendor's OpenAI-style API without `/v1`.
 fn upstream_warnings(i: usize, u: &Upstream, warnings: &mut Vec<String>) {
-    if u.kind == UpstreamKind::Mock {
+    let Some(protocol) = u.kind.protocol() else {
         return;
-    }
+    };
     let field = format!("upstreams[{i}].base_url");
     let url = u.base_url.to_ascii_lowercase();
     let path = url
@@ -932,13 +924,15 @@ fn upstream_warnings(i: usize, u: &Upstream, warnings: &mut Vec<String>) {
              `…{ep}{ep}`); use {base:?}",
             u.base_url
         ));
-    } else if u.kind == UpstreamKind::Anthropic && path.ends_with("/v1") {
+    } else if !protocol.base_url_has_v1() && path.ends_with("/v1") {
+        let sent = protocol.upstream_path();
         warnings.push(format!(
-            "{field}: an anthropic upstream's base URL goes without `/v1` (tollgate sends to `/v1/messages` \
-             under it; this one would get `/v1/v1/messages`); use {:?}",
+            "{field}: an {} upstream's base URL goes without `/v1` (tollgate sends to `{sent}` under it; this one \
+             would get `/v1{sent}`); use {:?}",
+            u.kind.name(),
             &u.base_url[..u.base_url.len() - 3]
         ));
-    } else if u.kind != UpstreamKind::Anthropic && !path.ends_with("/v1") {
+    } else if protocol.base_url_has_v1() && !path.ends_with("/v1") {
         if let Some(expected) = known_openai_base(host) {
             warnings.push(format!(
                 "{field}: {host} serves its OpenAI-style API under `{expected}`; use \"https://{host}{expected}\" \

@@ -1,8 +1,9 @@
 //! The likely cause of a failed step: the specification's status table (its "Errors" section) and its
 //! streaming symptoms, made specific where the answer allows.
 
-use super::kinds::{self, Connect, Kind, Outcome, Proto};
+use super::kinds::{self, Connect, Kind, Outcome};
 use super::url::{self, Shape};
+use crate::protocol::Protocol;
 
 /// The likely cause of a failed step, from the specification's status table and stream symptoms.
 pub fn likely_cause(
@@ -129,7 +130,7 @@ fn connect_cause(c: Connect, o: &Outcome, shape: &Shape, in_container: bool) -> 
 }
 
 /// The specification's status table, made specific where the answer allows.
-fn status_cause(s: u16, f: &kinds::Failure, proto: Proto, shape: &Shape, model: &str) -> String {
+fn status_cause(s: u16, f: &kinds::Failure, proto: Protocol, shape: &Shape, model: &str) -> String {
     let message = f.message.as_deref().unwrap_or("");
     let code = f.code.as_deref().unwrap_or("");
     match s {
@@ -151,7 +152,7 @@ fn status_cause(s: u16, f: &kinds::Failure, proto: Proto, shape: &Shape, model: 
             "401: the key is incomplete, has spaces, or is not sent as `Authorization: Bearer <key>`{}; or the \
              base address is not effective and the request reached another service or provider. Fix the key \
              and the base address.",
-            if proto == Proto::Messages {
+            if sends_x_api_key(proto) {
                 " (the doctor sent both `x-api-key` and `Authorization: Bearer`)"
             } else {
                 ""
@@ -195,8 +196,17 @@ fn status_cause(s: u16, f: &kinds::Failure, proto: Proto, shape: &Shape, model: 
     }
 }
 
+/// Whether the doctor sends the key of `proto` in `x-api-key` too (as its SDK does).
+fn sends_x_api_key(proto: Protocol) -> bool {
+    let headers = proto.client_headers("");
+    headers
+        .iter()
+        .flatten()
+        .any(|(name, _)| *name == "x-api-key")
+}
+
 /// A 404 or 405 that is not about the model: the base URL of the other SDK family, or a wrong path.
-fn path_cause(s: u16, proto: Proto, shape: &Shape) -> String {
+fn path_cause(s: u16, proto: Protocol, shape: &Shape) -> String {
     if !shape.has_errors() {
         if let Some(m) = family_mismatch(proto, shape) {
             return format!("{s}: {m}");
@@ -232,19 +242,18 @@ fn origin_of(u: &str) -> &str {
 
 /// A base URL of the other SDK family's form: OpenAI SDKs want `/v1` in it, Anthropic's do not. Says which
 /// URL the SDK built and what to give it instead.
-fn family_mismatch(proto: Proto, shape: &Shape) -> Option<String> {
+fn family_mismatch(proto: Protocol, shape: &Shape) -> Option<String> {
     let (base, root) = (shape.base.as_deref()?, shape.root.as_deref()?);
     let with_v1 = base.to_ascii_lowercase().ends_with("/v1");
-    match proto {
-        Proto::Messages if with_v1 => Some(format!(
-            "Anthropic SDKs append `/v1/messages` to their base URL, so this one makes `{base}/v1/messages` (a \
-             doubled `/v1`). Give Anthropic clients (Claude Code, the anthropic SDK) `{root}` without `/v1`."
+    let (vendor, sdk, clients) = (proto.vendor(), proto.sdk_path(), proto.clients());
+    match (proto.base_url_has_v1(), with_v1) {
+        (false, true) => Some(format!(
+            "{vendor} SDKs append `{sdk}` to their base URL, so this one makes `{base}{sdk}` (a doubled `/v1`). \
+             Give {clients} `{root}` without `/v1`."
         )),
-        Proto::Chat | Proto::Responses if !with_v1 => Some(format!(
-            "OpenAI SDKs append `{}` to their base URL, so this one makes `{base}{}` (no `/v1`). Give OpenAI \
-             clients `{root}/v1`.",
-            proto.sdk_path(),
-            proto.sdk_path()
+        (true, false) => Some(format!(
+            "{vendor} SDKs append `{sdk}` to their base URL, so this one makes `{base}{sdk}` (no `/v1`). Give \
+             {clients} `{root}/v1`."
         )),
         _ => None,
     }
@@ -275,7 +284,7 @@ mod tests {
     #[test]
     fn status_causes_follow_the_table() {
         let shape = url::analyze("http://h:1/v1", false);
-        let c = |s: u16| status_cause(s, &failure(Kind::Status(s)), Proto::Chat, &shape, "m");
+        let c = |s: u16| status_cause(s, &failure(Kind::Status(s)), Protocol::Chat, &shape, "m");
         assert!(c(401).contains("key") && c(401).contains("base address"));
         assert!(c(403).contains("group"));
         assert!(c(404).contains("path") && c(404).contains("doubled `/v1`"));
@@ -284,16 +293,20 @@ mod tests {
         assert!(c(502).contains("upstream"));
         let mut f = failure(Kind::Status(404));
         f.code = Some("model_not_found".into());
-        assert!(status_cause(404, &f, Proto::Chat, &shape, "m").contains("does not know the model"));
+        assert!(
+            status_cause(404, &f, Protocol::Chat, &shape, "m").contains("does not know the model")
+        );
         let mut f = failure(Kind::Status(301));
         f.location = Some("https://h/v1/chat/completions".into());
-        assert!(status_cause(301, &f, Proto::Chat, &shape, "m").contains("redirects to `https://h"));
+        assert!(
+            status_cause(301, &f, Protocol::Chat, &shape, "m").contains("redirects to `https://h")
+        );
     }
 
     #[test]
     fn stream_failures_after_a_passing_plain_request_are_stream_only() {
         let shape = url::analyze("http://h:1/v1", false);
-        let mut plain = not_sent(Proto::Chat, false, "c");
+        let mut plain = not_sent(Protocol::Chat, false, "c");
         plain.url = "http://h:1/v1/chat/completions".into();
         plain.failure = None;
         let mut o = plain.clone();

@@ -1,88 +1,19 @@
-//! What the doctor's steps share: the protocols it speaks, what a failure is, what one request did, and
-//! how a transport error is sorted.
+//! What the doctor's steps share: what a failure is, what one request did, and how a transport error is
+//! sorted. The protocols it speaks, and how their SDKs send and read, are their codecs' (`protocol::Codec`).
 
 use std::io;
 use std::time::Duration;
 
-use serde_json::{json, Value};
-
 use super::text::clip;
+use crate::protocol::Protocol;
 
 /// The one short text of the minimal request. Never printed in the support report.
 pub const PROMPT: &str = "Reply with the word pong.";
-/// `max_tokens` of the Messages request (the protocol requires one): room for a model that thinks before it
-/// answers, while the prompt asks for one word.
-pub const MESSAGES_MAX_TOKENS: u64 = 256;
 /// The specification's client-side overall timeouts.
 pub const PLAIN_TIMEOUT: Duration = Duration::from_secs(60);
 pub const STREAM_TIMEOUT: Duration = Duration::from_secs(180);
 /// Longest error body or transport message kept as "the full error".
 pub const MAX_DETAIL: usize = 4000;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Proto {
-    Chat,
-    Responses,
-    Messages,
-}
-
-impl Proto {
-    pub const ALL: [Proto; 3] = [Proto::Chat, Proto::Responses, Proto::Messages];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Proto::Chat => "chat",
-            Proto::Responses => "responses",
-            Proto::Messages => "messages",
-        }
-    }
-
-    pub fn title(self) -> &'static str {
-        match self {
-            Proto::Chat => "Chat Completions",
-            Proto::Responses => "Responses",
-            Proto::Messages => "Messages",
-        }
-    }
-
-    /// What the official SDKs append to the base URL they are given: OpenAI's `/chat/completions` and
-    /// `/responses` (their base URL carries `/v1`), Anthropic's `/v1/messages` (its base URL does not).
-    pub fn sdk_path(self) -> &'static str {
-        match self {
-            Proto::Chat => "/chat/completions",
-            Proto::Responses => "/responses",
-            Proto::Messages => "/v1/messages",
-        }
-    }
-
-    /// The event that ends a complete stream.
-    pub fn terminal(self) -> &'static str {
-        match self {
-            Proto::Chat => "data: [DONE]",
-            Proto::Responses => "response.completed",
-            Proto::Messages => "message_stop",
-        }
-    }
-
-    /// The minimal request: model plus one short text; no reasoning, tools or schema.
-    pub fn body(self, model: &str, stream: bool) -> Value {
-        let mut v = match self {
-            Proto::Chat => {
-                json!({"model": model, "messages": [{"role": "user", "content": PROMPT}]})
-            }
-            Proto::Responses => json!({"model": model, "input": PROMPT}),
-            Proto::Messages => json!({
-                "model": model,
-                "max_tokens": MESSAGES_MAX_TOKENS,
-                "messages": [{"role": "user", "content": PROMPT}],
-            }),
-        };
-        if stream {
-            v["stream"] = Value::Bool(true);
-        }
-        v
-    }
-}
 
 /// Why no HTTP answer came.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -154,7 +85,7 @@ impl Failure {
 /// What one request did.
 #[derive(Clone, Debug)]
 pub struct Outcome {
-    pub proto: Proto,
+    pub proto: Protocol,
     pub stream: bool,
     pub url: String,
     pub client_request_id: String,
@@ -178,7 +109,7 @@ pub struct Outcome {
 
 impl Outcome {
     /// A request to `url` that has not been answered yet: nothing received, nothing failed.
-    pub fn new(proto: Proto, stream: bool, url: String, client_request_id: &str) -> Outcome {
+    pub fn new(proto: Protocol, stream: bool, url: String, client_request_id: &str) -> Outcome {
         Outcome {
             proto,
             stream,

@@ -77,7 +77,8 @@ mod url;
 
 use std::io::Write;
 
-use kinds::{Connect, Kind, Outcome, Proto};
+use crate::protocol::{Protocol, ALL};
+use kinds::{Connect, Kind, Outcome};
 use text::{clip, fmt_duration};
 use url::{Finding, Severity};
 
@@ -163,7 +164,7 @@ pub fn run(args: DoctorArgs) -> i32 {
 }
 
 /// The protocols to check and the key as given, or what makes the arguments unusable (exit code 2).
-fn usable_arguments(args: &DoctorArgs) -> Result<(Vec<Proto>, String), String> {
+fn usable_arguments(args: &DoctorArgs) -> Result<(Vec<Protocol>, String), String> {
     let protocols = parse_protocols(&args.protocol).map_err(|e| format!("--protocol: {e}"))?;
     let given_key = key_argument(args)?;
     if args.model.trim().is_empty() {
@@ -174,7 +175,7 @@ fn usable_arguments(args: &DoctorArgs) -> Result<(Vec<Proto>, String), String> {
 
 /// What every step needs: what is checked, where, with what key and model.
 struct Check<'a> {
-    protocols: &'a [Proto],
+    protocols: &'a [Protocol],
     shape: &'a url::Shape,
     /// The key and the model as sent (cleaned), and the key as given.
     key: &'a str,
@@ -253,15 +254,14 @@ impl Check<'_> {
                     .collect();
                 field(out, "endpoints", &eps.join(", "));
                 if !self.shape.has_errors() {
-                    if let (Some(o), Some(a)) =
-                        (self.shape.openai_base(), self.shape.anthropic_base())
-                    {
-                        field(
-                            out,
-                            "clients",
-                            &format!("OpenAI SDKs (Chat Completions, Responses) take {o}; Anthropic SDKs (Messages) take {a}"),
-                        );
-                    }
+                    let take: Vec<String> = url::families()
+                        .iter()
+                        .filter_map(|f| {
+                            let base = self.shape.base_for(f)?;
+                            Some(format!("{} SDKs ({}) take {base}", f.vendor, f.titles))
+                        })
+                        .collect();
+                    field(out, "clients", &take.join("; "));
                 }
             }
             None => field(
@@ -412,24 +412,26 @@ fn key_argument(args: &DoctorArgs) -> Result<String, String> {
     Ok(key)
 }
 
-/// `chat`, `responses`, `messages`, `all`, or a comma-separated list.
-fn parse_protocols(s: &str) -> Result<Vec<Proto>, String> {
+/// A protocol's short name (`chat`, `responses`, `messages`), `all`, or a comma-separated list.
+fn parse_protocols(s: &str) -> Result<Vec<Protocol>, String> {
     let mut out = Vec::new();
     for part in s.split(',').map(|p| p.trim().to_ascii_lowercase()) {
-        let add: &[Proto] = match part.as_str() {
-            "all" => &Proto::ALL,
-            "chat" => &[Proto::Chat],
-            "responses" => &[Proto::Responses],
-            "messages" => &[Proto::Messages],
-            _ => {
-                return Err(format!(
-                    "unknown protocol {part:?}; expected chat, responses, messages or all"
-                ))
-            }
+        let add: Vec<Protocol> = match part.as_str() {
+            "all" => ALL.to_vec(),
+            name => match Protocol::named(name) {
+                Some(p) => vec![p],
+                None => {
+                    let names: Vec<&str> = ALL.iter().map(|p| p.name()).collect();
+                    return Err(format!(
+                        "unknown protocol {part:?}; expected {} or all",
+                        names.join(", ")
+                    ));
+                }
+            },
         };
         for p in add {
-            if !out.contains(p) {
-                out.push(*p);
+            if !out.contains(&p) {
+                out.push(p);
             }
         }
     }
@@ -517,7 +519,7 @@ fn check_model(given: &str) -> (String, Vec<Finding>) {
 }
 
 /// A step that could not be tried: no URL could be derived from the base URL.
-pub(crate) fn not_sent(proto: Proto, stream: bool, client_id: &str) -> Outcome {
+pub(crate) fn not_sent(proto: Protocol, stream: bool, client_id: &str) -> Outcome {
     let mut o = Outcome::new(proto, stream, String::new(), client_id);
     o.failure = Some(kinds::Failure::new(
         Kind::Connect(Connect::Other),
@@ -572,7 +574,7 @@ fn print_outcome(out: &mut impl Write, o: &Outcome, cause: Option<&str>, scrub: 
             " ({} events{})",
             o.events,
             if o.passed() {
-                format!(", ended with `{}`", o.proto.terminal())
+                format!(", ended with `{}`", o.proto.stream_terminal())
             } else {
                 String::new()
             }
@@ -610,10 +612,10 @@ mod tests {
 
     #[test]
     fn protocols() {
-        assert_eq!(parse_protocols("all").unwrap(), Proto::ALL.to_vec());
+        assert_eq!(parse_protocols("all").unwrap(), ALL.to_vec());
         assert_eq!(
             parse_protocols("Messages, chat").unwrap(),
-            vec![Proto::Messages, Proto::Chat]
+            vec![Protocol::Messages, Protocol::Chat]
         );
         assert!(parse_protocols("grpc").is_err());
     }

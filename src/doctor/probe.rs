@@ -4,10 +4,11 @@
 
 use super::answer::{answer_text, error_fields, stop_reason};
 use super::kinds::{
-    classify, Connect, Failure, Kind, Outcome, Proto, PLAIN_TIMEOUT, STREAM_TIMEOUT,
+    classify, Connect, Failure, Kind, Outcome, PLAIN_TIMEOUT, PROMPT, STREAM_TIMEOUT,
 };
 use super::stream::{read_stream, StreamRead};
 use super::text::{clip, fmt_duration};
+use crate::protocol::Protocol;
 use std::cell::Cell;
 use std::io::{self, BufReader, Read};
 use std::rc::Rc;
@@ -30,7 +31,7 @@ pub fn agent() -> ureq::Agent {
 /// path) and reads the answer or the stream.
 pub fn run(
     agent: &ureq::Agent,
-    proto: Proto,
+    proto: Protocol,
     base: &str,
     key: &str,
     model: &str,
@@ -39,7 +40,7 @@ pub fn run(
 ) -> Outcome {
     let url = format!("{base}{}", proto.sdk_path());
     let mut out = Outcome::new(proto, stream, url.clone(), client_request_id);
-    let body = proto.body(model, stream).to_string();
+    let body = proto.probe_body(model, PROMPT, stream).to_string();
     let req = request(agent, &url, proto, key, stream, client_request_id);
     let start = Instant::now();
     let resp = match req.send(body.as_bytes()) {
@@ -78,12 +79,13 @@ pub fn run(
     out
 }
 
-/// The request as the official SDKs send it: JSON, the key as a bearer token (and as `x-api-key` with
-/// `anthropic-version` for Messages), our request id, and the specification's overall timeout.
+/// The request as the official SDK of `proto` sends it: JSON, the key in its SDK's headers (a bearer token;
+/// for Messages also `x-api-key` with `anthropic-version`), our request id, and the specification's overall
+/// timeout.
 fn request(
     agent: &ureq::Agent,
     url: &str,
-    proto: Proto,
+    proto: Protocol,
     key: &str,
     stream: bool,
     client_request_id: &str,
@@ -99,12 +101,9 @@ fn request(
                 "application/json"
             },
         )
-        .header("x-client-request-id", client_request_id)
-        .header("authorization", format!("Bearer {key}"));
-    if proto == Proto::Messages {
-        req = req
-            .header("x-api-key", key)
-            .header("anthropic-version", "2023-06-01");
+        .header("x-client-request-id", client_request_id);
+    for (name, value) in proto.client_headers(key).into_iter().flatten() {
+        req = req.header(name, value.as_ref());
     }
     req.config().timeout_global(Some(timeout(stream))).build()
 }
@@ -319,20 +318,20 @@ fn transport_failure(e: ureq::Error) -> Failure {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::doctor::kinds::{MESSAGES_MAX_TOKENS, PROMPT};
+    use crate::protocol::ALL;
 
     #[test]
     fn minimal_bodies() {
-        let b = Proto::Chat.body("m", false);
+        let b = Protocol::Chat.probe_body("m", PROMPT, false);
         assert_eq!(b["messages"][0]["content"], PROMPT);
         assert!(b.get("stream").is_none());
-        let b = Proto::Responses.body("m", true);
+        let b = Protocol::Responses.probe_body("m", PROMPT, true);
         assert_eq!(b["input"], PROMPT);
         assert_eq!(b["stream"], true);
-        let b = Proto::Messages.body("m", false);
-        assert_eq!(b["max_tokens"], MESSAGES_MAX_TOKENS);
-        for p in Proto::ALL {
-            let b = p.body("m", true);
+        let b = Protocol::Messages.probe_body("m", PROMPT, false);
+        assert_eq!(b["max_tokens"], 256);
+        for p in ALL {
+            let b = p.probe_body("m", PROMPT, true);
             for field in [
                 "tools",
                 "reasoning",

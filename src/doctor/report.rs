@@ -4,8 +4,9 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::kinds::{Outcome, Proto, MAX_DETAIL, PROMPT};
+use super::kinds::{Outcome, MAX_DETAIL, PROMPT};
 use super::text::{clip, fmt_duration};
+use crate::protocol::Protocol;
 
 pub const BEGIN: &str = "-----BEGIN TOLLGATE DOCTOR REPORT-----";
 pub const END: &str = "-----END TOLLGATE DOCTOR REPORT-----";
@@ -203,7 +204,7 @@ pub struct Facts<'a> {
     pub key: &'a str,
     pub given_key: &'a str,
     pub model: &'a str,
-    pub protocols: &'a [Proto],
+    pub protocols: &'a [Protocol],
     /// The base URL with credentials, query and fragment replaced.
     pub redacted_url: &'a str,
     /// What step 1 found wrong with the base URL, the key or the model.

@@ -2,17 +2,7 @@
 
 use std::time::Duration;
 
-/// `s` cut to at most `max` bytes (at a character boundary), marked when cut.
-pub fn clip(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}… ({} bytes in all)", &s[..end], s.len())
-}
+pub use crate::protocol::client::clip;
 
 /// `850 ms`, `12.3 s`.
 pub fn fmt_duration(d: Duration) -> String {

@@ -1,5 +1,8 @@
 //! The base URL's shape: what a client was given, what is wrong with it, the root the endpoints hang off, and
-//! the redacted form that may go into a report. Pure string work, no I/O.
+//! the redacted form that may go into a report. Pure string work, no I/O. What each protocol's SDKs take as
+//! their base URL is their codec's (`Codec::base_url_has_v1`, `sdk_path`), by vendor ([`families`]).
+
+use crate::protocol::ALL;
 
 /// How bad a finding is: an `Error` fails the shape step (exit code 1) although the requests are still
 /// tried; a `Note` explains without failing.
@@ -22,7 +25,7 @@ pub struct Shape {
     /// are `{root}/v1/...`. `None` when no request can be sent.
     pub root: Option<String>,
     /// The base URL as a client would use it: `scheme://host[:port][/path]` as given, without trailing
-    /// slashes, credentials, query or fragment. SDKs append their paths to this (see `Proto::sdk_path`).
+    /// slashes, credentials, query or fragment. SDKs append their paths to this (see `Codec::sdk_path`).
     pub base: Option<String>,
     /// The URL as given, without surrounding whitespace, credentials, query or fragment (each replaced by
     /// `***` when present): safe for a report.
@@ -37,15 +40,66 @@ impl Shape {
         self.findings.iter().any(|f| f.severity == Severity::Error)
     }
 
-    /// The base URL OpenAI clients (Chat Completions, Responses) should be given.
-    pub fn openai_base(&self) -> Option<String> {
-        self.root.as_ref().map(|r| format!("{r}/v1"))
+    /// The base URL each family of SDKs should be given: `{root}/v1` or `{root}` (`Family::v1`).
+    pub fn base_for(&self, family: &Family) -> Option<String> {
+        let v1 = if family.v1 { "/v1" } else { "" };
+        self.root.as_ref().map(|r| format!("{r}{v1}"))
     }
+}
 
-    /// The base URL Anthropic clients (Messages) should be given.
-    pub fn anthropic_base(&self) -> Option<String> {
-        self.root.clone()
+/// The protocols whose SDKs take the same form of base URL: one vendor's.
+pub struct Family {
+    /// `OpenAI`.
+    pub vendor: &'static str,
+    /// Its SDKs' base URL ends in `/v1`.
+    pub v1: bool,
+    /// The protocols' titles: `Chat Completions, Responses`.
+    pub titles: String,
+    /// What the SDKs append: `/v1/messages`.
+    pub paths: String,
+}
+
+/// The protocols by their vendor's SDKs, in the registry's order.
+pub fn families() -> Vec<Family> {
+    let mut out: Vec<Family> = Vec::new();
+    for p in ALL {
+        match out.iter_mut().find(|f| f.vendor == p.vendor()) {
+            Some(f) => {
+                f.titles = format!("{}, {}", f.titles, p.title());
+                f.paths = format!("{}, {}", f.paths, p.sdk_path());
+            }
+            None => out.push(Family {
+                vendor: p.vendor(),
+                v1: p.base_url_has_v1(),
+                titles: p.title().to_string(),
+                paths: p.sdk_path().to_string(),
+            }),
+        }
     }
+    out
+}
+
+/// `{root}/v1` for OpenAI clients (Chat Completions, Responses) and `{root}` for Anthropic clients
+/// (Messages): the base URL each family of SDKs takes.
+fn bases_for(root: &str) -> String {
+    let each: Vec<String> = families()
+        .iter()
+        .map(|f| {
+            let v1 = if f.v1 { "/v1" } else { "" };
+            format!("`{root}{v1}` for {} clients ({})", f.vendor, f.titles)
+        })
+        .collect();
+    each.join(" and ")
+}
+
+/// `OpenAI clients (Chat Completions, Responses)`, of the families with (`v1`) or without `/v1`.
+fn clients(v1: bool) -> String {
+    let each: Vec<String> = families()
+        .iter()
+        .filter(|f| f.v1 == v1)
+        .map(|f| format!("{} clients ({})", f.vendor, f.titles))
+        .collect();
+    each.join(" and ")
 }
 
 /// Endpoint paths a base URL must not end with (the client appends them itself).
@@ -315,8 +369,8 @@ fn check_path<'p>(path: &'p str, origin: &str, findings: &mut Vec<Finding>) -> &
     if has_doubled_v1(&path_lower) {
         error(format!(
             "the base URL has a doubled `/v1`: the client adds `/v1/...` to a base that already ends in `/v1`, \
-             giving `/v1/v1/...` (404). Use `{fixed}/v1` for OpenAI clients (Chat Completions, Responses) and \
-             `{fixed}` for Anthropic clients (Messages)."
+             giving `/v1/v1/...` (404). Use {}.",
+            bases_for(&fixed)
         ));
     } else if let Some(ep) = ENDPOINT_SUFFIXES
         .iter()
@@ -324,24 +378,32 @@ fn check_path<'p>(path: &'p str, origin: &str, findings: &mut Vec<Finding>) -> &
     {
         error(format!(
             "the base URL contains a full endpoint path (`…{ep}`): clients append the endpoint themselves, so \
-             the request goes to `…{ep}/…` (404). Use `{fixed}/v1` for OpenAI clients (Chat Completions, \
-             Responses) and `{fixed}` for Anthropic clients (Messages)."
+             the request goes to `…{ep}/…` (404). Use {}.",
+            bases_for(&fixed)
         ));
     } else if path_lower.ends_with("/v1") {
         note(
             findings,
             format!(
-                "the base URL ends in `/v1`: the form OpenAI clients (Chat Completions, Responses) take; \
-                 Anthropic clients (Messages) take `{origin}{root_path}` without it, because they add \
-                 `/v1/messages` themselves."
+                "the base URL ends in `/v1`: the form {} take; {} take `{origin}{root_path}` without it, \
+                 because they add `{}` themselves.",
+                clients(true),
+                clients(false),
+                families()
+                    .iter()
+                    .filter(|f| !f.v1)
+                    .map(|f| f.paths.as_str())
+                    .collect::<Vec<_>>()
+                    .join("`, `")
             ),
         );
     } else {
         note(
             findings,
             format!(
-                "the base URL has no `/v1`: the form Anthropic clients (Messages) take; OpenAI clients (Chat \
-                 Completions, Responses) need `{origin}{root_path}/v1`."
+                "the base URL has no `/v1`: the form {} take; {} need `{origin}{root_path}/v1`.",
+                clients(false),
+                clients(true)
             ),
         );
     }
@@ -519,8 +581,8 @@ mod tests {
             let s = analyze(input, false);
             assert!(!s.has_errors(), "{input}: {:?}", s.findings);
             assert_eq!(s.root.as_deref(), Some("http://127.0.0.1:8080"), "{input}");
-            assert_eq!(s.openai_base().unwrap(), "http://127.0.0.1:8080/v1");
-            assert_eq!(s.anthropic_base().unwrap(), "http://127.0.0.1:8080");
+            let bases: Vec<String> = families().iter().filter_map(|f| s.base_for(f)).collect();
+            assert_eq!(bases, ["http://127.0.0.1:8080/v1", "http://127.0.0.1:8080"]);
         }
         // A path prefix is kept.
         let s = analyze("https://gw.example.com/llm/v1", false);

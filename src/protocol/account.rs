@@ -12,11 +12,11 @@
 //!
 //! `store`: a stored response or completion could only be read back by id, which tollgate never serves, so
 //! storing would only leave tenants' prompts in the operator's account: requests go upstream with
-//! `store: false`.
+//! `store: false` (each codec's `store_nothing` edit).
 
 use serde_json::{Map, Value};
 
-use super::{ApiError, Protocol};
+use super::ApiError;
 
 /// `anthropic-beta` values that open account-scoped features (files, MCP connections, code execution,
 /// skills), compared without regard to letter case. Agent betas (interleaved thinking, fine-grained tool
@@ -103,13 +103,9 @@ fn child<'a>(at: Option<&'a At<'a>>, step: Step<'a>) -> At<'a> {
     At { step, up: at }
 }
 
-/// Refuses what a request of `protocol` (its body, and for Messages its `anthropic-beta` values) would make
-/// reach the operator's upstream account.
-pub fn refuse_account_features(
-    protocol: Protocol,
-    body: &Value,
-    betas: &[&str],
-) -> Result<(), ApiError> {
+/// Refuses what a request's body would make reach the operator's upstream account (its headers are its
+/// codec's to check: `Codec::refuse_account_headers`).
+pub fn refuse_account_features(body: &Value) -> Result<(), ApiError> {
     let Some(o) = body.as_object() else {
         return Ok(());
     };
@@ -119,11 +115,7 @@ pub fn refuse_account_features(
             "a background response (stored, to be fetched later)",
         ));
     }
-    walk_object(o, None)?;
-    if protocol == Protocol::Messages {
-        refuse_betas(betas)?;
-    }
-    Ok(())
+    walk_object(o, None)
 }
 
 fn walk(v: &Value, at: &At) -> Result<(), ApiError> {
@@ -201,8 +193,10 @@ fn keyed_reference(k: &str, v: &Value) -> Option<&'static str> {
     }
 }
 
-fn refuse_betas(betas: &[&str]) -> Result<(), ApiError> {
-    for b in betas.iter().flat_map(|b| b.split(',')).map(str::trim) {
+/// Refuses `anthropic-beta` values (each header value as it came, flags joined by commas) that open
+/// account-scoped features.
+pub fn refuse_betas<'a>(betas: impl Iterator<Item = &'a str>) -> Result<(), ApiError> {
+    for b in betas.flat_map(|b| b.split(',')).map(str::trim) {
         let opens = ACCOUNT_BETAS.iter().any(|p| {
             b.as_bytes()
                 .get(..p.len())
@@ -218,29 +212,36 @@ fn refuse_betas(betas: &[&str]) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Requests go upstream with `store: false` (Responses and Chat): nothing a tenant sends is kept in the
-/// operator's account, since no one could read it back through the gateway.
-pub fn store_nothing(protocol: Protocol, body: &mut Value) {
-    if matches!(protocol, Protocol::Responses | Protocol::Chat) {
-        if let Some(o) = body.as_object_mut() {
-            if protocol == Protocol::Responses
-                || o.get("store").is_some_and(|s| s != &Value::Bool(false))
-            {
-                o.insert("store".into(), Value::Bool(false));
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
 
+    use crate::protocol::edit::Edits;
+    use crate::protocol::Protocol;
+
+    /// The body's check, then (as the codec's) the betas' check.
     fn param(p: Protocol, body: Value, betas: &[&str]) -> Option<String> {
-        refuse_account_features(p, &body, betas)
+        let headers = || refuse_betas(betas.iter().copied());
+        refuse_account_features(&body)
+            .and_then(|()| {
+                if p == Protocol::Messages {
+                    headers()
+                } else {
+                    Ok(())
+                }
+            })
             .err()
             .map(|e| e.param().unwrap_or_default().to_string())
+    }
+
+    /// The body as it goes upstream with the codec's `store` edit.
+    fn store_nothing(p: Protocol, body: &mut Value) {
+        let mut e = Edits::default();
+        if let Some((k, edit)) = p.store_nothing() {
+            e.put(k, edit);
+        }
+        *body = serde_json::from_slice(&e.apply(body).unwrap()).unwrap();
     }
 
     fn user(content: Value) -> Value {

@@ -1,11 +1,10 @@
-//! The one error type of the request path, and how each protocol renders it.
+//! The one error type of the request path, with its OpenAI and Anthropic error objects (each codec renders
+//! the whole body: `Codec::error_body`).
 //!
 //! OpenAI surfaces: `{"error":{"message","type","param","code"}}`. Anthropic: `{"type":"error","error":
 //! {"type","message"},"request_id"}`. The status decides the SDK's exception class; `type`/`code` refine it.
 
 use serde_json::{json, Value};
-
-use super::Protocol;
 
 /// What went wrong, independent of any protocol's vocabulary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -350,21 +349,6 @@ impl ApiError {
         json!({"type": self.anthropic_type(), "message": self.message_with_id(request_id)})
     }
 
-    /// The whole error body for a client of `protocol`.
-    pub fn body(&self, protocol: Protocol, request_id: &str) -> Vec<u8> {
-        let v = match protocol {
-            Protocol::Messages => json!({
-                "type": "error",
-                "error": self.anthropic_object(request_id),
-                "request_id": request_id,
-            }),
-            Protocol::Chat | Protocol::Responses => {
-                json!({"error": self.openai_object(request_id)})
-            }
-        };
-        serde_json::to_vec(&v).unwrap_or_default()
-    }
-
     /// Builds an error from an upstream's error reply, keeping its status and, where it is in a known shape,
     /// its message, type, param and code.
     pub fn from_upstream(status: u16, body: &[u8], retry_after: Option<u64>) -> Self {
@@ -467,16 +451,17 @@ impl std::error::Error for ApiError {}
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::Protocol;
 
     #[test]
     fn renders_each_shape() {
         let e = ApiError::model_not_found("x");
-        let v: Value = serde_json::from_slice(&e.body(Protocol::Chat, "req_1")).unwrap();
+        let v: Value = serde_json::from_slice(&Protocol::Chat.error_body(&e, "req_1")).unwrap();
         assert_eq!(v["error"]["code"], "model_not_found");
         assert_eq!(v["error"]["type"], "invalid_request_error");
         assert_eq!(v["error"]["param"], "model");
         assert!(v["error"]["message"].as_str().unwrap().contains("req_1"));
-        let v: Value = serde_json::from_slice(&e.body(Protocol::Messages, "req_1")).unwrap();
+        let v: Value = serde_json::from_slice(&Protocol::Messages.error_body(&e, "req_1")).unwrap();
         assert_eq!(v["type"], "error");
         assert_eq!(v["error"]["type"], "not_found_error");
         assert_eq!(v["request_id"], "req_1");

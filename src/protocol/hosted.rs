@@ -1,8 +1,8 @@
 //! Paid features an upstream runs in the operator's account at a price per use: hosted tools (web search,
 //! web fetch, image generation, computer use, ...) and service tiers above the standard one. What a request
-//! asks for ([`asks`]), the limit on its uses written into it where the client gave none ([`limit_uses`]),
-//! and the uses an answer reports ([`Tally`], fed by a complete answer or by a relayed stream's events). No
-//! prices here: the gateway prices what this finds (`server/hosted.rs`).
+//! asks for ([`asks`], by the rules of its protocol), which of its tools get a use limit written in where the
+//! client gave none ([`Asks::capped`]; each codec's `hosted_cap` says where), and the uses an answer
+//! reports ([`Tally`], fed by a complete answer or by a relayed stream's events). No prices here: the gateway prices what this finds (`server/hosted.rs`).
 //!
 //! Tools the client runs itself are not hosted and pass: functions and custom tools, Anthropic's `bash`,
 //! `text_editor`, `computer` and `memory`, OpenAI's `local_shell`, local `shell` and `apply_patch`, and tool
@@ -13,9 +13,9 @@
 use std::borrow::Cow;
 
 use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
-use super::{fields, ApiError, Protocol};
+use super::{fields, ApiError};
 
 /// A hosted tool a request offers the model.
 #[derive(Debug, Clone, PartialEq)]
@@ -43,6 +43,8 @@ pub struct Asks {
     pub tiers: Vec<TierAsk>,
     /// The tools share one limit (Responses `max_tool_calls` counts every hosted call), rather than one each.
     pub shared_limit: bool,
+    /// The positions (in `tools`) of the tools whose own use limit is written in where the client gave none.
+    pub capped: Vec<usize>,
 }
 
 impl Asks {
@@ -59,15 +61,32 @@ pub fn free_tier(tier: &str) -> bool {
     FREE_TIERS.contains(&tier)
 }
 
-/// The paid features a request body of `protocol` asks for (nothing allocated when there are none).
-pub fn asks(protocol: Protocol, body: &Value) -> Result<Asks, ApiError> {
+/// How one protocol's requests ask for paid features (its codec's `hosted_asks` passes these to [`asks`]).
+pub struct Rules {
+    /// The hosted family of a tool definition, or None for a tool the client runs.
+    pub family: fn(&Map<String, Value>) -> Option<Cow<'_, str>>,
+    /// The one field that limits every hosted call (Responses `max_tool_calls`), if there is one; else each
+    /// tool has its own `max_uses`.
+    pub shared_limit: Option<&'static str>,
+    /// A field that turns on a search model's one search per request (Chat `web_search_options`).
+    pub search_option: Option<&'static str>,
+    /// The fields that name a service tier (or a rate like it).
+    pub tiers: &'static [&'static str],
+    /// The families whose tools the use limit is written into where the client gave none (see
+    /// [`Asks::capped`]).
+    pub capped: &'static [&'static str],
+}
+
+/// The paid features a request body asks for, by its protocol's `rules` (nothing allocated when there are
+/// none).
+pub fn asks(body: &Value, rules: &Rules) -> Result<Asks, ApiError> {
     let mut out = Asks::default();
     let Some(o) = body.as_object() else {
         return Ok(out);
     };
-    let shared = match protocol {
-        Protocol::Responses => Some(fields::opt_u64(o, "max_tool_calls", "")?),
-        _ => None,
+    let shared = match rules.shared_limit {
+        Some(field) => Some(fields::opt_u64(o, field, "")?),
+        None => None,
     };
     for (i, t) in o
         .get("tools")
@@ -77,17 +96,20 @@ pub fn asks(protocol: Protocol, body: &Value) -> Result<Asks, ApiError> {
         .enumerate()
     {
         let Some(to) = t.as_object() else { continue };
-        let Some(family) = tool_family(protocol, to) else {
+        let Some(family) = (rules.family)(to) else {
             continue;
         };
         let param = format!("tools[{i}]");
-        let (max_uses, limit_param) = match shared {
-            Some(limit) => (limit, "max_tool_calls".to_string()),
-            None => (
+        let (max_uses, limit_param) = match (shared, rules.shared_limit) {
+            (Some(limit), Some(field)) => (limit, field.to_string()),
+            _ => (
                 fields::opt_u64(to, "max_uses", &param)?,
                 format!("{param}.max_uses"),
             ),
         };
+        if rules.capped.contains(&family.as_ref()) {
+            out.capped.push(i);
+        }
         out.tools.push(ToolAsk {
             family: family.into_owned(),
             param,
@@ -96,19 +118,19 @@ pub fn asks(protocol: Protocol, body: &Value) -> Result<Asks, ApiError> {
         });
     }
     out.shared_limit = shared.is_some();
-    if protocol == Protocol::Chat && o.get("web_search_options").is_some_and(|v| !v.is_null()) {
-        // Search models search once per request.
-        out.tools.push(ToolAsk {
-            family: "web_search".into(),
-            param: "web_search_options".into(),
-            max_uses: Some(1),
-            limit_param: "web_search_options".into(),
-        });
+    if let Some(field) = rules.search_option {
+        if o.get(field).is_some_and(|v| !v.is_null()) {
+            // Search models search once per request.
+            out.tools.push(ToolAsk {
+                family: "web_search".into(),
+                param: field.into(),
+                max_uses: Some(1),
+                limit_param: field.into(),
+            });
+        }
     }
-    tier(o, "service_tier", &mut out)?;
-    if protocol == Protocol::Messages {
-        // Fast mode: a premium rate on every token.
-        tier(o, "speed", &mut out)?;
+    for field in rules.tiers {
+        tier(o, field, &mut out)?;
     }
     Ok(out)
 }
@@ -124,75 +146,11 @@ fn tier(o: &Map<String, Value>, param: &'static str, out: &mut Asks) -> Result<(
     Ok(())
 }
 
-/// The hosted family of a tool definition, or None for a tool the client runs.
-fn tool_family<'a>(protocol: Protocol, t: &'a Map<String, Value>) -> Option<Cow<'a, str>> {
-    let ty = t.get("type").and_then(Value::as_str);
-    match protocol {
-        Protocol::Messages => {
-            let ty = ty.filter(|t| *t != "custom")?;
-            let client = [
-                "bash",
-                "text_editor_",
-                "computer_",
-                "memory_",
-                "tool_search_tool_",
-            ];
-            if client.iter().any(|p| ty.starts_with(p)) {
-                return None;
-            }
-            Some(Cow::Borrowed(match undated(ty) {
-                "mcp_toolset" => "mcp",
-                other => other,
-            }))
-        }
-        Protocol::Responses | Protocol::Chat => {
-            let local_shell = t
-                .get("environment")
-                .and_then(|e| e.get("type"))
-                .is_none_or(|e| e == "local");
-            match ty.unwrap_or("function") {
-                "function" | "custom" | "namespace" | "local_shell" | "apply_patch"
-                | "tool_search" => None,
-                "shell" if local_shell => None,
-                w if w.starts_with("web_search") => Some(Cow::Borrowed("web_search")),
-                "computer_use_preview" | "computer" => Some(Cow::Borrowed("computer_use")),
-                other => Some(Cow::Borrowed(other)),
-            }
-        }
-    }
-}
-
 /// A tool type without its version date (`web_search_20250305` → `web_search`).
-fn undated(ty: &str) -> &str {
+pub fn undated(ty: &str) -> &str {
     match ty.rsplit_once('_') {
         Some((head, date)) if date.len() == 8 && date.bytes().all(|b| b.is_ascii_digit()) => head,
         _ => ty,
-    }
-}
-
-/// Writes the limit `cap` where the client gave none, so the upstream stops where the reservation does:
-/// Responses `max_tool_calls`; Messages `max_uses` on web search and web fetch tools.
-pub fn limit_uses(protocol: Protocol, body: &mut Value, cap: u64) {
-    let Some(o) = body.as_object_mut() else {
-        return;
-    };
-    match protocol {
-        Protocol::Responses => {
-            if o.get("max_tool_calls").is_none_or(Value::is_null) {
-                o.insert("max_tool_calls".into(), json!(cap));
-            }
-        }
-        Protocol::Messages => {
-            let tools = o.get_mut("tools").and_then(Value::as_array_mut);
-            for t in tools.into_iter().flatten().filter_map(Value::as_object_mut) {
-                let ty = t.get("type").and_then(Value::as_str).unwrap_or("");
-                let limited = matches!(undated(ty), "web_search" | "web_fetch");
-                if limited && t.get("max_uses").is_none_or(Value::is_null) {
-                    t.insert("max_uses".into(), json!(cap));
-                }
-            }
-        }
-        Protocol::Chat => {}
     }
 }
 
@@ -287,7 +245,8 @@ impl Tally {
     }
 
     /// The uses, each family at the larger of what was seen and what was stated (by family name).
-    pub fn uses(&self, protocol: Protocol) -> Uses {
+    /// `tools`: the protocol's answers count hosted uses; `tier`: the tier they name is the rate billed.
+    pub fn uses(&self, counted: bool, tier: bool) -> Uses {
         let mut tools = self.stated.clone();
         for (f, n) in &self.seen {
             match tools.iter_mut().find(|(g, _)| g == f) {
@@ -297,12 +256,8 @@ impl Tally {
         }
         tools.sort();
         Uses {
-            // Chat answers say nothing of the searches a search model made.
-            tools: (protocol != Protocol::Chat).then_some(tools),
-            // Anthropic's `service_tier` names capacity, not the rate (fast mode reports `standard`).
-            tier: (protocol != Protocol::Messages)
-                .then(|| self.tier.clone())
-                .flatten(),
+            tools: counted.then_some(tools),
+            tier: tier.then(|| self.tier.clone()).flatten(),
         }
     }
 }
@@ -326,8 +281,9 @@ struct Kind<'a> {
     name: Option<Cow<'a, str>>,
 }
 
-/// The uses a complete answer of `protocol` reports (its raw bytes, and its usage object when read).
-pub fn from_answer(protocol: Protocol, raw: &[u8], usage: Option<&Value>) -> Uses {
+/// The uses a complete answer reports (its raw bytes, and its usage object when read); `counted` and `tier`
+/// as [`Tally::uses`] takes them from the protocol.
+pub fn from_answer(raw: &[u8], usage: Option<&Value>, counted: bool, tier: bool) -> Uses {
     let mut tally = Tally::default();
     if let Ok(peek) = serde_json::from_slice::<AnswerPeek>(raw) {
         for k in peek.output.iter().chain(peek.content.iter()).flatten() {
@@ -342,12 +298,22 @@ pub fn from_answer(protocol: Protocol, raw: &[u8], usage: Option<&Value>) -> Use
     if let Some(u) = usage {
         tally.usage(u);
     }
-    tally.uses(protocol)
+    tally.uses(counted, tier)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::Protocol;
+    use serde_json::json;
+
+    fn asks(p: Protocol, body: &Value) -> Result<Asks, ApiError> {
+        p.hosted_asks(body)
+    }
+
+    fn from_answer(p: Protocol, raw: &[u8], usage: Option<&Value>) -> Uses {
+        super::from_answer(raw, usage, p.reports_tool_uses(), p.reports_rate_tier())
+    }
 
     fn families(p: Protocol, body: Value) -> Vec<(String, String, Option<u64>)> {
         asks(p, &body)
@@ -446,21 +412,6 @@ mod tests {
     }
 
     #[test]
-    fn limits_are_written_where_the_client_gave_none() {
-        let mut b = json!({"tools": [{"type": "web_search"}]});
-        limit_uses(Protocol::Responses, &mut b, 5);
-        assert_eq!(b["max_tool_calls"], 5);
-        let mut b = json!({"max_tool_calls": 2});
-        limit_uses(Protocol::Responses, &mut b, 5);
-        assert_eq!(b["max_tool_calls"], 2);
-        let mut b = json!({"tools": [{"type": "web_search_20250305"}, {"type": "web_fetch_20250910", "max_uses": 3}, {"name": "f"}]});
-        limit_uses(Protocol::Messages, &mut b, 5);
-        assert_eq!(b["tools"][0]["max_uses"], 5);
-        assert_eq!(b["tools"][1]["max_uses"], 3);
-        assert!(b["tools"][2].get("max_uses").is_none());
-    }
-
-    #[test]
     fn reported_uses_are_counted() {
         let raw = br#"{"content": [{"type": "server_tool_use", "name": "web_search"}, {"type": "text", "text": "x"}],
             "usage": {"server_tool_use": {"web_search_requests": 3, "web_fetch_requests": 1}}}"#;
@@ -494,7 +445,11 @@ mod tests {
         t.item("server_tool_use", Some("web_fetch"));
         t.usage(&json!({"server_tool_use": {"web_search_requests": 2}}));
         assert_eq!(
-            t.uses(Protocol::Messages).tools,
+            t.uses(
+                Protocol::Messages.reports_tool_uses(),
+                Protocol::Messages.reports_rate_tier()
+            )
+            .tools,
             Some(vec![("web_fetch".into(), 1), ("web_search".into(), 2)])
         );
     }

@@ -2,12 +2,53 @@
 //! structured-output formats, image URLs, sampling ranges and reasoning effort, decoded and encoded once for
 //! the codecs in `chat/` and `responses/`. Where the same thing has two shapes (Chat nests a function under
 //! `function` and a schema under `json_schema`; Responses keeps both flat) the [`Shape`] parameter says which.
+//! Also their common wire: the error body, the models list, the hosted tool families.
+
+use std::borrow::Cow;
 
 use serde_json::{json, Map, Value};
 
 use super::canon::{ImageSource, OutputFormat, Request, Tool, ToolChoice};
+use super::codec::Listed;
 use super::fields::{self, opt_bool, opt_str};
 use super::ApiError;
+
+/// How OpenAI clients send their key.
+pub const KEY_HOW: &str = "`Authorization: Bearer <key>`";
+
+/// The error body: `{"error": {"message", "type", "param", "code"}}`.
+pub fn error_body(err: &ApiError, request_id: &str) -> Vec<u8> {
+    serde_json::to_vec(&json!({"error": err.openai_object(request_id)})).unwrap_or_default()
+}
+
+/// The models list: `{"object": "list", "data": [...]}`.
+pub fn models_list(models: &[Listed], created: u64) -> Value {
+    let data: Vec<Value> = models.iter().map(|m| model_entry(m, created)).collect();
+    json!({"object": "list", "data": data})
+}
+
+/// One model of the list.
+pub fn model_entry(m: &Listed, created: u64) -> Value {
+    json!({"id": m.id, "object": "model", "created": created, "owned_by": m.owned_by})
+}
+
+/// The hosted family of an OpenAI tool definition (`web_search_preview*` → `web_search`,
+/// `computer_use_preview` → `computer_use`), or None for a tool the client runs (functions, custom tools,
+/// `local_shell`, a local `shell`, `apply_patch`, tool search).
+pub fn tool_family(t: &Map<String, Value>) -> Option<Cow<'_, str>> {
+    let ty = t.get("type").and_then(Value::as_str);
+    let local_shell = t
+        .get("environment")
+        .and_then(|e| e.get("type"))
+        .is_none_or(|e| e == "local");
+    match ty.unwrap_or("function") {
+        "function" | "custom" | "namespace" | "local_shell" | "apply_patch" | "tool_search" => None,
+        "shell" if local_shell => None,
+        w if w.starts_with("web_search") => Some(Cow::Borrowed("web_search")),
+        "computer_use_preview" | "computer" => Some(Cow::Borrowed("computer_use")),
+        other => Some(Cow::Borrowed(other)),
+    }
+}
 
 /// How a function appears in a tool list or a `tool_choice`, and a JSON schema in an output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,93 +1,59 @@
-//! What the gateway reads and changes in a client request before (or instead of) decoding it, per protocol:
-//! which endpoint a path is, the headers a protocol requires, the envelope every request needs (`model`,
-//! `stream`), fresh response ids, keepalive payloads, and the edits a same-protocol passthrough makes (the
-//! model renamed, stream usage switched on, the headers passed on). `server/` asks these; it names no wire
-//! field itself.
+//! What the gateway reads and changes in a client request before (or instead of) decoding it: which endpoint
+//! a path is, the envelope every request needs (`model`, `stream`), and the edits a body going to an upstream
+//! of its own protocol gets (the model renamed, the one output limit written, other protocols' fields left
+//! out, stream usage switched on, nothing stored, the use limit of paid tools), asked of the protocol's
+//! codec and applied as the body is serialized (`edit.rs`). `server/` asks these; it names no wire field
+//! itself.
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use super::{chat, fields, messages, responses, ApiError, Protocol};
-use crate::http::Request;
-use crate::util::new_id;
+use super::edit::{Edit, Edits, Put};
+use super::{fields, limits, ApiError, Protocol, ALL};
 
-/// The endpoints a client may call, beyond their protocol.
+/// The endpoints a client may call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Endpoint {
-    /// Generation: `/v1/chat/completions`, `/v1/responses`, `/v1/messages`.
+    /// Generation: each protocol's own path.
     Generate(Protocol),
-    /// `/v1/messages/count_tokens` (Anthropic's token counting).
-    CountTokens,
+    /// A protocol's token counting (`/v1/messages/count_tokens`).
+    CountTokens(Protocol),
 }
 
 impl Endpoint {
     /// The endpoint at `path`, if it is one.
     pub fn from_path(path: &str) -> Option<Endpoint> {
-        match path {
-            COUNT_TOKENS_PATH => Some(Endpoint::CountTokens),
-            p => Protocol::from_path(p).map(Endpoint::Generate),
-        }
+        ALL.iter().find_map(|&p| {
+            if p.path() == path {
+                Some(Endpoint::Generate(p))
+            } else if p.count_tokens_path() == Some(path) {
+                Some(Endpoint::CountTokens(p))
+            } else {
+                None
+            }
+        })
     }
 
     /// The protocol whose shapes (errors, headers) its answers take.
     pub fn protocol(self) -> Protocol {
         match self {
-            Endpoint::Generate(p) => p,
-            Endpoint::CountTokens => Protocol::Messages,
+            Endpoint::Generate(p) | Endpoint::CountTokens(p) => p,
         }
+    }
+
+    /// Token counting (metered, never billed).
+    pub fn counts_tokens(self) -> bool {
+        matches!(self, Endpoint::CountTokens(_))
     }
 }
 
-/// Anthropic's token counting endpoint (on the gateway and on Anthropic upstreams).
-pub const COUNT_TOKENS_PATH: &str = "/v1/messages/count_tokens";
-
 impl Protocol {
-    /// The protocol whose error shape suits an answer at `path` when nothing else is known (errors the HTTP
-    /// layer gives before routing): Anthropic's for paths with `/messages`, OpenAI's elsewhere.
-    pub fn for_errors_at(path: Option<&str>) -> Protocol {
-        match path {
-            Some(p) if p.contains("/messages") => Protocol::Messages,
-            _ => Protocol::Chat,
-        }
-    }
-
-    /// The protocol whose error shape suits an answer to `req` outside the model endpoints: Anthropic's
-    /// when it sends `anthropic-version` (an Anthropic SDK) or its path has `/messages`.
-    pub fn for_request(req: &Request) -> Protocol {
-        if req.header("anthropic-version").is_some() {
-            Protocol::Messages
-        } else {
-            Protocol::for_errors_at(Some(&req.path))
-        }
-    }
-
-    /// The `anthropic-beta` flags a request carries (each header value as it came).
-    pub fn beta_flags(req: &Request) -> Vec<&str> {
-        req.header_all("anthropic-beta").collect()
-    }
-
-    /// A request without a header the protocol requires, as the client's error (`anthropic-version` for
-    /// Messages).
-    pub fn check_headers(self, req: &Request) -> Result<(), ApiError> {
-        if self == Protocol::Messages && req.header("anthropic-version").is_none() {
-            return Err(ApiError::invalid_param(
-                "anthropic-version",
-                "anthropic-version: header is required (for example `anthropic-version: 2023-06-01`).",
-            ));
-        }
-        Ok(())
-    }
-
     /// Checks the fields every request of the protocol needs, without decoding the whole body; returns
     /// `stream`.
     pub fn validate_envelope(self, body: &Value) -> Result<bool, ApiError> {
         let o = fields::object(body, "body")?;
         fields::req_str(o, "model", "")?;
         let stream = fields::stream_flag(o)?;
-        match self {
-            Protocol::Chat => chat::validate(body)?,
-            Protocol::Responses => responses::validate(body)?,
-            Protocol::Messages => messages::validate(body)?,
-        }
+        self.validate(body)?;
         Ok(stream)
     }
 
@@ -98,93 +64,87 @@ impl Protocol {
             .unwrap_or_default()
     }
 
-    /// A fresh id for an answer in this protocol.
-    pub fn new_response_id(self) -> String {
-        match self {
-            Protocol::Chat => new_id("chatcmpl-"),
-            Protocol::Responses => new_id("resp_"),
-            Protocol::Messages => new_id("msg_"),
+    /// The edits a client's body of this protocol gets on its way to an upstream of the same protocol.
+    pub fn upstream_edits<'a>(self, f: &Forward<'a>) -> Edits<'a> {
+        let mut e = Edits::default();
+        e.put("model", Edit::Set(Put::Str(f.model)));
+        if !f.generation {
+            return e;
         }
-    }
-
-    /// Whether a client's stream should carry a usage report: Chat clients ask with
-    /// `stream_options.include_usage`; the other protocols always carry one.
-    pub fn wants_stream_usage(self, body: &Value) -> bool {
-        self != Protocol::Chat
-            || body
-                .pointer("/stream_options/include_usage")
-                .and_then(Value::as_bool)
-                == Some(true)
-    }
-
-    /// What keeps an idle stream of this protocol open without disturbing its clients: an SSE comment for
-    /// the OpenAI protocols (their SDKs skip comments), a `ping` event for Messages.
-    pub fn keepalive(self) -> &'static [u8] {
-        match self {
-            Protocol::Messages => b"event: ping\ndata: {\"type\":\"ping\"}\n\n",
-            Protocol::Chat | Protocol::Responses => b": keepalive\n\n",
-        }
-    }
-
-    /// Edits a client's body for an upstream of the same protocol, in place: the model renamed, and for a
-    /// Chat stream, usage switched on (the gateway bills from it; see [`Protocol::wants_stream_usage`] for
-    /// whether the client sees it). Idempotent, so a failover can edit it again.
-    pub fn edit_for_passthrough(self, body: &mut Value, upstream_model: &str, stream: bool) {
-        body["model"] = json!(upstream_model);
-        if self == Protocol::Chat && stream {
-            match body.get_mut("stream_options") {
-                Some(Value::Object(so)) => {
-                    so.insert("include_usage".into(), json!(true));
-                }
-                _ => body["stream_options"] = json!({"include_usage": true}),
+        // One output limit, in the one field the upstream reads; other protocols' fields never go.
+        let own = self.limit_fields();
+        for field in limits::all_fields() {
+            if f.limit.is_some() || !own.contains(&field) {
+                e.put(field, Edit::Remove);
             }
         }
-    }
-
-    /// The header values a same-protocol upstream is sent from the client's request (Anthropic's
-    /// `anthropic-beta` flags, all of them joined).
-    pub fn passed_on_beta(self, req: &Request) -> Option<String> {
-        if self != Protocol::Messages {
-            return None;
+        if let Some(limit) = f.limit {
+            let field = self.upstream_limit_field(f.max_completion_tokens);
+            e.put(field, Edit::Set(Put::Num(limit)));
         }
-        let all = Protocol::beta_flags(req);
-        (!all.is_empty()).then(|| all.join(","))
+        for field in limits::all_choice_fields() {
+            if self.choices_field() != Some(field) {
+                e.put(field, Edit::Remove);
+            }
+        }
+        let store = f.store_nothing.then(|| self.store_nothing()).flatten();
+        let usage = f.stream.then(|| self.stream_usage_on()).flatten();
+        let cap = f
+            .hosted_cap
+            .and_then(|(cap, tools)| self.hosted_cap(cap, tools));
+        for (field, edit) in [store, usage, cap].into_iter().flatten() {
+            e.put(field, edit);
+        }
+        e
     }
 }
 
-/// A count_tokens body decoded (and so validated) as a Messages request; it carries no `max_tokens`.
-pub fn decode_count_request(body: &Value) -> Result<super::canon::Request, ApiError> {
-    let mut body = body.clone();
-    if body.get("max_tokens").is_none() {
-        body["max_tokens"] = json!(1);
-    }
-    messages::decode_request(&body)
-}
-
-/// The count_tokens answer for `input_tokens`.
-pub fn count_answer(input_tokens: u64) -> Vec<u8> {
-    json!({ "input_tokens": input_tokens })
-        .to_string()
-        .into_bytes()
-}
-
-/// The tokens an upstream's count_tokens answer reports.
-pub fn counted_tokens(raw: &[u8]) -> Option<u64> {
-    serde_json::from_slice::<Value>(raw)
-        .ok()?
-        .get("input_tokens")?
-        .as_u64()
+/// What a body going to an upstream of its own protocol carries besides what the client sent.
+#[derive(Debug, Clone, Copy)]
+pub struct Forward<'a> {
+    /// The model name the upstream knows.
+    pub model: &'a str,
+    /// Generation (the output limit, choices, storage and hosted limits are the gateway's to set); token
+    /// counting only renames the model.
+    pub generation: bool,
+    /// The one output limit (per choice) to send, if any.
+    pub limit: Option<u64>,
+    /// The upstream takes the limit as OpenAI's `max_completion_tokens`.
+    pub max_completion_tokens: bool,
+    /// A stream: its usage report is switched on (the gateway bills from it).
+    pub stream: bool,
+    /// Nothing may be stored in the operator's account.
+    pub store_nothing: bool,
+    /// The use limit of paid hosted tools, and the positions of the tools it is written into.
+    pub hosted_cap: Option<(u64, &'a [usize])>,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    fn forward(model: &str) -> Forward<'_> {
+        Forward {
+            model,
+            generation: true,
+            limit: None,
+            max_completion_tokens: false,
+            stream: false,
+            store_nothing: false,
+            hosted_cap: None,
+        }
+    }
+
+    fn sent(p: Protocol, body: Value, f: &Forward) -> Value {
+        serde_json::from_slice(&p.upstream_edits(f).apply(&body).unwrap()).unwrap()
+    }
 
     #[test]
     fn endpoints_and_error_shapes_by_path() {
         assert_eq!(
             Endpoint::from_path("/v1/messages/count_tokens"),
-            Some(Endpoint::CountTokens)
+            Some(Endpoint::CountTokens(Protocol::Messages))
         );
         assert_eq!(
             Endpoint::from_path("/v1/responses"),
@@ -199,20 +159,104 @@ mod tests {
     }
 
     #[test]
-    fn passthrough_edits_are_idempotent() {
-        let mut body = json!({"model": "public", "stream": true, "messages": []});
+    fn passthrough_edits() {
+        let body = json!({"model": "public", "stream": true, "messages": []});
         assert!(!Protocol::Chat.wants_stream_usage(&body));
-        Protocol::Chat.edit_for_passthrough(&mut body, "private", true);
-        let once = body.clone();
-        Protocol::Chat.edit_for_passthrough(&mut body, "private", true);
-        assert_eq!(body, once);
-        assert_eq!(body["model"], "private");
-        assert_eq!(body["stream_options"]["include_usage"], true);
+        let f = Forward {
+            stream: true,
+            ..forward("private")
+        };
+        let out = sent(Protocol::Chat, body, &f);
+        assert_eq!(out["model"], "private");
+        assert_eq!(out["stream_options"]["include_usage"], true);
         let asked = json!({"model": "m", "stream_options": {"include_usage": true}});
         assert!(Protocol::Chat.wants_stream_usage(&asked));
-        let mut m = json!({"model": "m"});
+        let m = json!({"model": "m"});
         assert!(Protocol::Messages.wants_stream_usage(&m));
-        Protocol::Messages.edit_for_passthrough(&mut m, "x", true);
-        assert!(m.get("stream_options").is_none());
+        let out = sent(
+            Protocol::Messages,
+            m,
+            &Forward {
+                stream: true,
+                ..forward("x")
+            },
+        );
+        assert!(out.get("stream_options").is_none());
+    }
+
+    #[test]
+    fn decoy_fields_of_other_protocols_never_go_upstream() {
+        let b =
+            json!({"max_tokens": 8192, "max_completion_tokens": 0, "max_output_tokens": 1, "n": 3});
+        assert_eq!(
+            sent(Protocol::Messages, b, &forward("m")),
+            json!({"model": "m", "max_tokens": 8192})
+        );
+        let b = json!({"max_tokens": 0, "max_output_tokens": 8192});
+        assert_eq!(
+            sent(Protocol::Responses, b, &forward("m")),
+            json!({"model": "m", "max_output_tokens": 8192})
+        );
+    }
+
+    #[test]
+    fn the_one_limit_goes_in_the_field_the_upstream_reads() {
+        let with = |limit, mct| Forward {
+            limit: Some(limit),
+            max_completion_tokens: mct,
+            ..forward("m")
+        };
+        let b = json!({"max_tokens": 100});
+        assert_eq!(
+            sent(Protocol::Chat, b, &with(50, true)),
+            json!({"model": "m", "max_completion_tokens": 50})
+        );
+        let b = json!({"max_completion_tokens": 10, "max_tokens": 10});
+        assert_eq!(
+            sent(Protocol::Chat, b, &with(10, false)),
+            json!({"model": "m", "max_tokens": 10})
+        );
+        assert_eq!(
+            sent(Protocol::Responses, json!({}), &with(7, false)),
+            json!({"model": "m", "max_output_tokens": 7})
+        );
+        // Chat keeps its `n`; token counting only renames the model.
+        let b = json!({"n": 2, "max_output_tokens": 3});
+        assert_eq!(
+            sent(Protocol::Chat, b.clone(), &forward("m")),
+            json!({"model": "m", "n": 2})
+        );
+        let count = Forward {
+            generation: false,
+            ..forward("m")
+        };
+        assert_eq!(
+            sent(Protocol::Messages, b, &count),
+            json!({"model": "m", "n": 2, "max_output_tokens": 3})
+        );
+    }
+
+    #[test]
+    fn hosted_use_limits_are_written_where_the_client_gave_none() {
+        let capped = |cap, tools| Forward {
+            hosted_cap: Some((cap, tools)),
+            ..forward("m")
+        };
+        let b = json!({"tools": [{"type": "web_search"}]});
+        assert_eq!(
+            sent(Protocol::Responses, b, &capped(5, &[]))["max_tool_calls"],
+            5
+        );
+        let b = json!({"max_tool_calls": 2});
+        assert_eq!(
+            sent(Protocol::Responses, b, &capped(5, &[]))["max_tool_calls"],
+            2
+        );
+        let b = json!({"tools": [{"type": "web_search_20250305"}, {"type": "web_fetch_20250910", "max_uses": 3}, {"name": "f"}]});
+        let tools = Protocol::Messages.hosted_asks(&b).unwrap().capped;
+        let out = sent(Protocol::Messages, b, &capped(5, &tools));
+        assert_eq!(out["tools"][0]["max_uses"], 5);
+        assert_eq!(out["tools"][1]["max_uses"], 3);
+        assert!(out["tools"][2].get("max_uses").is_none());
     }
 }

@@ -1,12 +1,12 @@
-//! Admission (rate limits and balance, before any upstream call) and settlement (cost from real usage, one
-//! ledger record per request that reached an upstream).
+//! The last stage of every request to a model: settlement. The reservation admission made (`admit.rs`) is
+//! settled at the cost of the real usage, and every request that reached an upstream (or that the gateway
+//! refused for a known key) gets its one ledger record.
 
 use super::gateway::Gateway;
-use super::outcome::Outcome;
-use super::prepared::Prepared;
+use super::outcome::{Answer, Asked, Outcome};
 use super::respond;
 use super::trace::Trace;
-use crate::access::accounts::{Ask, RateInfo, Reservation};
+use crate::access::accounts::Reservation;
 use crate::config::{Config, Model};
 use crate::http::{Exchange, Withheld};
 use crate::ledger::{Record, Status};
@@ -15,6 +15,7 @@ use crate::pricing::Bill;
 use crate::protocol::canon::Usage;
 use crate::protocol::request::Endpoint;
 use crate::protocol::ApiError;
+use crate::upstream::policy;
 use crate::util::{rfc3339_millis, unix_millis};
 
 /// What `usage` costs at the model's prices in force now: every kind of token at its price, the whole
@@ -23,96 +24,63 @@ pub fn cost(model: &Model, u: &Usage) -> Bill {
     model.prices.bill(u, crate::util::unix_now())
 }
 
-/// Checks the key's limits and balance and reserves the request's worst case: its estimated input and the
-/// output limit its upstream requests will carry. Token counting is held to the rate and concurrency
-/// limits only (it costs nothing against the balance).
-pub fn admit(
-    gw: &Gateway,
-    p: &Prepared,
-    id: &str,
-) -> Result<(Reservation, RateInfo), (ApiError, RateInfo)> {
-    let input = p.input_estimate();
-    let group = p.config.group(&p.identity.group);
-    let key = &p.identity.name;
-    let ask = if p.endpoint == Endpoint::CountTokens {
-        Ask {
-            key,
-            id,
-            credit: None,
-            group,
-            tokens: input,
-            cost: Money::ZERO,
-            budget: None,
-            now: crate::util::unix_now(),
-        }
-    } else {
-        // The worst case: at the tier the estimated input falls in, every input token at the dearest input
-        // kind (a request may write all of it to a cache).
-        let worst = p
-            .model
-            .prices
-            .worst_case(input, p.reserved_output(), crate::util::unix_now());
-        // Token counts saturate: a limit near 2^64 is a huge request, never a small one by wrap-around.
-        let requested = p.requested_output.unwrap_or(0).saturating_mul(p.choices);
-        Ask {
-            key,
-            id,
-            credit: p.identity.credit,
-            group,
-            tokens: input.saturating_add(requested),
-            cost: worst + p.hosted.reserved(),
-            budget: p.budget(),
-            now: crate::util::unix_now(),
-        }
-    };
-    gw.accounts.check_and_reserve(&ask)
+/// A settled request: its outcome as the client and the record have it, and what it was charged.
+pub struct Settled {
+    pub outcome: Outcome,
+    /// The cost (hosted uses included) and the tier applied.
+    pub bill: Bill,
 }
 
-/// Settles the reservation and writes the usage record (only for requests that reached an upstream).
-/// Output beyond the limit sent upstream is not billed. In strict mode a record that cannot be synced turns
-/// the answer into an error before its end reaches the client (503, or the stream's in-stream error).
-/// Returns what was charged: the cost (hosted uses included) and the tier applied.
-pub fn record(
+/// Settles the reservation and writes the usage record (only for requests that reached an upstream, and
+/// refusals of known keys). Output beyond the limit sent upstream is not billed. In strict mode a record that
+/// cannot be synced turns the answer into an error before its end reaches the client (503, or the stream's
+/// in-stream error).
+pub fn settle(
     gw: &Gateway,
     config: &Config,
     ex: &mut Exchange,
     trace: &Trace,
-    out: &mut Outcome,
+    mut out: Outcome,
     reservation: Option<Reservation>,
-) -> Bill {
+) -> Settled {
     let latency = ex.received.elapsed();
-    if !out.upstream_called {
+    if !out.upstream_called() {
         if let Some(r) = reservation {
             r.release();
         }
-        record_refusal(gw, trace, out, latency);
-        return Bill::default();
+        record_refusal(gw, trace, &out, latency);
+        let bill = Bill::default();
+        return Settled { outcome: out, bill };
     }
-    if let Some(m) = &out.model {
-        let failure = out.answer.upstream_failure();
+    if let Some(m) = &out.asked.model {
+        let failure = policy::rule(out.answer.ended(false)).failure;
         let why = out.answer.error.as_ref().map(ApiError::message);
         gw.stats
-            .observe(m, latency.as_millis() as u64, failure.is_some(), why);
+            .observe(m, latency.as_millis() as u64, failure, why);
     }
-    let usage = billable_usage(trace, out);
-    let model = out.model.as_deref().and_then(|m| config.model_any(m));
-    let hosted = out.hosted.charge(&out.answer.hosted);
+    let (usage, estimated) = billable_usage(trace, &out);
+    out.answer.set_usage((usage, estimated));
+    let model = out.asked.model.as_deref().and_then(|m| config.model_any(m));
+    let hosted = out.asked.hosted.charge(&out.answer.hosted);
     let bill = match model {
-        Some(m) if !out.unbilled => Some(cost(m, &usage)),
+        Some(m) if !out.asked.unbilled => Some(cost(m, &usage)),
         _ => None,
     };
     let mut charged = bill.map_or(Money::ZERO, |b| b.cost + hosted.cost);
-    let mut rec = usage_record(gw, trace, out, &usage, charged, latency);
+    let mut rec = usage_record(gw, trace, &out, &usage, charged, latency);
     let rec_tier = bill.and_then(|b| b.tier);
     rec.tier_above_input_tokens = rec_tier;
     (rec.hosted_uses, rec.service_tier) = (hosted.uses, hosted.tier);
     if let Err(rec) = gw.ledger.try_append(rec) {
         let mut rec = *rec;
-        if withhold_answer(ex, trace, out) {
+        let (whole, withheld) = withhold_answer(ex, trace, out.asked.stream);
+        if whole {
             charged = Money::ZERO;
             rec.status = Status::Http(503);
             rec.cost = Money::ZERO;
+            out.answer.status = 503;
         }
+        out.answer.error = Some(withheld);
         rec.error = out
             .answer
             .error
@@ -123,11 +91,12 @@ pub fn record(
     if let Some(r) = reservation {
         r.settle(charged, usage.total());
     }
-    Bill {
+    let bill = Bill {
         cost: charged,
         split: usage.split(),
         tier: rec_tier,
-    }
+    };
+    Settled { outcome: out, bill }
 }
 
 /// A request of a known key that arrives while every worker is busy: answered 503 `overloaded` here, on
@@ -154,13 +123,17 @@ pub fn refuse_overloaded(gw: &Gateway, ex: &mut Exchange) -> bool {
         .then(|| serde_json::from_slice::<serde_json::Value>(&ex.request.body).ok())
         .flatten()
         .map(|v| crate::protocol::Protocol::requested_model(&v).to_string());
-    let mut out = Outcome {
+    let asked = Asked {
         key: Some(identity.name.clone()),
         group: Some(identity.group.clone()),
         model,
+        ..Asked::default()
+    };
+    let out = Outcome {
+        asked,
+        answer: Answer::refused(err),
         ..Outcome::default()
     };
-    out.answer.fail(err);
     record_refusal(gw, &trace, &out, ex.received.elapsed());
     true
 }
@@ -173,10 +146,10 @@ fn record_refusal(gw: &Gateway, trace: &Trace, out: &Outcome, latency: std::time
     let Some(err) = &out.answer.error else {
         return;
     };
-    if out.key.is_none() || err.status() == 401 || err.code() == Some("ledger_unavailable") {
+    if out.asked.key.is_none() || err.status() == 401 || err.code() == Some("ledger_unavailable") {
         return;
     }
-    if let Some(key) = &out.key {
+    if let Some(key) = &out.asked.key {
         gw.accounts.touch(key);
     }
     let mut rec = usage_record(gw, trace, out, &Usage::default(), Money::ZERO, latency);
@@ -203,13 +176,14 @@ fn refusal_reason(err: &ApiError) -> &str {
 /// The usage billed, by one rule on every path: as reported or estimated, with output beyond the limit
 /// sent upstream cut off, and never less than the request's input once its upstream worked on it (see
 /// [`worked_on`]): an upstream that never reported usage (the client left first, or shutdown cut the
-/// call) is billed the admission's estimate of the input, marked estimated.
-fn billable_usage(trace: &Trace, out: &mut Outcome) -> Usage {
+/// call) is billed the admission's estimate of the input, marked estimated. Returns it and whether it is an
+/// estimate.
+fn billable_usage(trace: &Trace, out: &Outcome) -> (Usage, bool) {
     let mut usage = out.answer.usage.unwrap_or_default();
+    let mut estimated = out.answer.estimated;
     if usage.input_tokens == 0 && worked_on(out) {
-        usage.input_tokens = out.input_estimate;
-        out.answer.estimated = true;
-        out.answer.usage = Some(usage);
+        usage.input_tokens = out.asked.input_estimate;
+        estimated = true;
     }
     if let Some(limit) = out.answer.output_limit {
         if usage.output_tokens > limit {
@@ -221,10 +195,9 @@ fn billable_usage(trace: &Trace, out: &mut Outcome) -> Usage {
             );
             usage.output_tokens = limit;
             usage.reasoning_tokens = usage.reasoning_tokens.min(limit);
-            out.answer.usage = Some(usage);
         }
     }
-    usage
+    (usage, estimated)
 }
 
 /// Whether the upstream worked on the request, so that it owes at least its input: the upstream took the
@@ -259,12 +232,12 @@ fn usage_record(
         ts: rfc3339_millis(started_ms),
         request_id: trace.request_id.clone(),
         client_request_id: trace.client_request_id.clone(),
-        key: out.key.clone().unwrap_or_default(),
-        group: out.group.clone().unwrap_or_default(),
-        model: out.model.clone().unwrap_or_default(),
+        key: out.asked.key.clone().unwrap_or_default(),
+        group: out.asked.group.clone().unwrap_or_default(),
+        model: out.asked.model.clone().unwrap_or_default(),
         protocol: trace.protocol.name().to_string(),
         upstream: out.answer.upstream.clone().unwrap_or_default(),
-        stream: out.stream,
+        stream: out.asked.stream,
         status,
         input_tokens: usage.input_tokens,
         cached_input_tokens: split.cache_reads,
@@ -282,7 +255,7 @@ fn usage_record(
             .as_ref()
             .map(|e| crate::secrets::scrubbed(&e.operator_text())),
         reason: None,
-        requested_model: out.requested_model.clone(),
+        requested_model: out.asked.requested_model.clone(),
         instance,
         hosted_uses: Default::default(),
         service_tier: None,
@@ -290,13 +263,13 @@ fn usage_record(
 }
 
 /// Strict mode, and the record could not be synced: the answer must not end as a success. Returns whether
-/// nothing of it reached the client (it gets a 503 and pays nothing).
-fn withhold_answer(ex: &mut Exchange, trace: &Trace, out: &mut Outcome) -> bool {
+/// nothing of it reached the client (it gets a 503 and pays nothing), and the error it ends with.
+fn withhold_answer(ex: &mut Exchange, trace: &Trace, stream: bool) -> (bool, ApiError) {
     let err = ApiError::record_not_synced();
     log::error!(
         "{}: usage record not synced (strict ledger): answering {} instead",
         trace.request_id,
-        if out.stream {
+        if stream {
             "with an in-stream error"
         } else {
             "503"
@@ -306,7 +279,6 @@ fn withhold_answer(ex: &mut Exchange, trace: &Trace, out: &mut Outcome) -> bool 
     let whole = match w.withhold() {
         Withheld::Whole => {
             respond::error(w, trace, &err);
-            out.answer.status = 503;
             true
         }
         Withheld::Tail(held) => {
@@ -314,7 +286,7 @@ fn withhold_answer(ex: &mut Exchange, trace: &Trace, out: &mut Outcome) -> bool 
             let ev = trace.protocol.error_event(
                 &err,
                 &trace.request_id,
-                crate::protocol::observe::next_sequence(&held),
+                trace.protocol.next_sequence(&held),
             );
             let _ = w.write_chunk(&ev);
             let _ = w.finish();
@@ -322,6 +294,5 @@ fn withhold_answer(ex: &mut Exchange, trace: &Trace, out: &mut Outcome) -> bool 
         }
         Withheld::Nothing => false,
     };
-    out.answer.error = Some(err);
-    whole
+    (whole, err)
 }

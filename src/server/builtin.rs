@@ -2,32 +2,57 @@
 
 use super::attempt::Attempt;
 use super::events::EventWriter;
+use super::outcome::{Answer, Delivered};
 use super::respond;
 use crate::protocol::canon::StreamEvent;
 use crate::protocol::ApiError;
 use crate::upstream::mock;
 use crate::util::unix_now;
 
-pub fn serve(a: &mut Attempt) -> Result<(), ApiError> {
+pub fn serve(a: &mut Attempt) -> Answer {
+    let answer = Answer::for_upstream(&a.upstream.name);
     let protocol = a.trace.protocol;
-    let mut req = protocol.decode_request(&a.p.body)?;
+    let mut req = match a.p.canonical() {
+        Ok(r) => r,
+        Err(e) => return answer.failed(e),
+    };
     if req.max_tokens.is_none() && a.p.must_limit() {
         req.max_tokens = Some(a.p.limit_per_choice());
     }
-    a.answer.output_limit = req.max_tokens;
-    a.answer.called = true;
-    a.answer.taken = true;
+    let mut answer = Answer {
+        output_limit: req.max_tokens,
+        called: true,
+        taken: true,
+        ..answer
+    };
     let mut reply = mock::reply(&req, &a.p.requested);
     reply.response.id = protocol.new_response_id();
-    a.answer.usage = Some(reply.response.usage);
+    answer.usage = Some(reply.response.usage);
     if !a.p.stream {
         let v = protocol.encode_response(&reply.response, &req);
-        let bytes = serde_json::to_vec(&v).map_err(|e| ApiError::internal(e.to_string()))?;
-        respond::json(a.ex.response(), a.trace, 200, &bytes, &[]);
-        a.answer.status = 200;
-        return Ok(());
+        return match serde_json::to_vec(&v) {
+            Ok(bytes) => {
+                respond::json(a.ex.response(), a.trace, 200, &bytes, &[]);
+                answer.status = 200;
+                answer
+            }
+            Err(e) => answer.failed(ApiError::internal(e.to_string())),
+        };
     }
-    let encoder = protocol.stream_encoder(&req, a.p.wants_stream_usage, &a.trace.request_id);
+    answer.delivered(stream(a, &req, &reply));
+    answer
+}
+
+/// Streams the mock's events (at its delay between deltas), cut by the shutdown deadline.
+fn stream(
+    a: &mut Attempt,
+    req: &crate::protocol::canon::Request,
+    reply: &mock::MockReply,
+) -> Delivered {
+    let encoder = a
+        .trace
+        .protocol
+        .stream_encoder(req, a.p.wants_stream_usage, &a.trace.request_id);
     let start = StreamEvent::Start {
         id: reply.response.id.clone(),
         model: a.p.requested.clone(),
@@ -36,10 +61,11 @@ pub fn serve(a: &mut Attempt) -> Result<(), ApiError> {
     };
     let (w, trace) = (a.ex.response(), a.trace);
     let Ok(mut writer) = EventWriter::start(w, trace, encoder, start, &[], a.watch) else {
-        a.answer.client_closed = true;
-        return Ok(());
+        return Delivered {
+            client_closed: true,
+            ..Delivered::default()
+        };
     };
-    a.answer.status = 200;
     let delay = a.upstream.mock_delay;
     for ev in &reply.events {
         if trace.cut_by_shutdown() {
@@ -51,15 +77,8 @@ pub fn serve(a: &mut Attempt) -> Result<(), ApiError> {
             trace.add_upstream_wait(delay);
         }
         if writer.emit(ev).is_err() {
-            a.answer.client_closed = true;
-            a.answer.set_usage(writer.usage());
-            return Ok(());
+            return writer.gone();
         }
     }
-    a.answer.error = writer.error.clone();
-    match writer.finish() {
-        Ok(u) => a.answer.set_usage(u),
-        Err(_) => a.answer.client_closed = true,
-    }
-    Ok(())
+    writer.end()
 }

@@ -5,6 +5,7 @@
 
 use std::borrow::Cow;
 
+use super::outcome::Delivered;
 use super::respond;
 use super::trace::Trace;
 use super::watchdog::WatchGuard;
@@ -151,6 +152,32 @@ impl<'a> EventWriter<'a> {
     pub fn usage(&self) -> (Usage, bool) {
         let completed = self.finished && self.error.is_none();
         estimate::stream_usage(self.usage, completed, &self.produced, self.input_estimate)
+    }
+
+    /// The client went away (a write failed): what was delivered, with the usage so far.
+    pub fn gone(self) -> Delivered {
+        Delivered {
+            status: 200,
+            client_closed: true,
+            usage: Some(self.usage()),
+            error: None,
+        }
+    }
+
+    /// Closes the stream ([`EventWriter::finish`]): what was delivered, with the usage and the error it
+    /// ended with.
+    pub fn end(self) -> Delivered {
+        let error = self.error.clone();
+        let (usage, client_closed) = match self.finish() {
+            Ok(u) => (Some(u), false),
+            Err(ClientGone) => (None, true),
+        };
+        Delivered {
+            status: 200,
+            client_closed,
+            usage,
+            error,
+        }
     }
 
     /// Closes the stream: when no usage came, an estimate is sent first; then the protocol's closing

@@ -1,79 +1,138 @@
-//! Choosing the upstream: a model's upstreams in order, healthy ones first, moving on only before the first
-//! byte reached the client and only for failures another upstream may not have. Each attempt starts clean
-//! and reports one verdict to its upstream's breaker.
+//! Choosing the upstream: a model's upstreams in order ([`Route`]: healthy ones first, moving on only before
+//! the first byte reached the client), each admitted by its breaker just before it is tried ([`Turn`]); after
+//! each attempt its ending is reported (the breaker's verdict, the metrics, the cool-down of a 429: as the
+//! failover policy, `upstream::policy`, rules) and one question answered: move on to the next upstream?
+//! Failover never answers a request itself: the pipeline (`generate.rs`) calls the answering step for each
+//! turn it is given.
 
 use std::time::{Duration, Instant};
 
-use super::attempt::{InFlight, Serve};
 use super::gateway::Gateway;
-use super::outcome::Outcome;
+use super::outcome::Answer;
 use super::prepared::Prepared;
+use super::trace::Trace;
 use crate::config::{Model, Upstream};
 use crate::protocol::ApiError;
-use crate::upstream::breaker::{Admit, Policy, Standing};
+use crate::upstream::breaker::{Admit, Policy, Standing, Ticket};
+use crate::upstream::policy;
+use crate::upstream::routing::Busy;
 
-/// Answers the request from the model's upstreams, through `serve`. Upstreams whose breaker is open (they
-/// stopped answering) are skipped; upstreams ejected for answering with errors are tried after the healthy
-/// ones, never refused. The last attempt's answer is kept in `out`.
-pub fn dispatch(
-    req: &mut InFlight,
-    out: &mut Outcome,
-    p: &mut Prepared,
-    serve: Serve,
-) -> Result<(), ApiError> {
-    let (plan, mut skipped) = plan(req.gw, p)?;
-    let mut last: Option<ApiError> = None;
-    for (i, upstream) in plan.iter().copied().enumerate() {
-        // Admitted just before it is tried: a probe granted here is reported below, or given back.
-        let ticket = match req.gw.breakers.admit(&upstream.name) {
-            Admit::Yes(t) => t,
-            Admit::No(wait) => {
-                skipped.push((upstream, wait));
-                continue;
+/// The upstreams of one request, in the order they are tried.
+pub struct Route<'c> {
+    order: Vec<&'c Upstream>,
+    /// Where the next turn starts in `order`.
+    next: usize,
+    /// Upstreams skipped because their breaker is open, with how long until they may be tried.
+    skipped: Skipped<'c>,
+}
+
+/// One try at one upstream: admitted by its breaker, counted busy while it runs.
+pub struct Turn<'g, 'c> {
+    pub upstream: &'c Upstream,
+    ticket: Ticket<'g>,
+    busy: Busy<'g>,
+    started: Instant,
+    /// Its place in the route.
+    at: usize,
+}
+
+impl<'c> Route<'c> {
+    /// The route of `p`'s model: ready upstreams, then ejected ones (see `upstream::breaker`); those whose
+    /// breaker is open are skipped.
+    pub fn plan(gw: &Gateway, p: &Prepared<'c>) -> Result<Route<'c>, ApiError> {
+        let (order, skipped) = plan(gw, p)?;
+        Ok(Route {
+            order,
+            next: 0,
+            skipped,
+        })
+    }
+
+    /// The next upstream to try, admitted just before it is tried (a probe granted here is reported by
+    /// [`Route::after`], or given back when the turn is dropped); upstreams whose breaker says no now are
+    /// skipped.
+    pub fn next<'g>(&mut self, gw: &'g Gateway) -> Option<Turn<'g, 'c>> {
+        while let Some(&upstream) = self.order.get(self.next) {
+            let at = self.next;
+            self.next += 1;
+            match gw.breakers.admit(&upstream.name) {
+                Admit::Yes(ticket) => {
+                    return Some(Turn {
+                        upstream,
+                        ticket,
+                        busy: gw.routing.busy(&upstream.name),
+                        started: Instant::now(),
+                        at,
+                    })
+                }
+                Admit::No(wait) => self.skipped.push((upstream, wait)),
             }
-        };
-        let started = Instant::now();
-        let busy = req.gw.routing.busy(&upstream.name);
-        let mut attempt = req.attempt(p, upstream);
-        let result = serve(&mut attempt);
-        drop(busy);
-        let mut answer = attempt.answer;
-        if let Err(e) = &result {
-            answer.fail(e.clone());
         }
-        let cut = req.trace.client_gone() || req.trace.cut_by_shutdown();
-        let policy = Policy {
+        None
+    }
+
+    /// Reports how `turn` ended (`answer`; `started`: the client's answer had begun) and says whether the
+    /// request moves on to the next upstream: only while nothing reached the client, the request was not
+    /// cut, another upstream is left, and the policy says another upstream may not fail the same way.
+    pub fn after(
+        &self,
+        gw: &Gateway,
+        turn: Turn,
+        answer: &Answer,
+        trace: &Trace,
+        started: bool,
+    ) -> bool {
+        let Turn {
+            upstream,
+            ticket,
+            busy,
+            started: began,
+            at,
+        } = turn;
+        drop(busy);
+        let cut = trace.client_gone() || trace.cut_by_shutdown();
+        let ended = answer.ended(cut);
+        let rule = policy::rule(ended);
+        let health = Policy {
             failures: upstream.breaker_failures,
             cooldown: upstream.breaker_cooldown,
         };
-        req.gw.breakers.report(ticket, answer.verdict(cut), policy);
-        if answer.upstream_failure().is_some() {
-            req.gw.metrics.upstream_failed(&upstream.name);
+        let verdict = policy::verdict(ended, answer.error.as_ref());
+        gw.breakers.report(ticket, verdict, health);
+        if rule.failure {
+            gw.metrics.upstream_failed(&upstream.name);
         }
-        cool_if_limited(req.gw, upstream, &answer);
-        out.keep(answer);
-        match result {
-            Ok(()) => return Ok(()),
-            Err(e)
-                if i + 1 < plan.len()
-                    && !req.ex.response().is_started()
-                    && worth_another(&e)
-                    && !cut =>
-            {
+        if let Some(e) = answer.error.as_ref().filter(|_| rule.cools) {
+            let wait = policy::cool_down(e);
+            log::info!(
+                "upstream `{}` answered 429: no new requests to it for {} s",
+                upstream.name,
+                wait.as_secs()
+            );
+            gw.routing.cool(&upstream.name, wait);
+        }
+        let e = answer.owed_error();
+        let move_on = rule.move_on && !started && at + 1 < self.order.len();
+        match e.filter(|_| move_on) {
+            Some(e) => {
                 log::warn!(
                     "{}: upstream `{}` failed after {} ms ({} {}); trying the next one",
-                    req.trace.request_id,
+                    trace.request_id,
                     upstream.name,
-                    started.elapsed().as_millis(),
+                    began.elapsed().as_millis(),
                     e.status(),
                     e.operator_text()
                 );
-                last = Some(e);
+                true
             }
-            Err(e) => return Err(e),
+            None => false,
         }
     }
-    Err(last.unwrap_or_else(|| unavailable(req.gw, p.model, &skipped)))
+
+    /// 503 when no upstream of the model may be tried now: each was skipped because it stopped answering.
+    pub fn unavailable(&self, gw: &Gateway, model: &Model) -> ApiError {
+        unavailable(gw, model, &self.skipped)
+    }
 }
 
 type Skipped<'c> = Vec<(&'c Upstream, Duration)>;
@@ -106,33 +165,7 @@ fn plan<'c>(gw: &Gateway, p: &Prepared<'c>) -> Result<(Vec<&'c Upstream>, Skippe
     Ok((order, skipped))
 }
 
-/// An upstream that answered 429 gets no new request until its `retry-after` passes.
-fn cool_if_limited(gw: &Gateway, upstream: &Upstream, answer: &super::outcome::Answer) {
-    if let Some(e) = answer
-        .error
-        .as_ref()
-        .filter(|e| e.is_upstream() && e.status() == 429)
-    {
-        let wait = e.retry_after().map_or(
-            crate::upstream::routing::DEFAULT_COOL_DOWN,
-            Duration::from_secs,
-        );
-        log::info!(
-            "upstream `{}` answered 429: no new requests to it for {} s",
-            upstream.name,
-            wait.as_secs()
-        );
-        gw.routing.cool(&upstream.name, wait);
-    }
-}
-
-/// Failures worth trying the next upstream for: the upstream's own (unreachable, timed out, overloaded, 5xx,
-/// 429), never the gateway's or a limit's.
-fn worth_another(e: &ApiError) -> bool {
-    e.is_upstream() && (e.status() == 429 || e.status() >= 500)
-}
-
-/// 503 when no upstream of the model may be tried now: each was skipped because it stopped answering.
+/// The 503 of [`Route::unavailable`].
 fn unavailable(gw: &Gateway, model: &Model, skipped: &[(&Upstream, Duration)]) -> ApiError {
     let secs = skipped
         .iter()

@@ -1,21 +1,24 @@
-//! The pipeline of every request to a model, generation and token counting alike: prepare (authenticate,
-//! validate, find the model), admit (limits, balance, the ledger), answer through failover, and settle
-//! (usage record, metrics, the log line). The answering step is the only one that differs by endpoint.
+//! The pipeline of every request to a model, generation and token counting alike: a line of stages, each
+//! taking what the one before returned: prepare (`prepared.rs`: authenticate, validate, find the model) →
+//! admit (`admit.rs`: limits, balance, the ledger) → the attempts (an upstream at a time in the order
+//! `failover.rs` gives, each answered by the step for its endpoint and upstream, until failover says to stop)
+//! → settle (`accounting.rs`: the usage record; then `report.rs`: metrics, the log line). Only the answering
+//! step differs by endpoint.
 
 use super::accounting;
-use super::attempt::{Attempt, InFlight, Serve};
-use super::failover;
+use super::admit::admit;
+use super::attempt::Attempt;
+use super::failover::Route;
 use super::gateway::Gateway;
-use super::outcome::Outcome;
-use super::prepared::{prepare, Prepared};
+use super::outcome::{Answer, Outcome};
+use super::prepared::{prepare, Prepared, Refused};
 use super::respond;
 use super::trace::Trace;
 use super::{builtin, count_tokens, passthrough, report, translate};
 use crate::access::accounts::Reservation;
-use crate::config::UpstreamKind;
 use crate::http::Exchange;
 use crate::protocol::request::Endpoint;
-use crate::protocol::{ApiError, Origin};
+use crate::protocol::ApiError;
 
 /// Handles one POST to a model endpoint.
 pub fn handle(gw: &Gateway, ex: &mut Exchange, endpoint: Endpoint) {
@@ -25,101 +28,128 @@ pub fn handle(gw: &Gateway, ex: &mut Exchange, endpoint: Endpoint) {
     ex.response().hold_end();
     let mut trace = Trace::new(ex, endpoint.protocol());
     trace.hold_tail = config.ledger_strict;
-    let mut out = Outcome {
-        unbilled: endpoint == Endpoint::CountTokens,
-        ..Outcome::default()
+    let (outcome, reservation) = match prepare(gw, &config, ex, endpoint) {
+        Ok(p) => admitted(gw, ex, &mut trace, p),
+        Err(refused) => {
+            let Refused { asked, error } = *refused;
+            let answer = Answer::refused(error);
+            (
+                Outcome {
+                    asked,
+                    answer,
+                    ..Outcome::default()
+                },
+                None,
+            )
+        }
     };
-    let mut reservation = None;
-    let result = prepare(gw, &config, ex, endpoint, &mut out).and_then(|mut p| {
-        reservation = Some(admit(gw, &mut trace, &p)?);
-        let watch = gw.watchdog.watch(ex.response().socket(), trace.cut.clone());
-        let mut req = InFlight {
-            gw,
-            ex,
-            trace: &trace,
-            watch: &watch,
-        };
-        let result = failover::dispatch(&mut req, &mut out, &mut p, serve_for(endpoint));
-        if trace.client_gone() {
-            // The client went away; whatever the upstream call ended with, nobody is listening.
-            out.answer.client_closed = true;
-            return Ok(());
-        }
-        result
-    });
-    if let Err(e) = result {
-        if e.status() == 401 {
-            gw.metrics.unauthorized(crate::util::unix_now());
-        }
-        let e = if trace.cut_by_shutdown() {
-            ApiError::shutting_down()
-        } else {
-            e
-        };
-        if !ex.response().is_started() {
-            respond::error(ex.response(), &trace, &e);
-            out.answer.status = e.status();
-        }
-        out.answer.fail(e);
-    }
-    out.shutdown = trace.cut_by_shutdown();
-    let bill = accounting::record(gw, &config, ex, &trace, &mut out, reservation);
+    let outcome = tell(gw, ex, &trace, outcome);
+    let settled = accounting::settle(gw, &config, ex, &trace, outcome, reservation);
     // Metrics and the log line before the answer's last byte: a client that reads `/metrics` right after its
     // answer sees its request counted.
-    report::observe(gw, &config, &trace, &out, &bill);
-    report::log_line(ex, &trace, &out);
+    report::observe(gw, &config, &trace, &settled.outcome, &settled.bill);
+    report::log_line(ex, &trace, &settled.outcome);
     let _ = ex.response().release_held();
 }
 
-/// Admission: the gateway is not past its shutdown deadline, the ledger takes records, and the key's
-/// limits and balance allow the request's worst case (reserved until it is settled).
-fn admit(gw: &Gateway, trace: &mut Trace, p: &Prepared) -> Result<Reservation, ApiError> {
-    if gw.watchdog.is_shut_down() {
-        return Err(ApiError::shutting_down());
+/// Admission, then (admitted) the attempts.
+fn admitted(
+    gw: &Gateway,
+    ex: &mut Exchange,
+    trace: &mut Trace,
+    p: Prepared,
+) -> (Outcome, Option<Reservation>) {
+    let admission = admit(gw, &p, &trace.request_id);
+    if let Some(headers) = admission.headers {
+        trace.extra = headers;
     }
-    if !gw.ledger.accepting() {
-        gw.metrics.count(&gw.metrics.ledger_refused);
-        return Err(ApiError::ledger_unavailable(gw.ledger.backlog()));
-    }
-    let budget = p
-        .identity
-        .budget
-        .or(p.config.group(&p.identity.group).and_then(|g| g.budget));
-    let admitted = p
-        .hosted
-        .affordable(&gw.accounts, &p.identity, budget)
-        .map_err(|e| (e, Default::default()))
-        .and_then(|()| accounting::admit(gw, p, &trace.request_id));
-    let (admitted, info) = match admitted {
-        Ok((res, info)) => (Ok(res), info),
-        Err((e, info)) => {
-            let counter = match e.origin() {
-                Origin::Quota => &gw.metrics.quota_exhausted,
-                Origin::RateLimit => &gw.metrics.rate_limited,
-                _ => &gw.metrics.store_refused,
-            };
-            gw.metrics.count(counter);
-            (Err(e), info)
+    let (answer, upstream_calls, reservation) = match admission.reservation {
+        Ok(r) => {
+            let (answer, calls) = attempts(gw, ex, trace, &p);
+            (answer, calls, Some(r))
         }
+        Err(e) => (Answer::refused(e), 0, None),
     };
-    trace.extra = info.headers;
-    admitted
+    let outcome = Outcome {
+        asked: p.asked,
+        answer,
+        upstream_calls,
+        shutdown: false,
+    };
+    (outcome, reservation)
 }
 
-/// How an attempt at an upstream is answered, by endpoint.
-fn serve_for(endpoint: Endpoint) -> Serve {
-    match endpoint {
-        Endpoint::Generate(_) => generate,
-        Endpoint::CountTokens => count_tokens::serve,
+/// The attempts: one per upstream, in the order failover gives, each answered by the step for the endpoint
+/// and the upstream, until failover says not to move on. Returns the last attempt's answer (or, when no
+/// upstream could be tried, the gateway's) and the upstream calls made.
+fn attempts(gw: &Gateway, ex: &mut Exchange, trace: &Trace, p: &Prepared) -> (Answer, u32) {
+    let watch = gw.watchdog.watch(ex.response().socket(), trace.cut.clone());
+    let mut route = match Route::plan(gw, p) {
+        Ok(r) => r,
+        Err(e) => return (Answer::refused(e), 0),
+    };
+    let (mut last, mut calls) = (None, 0);
+    while let Some(turn) = route.next(gw) {
+        let mut attempt = Attempt {
+            gw,
+            ex: &mut *ex,
+            trace,
+            watch: &watch,
+            p,
+            upstream: turn.upstream,
+        };
+        let answer = answer(&mut attempt);
+        calls += u32::from(answer.called);
+        let again = route.after(gw, turn, &answer, trace, ex.response().is_started());
+        last = Some(answer);
+        if !again {
+            break;
+        }
+    }
+    let answer = last.unwrap_or_else(|| Answer::refused(route.unavailable(gw, p.model)));
+    (answer, calls)
+}
+
+/// The answering step: token counting; or generation by the built-in model, by a same-protocol upstream
+/// (passthrough) or by another protocol's (translation).
+fn answer(a: &mut Attempt) -> Answer {
+    if a.p.endpoint.counts_tokens() {
+        return count_tokens::serve(a);
+    }
+    match a.upstream.kind.protocol() {
+        None => builtin::serve(a),
+        Some(p) if p == a.trace.protocol => passthrough::serve(a),
+        Some(_) => translate::serve(a),
     }
 }
 
-/// Generation: the built-in model, a same-protocol upstream (passthrough) or another protocol's
-/// (translation).
-fn generate(a: &mut Attempt) -> Result<(), ApiError> {
-    match a.upstream.kind {
-        UpstreamKind::Mock => builtin::serve(a),
-        kind if kind.protocol() == Some(a.trace.protocol) => passthrough::serve(a),
-        _ => translate::serve(a),
+/// Gives the client the error the request ended with when it has had no answer (a client that went away
+/// gets nothing; after the shutdown deadline the error says so).
+fn tell(gw: &Gateway, ex: &mut Exchange, trace: &Trace, mut out: Outcome) -> Outcome {
+    out.shutdown = trace.cut_by_shutdown();
+    if trace.client_gone() {
+        // Whatever the upstream call ended with, nobody is listening.
+        out.answer.client_closed = true;
+        return out;
     }
+    if !out.answer.owed {
+        return out;
+    }
+    let Some(e) = out.answer.error.take() else {
+        return out;
+    };
+    if e.status() == 401 {
+        gw.metrics.unauthorized(crate::util::unix_now());
+    }
+    let e = if trace.cut_by_shutdown() {
+        ApiError::shutting_down()
+    } else {
+        e
+    };
+    if !ex.response().is_started() {
+        respond::error(ex.response(), trace, &e);
+        out.answer.status = e.status();
+    }
+    out.answer.fail(e);
+    out
 }

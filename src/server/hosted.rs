@@ -52,6 +52,10 @@ pub struct Plan {
     worst_uses: Vec<(String, u64)>,
     /// Paid tier → credits per request.
     tiers: Vec<(String, Money)>,
+    /// The use limit written into the request where the client gave none, and the positions of the tools it
+    /// is written into (where each tool has its own).
+    cap: Option<u64>,
+    capped: Vec<usize>,
 }
 
 /// What a request is billed for its paid features.
@@ -71,6 +75,12 @@ fn times(price: Money, n: u64) -> Money {
 impl Plan {
     pub fn is_empty(&self) -> bool {
         self.prices.is_empty() && self.tiers.is_empty()
+    }
+
+    /// The use limit a request going upstream as it came carries where the client gave none, and the
+    /// positions of the tools it is written into.
+    pub fn cap(&self) -> Option<(u64, &[usize])> {
+        self.cap.map(|c| (c, self.capped.as_slice()))
     }
 
     /// The worst case reserved at admission.
@@ -158,19 +168,19 @@ fn short(worst: Money, left: Money, of: &str) -> ApiError {
     .with_origin(Origin::Quota)
 }
 
-/// The plan of a request to `model` (refusing what the model does not allow); writes the use limit into
-/// `body` where the client gave none.
+/// The plan of a request to `model` (refusing what the model does not allow), with the use limit its body
+/// is to carry upstream where the client gave none.
 pub fn plan(
     config: &Config,
     model: &Model,
     endpoint: Endpoint,
-    body: &mut Value,
+    body: &Value,
 ) -> Result<Plan, ApiError> {
     let protocol = endpoint.protocol();
-    if endpoint == Endpoint::CountTokens {
+    if endpoint.counts_tokens() {
         return Ok(Plan::default());
     }
-    let asks = wire::asks(protocol, body)?;
+    let asks = protocol.hosted_asks(body)?;
     if asks.is_empty() || !runs_hosted(config, model, protocol) {
         return Ok(Plan::default());
     }
@@ -212,7 +222,8 @@ pub fn plan(
         plan.tiers.push((t.tier.clone(), price));
     }
     if !asks.tools.is_empty() {
-        wire::limit_uses(protocol, body, allowed.max_uses);
+        plan.cap = Some(allowed.max_uses);
+        plan.capped = asks.capped;
     }
     Ok(plan)
 }
@@ -283,12 +294,23 @@ mod tests {
         .unwrap()
     }
 
-    fn plan_for(model: &str, endpoint: Endpoint, mut body: Value) -> Result<(Plan, Value), String> {
+    /// The plan, and the body as it goes to an upstream of the request's protocol.
+    fn plan_for(model: &str, endpoint: Endpoint, body: Value) -> Result<(Plan, Value), String> {
         let c = config();
         let m = c.model(model).unwrap();
-        plan(&c, m, endpoint, &mut body)
-            .map(|p| (p, body))
-            .map_err(|e| e.param().unwrap_or_default().to_string())
+        let p =
+            plan(&c, m, endpoint, &body).map_err(|e| e.param().unwrap_or_default().to_string())?;
+        let f = crate::protocol::request::Forward {
+            model,
+            generation: true,
+            limit: None,
+            max_completion_tokens: false,
+            stream: false,
+            store_nothing: false,
+            hosted_cap: p.cap(),
+        };
+        let sent = endpoint.protocol().upstream_edits(&f).apply(&body).unwrap();
+        Ok((p, serde_json::from_slice(&sent).unwrap()))
     }
 
     const RESPONSES: Endpoint = Endpoint::Generate(Protocol::Responses);
@@ -313,7 +335,7 @@ mod tests {
             .unwrap()
             .0
             .is_empty());
-        let count = Endpoint::CountTokens;
+        let count = Endpoint::CountTokens(Protocol::Messages);
         let fetch = json!({"tools": [{"type": "web_fetch_20250910", "name": "web_fetch"}]});
         assert!(plan_for("claude", count, fetch.clone())
             .unwrap()

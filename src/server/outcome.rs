@@ -1,11 +1,54 @@
 //! What happened to one request, for the metrics, the log line, the availability stats and the usage
-//! ledger: who asked for what ([`Outcome`]) and how it was answered ([`Answer`]: one per attempt at an
-//! upstream; the request keeps the last one).
+//! ledger: who asked for what ([`Asked`], found by the prepare stage), how it was answered ([`Answer`]: one
+//! per attempt at an upstream, built by the step that answers and returned by it; the request keeps the last
+//! one), and the two as the request's [`Outcome`], which the pipeline puts together from the values its
+//! stages return.
 
 use super::hosted::{Plan, Ran};
 use crate::protocol::canon::Usage;
-use crate::protocol::{ApiError, Origin};
-use crate::upstream::breaker::Verdict;
+use crate::protocol::ApiError;
+use crate::upstream::policy::{self, Ended, Facts};
+
+/// Who asked for what, as far as it is known (a request refused early knows less): what its usage record,
+/// its metrics and its log line say of it besides how it was answered.
+#[derive(Debug, Default)]
+pub struct Asked {
+    pub key: Option<String>,
+    pub group: Option<String>,
+    /// The model entry that served (or, refused before one was found, the name asked for).
+    pub model: Option<String>,
+    /// The name the client asked for, when it is not the entry's (an alias, or a name a pattern matched).
+    pub requested_model: Option<String>,
+    pub stream: bool,
+    /// Recorded at no cost (token counting: metered, not billed).
+    pub unbilled: bool,
+    /// The input estimated from the body, media at their providers' cost (`estimate::input`): what
+    /// admission reserves for, and what a request its upstream worked on without reporting usage is billed.
+    pub input_estimate: u64,
+    /// Paid hosted tools and service tiers the model allows this request, at their prices.
+    pub hosted: Plan,
+}
+
+/// How far a call to an upstream got (`call.rs` says).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Reached {
+    /// The upstream was called.
+    pub called: bool,
+    /// It took the request (see [`Answer::taken`]).
+    pub taken: bool,
+}
+
+/// What writing an answer to the client came to (a stream, or a whole answer sent as one).
+#[derive(Debug, Default)]
+pub struct Delivered {
+    pub status: u16,
+    /// The client went away before the end.
+    pub client_closed: bool,
+    /// The usage of what was written, and whether it is an estimate.
+    pub usage: Option<(Usage, bool)>,
+    /// The stream ended with this error (told in it).
+    pub error: Option<ApiError>,
+}
 
 /// How a request was answered: by which upstream (if any), with what status, usage and error. Each attempt
 /// at an upstream starts from a fresh one, so nothing an earlier attempt left behind is blamed on the next.
@@ -25,6 +68,8 @@ pub struct Answer {
     pub estimated: bool,
     /// What went wrong, also when the answer had started (a stream that broke: status 200 and an error).
     pub error: Option<ApiError>,
+    /// The attempt ended with `error` before the client had any answer: the pipeline gives it that error.
+    pub owed: bool,
     pub client_closed: bool,
     /// The output limit sent upstream (None: the request carried none). Output beyond it is never billed.
     pub output_limit: Option<u64>,
@@ -40,9 +85,42 @@ impl Answer {
         }
     }
 
+    /// The gateway's own refusal, before any upstream was tried: the client is owed the error.
+    pub fn refused(err: ApiError) -> Answer {
+        Answer::default().failed(err)
+    }
+
+    /// Notes how far a call got.
+    pub fn reached(&mut self, r: Reached) {
+        self.called |= r.called;
+        self.taken = r.taken;
+    }
+
+    /// Notes what reached the client.
+    pub fn delivered(&mut self, d: Delivered) {
+        if d.status != 0 {
+            self.status = d.status;
+        }
+        self.client_closed |= d.client_closed;
+        if let Some(u) = d.usage {
+            self.set_usage(u);
+        }
+        if d.error.is_some() {
+            self.error = d.error;
+        }
+    }
+
     pub fn set_usage(&mut self, (usage, estimated): (Usage, bool)) {
         self.usage = Some(usage);
         self.estimated = estimated;
+    }
+
+    /// Ends the answer with `err` before the client had an answer (its status, unless one was set): the
+    /// pipeline owes the client the error.
+    pub fn failed(mut self, err: ApiError) -> Answer {
+        self.fail(err);
+        self.owed = true;
+        self
     }
 
     /// Ends the answer with `err` (its status, unless the answer had already started).
@@ -53,73 +131,39 @@ impl Answer {
         self.error = Some(err);
     }
 
-    /// The upstream's failure, if the upstream failed this answer: it did not answer, answered 5xx, broke
-    /// its stream, or sent something unusable. The one rule the breaker, the availability stats and the
-    /// metrics all follow. A client that left, a limit or the gateway refusing is no upstream failure; an
-    /// upstream's 4xx answer is not either, its 429 included (it is alive and asks to wait: see
-    /// `upstream::routing` for its cool-down).
-    pub fn upstream_failure(&self) -> Option<&ApiError> {
-        let e = self.error.as_ref()?;
-        // Upstreams skipped because they stopped answering count too (nothing was called).
-        let failed = (self.called || e.origin() == Origin::UpstreamSilent)
-            && !self.client_closed
-            && e.is_upstream()
-            && (e.origin() == Origin::UpstreamSilent || e.status() >= 500 || self.status == 200);
-        failed.then_some(e)
+    /// The error the client is owed, if the attempt ended before it had an answer.
+    pub fn owed_error(&self) -> Option<&ApiError> {
+        self.error.as_ref().filter(|_| self.owed)
     }
 
-    /// What this answer says about its upstream's health (see `upstream::breaker`); `cut`: the request was
-    /// cut (client gone, shutdown), so it says nothing.
-    pub fn verdict(&self, cut: bool) -> Verdict {
-        if !self.called || cut || self.client_closed {
-            return Verdict::Inconclusive;
-        }
-        match (self.upstream_failure(), &self.error) {
-            (Some(e), _) if e.origin() == Origin::UpstreamSilent => {
-                Verdict::Silent(e.message().to_string())
-            }
-            (Some(e), _) => Verdict::Erroring(e.message().to_string()),
-            (None, Some(_)) => Verdict::Alive,
-            (None, None) => Verdict::Success,
-        }
+    /// How the attempt ended, for the failover policy (`upstream::policy`); `cut`: the request was cut
+    /// (client gone, shutdown), so it says nothing of the upstream.
+    pub fn ended(&self, cut: bool) -> Ended {
+        policy::classify(Facts {
+            called: self.called,
+            cut: cut || self.client_closed,
+            status: self.status,
+            error: self.error.as_ref(),
+        })
     }
 }
 
 /// What happened to one request.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default)]
 pub struct Outcome {
-    pub key: Option<String>,
-    pub group: Option<String>,
-    /// The model entry that served (or, refused before one was found, the name asked for).
-    pub model: Option<String>,
-    /// The name the client asked for, when it is not the entry's (an alias, or a name a pattern matched).
-    pub requested_model: Option<String>,
-    pub stream: bool,
-    /// Upstream calls made (one per attempt that reached its upstream).
-    pub upstream_calls: u32,
-    /// Some attempt reached an upstream (so the request gets a usage record).
-    pub upstream_called: bool,
+    pub asked: Asked,
     /// How it was answered: the last attempt's answer, or the gateway's own.
     pub answer: Answer,
+    /// Upstream calls made (one per attempt that reached its upstream).
+    pub upstream_calls: u32,
     /// The request was cut by the shutdown deadline.
     pub shutdown: bool,
-    /// Recorded at no cost (`count_tokens`: metered, not billed).
-    pub unbilled: bool,
-    /// The request's input as admission estimated it (billed when an upstream worked on the request and
-    /// reported no usage).
-    pub input_estimate: u64,
-    /// The paid hosted features the request was admitted with, and their prices.
-    pub hosted: Plan,
 }
 
 impl Outcome {
-    /// Keeps the answer of an attempt that has ended.
-    pub fn keep(&mut self, answer: Answer) {
-        if answer.called {
-            self.upstream_called = true;
-            self.upstream_calls += 1;
-        }
-        self.answer = answer;
+    /// Some attempt reached an upstream (so the request gets a usage record).
+    pub fn upstream_called(&self) -> bool {
+        self.upstream_calls > 0
     }
 
     /// The status as logs and metrics show it: the HTTP status, or `client_closed` / `shutdown`.
@@ -149,40 +193,35 @@ mod tests {
 
     #[test]
     fn one_rule_decides_whether_the_upstream_failed() {
+        let failed = |a: &Answer| policy::rule(a.ended(false)).failure;
         let silent = ApiError::bad_gateway("unreachable").unanswered();
-        assert!(matches!(
-            called(502, Some(silent)).verdict(false),
-            Verdict::Silent(_)
-        ));
+        assert_eq!(called(502, Some(silent)).ended(false), Ended::Silent);
         let five = ApiError::from_upstream(500, b"{}", None);
-        assert!(matches!(
-            called(500, Some(five.clone())).verdict(false),
-            Verdict::Erroring(_)
-        ));
+        assert_eq!(
+            called(500, Some(five.clone())).ended(false),
+            Ended::ServerError
+        );
         // A stream that broke after it started.
         let broke = ApiError::bad_gateway("stream broke");
-        assert!(called(200, Some(broke)).upstream_failure().is_some());
+        assert!(failed(&called(200, Some(broke))));
         // The upstream refusing a bad request, or asking to wait (429), is alive; the gateway's own refusals
         // are not its failures.
         let limited = ApiError::from_upstream(429, b"{}", Some(3));
-        assert!(matches!(
-            called(429, Some(limited)).verdict(false),
-            Verdict::Alive
-        ));
+        assert_eq!(called(429, Some(limited)).ended(false), Ended::Limited);
         let bad = ApiError::from_upstream(400, b"{}", None);
-        assert!(matches!(
-            called(400, Some(bad)).verdict(false),
-            Verdict::Alive
-        ));
+        assert_eq!(called(400, Some(bad)).ended(false), Ended::Refused);
         let ours = ApiError::record_not_synced();
-        assert!(called(503, Some(ours)).upstream_failure().is_none());
+        assert!(!failed(&called(503, Some(ours))));
         // Nothing is concluded from a request that was cut or never reached its upstream.
-        assert!(matches!(
-            called(500, Some(five.clone())).verdict(true),
-            Verdict::Inconclusive
-        ));
+        assert_eq!(called(500, Some(five.clone())).ended(true), Ended::Cut);
+        let mut gone = called(500, Some(five.clone()));
+        gone.client_closed = true;
+        assert!(!failed(&gone));
         let mut not_called = called(500, Some(five));
         not_called.called = false;
-        assert!(matches!(not_called.verdict(false), Verdict::Inconclusive));
+        assert_eq!(
+            policy::verdict(not_called.ended(false), None),
+            crate::upstream::breaker::Verdict::Inconclusive
+        );
     }
 }

@@ -7,10 +7,11 @@
 use serde_json::Value;
 
 use super::attempt::Attempt;
-use super::call;
+use super::call::{self, Sent};
+use super::complete;
 use super::hosted::Ran;
+use super::outcome::Answer;
 use super::respond;
-use super::translate;
 use crate::protocol::observe::{self, StreamObserver};
 use crate::protocol::sse::SseEvent;
 use crate::protocol::{hosted, limits, ApiError};
@@ -18,78 +19,99 @@ use crate::secrets::{self, Edit, Redactor};
 use crate::upstream::http::{self as uphttp, Reply};
 use std::borrow::Cow;
 
-pub fn serve(a: &mut Attempt) -> Result<(), ApiError> {
+pub fn serve(a: &mut Attempt) -> Answer {
+    let mut answer = Answer::for_upstream(&a.upstream.name);
+    match forward(a, &mut answer) {
+        Ok(()) => answer,
+        Err(e) => answer.failed(e),
+    }
+}
+
+/// Sends the client's body with this attempt's edits and relays the answer; `Err`: the client has had no
+/// answer yet.
+fn forward(a: &mut Attempt, answer: &mut Answer) -> Result<(), ApiError> {
     let protocol = a.trace.protocol;
     let stream = a.p.stream;
-    // The body is changed in place (no copy). All edits are idempotent, so a failover to the next upstream
-    // can change it again. The one output limit goes in the field this upstream reads, and only there.
-    if let Some(limit) = a.p.limit_for_upstream() {
-        let field = a.upstream.max_completion_tokens;
-        limits::apply(protocol, &mut a.p.body, limit, field);
-    }
+    // The client's body is serialized with this attempt's edits (no copy, nothing changed in it). The one
+    // output limit goes in the field this upstream reads, and only there.
+    let edits = protocol.upstream_edits(&a.p.forward(a.upstream, stream));
+    let bytes = edits
+        .apply(&a.p.body)
+        .map_err(|e| ApiError::internal(e.to_string()))?;
     // Each choice may reach the limit: the answer is billed (and a stream cut) at the limit times them.
-    a.answer.output_limit = a.p.output_cap();
-    protocol.edit_for_passthrough(&mut a.p.body, &a.p.upstream_model, stream);
-    let bytes = serde_json::to_vec(&a.p.body).map_err(|e| ApiError::internal(e.to_string()))?;
-    let beta = protocol.passed_on_beta(&a.ex.request);
-    let sent = call::send(a, &bytes, stream, beta.as_deref());
-    sent_hosted(a, &sent);
-    let reply = sent?;
+    answer.output_limit = a.p.output_cap();
+    let passed = protocol.passed_on(&a.ex.request);
+    let sent = call::send(a, &bytes, stream, passed.as_ref());
+    answer.reached(sent.reached);
+    answer.hosted = sent_hosted(a, &sent);
+    let reply = sent.reply?;
     if stream && reply.is_event_stream() {
         let hide_usage = !a.p.wants_stream_usage;
         let watch = StreamObserver::new(protocol, hide_usage, a.p.input_estimate());
-        relay_stream(a, reply, watch);
+        relay_stream(a, answer, reply, watch);
         return Ok(());
     }
-    let (raw, usage) = call::read_usage(a, reply)?;
-    if !a.p.hosted.is_empty() {
-        a.answer.hosted = Ran::Reported(hosted::from_answer(protocol, &raw, usage.as_ref()));
+    let (raw, usage) = call::read_usage(a, reply).map_err(|u| {
+        answer.taken &= !u.refused;
+        u.error
+    })?;
+    if !a.p.asked.hosted.is_empty() {
+        let (counted, tier) = (protocol.reports_tool_uses(), protocol.reports_rate_tier());
+        answer.hosted = Ran::Reported(hosted::from_answer(&raw, usage.as_ref(), counted, tier));
     }
     if stream {
         // A plain JSON answer to a streaming request: sent as a stream in the client's protocol, the same
         // way a translated answer is.
         let v: Value = serde_json::from_slice(&raw)
             .map_err(|e| ApiError::bad_gateway(format!("upstream `{}`: {e}", a.upstream.name)))?;
-        return translate::answer_as_stream(a, &v, protocol);
+        let (usage, delivered) = complete::as_stream(a, &v, protocol)?;
+        answer.set_usage(usage);
+        answer.delivered(delivered);
+        return Ok(());
     }
-    a.answer.usage = usage.and_then(|u| protocol.usage_from(&u));
+    answer.usage = usage.and_then(|u| protocol.usage_from(&u));
     respond::json(a.ex.response(), a.trace, 200, &raw, &[]);
-    a.answer.status = 200;
+    answer.status = 200;
     Ok(())
 }
 
-/// Notes what paid hosted features the request set running once it was sent: unknown until an answer
-/// completes, unless the upstream refused it or never answered (and the client is still there).
-fn sent_hosted(a: &mut Attempt, sent: &Result<Reply, ApiError>) {
-    if a.p.hosted.is_empty() {
-        return;
+/// What paid hosted features the request set running once it was sent: unknown until an answer completes,
+/// unless the upstream refused it or never answered (and the client is still there).
+fn sent_hosted(a: &Attempt, sent: &Sent) -> Ran {
+    if a.p.asked.hosted.is_empty() {
+        return Ran::Nothing;
     }
-    let refused = match sent {
+    let refused = match &sent.reply {
         Ok(_) => false,
-        Err(e) => !a.answer.called || (e.is_upstream() && !a.trace.client_gone()),
+        Err(e) => !sent.reached.called || (e.is_upstream() && !a.trace.client_gone()),
     };
-    a.answer.hosted = if refused { Ran::Nothing } else { Ran::Sent };
+    if refused {
+        Ran::Nothing
+    } else {
+        Ran::Sent
+    }
 }
 
 /// Relays an upstream stream event by event, cutting it at the output limit and ending a broken one with
 /// the protocol's in-stream error.
-fn relay_stream(a: &mut Attempt, reply: Reply, mut watch: StreamObserver) {
+fn relay_stream(a: &mut Attempt, answer: &mut Answer, reply: Reply, mut watch: StreamObserver) {
     let mut events = reply.into_sse();
     if respond::start_sse(a.ex.response(), a.trace, &[]).is_err() {
-        a.answer.client_closed = true;
+        answer.client_closed = true;
         return;
     }
     if let Ok(shared) = a.ex.response().share() {
         a.watch.stream_started(shared, a.trace.protocol);
     }
-    a.answer.status = 200;
+    answer.status = 200;
     let mut redactor = Redactor::new();
+    let limit = answer.output_limit;
     let failure = loop {
         let waiting = std::time::Instant::now();
         let next = events.next_event();
         a.trace.add_upstream_wait(waiting.elapsed());
         let step = match next {
-            Ok(Some(ev)) => forward(a, &mut watch, &mut redactor, ev),
+            Ok(Some(ev)) => pass_on(a, limit, &mut watch, &mut redactor, ev),
             Ok(None) => break None,
             Err(e) if watch.done() => {
                 log::debug!("{}: upstream stream ended with {e}", a.trace.request_id);
@@ -101,32 +123,32 @@ fn relay_stream(a: &mut Attempt, reply: Reply, mut watch: StreamObserver) {
         match step {
             Step::Next => {}
             Step::ClientGone => {
-                a.answer.client_closed = true;
-                a.answer.set_usage(watch.usage());
+                answer.client_closed = true;
+                answer.set_usage(watch.usage());
                 return;
             }
             Step::Stop(failure) => break failure,
         }
     };
-    a.answer.set_usage(watch.usage());
+    answer.set_usage(watch.usage());
     // The stream ends: events held while a credential might be arriving go out, before anything that
     // closes the stream.
     redactor.release();
     if let Step::ClientGone = release(a, &mut redactor) {
-        a.answer.client_closed = true;
+        answer.client_closed = true;
         return;
     }
-    if let Some(uses) = watch.hosted_uses().filter(|_| !a.p.hosted.is_empty()) {
-        a.answer.hosted = Ran::Reported(uses);
+    if let Some(uses) = watch.hosted_uses().filter(|_| !a.p.asked.hosted.is_empty()) {
+        answer.hosted = Ran::Reported(uses);
     }
     if let Some(e) = watch.upstream_error() {
-        a.answer.error = Some(e);
+        answer.error = Some(e);
     }
     if !watch.done() {
-        end_broken(a, &mut watch, failure);
+        end_broken(a, answer, &mut watch, failure);
     }
     if a.ex.response().finish().is_err() {
-        a.answer.client_closed = true;
+        answer.client_closed = true;
     }
 }
 
@@ -150,8 +172,9 @@ struct Relayed {
 
 /// Looks at one upstream event and passes it on as it came, unless it may carry an upstream credential
 /// (`secrets::Redactor`: held while one may be arriving across events, rewritten when one came).
-fn forward(
+fn pass_on(
     a: &mut Attempt,
+    limit: Option<u64>,
     watch: &mut StreamObserver,
     redactor: &mut Redactor<Relayed>,
     ev: SseEvent,
@@ -161,7 +184,6 @@ fn forward(
         a.trace.mark_first_token();
     }
     let (reported, produced) = watch.output_so_far();
-    let limit = a.answer.output_limit;
     if limits::beyond(limit, reported, produced) {
         watch.cut();
         let name = &a.upstream.name;
@@ -205,7 +227,7 @@ fn send(a: &mut Attempt, redactor: &Redactor<Relayed>, item: Relayed, edits: &[E
         return Step::Next;
     }
     let rewritten = (!edits.is_empty())
-        .then(|| observe::redact_event(&item.ev, edits))
+        .then(|| observe::redact_event(a.trace.protocol, &item.ev, edits))
         .flatten();
     let framed = match &rewritten {
         Some(bytes) => Cow::Borrowed(bytes.as_slice()),
@@ -229,7 +251,12 @@ fn send(a: &mut Attempt, redactor: &Redactor<Relayed>, item: Relayed, edits: &[E
 }
 
 /// Ends a stream that broke (or was cut) with the protocol's in-stream error.
-fn end_broken(a: &mut Attempt, watch: &mut StreamObserver, failure: Option<ApiError>) {
+fn end_broken(
+    a: &mut Attempt,
+    answer: &mut Answer,
+    watch: &mut StreamObserver,
+    failure: Option<ApiError>,
+) {
     let err = failure.unwrap_or_else(|| {
         ApiError::bad_gateway(format!(
             "upstream `{}` ended the stream before it was complete",
@@ -239,8 +266,8 @@ fn end_broken(a: &mut Attempt, watch: &mut StreamObserver, failure: Option<ApiEr
     log::warn!("{}: {}", a.trace.request_id, err.message());
     let mut buf = Vec::new();
     watch.error_event(&err, &a.trace.request_id, &mut buf);
-    a.answer.error = Some(err);
+    answer.error = Some(err);
     if a.ex.response().write_chunk(&buf).is_err() {
-        a.answer.client_closed = true;
+        answer.client_closed = true;
     }
 }

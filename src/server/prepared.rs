@@ -1,19 +1,20 @@
-//! The first steps of every request to a model (generation and token counting alike): authenticate, read
+//! The first stage of every request to a model (generation and token counting alike): authenticate, read
 //! and validate the body, find the model and check that the key's group may use it. What passes is a
-//! [`Prepared`] request.
+//! [`Prepared`] request; what does not, a [`Refused`] one. Either says who asked for what (`outcome::Asked`).
 
 use std::sync::Arc;
 
 use serde_json::Value;
 
 use super::gateway::Gateway;
-use super::hosted::{self, Plan};
-use super::outcome::Outcome;
+use super::hosted;
+use super::outcome::Asked;
 use crate::access::budget::Budget;
 use crate::access::{self, Identity};
-use crate::config::{Config, Model};
+use crate::config::{Config, Model, Upstream};
 use crate::http::Exchange;
-use crate::protocol::request::Endpoint;
+use crate::protocol::canon;
+use crate::protocol::request::{Endpoint, Forward};
 use crate::protocol::{account, estimate, fields, limits, ApiError, Protocol};
 
 /// A request that passed authentication and validation, and the model it names.
@@ -22,6 +23,7 @@ pub struct Prepared<'a> {
     pub config: &'a Config,
     pub endpoint: Endpoint,
     pub identity: Arc<Identity>,
+    /// The client's body as it came (never changed: what goes upstream is built from it per attempt).
     pub body: Value,
     pub stream: bool,
     /// The client's stream is to carry a usage report (Chat clients ask for it).
@@ -36,10 +38,10 @@ pub struct Prepared<'a> {
     pub requested_output: Option<u64>,
     /// Answers asked for, each up to the output limit (Chat's `n`; 1 elsewhere).
     pub choices: u64,
-    /// The input estimated from the body, media at their providers' cost (`estimate::input`).
-    input_estimate: u64,
-    /// Paid hosted tools and service tiers the model allows this request, at their prices.
-    pub hosted: Plan,
+    /// Nothing of the request may be stored in the operator's upstream account.
+    pub store_nothing: bool,
+    /// Who asked for what: the record's side of the request (its input estimate and paid features too).
+    pub asked: Asked,
 }
 
 impl Prepared<'_> {
@@ -85,82 +87,165 @@ impl Prepared<'_> {
             .map(|l| l.saturating_mul(self.choices))
     }
 
+    /// The client's request decoded into the canonical request, with the output limit the gateway read (the
+    /// lowest of the protocol's own fields).
+    pub fn canonical(&self) -> Result<canon::Request, ApiError> {
+        let mut req = self.endpoint.protocol().decode_request(&self.body)?;
+        req.max_tokens = self.requested_output;
+        Ok(req)
+    }
+
+    /// How the client's body goes to an upstream of its own protocol (see `request::Forward`).
+    pub fn forward<'s>(&'s self, upstream: &Upstream, stream: bool) -> Forward<'s> {
+        Forward {
+            model: &self.upstream_model,
+            generation: !self.endpoint.counts_tokens(),
+            limit: self.limit_for_upstream(),
+            max_completion_tokens: upstream.max_completion_tokens,
+            stream,
+            store_nothing: self.store_nothing,
+            hosted_cap: self.asked.hosted.cap(),
+        }
+    }
+
     /// The admission estimate of the input (also what a request its upstream worked on without reporting
     /// usage is billed).
     pub fn input_estimate(&self) -> u64 {
-        self.input_estimate
+        self.asked.input_estimate
     }
 }
 
-/// Authenticates and validates a request to `endpoint`; fills in who asked for what in `out`.
+/// A request refused before it was prepared, and who asked for what as far as it was known.
+pub struct Refused {
+    pub asked: Asked,
+    pub error: ApiError,
+}
+
+/// Authenticates and validates a request to `endpoint`.
 pub fn prepare<'a>(
     gw: &Gateway,
     config: &'a Config,
     ex: &Exchange,
     endpoint: Endpoint,
-    out: &mut Outcome,
-) -> Result<Prepared<'a>, ApiError> {
+) -> Result<Prepared<'a>, Box<Refused>> {
+    let mut asked = Asked {
+        unbilled: endpoint.counts_tokens(),
+        ..Asked::default()
+    };
+    match read(gw, config, ex, endpoint, &mut asked) {
+        Ok(read) => Ok(read.into_prepared(asked)),
+        Err(error) => Err(Box::new(Refused { asked, error })),
+    }
+}
+
+/// What `read` finds, before it becomes a [`Prepared`] request.
+struct Read<'a> {
+    config: &'a Config,
+    endpoint: Endpoint,
+    identity: Arc<Identity>,
+    body: Value,
+    wants_stream_usage: bool,
+    model: &'a Model,
+    requested: String,
+    requested_output: Option<u64>,
+    choices: u64,
+    store_nothing: bool,
+}
+
+impl<'a> Read<'a> {
+    fn into_prepared(self, asked: Asked) -> Prepared<'a> {
+        Prepared {
+            config: self.config,
+            endpoint: self.endpoint,
+            identity: self.identity,
+            body: self.body,
+            stream: asked.stream,
+            wants_stream_usage: self.wants_stream_usage,
+            model: self.model,
+            upstream_model: self
+                .model
+                .upstream_model
+                .replace("{model}", &self.requested),
+            requested: self.requested,
+            requested_output: self.requested_output,
+            choices: self.choices,
+            store_nothing: self.store_nothing,
+            asked,
+        }
+    }
+}
+
+/// Reads the request, noting in `asked` who asked for what as it is learnt.
+fn read<'a>(
+    gw: &Gateway,
+    config: &'a Config,
+    ex: &Exchange,
+    endpoint: Endpoint,
+    asked: &mut Asked,
+) -> Result<Read<'a>, ApiError> {
     let protocol = endpoint.protocol();
     let identity = access::authenticate(&ex.request, protocol, &gw.keys)?;
-    out.key = Some(identity.name.clone());
-    out.group = Some(identity.group.clone());
+    asked.key = Some(identity.name.clone());
+    asked.group = Some(identity.group.clone());
     protocol.check_headers(&ex.request)?;
-    let mut body = parse_body(&ex.request.body)?;
-    let (stream, requested_output, choices) = match endpoint {
-        Endpoint::Generate(_) => {
-            let stream = protocol.validate_envelope(&body)?;
-            // One output limit: the client protocol's own field; other protocols' limit fields are dropped
-            // so that no upstream can honour a limit admission did not reserve for.
-            let limit = limits::normalize(protocol, &mut body)?;
-            (stream, limit, limits::choices(protocol, &mut body)?)
-        }
-        Endpoint::CountTokens => {
-            // Checked further only where it is estimated here: an Anthropic upstream judges its own.
-            let o = fields::object(&body, "body")?;
-            fields::req_str(o, "model", "")?;
-            (false, None, 1)
+    let body = parse_body(&ex.request.body)?;
+    let (requested_output, choices) = envelope(endpoint, &body, asked)?;
+    let requested = Protocol::requested_model(&body).to_string();
+    let model = match find_model(config, &requested) {
+        Ok(m) => m,
+        Err(e) => {
+            asked.model = Some(requested);
+            return Err(e);
         }
     };
-    out.stream = stream;
-    let model_name = Protocol::requested_model(&body).to_string();
-    out.model = Some(model_name.clone());
-    let model = find_model(config, &model_name)?;
     // Records name the entry that served, and the name asked for when it differs.
-    out.model = Some(model.name.clone());
-    if model.name != model_name {
-        out.requested_model = Some(model_name.clone());
+    asked.model = Some(model.name.clone());
+    if model.name != requested {
+        asked.requested_model = Some(requested.clone());
     }
-    if !access::group_allows(config, &identity.group, &model.name, &model_name) {
-        return Err(access::forbidden_model(&model_name, &identity.group));
+    if !access::group_allows(config, &identity.group, &model.name, &requested) {
+        return Err(access::forbidden_model(&requested, &identity.group));
     }
     // The operator's upstream account is shared by every key: nothing may reach state kept in it.
     if !model.account_features {
-        let betas = Protocol::beta_flags(&ex.request);
-        account::refuse_account_features(protocol, &body, &betas)?;
-        if endpoint != Endpoint::CountTokens {
-            account::store_nothing(protocol, &mut body);
-        }
+        account::refuse_account_features(&body)?;
+        protocol.refuse_account_headers(&ex.request)?;
     }
-    let hosted = hosted::plan(config, model, endpoint, &mut body)?;
-    out.hosted = hosted.clone();
-    let wants_stream_usage = protocol.wants_stream_usage(&body);
-    let input_estimate = estimate::input(&body, ex.request.body.len(), model.image_tokens);
-    out.input_estimate = input_estimate;
-    Ok(Prepared {
+    asked.hosted = hosted::plan(config, model, endpoint, &body)?;
+    asked.input_estimate = estimate::input(&body, ex.request.body.len(), model.image_tokens);
+    Ok(Read {
         config,
         endpoint,
         identity,
+        wants_stream_usage: protocol.wants_stream_usage(&body),
         body,
-        stream,
-        wants_stream_usage,
         model,
-        upstream_model: model.upstream_model.replace("{model}", &model_name),
-        requested: model_name,
+        requested,
         requested_output,
         choices,
-        input_estimate,
-        hosted,
+        store_nothing: !model.account_features && !endpoint.counts_tokens(),
     })
+}
+
+/// Checks the fields every request of the endpoint needs; notes `stream`; returns the output limit the
+/// client asked for and the answers it asked for.
+fn envelope(
+    endpoint: Endpoint,
+    body: &Value,
+    asked: &mut Asked,
+) -> Result<(Option<u64>, u64), ApiError> {
+    let protocol = endpoint.protocol();
+    if endpoint.counts_tokens() {
+        // Checked further only where it is estimated here: an upstream that counts judges its own.
+        let o = fields::object(body, "body")?;
+        fields::req_str(o, "model", "")?;
+        return Ok((None, 1));
+    }
+    asked.stream = protocol.validate_envelope(body)?;
+    // One output limit: the client protocol's own field (other protocols' limit fields never go upstream,
+    // so no upstream can honour a limit admission did not reserve for).
+    let limit = limits::read(protocol, body)?;
+    Ok((limit, limits::choices(protocol, body)?))
 }
 
 /// The enabled model named `name`, or the client's 404 (saying so when the operator disabled it).

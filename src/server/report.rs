@@ -21,7 +21,7 @@ pub fn observe(gw: &Gateway, config: &Config, trace: &Trace, out: &Outcome, bill
     let status = out.status_text();
     let usage = out.answer.usage.unwrap_or_default();
     // Label values come only from configured models, so invented names cannot grow the series.
-    let model = match out.model.as_deref() {
+    let model = match out.asked.model.as_deref() {
         Some(m) if config.model_any(m).is_some() => m,
         Some(_) => "unknown",
         None => "-",
@@ -88,12 +88,12 @@ pub fn write_line(l: &Line, out: &Outcome) {
             "target": REQUEST_TARGET,
             "request_id": l.request_id,
             "client_request_id": l.client_request_id,
-            "key": out.key,
-            "group": out.group,
-            "model": out.model,
+            "key": out.asked.key,
+            "group": out.asked.group,
+            "model": out.asked.model,
             "protocol": l.protocol.name(),
             "upstream": answer.upstream,
-            "stream": out.stream,
+            "stream": out.asked.stream,
             "status": status,
             "input_tokens": usage.input_tokens,
             "output_tokens": usage.output_tokens,
@@ -111,12 +111,12 @@ pub fn write_line(l: &Line, out: &Outcome) {
         "{} client_request_id={} key={} group={} model={} protocol={} upstream={} stream={} status={} in={} out={}{} ms={}",
         field(Some(l.request_id)),
         field(l.client_request_id),
-        field(out.key.as_deref()),
-        field(out.group.as_deref()),
-        field(out.model.as_deref()),
+        field(out.asked.key.as_deref()),
+        field(out.asked.group.as_deref()),
+        field(out.asked.model.as_deref()),
         l.protocol.name(),
         field(answer.upstream.as_deref()),
-        out.stream,
+        out.asked.stream,
         field(Some(&status)),
         usage.input_tokens,
         usage.output_tokens,

@@ -1,5 +1,5 @@
-//! Writing answers with the headers every response carries: `x-request-id` (and `request-id` for Messages
-//! clients), the echoed `x-client-request-id`, `retry-after` on errors that have one. Every complete body
+//! Writing answers with the headers every response carries: `x-request-id` (and the protocol's own id
+//! header), the echoed `x-client-request-id`, `retry-after` on errors that have one. Every complete body
 //! passes here, and leaves with no real upstream credential in it (`secrets::redact`: the exact credential
 //! only; the rest byte for byte).
 
@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use super::trace::Trace;
 use crate::http::ResponseWriter;
-use crate::protocol::{sse, ApiError, Protocol};
+use crate::protocol::{sse, ApiError};
 
 /// Sends a JSON body with status (an upstream credential in it replaced).
 pub fn json(
@@ -35,14 +35,14 @@ pub fn error(w: &mut ResponseWriter, trace: &Trace, err: &ApiError) {
 }
 
 pub fn error_with(w: &mut ResponseWriter, trace: &Trace, err: &ApiError, extra: &[(&str, &str)]) {
-    let body = err.body(trace.protocol, &trace.request_id);
+    let body = trace.protocol.error_body(err, &trace.request_id);
     let retry = err.retry_after().map(|s| s.to_string());
     let mut headers: Vec<(&str, &str)> = Vec::new();
     if let Some(r) = &retry {
         headers.push(("retry-after", r));
     }
-    if err.status() == 401 && trace.protocol != Protocol::Messages {
-        headers.push(("www-authenticate", "Bearer"));
+    if let Some(challenge) = trace.protocol.challenge().filter(|_| err.status() == 401) {
+        headers.push(("www-authenticate", challenge));
     }
     if let Some(v) = should_retry(err.status()) {
         headers.push(("x-should-retry", v));

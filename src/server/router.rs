@@ -2,7 +2,7 @@
 
 use std::net::IpAddr;
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::gateway::Gateway;
 use super::generate;
@@ -11,8 +11,9 @@ use super::respond;
 use super::trace::Trace;
 use crate::access;
 use crate::http::{Exchange, Request};
+use crate::protocol::codec::Listed;
 use crate::protocol::request::Endpoint;
-use crate::protocol::{ApiError, Protocol};
+use crate::protocol::{ApiError, Protocol, ALL};
 
 /// Handles one exchange from start to finish.
 pub fn route(gw: &Gateway, ex: &mut Exchange) {
@@ -28,9 +29,9 @@ pub fn route(gw: &Gateway, ex: &mut Exchange) {
         }
         return;
     }
+    // A protocol's SDK (it sends a header only that SDK sends) gets its protocol's shapes, the models list's
+    // included.
     let shape = Protocol::for_request(&ex.request);
-    // Anthropic SDKs (they send `anthropic-version`) get Anthropic's model list shape.
-    let anthropic = shape == Protocol::Messages;
     let trace = Trace::new(ex, shape);
     match (method.as_str(), path.as_str()) {
         (_, p) if p.starts_with("/admin/") => crate::console::handle(gw, ex, &trace),
@@ -67,10 +68,10 @@ pub fn route(gw: &Gateway, ex: &mut Exchange) {
                 trace.headers(&[("content-type", "text/plain; version=0.0.4; charset=utf-8")]);
             let _ = ex.response().send(200, &headers, text.as_bytes());
         }
-        ("GET" | "HEAD", "/v1/models") => models(gw, ex, &trace, None, anthropic),
+        ("GET" | "HEAD", "/v1/models") => models(gw, ex, &trace, None),
         ("GET" | "HEAD", p) if p.starts_with("/v1/models/") => {
             match crate::http::decode_path_segment(&p["/v1/models/".len()..]) {
-                Ok(id) => models(gw, ex, &trace, Some(id), anthropic),
+                Ok(id) => models(gw, ex, &trace, Some(id)),
                 Err(m) => {
                     respond::error(ex.response(), &trace, &ApiError::invalid_param("model", m))
                 }
@@ -116,11 +117,7 @@ pub fn refuse_body(
     }
     let models = path == "/v1/models" || path.starts_with("/v1/models/");
     let credentials = if models {
-        let protocol = match Protocol::for_request(req) {
-            Protocol::Messages => Protocol::Messages,
-            _ => Protocol::Chat,
-        };
-        access::authenticate(req, protocol, &gw.keys).err()
+        access::authenticate(req, Protocol::for_request(req), &gw.keys).err()
     } else if path == "/metrics" && gw.config().metrics_auth {
         crate::console::authorize_head(gw, req, peer).err()
     } else {
@@ -185,19 +182,32 @@ fn readiness(gw: &Gateway) -> (bool, serde_json::Value) {
 
 /// 404 with a hint for the classic base-URL mistakes.
 pub fn not_found(path: &str) -> ApiError {
-    const ENDPOINTS: &str = "POST /v1/chat/completions, POST /v1/responses, POST /v1/messages, \
-         POST /v1/messages/count_tokens and GET /v1/models for clients; the operator console at /console; \
-         GET /healthz, /readyz and /metrics";
-    let hint = path_hint(path);
-    let msg = match hint {
+    let msg = match path_hint(path) {
         Some(h) => format!("Unknown path `{path}`. {h}"),
-        None => format!("Unknown path `{path}`. This gateway serves: {ENDPOINTS}."),
+        None => format!(
+            "Unknown path `{path}`. This gateway serves: {}.",
+            endpoints()
+        ),
     };
     ApiError::not_found(msg).with_code("unknown_path")
 }
 
+/// What the gateway serves, for a 404: every protocol's endpoints, the models list, the console, the
+/// operator's paths.
+fn endpoints() -> String {
+    let mut list: Vec<String> = Vec::new();
+    for p in ALL {
+        list.push(format!("POST {}", p.path()));
+        list.extend(p.count_tokens_path().map(|c| format!("POST {c}")));
+    }
+    format!(
+        "{} and GET /v1/models for clients; the operator console at /console; GET /healthz, /readyz and \
+         /metrics",
+        list.join(", ")
+    )
+}
+
 fn path_hint(path: &str) -> Option<String> {
-    let endpoints = [Protocol::Chat, Protocol::Responses, Protocol::Messages];
     if path.contains("/v1/v1/") {
         let fixed = path.replacen("/v1/v1/", "/v1/", 1);
         return Some(format!(
@@ -206,23 +216,25 @@ fn path_hint(path: &str) -> Option<String> {
              they add `/v1/messages` themselves."
         ));
     }
-    for p in endpoints {
+    for p in ALL {
         let ep = p.path();
+        let short = ep.strip_prefix("/v1").unwrap_or(ep);
         if path.len() > ep.len()
-            && (path.starts_with(ep) || path.ends_with(ep) || path.ends_with(&ep[3..]))
+            && (path.starts_with(ep) || path.ends_with(ep) || path.ends_with(short))
         {
-            let base = match p {
-                Protocol::Messages => "`http://<host>` (no `/v1`, no endpoint)",
-                _ => "`http://<host>/v1` (no endpoint path)",
+            let base = if p.base_url_has_v1() {
+                "`http://<host>/v1` (no endpoint path)"
+            } else {
+                "`http://<host>` (no `/v1`, no endpoint)"
             };
             return Some(format!(
                 "The path has the endpoint `{ep}` inside it: the client was given a base URL that already \
                  contains a full endpoint path and appended its own. The endpoint meant is `POST {ep}`. Set the \
                  client's base URL to {base}; the client appends `{}` itself.",
-                if p == Protocol::Messages { ep } else { &ep[3..] }
+                p.sdk_path()
             ));
         }
-        if path == &ep[3..] {
+        if path == short {
             return Some(format!(
                 "The path is missing `/v1`: use `{ep}`. OpenAI clients need the base URL `http://<host>/v1`."
             ));
@@ -234,54 +246,42 @@ fn path_hint(path: &str) -> Option<String> {
     None
 }
 
-fn models(gw: &Gateway, ex: &mut Exchange, trace: &Trace, id: Option<String>, anthropic: bool) {
-    let protocol = if anthropic {
-        Protocol::Messages
-    } else {
-        Protocol::Chat
-    };
+/// `GET /v1/models` and `GET /v1/models/{id}`: the names and aliases the key's group may use, in the shape of
+/// the trace's protocol.
+fn models(gw: &Gateway, ex: &mut Exchange, trace: &Trace, id: Option<String>) {
+    let protocol = trace.protocol;
     let identity = match access::authenticate(&ex.request, protocol, &gw.keys) {
         Ok(i) => i,
         Err(e) => return respond::error(ex.response(), trace, &e),
     };
     let config = gw.config();
     // Names and aliases the group may use (patterns cannot be listed), in config order.
-    let visible: Vec<(&str, &crate::config::Model)> = config
+    let visible: Vec<(&str, String)> = config
         .models
         .iter()
         .filter(|m| !m.disabled && !crate::config::names::is_pattern(&m.name))
         .filter(|m| access::group_allows(&config, &identity.group, &m.name, &m.name))
         .flat_map(|m| {
+            let owner = owned_by(m);
             std::iter::once(m.name.as_str())
                 .chain(m.aliases.iter().map(String::as_str))
-                .map(move |n| (n, m))
+                .map(move |n| (n, owner.clone()))
+        })
+        .collect();
+    let listed: Vec<Listed> = visible
+        .iter()
+        .map(|(id, owner)| Listed {
+            id,
+            owned_by: owner,
         })
         .collect();
     let created = gw.started_unix;
-    let openai = |(id, m): &(&str, &crate::config::Model)| -> Value {
-        json!({"id": id, "object": "model", "created": created, "owned_by": owned_by(m)})
-    };
-    let claude = |(id, _): &(&str, &crate::config::Model)| -> Value {
-        json!({"type": "model", "id": id, "display_name": id, "created_at": crate::util::rfc3339(created)})
-    };
     let body = match id {
-        Some(id) => match visible.iter().find(|(n, _)| *n == id) {
-            Some(m) if anthropic => claude(m),
-            Some(m) => openai(m),
+        Some(id) => match listed.iter().find(|m| m.id == id) {
+            Some(m) => protocol.model_entry(m, created),
             None => return respond::error(ex.response(), trace, &ApiError::model_not_found(&id)),
         },
-        None if anthropic => {
-            let data: Vec<Value> = visible.iter().map(claude).collect();
-            json!({
-                "data": data,
-                "has_more": false,
-                "first_id": visible.first().map(|(n, _)| n.to_string()),
-                "last_id": visible.last().map(|(n, _)| n.to_string()),
-            })
-        }
-        None => {
-            json!({"object": "list", "data": visible.iter().map(openai).collect::<Vec<_>>()})
-        }
+        None => protocol.models_list(&listed, created),
     };
     respond::json(ex.response(), trace, 200, body.to_string().as_bytes(), &[]);
 }

@@ -34,8 +34,8 @@ impl Stats {
 
     /// Rebuilds the recent history from the usage ledger (oldest first), so availability survives a
     /// restart. Only records of requests that reached an upstream count, as at run time; a record's
-    /// upstream failure is what `Answer::upstream_failure` decided for it: 5xx, or an error after the answer
-    /// started.
+    /// upstream failure is what the failover policy (`upstream::policy`) decided for it: 5xx, or an error
+    /// after the answer started.
     pub fn replay(&self, records: &[crate::ledger::Record]) {
         use crate::ledger::Status;
         for r in records.iter().filter(|r| !r.upstream.is_empty()) {

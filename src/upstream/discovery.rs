@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::config::{Config, Model, Route, Upstream, UpstreamKind};
+use crate::protocol::LOCAL;
 
 /// The well-known local addresses, in probe order.
 pub const WELL_KNOWN: [&str; 7] = [
@@ -38,7 +39,8 @@ pub struct Server {
     pub error: Option<String>,
 }
 
-/// Asks one server for its models: the OpenAI list, else Ollama's tags.
+/// Asks one server for its models: the list of the protocol local servers speak (`protocol::LOCAL`), else
+/// Ollama's tags.
 pub fn probe(agent: &ureq::Agent, base_url: &str) -> Result<Vec<String>, String> {
     let get = |url: &str| -> Result<Value, String> {
         let mut resp = agent
@@ -59,21 +61,21 @@ pub fn probe(agent: &ureq::Agent, base_url: &str) -> Result<Vec<String>, String>
             .map_err(|e| e.to_string())?;
         serde_json::from_str(&text).map_err(|e| e.to_string())
     };
-    let ids = |v: &Value, list: &str, field: &str| -> Option<Vec<String>> {
-        let items = v.get(list)?.as_array()?;
+    let tags = |v: &Value| -> Option<Vec<String>> {
+        let items = v.get("models")?.as_array()?;
         Some(
             items
                 .iter()
-                .filter_map(|m| m.get(field).and_then(Value::as_str))
+                .filter_map(|m| m.get("name").and_then(Value::as_str))
                 .map(str::to_string)
                 .collect(),
         )
     };
-    match get(&format!("{base_url}/models")).map(|v| ids(&v, "data", "id")) {
+    match get(&format!("{base_url}{}", LOCAL.models_path())).map(|v| LOCAL.model_ids(&v)) {
         Ok(Some(models)) => Ok(models),
         first => {
             let root = base_url.strip_suffix("/v1").unwrap_or(base_url);
-            match get(&format!("{root}/api/tags")).map(|v| ids(&v, "models", "name")) {
+            match get(&format!("{root}/api/tags")).map(|v| tags(&v)) {
                 Ok(Some(models)) => Ok(models),
                 _ => Err(match first {
                     Err(e) => e,
@@ -113,7 +115,7 @@ pub fn apply(config: &Config, servers: &[Server]) -> Config {
         let host = name.trim_start_matches("local@").to_string();
         c.upstreams.push(Upstream {
             name: name.clone(),
-            kind: UpstreamKind::OpenAiChat,
+            kind: UpstreamKind::Speaks(LOCAL),
             base_url: s.base_url.clone(),
             api_key: None,
             missing_key: None,

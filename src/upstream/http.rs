@@ -9,15 +9,12 @@ use std::time::Duration;
 use ureq::http;
 
 use super::tap;
-use crate::config::{Upstream, UpstreamKind};
+use crate::config::Upstream;
 use crate::protocol::sse::SseReader;
 use crate::protocol::ApiError;
 
 /// How long an idle upstream connection stays in the pool.
 const IDLE_AGE: Duration = Duration::from_secs(4);
-
-/// Extra attempts for a call the upstream cannot have taken (each one drops a stale pooled connection).
-const STALE_RETRIES: u32 = 3;
 
 /// Largest non-streamed upstream body we read.
 const MAX_RESPONSE_BYTES: u64 = 64 * 1024 * 1024;
@@ -101,40 +98,34 @@ impl Resolver for CachingResolver {
     }
 }
 
-/// The URL of the generation endpoint of an upstream.
+/// The URL of the generation endpoint of an upstream (its protocol's path under its base URL).
 pub fn endpoint(upstream: &Upstream) -> String {
-    let path = match upstream.kind {
-        UpstreamKind::OpenAiChat => "/chat/completions",
-        UpstreamKind::OpenAiResponses => "/responses",
-        UpstreamKind::Anthropic => "/v1/messages",
-        UpstreamKind::Mock => "",
-    };
+    let path = upstream.kind.protocol().map_or("", |p| p.upstream_path());
     format!("{}{}", upstream.base_url, path)
 }
 
-/// The upstream's credentials and version headers on a request to it: `x-api-key` and `anthropic-version`
-/// for Anthropic, a bearer token for the others.
+/// The upstream's credential (and version) headers on a request to it, as its protocol sends them.
 pub fn with_credentials<B>(
     mut req: ureq::RequestBuilder<B>,
     upstream: &Upstream,
 ) -> ureq::RequestBuilder<B> {
-    if upstream.kind == UpstreamKind::Anthropic {
-        req = req.header("anthropic-version", "2023-06-01");
-        if let Some(key) = &upstream.api_key {
-            req = req.header("x-api-key", key.as_str());
-        }
-    } else if let Some(key) = &upstream.api_key {
-        req = req.header("authorization", format!("Bearer {key}"));
+    let headers = upstream
+        .kind
+        .protocol()
+        .map(|p| p.credentials(upstream.api_key.as_deref()));
+    for (name, value) in headers.into_iter().flatten().flatten() {
+        req = req.header(name, value.as_ref());
     }
     req
 }
 
 /// The URL of an upstream's model list (what the console's health probe asks for).
 pub fn models_url(upstream: &Upstream) -> String {
-    match upstream.kind {
-        UpstreamKind::Anthropic => format!("{}/v1/models", upstream.base_url),
-        _ => format!("{}/models", upstream.base_url),
-    }
+    let path = upstream
+        .kind
+        .protocol()
+        .map_or("/models", |p| p.models_path());
+    format!("{}{path}", upstream.base_url)
 }
 
 /// An upstream's answer: its status and headers, and the body still to be read.
@@ -171,16 +162,16 @@ impl Reply {
     }
 }
 
-/// Sends a generation request. `beta` is the client's `anthropic-beta` value, forwarded only to Anthropic
-/// upstreams.
+/// Sends a generation request. `passed`: a header of the client's request passed on (see
+/// `Codec::passed_on`).
 pub fn send(
     agent: &ureq::Agent,
     upstream: &Upstream,
     body: &[u8],
     stream: bool,
-    beta: Option<&str>,
+    passed: Option<&(&'static str, String)>,
 ) -> Result<Reply, ApiError> {
-    send_to(agent, upstream, &endpoint(upstream), body, stream, beta)
+    send_to(agent, upstream, &endpoint(upstream), body, stream, passed)
 }
 
 /// Sends a POST to `url` of `upstream` with its credentials and timeouts.
@@ -190,7 +181,7 @@ pub fn send_to(
     url: &str,
     body: &[u8],
     stream: bool,
-    beta: Option<&str>,
+    passed: Option<&(&'static str, String)>,
 ) -> Result<Reply, ApiError> {
     let per_read = if stream {
         upstream.idle_timeout
@@ -210,8 +201,8 @@ pub fn send_to(
                 },
             );
         req = with_credentials(req, upstream);
-        if let (UpstreamKind::Anthropic, Some(b)) = (upstream.kind, beta) {
-            req = req.header("anthropic-beta", b);
+        if let Some((name, value)) = passed {
+            req = req.header(*name, value.as_str());
         }
         req.config()
             .timeout_connect(Some(upstream.connect_timeout))
@@ -221,23 +212,14 @@ pub fn send_to(
             .build()
     };
     // A pooled connection the upstream closed while it sat idle fails before any byte of the answer: the
-    // upstream never took that request, so it is sent again (on another pooled connection or a new one).
-    // Never after any byte came back, never after a timeout, never when a new connection failed.
+    // upstream never took that request, so it is sent again (on another pooled connection or a new one), as
+    // `policy::resend_stale` allows.
     let mut tries = 0;
     let resp = loop {
         tap::begin_attempt();
         match make().send(body) {
             Ok(r) => break r,
-            Err(e)
-                if tries < STALE_RETRIES
-                    && !matches!(
-                        e,
-                        ureq::Error::Timeout(_)
-                            | ureq::Error::ConnectionFailed
-                            | ureq::Error::HostNotFound
-                    )
-                    && tap::attempt().safe_to_retry() =>
-            {
+            Err(e) if super::policy::resend_stale(tries, &e, tap::attempt().safe_to_retry()) => {
                 tries += 1;
                 log::debug!(
                     "upstream `{}`: a reused connection was closed before the answer ({e}); sending again",

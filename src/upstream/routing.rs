@@ -1,16 +1,13 @@
 //! Choosing among a model's upstreams and respecting their rate limits: how many requests each has in
 //! flight, how fast it sends its first byte (a moving average), the smooth weighted round robin of
-//! `weighted` models, and the cool-down of an upstream that answered 429 (no new request until its
-//! `retry-after` passes, unless nothing else can be asked).
+//! `weighted` models, and the cool-down of an upstream that answered 429 (no new request until the time
+//! `policy.rs` gives passes, unless nothing else can be asked).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::config::{Model, Route};
-
-/// The cool-down of a 429 that named no `retry-after`.
-pub const DEFAULT_COOL_DOWN: Duration = Duration::from_secs(5);
 
 #[derive(Default)]
 struct Up {

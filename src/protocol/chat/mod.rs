@@ -1,318 +1,184 @@
-//! OpenAI Chat Completions codec: request decoding, response and stream encoding, usage reading.
+//! OpenAI Chat Completions, `POST /v1/chat/completions`: the codec ([`Chat`]) and what it is made of:
+//! `decode.rs` (client requests into canonical form), `reply.rs` (answers and streams to clients),
+//! `upstream.rs` (requests to Chat upstreams, their answers and streams decoded), `relay.rs` (a relayed
+//! stream read for usage, errors and its end), `client.rs` (the doctor's minimal request and how the SDK
+//! reads the answer).
 
-use serde_json::{Map, Value};
-
-use super::canon::{Message, Part, Request, Role, Tool};
-use super::fields::{self, join, missing, opt_array, opt_bool, opt_f64, opt_str, opt_u64};
-use super::openai::{self, Shape};
-use super::ApiError;
-
+mod client;
+mod decode;
+mod relay;
 mod reply;
-pub mod upstream;
+mod upstream;
 
-pub use reply::{encode_response, finish_reason, usage_from, usage_json, ChatStreamEncoder};
+use serde_json::Value;
 
-/// Checks that a Chat Completions body has `messages` (pointing at `input` when that was sent instead).
-pub fn validate(body: &Value) -> Result<(), ApiError> {
-    messages_of(fields::object(body, "body")?).map(|_| ())
-}
+use super::canon::{self, Usage};
+use super::client::ClientEvent;
+use super::codec::{Codec, Headers, Listed};
+use super::edit::{Edit, Put};
+use super::hosted::{self, Asks, Rules};
+use super::relay::Seen;
+use super::sse::{push_event, SseEvent};
+use super::{auth, openai, ApiError, EgressOptions, StreamDecoder, StreamEncoder};
+use crate::http::Request;
 
-fn messages_of(o: &Map<String, Value>) -> Result<&Vec<Value>, ApiError> {
-    match o.get("messages") {
-        None | Some(Value::Null) if o.contains_key("input") => Err(ApiError::invalid_param(
-            "messages",
-            "Missing required parameter: `messages`. This body has `input`, which belongs to the \
-             Responses API (POST /v1/responses); Chat Completions takes `messages`.",
-        )),
-        None | Some(Value::Null) => Err(missing("messages")),
-        Some(Value::Array(a)) => Ok(a),
-        Some(other) => Err(fields::wrong_type("messages", "an array", other)),
+/// The Chat Completions codec.
+pub struct Chat;
+
+/// Paid features in Chat requests: OpenAI's hosted tools, a search model's `web_search_options`, a
+/// `service_tier`.
+const HOSTED: Rules = Rules {
+    family: openai::tool_family,
+    shared_limit: None,
+    search_option: Some("web_search_options"),
+    tiers: &["service_tier"],
+    capped: &[],
+};
+
+impl Codec for Chat {
+    fn name(&self) -> &'static str {
+        "chat"
     }
-}
-
-/// Validates a Chat Completions body and decodes it into the canonical request.
-pub fn decode_request(body: &Value) -> Result<Request, ApiError> {
-    let o = fields::object(body, "body")?;
-    let messages = messages_of(o)?;
-    let model = fields::req_str(o, "model", "")?.to_string();
-    if opt_u64(o, "n", "")?.is_some_and(|n| n > 1) {
-        return Err(ApiError::invalid_param(
-            "n",
-            "`n` greater than 1 is not supported for this model: its upstream returns one choice per request.",
-        ));
+    fn title(&self) -> &'static str {
+        "Chat Completions"
     }
-    let mut req = Request {
-        model,
-        stream: fields::stream_flag(o)?,
-        ..Request::default()
-    };
-    for (i, m) in messages.iter().enumerate() {
-        decode_message(m, &format!("messages[{i}]"), &mut req)?;
+    fn vendor(&self) -> &'static str {
+        "OpenAI"
     }
-    if let Some(tools) = opt_array(o, "tools", "")? {
-        for (i, t) in tools.iter().enumerate() {
-            req.tools.push(decode_tool(t, &format!("tools[{i}]"))?);
-        }
+    fn clients(&self) -> &'static str {
+        "OpenAI clients"
     }
-    req.tool_choice = match o.get("tool_choice") {
-        None => None,
-        Some(v) => openai::decode_tool_choice(v, Shape::Nested)?,
-    };
-    req.parallel_tool_calls = opt_bool(o, "parallel_tool_calls", "")?;
-    req.max_tokens = match opt_u64(o, "max_completion_tokens", "")? {
-        Some(n) => Some(n),
-        None => opt_u64(o, "max_tokens", "")?,
-    };
-    req.temperature = opt_f64(o, "temperature", "")?;
-    req.top_p = opt_f64(o, "top_p", "")?;
-    req.stop = match o.get("stop") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::String(s)) => vec![s.clone()],
-        Some(Value::Array(a)) => a
-            .iter()
-            .map(|s| {
-                s.as_str()
-                    .map(str::to_string)
-                    .ok_or_else(|| fields::bad_value("stop", "strings"))
-            })
-            .collect::<Result<_, _>>()?,
-        Some(other) => {
-            return Err(fields::wrong_type(
-                "stop",
-                "a string or an array of strings",
-                other,
-            ))
-        }
-    };
-    req.output_format = match o.get("response_format") {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(openai::decode_output_format(
-            v,
-            "response_format",
-            Shape::Nested,
-        )?),
-    };
-    req.reasoning_effort = opt_str(o, "reasoning_effort", "")?.map(str::to_string);
-    req.user = opt_str(o, "user", "")?.map(str::to_string);
-    Ok(req)
-}
-
-fn decode_message(m: &Value, path: &str, req: &mut Request) -> Result<(), ApiError> {
-    let o = fields::object(m, path)?;
-    let role = fields::req_str(o, "role", path)?;
-    let content_path = join(path, "content");
-    let content = o.get("content").unwrap_or(&Value::Null);
-    match role {
-        "system" | "developer" => {
-            let text = text_of(content, &content_path)?;
-            if req.messages.is_empty() {
-                req.system.push(text);
-            } else {
-                req.messages.push(Message::text(Role::System, text));
-            }
-        }
-        "user" => {
-            let parts = decode_user_content(content, &content_path)?;
-            req.messages.push(Message { role: Role::User, content: parts });
-        }
-        "assistant" => {
-            let mut parts = Vec::new();
-            if let Some(r) = opt_str(o, "reasoning_content", path)? {
-                if !r.is_empty() {
-                    parts.push(Part::Reasoning { text: r.to_string(), signature: None });
-                }
-            }
-            match content {
-                Value::Null => {}
-                other => {
-                    let t = text_of(other, &content_path)?;
-                    if !t.is_empty() {
-                        parts.push(Part::Text(t));
-                    }
-                }
-            }
-            for (i, call) in opt_array(o, "tool_calls", path)?.into_iter().flatten().enumerate() {
-                let cpath = format!("{path}.tool_calls[{i}]");
-                let c = fields::object(call, &cpath)?;
-                let f = fields::object(c.get("function").unwrap_or(&Value::Null), &join(&cpath, "function"))?;
-                parts.push(Part::ToolCall {
-                    id: fields::req_str(c, "id", &cpath)?.to_string(),
-                    name: fields::req_str(f, "name", &join(&cpath, "function"))?.to_string(),
-                    arguments: opt_str(f, "arguments", &join(&cpath, "function"))?
-                        .unwrap_or("{}")
-                        .to_string(),
-                });
-            }
-            req.messages.push(Message { role: Role::Assistant, content: parts });
-        }
-        "tool" => {
-            let call_id = fields::req_str(o, "tool_call_id", path)?.to_string();
-            let text = text_of(content, &content_path)?;
-            req.messages.push(Message {
-                role: Role::Tool,
-                content: vec![Part::ToolResult { call_id, content: vec![Part::Text(text)], is_error: false }],
-            });
-        }
-        "function" => {
-            return Err(ApiError::invalid_param(
-                &join(path, "role"),
-                "The deprecated `function` role is not supported; use `tool` messages.",
-            ))
-        }
-        other => {
-            return Err(ApiError::invalid_param(
-                &join(path, "role"),
-                format!("Invalid value for `{path}.role`: {other:?}. Expected system, developer, user, assistant or tool."),
-            ))
-        }
+    fn upstream_kind(&self) -> &'static str {
+        "openai-chat"
     }
-    Ok(())
-}
-
-/// Text of a content value: a string or an array of text parts (other part types are refused).
-fn text_of(content: &Value, path: &str) -> Result<String, ApiError> {
-    match content {
-        Value::Null => Ok(String::new()),
-        Value::String(s) => Ok(s.clone()),
-        Value::Array(parts) => {
-            let mut out = String::new();
-            for (i, p) in parts.iter().enumerate() {
-                let ppath = format!("{path}[{i}]");
-                let po = fields::object(p, &ppath)?;
-                match fields::req_str(po, "type", &ppath)? {
-                    "text" => out.push_str(fields::req_str(po, "text", &ppath)?),
-                    "refusal" => out.push_str(fields::req_str(po, "refusal", &ppath)?),
-                    other => {
-                        return Err(ApiError::invalid_param(
-                            &join(&ppath, "type"),
-                            format!(
-                                "Content parts of type {other:?} are not allowed here; only text."
-                            ),
-                        ))
-                    }
-                }
-            }
-            Ok(out)
-        }
-        other => Err(fields::wrong_type(
-            path,
-            "a string or an array of content parts",
-            other,
-        )),
+    fn path(&self) -> &'static str {
+        "/v1/chat/completions"
     }
-}
-
-fn decode_user_content(content: &Value, path: &str) -> Result<Vec<Part>, ApiError> {
-    match content {
-        Value::String(s) => Ok(vec![Part::Text(s.clone())]),
-        Value::Array(parts) => {
-            let mut out = Vec::new();
-            for (i, p) in parts.iter().enumerate() {
-                let ppath = format!("{path}[{i}]");
-                let po = fields::object(p, &ppath)?;
-                match fields::req_str(po, "type", &ppath)? {
-                    "text" => {
-                        out.push(Part::Text(fields::req_str(po, "text", &ppath)?.to_string()))
-                    }
-                    "image_url" => {
-                        let ipath = join(&ppath, "image_url");
-                        let url = match po.get("image_url") {
-                            Some(Value::String(s)) => s.as_str(),
-                            Some(Value::Object(io)) => fields::req_str(io, "url", &ipath)?,
-                            _ => return Err(missing(&join(&ipath, "url"))),
-                        };
-                        out.push(Part::Image(openai::parse_image_url(url)));
-                    }
-                    other => {
-                        return Err(ApiError::invalid_param(
-                            &join(&ppath, "type"),
-                            format!(
-                            "Content parts of type {other:?} are not supported by this gateway."
-                        ),
-                        ))
-                    }
-                }
-            }
-            Ok(out)
-        }
-        Value::Null => Err(missing(path)),
-        other => Err(fields::wrong_type(
-            path,
-            "a string or an array of content parts",
-            other,
-        )),
-    }
-}
-
-/// A tool of the list: only function tools (nested under `function`) are accepted.
-fn decode_tool(t: &Value, path: &str) -> Result<Tool, ApiError> {
-    let o = fields::object(t, path)?;
-    match opt_str(o, "type", path)?.unwrap_or("function") {
-        "function" => {}
-        other => {
-            return Err(ApiError::invalid_param(
-                &join(path, "type"),
-                format!("Tools of type {other:?} are not supported; use function tools."),
-            ))
-        }
-    }
-    let fpath = join(path, "function");
-    let f = fields::object(o.get("function").unwrap_or(&Value::Null), &fpath)?;
-    openai::decode_function(f, &fpath)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::protocol::canon::{ImageSource, ToolChoice};
-    use serde_json::json;
-
-    #[test]
-    fn input_instead_of_messages_names_the_field() {
-        let e = decode_request(&json!({"model": "m", "input": "hi"})).unwrap_err();
-        assert_eq!(e.status(), 400);
-        assert_eq!(e.param(), Some("messages"));
-        assert!(e.message().contains("input"));
+    fn base_url_has_v1(&self) -> bool {
+        true
     }
 
-    #[test]
-    fn decodes_roles_tools_and_options() {
-        let r = decode_request(&json!({
-            "model": "m", "stream": true, "max_tokens": 7, "stop": "x",
-            "messages": [
-                {"role": "system", "content": "sys"},
-                {"role": "user", "content": [{"type": "text", "text": "hi"},
-                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAA"}}]},
-                {"role": "assistant", "content": null, "tool_calls": [
-                    {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
-                {"role": "tool", "tool_call_id": "call_1", "content": "42"}
-            ],
-            "tools": [{"type": "function", "function": {"name": "f"}}],
-            "tool_choice": {"type": "function", "function": {"name": "f"}}
-        }))
-        .unwrap();
-        assert_eq!(r.system, vec!["sys"]);
-        assert_eq!(r.messages.len(), 3);
-        assert_eq!(r.max_tokens, Some(7));
-        assert_eq!(r.stop, vec!["x"]);
-        assert!(r.stream);
-        assert_eq!(r.tool_choice, Some(ToolChoice::Function("f".into())));
-        assert_eq!(
-            r.messages[0].content[1],
-            Part::Image(ImageSource::Base64 {
-                media_type: "image/png".into(),
-                data: "AAA".into()
-            })
-        );
+    fn presented_key<'r>(&self, req: &'r Request) -> Result<&'r str, ApiError> {
+        auth::presented_key(req, openai::KEY_HOW)
+    }
+    fn challenge(&self) -> Option<&'static str> {
+        Some("Bearer")
+    }
+    fn validate(&self, body: &Value) -> Result<(), ApiError> {
+        decode::validate(body)
+    }
+    fn decode_request(&self, body: &Value) -> Result<canon::Request, ApiError> {
+        decode::decode_request(body)
+    }
+    /// Chat clients ask for the stream's usage report with `stream_options.include_usage`.
+    fn wants_stream_usage(&self, body: &Value) -> bool {
+        body.pointer("/stream_options/include_usage")
+            .and_then(Value::as_bool)
+            == Some(true)
+    }
+    fn new_response_id(&self) -> String {
+        crate::util::new_id("chatcmpl-")
+    }
+    fn encode_response(&self, resp: &canon::Response, _req: &canon::Request) -> Value {
+        reply::encode_response(resp)
+    }
+    fn stream_encoder(
+        &self,
+        _req: &canon::Request,
+        include_usage: bool,
+        request_id: &str,
+    ) -> Box<dyn StreamEncoder> {
+        Box::new(reply::ChatStreamEncoder::new(include_usage).with_request_id(request_id.into()))
+    }
+    fn error_body(&self, err: &ApiError, request_id: &str) -> Vec<u8> {
+        openai::error_body(err, request_id)
+    }
+    /// A chunk whose `error` holds the error object (no event name).
+    fn error_event(&self, err: &ApiError, request_id: &str, _next_seq: Option<u64>) -> Vec<u8> {
+        let d = serde_json::json!({"error": err.openai_object(request_id)});
+        let mut out = Vec::new();
+        push_event(&mut out, None, &d.to_string());
+        out
+    }
+    fn models_list(&self, models: &[Listed], created: u64) -> Value {
+        openai::models_list(models, created)
+    }
+    fn model_entry(&self, model: &Listed, created: u64) -> Value {
+        openai::model_entry(model, created)
     }
 
-    #[test]
-    fn wrong_types_name_the_field() {
-        let e =
-            decode_request(&json!({"model": "m", "messages": [{"role": "user", "content": 5}]}))
-                .unwrap_err();
-        assert_eq!(e.param(), Some("messages[0].content"));
-        let e = decode_request(&json!({"model": 1, "messages": []})).unwrap_err();
-        assert_eq!(e.param(), Some("model"));
+    fn limit_fields(&self) -> &'static [&'static str] {
+        &["max_completion_tokens", "max_tokens"]
+    }
+    fn upstream_limit_field(&self, max_completion_tokens: bool) -> &'static str {
+        if max_completion_tokens {
+            "max_completion_tokens"
+        } else {
+            "max_tokens"
+        }
+    }
+    fn choices_field(&self) -> Option<&'static str> {
+        Some("n")
+    }
+    /// A completion is stored only when asked (`store: true`): any `store` the client sent goes as `false`.
+    fn store_nothing(&self) -> Option<(&'static str, Edit<'static>)> {
+        Some(("store", Edit::Replace(Put::Bool(false))))
+    }
+    fn hosted_asks(&self, body: &Value) -> Result<Asks, ApiError> {
+        hosted::asks(body, &HOSTED)
+    }
+    /// Chat answers say nothing of the searches a search model made.
+    fn reports_tool_uses(&self) -> bool {
+        false
+    }
+
+    fn upstream_path(&self) -> &'static str {
+        "/chat/completions"
+    }
+    fn credentials<'k>(&self, key: Option<&'k str>) -> Headers<'k> {
+        [key.map(auth::bearer), None, None]
+    }
+    fn stream_usage_on(&self) -> Option<(&'static str, Edit<'static>)> {
+        Some((
+            "stream_options",
+            Edit::SetIn("include_usage", Put::Bool(true)),
+        ))
+    }
+    fn encode_request(&self, req: &canon::Request, opts: &EgressOptions) -> Result<Value, ApiError> {
+        upstream::encode_request(req, opts)
+    }
+    fn decode_response(&self, body: &Value, _opts: &EgressOptions) -> Result<canon::Response, ApiError> {
+        upstream::decode_response(body)
+    }
+    fn stream_decoder(&self, _opts: &EgressOptions) -> Box<dyn StreamDecoder> {
+        Box::new(upstream::ChatStreamDecoder::default())
+    }
+    fn usage_from(&self, usage: &Value) -> Option<Usage> {
+        reply::usage_from(usage)
+    }
+    fn observe(&self, ev: &SseEvent, seen: &mut Seen) -> bool {
+        relay::observe(ev, seen)
+    }
+    fn text_fields(&self, data: &mut Value, edit: &mut dyn FnMut(Option<&mut Value>)) {
+        relay::text_fields(data, edit)
+    }
+
+    fn probe_body(&self, model: &str, prompt: &str, stream: bool) -> Value {
+        client::probe_body(model, prompt, stream)
+    }
+    fn client_headers<'k>(&self, key: &'k str) -> Headers<'k> {
+        [Some(auth::bearer(key)), None, None]
+    }
+    fn answer_text(&self, answer: &Value) -> Result<String, String> {
+        client::answer_text(answer)
+    }
+    fn stop_reason<'v>(&self, answer: &'v Value) -> Option<&'v str> {
+        answer["choices"][0]["finish_reason"].as_str()
+    }
+    fn stream_terminal(&self) -> &'static str {
+        "data: [DONE]"
+    }
+    fn client_event(&self, _event: Option<&str>, data: &str, _first: bool) -> ClientEvent {
+        client::event(data)
     }
 }

@@ -1,323 +1,270 @@
-//! Anthropic Messages codec: request decoding, response and stream encoding, usage reading.
+//! Anthropic Messages, `POST /v1/messages` and `POST /v1/messages/count_tokens`: the codec ([`Messages`])
+//! and what it is made of: `decode.rs` (client requests into canonical form), `reply.rs` (answers and
+//! streams to clients), `upstream.rs` (requests to Anthropic upstreams, their answers and streams decoded),
+//! `relay.rs` (a relayed stream read for usage, errors and its end), `client.rs` (the doctor's minimal
+//! request and how the SDK reads the answer).
 
-use serde_json::{json, Value};
-
-use super::canon::{ImageSource, Message, OutputFormat, Part, Request, Role, Tool, ToolChoice};
-use super::fields::{self, join, missing, opt_array, opt_f64, opt_str, opt_u64};
-use super::ApiError;
-
+mod client;
+mod decode;
+mod relay;
 mod reply;
-pub mod upstream;
+mod upstream;
 
-pub use reply::{
-    arguments_object, encode_response, stop_reason, usage_from, usage_json, usage_update,
-    MessagesStreamEncoder,
+use std::borrow::Cow;
+
+use serde_json::{json, Map, Value};
+
+use super::canon::{self, Usage};
+use super::client::ClientEvent;
+use super::codec::{Codec, Headers, Listed};
+use super::edit::{Edit, Put};
+use super::hosted::{self, Asks, Rules};
+use super::relay::Seen;
+use super::sse::{push_event, SseEvent};
+use super::{account, auth, ApiError, EgressOptions, StreamDecoder, StreamEncoder};
+use crate::http::Request;
+
+/// The Messages codec.
+pub struct Messages;
+
+/// The API version tollgate speaks to Anthropic upstreams (and the doctor to gateways).
+const VERSION: &str = "2023-06-01";
+
+/// Paid features in Messages requests: server tools (each with its own `max_uses`; web search and web fetch
+/// get one written in), a `service_tier`, and fast mode (`speed`, a premium rate on every token).
+const HOSTED: Rules = Rules {
+    family: tool_family,
+    shared_limit: None,
+    search_option: None,
+    tiers: &["service_tier", "speed"],
+    capped: &["web_search", "web_fetch"],
 };
 
-/// Checks the fields Messages requires before anything else: `max_tokens` (an integer) and `messages`.
-pub fn validate(body: &Value) -> Result<(), ApiError> {
-    let o = fields::object(body, "body")?;
-    if opt_u64(o, "max_tokens", "")?.is_none() {
-        return Err(ApiError::invalid_param(
-            "max_tokens",
-            "max_tokens: Field required. The Messages API needs the most tokens the answer may take, for \
-             example `\"max_tokens\": 1024` for a short answer (agents often send 8192 to 32000).",
-        ));
+/// The hosted family of a Messages tool (its type without the date; `mcp_toolset` → `mcp`), or None for a
+/// tool the client runs (custom tools, `bash`, `text_editor`, `computer`, `memory`, tool search).
+fn tool_family(t: &Map<String, Value>) -> Option<Cow<'_, str>> {
+    let ty = t.get("type").and_then(Value::as_str);
+    let ty = ty.filter(|t| *t != "custom")?;
+    let client = [
+        "bash",
+        "text_editor_",
+        "computer_",
+        "memory_",
+        "tool_search_tool_",
+    ];
+    if client.iter().any(|p| ty.starts_with(p)) {
+        return None;
     }
-    if opt_array(o, "messages", "")?.is_none() {
-        return Err(ApiError::invalid_param(
-            "messages",
-            "messages: Field required",
-        ));
-    }
-    Ok(())
-}
-
-/// Validates a Messages body and decodes it into the canonical request.
-pub fn decode_request(body: &Value) -> Result<Request, ApiError> {
-    validate(body)?;
-    let o = fields::object(body, "body")?;
-    let mut req = Request {
-        model: fields::req_str(o, "model", "")?.to_string(),
-        stream: fields::stream_flag(o)?,
-        max_tokens: opt_u64(o, "max_tokens", "")?,
-        temperature: opt_f64(o, "temperature", "")?,
-        top_p: opt_f64(o, "top_p", "")?,
-        ..Request::default()
-    };
-    decode_system(o, &mut req)?;
-    decode_messages(o, &mut req)?;
-    decode_tools(o, &mut req)?;
-    if let Some(stops) = opt_array(o, "stop_sequences", "")? {
-        req.stop = stops
-            .iter()
-            .filter_map(|s| s.as_str().map(str::to_string))
-            .collect();
-    }
-    decode_output_options(o, &mut req);
-    // OpenAI limits `user` to 64 characters; Claude Code's user ids are longer.
-    req.user = o
-        .get("metadata")
-        .and_then(|m| m.get("user_id"))
-        .and_then(Value::as_str)
-        .map(|u| u.chars().take(64).collect());
-    Ok(req)
-}
-
-type Obj = serde_json::Map<String, Value>;
-
-/// `system`: a string or text blocks.
-fn decode_system(o: &Obj, req: &mut Request) -> Result<(), ApiError> {
-    match o.get("system") {
-        None | Some(Value::Null) => {}
-        Some(Value::String(s)) => req.system.push(s.clone()),
-        Some(Value::Array(blocks)) => {
-            for (i, b) in blocks.iter().enumerate() {
-                let path = format!("system[{i}]");
-                let bo = fields::object(b, &path)?;
-                req.system
-                    .push(fields::req_str(bo, "text", &path)?.to_string());
-            }
-        }
-        Some(other) => {
-            return Err(fields::wrong_type(
-                "system",
-                "a string or an array of text blocks",
-                other,
-            ))
-        }
-    }
-    Ok(())
-}
-
-fn decode_messages(o: &Obj, req: &mut Request) -> Result<(), ApiError> {
-    for (i, m) in opt_array(o, "messages", "")?
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
-        let path = format!("messages[{i}]");
-        let mo = fields::object(m, &path)?;
-        let role = match fields::req_str(mo, "role", &path)? {
-            "user" => Role::User,
-            "assistant" => Role::Assistant,
-            "system" => Role::System,
-            other => {
-                return Err(ApiError::invalid_param(
-                    &join(&path, "role"),
-                    format!(
-                        "Invalid value for `{path}.role`: {other:?}. Expected user or assistant."
-                    ),
-                ))
-            }
-        };
-        let content = decode_content(
-            mo.get("content").unwrap_or(&Value::Null),
-            &join(&path, "content"),
-        )?;
-        req.messages.push(Message { role, content });
-    }
-    Ok(())
-}
-
-/// `tools` (deferred tools and Anthropic's server tools left out, the latter reported) and `tool_choice`.
-fn decode_tools(o: &Obj, req: &mut Request) -> Result<(), ApiError> {
-    for (i, t) in opt_array(o, "tools", "")?.into_iter().flatten().enumerate() {
-        let path = format!("tools[{i}]");
-        let to = fields::object(t, &path)?;
-        if to.get("defer_loading").and_then(Value::as_bool) == Some(true) {
-            // Loaded on demand through Anthropic's tool search; not part of the tool list another upstream sees.
-            log::debug!("leaving out the deferred tool {:?}", to.get("name"));
-            continue;
-        }
-        match opt_str(to, "type", &path)? {
-            None | Some("custom") => req.tools.push(Tool {
-                custom: false,
-                name: fields::req_str(to, "name", &path)?.to_string(),
-                description: opt_str(to, "description", &path)?.map(str::to_string),
-                parameters: to
-                    .get("input_schema")
-                    .cloned()
-                    .unwrap_or_else(|| json!({"type": "object"})),
-                strict: None,
-            }),
-            // Server tools (web_search_20250305, ...) run inside Anthropic: left out and reported.
-            Some(other) => req.dropped_tools.push(other.to_string()),
-        }
-    }
-    if let Some(Value::Object(c)) = o.get("tool_choice") {
-        req.tool_choice = Some(match opt_str(c, "type", "tool_choice")?.unwrap_or("auto") {
-            "any" => ToolChoice::Required,
-            "none" => ToolChoice::None,
-            "tool" => ToolChoice::Function(fields::req_str(c, "name", "tool_choice")?.to_string()),
-            _ => ToolChoice::Auto,
-        });
-        if c.get("disable_parallel_tool_use").and_then(Value::as_bool) == Some(true) {
-            req.parallel_tool_calls = Some(false);
-        }
-    }
-    Ok(())
-}
-
-/// Structured output (`output_config.format`, or the older `output_format`) and reasoning effort
-/// (`output_config.effort`, or a thinking budget).
-fn decode_output_options(o: &Obj, req: &mut Request) {
-    let format = o
-        .get("output_config")
-        .and_then(|c| c.get("format"))
-        .or_else(|| o.get("output_format"));
-    if let Some(Value::Object(f)) = format {
-        if f.get("type").and_then(Value::as_str) == Some("json_schema") {
-            req.output_format = Some(OutputFormat::JsonSchema {
-                name: "output".into(),
-                schema: f
-                    .get("schema")
-                    .cloned()
-                    .unwrap_or_else(|| json!({"type": "object"})),
-                strict: Some(true),
-                description: None,
-            });
-        }
-    }
-    if let Some(effort) = o
-        .get("output_config")
-        .and_then(|c| c.get("effort"))
-        .and_then(Value::as_str)
-    {
-        req.reasoning_effort = Some(effort.to_string());
-    } else if let Some(Value::Object(t)) = o.get("thinking") {
-        if t.get("type").and_then(Value::as_str) == Some("enabled") {
-            let budget = t.get("budget_tokens").and_then(Value::as_u64).unwrap_or(0);
-            req.reasoning_effort = Some(effort_for_budget(budget).to_string());
-        }
-    }
-}
-
-/// The effort level a thinking budget corresponds to (the inverse of the budget policy).
-pub fn effort_for_budget(budget: u64) -> &'static str {
-    match budget {
-        0..=3_999 => "low",
-        4_000..=15_999 => "medium",
-        _ => "high",
-    }
-}
-
-fn decode_content(content: &Value, path: &str) -> Result<Vec<Part>, ApiError> {
-    match content {
-        Value::String(s) => Ok(vec![Part::Text(s.clone())]),
-        Value::Array(blocks) => {
-            let mut out = Vec::new();
-            for (i, b) in blocks.iter().enumerate() {
-                let bpath = format!("{path}[{i}]");
-                if let Some(p) = decode_block(b, &bpath)? {
-                    out.push(p);
-                }
-            }
-            Ok(out)
-        }
-        Value::Null => Err(missing(path)),
-        other => Err(fields::wrong_type(
-            path,
-            "a string or an array of content blocks",
-            other,
-        )),
-    }
-}
-
-fn decode_block(b: &Value, path: &str) -> Result<Option<Part>, ApiError> {
-    let bo = fields::object(b, path)?;
-    Ok(Some(match fields::req_str(bo, "type", path)? {
-        "text" => Part::Text(fields::req_str(bo, "text", path)?.to_string()),
-        "image" => {
-            let spath = join(path, "source");
-            let so = fields::object(bo.get("source").unwrap_or(&Value::Null), &spath)?;
-            match fields::req_str(so, "type", &spath)? {
-                "base64" => Part::Image(ImageSource::Base64 {
-                    media_type: fields::req_str(so, "media_type", &spath)?.to_string(),
-                    data: fields::req_str(so, "data", &spath)?.to_string(),
-                }),
-                "url" => Part::Image(ImageSource::Url(
-                    fields::req_str(so, "url", &spath)?.to_string(),
-                )),
-                other => {
-                    return Err(ApiError::invalid_param(
-                        &join(&spath, "type"),
-                        format!(
-                            "Image sources of type {other:?} are not supported by this gateway."
-                        ),
-                    ))
-                }
-            }
-        }
-        "tool_use" => Part::ToolCall {
-            id: fields::req_str(bo, "id", path)?.to_string(),
-            name: fields::req_str(bo, "name", path)?.to_string(),
-            arguments: bo
-                .get("input")
-                .map(Value::to_string)
-                .unwrap_or_else(|| "{}".into()),
-        },
-        "tool_result" => {
-            let content = match bo.get("content") {
-                None | Some(Value::Null) => Vec::new(),
-                Some(c) => decode_content(c, &join(path, "content"))?,
-            };
-            Part::ToolResult {
-                call_id: fields::req_str(bo, "tool_use_id", path)?.to_string(),
-                content,
-                is_error: bo.get("is_error").and_then(Value::as_bool).unwrap_or(false),
-            }
-        }
-        "thinking" => Part::Reasoning {
-            text: opt_str(bo, "thinking", path)?.unwrap_or("").to_string(),
-            signature: opt_str(bo, "signature", path)?.map(str::to_string),
-        },
-        "redacted_thinking" => return Ok(None),
-        other => {
-            return Err(ApiError::invalid_param(
-                &join(path, "type"),
-                format!("Content blocks of type {other:?} are not supported by this gateway."),
-            ))
-        }
+    Some(Cow::Borrowed(match hosted::undated(ty) {
+        "mcp_toolset" => "mcp",
+        other => other,
     }))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn max_tokens_is_required() {
-        let e = decode_request(&json!({"model": "m", "messages": []})).unwrap_err();
-        assert_eq!(e.param(), Some("max_tokens"));
-        let e =
-            decode_request(&json!({"model": "m", "max_tokens": "5", "messages": []})).unwrap_err();
-        assert_eq!(e.param(), Some("max_tokens"));
+impl Codec for Messages {
+    fn name(&self) -> &'static str {
+        "messages"
+    }
+    fn title(&self) -> &'static str {
+        "Messages"
+    }
+    fn vendor(&self) -> &'static str {
+        "Anthropic"
+    }
+    fn clients(&self) -> &'static str {
+        "Anthropic clients (Claude Code, the anthropic SDK)"
+    }
+    fn upstream_kind(&self) -> &'static str {
+        "anthropic"
+    }
+    fn path(&self) -> &'static str {
+        "/v1/messages"
+    }
+    fn base_url_has_v1(&self) -> bool {
+        false
+    }
+    fn count_tokens_path(&self) -> Option<&'static str> {
+        Some("/v1/messages/count_tokens")
     }
 
-    #[test]
-    fn decodes_blocks() {
-        let r = decode_request(&json!({
-            "model": "m", "max_tokens": 10, "system": [{"type": "text", "text": "s"}],
-            "messages": [
-                {"role": "user", "content": "hi"},
-                {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {"a": 1}}]},
-                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok", "is_error": true}]}
-            ]
-        }))
-        .unwrap();
-        assert_eq!(r.system, vec!["s"]);
-        assert_eq!(
-            r.messages[1].content[0],
-            Part::ToolCall {
-                id: "t1".into(),
-                name: "f".into(),
-                arguments: "{\"a\":1}".into()
-            }
-        );
-        assert!(matches!(
-            r.messages[2].content[0],
-            Part::ToolResult { is_error: true, .. }
-        ));
+    /// Anthropic's paths all have `/messages`.
+    fn shapes_errors_at(&self, path: &str) -> bool {
+        path.contains("/messages")
+    }
+    /// Anthropic SDKs send `anthropic-version`.
+    fn recognizes(&self, req: &Request) -> bool {
+        req.header("anthropic-version").is_some()
+    }
+    fn presented_key<'r>(&self, req: &'r Request) -> Result<&'r str, ApiError> {
+        auth::presented_key(req, "`x-api-key: <key>` or `Authorization: Bearer <key>`")
+    }
+    fn id_header(&self) -> Option<&'static str> {
+        Some("request-id")
+    }
+    fn check_headers(&self, req: &Request) -> Result<(), ApiError> {
+        if req.header("anthropic-version").is_none() {
+            return Err(ApiError::invalid_param(
+                "anthropic-version",
+                "anthropic-version: header is required (for example `anthropic-version: 2023-06-01`).",
+            ));
+        }
+        Ok(())
+    }
+    fn validate(&self, body: &Value) -> Result<(), ApiError> {
+        decode::validate(body)
+    }
+    fn decode_request(&self, body: &Value) -> Result<canon::Request, ApiError> {
+        decode::decode_request(body)
+    }
+    fn new_response_id(&self) -> String {
+        crate::util::new_id("msg_")
+    }
+    fn encode_response(&self, resp: &canon::Response, _req: &canon::Request) -> Value {
+        reply::encode_response(resp)
+    }
+    fn stream_encoder(
+        &self,
+        _req: &canon::Request,
+        _include_usage: bool,
+        request_id: &str,
+    ) -> Box<dyn StreamEncoder> {
+        Box::new(reply::MessagesStreamEncoder::new().with_request_id(request_id.into()))
+    }
+    /// A `ping` event (Anthropic's SDKs skip it).
+    fn keepalive(&self) -> &'static [u8] {
+        b"event: ping\ndata: {\"type\":\"ping\"}\n\n"
+    }
+    fn error_body(&self, err: &ApiError, request_id: &str) -> Vec<u8> {
+        let v = json!({"type": "error", "error": err.anthropic_object(request_id),
+                       "request_id": request_id});
+        serde_json::to_vec(&v).unwrap_or_default()
+    }
+    fn error_event(&self, err: &ApiError, request_id: &str, _next_seq: Option<u64>) -> Vec<u8> {
+        let d = json!({"type": "error", "error": err.anthropic_object(request_id),
+                       "request_id": request_id});
+        let mut out = Vec::new();
+        push_event(&mut out, Some("error"), &d.to_string());
+        out
+    }
+    fn models_list(&self, models: &[Listed], created: u64) -> Value {
+        let data: Vec<Value> = models.iter().map(|m| self.model_entry(m, created)).collect();
+        json!({
+            "data": data,
+            "has_more": false,
+            "first_id": models.first().map(|m| m.id),
+            "last_id": models.last().map(|m| m.id),
+        })
+    }
+    fn model_entry(&self, model: &Listed, created: u64) -> Value {
+        json!({"type": "model", "id": model.id, "display_name": model.id,
+               "created_at": crate::util::rfc3339(created)})
+    }
+
+    fn limit_fields(&self) -> &'static [&'static str] {
+        &["max_tokens"]
+    }
+    fn requires_output_limit(&self) -> bool {
+        true
+    }
+    /// `anthropic-beta` values that open account-scoped features.
+    fn refuse_account_headers(&self, req: &Request) -> Result<(), ApiError> {
+        account::refuse_betas(req.header_all("anthropic-beta"))
+    }
+    fn hosted_asks(&self, body: &Value) -> Result<Asks, ApiError> {
+        hosted::asks(body, &HOSTED)
+    }
+    fn hosted_cap<'a>(&self, cap: u64, tools: &'a [usize]) -> Option<(&'static str, Edit<'a>)> {
+        Some(("tools", Edit::FillIn(tools, "max_uses", Put::Num(cap))))
+    }
+    /// Anthropic's `service_tier` names capacity, not the rate (fast mode reports `standard`).
+    fn reports_rate_tier(&self) -> bool {
+        false
+    }
+    /// A count_tokens body decoded as a Messages request; it carries no `max_tokens`.
+    fn decode_count_request(&self, body: &Value) -> Result<canon::Request, ApiError> {
+        let mut body = body.clone();
+        if body.get("max_tokens").is_none() {
+            body["max_tokens"] = json!(1);
+        }
+        decode::decode_request(&body)
+    }
+    fn count_answer(&self, input_tokens: u64) -> Vec<u8> {
+        json!({ "input_tokens": input_tokens })
+            .to_string()
+            .into_bytes()
+    }
+    fn counted_tokens(&self, raw: &[u8]) -> Option<u64> {
+        serde_json::from_slice::<Value>(raw)
+            .ok()?
+            .get("input_tokens")?
+            .as_u64()
+    }
+
+    fn upstream_path(&self) -> &'static str {
+        "/v1/messages"
+    }
+    fn upstream_count_path(&self) -> Option<&'static str> {
+        Some("/v1/messages/count_tokens")
+    }
+    fn models_path(&self) -> &'static str {
+        "/v1/models"
+    }
+    fn credentials<'k>(&self, key: Option<&'k str>) -> Headers<'k> {
+        let version = ("anthropic-version", Cow::Borrowed(VERSION));
+        [Some(version), key.map(|k| ("x-api-key", Cow::Borrowed(k))), None]
+    }
+    /// The client's `anthropic-beta` flags, all of them joined.
+    fn passed_on(&self, req: &Request) -> Option<(&'static str, String)> {
+        let mut all = req.header_all("anthropic-beta").peekable();
+        all.peek()?;
+        Some(("anthropic-beta", all.collect::<Vec<_>>().join(",")))
+    }
+    fn encode_request(&self, req: &canon::Request, opts: &EgressOptions) -> Result<Value, ApiError> {
+        upstream::encode_request(req, opts)
+    }
+    fn decode_response(&self, body: &Value, opts: &EgressOptions) -> Result<canon::Response, ApiError> {
+        upstream::decode_response(body, opts)
+    }
+    fn stream_decoder(&self, opts: &EgressOptions) -> Box<dyn StreamDecoder> {
+        Box::new(upstream::MessagesStreamDecoder::new(opts.structured_via_tool))
+    }
+    fn usage_from(&self, usage: &Value) -> Option<Usage> {
+        reply::usage_from(usage)
+    }
+    fn observe(&self, ev: &SseEvent, seen: &mut Seen) -> bool {
+        relay::observe(ev, seen)
+    }
+    fn text_fields(&self, data: &mut Value, edit: &mut dyn FnMut(Option<&mut Value>)) {
+        super::relay::delta_text_fields(data, edit)
+    }
+
+    fn probe_body(&self, model: &str, prompt: &str, stream: bool) -> Value {
+        client::probe_body(model, prompt, stream)
+    }
+    fn client_headers<'k>(&self, key: &'k str) -> Headers<'k> {
+        [
+            Some(auth::bearer(key)),
+            Some(("x-api-key", Cow::Borrowed(key))),
+            Some(("anthropic-version", Cow::Borrowed(VERSION))),
+        ]
+    }
+    fn answer_text(&self, answer: &Value) -> Result<String, String> {
+        let Some(blocks) = answer["content"].as_array() else {
+            return Err("the answer has no `content` array".into());
+        };
+        Ok(blocks
+            .iter()
+            .filter(|b| b["type"] == "text")
+            .filter_map(|b| b["text"].as_str())
+            .collect())
+    }
+    fn stop_reason<'v>(&self, answer: &'v Value) -> Option<&'v str> {
+        answer["stop_reason"].as_str()
+    }
+    fn stream_terminal(&self) -> &'static str {
+        "message_stop"
+    }
+    fn client_event(&self, event: Option<&str>, data: &str, first: bool) -> ClientEvent {
+        client::event(event, data, first)
     }
 }

@@ -4,7 +4,7 @@
 use crate::protocol::fields::{str_at, str_or};
 use serde_json::{json, Map, Value};
 
-use super::{arguments_object, usage_from, usage_update};
+use super::reply::{arguments_object, usage_from, usage_update};
 use crate::protocol::canon::{
     ImageSource, OutputFormat, Part, Request, Response, Role, StopReason, StreamEvent, ToolChoice,
 };

@@ -4,7 +4,7 @@
 use crate::protocol::fields::{str_at, str_or};
 use serde_json::{json, Map, Value};
 
-use super::usage_from;
+use super::reply::usage_from;
 use crate::protocol::canon::{Part, Request, Response, Role, StopReason, StreamEvent};
 use crate::protocol::egress::tool_result_text;
 use crate::protocol::openai::{self, image_url_string, Shape};

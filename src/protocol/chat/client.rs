@@ -1,0 +1,52 @@
+//! A client of some gateway speaking Chat Completions (the doctor): the minimal request, and the answer and
+//! the stream read the way the official SDK reads them.
+
+use serde_json::{json, Value};
+
+use crate::protocol::client::{error_text, parse_data, ClientEvent};
+
+/// The minimal request: model plus one short text.
+pub fn probe_body(model: &str, prompt: &str, stream: bool) -> Value {
+    let mut v = json!({"model": model, "messages": [{"role": "user", "content": prompt}]});
+    if stream {
+        v["stream"] = Value::Bool(true);
+    }
+    v
+}
+
+/// The text of a complete answer: `choices[0].message.content` (its refusal, if it has only that).
+pub fn answer_text(v: &Value) -> Result<String, String> {
+    let msg = &v["choices"][0]["message"];
+    if msg.is_null() {
+        return Err("the answer has no `choices[0].message`".into());
+    }
+    if let Some(r) = msg["refusal"].as_str() {
+        if msg["content"].as_str().unwrap_or("").is_empty() {
+            return Err(format!("the model refused: {r}"));
+        }
+    }
+    Ok(msg["content"].as_str().unwrap_or("").to_string())
+}
+
+/// `data:` chunks until `[DONE]`; a payload with a truthy `error` is an error (as in the SDK).
+pub fn event(data: &str) -> ClientEvent {
+    if data.starts_with("[DONE]") {
+        return ClientEvent::Done;
+    }
+    let v = match parse_data(data) {
+        Ok(v) => v,
+        Err(s) => return s,
+    };
+    if !v["error"].is_null() && v["error"] != Value::Bool(false) {
+        return ClientEvent::Error(error_text(&v));
+    }
+    let text = v["choices"]
+        .as_array()
+        .map(|cs| {
+            cs.iter()
+                .filter_map(|c| c["delta"]["content"].as_str())
+                .collect::<String>()
+        })
+        .unwrap_or_default();
+    ClientEvent::Text(text)
+}
