@@ -52,6 +52,9 @@ struct Inner {
     queue_rx: Receiver<Pending>,
     stopping: AtomicBool,
     waker: Waker,
+    /// Dropped to stop the timer at once (it waits on the other end between ticks).
+    timer_stop: Mutex<Option<Sender<()>>>,
+    timer_stopped: Receiver<()>,
 }
 
 /// The connection table. A slot holds its connection while it is parked in the poller; while a worker
@@ -98,6 +101,7 @@ impl Pool {
             .and_then(|w| poller.add_level(w.fd(), STOP).map(|()| w))
             .map_err(|e| format!("could not create the poller's waker: {e}"))?;
         let (queue_tx, queue_rx) = crossbeam_channel::bounded(config.queue_size.max(1));
+        let (timer_stop, timer_stopped) = crossbeam_channel::bounded(0);
         let threads = config.workers + 1;
         let pool = Pool {
             inner: Arc::new(Inner {
@@ -112,6 +116,8 @@ impl Pool {
                 queue_rx,
                 stopping: AtomicBool::new(false),
                 waker,
+                timer_stop: Mutex::new(Some(timer_stop)),
+                timer_stopped,
             }),
             threads: Default::default(),
         };
@@ -152,6 +158,7 @@ impl Pool {
     fn stop_threads(&self, handles: Vec<std::thread::JoinHandle<()>>) {
         self.inner.stopping.store(true, Ordering::SeqCst);
         self.inner.waker.wake();
+        drop(lock(&self.inner.timer_stop).take());
         for h in handles {
             let _ = h.join();
         }
@@ -420,7 +427,7 @@ impl Inner {
             return None;
         }
         w.reset_for(request.keep_alive, head_only, request.version == 0);
-        let mut ex = Exchange::new(request, conn.peer, w);
+        let mut ex = Exchange::new(request, conn.peer, w, self.state.clone());
         ex.received = received;
         let handled =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (self.handler)(&mut ex)));
@@ -447,7 +454,7 @@ impl Inner {
             request.method == "HEAD",
             request.version == 0,
         );
-        let mut ex = Exchange::new(request, conn.peer, w);
+        let mut ex = Exchange::new(request, conn.peer, w, self.state.clone());
         ex.received = received;
         let answered = self.config.overloaded.as_ref().is_some_and(|f| f(&mut ex));
         if !answered {
@@ -509,8 +516,9 @@ impl Inner {
 
     /// The timer: closes connections past their deadline (and idle ones once shutdown begins).
     fn keep_time(&self) {
-        while !self.stopping.load(Ordering::SeqCst) {
-            std::thread::sleep(TICK);
+        while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
+            self.timer_stopped.recv_timeout(TICK)
+        {
             let now = Instant::now();
             let shutting_down = self.state.shutting_down.load(Ordering::SeqCst);
             let mut expired = Vec::new();

@@ -82,7 +82,7 @@ impl Shutdown {
     }
 
     /// Asks the server to stop with no grace period: requests in flight are cut at once (each keeps its
-    /// usage record).
+    /// usage record), and with a store, records not shipped yet are left to the shipper of the next start.
     pub fn request_now(&self, why: &str) {
         self.ask(why, false);
     }
@@ -562,7 +562,12 @@ fn drain(gw: &Gateway, http: &http::Server, stop: &Stop) -> i32 {
     }
     let unwritten = gw.ledger.close(Duration::from_secs(5));
     if let Some(store) = &gw.store {
-        cluster::leave(store, &gw.ledger, Duration::from_secs(3));
+        let shipping = if stop.grace {
+            Duration::from_secs(3)
+        } else {
+            Duration::ZERO
+        };
+        cluster::leave(store, &gw.ledger, shipping);
     }
     if unwritten > 0 {
         log::error!(

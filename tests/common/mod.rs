@@ -1,5 +1,6 @@
-//! Test harness: starts the real `tollgate` binary on a free port, talks raw HTTP to it, and runs a fake
-//! upstream that replays fixtures from `fixtures/`.
+//! Test harness: starts a gateway on a free port, in this process (`tollgate::server::run`, the default) or
+//! as the real `tollgate` binary (the tests of signals, the CLI and start-up), talks raw HTTP to it, and
+//! runs a fake upstream that replays fixtures from `fixtures/`.
 #![allow(dead_code)]
 
 pub mod redis;
@@ -48,9 +49,9 @@ impl Drop for TempDir {
     }
 }
 
-/// A running gateway process.
+/// A running gateway: in this process, or a `tollgate serve` process.
 pub struct Gateway {
-    pub child: Child,
+    server: Server,
     pub addr: SocketAddr,
     /// A key of the first `[[groups]]`: with `--config`, made with `tollgate keys add` before the start (a
     /// server with a config file mints none); with the embedded defaults, the one printed at first start.
@@ -115,14 +116,88 @@ upstream_model = "real-messages-model"
     c
 }
 
+/// How a gateway runs.
+enum Server {
+    /// `tollgate::server::run` in this process: stopped (drained, its requests cut at once) on drop.
+    InProcess {
+        shutdown: tollgate::server::Shutdown,
+        joined: Option<std::thread::JoinHandle<i32>>,
+    },
+    /// A `tollgate serve` process: killed on drop.
+    Spawned(Child),
+}
+
+/// The environment of every test gateway: the upstreams' key and the admin token set, no
+/// `TOLLGATE_ADMIN_TOKEN` from the caller's environment.
+pub fn test_env() -> tollgate::config::Env {
+    tollgate::config::Env::process()
+        .set(UPSTREAM_KEY_ENV, UPSTREAM_KEY)
+        .set(ADMIN_TOKEN_ENV, ADMIN_TOKEN)
+        .unset("TOLLGATE_ADMIN_TOKEN")
+}
+
 impl Gateway {
-    /// Writes `config` (which must listen on 127.0.0.1:0) and starts `tollgate serve` with it.
+    /// Writes `config` (which must listen on 127.0.0.1:0) and starts a gateway with it in this process, with
+    /// a key made as `tollgate keys add` makes it.
     pub fn start_with(dir: TempDir, config: &str) -> Gateway {
+        Gateway::in_process(dir, config, None)
+    }
+
+    /// Writes `config` (which must listen on 127.0.0.1:0) and starts `tollgate serve` with it.
+    pub fn spawn_with(dir: TempDir, config: &str) -> Gateway {
         let cfg = dir.path().join("tollgate.toml");
         std::fs::write(&cfg, config).unwrap();
         let mut cmd = Command::new(bin());
         cmd.args(["serve", "--config"]).arg(&cfg);
         Gateway::start_command(dir, &mut cmd)
+    }
+
+    /// Starts `config` in this process: `tollgate::server::run` on a listener bound here, its log captured
+    /// into [`Gateway::logs`]; `key`: the key an earlier start made (None: one is made now).
+    fn in_process(dir: TempDir, config: &str, key: Option<String>) -> Gateway {
+        let cfg = dir.path().join("tollgate.toml");
+        std::fs::write(&cfg, config).unwrap();
+        let config = tollgate::config::Config::load_in(&cfg, &test_env())
+            .unwrap_or_else(|e| panic!("{}: {e}", cfg.display()));
+        let key = key.unwrap_or_else(|| {
+            let group = tollgate::server::first_group(&config);
+            tollgate::cli::keys::add(&config, "default", &group)
+                .unwrap_or_else(|e| panic!("the first key could not be made: {e}"))
+        });
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let sink = logs.clone();
+        let capture = tollgate::logging::Capture::new(
+            &config.log_level,
+            config.log_format == "json",
+            move |line| sink.lock().unwrap().push(line.to_string()),
+        );
+        let _logging_here = tollgate::logging::capture_into(Some(capture));
+        let listener =
+            std::net::TcpListener::bind(&config.listen).expect("bind the listen address");
+        let shutdown = tollgate::server::Shutdown::new();
+        let running =
+            tollgate::server::run(listener, config, shutdown.clone()).unwrap_or_else(|e| {
+                panic!(
+                    "tollgate did not start: {e}\n{}",
+                    logs.lock().unwrap().join("\n")
+                )
+            });
+        let addr = running.addr().expect("the gateway's address");
+        let joined = tollgate::logging::thread(
+            std::thread::Builder::new().name("test-gateway".into()),
+            move || running.join(),
+        )
+        .expect("start the gateway's join thread");
+        Gateway {
+            server: Server::InProcess {
+                shutdown,
+                joined: Some(joined),
+            },
+            addr,
+            key,
+            dir,
+            logs,
+        }
     }
 
     /// Starts a prepared command (which must run `tollgate serve`, directly or in an `sh -c` script) and
@@ -132,8 +207,13 @@ impl Gateway {
         Gateway::start_command_keyed(dir, cmd, None)
     }
 
-    /// Starts again on existing data: the first key was printed by an earlier start.
+    /// Starts again on existing data, in this process: the first key was made by an earlier start.
     pub fn restart(dir: TempDir, config: &str, key: &str) -> Gateway {
+        Gateway::in_process(dir, config, Some(key.to_string()))
+    }
+
+    /// Starts `tollgate serve` again on existing data: the first key was made by an earlier start.
+    pub fn respawn(dir: TempDir, config: &str, key: &str) -> Gateway {
         let cfg = dir.path().join("tollgate.toml");
         std::fs::write(&cfg, config).unwrap();
         let mut cmd = Command::new(bin());
@@ -195,7 +275,7 @@ impl Gateway {
             }
         }
         Gateway {
-            child,
+            server: Server::Spawned(child),
             addr: addr.unwrap(),
             key: key.unwrap(),
             dir,
@@ -210,11 +290,25 @@ impl Gateway {
         Gateway::start_with(dir, &config)
     }
 
+    /// Mock model only, as a `tollgate serve` process.
+    pub fn spawn_mock(extra_top: &str) -> Gateway {
+        let dir = TempDir::new("gw");
+        let config = standard_config(dir.path(), None, extra_top);
+        Gateway::spawn_with(dir, &config)
+    }
+
     /// Mock model plus one model per upstream kind at `fake`.
     pub fn start_with_fake(fake: SocketAddr, extra_top: &str) -> Gateway {
         let dir = TempDir::new("gw");
         let config = standard_config(dir.path(), Some(fake), extra_top);
         Gateway::start_with(dir, &config)
+    }
+
+    /// Mock model plus one model per upstream kind at `fake`, as a `tollgate serve` process.
+    pub fn spawn_with_fake(fake: SocketAddr, extra_top: &str) -> Gateway {
+        let dir = TempDir::new("gw");
+        let config = standard_config(dir.path(), Some(fake), extra_top);
+        Gateway::spawn_with(dir, &config)
     }
 
     /// Leaves the data directory in place when this gateway is dropped (for a restart on the same data).
@@ -284,8 +378,58 @@ impl Gateway {
         self.request("POST", path, &h, body.to_string().as_bytes())
     }
 
+    /// A `tollgate serve` process started by the caller, listening at `addr`, its stderr lines in `logs`.
+    pub fn adopt(
+        child: Child,
+        addr: SocketAddr,
+        key: String,
+        dir: TempDir,
+        logs: Arc<Mutex<Vec<String>>>,
+    ) -> Gateway {
+        Gateway {
+            server: Server::Spawned(child),
+            addr,
+            key,
+            dir,
+            logs,
+        }
+    }
+
+    /// The process id of a spawned gateway.
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        match &self.server {
+            Server::Spawned(child) => child.id(),
+            Server::InProcess { .. } => panic!(
+                "this gateway runs in the test's process: start it with Gateway::spawn_* to signal or measure it"
+            ),
+        }
+    }
+
+    /// The process of a spawned gateway.
+    pub fn child(&mut self) -> &mut Child {
+        match &mut self.server {
+            Server::Spawned(child) => child,
+            Server::InProcess { .. } => panic!(
+                "this gateway runs in the test's process: start it with Gateway::spawn_* to wait for its exit"
+            ),
+        }
+    }
+
+    /// Stops an in-process gateway as a signal would (requests in flight get the grace period, then the
+    /// drain) and returns its exit code.
+    pub fn stop(&mut self) -> i32 {
+        match &mut self.server {
+            Server::InProcess { shutdown, joined } => {
+                shutdown.request("a stop asked by the test");
+                joined
+                    .take()
+                    .map_or(0, |j| j.join().expect("the gateway's join thread"))
+            }
+            Server::Spawned(child) => {
+                signal(child.id(), "TERM");
+                wait_exit(child, Duration::from_secs(60)).expect("tollgate exits after SIGTERM")
+            }
+        }
     }
 
     /// Runs `tollgate <args> --config <this gateway's config>`: (exit code, stdout, stderr).
@@ -437,8 +581,18 @@ fn first_key_for(cmd: &Command, config: &Path) -> String {
 
 impl Drop for Gateway {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        match &mut self.server {
+            Server::Spawned(child) => {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            Server::InProcess { shutdown, joined } => {
+                shutdown.request_now("the end of the test");
+                if let Some(j) = joined.take() {
+                    let _ = j.join();
+                }
+            }
+        }
     }
 }
 
