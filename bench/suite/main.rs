@@ -487,7 +487,7 @@ fn machine(bins: &Bins) {
         size,
         size as f64 / 1e6
     );
-    println!("load:     in-process Rust load generator (bench/common/load.rs), keep-alive, one thread per connection; the three processes share all CPUs (no pinning)");
+    println!("load:     in-process Rust load generator (harness/src/load.rs), keep-alive, one thread per connection; the three processes share all CPUs (no pinning)");
     println!();
 }
 
