@@ -95,6 +95,18 @@ fn capture() -> Option<Arc<Capture>> {
     CAPTURE.with(|c| c.borrow().clone())
 }
 
+/// Starts a scoped thread in `scope` that logs where the starting thread logs (see [`thread`]).
+pub fn scoped<'scope, T: Send + 'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    f: impl FnOnce() -> T + Send + 'scope,
+) -> std::thread::ScopedJoinHandle<'scope, T> {
+    let capture = capture();
+    scope.spawn(move || {
+        let _guard = capture_into(capture);
+        f()
+    })
+}
+
 /// Sends the calling thread's lines to `capture` (None: to stderr) until the guard is dropped.
 pub fn capture_into(capture: Option<Arc<Capture>>) -> CaptureGuard {
     CaptureGuard(CAPTURE.with(|c| c.replace(capture)))
