@@ -109,7 +109,19 @@ impl Gateway {
     /// Writes `config` (which must listen on 127.0.0.1:0) and starts a gateway with it in this process, with
     /// a key made as `tollgate keys add` makes it.
     pub fn start_with(dir: TempDir, config: &str) -> Gateway {
-        Gateway::in_process(dir, config, None)
+        Gateway::in_process(dir, config, &[], None)
+    }
+
+    /// As [`start_with`](Self::start_with), with more environment variables for the gateway (its
+    /// [`test_env`] plus `env`: upstream keys, store passwords); `key`: the key an earlier start made (None:
+    /// one is made now).
+    pub fn start_with_env(
+        dir: TempDir,
+        config: &str,
+        env: &[(&str, &str)],
+        key: Option<&str>,
+    ) -> Gateway {
+        Gateway::in_process(dir, config, env, key.map(str::to_string))
     }
 
     /// Writes `config` (which must listen on 127.0.0.1:0) and starts `tollgate serve` with it.
@@ -123,10 +135,16 @@ impl Gateway {
 
     /// Starts `config` in this process: `tollgate::server::run` on a listener bound here, its log captured
     /// into [`Gateway::logs`]; `key`: the key an earlier start made (None: one is made now).
-    fn in_process(dir: TempDir, config: &str, key: Option<String>) -> Gateway {
+    fn in_process(
+        dir: TempDir,
+        config: &str,
+        env: &[(&str, &str)],
+        key: Option<String>,
+    ) -> Gateway {
         let cfg = dir.path().join("tollgate.toml");
         std::fs::write(&cfg, config).unwrap();
-        let config = tollgate::config::Config::load_in(&cfg, &test_env())
+        let env = env.iter().fold(test_env(), |e, (k, v)| e.set(k, v));
+        let config = tollgate::config::Config::load_in(&cfg, &env)
             .unwrap_or_else(|e| panic!("{}: {e}", cfg.display()));
         let key = key.unwrap_or_else(|| {
             let group = tollgate::server::first_group(&config);
@@ -178,7 +196,7 @@ impl Gateway {
 
     /// Starts again on existing data, in this process: the first key was made by an earlier start.
     pub fn restart(dir: TempDir, config: &str, key: &str) -> Gateway {
-        Gateway::in_process(dir, config, Some(key.to_string()))
+        Gateway::in_process(dir, config, &[], Some(key.to_string()))
     }
 
     /// Starts `tollgate serve` again on existing data: the first key was made by an earlier start.
