@@ -11,29 +11,38 @@
 //! Cases 1, 3 and 4 run in turns, five times, and each is the best of its five. The generated files stay in `--dir` for a second run
 //! (`--reuse`).
 //!
-//! `cargo build --release --bin tollgate --example ledger-history && target/release/examples/ledger-history
+//! `cargo build --release --bin tollgate -p tollgate-bench --bin ledger-history && target/release/ledger-history
 //! [--records 100000000] [--tail 10000] [--dir /var/tmp/tollgate-history] [--reuse]`
-
-#[path = "common/procs.rs"]
-mod procs;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use procs::{Bins, Instance};
+use tollgate_harness::procs::{self, Bins, Instance};
 
 /// Records per rotated file: about 256 MB at ~350 bytes a record.
 const PER_FILE: u64 = 750_000;
 const KEYS: u64 = 2_000;
 
-fn arg<T: std::str::FromStr>(name: &str, default: T) -> T {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+#[derive(argh::FromArgs)]
+/// Start-up with a long history: generates a ledger of rotated, compressed files and times the release
+/// binary from spawn to accepting connections.
+struct Args {
+    /// records in the history (default 100000000)
+    #[argh(option, default = "100_000_000")]
+    records: u64,
+    /// records after the checkpoint (default 10000)
+    #[argh(option, default = "10_000")]
+    tail: u64,
+    /// where the generated files go (default: tollgate-history-bench in the temporary directory)
+    #[argh(
+        option,
+        default = "std::env::temp_dir().join(\"tollgate-history-bench\")"
+    )]
+    dir: PathBuf,
+    /// keep the files a previous run generated
+    #[argh(switch)]
+    reuse: bool,
 }
 
 /// One realistic record line.
@@ -195,10 +204,8 @@ fn dir_bytes(dir: &Path) -> (u64, u64) {
 }
 
 fn main() {
-    let records: u64 = arg("--records", 100_000_000);
-    let tail: u64 = arg("--tail", 10_000);
-    let root: PathBuf = arg("--dir", std::env::temp_dir().join("tollgate-history-bench"));
-    let reuse = std::env::args().any(|a| a == "--reuse");
+    let args: Args = tollgate_bench::args();
+    let (records, tail, root, reuse) = (args.records, args.tail, args.dir, args.reuse);
     let bins = Bins::locate();
     let data = root.join("ledger-data");
     let checkpoint = data.join(tollgate::ledger::CHECKPOINT_FILE);

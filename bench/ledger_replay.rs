@@ -2,18 +2,23 @@
 //! tollgate does at start to rebuild balances when there is no checkpoint (the speed a start replays the
 //! records after its checkpoint at; `ledger-history` times whole starts with a long history).
 //!
-//! `cargo run --release --example ledger-replay [-- N]`
+//! `cargo run --release -p tollgate-bench --bin ledger-replay [-- N]`
 
 use std::io::Write;
 use std::time::{Duration, Instant};
 
 use tollgate::ledger::{Ledger, Record, Status};
 
+#[derive(argh::FromArgs)]
+/// Writes a ledger of N realistic records and times its replay at start.
+struct Args {
+    /// records to write and replay (default 1000000)
+    #[argh(positional, default = "1_000_000")]
+    n: usize,
+}
+
 fn main() {
-    let n: usize = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(1_000_000);
+    let n = tollgate_bench::args::<Args>().n;
     let dir = std::env::temp_dir().join(format!("tollgate-ledger-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(tollgate::ledger::LEDGER_FILE);

@@ -11,54 +11,78 @@
 //! other. `--pid` (repeatable) adds a process whose CPU time per request is reported. `--model
 //! bench-model` and no key target the fake upstream directly.
 
-#[path = "common/client.rs"]
-mod client;
-#[path = "common/load.rs"]
-mod load;
-#[path = "common/procs.rs"]
-mod procs;
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use load::{quantile, LoadSpec, StreamSpec, Watch};
+use tollgate_harness::client;
+use tollgate_harness::load::{self, quantile, LoadSpec, StreamSpec, Watch};
+
+#[derive(argh::FromArgs)]
+/// The suite's load generator as a command, for ad-hoc runs and profiling sessions.
+struct Args {
+    /// where to send the load (host:port)
+    #[argh(option)]
+    addr: SocketAddr,
+    /// the API key (default: none, for the fake upstream directly)
+    #[argh(option, default = "String::from(\"none\")")]
+    key: String,
+    /// chat or messages (default chat)
+    #[argh(option, default = "String::from(\"chat\")")]
+    api: String,
+    /// the model asked for (default bench)
+    #[argh(option, default = "String::from(\"bench\")")]
+    model: String,
+    /// the fake upstream's marker (in=10,out=5,…)
+    #[argh(option, default = "String::new()")]
+    marker: String,
+    /// connections (default 1)
+    #[argh(option, default = "1")]
+    conns: usize,
+    /// seconds of measured load (default 5)
+    #[argh(option, default = "5.0")]
+    duration: f64,
+    /// seconds of warm-up first (default 0.5)
+    #[argh(option, default = "0.5")]
+    warmup: f64,
+    /// open loop: requests per second in total (default: closed loop)
+    #[argh(option)]
+    rate: Option<f64>,
+    /// a process whose CPU time per request is reported (repeatable)
+    #[argh(option)]
+    pid: Vec<u32>,
+    /// streamed requests: each connection runs --streams streams of --events events
+    #[argh(switch)]
+    stream: bool,
+    /// events per stream (default 200)
+    #[argh(option, default = "200")]
+    events: usize,
+    /// microseconds between events (default 1000)
+    #[argh(option, default = "1000")]
+    gap_us: u64,
+    /// streams per connection (default 25)
+    #[argh(option, default = "25")]
+    streams: usize,
+}
 
 fn main() {
-    let mut addr: Option<SocketAddr> = None;
-    let mut key = "none".to_string();
-    let mut api = "chat".to_string();
-    let mut model = "bench".to_string();
-    let mut marker = String::new();
-    let (mut conns, mut duration, mut warmup) = (1usize, 5.0f64, 0.5f64);
-    let mut rate: Option<f64> = None;
-    let mut pids = Vec::new();
-    let (mut stream, mut events, mut gap_us, mut streams) = (false, 200usize, 1000u64, 25usize);
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let mut val = || args.next().unwrap_or_else(|| panic!("{a} needs a value"));
-        match a.as_str() {
-            "--addr" => addr = Some(val().parse().expect("--addr host:port")),
-            "--key" => key = val(),
-            "--api" => api = val(),
-            "--model" => model = val(),
-            "--marker" => marker = val(),
-            "--conns" => conns = val().parse().unwrap(),
-            "--duration" => duration = val().parse().unwrap(),
-            "--warmup" => warmup = val().parse().unwrap(),
-            "--rate" => rate = Some(val().parse().unwrap()),
-            "--pid" => pids.push(val().parse().unwrap()),
-            "--stream" => stream = true,
-            "--events" => events = val().parse().unwrap(),
-            "--gap-us" => gap_us = val().parse().unwrap(),
-            "--streams" => streams = val().parse().unwrap(),
-            _ => {
-                eprintln!("unknown argument {a:?}; see the header of bench/loadgen.rs");
-                std::process::exit(2);
-            }
-        }
-    }
-    let addr = addr.expect("--addr host:port");
+    let args: Args = tollgate_bench::args();
+    let Args {
+        addr,
+        key,
+        api,
+        model,
+        mut marker,
+        conns,
+        duration,
+        warmup,
+        rate,
+        pid: pids,
+        stream,
+        events,
+        gap_us,
+        streams,
+    } = args;
     if stream {
         marker = format!("events={events},gap_us={gap_us},{marker}");
     }

@@ -3,7 +3,7 @@
 //! credit, and at several sizes of the key's sliding one-minute window), `Ledger::append`, and picking a
 //! model's upstream by route.
 //!
-//! `cargo run --release --example bench-micro`
+//! `cargo run --release -p tollgate-bench --bin bench-micro`
 
 use std::collections::HashMap;
 use std::hint::black_box;
@@ -20,7 +20,12 @@ fn ns_per(d: Duration, n: u64) -> f64 {
     d.as_nanos() as f64 / n as f64
 }
 
+#[derive(argh::FromArgs)]
+/// Microbenchmarks of the request path's pieces (keys, pricing, the ledger, the codecs).
+struct Args {}
+
 fn main() {
+    let _: Args = tollgate_bench::args();
     let dir = std::env::temp_dir().join(format!("tollgate-micro-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();

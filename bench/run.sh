@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tollgate's benchmark suite, in one command: builds the release binaries (tollgate and the bench
-# programs in bench/), then runs every phase against a fake upstream on this machine and prints the
+# programs of the workspace member in bench/), then runs every phase against a fake upstream on this machine and prints the
 # figures, each set against the direct path, and a summary against the targets (docs/PERFORMANCE.md).
 # About 5 minutes on 2 CPUs after the build.
 #
@@ -20,8 +20,10 @@
 # `redis-server`) for the store phase; nothing else is needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --bin tollgate \
-  --example fake-upstream --example bench-suite --example bench-micro --example ledger-replay --example loadgen
+# tollgate and the benchmark programs (the workspace member tollgate-bench: bench/Cargo.toml).
+cargo build --release --bin tollgate
+cargo build --release -p tollgate-bench --bin fake-upstream --bin bench-suite --bin bench-micro \
+  --bin ledger-replay --bin loadgen
 # 1,000 concurrent streams need about 3,500 descriptors in tollgate and 1,000 in each of the others.
 ulimit -n 20000 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 mkdir -p target/bench
@@ -35,11 +37,11 @@ if [ "${1:-}" = "--compare" ]; then
   cargo build --release --bin tollgate --manifest-path "$src/Cargo.toml" --target-dir target/compare
   out="target/bench/suite-$stamp-$rev.txt"
   echo "# tollgate at $rev ($(git rev-parse --short "$rev"))"
-  BENCH_TOLLGATE=target/compare/release/tollgate target/release/examples/bench-suite "$@" | tee "$out"
+  BENCH_TOLLGATE=target/compare/release/tollgate target/release/bench-suite "$@" | tee "$out"
   echo "(raw output saved to $out)"
   echo
   echo "# tollgate of this tree"
 fi
 out="target/bench/suite-$stamp.txt"
-target/release/examples/bench-suite "$@" | tee "$out"
+target/release/bench-suite "$@" | tee "$out"
 echo "(raw output saved to $out)"

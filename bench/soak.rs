@@ -2,7 +2,7 @@
 //! that the usage ledger matches what the clients saw. Not part of the test command.
 //!
 //! `bench/soak.sh [SECONDS]` (builds, then runs this), or
-//! `target/release/examples/soak [--duration 300] [--clients 32] [--seed 1] [--keep] [--mix Kind=weight,…]`
+//! `target/release/soak [--duration 300] [--clients 32] [--seed 1] [--keep] [--mix Kind=weight,…]`
 //!
 //! Every request carries its own `X-Client-Request-ID`, so each usage record can be matched to the request
 //! that caused it. The mix (weights out of 100):
@@ -39,20 +39,16 @@
 //! `GET /admin/usage?client_request_id=…` (its record must already be there). At the end tollgate is
 //! stopped with SIGTERM (which flushes the ledger) and `usage.jsonl` is compared, request by request.
 
-#[path = "common/client.rs"]
-mod client;
-#[path = "common/procs.rs"]
-mod procs;
-
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use client::Conn;
 use procs::{Bins, Gateway, Instance, Upstream};
 use serde_json::Value;
+use tollgate_harness::client::{self, Conn};
+use tollgate_harness::procs;
 
 const ADMIN_TOKEN: &str = "soak-admin-token-0123456789abcdef";
 
@@ -598,22 +594,39 @@ struct Tally {
     admin_failures: Vec<String>,
 }
 
+#[derive(argh::FromArgs)]
+/// The soak: mixed traffic against tollgate for a while, then every usage record checked against what the
+/// clients saw (bench/soak.sh runs it).
+struct Args {
+    /// how long the traffic runs, in seconds (default 60)
+    #[argh(option, default = "60")]
+    duration: u64,
+    /// concurrent clients (default 32)
+    #[argh(option, default = "32")]
+    clients: usize,
+    /// the seed of the traffic's randomness (default 1)
+    #[argh(option, default = "1")]
+    seed: u64,
+    /// keep the run's directory (target/release/soak-run) afterwards
+    #[argh(switch)]
+    keep: bool,
+    /// leave out the phase with a full disk
+    #[argh(switch)]
+    no_disk_full: bool,
+    /// replaces the standard mix: Kind=weight,… (to amplify one kind of traffic)
+    #[argh(option)]
+    mix: Option<String>,
+}
+
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let arg = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-    };
-    let duration =
-        Duration::from_secs(arg("--duration").and_then(|v| v.parse().ok()).unwrap_or(60));
-    let clients: usize = arg("--clients").and_then(|v| v.parse().ok()).unwrap_or(32);
-    let seed: u64 = arg("--seed").and_then(|v| v.parse().ok()).unwrap_or(1);
-    let keep = args.iter().any(|a| a == "--keep");
-    let disk_full = !args.iter().any(|a| a == "--no-disk-full");
+    let args: Args = tollgate_bench::args();
+    let duration = Duration::from_secs(args.duration);
+    let clients = args.clients;
+    let seed = args.seed;
+    let keep = args.keep;
+    let disk_full = !args.no_disk_full;
     // `--mix Kind=weight,…` replaces the standard mix (to amplify one kind of traffic).
-    let mix: Vec<(Kind, u64)> = match arg("--mix") {
+    let mix: Vec<(Kind, u64)> = match args.mix {
         None => MIX.to_vec(),
         Some(spec) => spec
             .split(',')
@@ -635,7 +648,7 @@ fn main() {
     };
 
     let bins = Bins::locate();
-    let root = bins.examples.parent().unwrap().join("soak-run");
+    let root = bins.dir.join("soak-run");
     let _ = std::fs::remove_dir_all(&root);
     std::fs::create_dir_all(&root).unwrap();
     let upstream = Upstream::start(&bins);

@@ -9,12 +9,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs="${1:-300}"
 [ $# -gt 0 ] && shift
-cargo build --release --bin tollgate --example fake-upstream --example soak
+cargo build --release --bin tollgate
+cargo build --release -p tollgate-bench --bin fake-upstream --bin soak
 ulimit -n 20000 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 mkdir -p target/bench
 out="target/bench/soak-$(date -u +%Y%m%dT%H%M%SZ).txt"
 set +e
-target/release/examples/soak --duration "$secs" "$@" | tee "$out"
+target/release/soak --duration "$secs" "$@" | tee "$out"
 status=${PIPESTATUS[0]}
 echo "(raw output saved to $out)"
 exit "$status"

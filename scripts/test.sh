@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every test: the Rust unit and integration tests (which start the real binary against fake upstreams,
+# Runs every test: the Rust unit and integration tests (which start the real server, in-process or as the binary, against fake upstreams,
 # and several instances on real redis-server processes, a primary with a replica and three sentinels among them),
 # the compatibility suite with the official OpenAI and Anthropic Python SDKs (in .venv, created on the first
 # run), and the real coding agents Claude Code and Codex CLI (npm packages in tests/agents/node_modules,

@@ -19,12 +19,113 @@ pub const AUDIT_FILE: &str = "audit.jsonl";
 pub const ACTOR_ADMIN: &str = "admin token";
 pub const ACTOR_CLI: &str = "cli";
 
+/// What a change did: the one set of action names the console, the admin API and the CLI write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    KeyCreated,
+    KeyRevoked,
+    KeyEnabled,
+    KeyDeleted,
+    KeyRotated,
+    KeyCredited,
+    KeyMoved,
+    KeyBudgetSet,
+    KeyExpirySet,
+    /// An admin call on a key that none of the above names.
+    KeyChanged,
+    GroupCreated,
+    GroupChanged,
+    GroupDeleted,
+    ModelRepriced,
+    ModelDisabled,
+    ModelEnabled,
+    ModelDeleted,
+    /// An admin call on a model that none of the above names.
+    ModelChanged,
+}
+
+impl Action {
+    pub const ALL: [Action; 18] = [
+        Action::KeyCreated,
+        Action::KeyRevoked,
+        Action::KeyEnabled,
+        Action::KeyDeleted,
+        Action::KeyRotated,
+        Action::KeyCredited,
+        Action::KeyMoved,
+        Action::KeyBudgetSet,
+        Action::KeyExpirySet,
+        Action::KeyChanged,
+        Action::GroupCreated,
+        Action::GroupChanged,
+        Action::GroupDeleted,
+        Action::ModelRepriced,
+        Action::ModelDisabled,
+        Action::ModelEnabled,
+        Action::ModelDeleted,
+        Action::ModelChanged,
+    ];
+
+    /// The name written in `audit.jsonl`: `key.created`, `group.changed`, `model.repriced`, ...
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::KeyCreated => "key.created",
+            Action::KeyRevoked => "key.revoked",
+            Action::KeyEnabled => "key.enabled",
+            Action::KeyDeleted => "key.deleted",
+            Action::KeyRotated => "key.rotated",
+            Action::KeyCredited => "key.credited",
+            Action::KeyMoved => "key.moved",
+            Action::KeyBudgetSet => "key.budget_set",
+            Action::KeyExpirySet => "key.expiry_set",
+            Action::KeyChanged => "key.changed",
+            Action::GroupCreated => "group.created",
+            Action::GroupChanged => "group.changed",
+            Action::GroupDeleted => "group.deleted",
+            Action::ModelRepriced => "model.repriced",
+            Action::ModelDisabled => "model.disabled",
+            Action::ModelEnabled => "model.enabled",
+            Action::ModelDeleted => "model.deleted",
+            Action::ModelChanged => "model.changed",
+        }
+    }
+
+    /// The action an entry names; None for a name this version does not know. Every name ever written
+    /// reads back: the CLI and the console have always written these.
+    pub fn from_name(name: &str) -> Option<Action> {
+        Action::ALL.into_iter().find(|a| a.name() == name)
+    }
+
+    /// The action of a key change.
+    pub fn of_key(change: &crate::access::key_ops::KeyChange) -> Action {
+        use crate::access::key_ops::KeyChange;
+        match change {
+            KeyChange::Add { .. } => Action::KeyCreated,
+            KeyChange::Revoke => Action::KeyRevoked,
+            KeyChange::Enable => Action::KeyEnabled,
+            KeyChange::Delete => Action::KeyDeleted,
+            KeyChange::Rotate => Action::KeyRotated,
+            KeyChange::Credit(_) => Action::KeyCredited,
+            KeyChange::Budget(_) => Action::KeyBudgetSet,
+            KeyChange::Expiry(_) => Action::KeyExpirySet,
+            KeyChange::Move(_) => Action::KeyMoved,
+        }
+    }
+}
+
+impl std::fmt::Display for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// One change.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Entry {
     pub ts: String,
     pub actor: String,
-    /// `key.created`, `key.revoked`, `group.changed`, `model.repriced`, ...
+    /// `key.created`, `key.revoked`, `group.changed`, `model.repriced`, ... ([`Action::name`]; kept as written,
+    /// so an entry with a name this version does not know still reads).
     pub action: String,
     /// What was changed: `key app`, `group default`, `model gpt`.
     pub target: String,
@@ -34,11 +135,11 @@ pub struct Entry {
 }
 
 impl Entry {
-    pub fn new(actor: &str, action: &str, target: String, before: Value, after: Value) -> Entry {
+    pub fn new(actor: &str, action: Action, target: String, before: Value, after: Value) -> Entry {
         Entry {
             ts: rfc3339_millis(unix_millis()),
             actor: actor.to_string(),
-            action: action.to_string(),
+            action: action.name().to_string(),
             target,
             before,
             after,
@@ -121,6 +222,39 @@ pub fn key_state(r: &crate::access::keys::KeyRecord) -> Value {
                        "deleted": r.deleted, "budget": r.budget, "expires": r.expires})
 }
 
+/// Makes a key change and records it, in one step: the trail (opened before, so a change it cannot record
+/// is not made), the key's state before and after, the action the change is ([`Action::of_key`]); with the
+/// keys in a store, the entry also goes to the store's audit list.
+pub fn change_key(
+    at: crate::access::key_ops::KeysAt,
+    trail: Trail,
+    actor: &str,
+    name: &str,
+    change: &crate::access::key_ops::KeyChange,
+) -> Result<crate::access::key_ops::Changed, crate::access::key_ops::KeyOpError> {
+    let before = key_in(at, name);
+    let changed = crate::access::key_ops::apply(at, name, change)?;
+    let after = key_in(at, name);
+    let entry = Entry::new(
+        actor,
+        Action::of_key(change),
+        format!("key {name}"),
+        before,
+        after,
+    );
+    trail.write(&entry);
+    if let crate::access::key_ops::KeysAt::Store(store) = at {
+        if let Ok(json) = serde_json::to_string(&entry) {
+            if let Err(e) = store.audit_push(&json) {
+                log::warn!(
+                    "store: the audit entry stays in this instance's audit.jsonl only ({e})"
+                );
+            }
+        }
+    }
+    Ok(changed)
+}
+
 /// A key's state where the keys live (null when there is none).
 pub fn key_in(at: crate::access::key_ops::KeysAt, name: &str) -> Value {
     crate::access::key_ops::read_all(at)
@@ -140,7 +274,7 @@ mod tests {
         for i in 0..3 {
             let e = Entry::new(
                 ACTOR_CLI,
-                "key.created",
+                Action::KeyCreated,
                 format!("key k{i}"),
                 Value::Null,
                 serde_json::json!({"name": format!("k{i}")}),
@@ -152,5 +286,36 @@ mod tests {
         assert_eq!(got[0].target, "key k2");
         assert_eq!(got[1].target, "key k1");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn every_action_name_reads_back_and_names_stay_as_written() {
+        for a in Action::ALL {
+            assert_eq!(Action::from_name(a.name()), Some(a));
+        }
+        // The names the CLI and the console wrote before they shared this list.
+        for old in [
+            "key.created",
+            "key.revoked",
+            "key.enabled",
+            "key.deleted",
+            "key.rotated",
+            "key.credited",
+            "key.moved",
+            "key.budget_set",
+            "key.expiry_set",
+            "group.created",
+            "group.changed",
+            "group.deleted",
+            "model.repriced",
+            "model.disabled",
+            "model.enabled",
+        ] {
+            assert!(Action::from_name(old).is_some(), "{old}");
+        }
+        let line = r#"{"ts":"t","actor":"cli","action":"key.renamed","target":"key k","before":null,"after":null,"request_id":null}"#;
+        let e: Entry = serde_json::from_str(line).unwrap();
+        assert_eq!(e.action, "key.renamed");
+        assert_eq!(Action::from_name(&e.action), None);
     }
 }

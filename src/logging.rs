@@ -12,11 +12,18 @@
 //! carry data nothing else holds (`MUST_WRITE_TARGET`: unwritten usage records at shutdown) wait for room.
 //! `log::logger().flush()` returns once every line logged before it is written (the binary calls it before
 //! it exits).
+//!
+//! A server run inside another program (a test starting several gateways in one process) logs into a
+//! [`Capture`] of its own instead: its level, its format, its lines. The capture belongs to the threads of
+//! that server: the thread that starts it, and every thread the gateway starts, since they are all started
+//! through [`thread`], which hands the starting thread's capture to the new one.
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::fmt::Write as _;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender};
 
@@ -41,9 +48,91 @@ pub const REQUEST_TARGET: &str = "tollgate::request";
 /// Lines waiting for the writer; beyond them a line is dropped (and counted).
 const QUEUE: usize = 16 * 1024;
 
-/// Whether logs are JSON lines.
+/// Whether logs are JSON lines (those of the calling thread's [`Capture`], if it has one).
 pub fn json() -> bool {
-    JSON.load(Ordering::Relaxed)
+    capture().map_or_else(|| JSON.load(Ordering::Relaxed), |c| c.json)
+}
+
+/// The log of one server run inside another program: lines at or above its level, formatted as text or
+/// JSON lines, handed to its sink (one line each, without the newline) instead of stderr.
+pub struct Capture {
+    level: log::LevelFilter,
+    json: bool,
+    sink: Box<dyn Fn(&str) + Send + Sync>,
+}
+
+impl Capture {
+    /// A capture at `level` (`info`, `debug`, ...). Installs the process's logger if none is (its own
+    /// lines, from threads without a capture, go nowhere).
+    pub fn new(
+        level: &str,
+        json: bool,
+        sink: impl Fn(&str) + Send + Sync + 'static,
+    ) -> Arc<Capture> {
+        let level = level.parse().unwrap_or(log::LevelFilter::Info);
+        let installed = log::set_boxed_logger(Box::new(Logger {
+            level: log::LevelFilter::Off,
+            json: false,
+            tx: None,
+        }));
+        if installed.is_ok() || log::max_level() < level {
+            log::set_max_level(level.max(log::max_level()));
+        }
+        Arc::new(Capture {
+            level,
+            json,
+            sink: Box::new(sink),
+        })
+    }
+}
+
+thread_local! {
+    static CAPTURE: RefCell<Option<Arc<Capture>>> = const { RefCell::new(None) };
+}
+
+/// The calling thread's capture.
+fn capture() -> Option<Arc<Capture>> {
+    CAPTURE.with(|c| c.borrow().clone())
+}
+
+/// Starts a scoped thread in `scope` that logs where the starting thread logs (see [`thread`]).
+pub fn scoped<'scope, T: Send + 'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    f: impl FnOnce() -> T + Send + 'scope,
+) -> std::thread::ScopedJoinHandle<'scope, T> {
+    let capture = capture();
+    scope.spawn(move || {
+        let _guard = capture_into(capture);
+        f()
+    })
+}
+
+/// Sends the calling thread's lines to `capture` (None: to stderr) until the guard is dropped.
+pub fn capture_into(capture: Option<Arc<Capture>>) -> CaptureGuard {
+    CaptureGuard(CAPTURE.with(|c| c.replace(capture)))
+}
+
+/// Puts the thread's previous capture back when dropped.
+pub struct CaptureGuard(Option<Arc<Capture>>);
+
+impl Drop for CaptureGuard {
+    fn drop(&mut self) {
+        let previous = self.0.take();
+        CAPTURE.with(|c| *c.borrow_mut() = previous);
+    }
+}
+
+/// Starts a thread with `builder`; it logs where the starting thread logs (its [`Capture`], or stderr).
+/// Every thread of the gateway is started here.
+pub fn thread<T: Send + 'static>(
+    builder: std::thread::Builder,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<T>> {
+    let capture = capture();
+    builder.spawn(move || {
+        let _guard = capture_into(capture);
+        f()
+    })
 }
 
 /// Starts logging at `level` (`info`, `debug`, ...), as text or JSON lines.
@@ -93,35 +182,40 @@ struct Logger {
 
 impl Logger {
     fn format(&self, record: &log::Record) -> String {
-        let ts = crate::util::rfc3339_millis(crate::util::unix_millis());
-        // No log line carries an upstream credential, whatever was logged.
-        let msg = crate::secrets::scrubbed(&record.args().to_string());
-        let mut line = if !self.json {
-            // Client-chosen strings (model names, request ids) cannot forge a line: what does not print is
-            // escaped (and the request line quotes its fields, `field`).
-            format!(
-                "{ts} {:<5} [{}] {}",
-                record.level().as_str(),
-                record.target(),
-                escape_unprintable(&msg)
-            )
-        } else if record.target() == REQUEST_TARGET && msg.starts_with('{') {
-            // Request summaries are already JSON objects with their own fields.
-            json_escape_unprintable(msg)
-        } else {
-            json_escape_unprintable(
-                serde_json::json!({
-                    "ts": ts,
-                    "level": record.level().as_str(),
-                    "target": record.target(),
-                    "message": msg,
-                })
-                .to_string(),
-            )
-        };
-        line.push('\n');
-        line
+        format_line(record, self.json)
     }
+}
+
+/// One log line (with its newline), as text or a JSON line.
+fn format_line(record: &log::Record, json: bool) -> String {
+    let ts = crate::util::rfc3339_millis(crate::util::unix_millis());
+    // No log line carries an upstream credential, whatever was logged.
+    let msg = crate::secrets::scrubbed(&record.args().to_string());
+    let mut line = if !json {
+        // Client-chosen strings (model names, request ids) cannot forge a line: what does not print is
+        // escaped (and the request line quotes its fields, `field`).
+        format!(
+            "{ts} {:<5} [{}] {}",
+            record.level().as_str(),
+            record.target(),
+            escape_unprintable(&msg)
+        )
+    } else if record.target() == REQUEST_TARGET && msg.starts_with('{') {
+        // Request summaries are already JSON objects with their own fields.
+        json_escape_unprintable(msg)
+    } else {
+        json_escape_unprintable(
+            serde_json::json!({
+                "ts": ts,
+                "level": record.level().as_str(),
+                "target": record.target(),
+                "message": msg,
+            })
+            .to_string(),
+        )
+    };
+    line.push('\n');
+    line
 }
 
 /// Whether `c` does not print as itself: a control character, a format character (the bidi controls
@@ -215,16 +309,31 @@ fn third_party_capped(target: &str) -> bool {
         .any(|c| target == *c || target.starts_with(&format!("{c}::")))
 }
 
+/// Whether a line at `metadata` is written at `level`.
+fn enabled_at(metadata: &log::Metadata, level: log::LevelFilter) -> bool {
+    if metadata.level() > log::Level::Info && third_party_capped(metadata.target()) {
+        return false;
+    }
+    metadata.level() <= level
+}
+
 impl log::Log for Logger {
     fn enabled(&self, metadata: &log::Metadata) -> bool {
-        if metadata.level() > log::Level::Info && third_party_capped(metadata.target()) {
-            return false;
+        match capture() {
+            Some(c) => enabled_at(metadata, c.level),
+            None => enabled_at(metadata, self.level),
         }
-        metadata.level() <= self.level
     }
 
     fn log(&self, record: &log::Record) {
-        if !self.enabled(record.metadata()) {
+        if let Some(c) = capture() {
+            if enabled_at(record.metadata(), c.level) {
+                let line = format_line(record, c.json);
+                (c.sink)(line.trim_end_matches('\n'));
+            }
+            return;
+        }
+        if !enabled_at(record.metadata(), self.level) {
             return;
         }
         let line = self.format(record);

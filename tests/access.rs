@@ -463,7 +463,7 @@ fn the_ledger_survives_restarts_torn_lines_and_kill_9() {
     let dir = TempDir::new("restart");
     let path = dir.path().to_path_buf();
     let c = config(&path, "");
-    let mut gw = Gateway::start_with(dir, &c);
+    let mut gw = Gateway::spawn_with(dir, &c);
     for i in 0..3 {
         assert_eq!(
             gw.post("/v1/chat/completions", &chat("m-basic", &format!("r{i}")))
@@ -473,7 +473,7 @@ fn the_ledger_survives_restarts_torn_lines_and_kill_9() {
     }
     let spent = gw.key_row("default")["spent"].as_f64().unwrap();
     signal(gw.pid(), "TERM");
-    assert_eq!(wait_exit(&mut gw.child, Duration::from_secs(30)), Some(0));
+    assert_eq!(wait_exit(gw.child(), Duration::from_secs(30)), Some(0));
     let ledger = path.join("data/usage.jsonl");
     assert_eq!(
         std::fs::read_to_string(&ledger).unwrap().lines().count(),
@@ -494,7 +494,7 @@ fn the_ledger_survives_restarts_torn_lines_and_kill_9() {
     drop(f);
     let key = gw.key.clone();
     gw.keep_dir();
-    let gw2 = Gateway::restart(TempDir(path.clone()), &c, &key);
+    let gw2 = Gateway::respawn(TempDir(path.clone()), &c, &key);
     assert!(gw2.all_logs().contains("torn"), "{}", gw2.all_logs());
     assert_eq!(gw2.key_row("default")["spent"].as_f64().unwrap(), spent);
     assert_eq!(
@@ -536,7 +536,7 @@ fn the_ledger_survives_restarts_torn_lines_and_kill_9() {
         .collect();
     std::thread::sleep(Duration::from_millis(300));
     signal(gw2.pid(), "KILL");
-    let _ = gw2.child.wait();
+    let _ = gw2.child().wait();
     for b in burst {
         let _ = b.join();
     }

@@ -7,8 +7,6 @@
 
 mod common;
 
-use std::process::Command;
-
 use common::upstream::{split_sse_blocks, FakeUpstream, Recorded, Reply};
 use common::*;
 use serde_json::{json, Value};
@@ -542,14 +540,11 @@ name = "default"
 models = ["*"]
 "#
     ));
-    let cfg = dir.path().join("tollgate.toml");
-    std::fs::write(&cfg, config).unwrap();
-    let mut cmd = Command::new(bin());
-    cmd.args(["serve", "--config"])
-        .arg(&cfg)
-        .env("TG_TEST_LLAMA_KEY", LLAMA_KEY)
-        .env("TG_TEST_OLLAMA_KEY", OLLAMA_KEY);
-    (Gateway::start_command(dir, &mut cmd), fake)
+    let env = [
+        ("TG_TEST_LLAMA_KEY", LLAMA_KEY),
+        ("TG_TEST_OLLAMA_KEY", OLLAMA_KEY),
+    ];
+    (Gateway::start_with_env(dir, &config, &env, None), fake)
 }
 
 fn ordinary_script() -> Script {

@@ -2,7 +2,8 @@
 //! files of `src/`, no wire field named in `src/server/` (by the codecs' own fields), the protocols named
 //! only in their registry, the pipeline a line of stages (no callback into it, no outcome written across
 //! modules), no hand-passed argument bundles, functions a reader can hold in `src/server/` and
-//! `src/protocol/`, and module comments that point at files that exist.
+//! `src/protocol/`, module comments that point at files that exist, and every thread started through
+//! `logging::thread`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -658,5 +659,33 @@ fn module_comments_point_at_files_that_exist() {
     assert!(
         missing.is_empty(),
         "module comments name missing files: {missing:#?}"
+    );
+}
+
+/// Every thread the gateway starts is started through `logging::thread`, so it logs where its server logs
+/// (stderr, or the capture of a server run inside a test) and several servers in one process stay apart.
+#[test]
+fn threads_start_through_the_logging_context() {
+    let root = root();
+    let mut found = Vec::new();
+    for p in rust_files(&root.join("src")) {
+        let rel = p
+            .strip_prefix(&root)
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        if rel == "src/logging.rs" {
+            continue;
+        }
+        let code = code_of(&p);
+        for (i, line) in code.lines().enumerate() {
+            if line.contains("thread::spawn(") || line.contains(".spawn(move") {
+                found.push(format!("{rel}:{}: {}", i + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "threads started without logging::thread: {found:#?}"
     );
 }

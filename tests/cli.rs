@@ -45,8 +45,8 @@ fn embedded_defaults_answer_with_the_mock_model() {
 
     // A second start keeps the key and prints none.
     let mut gw = gw;
-    let _ = gw.child.kill();
-    let _ = gw.child.wait();
+    let _ = gw.child().kill();
+    let _ = gw.child().wait();
     let out = Command::new(bin())
         .arg("serve")
         .current_dir(gw.dir.path())
@@ -67,7 +67,7 @@ fn embedded_defaults_answer_with_the_mock_model() {
 
 #[test]
 fn keys_add_list_revoke() {
-    let gw = Gateway::start_mock("");
+    let gw = Gateway::spawn_mock("");
     let cfg = gw.config_path();
     let cfg = cfg.to_str().unwrap();
     let (code, out, err) = tollgate(&[
@@ -173,7 +173,7 @@ fn sigterm_and_sigint_drain_in_flight_streams() {
         let dir = TempDir::new("drain");
         let config = standard_config(dir.path(), None, "")
             .replace("kind = \"mock\"", "kind = \"mock\"\nmock_delay_ms = 100");
-        let mut gw = Gateway::start_with(dir, &config);
+        let mut gw = Gateway::spawn_with(dir, &config);
         let mut s = gw.connect();
         let auth = format!("Bearer {}", gw.key);
         let body = json!({"model": "mock", "stream": true, "messages": [{"role": "user", "content": "a longer question so the answer has many deltas"}]});
@@ -197,7 +197,7 @@ fn sigterm_and_sigint_drain_in_flight_streams() {
             rest.push_str(&String::from_utf8_lossy(&c));
         }
         assert!(rest.ends_with("data: [DONE]\n\n"), "{rest}");
-        let code = wait_exit(&mut gw.child, Duration::from_secs(30));
+        let code = wait_exit(gw.child(), Duration::from_secs(30));
         assert_eq!(code, Some(0), "{}", gw.all_logs());
         // Nothing listens any more.
         assert!(std::net::TcpStream::connect(gw.addr).is_err());

@@ -71,6 +71,13 @@ fn start_a(redis: &Redis, top: &str, store: &str) -> Gateway {
     Gateway::start_with(dir, &c)
 }
 
+/// Instance A as a `tollgate serve` process (to be killed with kill -9).
+fn spawn_a(redis: &Redis, top: &str, store: &str) -> Gateway {
+    let dir = TempDir::new("gw-a");
+    let c = config(dir.path(), redis, "gw-a", top, store);
+    Gateway::spawn_with(dir, &c)
+}
+
 /// Another instance on the same store, knowing `key` (made on A).
 fn start_other(redis: &Redis, name: &str, key: &str, top: &str, store: &str) -> Gateway {
     let dir = TempDir::new(name);
@@ -469,7 +476,7 @@ fn redis_killed_mid_load_refuses_in_the_clients_protocol_loses_no_record_and_rec
 fn an_instance_killed_with_kill_9_loses_nothing_the_other_or_redis_needs() {
     let redis = Redis::start(true);
     // A syncs each record before its answer ends (strict), so every answer it gave has its record on disk.
-    let mut a = start_a(&redis, "ledger_strict = true", "");
+    let mut a = spawn_a(&redis, "ledger_strict = true", "");
     let b = start_other(&redis, "gw-b", &a.key, "", "");
     let one = a.add_key("single", "one", Some(100.0));
     wait_for(
@@ -525,7 +532,7 @@ fn an_instance_killed_with_kill_9_loses_nothing_the_other_or_redis_needs() {
     let pid = a.pid() as i32;
     // SAFETY: kill(2) on the child's pid.
     unsafe { libc::kill(pid, libc::SIGKILL) };
-    let _ = a.child.wait();
+    let _ = a.child().wait();
     inflight.join().unwrap();
 
     // B goes on; the killed instance's reservation gives its slot back when its lease runs out.

@@ -158,7 +158,7 @@ fn a_ledger_owned_by_another_user_stops_the_start() {
 fn a_ledger_moved_away_at_run_time_is_made_again_and_a_restart_counts_everything() {
     let dir = TempDir::new("dd-moved");
     let c = config(dir.path(), "");
-    let mut gw = Gateway::start_with(dir, &c);
+    let mut gw = Gateway::spawn_with(dir, &c);
     let ledger = data(&gw).join("usage.jsonl");
     for i in 0..3 {
         assert_eq!(chat(&gw, &format!("before-{i}")).status, 200);
@@ -196,7 +196,7 @@ fn a_ledger_moved_away_at_run_time_is_made_again_and_a_restart_counts_everything
     let key = gw.key.clone();
     let path = gw.dir.path().to_path_buf();
     signal(gw.pid(), "TERM");
-    assert!(wait_exit(&mut gw.child, Duration::from_secs(30)).is_some());
+    assert!(wait_exit(gw.child(), Duration::from_secs(30)).is_some());
     gw.keep_dir();
     drop(gw);
     let gw2 = Gateway::restart(TempDir(path), &c, &key);

@@ -72,7 +72,7 @@ fn no_body_is_read_before_the_key_is_checked() {
 /// refused from its head (today's code buffered 400 MB).
 #[test]
 fn unauthenticated_bodies_cost_no_memory() {
-    let gw = Gateway::start_mock("");
+    let gw = Gateway::spawn_mock("");
     let before = rss_kib(gw.pid());
     let body_len = 20 * 1024 * 1024;
     let handles: Vec<_> = (0..20)

@@ -34,7 +34,7 @@ fn keys_add(config: &std::path::Path, args: &[&str]) -> (String, String) {
 
 #[test]
 fn a_key_works_the_moment_keys_add_returns() {
-    let gw = Gateway::start_mock("");
+    let gw = Gateway::spawn_mock("");
     for i in 0..5 {
         let name = format!("fresh-{i}");
         let (key, _) = keys_add(&gw.config_path(), &["--name", &name, "--group", "default"]);
@@ -67,10 +67,10 @@ fn a_key_made_on_one_instance_works_on_the_other_at_once() {
     };
     let dir_a = TempDir::new("fd-a");
     let ca = config(dir_a.path(), "fd-a");
-    let a = Gateway::start_with(dir_a, &ca);
+    let a = Gateway::spawn_with(dir_a, &ca);
     let dir_b = TempDir::new("fd-b");
     let cb = config(dir_b.path(), "fd-b");
-    let b = Gateway::restart(dir_b, &cb, &a.key);
+    let b = Gateway::respawn(dir_b, &cb, &a.key);
     for i in 0..5 {
         let name = format!("shared-{i}");
         let (key, _) = keys_add(&a.config_path(), &["--name", &name, "--group", "default"]);
@@ -139,7 +139,7 @@ name = "default"
 models = ["*"]
 "#,
     );
-    let gw = Gateway::start_with(dir, &c);
+    let gw = Gateway::spawn_with(dir, &c);
     let r = gw.post(
         "/v1/chat/completions",
         &json!({"model": "far", "messages": [{"role": "user", "content": "hi"}]}),
@@ -164,7 +164,7 @@ models = ["*"]
 
 #[test]
 fn small_texts_say_what_they_mean() {
-    let gw = Gateway::start_mock("");
+    let gw = Gateway::spawn_mock("");
     // Singular and plural.
     let (code, out, err) = gw.cli(&["check"]);
     assert_eq!(code, 0, "{err}");
@@ -240,7 +240,7 @@ fn the_fake_upstream_of_the_readme_answers_through_the_gateway() {
         "[[upstreams]]\nname = \"fake\"\nkind = \"openai-chat\"\nbase_url = \"http://{addr}/v1\"\n\n\
          [[models]]\nname = \"any-model\"\nupstream = \"fake\"\n\n[[groups]]\nname = \"default\"\nmodels = [\"*\"]\n"
     ));
-    let gw = Gateway::start_with(dir, &c);
+    let gw = Gateway::spawn_with(dir, &c);
     let r = gw.post(
         "/v1/chat/completions",
         &json!({"model": "any-model", "messages": [{"role": "user", "content": "hi"}]}),

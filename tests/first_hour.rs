@@ -126,7 +126,7 @@ fn a_missing_upstream_credential_fails_only_its_model() {
         base_config(dir.path(), ""),
         fake.addr
     );
-    let gw = Gateway::start_with(dir, &config);
+    let gw = Gateway::spawn_with(dir, &config);
     let r = gw.post(
         "/v1/chat/completions",
         &json!({"model": "paid", "messages": [{"role": "user", "content": "hi"}]}),
@@ -188,7 +188,7 @@ fn keys_list_says_which_directory_it_read() {
 
 #[test]
 fn lost_requests_are_told_where_to_go() {
-    let gw = Gateway::start_mock("");
+    let gw = Gateway::spawn_mock("");
     let r = gw.request("GET", "/", &[], b"");
     assert_eq!(r.status, 404);
     let msg = r.json()["error"]["message"].as_str().unwrap().to_string();
@@ -231,7 +231,7 @@ fn chat_as(gw: &Gateway, key: &str) -> u16 {
 #[test]
 fn keys_groups_prices_and_metrics_have_a_whole_lifecycle() {
     let extra = format!("admin_token_env = \"{ADMIN_TOKEN_ENV}\"\nmetrics_auth = true");
-    let gw = Gateway::start_mock(&extra);
+    let gw = Gateway::spawn_mock(&extra);
     // Revoke, enable again (CLI): the same key works.
     let key = gw.add_key("app", "default", None);
     assert_eq!(chat_as(&gw, &key), 200);

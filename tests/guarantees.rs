@@ -387,7 +387,7 @@ fn shutdown_cuts_what_outlives_the_grace_period_and_loses_nothing() {
         base_config(dir.path(), "shutdown_grace_secs = 1\nledger_sync_ms = 50"),
         upstream_block("up", fake.addr, "first_byte_timeout_secs = 600\nidle_timeout_secs = 600"),
     );
-    let mut gw = Gateway::start_with(dir, &config);
+    let mut gw = Gateway::spawn_with(dir, &config);
     let ledger = gw.dir.path().join("data").join("usage.jsonl");
 
     // A stream that will not end by itself.
@@ -444,7 +444,7 @@ fn shutdown_cuts_what_outlives_the_grace_period_and_loses_nothing() {
     assert_eq!(r.status, 503, "{}", r.text());
     assert_eq!(r.json()["error"]["code"], "shutting_down");
     assert_eq!(
-        wait_exit(&mut gw.child, Duration::from_secs(30)),
+        wait_exit(gw.child(), Duration::from_secs(30)),
         Some(0),
         "{}",
         gw.all_logs()

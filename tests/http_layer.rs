@@ -489,7 +489,7 @@ fn threads_of(pid: u32) -> usize {
 /// stay open add no thread to the gateway (the pool's threads are all started with it).
 #[test]
 fn idle_keepalive_connections_take_no_thread() {
-    let gw = Gateway::start_mock("workers = 8");
+    let gw = Gateway::spawn_mock("workers = 8");
     // One request first, so every thread that exists at all is running.
     assert_eq!(
         gw.post(

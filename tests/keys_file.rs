@@ -214,13 +214,7 @@ fn serve_with_a_config_and_no_keys_file_mints_no_key() {
         }
     };
     let made_up = format!("tg_{}", "a".repeat(40));
-    let gw = Gateway {
-        child,
-        addr,
-        key: made_up,
-        dir,
-        logs,
-    };
+    let gw = Gateway::adopt(child, addr, made_up, dir, logs);
     // Whatever serve prints on stdout is in the file before it logs that it listens.
     let stdout = std::fs::read_to_string(&stdout_path).unwrap();
     assert!(

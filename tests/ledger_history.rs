@@ -40,6 +40,12 @@ fn start(dir: TempDir, extra: &str) -> Gateway {
     Gateway::start_with(dir, &c)
 }
 
+/// As [`start`], as a `tollgate serve` process (to be killed with kill -9).
+fn spawn(dir: TempDir, extra: &str) -> Gateway {
+    let c = config(&data(&dir), extra);
+    Gateway::spawn_with(dir, &c)
+}
+
 /// Starts again on the same data (a key made before), with the config written with `extra`.
 fn restart(gw: Gateway, extra: &str) -> Gateway {
     let mut gw = gw;
@@ -298,7 +304,7 @@ fn a_start_replays_only_the_records_after_the_checkpoint() {
         10,
     );
     let extra = "ledger_checkpoint_secs = 3600\nledger_checkpoint_records = 10000000";
-    let gw = start(dir, extra);
+    let gw = spawn(dir, extra);
     let l = log_wait(&gw, "replayed");
     assert_eq!(number_before(&l, "records replayed"), generated, "{l}");
     assert!(!l.contains("after the checkpoint"), "{l}");

@@ -32,7 +32,7 @@ fn records(gw: &Gateway, query: &str) -> Vec<Value> {
 fn refusals_of_a_known_key_are_recorded_and_counted() {
     let dir = TempDir::new("op-refusals");
     let text = config(dir.path());
-    let gw = Gateway::start_with(dir, &text);
+    let gw = Gateway::spawn_with(dir, &text);
     let broke = gw.add_key("broke", "default", Some(0.0));
     let slow = gw.add_key("slow", "slow", None);
     let ok = gw.post("/v1/chat/completions", &chat("mock"));
@@ -122,7 +122,7 @@ fn refusals_of_a_known_key_are_recorded_and_counted() {
     let mut gw = gw;
     signal(gw.pid(), "TERM");
     assert_eq!(
-        wait_exit(&mut gw.child, std::time::Duration::from_secs(30)),
+        wait_exit(gw.child(), std::time::Duration::from_secs(30)),
         Some(0)
     );
     gw.keep_dir();

@@ -93,7 +93,7 @@ fn the_built_in_model_cut_at_shutdown_ends_with_the_request_id() {
          [[models]]\nname = \"mock\"\nupstream = \"mock\"\n\n[[groups]]\nname = \"default\"\nmodels = [\"*\"]\n",
         base_config(dir.path(), "shutdown_grace_secs = 1\nledger_sync_ms = 50")
     );
-    let mut gw = Gateway::start_with(dir, &config);
+    let mut gw = Gateway::spawn_with(dir, &config);
     let ledger = gw.dir.path().join("data").join("usage.jsonl");
     let mut stream = gw.connect();
     let auth = format!("Bearer {}", gw.key);
@@ -129,7 +129,7 @@ fn the_built_in_model_cut_at_shutdown_ends_with_the_request_id() {
         last.contains(&id),
         "the error event names the request: {last}"
     );
-    assert_eq!(wait_exit(&mut gw.child, Duration::from_secs(30)), Some(0));
+    assert_eq!(wait_exit(gw.child(), Duration::from_secs(30)), Some(0));
     let rec: Value = std::fs::read_to_string(&ledger)
         .unwrap()
         .lines()

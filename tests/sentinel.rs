@@ -63,14 +63,11 @@ fn command(args: &[&str]) -> Command {
 fn start(set: &ReplicaSet, instance: &str, key: Option<&str>, store: &str) -> Gateway {
     let dir = TempDir::new(instance);
     let c = config(dir.path(), set, instance, store);
-    let cfg = dir.path().join("tollgate.toml");
-    std::fs::write(&cfg, c).unwrap();
-    let mut cmd = command(&["serve", "--config"]);
-    cmd.arg(&cfg);
-    match key {
-        None => Gateway::start_command(dir, &mut cmd),
-        Some(k) => Gateway::restart_command(dir, &mut cmd, k),
-    }
+    let env = [
+        (NODE_PASSWORD_ENV, NODE_PASSWORD),
+        (SENTINEL_PASSWORD_ENV, SENTINEL_PASSWORD),
+    ];
+    Gateway::start_with_env(dir, &c, &env, key)
 }
 
 /// `tollgate check --connect` on a gateway's config: (exit code, stdout and stderr).

@@ -436,6 +436,69 @@ pub fn change_credit(
     })
 }
 
+/// One change an operator makes to a key. The CLI's `keys` commands and the admin API make theirs through
+/// [`apply`] (the CLI with its audit entry, `audit::change_key`); the audit trail names each by
+/// `audit::Action::of_key`.
+#[derive(Debug, Clone)]
+pub enum KeyChange {
+    /// A new key in `group` (checked against the config by the caller), with its terms.
+    Add {
+        group: String,
+        credit: Option<Money>,
+        budget: Option<Budget>,
+        expires: Option<u64>,
+    },
+    Revoke,
+    Enable,
+    Delete,
+    Rotate,
+    Credit(CreditChange),
+    Budget(Option<Budget>),
+    Expiry(Option<u64>),
+    /// To another group (checked against the config by the caller).
+    Move(String),
+}
+
+/// What a key change gives back.
+#[derive(Debug, Clone)]
+pub enum Changed {
+    Done,
+    /// The new key's plaintext (add, rotate): shown once.
+    Key(String),
+    /// The credit after the change.
+    Credit(Option<Money>),
+}
+
+/// Makes `change` to the key `name` where the keys live.
+pub fn apply(at: KeysAt, name: &str, change: &KeyChange) -> Result<Changed, KeyOpError> {
+    match change {
+        KeyChange::Add {
+            group,
+            credit,
+            budget,
+            expires,
+        } => {
+            // Budget and expiry (checked by the caller) are set right after the key is made.
+            let key = add_key(at, name, group, *credit)?;
+            if budget.is_some() {
+                set_budget(at, name, *budget)?;
+            }
+            if expires.is_some() {
+                set_expiry(at, name, *expires)?;
+            }
+            Ok(Changed::Key(key))
+        }
+        KeyChange::Revoke => revoke_key(at, name).map(|()| Changed::Done),
+        KeyChange::Enable => enable_key(at, name).map(|()| Changed::Done),
+        KeyChange::Delete => delete_key(at, name).map(|()| Changed::Done),
+        KeyChange::Rotate => rotate_key(at, name).map(Changed::Key),
+        KeyChange::Credit(c) => change_credit(at, name, *c).map(Changed::Credit),
+        KeyChange::Budget(b) => set_budget(at, name, *b).map(|()| Changed::Done),
+        KeyChange::Expiry(t) => set_expiry(at, name, *t).map(|()| Changed::Done),
+        KeyChange::Move(group) => move_key(at, name, group).map(|()| Changed::Done),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

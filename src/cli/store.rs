@@ -1,56 +1,13 @@
-//! The command line's side of a shared store: where the `keys` commands act, `check --connect`, joining the
-//! store at `serve`, and `tollgate store status|rebuild`.
+//! The command line's side of a shared store: where the `keys` commands act, `check --connect`, and
+//! `tollgate store status|rebuild`.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use argh::FromArgs;
-
+use super::args::{StoreArgs, StoreCommand, StoreRebuildArgs};
 use crate::access::key_ops::{self, KeysAt};
 use crate::access::keys::{self, KeyRecord};
 use crate::config::Config;
 use crate::store::Store;
-
-#[derive(FromArgs)]
-/// The shared store of several instances (`[store]` in the config).
-#[argh(subcommand, name = "store")]
-pub struct StoreArgs {
-    #[argh(subcommand)]
-    pub command: StoreCommand,
-}
-
-#[derive(FromArgs)]
-#[argh(subcommand)]
-pub enum StoreCommand {
-    Status(StoreStatusArgs),
-    Rebuild(StoreRebuildArgs),
-}
-
-#[derive(FromArgs)]
-/// Say whether the store answers and what it holds (keys, usage records, this instance's shipping).
-#[argh(subcommand, name = "status")]
-pub struct StoreStatusArgs {
-    /// config file (TOML) with a [store] section
-    #[argh(option)]
-    pub config: PathBuf,
-}
-
-#[derive(FromArgs)]
-/// Rebuild a store that lost its data: keys and overrides from this instance's local copies (when the store
-/// has none), and every balance from the usage ledgers (this instance's, and those given with --ledger).
-#[argh(subcommand, name = "rebuild")]
-pub struct StoreRebuildArgs {
-    /// config file (TOML) with a [store] section
-    #[argh(option)]
-    pub config: PathBuf,
-    /// another instance's ledger, as INSTANCE=PATH (for example gw-2=/srv/gw-2/usage.jsonl); repeatable. An
-    /// instance whose ledger is not given ships its whole ledger again by itself when it runs.
-    #[argh(option)]
-    pub ledger: Vec<String>,
-    /// a keys file to restore the keys from (default: this instance's local copy, store-keys.jsonl)
-    #[argh(option)]
-    pub keys: Option<PathBuf>,
-}
 
 /// Where the `keys` commands act: the config's store, or its data directory.
 pub enum Place {
@@ -94,17 +51,6 @@ impl Place {
                     .to_string()
             }
             Place::Store(s) => s.describe(),
-        }
-    }
-
-    /// Notes an audit entry: in the data directory's audit file (opened before the change), and in the
-    /// store's audit list.
-    pub fn audit(&self, trail: crate::audit::Trail, entry: &crate::audit::Entry) {
-        trail.write(entry);
-        if let Place::Store(s) = self {
-            if let Ok(json) = serde_json::to_string(entry) {
-                let _ = s.audit_push(&json);
-            }
         }
     }
 }
@@ -256,28 +202,6 @@ fn sentinel_lines(settings: &crate::config::store::StoreSettings) -> Result<Vec<
         ));
     }
     Ok(lines)
-}
-
-/// At `serve`: the store joined (None without a `[store]`). A store that does not answer is no error.
-pub fn join_at_serve(config: &Config) -> Result<Option<crate::server::Shared>, String> {
-    let Some(settings) = &config.store else {
-        return Ok(None);
-    };
-    for (field, var) in settings.missing_variables() {
-        log::error!(
-            "{field}: the environment variable {var} is not set; the store will refuse this instance"
-        );
-    }
-    let store = Arc::new(Store::new(settings, &config.instance)?);
-    let joined = crate::server::cluster::join(config, &store)?;
-    log::info!(
-        "store: {} as instance {:?} ({}; on_unavailable = {})",
-        store.describe(),
-        config.instance,
-        crate::util::plural(joined.keys.len(), "key"),
-        settings.on_unavailable.name()
-    );
-    Ok(Some(crate::server::Shared { store, joined }))
 }
 
 /// Runs `tollgate store ...`.

@@ -8,12 +8,14 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+mod env;
 pub mod hosted;
 pub mod names;
 mod overrides;
 mod prices;
 pub mod store;
 mod validate;
+pub use env::Env;
 pub use overrides::{GroupSpec, ModelChange, Overrides, OVERRIDES_FILE};
 pub use prices::list_price_lines;
 
@@ -210,9 +212,13 @@ pub struct Group {
 
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// The file it was read from (None: the embedded defaults, or text).
+    pub path: Option<PathBuf>,
     pub listen: String,
     pub data_dir: PathBuf,
     pub admin_token_env: String,
+    /// The admin token, read from `admin_token_env` with the config (None or empty: admin API closed).
+    admin_token: Option<String>,
     pub workers: usize,
     pub queue_size: usize,
     pub max_connections: usize,
@@ -270,15 +276,21 @@ impl Config {
             .unwrap_or_else(|e| panic!("embedded config is invalid: {e}"))
     }
 
-    /// Reads and validates a config file.
+    /// Reads and validates a config file, with the process's environment.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        Config::load_in(path, &Env::process())
+    }
+
+    /// Reads and validates a config file, its environment variables read from `env`.
+    pub fn load_in(path: &Path, env: &Env) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| {
             err(
                 "",
                 format!("cannot read config file {}: {e}", path.display()),
             )
         })?;
-        let mut cfg = Config::from_toml_str(&text)?;
+        let mut cfg = Config::from_toml_in(&text, env)?;
+        cfg.path = Some(path.to_path_buf());
         // A relative data_dir is relative to the config file, so the file means the same from any cwd.
         if cfg.data_dir.is_relative() {
             if let Some(parent) = path.parent() {
@@ -288,8 +300,13 @@ impl Config {
         Ok(cfg)
     }
 
-    /// Parses and validates TOML text.
+    /// Parses and validates TOML text, with the process's environment.
     pub fn from_toml_str(text: &str) -> Result<Config, ConfigError> {
+        Config::from_toml_in(text, &Env::process())
+    }
+
+    /// Parses and validates TOML text, its environment variables read from `env`.
+    pub fn from_toml_in(text: &str, env: &Env) -> Result<Config, ConfigError> {
         let raw: validate::RawConfig = toml::from_str(text).map_err(|e| {
             let msg = e.message().to_string();
             let at = e
@@ -301,7 +318,7 @@ impl Config {
                 .unwrap_or_default();
             err("", format!("invalid TOML{at}: {msg}"))
         })?;
-        validate::validate(raw)
+        validate::validate(raw, env)
     }
 
     /// A model clients may call (disabled models are treated as absent).
@@ -320,11 +337,10 @@ impl Config {
         self.upstreams.iter().find(|u| u.name == name)
     }
 
-    /// The admin token from the environment variable `admin_token_env` names (None: admin API closed).
+    /// The admin token from the environment variable `admin_token_env` names, as it was when the config
+    /// was read (None: admin API closed).
     pub fn admin_token(&self) -> Option<String> {
-        std::env::var(&self.admin_token_env)
-            .ok()
-            .filter(|t| !t.is_empty())
+        self.admin_token.clone()
     }
 
     pub fn group(&self, name: &str) -> Option<&Group> {

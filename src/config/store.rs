@@ -156,9 +156,10 @@ pub const DEFAULT_STREAM_MAX: u64 = 1_000_000;
 /// `[store]`, every problem at once.
 pub(super) fn validate_store(
     raw: RawStore,
+    env: &super::Env,
     errors: &mut Vec<ConfigError>,
 ) -> Option<StoreSettings> {
-    let place = place(&raw, errors);
+    let place = place(&raw, env, errors);
     let replica_wait = match raw.replica_wait.as_deref() {
         None if raw.sentinels.is_some() => ReplicaWait::Changes,
         None | Some("off") => ReplicaWait::Off,
@@ -240,7 +241,7 @@ pub(super) fn validate_store(
             ));
         }
     }
-    let (password, missing_password) = read_password(raw.password_env.as_deref());
+    let (password, missing_password) = read_password(env, raw.password_env.as_deref());
     let p = place?;
     Some(StoreSettings {
         url: p.url,
@@ -262,11 +263,11 @@ pub(super) fn validate_store(
 }
 
 /// The password in the variable `env` names: (password, the variable when it is not set).
-fn read_password(env: Option<&str>) -> (Option<String>, Option<String>) {
-    match env {
-        Some(env) if !env.is_empty() => match std::env::var(env) {
-            Ok(p) if !p.is_empty() => (Some(p), None),
-            _ => (None, Some(env.to_string())),
+fn read_password(env: &super::Env, var: Option<&str>) -> (Option<String>, Option<String>) {
+    match var {
+        Some(var) if !var.is_empty() => match env.var(var) {
+            Some(p) if !p.is_empty() => (Some(p), None),
+            _ => (None, Some(var.to_string())),
         },
         _ => (None, None),
     }
@@ -283,7 +284,7 @@ struct Place {
 }
 
 /// `url`, or `sentinels` with `master_name` (and `db`, `username`, `sentinel_password_env`): exactly one.
-fn place(raw: &RawStore, errors: &mut Vec<ConfigError>) -> Option<Place> {
+fn place(raw: &RawStore, env: &super::Env, errors: &mut Vec<ConfigError>) -> Option<Place> {
     let sentinel_only = [
         ("store.master_name", raw.master_name.is_some()),
         (
@@ -337,12 +338,17 @@ fn place(raw: &RawStore, errors: &mut Vec<ConfigError>) -> Option<Place> {
                 }
             }
         }
-        (None, Some(list)) => sentinels(raw, list, errors),
+        (None, Some(list)) => sentinels(raw, list, env, errors),
     }
 }
 
 /// `sentinels`, `master_name`, `db`, `username` and `sentinel_password_env`.
-fn sentinels(raw: &RawStore, list: &[String], errors: &mut Vec<ConfigError>) -> Option<Place> {
+fn sentinels(
+    raw: &RawStore,
+    list: &[String],
+    env: &super::Env,
+    errors: &mut Vec<ConfigError>,
+) -> Option<Place> {
     let before = errors.len();
     let mut addresses: Vec<(String, u16)> = Vec::new();
     if list.is_empty() {
@@ -405,7 +411,7 @@ fn sentinels(raw: &RawStore, list: &[String], errors: &mut Vec<ConfigError>) -> 
     if errors.len() > before {
         return None;
     }
-    let (password, missing_password) = read_password(raw.sentinel_password_env.as_deref());
+    let (password, missing_password) = read_password(env, raw.sentinel_password_env.as_deref());
     Some(Place {
         url: String::new(),
         host: String::new(),
@@ -597,7 +603,7 @@ mod tests {
     fn store(text: &str) -> (Option<StoreSettings>, Vec<String>) {
         let raw: RawStore = toml::from_str(text).unwrap();
         let mut errors = Vec::new();
-        let s = validate_store(raw, &mut errors);
+        let s = validate_store(raw, &crate::config::Env::process(), &mut errors);
         (s, errors.iter().map(|e| e.to_string()).collect())
     }
 

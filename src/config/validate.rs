@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::hosted::HostedPrices;
+use super::Env;
 use super::{
     err, Config, ConfigError, Group, Model, Upstream, UpstreamKind, DEFAULT_MAX_OUTPUT_TOKENS,
 };
@@ -168,14 +169,14 @@ impl Problems {
 
 /// The whole config: every problem is collected (in the order below, which is the order they are reported
 /// in) before the first one stops it.
-pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
+pub(super) fn validate(raw: RawConfig, env: &Env) -> Result<Config, ConfigError> {
     let mut p = Problems::default();
     let ledger_files = ledger_files(&raw, &mut p);
     let listen = p.take(listen(raw.listen), String::new());
     let log_level = p.take(log_level(raw.log_level), String::new());
     let admin_token_env = p.take(admin_token_env(raw.admin_token_env), String::new());
     let declared: Vec<String> = raw.upstreams.iter().map(|u| u.name.clone()).collect();
-    let (upstreams, deployments) = validate_upstreams(raw.upstreams, &mut p);
+    let (upstreams, deployments) = validate_upstreams(raw.upstreams, env, &mut p);
     let discovery = raw.discovery.map(|d| validate_discovery(d, &mut p));
     let (mut models, hosted) = validate_models(raw.models, &declared, discovery.is_some(), &mut p);
     for m in &mut models {
@@ -188,12 +189,14 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
     );
     let store = raw
         .store
-        .and_then(|s| super::store::validate_store(s, &mut p.errors));
+        .and_then(|s| super::store::validate_store(s, env, &mut p.errors));
     check_names(&models, &mut p);
     coverage_warnings(&models, &groups, &mut p.warnings);
     let currency = p.take(currency(raw.currency), String::new());
     super::prices::warnings(&models, &upstreams, &currency, &mut p.warnings);
     let config = Config {
+        path: None,
+        admin_token: env.var(&admin_token_env).filter(|t| !t.is_empty()),
         listen,
         data_dir: PathBuf::from(raw.data_dir.unwrap_or_else(|| "./tollgate-data".into())),
         admin_token_env,
@@ -278,6 +281,7 @@ fn admin_token_env(v: Option<String>) -> Result<String, ConfigError> {
 /// deployments' names by their upstream's name.
 fn validate_upstreams(
     raw: Vec<RawUpstream>,
+    env: &Env,
     p: &mut Problems,
 ) -> (Vec<Upstream>, HashMap<String, Vec<String>>) {
     let mut seen = HashSet::new();
@@ -285,14 +289,14 @@ fn validate_upstreams(
     let mut deployments: HashMap<String, Vec<String>> = HashMap::new();
     for (i, u) in raw.into_iter().enumerate() {
         let envs = u.api_key_envs.clone();
-        let Some(u) = p.take(validate_upstream(i, u, &mut seen).map(Some), None) else {
+        let Some(u) = p.take(validate_upstream(i, u, env, &mut seen).map(Some), None) else {
             continue;
         };
         upstream_warnings(i, &u, &mut p.warnings);
         match envs {
             Some(envs) => {
                 let name = u.name.clone();
-                let each = per_credential(u, &envs);
+                let each = per_credential(u, &envs, env);
                 deployments.insert(name, each.iter().map(|d| d.name.clone()).collect());
                 upstreams.extend(each);
             }
@@ -460,6 +464,7 @@ fn log_format(v: Option<&str>) -> Result<String, ConfigError> {
 fn validate_upstream(
     i: usize,
     u: RawUpstream,
+    env: &Env,
     seen: &mut HashSet<String>,
 ) -> Result<Upstream, ConfigError> {
     let f = |k: &str| format!("upstreams[{i}].{k}");
@@ -467,7 +472,7 @@ fn validate_upstream(
     check_credentials(&u, &f)?;
     let (kind, base_url) = kind_and_url(&u.kind, u.base_url, &f)?;
     let is_openai = base_url.contains("://api.openai.com");
-    let (api_key, missing_key) = credential(u.api_key_env.as_deref());
+    let (api_key, missing_key) = credential(env, u.api_key_env.as_deref());
     Ok(Upstream {
         name: u.name,
         kind,
@@ -529,11 +534,9 @@ fn check_credentials(u: &RawUpstream, f: &dyn Fn(&str) -> String) -> Result<(), 
 
 /// The key in the variable `env` names, or (when it is unset or empty) the variable's name as missing. An
 /// unset variable does not stop the gateway: the upstream answers 502 naming it.
-fn credential(env: Option<&str>) -> (Option<String>, Option<String>) {
-    let api_key = env
-        .and_then(|var| std::env::var(var).ok())
-        .filter(|v| !v.is_empty());
-    let missing_key = match (env, &api_key) {
+fn credential(env: &Env, var: Option<&str>) -> (Option<String>, Option<String>) {
+    let api_key = var.and_then(|var| env.var(var)).filter(|v| !v.is_empty());
+    let missing_key = match (var, &api_key) {
         (Some(var), None) => Some(var.to_string()),
         _ => None,
     };
@@ -607,11 +610,11 @@ fn kind_and_url(
 /// One deployment per credential of an upstream with `api_key_envs`: `name#1`, `name#2`, ..., each with its
 /// own key (or the variable it misses), balanced and cooled down one by one. Only the deployment's name
 /// appears in records, metrics and logs, never the credential.
-fn per_credential(u: Upstream, envs: &[String]) -> Vec<Upstream> {
+fn per_credential(u: Upstream, envs: &[String], env: &Env) -> Vec<Upstream> {
     envs.iter()
         .enumerate()
         .map(|(k, var)| {
-            let key = std::env::var(var).ok().filter(|v| !v.is_empty());
+            let key = env.var(var).filter(|v| !v.is_empty());
             Upstream {
                 name: format!("{}#{}", u.name, k + 1),
                 missing_key: key.is_none().then(|| var.clone()),

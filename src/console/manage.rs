@@ -6,7 +6,7 @@ use crate::access::budget::Budget;
 use crate::money::Money;
 use serde_json::{json, Map, Value};
 
-use crate::access::key_ops::{self, CreditChange, KeyOpError};
+use crate::access::key_ops::{self, Changed, CreditChange, KeyChange, KeyOpError};
 use crate::config::{ConfigError, GroupSpec, ModelChange};
 use crate::protocol::ApiError;
 use crate::server::gateway::Gateway;
@@ -53,6 +53,14 @@ fn opt_amount(o: &Map<String, Value>, k: &str) -> Result<Option<Money>, ApiError
         return Err(bad("expected a number of 0 or more".into()));
     }
     Ok(Some(m))
+}
+
+/// Makes a key change (the admin call's audit entry is written around it, `console/mod.rs`) and puts the
+/// keys in force at once.
+fn change(gw: &Gateway, name: &str, change: &KeyChange) -> Result<Changed, ApiError> {
+    let changed = key_ops::apply(gw.keys_at(), name, change).map_err(key_error)?;
+    gw.reload_keys();
+    Ok(changed)
 }
 
 /// `GET /admin/keys`.
@@ -126,16 +134,14 @@ pub fn set_budget(gw: &Gateway, name: &str, body: &Value) -> Result<Value, ApiEr
             ApiError::invalid("give {\"amount\", \"period\"} or {\"none\": true}")
         })?)
     };
-    key_ops::set_budget(gw.keys_at(), name, budget).map_err(key_error)?;
-    gw.reload_keys();
+    change(gw, name, &KeyChange::Budget(budget))?;
     Ok(json!({"name": name, "budget": budget}))
 }
 
 /// `POST /admin/keys/{name}/expires {"at": "2026-12-31T00:00:00Z"}` or `{"never": true}`.
 pub fn set_expiry(gw: &Gateway, name: &str, body: &Value) -> Result<Value, ApiError> {
     let expires = parse_expiry(object(body)?)?;
-    key_ops::set_expiry(gw.keys_at(), name, expires).map_err(key_error)?;
-    gw.reload_keys();
+    change(gw, name, &KeyChange::Expiry(expires))?;
     Ok(json!({"name": name, "expires": expires.map(crate::util::rfc3339)}))
 }
 
@@ -174,8 +180,7 @@ pub fn move_key(gw: &Gateway, name: &str, body: &Value) -> Result<Value, ApiErro
             format!("group: no group named {group:?}"),
         ));
     }
-    key_ops::move_key(gw.keys_at(), name, &group).map_err(key_error)?;
-    gw.reload_keys();
+    change(gw, name, &KeyChange::Move(group.clone()))?;
     Ok(json!({"name": name, "group": group}))
 }
 
@@ -201,14 +206,16 @@ pub fn create_key(gw: &Gateway, body: &Value) -> Result<Value, ApiError> {
         None | Some(Value::Null) => None,
         Some(_) => parse_expiry(o)?,
     };
-    let key = key_ops::add_key(gw.keys_at(), name, group, credit).map_err(key_error)?;
-    if budget.is_some() {
-        key_ops::set_budget(gw.keys_at(), name, budget).map_err(key_error)?;
-    }
-    if expires.is_some() {
-        key_ops::set_expiry(gw.keys_at(), name, expires).map_err(key_error)?;
-    }
-    gw.reload_keys();
+    let add = KeyChange::Add {
+        group: group.to_string(),
+        credit,
+        budget,
+        expires,
+    };
+    let key = match change(gw, name, &add)? {
+        Changed::Key(key) => key,
+        _ => String::new(),
+    };
     Ok(
         json!({"name": name, "group": group, "credit": credit, "budget": budget,
               "expires": expires.map(crate::util::rfc3339), "key": key}),
@@ -216,28 +223,27 @@ pub fn create_key(gw: &Gateway, body: &Value) -> Result<Value, ApiError> {
 }
 
 pub fn revoke_key(gw: &Gateway, name: &str) -> Result<Value, ApiError> {
-    key_ops::revoke_key(gw.keys_at(), name).map_err(key_error)?;
-    gw.reload_keys();
+    change(gw, name, &KeyChange::Revoke)?;
     Ok(json!({"name": name, "disabled": true}))
 }
 
 /// `POST /admin/keys/{name}/enable`: a revoked key works again.
 pub fn enable_key(gw: &Gateway, name: &str) -> Result<Value, ApiError> {
-    key_ops::enable_key(gw.keys_at(), name).map_err(key_error)?;
-    gw.reload_keys();
+    change(gw, name, &KeyChange::Enable)?;
     Ok(json!({"name": name, "disabled": false}))
 }
 
 /// `DELETE /admin/keys/{name}`: a revoked key leaves every list (its name stays taken).
 pub fn delete_key(gw: &Gateway, name: &str) -> Result<Value, ApiError> {
-    key_ops::delete_key(gw.keys_at(), name).map_err(key_error)?;
-    gw.reload_keys();
+    change(gw, name, &KeyChange::Delete)?;
     Ok(json!({"name": name, "deleted": true}))
 }
 
 pub fn rotate_key(gw: &Gateway, name: &str) -> Result<Value, ApiError> {
-    let key = key_ops::rotate_key(gw.keys_at(), name).map_err(key_error)?;
-    gw.reload_keys();
+    let key = match change(gw, name, &KeyChange::Rotate)? {
+        Changed::Key(key) => key,
+        _ => String::new(),
+    };
     Ok(json!({"name": name, "key": key}))
 }
 
@@ -258,8 +264,10 @@ pub fn credit(gw: &Gateway, name: &str, body: &Value) -> Result<Value, ApiError>
             ))
         }
     };
-    let credit = key_ops::change_credit(gw.keys_at(), name, change).map_err(key_error)?;
-    gw.reload_keys();
+    let credit = match self::change(gw, name, &KeyChange::Credit(change))? {
+        Changed::Credit(c) => c,
+        _ => None,
+    };
     let spent = gw.accounts.spent(name);
     Ok(
         json!({"name": name, "credit": credit, "spent": spent, "balance": credit.map(|c| c - spent)}),

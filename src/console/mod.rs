@@ -13,6 +13,7 @@ use std::net::IpAddr;
 use serde_json::{json, Value};
 
 use crate::access::{constant_time_eq, token_digest};
+use crate::audit::Action;
 use crate::http::{Exchange, Request};
 use crate::protocol::{ApiError, ErrorKind};
 use crate::server::gateway::Gateway;
@@ -133,7 +134,7 @@ fn audited(gw: &Gateway, ex: &Exchange, trace: &Trace) -> Result<Answer, ApiErro
             let action = action_of(&ex.request.method, kind, &ex.request.path, &before, &after);
             let mut entry = crate::audit::Entry::new(
                 crate::audit::ACTOR_ADMIN,
-                &action,
+                action,
                 format!("{kind} {name}"),
                 before,
                 after,
@@ -189,30 +190,34 @@ fn state_of(gw: &Gateway, kind: &str, name: &Option<String>) -> Value {
     }
 }
 
-/// `key.created`, `key.revoked`, `group.deleted`, `model.disabled`, `model.repriced`, ...
-fn action_of(method: &str, kind: &str, path: &str, before: &Value, after: &Value) -> String {
+/// What an admin call did (`audit::Action`: the names the CLI writes too).
+fn action_of(method: &str, kind: &str, path: &str, before: &Value, after: &Value) -> Action {
     let last = path.trim_end_matches('/').rsplit('/').next().unwrap_or("");
-    let verb = match (kind, method, last) {
-        (_, "DELETE", _) => "deleted",
-        (_, "POST", "keys" | "groups") => "created",
-        ("key", _, "revoke") => "revoked",
-        ("key", _, "rotate") => "rotated",
-        ("key", _, "enable") => "enabled",
-        ("key", _, "credit") => "credited",
-        ("key", _, "group") => "moved",
-        ("key", _, "budget") => "budget_set",
-        ("key", _, "expires") => "expiry_set",
+    match (kind, method, last) {
+        ("key", "DELETE", _) => Action::KeyDeleted,
+        ("group", "DELETE", _) => Action::GroupDeleted,
+        (_, "DELETE", _) => Action::ModelDeleted,
+        ("key", "POST", "keys") => Action::KeyCreated,
+        ("group", "POST", "groups") => Action::GroupCreated,
+        ("key", _, "revoke") => Action::KeyRevoked,
+        ("key", _, "rotate") => Action::KeyRotated,
+        ("key", _, "enable") => Action::KeyEnabled,
+        ("key", _, "credit") => Action::KeyCredited,
+        ("key", _, "group") => Action::KeyMoved,
+        ("key", _, "budget") => Action::KeyBudgetSet,
+        ("key", _, "expires") => Action::KeyExpirySet,
+        ("key", _, _) => Action::KeyChanged,
+        ("group", _, _) => Action::GroupChanged,
         ("model", _, _) if before["disabled"] != after["disabled"] => {
             if after["disabled"] == true {
-                "disabled"
+                Action::ModelDisabled
             } else {
-                "enabled"
+                Action::ModelEnabled
             }
         }
-        ("model", _, _) => "repriced",
-        _ => "changed",
-    };
-    format!("{kind}.{verb}")
+        ("model", _, _) => Action::ModelRepriced,
+        _ => Action::ModelChanged,
+    }
 }
 
 fn route(gw: &Gateway, ex: &Exchange) -> Result<Answer, ApiError> {

@@ -18,7 +18,7 @@ pub use request::{
     Request,
 };
 pub use response::{reason, ResponseWriter, SharedStream, Withheld};
-pub use server::start;
+pub use server::{start, Server};
 pub use shared::{
     Early, ErrorRenderer, Exchange, Handler, HttpConfig, Incoming, Overloaded, Screen, ServerState,
 };

@@ -56,6 +56,17 @@ impl Poller {
         self.ctl(libc::EPOLL_CTL_MOD, fd, token)
     }
 
+    /// Watches `fd` level-triggered (not one-shot): while it is readable, every wait reports it.
+    pub fn add_level(&self, fd: RawFd, token: u64) -> io::Result<()> {
+        let mut event = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: token,
+        };
+        // SAFETY: both descriptors are open for the call; `event` lives across it.
+        check(unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut event) })
+            .map(drop)
+    }
+
     /// Stops watching `fd` (before it is closed, so a descriptor shared with another holder never fires).
     pub fn remove(&self, fd: RawFd) {
         // SAFETY: as in `ctl`; a null event is allowed for EPOLL_CTL_DEL.
@@ -134,6 +145,10 @@ impl Poller {
         let _ = self.change(fd, libc::EV_DELETE, 0);
     }
 
+    pub fn add_level(&self, fd: RawFd, token: u64) -> io::Result<()> {
+        self.change(fd, libc::EV_ADD | libc::EV_ENABLE, token)
+    }
+
     pub fn wait(&self, timeout: Option<Duration>) -> io::Result<Option<u64>> {
         // SAFETY: as in `change`.
         let mut event: libc::kevent = unsafe { std::mem::zeroed() };
@@ -159,6 +174,39 @@ impl Poller {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(None),
             Err(e) => Err(e),
         }
+    }
+}
+
+/// A pipe whose read end, once written to, stays readable: registered level-triggered, it wakes every
+/// thread waiting in the poller (to stop them).
+pub struct Waker {
+    read: OwnedFd,
+    write: OwnedFd,
+}
+
+impl Waker {
+    pub fn new() -> io::Result<Waker> {
+        let mut fds = [0 as libc::c_int; 2];
+        // SAFETY: `fds` has room for the two descriptors pipe() writes.
+        check(unsafe { libc::pipe(fds.as_mut_ptr()) })?;
+        // SAFETY: fresh descriptors nobody else owns.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        for fd in [&read, &write] {
+            // SAFETY: plain fcntl on a descriptor we own.
+            check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) })?;
+        }
+        Ok(Waker { read, write })
+    }
+
+    pub fn fd(&self) -> RawFd {
+        self.read.as_raw_fd()
+    }
+
+    /// Makes the read end readable for good (nothing ever reads it).
+    pub fn wake(&self) {
+        let byte = 1u8;
+        // SAFETY: writes one byte from a local into a descriptor we own.
+        let _ = unsafe { libc::write(self.write.as_raw_fd(), (&byte as *const u8).cast(), 1) };
     }
 }
 

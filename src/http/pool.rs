@@ -11,25 +11,32 @@
 //! permits are out, the spare reads the next complete request and queues it (up to `queue_size`, served by
 //! the next worker to finish) or refuses it with 503 at once. A timer thread closes connections whose
 //! deadline passed: idle ones quietly, a request still arriving with 408, a lingering one after its linger.
+//!
+//! [`Pool::stop`] ends the pool threads and the timer (a server run inside another program, once drained):
+//! a pipe registered level-triggered wakes every waiting thread with the [`STOP`] token.
 
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 
 use super::conn::{Conn, Phase, Refusal, Step};
-use super::poller::Poller;
+use super::poller::{Poller, Waker};
 use super::request::Request;
 use super::shared::{send_rendered, ErrorRenderer, Exchange, Handler, HttpConfig, ServerState};
 
 /// How often the timer looks for connections past their deadline.
 const TICK: Duration = Duration::from_millis(100);
 
+/// The token the waker is reported as: the pool is stopping.
+const STOP: u64 = u64::MAX;
+
 #[derive(Clone)]
 pub(super) struct Pool {
     inner: Arc<Inner>,
+    threads: Arc<Mutex<Vec<std::thread::JoinHandle<()>>>>,
 }
 
 struct Inner {
@@ -43,6 +50,11 @@ struct Inner {
     serving: AtomicUsize,
     queue_tx: Sender<Pending>,
     queue_rx: Receiver<Pending>,
+    stopping: AtomicBool,
+    waker: Waker,
+    /// Dropped to stop the timer at once (it waits on the other end between ticks).
+    timer_stop: Mutex<Option<Sender<()>>>,
+    timer_stopped: Receiver<()>,
 }
 
 /// The connection table. A slot holds its connection while it is parked in the poller; while a worker
@@ -85,7 +97,11 @@ impl Pool {
         render_error: Arc<ErrorRenderer>,
     ) -> Result<Pool, String> {
         let poller = Poller::new().map_err(|e| format!("could not create the poller: {e}"))?;
+        let waker = Waker::new()
+            .and_then(|w| poller.add_level(w.fd(), STOP).map(|()| w))
+            .map_err(|e| format!("could not create the poller's waker: {e}"))?;
         let (queue_tx, queue_rx) = crossbeam_channel::bounded(config.queue_size.max(1));
+        let (timer_stop, timer_stopped) = crossbeam_channel::bounded(0);
         let threads = config.workers + 1;
         let pool = Pool {
             inner: Arc::new(Inner {
@@ -98,22 +114,54 @@ impl Pool {
                 serving: AtomicUsize::new(0),
                 queue_tx,
                 queue_rx,
+                stopping: AtomicBool::new(false),
+                waker,
+                timer_stop: Mutex::new(Some(timer_stop)),
+                timer_stopped,
             }),
+            threads: Default::default(),
         };
+        let mut handles = Vec::with_capacity(threads + 1);
         for i in 0..threads {
             let inner = pool.inner.clone();
-            std::thread::Builder::new()
+            let builder = std::thread::Builder::new()
                 .name(format!("tollgate-worker-{i}"))
-                .stack_size(1024 * 1024)
-                .spawn(move || inner.work())
-                .map_err(|e| format!("could not start worker {i}: {e}"))?;
+                .stack_size(1024 * 1024);
+            match crate::logging::thread(builder, move || inner.work()) {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    pool.stop_threads(handles);
+                    return Err(format!("could not start worker {i}: {e}"));
+                }
+            }
         }
         let inner = pool.inner.clone();
-        std::thread::Builder::new()
-            .name("tollgate-http-timer".into())
-            .spawn(move || inner.keep_time())
-            .map_err(|e| format!("could not start the connection timer: {e}"))?;
+        let builder = std::thread::Builder::new().name("tollgate-http-timer".into());
+        match crate::logging::thread(builder, move || inner.keep_time()) {
+            Ok(h) => handles.push(h),
+            Err(e) => {
+                pool.stop_threads(handles);
+                return Err(format!("could not start the connection timer: {e}"));
+            }
+        }
+        *lock(&pool.threads) = handles;
         Ok(pool)
+    }
+
+    /// Ends the pool threads and the timer and waits for them; connections still parked are closed when
+    /// the last holder of the pool lets go. Call it once no request is in flight.
+    pub fn stop(&self) {
+        let handles = std::mem::take(&mut *lock(&self.threads));
+        self.stop_threads(handles);
+    }
+
+    fn stop_threads(&self, handles: Vec<std::thread::JoinHandle<()>>) {
+        self.inner.stopping.store(true, Ordering::SeqCst);
+        self.inner.waker.wake();
+        drop(lock(&self.inner.timer_stop).take());
+        for h in handles {
+            let _ = h.join();
+        }
     }
 
     /// Takes a new connection into the table and the poller.
@@ -143,6 +191,13 @@ impl Pool {
     }
 }
 
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
 impl Slots {
     /// Frees the slot `token` names and returns its connection if it is parked there.
     fn release(&mut self, t: u64) -> Option<Box<Conn>> {
@@ -169,6 +224,7 @@ impl Inner {
     fn work(&self) {
         loop {
             let t = match self.poller.wait(None) {
+                Ok(Some(STOP)) => return,
                 Ok(Some(t)) => t,
                 Ok(None) => continue,
                 Err(e) => {
@@ -371,7 +427,7 @@ impl Inner {
             return None;
         }
         w.reset_for(request.keep_alive, head_only, request.version == 0);
-        let mut ex = Exchange::new(request, conn.peer, w);
+        let mut ex = Exchange::new(request, conn.peer, w, self.state.clone());
         ex.received = received;
         let handled =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (self.handler)(&mut ex)));
@@ -398,7 +454,7 @@ impl Inner {
             request.method == "HEAD",
             request.version == 0,
         );
-        let mut ex = Exchange::new(request, conn.peer, w);
+        let mut ex = Exchange::new(request, conn.peer, w, self.state.clone());
         ex.received = received;
         let answered = self.config.overloaded.as_ref().is_some_and(|f| f(&mut ex));
         if !answered {
@@ -460,8 +516,9 @@ impl Inner {
 
     /// The timer: closes connections past their deadline (and idle ones once shutdown begins).
     fn keep_time(&self) {
-        loop {
-            std::thread::sleep(TICK);
+        while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
+            self.timer_stopped.recv_timeout(TICK)
+        {
             let now = Instant::now();
             let shutting_down = self.state.shutting_down.load(Ordering::SeqCst);
             let mut expired = Vec::new();

@@ -5,7 +5,7 @@
 //! on the workers read, parse and serve its requests. Reading has a deadline: a client that sends nothing,
 //! or sends its head or body too slowly, is dropped after `read_timeout` without ever occupying a worker.
 
-use std::net::{TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,6 +13,13 @@ use std::time::{Duration, Instant};
 use super::pool::Pool;
 use super::response::ResponseWriter;
 use super::shared::{send_rendered, ErrorRenderer, Handler, HttpConfig, ServerState};
+
+/// The running HTTP layer, as [`start`] returns it.
+pub struct Server {
+    pool: Pool,
+    accept: std::thread::JoinHandle<()>,
+    local: Option<SocketAddr>,
+}
 
 /// Starts the HTTP layer: the worker pool (`config.workers` serving threads and one spare that reads
 /// requests while they are all busy), its timer, and the accept loop on a thread of its own. Returns once
@@ -23,13 +30,60 @@ pub fn start(
     state: Arc<ServerState>,
     handler: Arc<Handler>,
     render_error: Arc<ErrorRenderer>,
-) -> Result<(), String> {
+) -> Result<Server, String> {
+    let local = listener.local_addr().ok();
     let pool = Pool::start(config.clone(), state.clone(), handler, render_error.clone())?;
-    std::thread::Builder::new()
-        .name("tollgate-accept".into())
-        .spawn(move || accept_loop(listener, &config, &state, &pool, &*render_error))
-        .map(drop)
-        .map_err(|e| format!("could not start the accept thread: {e}"))
+    let accepting = pool.clone();
+    let builder = std::thread::Builder::new().name("tollgate-accept".into());
+    match crate::logging::thread(builder, move || {
+        accept_loop(listener, &config, &state, &accepting, &*render_error)
+    }) {
+        Ok(accept) => Ok(Server {
+            pool,
+            accept,
+            local,
+        }),
+        Err(e) => {
+            pool.stop();
+            Err(format!("could not start the accept thread: {e}"))
+        }
+    }
+}
+
+impl Server {
+    /// Wakes the accept loop so it sees `shutting_down` (set by the caller) and stops taking connections.
+    pub fn wake_accept(&self) {
+        if let Some(addr) = self.local {
+            let _ =
+                std::net::TcpStream::connect_timeout(&wake_addr(addr), Duration::from_millis(200));
+        }
+    }
+
+    /// Ends every thread of the layer once shutdown has begun and no request is in flight: the accept loop
+    /// (woken), the pool threads and the timer. Connections still open are closed.
+    pub fn stop(self) {
+        self.wake_accept();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while !self.accept.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if self.accept.is_finished() {
+            let _ = self.accept.join();
+        }
+        self.pool.stop();
+    }
+}
+
+/// The address to connect to in order to wake an accept loop bound to `addr` (0.0.0.0 → loopback).
+fn wake_addr(addr: SocketAddr) -> SocketAddr {
+    let mut a = addr;
+    if a.ip().is_unspecified() {
+        a.set_ip(match a {
+            SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    a
 }
 
 fn accept_loop(

@@ -68,7 +68,7 @@ impl std::fmt::Debug for Early {
 }
 
 /// Counters shared by the accept loop, the workers and whoever drives shutdown.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct ServerState {
     pub shutting_down: AtomicBool,
     pub open_connections: AtomicUsize,
@@ -79,6 +79,9 @@ pub struct ServerState {
     pub rejected: AtomicUsize,
     /// Request-body bytes buffered now (reserved as they arrive).
     pub buffered_body: std::sync::atomic::AtomicU64,
+    /// Answers being streamed now: counted by the handler, from the stream's start until the request is
+    /// reported (the layer only holds the count, so each server has its own).
+    pub streams: std::sync::atomic::AtomicI64,
 }
 
 impl ServerState {
@@ -120,16 +123,28 @@ pub struct Exchange {
     /// When the request was complete.
     pub received: Instant,
     writer: ResponseWriter,
+    state: Arc<ServerState>,
 }
 
 impl Exchange {
-    pub(super) fn new(request: Request, peer: SocketAddr, writer: ResponseWriter) -> Exchange {
+    pub(super) fn new(
+        request: Request,
+        peer: SocketAddr,
+        writer: ResponseWriter,
+        state: Arc<ServerState>,
+    ) -> Exchange {
         Exchange {
             request,
             peer,
             received: Instant::now(),
             writer,
+            state,
         }
+    }
+
+    /// The state of the server this request came to.
+    pub fn state(&self) -> &Arc<ServerState> {
+        &self.state
     }
 
     pub fn response(&mut self) -> &mut ResponseWriter {

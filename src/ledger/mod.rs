@@ -388,12 +388,14 @@ impl Ledger {
             first_ms: start.first_ms,
             last_ms: start.last_ms,
         })?;
-        std::thread::Builder::new()
-            .name("tollgate-ledger-keeper".into())
-            .spawn(move || keeper.run(keeper_rx))?;
-        std::thread::Builder::new()
-            .name("tollgate-ledger".into())
-            .spawn(move || w.run(rx))?;
+        crate::logging::thread(
+            std::thread::Builder::new().name("tollgate-ledger-keeper".into()),
+            move || keeper.run(keeper_rx),
+        )?;
+        crate::logging::thread(
+            std::thread::Builder::new().name("tollgate-ledger".into()),
+            move || w.run(rx),
+        )?;
         Ok((
             Ledger {
                 tx,

@@ -259,6 +259,28 @@ fn import_local(config: &Config, store: &Store) -> Result<(), String> {
     Ok(())
 }
 
+/// At start: the store joined (None without a `[store]`). A store that does not answer is no error.
+pub fn join_at_start(config: &Config) -> Result<Option<super::Shared>, String> {
+    let Some(settings) = &config.store else {
+        return Ok(None);
+    };
+    for (field, var) in settings.missing_variables() {
+        log::error!(
+            "{field}: the environment variable {var} is not set; the store will refuse this instance"
+        );
+    }
+    let store = Arc::new(Store::new(settings, &config.instance)?);
+    let joined = join(config, &store)?;
+    log::info!(
+        "store: {} as instance {:?} ({}; on_unavailable = {})",
+        store.describe(),
+        config.instance,
+        crate::util::plural(joined.keys.len(), "key"),
+        settings.on_unavailable.name()
+    );
+    Ok(Some(super::Shared { store, joined }))
+}
+
 /// Starts the store thread and the shipper.
 pub fn start(gw: &Arc<Gateway>, joined_keys: u64, joined_overrides: u64) -> Result<(), String> {
     let Some(store) = gw.store.clone() else {

@@ -4,7 +4,7 @@ use std::borrow::Cow;
 use std::sync::atomic::Ordering;
 
 use super::gateway::Gateway;
-use super::metrics::{Observation, ACTIVE_STREAMS};
+use super::metrics::Observation;
 use super::outcome::Outcome;
 use super::trace::Trace;
 use crate::config::Config;
@@ -16,7 +16,7 @@ use crate::protocol::Protocol;
 /// Feeds the metrics with a finished request.
 pub fn observe(gw: &Gateway, config: &Config, trace: &Trace, out: &Outcome, bill: &Bill) {
     if trace.streaming.replace(false) {
-        ACTIVE_STREAMS.fetch_sub(1, Ordering::Relaxed);
+        trace.server.streams.fetch_sub(1, Ordering::Relaxed);
     }
     let status = out.status_text();
     let usage = out.answer.usage.unwrap_or_default();

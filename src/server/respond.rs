@@ -70,7 +70,7 @@ pub fn start_sse(
     headers.extend_from_slice(extra);
     let started = w.start_chunked(200, &headers);
     if started.is_ok() && !trace.streaming.replace(true) {
-        super::metrics::ACTIVE_STREAMS.fetch_add(1, Ordering::Relaxed);
+        trace.server.streams.fetch_add(1, Ordering::Relaxed);
     }
     started
 }

@@ -146,7 +146,7 @@ impl Stats {
         let results: Vec<(String, Value)> = std::thread::scope(|s| {
             let handles: Vec<_> = todo
                 .iter()
-                .map(|u| s.spawn(move || (u.name.clone(), probe(agent, u))))
+                .map(|u| crate::logging::scoped(s, move || (u.name.clone(), probe(agent, u))))
                 .collect();
             handles.into_iter().filter_map(|h| h.join().ok()).collect()
         });

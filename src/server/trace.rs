@@ -20,6 +20,8 @@ pub struct Trace {
     pub first_token: Cell<Option<Duration>>,
     /// Whether an SSE stream was started (counted in the active-streams gauge until the request ends).
     pub streaming: Cell<bool>,
+    /// The counters of the server the request came to (the active-streams gauge, `ServerState::streams`).
+    pub server: std::sync::Arc<crate::http::ServerState>,
     pub request_id: String,
     pub client_request_id: Option<String>,
     /// The protocol whose shape errors take.
@@ -47,6 +49,7 @@ impl Trace {
             upstream_wait: Cell::new(Duration::ZERO),
             first_token: Cell::new(None),
             streaming: Cell::new(false),
+            server: ex.state().clone(),
             request_id: crate::util::new_id("req_"),
             client_request_id,
             protocol,

@@ -81,6 +81,8 @@ pub struct Watchdog {
     watches: Mutex<Vec<Weak<Watch>>>,
     /// Set once the shutdown deadline has passed: requests that start from now on are cut at once.
     shutdown: std::sync::atomic::AtomicBool,
+    /// Set once the server has stopped: the thread ends.
+    stopped: std::sync::atomic::AtomicBool,
 }
 
 impl Watchdog {
@@ -89,7 +91,13 @@ impl Watchdog {
             keepalive,
             watches: Mutex::new(Vec::new()),
             shutdown: std::sync::atomic::AtomicBool::new(false),
+            stopped: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Ends the watchdog's thread (after its current tick).
+    pub fn stop(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
     }
 
     /// Watches the request the current thread is handling, whose client is on `client`; `cut` is the
@@ -156,12 +164,12 @@ impl Watchdog {
         }
     }
 
-    /// Ticks forever, four times a second (or faster for very short keepalive intervals).
+    /// Ticks four times a second (or faster for very short keepalive intervals) until stopped.
     pub fn run(self: Arc<Self>) {
         let period = Duration::from_millis(250)
             .min(self.keepalive / 2)
             .max(Duration::from_millis(20));
-        loop {
+        while !self.stopped.load(Ordering::SeqCst) {
             std::thread::sleep(period);
             self.tick();
         }

@@ -287,9 +287,10 @@ impl Follower {
             };
             lane.busy = true;
             let (me, info) = (self.clone(), lane.info.clone());
-            let spawned = std::thread::Builder::new()
-                .name("store-sentinel".into())
-                .spawn(move || me.ask(i, id, &info, sentinel));
+            let spawned = crate::logging::thread(
+                std::thread::Builder::new().name("store-sentinel".into()),
+                move || me.ask(i, id, &info, sentinel),
+            );
             match spawned {
                 Ok(_) => st.pending += 1,
                 Err(e) => {
@@ -418,12 +419,13 @@ fn bounded<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Option<T> {
     let (tx, rx) = crossbeam_channel::bounded(1);
-    std::thread::Builder::new()
-        .name("store-sentinel".into())
-        .spawn(move || {
+    crate::logging::thread(
+        std::thread::Builder::new().name("store-sentinel".into()),
+        move || {
             let _ = tx.send(f());
-        })
-        .ok()?;
+        },
+    )
+    .ok()?;
     rx.recv_timeout(within).ok()
 }
 

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -92,9 +92,6 @@ pub struct Observation<'a> {
     /// The long-context tier billed (its threshold).
     pub tier: Option<u64>,
 }
-
-/// Streams being answered now (a process-wide gauge: started where SSE responses start).
-pub static ACTIVE_STREAMS: AtomicI64 = AtomicI64::new(0);
 
 /// The token kinds of `tollgate_tokens_total`, in the order of `ModelCounters::tokens`: `input` counts all
 /// input, of which `cached_input` were cache reads and `cache_write_5m` / `cache_write_1h` cache writes by
@@ -245,12 +242,17 @@ impl Metrics {
     }
 
     /// The text exposition. `gauges` are (name, help, value) read at the moment of the scrape.
-    pub fn render(&self, gauges: &[(&str, &str, f64)], rejected_overload: u64) -> String {
+    pub fn render(
+        &self,
+        gauges: &[(&str, &str, f64)],
+        rejected_overload: u64,
+        active_streams: i64,
+    ) -> String {
         let mut out = String::with_capacity(8192);
         self.render_models(&mut out);
         self.render_upstreams(&mut out);
         self.render_rejected(&mut out, rejected_overload);
-        let _ = writeln!(out, "# HELP tollgate_active_streams Streams being answered now.\n# TYPE tollgate_active_streams gauge\ntollgate_active_streams {}", ACTIVE_STREAMS.load(Ordering::Relaxed));
+        let _ = writeln!(out, "# HELP tollgate_active_streams Streams being answered now.\n# TYPE tollgate_active_streams gauge\ntollgate_active_streams {active_streams}");
         for (name, help, v) in gauges {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
         }

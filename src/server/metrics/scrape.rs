@@ -46,9 +46,11 @@ pub fn scrape(gw: &Gateway) -> String {
         ),
     ];
     gauges.extend(ledger_gauges(gw));
-    let mut out = gw
-        .metrics
-        .render(&gauges, gw.state.rejected.load(Ordering::Relaxed) as u64);
+    let mut out = gw.metrics.render(
+        &gauges,
+        gw.state.rejected.load(Ordering::Relaxed) as u64,
+        gw.state.streams.load(Ordering::Relaxed),
+    );
     let _ = writeln!(
         out,
         "# HELP tollgate_ledger_write_errors_total Failed writes or syncs of the usage ledger.\n\

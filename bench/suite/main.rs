@@ -1,7 +1,7 @@
 //! tollgate's benchmark suite. Run it with `bench/run.sh` (which builds the release binaries first); see
 //! docs/PERFORMANCE.md for what each phase measures and the targets.
 //!
-//! `target/release/examples/bench-suite [--quick] [--only PHASE,...] [--streams N]`, where a phase is one of
+//! `target/release/bench-suite [--quick] [--only PHASE,...] [--streams N]`, where a phase is one of
 //! footprint, request, wrk, accounting, streaming, sustained, logging, many-streams, store, offline (or the letter
 //! earlier reports used for it: d, a, w, e, b, s, l, c, r; `e` also selects offline).
 //!
@@ -12,23 +12,18 @@
 //! upstream) measured in the same run. CPU time comes from `/proc/<pid>/stat` (utime + stime, all threads)
 //! read at the edges of each measured window, divided by the requests completed in that window.
 
-#[path = "common/client.rs"]
-mod client;
-#[path = "common/load.rs"]
-mod load;
-#[path = "common/procs.rs"]
-mod procs;
-#[path = "suite_store.rs"]
-mod suite_store;
+mod store;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use client::Conn;
 use load::{quantile, LoadResult, LoadSpec, StreamResult, StreamSpec, Watch};
 use procs::{Bins, Gateway, Instance, Upstream};
+use tollgate_harness::client::{self, Conn};
+use tollgate_harness::load;
+use tollgate_harness::procs;
 
 /// Durations of the phases (`--quick` shortens them for trying the suite out; figures from a quick run
 /// are not the documented ones).
@@ -306,14 +301,26 @@ impl Phase {
     }
 }
 
+#[derive(argh::FromArgs)]
+/// tollgate's benchmark suite (bench/run.sh builds and runs it; docs/PERFORMANCE.md says what each phase
+/// measures).
+struct Args {
+    /// short runs, to try it out (not for the record)
+    #[argh(switch)]
+    quick: bool,
+    /// the phases to run, comma-separated: footprint, request, wrk, accounting, streaming, sustained,
+    /// logging, many-streams, store, offline (or their letters d a w e b s l c r); all without it
+    #[argh(option)]
+    only: Option<String>,
+    /// concurrent slow streams of the many-streams phase (default 1000; 200 with --quick)
+    #[argh(option)]
+    streams: Option<usize>,
+}
+
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let quick = args.iter().any(|a| a == "--quick");
-    let only = args
-        .iter()
-        .position(|a| a == "--only")
-        .and_then(|i| args.get(i + 1));
-    let phases = Phase::selected(only.map(String::as_str));
+    let args: Args = tollgate_bench::args();
+    let quick = args.quick;
+    let phases = Phase::selected(args.only.as_deref());
     let run = |phase: Phase| phases.contains(&phase);
     let plan = if quick {
         Plan {
@@ -339,17 +346,12 @@ fn main() {
         }
     };
     let mut plan = plan;
-    if let Some(n) = args
-        .iter()
-        .position(|a| a == "--streams")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-    {
+    if let Some(n) = args.streams {
         plan.slow_streams = n;
     }
     let suite_start = Instant::now();
     let bins = Bins::locate();
-    let root = bins.examples.parent().unwrap().join("bench-run");
+    let root = bins.dir.join("bench-run");
     let _ = std::fs::remove_dir_all(&root);
     std::fs::create_dir_all(&root).unwrap();
 
@@ -398,7 +400,7 @@ fn main() {
         many_streams(&mut ctx);
     }
     if run(Phase::Store) {
-        suite_store::store(&mut ctx);
+        store::store(&mut ctx);
     }
     if run(Phase::Offline) {
         offline(&mut ctx);
@@ -485,7 +487,7 @@ fn machine(bins: &Bins) {
         size,
         size as f64 / 1e6
     );
-    println!("load:     in-process Rust load generator (bench/common/load.rs), keep-alive, one thread per connection; the three processes share all CPUs (no pinning)");
+    println!("load:     in-process Rust load generator (harness/src/load.rs), keep-alive, one thread per connection; the three processes share all CPUs (no pinning)");
     println!();
 }
 
@@ -1387,7 +1389,7 @@ fn idle_connections(ctx: &mut Ctx, addr: SocketAddr, key: &str, pid: u32, n: usi
 fn offline(ctx: &mut Ctx) {
     println!("## offline (E1): ledger replay, 1M records (bench/ledger_replay.rs)");
     println!();
-    let out = std::process::Command::new(ctx.bins.example("ledger-replay"))
+    let out = std::process::Command::new(ctx.bins.program("ledger-replay"))
         .output()
         .expect("ledger-replay");
     let text = String::from_utf8_lossy(&out.stdout).to_string();
@@ -1409,7 +1411,7 @@ fn offline(ctx: &mut Ctx) {
 
     println!("## offline (E3): microbenchmark of auth, accounting and ledger (bench/micro.rs, in process, one thread)");
     println!();
-    let out = std::process::Command::new(ctx.bins.example("bench-micro"))
+    let out = std::process::Command::new(ctx.bins.program("bench-micro"))
         .output()
         .expect("bench-micro");
     for l in String::from_utf8_lossy(&out.stdout).lines() {

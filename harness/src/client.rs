@@ -5,8 +5,6 @@
 //! compare against the send time the fake upstream writes into each streamed event (`ts=…`), since both
 //! processes share the machine's clock.
 
-#![allow(dead_code)]
-
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -108,6 +106,30 @@ pub fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     None
 }
 
+/// Parses a response head at the start of `buf`: `Ok(Some((length, status, minor version)))`, each header
+/// passed to `header` (its name as sent, its value's bytes); `Ok(None)` while it is incomplete. The one
+/// head parser of the tests' reader (`http::read_head`) and the load client.
+pub fn parse_head(
+    buf: &[u8],
+    mut header: impl FnMut(&str, &[u8]),
+) -> io::Result<Option<(usize, u16, u8)>> {
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut resp = httparse::Response::new(&mut headers);
+    match resp.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => {
+            for h in resp.headers.iter() {
+                header(h.name, h.value);
+            }
+            Ok(Some((n, resp.code.unwrap_or(0), resp.version.unwrap_or(1))))
+        }
+        Ok(httparse::Status::Partial) => Ok(None),
+        Err(e) => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("bad response head: {e}"),
+        )),
+    }
+}
+
 /// One keep-alive client connection.
 pub struct Conn {
     pub stream: TcpStream,
@@ -189,69 +211,59 @@ impl Conn {
     pub fn read_head(&mut self) -> io::Result<Head> {
         loop {
             if self.pos < self.buf.len() {
-                let mut headers = [httparse::EMPTY_HEADER; 48];
-                let mut resp = httparse::Response::new(&mut headers);
-                match resp.parse(&self.buf[self.pos..]) {
-                    Ok(httparse::Status::Complete(n)) => {
-                        let status = resp.code.unwrap_or(0);
-                        let mut framing = Framing::UntilClose;
-                        let mut close = resp.version == Some(0);
-                        let mut event_stream = false;
-                        let mut overhead_ms = None;
-                        let mut retry_after = None;
-                        let mut client_request_id = None;
-                        for h in resp.headers.iter() {
-                            let v = std::str::from_utf8(h.value).unwrap_or("").trim();
-                            let name = h.name;
-                            if name.eq_ignore_ascii_case("content-length") {
-                                if framing != Framing::Chunked {
-                                    framing = Framing::Length(v.parse().unwrap_or(0));
-                                }
-                            } else if name.eq_ignore_ascii_case("transfer-encoding") {
-                                if v.to_ascii_lowercase().contains("chunked") {
-                                    framing = Framing::Chunked;
-                                }
-                            } else if name.eq_ignore_ascii_case("connection") {
-                                let v = v.to_ascii_lowercase();
-                                if v.contains("close") {
-                                    close = true;
-                                } else if v.contains("keep-alive") {
-                                    close = false;
-                                }
-                            } else if name.eq_ignore_ascii_case("content-type") {
-                                event_stream = v.starts_with("text/event-stream");
-                            } else if name.eq_ignore_ascii_case("x-tollgate-overhead-ms") {
-                                overhead_ms = v.parse().ok();
-                            } else if name.eq_ignore_ascii_case("retry-after") {
-                                retry_after = Some(v.to_string());
-                            } else if name.eq_ignore_ascii_case("x-client-request-id") {
-                                client_request_id = Some(v.to_string());
-                            }
+                let mut framing = Framing::UntilClose;
+                let mut close = false;
+                let mut keep_alive = false;
+                let mut event_stream = false;
+                let mut overhead_ms = None;
+                let mut retry_after = None;
+                let mut client_request_id = None;
+                let parsed = parse_head(&self.buf[self.pos..], |name, value| {
+                    let v = std::str::from_utf8(value).unwrap_or("").trim();
+                    if name.eq_ignore_ascii_case("content-length") {
+                        if framing != Framing::Chunked {
+                            framing = Framing::Length(v.parse().unwrap_or(0));
                         }
-                        self.pos += n;
-                        if status == 100 {
-                            continue;
+                    } else if name.eq_ignore_ascii_case("transfer-encoding") {
+                        if v.to_ascii_lowercase().contains("chunked") {
+                            framing = Framing::Chunked;
                         }
-                        if framing == Framing::UntilClose && (status == 204 || status == 304) {
-                            framing = Framing::Length(0);
+                    } else if name.eq_ignore_ascii_case("connection") {
+                        let v = v.to_ascii_lowercase();
+                        if v.contains("close") {
+                            (close, keep_alive) = (true, false);
+                        } else if v.contains("keep-alive") {
+                            (close, keep_alive) = (false, true);
                         }
-                        return Ok(Head {
-                            status,
-                            framing,
-                            close,
-                            event_stream,
-                            overhead_ms,
-                            retry_after,
-                            client_request_id,
-                        });
+                    } else if name.eq_ignore_ascii_case("content-type") {
+                        event_stream = v.starts_with("text/event-stream");
+                    } else if name.eq_ignore_ascii_case("x-tollgate-overhead-ms") {
+                        overhead_ms = v.parse().ok();
+                    } else if name.eq_ignore_ascii_case("retry-after") {
+                        retry_after = Some(v.to_string());
+                    } else if name.eq_ignore_ascii_case("x-client-request-id") {
+                        client_request_id = Some(v.to_string());
                     }
-                    Ok(httparse::Status::Partial) => {}
-                    Err(e) => {
-                        return Err(io::Error::new(
-                            io::ErrorKind::InvalidData,
-                            format!("bad response head: {e}"),
-                        ))
+                })?;
+                if let Some((n, status, version)) = parsed {
+                    self.pos += n;
+                    if status == 100 {
+                        continue;
                     }
+                    // HTTP/1.0 closes unless it says keep-alive.
+                    let close = close || (version == 0 && !keep_alive);
+                    if framing == Framing::UntilClose && (status == 204 || status == 304) {
+                        framing = Framing::Length(0);
+                    }
+                    return Ok(Head {
+                        status,
+                        framing,
+                        close,
+                        event_stream,
+                        overhead_ms,
+                        retry_after,
+                        client_request_id,
+                    });
                 }
             }
             self.fill_or_eof("before the response head")?;

@@ -1,0 +1,152 @@
+//! `tollgate serve`, as named steps: the configuration (the file or the embedded defaults, `TOLLGATE_LISTEN`,
+//! `--log-format`), logging, the listener, the first key (the embedded defaults only), the server
+//! (`server::run`: the data directory, the store, the keys, the ledger, the threads), then the signals: the
+//! first SIGTERM or SIGINT asks the server to stop and drain, a second one exits at once.
+
+use std::io::Write;
+use std::net::TcpListener;
+
+use super::args::ServeArgs;
+use crate::config::Config;
+use crate::server::{Shutdown, StartError};
+
+/// Runs the gateway until a signal has stopped it; returns the exit code.
+pub fn serve(a: ServeArgs) -> i32 {
+    let Some(config) = configuration(&a) else {
+        return 1;
+    };
+    crate::logging::init(&config.log_level, config.log_format == "json");
+    // The port first: a start that cannot listen must not mint (and print, once) a key nobody gets to use.
+    let Some(listener) = bind(&config.listen, config.path.is_some()) else {
+        return 1;
+    };
+    if config.path.is_none() && first_key(&config).is_err() {
+        return 1;
+    }
+    let shutdown = Shutdown::new();
+    let running = match crate::server::run(listener, config, shutdown.clone()) {
+        Ok(r) => r,
+        Err(e) => {
+            log_start_error(&e);
+            return 1;
+        }
+    };
+    if let Err(e) = stop_on_signals(&shutdown) {
+        log::error!("{e}");
+        running.shutdown().request_now("a start that failed");
+        running.join();
+        return 1;
+    }
+    running.join()
+}
+
+/// Each line of why the start failed, as an ERROR.
+fn log_start_error(e: &StartError) {
+    for line in e.to_string().lines() {
+        log::error!("{line}");
+    }
+}
+
+/// Waits for SIGTERM or SIGINT and asks the server to stop; a second signal exits at once.
+fn stop_on_signals(shutdown: &Shutdown) -> Result<(), String> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
+        .map_err(|e| format!("could not install signal handlers: {e}"))?;
+    let first = signals.forever().next();
+    shutdown.request(match first {
+        Some(SIGTERM) => "SIGTERM",
+        Some(SIGINT) => "SIGINT",
+        _ => "a signal",
+    });
+    let second = std::thread::Builder::new().name("tollgate-signals".into());
+    let _ = crate::logging::thread(second, move || {
+        if signals.forever().next().is_some() {
+            log::warn!("second signal: exiting without waiting");
+            log::logger().flush();
+            std::process::exit(1);
+        }
+    });
+    Ok(())
+}
+
+/// Binds the listen address; when it is taken, says how to choose another one.
+fn bind(listen: &str, has_config: bool) -> Option<TcpListener> {
+    match TcpListener::bind(listen) {
+        Ok(l) => Some(l),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+            let setting = if has_config {
+                "`listen` in the config file"
+            } else {
+                "the embedded default"
+            };
+            log::error!(
+                "cannot listen on {listen} ({setting}): another program already listens there (llama.cpp's \
+                 server also defaults to port 8080). Choose another address with TOLLGATE_LISTEN, for example \
+                 `TOLLGATE_LISTEN=127.0.0.1:8090 tollgate serve` (with no config, tollgate then finds a llama.cpp \
+                 server on 8080 and serves its models), or set `listen` in the config file."
+            );
+            None
+        }
+        Err(e) => {
+            log::error!("cannot listen on {listen}: {e}");
+            None
+        }
+    }
+}
+
+/// The configuration `serve` runs with: the file's (or the embedded defaults), `TOLLGATE_LISTEN` and
+/// `--log-format` applied. None: the reason was printed.
+fn configuration(a: &ServeArgs) -> Option<Config> {
+    let mut config = match super::load(a.config.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{e}");
+            return None;
+        }
+    };
+    // TOLLGATE_LISTEN overrides `listen` (containers, and running the defaults on another port).
+    if let Ok(listen) = std::env::var("TOLLGATE_LISTEN") {
+        if listen.parse::<std::net::SocketAddr>().is_err() {
+            eprintln!("TOLLGATE_LISTEN: expected host:port such as 0.0.0.0:8080, got {listen:?}");
+            return None;
+        }
+        config.listen = listen;
+    }
+    if let Some(format) = &a.log_format {
+        if format != "text" && format != "json" {
+            eprintln!("--log-format: expected text or json, got {format:?}");
+            return None;
+        }
+        config.log_format = format.clone();
+    }
+    Some(config)
+}
+
+/// Only the embedded defaults (a newcomer's first command) get a key minted for them, on the first start
+/// (no keys file yet), once the port is bound. With a config file the operator creates keys; an unlimited
+/// key nobody asked for is not made behind their back.
+fn first_key(config: &Config) -> Result<(), ()> {
+    if let Err(e) = crate::server::data_dir_ready(config) {
+        log_start_error(&e);
+        return Err(());
+    }
+    let keys_file = config.data_dir.join(crate::access::keys::KEYS_FILE);
+    if std::fs::symlink_metadata(keys_file).is_ok() {
+        return Ok(());
+    }
+    let group = crate::server::first_group(config);
+    match super::keys::add_unaudited(config, "default", &group) {
+        Ok(key) => {
+            println!(
+                "First start: created the API key \"default\" (group {group:?}). It is shown only this once:"
+            );
+            println!("{key}");
+            let _ = std::io::stdout().flush();
+            Ok(())
+        }
+        Err(e) => {
+            log::error!("could not create the first key: {e}");
+            Err(())
+        }
+    }
+}
