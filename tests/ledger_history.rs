@@ -699,7 +699,11 @@ fn retention_deletes_only_folded_files_and_balances_survive_a_restart() {
         || segments(&data_dir).is_empty(),
         "the files past retention deleted",
     );
-    assert!(gw.all_logs().contains("ledger_retention_days"));
+    // The log line comes through the log writer thread: it may reach the harness a moment later.
+    wait_for(
+        || gw.all_logs().contains("ledger_retention_days"),
+        "the retention logged",
+    );
     let cp: Value =
         serde_json::from_slice(&std::fs::read(data_dir.join("ledger-checkpoint.json")).unwrap())
             .unwrap();
