@@ -623,7 +623,10 @@ fn rotation_at_midnight_under_load_keeps_every_record() {
         "one rotation per midnight, no more"
     );
     check_every_record(&data_dir, &sent);
-    assert!(gw.all_logs().contains("rotated usage.jsonl"));
+    wait_for(
+        || gw.all_logs().contains("rotated usage.jsonl"),
+        "the rotation logged",
+    );
 }
 
 /// Item 3 and 4: old rotated files are compressed, then deleted by retention only once a checkpoint holds
