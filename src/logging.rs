@@ -95,13 +95,15 @@ fn capture() -> Option<Arc<Capture>> {
     CAPTURE.with(|c| c.borrow().clone())
 }
 
-/// Starts a scoped thread in `scope` that logs where the starting thread logs (see [`thread`]).
+/// Starts a scoped thread in `scope` with `builder` that logs where the starting thread logs (see
+/// [`thread`]).
 pub fn scoped<'scope, T: Send + 'scope>(
     scope: &'scope std::thread::Scope<'scope, '_>,
+    builder: std::thread::Builder,
     f: impl FnOnce() -> T + Send + 'scope,
-) -> std::thread::ScopedJoinHandle<'scope, T> {
+) -> std::io::Result<std::thread::ScopedJoinHandle<'scope, T>> {
     let capture = capture();
-    scope.spawn(move || {
+    builder.spawn_scoped(scope, move || {
         let _guard = capture_into(capture);
         f()
     })

@@ -16,7 +16,7 @@
 //!
 //! **Answers** (what the model wrote, plain or streamed, on every path) are never searched with those
 //! heuristics: only an exact real secret is replaced, wherever it appears.
-//! - A complete body (`server/respond.rs` `json`, which every plain answer passes) and each chunk a stream
+//! - A complete body (`gateway/respond.rs` `json`, which every plain answer passes) and each chunk a stream
 //!   writes: [`redact`] replaces the credential's bytes (as written, or as a JSON string escapes it).
 //! - A secret split across stream events: a [`Redactor`] per stream (`server/events.rs` for canonical
 //!   streams: the built-in model and translation; `server/passthrough.rs` for relayed ones) is fed the text

@@ -1,8 +1,10 @@
 //! The structural rules ARCHITECTURE.md states, checked on the source tree: no import circles among the
-//! files of `src/`, no wire field named in `src/server/` (by the codecs' own fields), the protocols named
+//! files of `src/`, the modules in the layers ARCHITECTURE.md declares (no use of a higher layer, no circle),
+//! no wire field named in `src/server/` or `src/gateway/` (by the codecs' own fields), the protocols named
 //! only in their registry, the pipeline a line of stages (no callback into it, no outcome written across
-//! modules), no hand-passed argument bundles, functions a reader can hold in `src/server/` and
-//! `src/protocol/`, module comments that point at files that exist, and every thread started through
+//! modules), no hand-passed argument bundles, functions a reader can hold in `src/server/`, `src/gateway/`
+//! and `src/protocol/`, module comments and ARCHITECTURE.md that point at files that exist, a module table
+//! that names every file of `src/`, a thread list that names every thread, and every thread started through
 //! `logging::thread`.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -121,8 +123,8 @@ fn paths_in(code: &str) -> Vec<String> {
     out
 }
 
-#[test]
-fn no_import_circles_among_source_files() {
+/// The files of `src/` and which of them each one uses (by its `crate::` and `super::` paths).
+fn file_edges() -> (Vec<PathBuf>, BTreeMap<PathBuf, BTreeSet<PathBuf>>) {
     let src = root().join("src");
     let files = rust_files(&src);
     let modules: BTreeMap<Vec<String>, PathBuf> = files
@@ -174,6 +176,12 @@ fn no_import_circles_among_source_files() {
             }
         }
     }
+    (files, edges)
+}
+
+#[test]
+fn no_import_circles_among_source_files() {
+    let (files, edges) = file_edges();
     let circles = strongly_connected(&files, &edges);
     let shown: Vec<String> = circles
         .iter()
@@ -316,9 +324,17 @@ fn protocol_specific_fields() -> BTreeSet<String> {
         .collect()
 }
 
-/// Protocol knowledge lives in `src/protocol/`: the request pipeline in `src/server/` names no field of a
-/// wire format that is some protocol's own (found in the codecs' own code, not in a list here) and indexes
-/// no JSON by field name. The request log line and the metrics are the gateway's own formats (their names
+/// The files of the request path: the pipeline (`src/server/`) and what it shares with the console
+/// (`src/gateway/`).
+fn serving_files() -> Vec<PathBuf> {
+    let mut files = rust_files(&root().join("src/server"));
+    files.extend(rust_files(&root().join("src/gateway")));
+    files
+}
+
+/// Protocol knowledge lives in `src/protocol/`: the request pipeline in `src/server/` (and what it shares
+/// with the console, `src/gateway/`) names no field of a wire format that is some protocol's own (found in
+/// the codecs' own code, not in a list here) and indexes no JSON by field name. The request log line and the metrics are the gateway's own formats (their names
 /// may be a protocol's too).
 #[test]
 fn the_server_names_no_wire_field() {
@@ -337,10 +353,10 @@ fn the_server_names_no_wire_field() {
     }
     let own_formats = [
         root().join("src/server/report.rs"),
-        root().join("src/server/metrics"),
+        root().join("src/gateway/metrics"),
     ];
     let mut found = Vec::new();
-    for p in rust_files(&root().join("src/server")) {
+    for p in serving_files() {
         let code = code_of(&p);
         if !own_formats.iter().any(|f| p.starts_with(f)) {
             for name in field_names(&code).intersection(&wire) {
@@ -553,7 +569,7 @@ fn names_type(code: &str, t: &str) -> bool {
 /// module boundary by `&mut`: the step that builds one owns it and returns it.
 #[test]
 fn the_pipeline_is_a_line_of_stages() {
-    let server: Vec<PathBuf> = rust_files(&root().join("src/server"));
+    let server: Vec<PathBuf> = serving_files();
     let holders = outcome_holders(&server);
     let own = root().join("src/server/outcome.rs");
     let mut found = Vec::new();
@@ -603,7 +619,7 @@ fn no_argument_bundles() {
 #[test]
 fn functions_a_reader_can_hold() {
     let mut long = Vec::new();
-    for dir in ["src/server", "src/protocol"] {
+    for dir in ["src/server", "src/gateway", "src/protocol"] {
         for p in rust_files(&root().join(dir)) {
             let code = code_of(&p);
             let lines: Vec<&str> = code.lines().collect();
@@ -687,5 +703,348 @@ fn threads_start_through_the_logging_context() {
     assert!(
         found.is_empty(),
         "threads started without logging::thread: {found:#?}"
+    );
+}
+
+fn architecture_md() -> String {
+    std::fs::read_to_string(root().join("ARCHITECTURE.md")).unwrap()
+}
+
+/// The words of `text` between backticks.
+fn quoted(text: &str) -> Vec<&str> {
+    text.split('`').skip(1).step_by(2).collect()
+}
+
+/// The text of the section `## {title}` of `doc`, up to the next section.
+fn section<'a>(doc: &'a str, title: &str) -> &'a str {
+    doc.split(&format!("\n## {title}\n"))
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .unwrap_or("")
+}
+
+/// The rows of a Markdown table in `text` (header and rule left out), as their cells.
+fn table_rows(text: &str) -> Vec<Vec<&str>> {
+    text.lines()
+        .filter(|l| l.starts_with('|') && !l.starts_with("|---"))
+        .skip(1)
+        .map(|l| l.trim_matches('|').split(" | ").map(str::trim).collect())
+        .collect()
+}
+
+/// The top-level modules of `src/` (`src/access/` is `access`, `src/audit.rs` is `audit`); the crate roots
+/// (`lib.rs`, `main.rs`) are none.
+fn top_level_modules() -> BTreeSet<String> {
+    std::fs::read_dir(root().join("src"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter_map(|p| match p.extension() {
+            _ if p.is_dir() => Some(p.file_name()?.to_string_lossy().into_owned()),
+            Some(e) if e == "rs" => Some(p.file_stem()?.to_string_lossy().into_owned()),
+            _ => None,
+        })
+        .filter(|m| m != "lib" && m != "main")
+        .collect()
+}
+
+/// The layers ARCHITECTURE.md declares, lowest first: the modules of each row of its `Layers` table.
+fn declared_layers(doc: &str) -> Vec<Vec<String>> {
+    table_rows(section(doc, "Layers"))
+        .iter()
+        .map(|cells| {
+            cells.get(1).map_or_else(Vec::new, |c| {
+                quoted(c).iter().map(|m| m.to_string()).collect()
+            })
+        })
+        .collect()
+}
+
+/// The uses among `edges` (module → modules it uses) that go up: to a module of a higher layer.
+fn upward_uses(
+    layer_of: &BTreeMap<String, usize>,
+    edges: &BTreeMap<String, BTreeSet<String>>,
+) -> Vec<String> {
+    let mut found = Vec::new();
+    for (a, used) in edges {
+        for b in used {
+            if let (Some(la), Some(lb)) = (layer_of.get(a), layer_of.get(b)) {
+                if lb > la {
+                    found.push(format!(
+                        "{a} (layer {}) uses {b} (layer {})",
+                        la + 1,
+                        lb + 1
+                    ));
+                }
+            }
+        }
+    }
+    found
+}
+
+/// The modules of `src/` form layers (ARCHITECTURE.md, "Layers"): every top-level module is in exactly one,
+/// uses (`use crate::x`, `crate::x::` and `super::` paths, as the circle check reads them) go only to its
+/// own layer or those below, and no modules use each other around a circle.
+#[test]
+fn modules_use_only_their_layer_and_those_below() {
+    let layers = declared_layers(&architecture_md());
+    assert!(layers.len() >= 3, "the layers: {layers:?}");
+    let mut layer_of = BTreeMap::new();
+    for (i, layer) in layers.iter().enumerate() {
+        for m in layer {
+            assert!(
+                layer_of.insert(m.clone(), i).is_none(),
+                "{m} is in two layers"
+            );
+        }
+    }
+    let declared: BTreeSet<String> = layer_of.keys().cloned().collect();
+    assert_eq!(
+        declared,
+        top_level_modules(),
+        "the layers name every module of src/, and only those"
+    );
+    let src = root().join("src");
+    let top = |p: &Path| module_of(&src, p).first().cloned();
+    let (_, file_edges) = file_edges();
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (a, used) in &file_edges {
+        for b in used {
+            if let (Some(ta), Some(tb)) = (top(a), top(b)) {
+                if ta != tb {
+                    edges.entry(ta).or_default().insert(tb);
+                }
+            }
+        }
+    }
+    let up = upward_uses(&layer_of, &edges);
+    assert!(up.is_empty(), "uses of a higher layer: {up:#?}");
+    let nodes: Vec<PathBuf> = declared.iter().map(PathBuf::from).collect();
+    let as_paths: BTreeMap<PathBuf, BTreeSet<PathBuf>> = edges
+        .iter()
+        .map(|(a, b)| (PathBuf::from(a), b.iter().map(PathBuf::from).collect()))
+        .collect();
+    let circles = strongly_connected(&nodes, &as_paths);
+    assert!(circles.is_empty(), "modules in a circle: {circles:?}");
+    // The check sees what it looks for.
+    let lowest = &layers[0][0];
+    let highest = &layers[layers.len() - 1][0];
+    let wrong = BTreeMap::from([(lowest.clone(), BTreeSet::from([highest.clone()]))]);
+    assert_eq!(upward_uses(&layer_of, &wrong).len(), 1);
+    let table =
+        "## Layers\n\n| Layer | Modules |\n|---|---|\n| 1 | `a`, `b` |\n| 2 | `c` |\n\n## Next";
+    assert_eq!(
+        declared_layers(&format!("x\n{table}")),
+        vec![vec!["a", "b"], vec!["c"]]
+    );
+}
+
+/// Every file below `dir` (any kind), sorted.
+fn all_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let p = entry.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Whether `word` names a source or documentation file.
+fn looks_like_file(word: &str) -> bool {
+    let word = word.trim_end_matches(['.', ',', ')', ':']);
+    !word.contains([' ', '*', '{'])
+        && [".rs", ".md", ".js", ".css", ".html", ".lua"]
+            .iter()
+            .any(|e| word.ends_with(e))
+}
+
+/// ARCHITECTURE.md's module table names every file of `src/` in the row of its directory (by its name, or
+/// its path below the row's directory), and names no file that does not exist there.
+#[test]
+fn the_module_table_lists_every_file_of_src() {
+    let doc = architecture_md();
+    let rows: Vec<(Vec<String>, Vec<String>)> = table_rows(section(&doc, "Modules"))
+        .iter()
+        .map(|cells| {
+            let paths = quoted(cells[0]).iter().map(|p| p.to_string()).collect();
+            let names = cells[1..]
+                .iter()
+                .flat_map(|c| quoted(c))
+                .map(|w| w.trim_end_matches(['.', ',', ')', ':']).to_string())
+                .collect();
+            (paths, names)
+        })
+        .collect();
+    assert!(rows.len() > 10, "the module table: {} rows", rows.len());
+    let root = root();
+    let mut missing = Vec::new();
+    for f in all_files(&root.join("src")) {
+        let rel = f
+            .strip_prefix(&root)
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let base = f.file_name().unwrap().to_string_lossy().into_owned();
+        let row = rows
+            .iter()
+            .flat_map(|(paths, names)| paths.iter().map(move |p| (p, names)))
+            .filter(|(p, _)| **p == rel || (p.ends_with('/') && rel.starts_with(p.as_str())))
+            .max_by_key(|(p, _)| p.len());
+        let listed = match row {
+            None => false,
+            Some((p, _)) if *p == rel => true,
+            Some((p, names)) => {
+                let below = &rel[p.len()..];
+                names.iter().any(|n| n == below || *n == base)
+            }
+        };
+        if !listed {
+            missing.push(rel);
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "files of src/ the module table does not name: {missing:#?}"
+    );
+    let mut stale = Vec::new();
+    for (paths, names) in &rows {
+        for n in names.iter().filter(|n| looks_like_file(n)) {
+            let below_row = paths.iter().any(|p| {
+                p.ends_with('/')
+                    && all_files(&root.join(p))
+                        .iter()
+                        .any(|f| f.ends_with(n.as_str()))
+            });
+            if !below_row && !root.join(n).exists() && !root.join("src").join(n).exists() {
+                stale.push(format!("{paths:?}: {n}"));
+            }
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "the module table names files that do not exist: {stale:#?}"
+    );
+}
+
+/// ARCHITECTURE.md names no file that does not exist (in backticks, or a source file in its diagram): each
+/// is a path from the repository's root or `src/`, or the end of the path of some file of the repository.
+#[test]
+fn architecture_md_names_files_that_exist() {
+    let doc = architecture_md();
+    let root = root();
+    let mut every: Vec<PathBuf> = Vec::new();
+    for dir in [
+        "src", "docs", "tests", "harness", "bench", "scripts", "fixtures",
+    ] {
+        if root.join(dir).is_dir() {
+            every.extend(all_files(&root.join(dir)));
+        }
+    }
+    let mut words: Vec<String> = quoted(&doc)
+        .iter()
+        .map(|w| w.trim_end_matches(['.', ',', ')', ':']).to_string())
+        .collect();
+    for block in doc.split("```").skip(1).step_by(2) {
+        words.extend(
+            block
+                .split(|c: char| !(c.is_alphanumeric() || "_./".contains(c)))
+                .map(|w| w.trim_end_matches('.').to_string()),
+        );
+    }
+    let mut missing: Vec<String> = words
+        .into_iter()
+        .filter(|w| looks_like_file(w))
+        .filter(|w| {
+            !root.join(w).exists()
+                && !root.join("src").join(w).exists()
+                && !every.iter().any(|f| f.ends_with(w.as_str()))
+        })
+        .collect();
+    missing.sort();
+    missing.dedup();
+    assert!(
+        missing.is_empty(),
+        "ARCHITECTURE.md names files that do not exist: {missing:?}"
+    );
+}
+
+/// The names the gateway gives its threads in `src/`: the builder's `.name("…")` (with `format!`, the
+/// text before the first `{`) and the first argument of the server's `spawn("…", …)`.
+fn thread_names(code: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for start in [".name(\"", ".name(format!(\"", "spawn(\""] {
+        for (i, _) in code.match_indices(start) {
+            let rest = &code[i + start.len()..];
+            let end = rest.find(['"', '{']).unwrap_or(0);
+            if end > 0 {
+                out.insert(rest[..end].to_string());
+            }
+        }
+    }
+    out
+}
+
+/// Whether `word` looks like a thread's name (`tollgate-accept`, `tollgate-worker-N`).
+fn looks_like_thread_name(word: &str) -> bool {
+    word.contains('-')
+        && word.starts_with(|c: char| c.is_ascii_lowercase())
+        && word.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+}
+
+/// ARCHITECTURE.md's thread list names every thread the gateway starts, by the name it is given in `src/`
+/// (a name made with `format!` by its fixed start), and no thread that is not started.
+#[test]
+fn the_thread_list_names_every_thread() {
+    let doc = architecture_md();
+    let list = doc
+        .split("\n- **Threads**")
+        .nth(1)
+        .and_then(|s| s.split("\n- **").next())
+        .unwrap_or("");
+    let listed: Vec<&str> = quoted(list)
+        .into_iter()
+        .filter(|w| looks_like_thread_name(w))
+        .collect();
+    let mut names = BTreeSet::new();
+    for p in rust_files(&root().join("src")) {
+        names.extend(thread_names(&code_of(&p)));
+    }
+    assert!(names.len() >= 10, "the threads: {names:?}");
+    let unlisted: Vec<&String> = names
+        .iter()
+        .filter(|n| {
+            !listed
+                .iter()
+                .any(|w| w == n || (n.ends_with('-') && w.starts_with(n.as_str())))
+        })
+        .collect();
+    assert!(
+        unlisted.is_empty(),
+        "threads the thread list does not name: {unlisted:?}"
+    );
+    let unknown: Vec<&&str> = listed
+        .iter()
+        .filter(|w| {
+            !names
+                .iter()
+                .any(|n| *w == n || (n.ends_with('-') && w.starts_with(n.as_str())))
+        })
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "the thread list names threads that are not started: {unknown:?}"
+    );
+    // The check sees what it looks for.
+    let code = "Builder::new().name(format!(\"tollgate-worker-{i}\")); spawn(\"tollgate-keys\", f); x.name()";
+    assert_eq!(
+        thread_names(code),
+        BTreeSet::from(["tollgate-worker-".to_string(), "tollgate-keys".to_string()])
     );
 }

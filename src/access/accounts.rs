@@ -25,7 +25,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::budget::{Budget, Period, PeriodSpend};
+use crate::budget::{Budget, Period, PeriodSpend};
 use crate::config::Group;
 use crate::money::Money;
 use crate::protocol::ApiError;
@@ -140,8 +140,8 @@ impl Drop for Reservation {
     }
 }
 
-pub use super::standing::RateInfo;
-use super::standing::{judge, Limits, Standing, Verdict};
+pub use crate::standing::RateInfo;
+use crate::standing::{judge, Limits, Standing, Verdict};
 
 /// Balances and limits of every key.
 pub struct Accounts {

@@ -6,8 +6,8 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use super::budget::Budget;
 use super::keys::{generate_key, hash_key, hint_of, read_keys, write_keys, KeyRecord, KEYS_FILE};
+use crate::budget::Budget;
 use crate::money::Money;
 
 /// A refused key operation: which input was wrong (`name`, `group`, `credit`) and why.

@@ -25,7 +25,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use super::budget::Budget;
+use crate::budget::Budget;
 use crate::money::Money;
 use sha2::{Digest, Sha256};
 

@@ -7,9 +7,9 @@ use std::path::Path;
 
 use super::args::{KeysAddArgs, KeysCommand, KeysListArgs};
 use super::store::Place;
-use crate::access::budget::Budget;
 use crate::access::key_ops::{self, Changed, CreditChange, KeyChange};
 use crate::access::keys;
+use crate::budget::Budget;
 use crate::config::Config;
 use crate::money::Money;
 
@@ -298,7 +298,7 @@ fn list(a: KeysListArgs) -> i32 {
         Place::Dir(d) => crate::ledger::period_spend(d, now),
         Place::Store(_) => Default::default(),
     };
-    let spent_in = |name: &str, period: crate::access::budget::Period| match &place {
+    let spent_in = |name: &str, period: crate::budget::Period| match &place {
         Place::Store(s) => s.period_spent(name, period, now).unwrap_or_default(),
         Place::Dir(_) => local
             .get(name)
@@ -328,7 +328,7 @@ fn list(a: KeysListArgs) -> i32 {
 fn budget_text(
     config: &Config,
     r: &keys::KeyRecord,
-    spent_in: impl Fn(crate::access::budget::Period) -> crate::money::Money,
+    spent_in: impl Fn(crate::budget::Period) -> crate::money::Money,
     now: u64,
 ) -> String {
     let group = config.group(&r.group).and_then(|g| g.budget);

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 mod env;
 pub mod hosted;
+pub mod ledger;
 pub mod names;
 mod overrides;
 mod prices;
@@ -177,6 +178,18 @@ pub struct Discovery {
     pub interval: Duration,
 }
 
+/// The well-known local addresses, in probe order: what `[discovery]` probes unless
+/// told otherwise (`upstream/discovery.rs` asks them).
+pub const WELL_KNOWN: [&str; 7] = [
+    "http://127.0.0.1:11434/v1", // Ollama
+    "http://127.0.0.1:8000/v1",  // vLLM
+    "http://127.0.0.1:1234/v1",  // LM Studio
+    "http://127.0.0.1:8080/v1",  // llama.cpp
+    "http://127.0.0.1:5000/v1",  // text-generation-webui
+    "http://127.0.0.1:5001/v1",  // KoboldCpp
+    "http://127.0.0.1:1337/v1",  // Jan
+];
+
 /// How a model's upstream is chosen for each request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Route {
@@ -207,7 +220,7 @@ pub struct Group {
     pub max_concurrent: Option<u64>,
     /// The spend budget of each key in the group that has none of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub budget: Option<crate::access::budget::Budget>,
+    pub budget: Option<crate::budget::Budget>,
 }
 
 #[derive(Debug, Clone)]
@@ -237,7 +250,7 @@ pub struct Config {
     /// Usage records kept in memory while the ledger's disk fails; when reached, new requests get 503.
     pub ledger_backlog_records: usize,
     /// Rotation, retention, compression, checkpoints and the free-space warning of the ledger's files.
-    pub ledger_files: crate::ledger::Options,
+    pub ledger_files: ledger::Options,
     pub log_level: String,
     /// `text` or `json` (JSON lines).
     pub log_format: String,

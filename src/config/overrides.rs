@@ -25,7 +25,7 @@ pub struct GroupSpec {
     #[serde(default)]
     pub max_concurrent: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub budget: Option<crate::access::budget::Budget>,
+    pub budget: Option<crate::budget::Budget>,
 }
 
 /// What the console changed about a model.

@@ -308,11 +308,9 @@ fn validate_upstreams(
 
 /// `[discovery]`: the base URLs to probe (default: the well-known local ones) and how often.
 fn validate_discovery(d: RawDiscovery, p: &mut Problems) -> crate::config::Discovery {
-    let probe = d.probe.unwrap_or_else(|| {
-        crate::upstream::discovery::WELL_KNOWN
-            .map(str::to_string)
-            .to_vec()
-    });
+    let probe = d
+        .probe
+        .unwrap_or_else(|| crate::config::WELL_KNOWN.map(str::to_string).to_vec());
     for (i, u) in probe.iter().enumerate() {
         if !(u.starts_with("http://") || u.starts_with("https://")) {
             p.errors.push(err(
@@ -374,9 +372,9 @@ fn bytes(field: &str, v: Option<u64>, default: u64) -> Result<u64, ConfigError> 
 
 /// The ledger's file settings (`ledger_max_file_mb`, `ledger_retention_days`, `ledger_compress_after_days`,
 /// `ledger_checkpoint_records`, `ledger_checkpoint_secs`, `min_free_disk_mb`).
-fn ledger_files(raw: &RawConfig, p: &mut Problems) -> crate::ledger::Options {
-    use crate::ledger::options::MB;
-    let d = crate::ledger::Options::default();
+fn ledger_files(raw: &RawConfig, p: &mut Problems) -> crate::config::ledger::Options {
+    use crate::config::ledger::MB;
+    let d = crate::config::ledger::Options::default();
     let max_file_bytes = match raw.ledger_max_file_mb {
         None => d.max_file_bytes,
         Some(mb) if mb.is_finite() && (mb * MB as f64) >= 1024.0 && mb <= 1_048_576.0 => {
@@ -406,7 +404,7 @@ fn ledger_files(raw: &RawConfig, p: &mut Problems) -> crate::ledger::Options {
         raw.ledger_compress_after_days,
         0,
     );
-    crate::ledger::Options {
+    crate::config::ledger::Options {
         max_file_bytes,
         retention_days,
         compress_after_days,
@@ -428,7 +426,7 @@ fn ledger_files(raw: &RawConfig, p: &mut Problems) -> crate::ledger::Options {
 
 fn backlog(v: Option<u64>) -> Result<usize, ConfigError> {
     match v {
-        None => Ok(crate::ledger::DEFAULT_BACKLOG_LIMIT),
+        None => Ok(crate::config::ledger::DEFAULT_BACKLOG_LIMIT),
         Some(n) if (1..=10_000_000).contains(&n) => Ok(n as usize),
         Some(n) => Err(err(
             "ledger_backlog_records",
@@ -878,7 +876,7 @@ fn validate_group(i: usize, g: RawGroup, seen: &mut HashSet<String>) -> Result<G
     let budget = match (g.budget, g.budget_period.as_deref()) {
         (None, None) => None,
         (Some(amount), Some(period)) => Some(
-            crate::access::budget::Budget::new(amount, period).map_err(|m| err(f("budget"), m))?,
+            crate::budget::Budget::new(amount, period).map_err(|m| err(f("budget"), m))?,
         ),
         _ => {
             return Err(err(

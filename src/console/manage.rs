@@ -2,14 +2,14 @@
 //! disable, enable and reprice models. Key changes go to the keys file, group and model changes to the
 //! overrides file; both are rewritten atomically and take effect at once.
 
-use crate::access::budget::Budget;
+use crate::budget::Budget;
 use crate::money::Money;
 use serde_json::{json, Map, Value};
 
 use crate::access::key_ops::{self, Changed, CreditChange, KeyChange, KeyOpError};
 use crate::config::{ConfigError, GroupSpec, ModelChange};
+use crate::gateway::Gateway;
 use crate::protocol::ApiError;
-use crate::server::gateway::Gateway;
 
 fn key_error(e: KeyOpError) -> ApiError {
     if e.field.is_empty() && e.message.starts_with("the store") {

@@ -4,7 +4,6 @@
 //! refuses every call.
 
 mod assets;
-pub mod guard;
 mod manage;
 mod usage;
 
@@ -14,11 +13,11 @@ use serde_json::{json, Value};
 
 use crate::access::{constant_time_eq, token_digest};
 use crate::audit::Action;
+use crate::gateway::respond;
+use crate::gateway::trace::Trace;
+use crate::gateway::Gateway;
 use crate::http::{Exchange, Request};
 use crate::protocol::{ApiError, ErrorKind};
-use crate::server::gateway::Gateway;
-use crate::server::respond;
-use crate::server::trace::Trace;
 
 pub use assets::serve as serve_ui;
 

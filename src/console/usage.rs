@@ -5,11 +5,11 @@ use std::collections::HashMap;
 
 use serde_json::{json, Value};
 
+use crate::gateway::Gateway;
 use crate::http::Exchange;
 use crate::ledger::{Filter, Record, Status, StatusFilter};
 use crate::money::Money;
 use crate::protocol::ApiError;
-use crate::server::gateway::Gateway;
 use crate::util::{rfc3339, unix_now};
 
 /// A time bound from a query parameter, as an instant (Unix milliseconds): RFC 3339 with any offset, or Unix

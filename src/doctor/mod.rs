@@ -372,7 +372,7 @@ fn print_result(out: &mut impl Write, failed_steps: usize, total_steps: usize) {
 /// no config), other than the one being checked.
 fn local_servers(checked: Option<&str>) -> String {
     let agent = probe::agent();
-    let found: Vec<String> = crate::upstream::discovery::WELL_KNOWN
+    let found: Vec<String> = crate::config::WELL_KNOWN
         .iter()
         .filter(|u| checked.is_none_or(|c| !c.starts_with(&u[..u.len() - 3])))
         .filter_map(|u| {

@@ -39,7 +39,7 @@ use std::time::Duration;
 use crossbeam_channel::{unbounded, SendError, Sender};
 use serde::{Deserialize, Serialize};
 
-use crate::access::budget::PeriodSpend;
+use crate::budget::PeriodSpend;
 use crate::money::Money;
 
 pub use checkpoint::CHECKPOINT_FILE;
@@ -51,11 +51,8 @@ pub use totals::{KeyTotals, Totals};
 /// File name of the ledger inside `data_dir`.
 pub const LEDGER_FILE: &str = "usage.jsonl";
 
-/// Default for [`Ledger::set_backlog_limit`].
-/// Records wait this many at most while the disk is slow or failing (a few seconds of a busy gateway; about
-/// 50 MB of memory at worst). At 10,000, one slow `fsync` (half a second) of a gateway serving 20,000
-/// requests a second refused requests.
-pub const DEFAULT_BACKLOG_LIMIT: usize = 100_000;
+/// Default for [`Ledger::set_backlog_limit`] (a setting, so the config's).
+pub use crate::config::ledger::DEFAULT_BACKLOG_LIMIT;
 
 /// How long `flush` waits for the writer's answer (it answers after one write attempt; only a disk that
 /// hangs inside a write or sync makes it wait this long).

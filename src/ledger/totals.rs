@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use crate::access::budget::{Period, PeriodSpend};
+use crate::budget::{Period, PeriodSpend};
 use crate::money::Money;
 
 const DAY: u64 = 86_400;

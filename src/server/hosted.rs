@@ -22,8 +22,8 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::access::accounts::Accounts;
-use crate::access::budget::Budget;
 use crate::access::Identity;
+use crate::budget::Budget;
 use crate::config::{Config, Model};
 use crate::money::Money;
 use crate::protocol::hosted::{self as wire, TierAsk, ToolAsk, Uses};

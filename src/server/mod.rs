@@ -11,22 +11,20 @@ mod complete;
 mod count_tokens;
 mod events;
 mod failover;
-pub mod gateway;
 mod generate;
 mod hosted;
 mod lifecycle;
-pub mod metrics;
 mod outcome;
 mod passthrough;
 mod prepared;
 mod report;
-pub mod respond;
 mod router;
 mod screen;
-mod stats;
-pub mod trace;
 mod translate;
-mod watchdog;
+
+/// What the pipeline shares with the console has a module of its own, `crate::gateway` (the shared state, a
+/// request's trace, the answers, the watchdog, stats and metrics); its parts keep their names here.
+pub use crate::gateway::{self, metrics, respond, stats, trace, watchdog};
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 use redis::{FromRedisValue, Value};
 
 use super::{lock, Store, StoreError};
-use crate::access::budget::{Budget, Period};
-use crate::access::standing::{Limits, Standing, Verdict};
+use crate::budget::{Budget, Period};
 use crate::money::Money;
+use crate::standing::{Limits, Standing, Verdict};
 
 /// How long a settlement may wait for the next admission of its key before the settler thread sends it.
 pub const SETTLE_AFTER: Duration = Duration::from_millis(2);

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Store, StoreError};
-use crate::access::budget::Period;
+use crate::budget::Period;
 use crate::ledger::{History, Record, Totals};
 
 /// Records sent in one round trip at most.

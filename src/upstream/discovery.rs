@@ -14,16 +14,8 @@ use serde_json::Value;
 use crate::config::{Config, Model, Route, Upstream, UpstreamKind};
 use crate::protocol::LOCAL;
 
-/// The well-known local addresses, in probe order.
-pub const WELL_KNOWN: [&str; 7] = [
-    "http://127.0.0.1:11434/v1", // Ollama
-    "http://127.0.0.1:8000/v1",  // vLLM
-    "http://127.0.0.1:1234/v1",  // LM Studio
-    "http://127.0.0.1:8080/v1",  // llama.cpp
-    "http://127.0.0.1:5000/v1",  // text-generation-webui
-    "http://127.0.0.1:5001/v1",  // KoboldCpp
-    "http://127.0.0.1:1337/v1",  // Jan
-];
+/// The well-known local addresses, in probe order (the default of `[discovery] probe`, so the config's).
+pub use crate::config::WELL_KNOWN;
 
 /// How long one probe may take: short, and in a background thread, so it never delays the start.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(800);

@@ -5,7 +5,7 @@ use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
 use super::label;
-use crate::server::gateway::Gateway;
+use crate::gateway::Gateway;
 
 /// The whole `/metrics` text: the counters and histograms, and gauges read at the moment of the scrape
 /// (queue, connections, buffered request bodies, workers, the usage ledger's backlog, each configured upstream's breaker).

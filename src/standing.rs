@@ -1,11 +1,11 @@
 //! Where a key stands at admission, and the one judgement made of it: the `x-ratelimit-*` headers and, when
 //! the request is refused, the 429 that names the limit. Both account keepers fill in a [`Standing`] (the
-//! in-process one in `accounts.rs`, the shared store's admission script through `store/accounts.rs`), so a
-//! key gets the same headers and the same messages on one instance and on many.
+//! in-process one in `access/accounts.rs`, the shared store's admission script through
+//! `store/accounts.rs`), so a key gets the same headers and the same messages on one instance and on many.
 
 use std::time::Duration;
 
-use super::budget::Budget;
+use crate::budget::Budget;
 use crate::money::Money;
 use crate::protocol::{ApiError, ErrorKind, Origin};
 

@@ -1,9 +1,18 @@
-//! The state every worker shares: the configuration in force (with the console's overrides), keys,
-//! accounts, the ledger, breakers, metrics and the HTTP layer's counters.
+//! What the request pipeline (`crate::server`) and the console (`crate::console`) share: the state every
+//! worker shares, [`Gateway`] (the configuration in force with the console's overrides, keys, accounts,
+//! the ledger, breakers, metrics and the HTTP layer's counters), and what it is made of and hands to a
+//! request: `trace.rs` (a request's `Trace`), `respond.rs` (answers and errors in the client's protocol),
+//! `watchdog.rs` (cancelling requests whose client went away; keepalives), `stats.rs` (availability per
+//! model), `metrics/` (the counters and the `/metrics` scrape).
+
+pub mod metrics;
+pub mod respond;
+pub mod stats;
+pub mod trace;
+pub mod watchdog;
 
 use std::sync::Arc;
 
-use super::{metrics, stats, watchdog};
 use crate::access::KeyStore;
 use crate::config::{Config, Overrides};
 use crate::store::Store;
@@ -13,12 +22,12 @@ use crate::http::ServerState;
 /// What every worker shares.
 pub struct Gateway {
     /// The config file (or embedded defaults) as loaded; the console's overrides apply on top.
-    pub(super) base: Config,
+    pub(crate) base: Config,
     /// `base` with the overrides applied: what requests see. Swapped whole when the console changes it.
-    pub(super) live: std::sync::RwLock<Arc<Config>>,
-    pub(super) overrides: std::sync::Mutex<crate::config::Overrides>,
+    pub(crate) live: std::sync::RwLock<Arc<Config>>,
+    pub(crate) overrides: std::sync::Mutex<crate::config::Overrides>,
     /// Local model servers found by discovery, and what they serve.
-    pub(super) discovered: std::sync::Mutex<Vec<crate::upstream::discovery::Server>>,
+    pub(crate) discovered: std::sync::Mutex<Vec<crate::upstream::discovery::Server>>,
     pub keys: Arc<KeyStore>,
     pub agent: ureq::Agent,
     pub started_unix: u64,
@@ -28,7 +37,7 @@ pub struct Gateway {
     /// SHA-256 of the admin token (None: the admin API refuses every call).
     pub admin_token: Option<[u8; 32]>,
     /// Holds off addresses that keep presenting wrong admin tokens.
-    pub admin_guard: crate::console::guard::Guard,
+    pub admin_guard: crate::access::guard::Guard,
     /// Live per-model availability for the console.
     pub stats: stats::Stats,
     pub metrics: metrics::Metrics,

@@ -146,9 +146,21 @@ impl Stats {
         let results: Vec<(String, Value)> = std::thread::scope(|s| {
             let handles: Vec<_> = todo
                 .iter()
-                .map(|u| crate::logging::scoped(s, move || (u.name.clone(), probe(agent, u))))
+                .map(|u| {
+                    let builder = std::thread::Builder::new().name("tollgate-probe".into());
+                    let started = crate::logging::scoped(s, builder, move || {
+                        (u.name.clone(), probe(agent, u))
+                    });
+                    (u, started)
+                })
                 .collect();
-            handles.into_iter().filter_map(|h| h.join().ok()).collect()
+            handles
+                .into_iter()
+                .filter_map(|(u, started)| match started {
+                    Ok(h) => h.join().ok(),
+                    Err(e) => Some((u.name.clone(), not_probed(&e))),
+                })
+                .collect()
         });
         let mut cache = match self.probes.lock() {
             Ok(g) => g,
@@ -160,6 +172,13 @@ impl Stats {
         }
         out
     }
+}
+
+/// An upstream whose probe thread could not be started: down as far as anyone can tell, and why.
+fn not_probed(e: &std::io::Error) -> Value {
+    let checked = crate::util::rfc3339_millis(crate::util::unix_millis());
+    let detail = format!("could not start a thread to probe it: {e}");
+    json!({"up": false, "status": null, "latency_ms": 0, "checked": checked, "detail": detail})
 }
 
 /// One probe: any HTTP answer below 500 means the upstream is there (401 would mean a wrong upstream key,
