@@ -166,7 +166,7 @@ impl Trail {
         match opened {
             Ok(file) => Ok(Trail { file, path }),
             // The refusals of `open_owned` name the file already.
-            Err(e) if e.to_string().contains(&*path.to_string_lossy()) => Err(e),
+            Err(e) if crate::util::Refused::is(&e) => Err(e),
             Err(e) => Err(io::Error::new(
                 e.kind(),
                 format!("cannot open the audit file {}: {e}", path.display()),

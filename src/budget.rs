@@ -102,15 +102,39 @@ impl std::fmt::Display for Budget {
 
 impl Budget {
     /// `AMOUNT/PERIOD` or an amount and a period given apart, checked.
-    pub fn new(amount: Money, period: &str) -> Result<Budget, String> {
+    pub fn new(amount: Money, period: &str) -> Result<Budget, BudgetError> {
         if amount.is_negative() {
-            return Err(format!("expected an amount of 0 or more, got {amount}"));
+            return Err(BudgetError::Negative(amount));
         }
-        let period = Period::parse(period)
-            .ok_or_else(|| format!("expected daily, weekly or monthly, got {period:?}"))?;
+        let period =
+            Period::parse(period).ok_or_else(|| BudgetError::UnknownPeriod(period.to_string()))?;
         Ok(Budget { amount, period })
     }
 }
+
+/// Why an amount and a period make no budget.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BudgetError {
+    /// The amount is below 0.
+    Negative(Money),
+    /// The period (as written) is none of daily, weekly, monthly.
+    UnknownPeriod(String),
+}
+
+impl std::fmt::Display for BudgetError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BudgetError::Negative(amount) => {
+                write!(f, "expected an amount of 0 or more, got {amount}")
+            }
+            BudgetError::UnknownPeriod(period) => {
+                write!(f, "expected daily, weekly or monthly, got {period:?}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for BudgetError {}
 
 /// Spend per period (daily, weekly, monthly), each with the start of the period it counts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -42,14 +42,14 @@ impl Money {
 
     /// Parses a decimal amount exactly (`12`, `0.25`, `-1.5`, `1e-6`); more decimals than the unit holds, or
     /// a value that is not a finite number, is an error.
-    pub fn parse(text: &str) -> Result<Money, String> {
+    pub fn parse(text: &str) -> Result<Money, MoneyError> {
         let t = text.trim();
         let (mantissa, exp) = match t.find(['e', 'E']) {
             Some(i) => (
                 &t[..i],
                 t[i + 1..]
                     .parse::<i32>()
-                    .map_err(|_| format!("{text:?} is not a number"))?,
+                    .map_err(|_| MoneyError::NotANumber(text.to_string()))?,
             ),
             None => (t, 0),
         };
@@ -62,7 +62,7 @@ impl Money {
             || !int.bytes().all(|b| b.is_ascii_digit())
             || !frac.bytes().all(|b| b.is_ascii_digit())
         {
-            return Err(format!("{text:?} is not a number"));
+            return Err(MoneyError::NotANumber(text.to_string()));
         }
         // All digits as one integer, and the power of ten it is to be divided by.
         let all: String = format!("{int}{frac}");
@@ -71,23 +71,23 @@ impl Money {
         let significant = all.trim_end_matches('0');
         let trailing_zeros = (all.len() - significant.len()) as i64;
         if scale - trailing_zeros > DECIMALS as i64 {
-            return Err(format!(
-                "{text:?} has more than {DECIMALS} decimals (the smallest amount is 0.000000000001)"
-            ));
+            return Err(MoneyError::TooFine(text.to_string()));
         }
         let value: i128 = if all.is_empty() {
             0
         } else {
             all.parse::<i128>()
-                .map_err(|_| format!("{text:?} is too large"))?
+                .map_err(|_| MoneyError::TooLarge(text.to_string()))?
         };
         let shift = DECIMALS as i64 - scale;
         let units = if shift >= 0 {
-            value.checked_mul(10i128.checked_pow(shift as u32).ok_or("too large")?)
+            10i128
+                .checked_pow(shift as u32)
+                .and_then(|p| value.checked_mul(p))
         } else {
             Some(value / 10i128.pow((-shift) as u32))
         }
-        .ok_or_else(|| format!("{text:?} is too large"))?;
+        .ok_or_else(|| MoneyError::TooLarge(text.to_string()))?;
         Ok(Money(if neg { -units } else { units }))
     }
 
@@ -150,23 +150,57 @@ impl Money {
 
 /// Checks a price (credits per 1M tokens): 0 or more, with at most `PRICE_DECIMALS` decimals so that every
 /// cost is a whole number of units.
-pub fn check_price(p: Money) -> Result<(), String> {
+pub fn check_price(p: Money) -> Result<(), MoneyError> {
     if p.is_negative() {
-        return Err(format!(
-            "expected a price of 0 or more credits per 1M tokens, got {p}"
-        ));
+        return Err(MoneyError::NegativePrice(p));
     }
     if !p.is_exact_price() {
-        return Err(format!(
-            "{p} has more than {PRICE_DECIMALS} decimals: prices per 1M tokens go down to 0.000001 (one unit per token)"
-        ));
+        return Err(MoneyError::PriceTooFine(p));
     }
     Ok(())
 }
 
+/// Why a text is not an amount, or an amount not a price.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MoneyError {
+    /// The text (as written) is not a decimal number.
+    NotANumber(String),
+    /// The text has more decimals than the unit holds.
+    TooFine(String),
+    /// The text is beyond the amounts a `Money` holds.
+    TooLarge(String),
+    /// A price below 0.
+    NegativePrice(Money),
+    /// A price with more than `PRICE_DECIMALS` decimals (a cost would not be a whole number of units).
+    PriceTooFine(Money),
+}
+
+impl fmt::Display for MoneyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MoneyError::NotANumber(text) => write!(f, "{text:?} is not a number"),
+            MoneyError::TooFine(text) => write!(
+                f,
+                "{text:?} has more than {DECIMALS} decimals (the smallest amount is 0.000000000001)"
+            ),
+            MoneyError::TooLarge(text) => write!(f, "{text:?} is too large"),
+            MoneyError::NegativePrice(p) => write!(
+                f,
+                "expected a price of 0 or more credits per 1M tokens, got {p}"
+            ),
+            MoneyError::PriceTooFine(p) => write!(
+                f,
+                "{p} has more than {PRICE_DECIMALS} decimals: prices per 1M tokens go down to 0.000001 (one unit per token)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for MoneyError {}
+
 impl std::str::FromStr for Money {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Money, String> {
+    type Err = MoneyError;
+    fn from_str(s: &str) -> Result<Money, MoneyError> {
         Money::parse(s)
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::budget::Budget;
 use crate::money::Money;
-use crate::protocol::{ApiError, ErrorKind, Origin};
+use crate::protocol::{ApiError, Cause, ErrorKind, Origin};
 
 /// Which check refused a request (checked in this order).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,7 +122,7 @@ pub fn judge(limits: &Limits, s: &Standing) -> Result<RateInfo, (ApiError, RateI
         Verdict::Expired => ApiError::unauthorized(
             "This API key has expired. Ask the operator to extend it or for a new key.",
         )
-        .with_code("key_expired"),
+        .with_cause(Cause::KeyExpired),
         Verdict::Rpm => rate_error(
             format!(
                 "the requests-per-minute limit of {} for this key",
@@ -165,7 +165,7 @@ fn rate_error(what: String, wait: Duration) -> ApiError {
         ErrorKind::RateLimit,
         format!("Rate limit reached: {what}. Retry in {secs} s."),
     )
-    .with_code("rate_limit_exceeded")
+    .with_cause(Cause::RateLimitExceeded)
     .with_origin(Origin::RateLimit)
     .with_retry_after(secs)
 }
@@ -179,7 +179,7 @@ fn credit_error(credit: Money, spent: Money) -> ApiError {
              Check the balance in the console or ask the operator to top it up."
         ),
     )
-    .with_code("insufficient_quota")
+    .with_cause(Cause::InsufficientQuota)
     .with_origin(Origin::Quota)
 }
 
@@ -200,7 +200,7 @@ fn budget_error(b: &Budget, spent: Money, now: u64) -> ApiError {
             crate::util::rfc3339(resets)
         ),
     )
-    .with_code("insufficient_quota")
+    .with_cause(Cause::InsufficientQuota)
     .with_origin(Origin::Quota)
     .with_retry_after(resets.saturating_sub(now).max(1))
 }

@@ -3,7 +3,7 @@
 
 use std::fs;
 use std::io::{self, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 const BASE62: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
@@ -128,28 +128,73 @@ pub fn check_data_files(dir: &Path, names: &[&str]) -> Vec<String> {
     problems
 }
 
+/// A file of the data directory refused before it was used: what it is, and what to do about it. Carried
+/// inside the `io::Error`s of [`open_owned`] and [`check_data_files`] (`io::Error::get_ref`), so a caller can
+/// tell a refusal from other failures without reading the text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    /// A symbolic link.
+    Symlink(PathBuf),
+    /// Not a regular file (a directory, a FIFO, a device).
+    NotRegular(PathBuf),
+    /// Another user's file (`uid`), while tollgate runs as `me`.
+    ForeignOwner { path: PathBuf, uid: u32, me: u32 },
+}
+
+impl Refused {
+    /// Whether `e` is one of these refusals.
+    pub fn is(e: &io::Error) -> bool {
+        e.get_ref().is_some_and(|inner| inner.is::<Refused>())
+    }
+
+    fn into_io(self) -> io::Error {
+        let kind = match self {
+            Refused::ForeignOwner { .. } => io::ErrorKind::PermissionDenied,
+            Refused::Symlink(_) | Refused::NotRegular(_) => io::ErrorKind::InvalidInput,
+        };
+        io::Error::new(kind, self)
+    }
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refused::NotRegular(path) => write!(
+                f,
+                "{} is not a regular file; refusing to use it (tollgate uses only regular files it owns in its data \
+                 directory: remove it)",
+                path.display()
+            ),
+            Refused::ForeignOwner { path, uid, me } => write!(
+                f,
+                "{} belongs to another user (uid {uid}; tollgate runs as uid {me}); refusing to use it (a file \
+                 tollgate did not create may have been planted): check it, then remove it or `chown {me} {}`",
+                path.display(),
+                path.display()
+            ),
+            Refused::Symlink(path) => write!(
+                f,
+                "{} is a symbolic link; refusing to use it (tollgate reads and writes only regular files it owns in \
+                 its data directory: remove the link)",
+                path.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Refused {}
+
 fn not_regular(path: &Path) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::InvalidInput,
-        format!(
-            "{} is not a regular file; refusing to use it (tollgate uses only regular files it owns in its data \
-             directory: remove it)",
-            path.display()
-        ),
-    )
+    Refused::NotRegular(path.to_path_buf()).into_io()
 }
 
 fn foreign_owner(path: &Path, uid: u32) -> io::Error {
-    let me = effective_uid();
-    io::Error::new(
-        io::ErrorKind::PermissionDenied,
-        format!(
-            "{} belongs to another user (uid {uid}; tollgate runs as uid {me}); refusing to use it (a file \
-             tollgate did not create may have been planted): check it, then remove it or `chown {me} {}`",
-            path.display(),
-            path.display()
-        ),
-    )
+    Refused::ForeignOwner {
+        path: path.to_path_buf(),
+        uid,
+        me: effective_uid(),
+    }
+    .into_io()
 }
 
 /// `O_NOFOLLOW` on a symbolic link fails with ELOOP, whose text ("too many levels of symbolic links")
@@ -162,14 +207,7 @@ fn symlink_error(path: &Path, e: io::Error) -> io::Error {
 }
 
 fn refused_symlink(path: &Path) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::InvalidInput,
-        format!(
-            "{} is a symbolic link; refusing to use it (tollgate reads and writes only regular files it owns in \
-             its data directory: remove the link)",
-            path.display()
-        ),
-    )
+    Refused::Symlink(path.to_path_buf()).into_io()
 }
 
 /// Replaces `path` with `data` so that readers see either the old or the new file, never a mix: the data

@@ -4,8 +4,9 @@
 //! only in their registry, the pipeline a line of stages (no callback into it, no outcome written across
 //! modules), no hand-passed argument bundles, functions a reader can hold in `src/server/`, `src/gateway/`
 //! and `src/protocol/`, module comments and ARCHITECTURE.md that point at files that exist, a module table
-//! that names every file of `src/`, a thread list that names every thread, and every thread started through
-//! `logging::thread`.
+//! that names every file of `src/`, a thread list that names every thread, every thread started through
+//! `logging::thread`, and typed errors (no `Result<_, String>` outside the CLI, no decision by an error's
+//! text).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -1046,5 +1047,160 @@ fn the_thread_list_names_every_thread() {
     assert_eq!(
         thread_names(code),
         BTreeSet::from(["tollgate-worker-".to_string(), "tollgate-keys".to_string()])
+    );
+}
+
+/// The signatures of the functions in `code` (from `fn` to the body or the `;`), whitespace collapsed.
+fn fn_signatures(code: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, _) in code.match_indices("fn ") {
+        if code[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_') {
+            continue;
+        }
+        let rest = &code[i..];
+        let end = rest.find(['{', ';']).unwrap_or(rest.len());
+        out.push(rest[..end].split_whitespace().collect::<Vec<_>>().join(" "));
+    }
+    out
+}
+
+/// Whether a signature returns or takes a `Result` whose error is a bare `String`.
+fn string_error(signature: &str) -> bool {
+    signature.match_indices("Result<").any(|(i, _)| {
+        let (mut depth, mut last_comma) = (0, None);
+        for (j, c) in signature[i + 7..].char_indices() {
+            match c {
+                '<' | '(' | '[' => depth += 1,
+                '>' | ')' | ']' if depth > 0 => depth -= 1,
+                '>' => {
+                    return last_comma
+                        .is_some_and(|k| signature[i + 7 + k + 1..i + 7 + j].trim() == "String")
+                }
+                ',' if depth == 0 => last_comma = Some(j),
+                _ => {}
+            }
+        }
+        false
+    })
+}
+
+/// Where `code` decides by the text of an error: its wire code or its message compared with a literal,
+/// matched against literal codes, or searched.
+fn text_decisions(code: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for pattern in [
+        ".code() ==",
+        ".code() !=",
+        "message().contains(",
+        "message().starts_with(",
+        "message().ends_with(",
+        "message() ==",
+        ".message.contains(",
+        ".message.starts_with(",
+        ".message.ends_with(",
+        "operator_text().contains(",
+        ".to_string().contains(",
+        ".to_string().starts_with(",
+    ] {
+        if code.contains(pattern) {
+            found.push(pattern.to_string());
+        }
+    }
+    for (i, _) in code.match_indices("match ") {
+        let Some(open) = code[i..].find('{') else {
+            continue;
+        };
+        if !code[i..i + open].contains(".code()") {
+            continue;
+        }
+        let body = &code[i + open..];
+        let mut depth = 0;
+        let end = body
+            .char_indices()
+            .find_map(|(j, c)| {
+                match c {
+                    '{' => depth += 1,
+                    '}' => depth -= 1,
+                    _ => {}
+                }
+                (depth == 0).then_some(j)
+            })
+            .unwrap_or(body.len());
+        if body[..end].contains("Some(\"") {
+            found.push("a match of .code() against literal codes".to_string());
+        }
+    }
+    found
+}
+
+/// The wire codes the gateway's own errors are answered with: those `Cause::code` names
+/// (`src/protocol/error.rs`).
+fn cause_codes() -> BTreeSet<String> {
+    let error = code_of(&root().join("src/protocol/error.rs"));
+    let body = error
+        .split("pub fn code(self)")
+        .nth(1)
+        .and_then(|b| b.split("\n    }\n").next())
+        .unwrap_or("");
+    body.lines()
+        .filter(|l| l.trim_start().starts_with("Cause::"))
+        .filter_map(|l| l.split('"').nth(1))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Errors are typed (ARCHITECTURE.md, "Errors"): no function outside the command line (`src/cli/`, which
+/// prints its errors) has a `Result` whose error is a bare `String`; nothing decides by an error's text (its
+/// message, or its wire code compared with a literal: the code matches `Cause`, `Origin`, `ErrorKind` or an
+/// area's own error enum); and the gateway's own codes are set by naming their `Cause`, never as text.
+#[test]
+fn errors_are_typed() {
+    let root = root();
+    let codes = cause_codes();
+    assert!(
+        codes.contains("ledger_unavailable") && codes.len() > 20,
+        "{codes:?}"
+    );
+    let mut found = Vec::new();
+    for p in rust_files(&root.join("src")) {
+        let rel = p.strip_prefix(&root).unwrap().display().to_string();
+        // Test modules of their own (`#[cfg(test)] mod tests;`) are test code.
+        if p.file_name().is_some_and(|n| n == "tests.rs") {
+            continue;
+        }
+        let code = code_of(&p);
+        if !rel.starts_with("src/cli/") {
+            for s in fn_signatures(&code).iter().filter(|s| string_error(s)) {
+                found.push(format!("{rel}: {s}"));
+            }
+        }
+        for d in text_decisions(&code) {
+            found.push(format!("{rel}: decides by text: {d}"));
+        }
+        for c in &codes {
+            if code.contains(&format!("with_code(\"{c}\")")) {
+                found.push(format!("{rel}: with_code(\"{c}\"): name its Cause"));
+            }
+        }
+    }
+    assert!(found.is_empty(), "untyped errors: {found:#?}");
+    // The check sees what it looks for.
+    assert!(string_error(
+        "fn a(x: u8) -> Result<Vec<(u8, String)>, String>"
+    ));
+    assert!(string_error(
+        "fn a(f: impl Fn() -> Result<(), String>) -> bool"
+    ));
+    assert!(!string_error("fn a() -> Result<String, ApiError>"));
+    assert!(!string_error("fn a() -> Result<(String, u8), E>"));
+    assert_eq!(
+        text_decisions("if err.code() == Some(\"ledger_unavailable\") {}").len(),
+        1
+    );
+    let matched =
+        "match (e.status(), e.code()) { (_, Some(\"rate_limit_exceeded\")) => 1, _ => 2 }";
+    assert_eq!(text_decisions(matched).len(), 1);
+    assert!(
+        text_decisions("match (e.status(), e.cause()) { (_, Cause::X) => 1, _ => 2 }").is_empty()
     );
 }

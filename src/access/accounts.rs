@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use crate::budget::{Budget, Period, PeriodSpend};
 use crate::config::Group;
 use crate::money::Money;
-use crate::protocol::ApiError;
+use crate::protocol::{ApiError, Cause};
 
 const WINDOW: Duration = Duration::from_secs(60);
 
@@ -192,7 +192,7 @@ pub fn store_unavailable(store: &crate::store::Store) -> ApiError {
          balance and limits; retry shortly.",
         store.describe()
     ))
-    .with_code("store_unavailable")
+    .with_cause(Cause::StoreUnavailable)
 }
 
 /// The 503 while the shared store has lost its data (no balance it holds can be trusted).
@@ -202,7 +202,7 @@ fn store_lost(store: &crate::store::Store) -> ApiError {
          (tollgate store rebuild).",
         store.describe()
     ))
-    .with_code("store_unavailable")
+    .with_cause(Cause::StoreUnavailable)
 }
 
 impl KeyState {

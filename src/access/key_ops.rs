@@ -10,19 +10,44 @@ use super::keys::{generate_key, hash_key, hint_of, read_keys, write_keys, KeyRec
 use crate::budget::Budget;
 use crate::money::Money;
 
-/// A refused key operation: which input was wrong (`name`, `group`, `credit`) and why.
+/// A refused key operation: which input was wrong (`name`, `group`, `credit`) and why, or what failed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KeyOpError {
     pub field: &'static str,
     pub message: String,
+    /// What kind of failure it is, for callers to answer by (never by the message).
+    pub kind: KeyOpKind,
+}
+
+/// What kind of failure a key operation met.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyOpKind {
+    /// An input is wrong (`field` names it).
+    Invalid,
+    /// No key has the name given.
+    NoSuchKey,
+    /// The shared store does not answer.
+    StoreDown,
+    /// Where the records live failed otherwise: a file, an encoding, other writers that kept changing them.
+    Failed,
 }
 
 impl KeyOpError {
+    /// An input that is wrong (`field`), or with no field, a failure of where the records live.
     fn new(field: &'static str, message: impl Into<String>) -> Self {
         KeyOpError {
             field,
             message: message.into(),
+            kind: if field.is_empty() {
+                KeyOpKind::Failed
+            } else {
+                KeyOpKind::Invalid
+            },
         }
+    }
+
+    fn of_kind(self, kind: KeyOpKind) -> Self {
+        KeyOpError { kind, ..self }
     }
 }
 
@@ -118,7 +143,7 @@ pub fn records_of(fields: &[(String, String)]) -> Vec<KeyRecord> {
 }
 
 fn store_error(e: crate::store::StoreError) -> KeyOpError {
-    KeyOpError::new("", format!("the store does not answer: {e}"))
+    KeyOpError::new("", format!("the store does not answer: {e}")).of_kind(KeyOpKind::StoreDown)
 }
 
 /// The lock file of the keys file inside `data_dir`.
@@ -316,7 +341,9 @@ fn find<'a>(records: &'a mut [KeyRecord], name: &str) -> Result<&'a mut KeyRecor
     records
         .iter_mut()
         .find(|r| r.name == name && !r.deleted)
-        .ok_or_else(|| KeyOpError::new("name", format!("no key named {name:?}")))
+        .ok_or_else(|| {
+            KeyOpError::new("name", format!("no key named {name:?}")).of_kind(KeyOpKind::NoSuchKey)
+        })
 }
 
 /// Sets a key's own spend budget (None: its group's applies, if any).

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use crate::config::{glob_match, Config};
 use crate::http::Request;
-use crate::protocol::{ApiError, Protocol};
+use crate::protocol::{ApiError, Cause, Protocol};
 
 pub use keys::{Identity, KeyCheck, KeyStore};
 
@@ -35,7 +35,7 @@ pub fn authenticate(
                 "This API key expired at {}. Ask the operator to extend it or for a new key.",
                 crate::util::rfc3339(at)
             ))
-            .with_code("key_expired")),
+            .with_cause(Cause::KeyExpired)),
             _ => Ok(id),
         },
         KeyCheck::Revoked(_) => Err(ApiError::unauthorized(
@@ -73,7 +73,7 @@ pub fn forbidden_model(model: &str, group: &str) -> ApiError {
          pick a model from GET /v1/models."
     ))
     .with_param("model")
-    .with_code("model_not_allowed")
+    .with_cause(Cause::ModelNotAllowed)
 }
 
 /// The stored form of the admin token.

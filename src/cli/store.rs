@@ -24,7 +24,7 @@ impl Place {
         let store = connect(config, settings)?;
         let v = store.versions().map_err(|e| unreachable(&store, &e))?;
         if v.epoch.is_none() {
-            crate::server::cluster::set_up(config, &store)?;
+            crate::server::cluster::set_up(config, &store).map_err(|e| e.to_string())?;
             eprintln!(
                 "{} held no tollgate data: set up as a new store (this instance's keys and overrides copied in)",
                 store.describe()
@@ -64,7 +64,7 @@ fn connect(
             "{field}: the environment variable {var} is not set here"
         ));
     }
-    Store::new(settings, &config.instance)
+    Store::new(settings, &config.instance).map_err(|e| e.to_string())
 }
 
 fn unreachable(store: &Store, e: &crate::store::StoreError) -> String {
@@ -143,7 +143,7 @@ fn sentinel_lines(settings: &crate::config::store::StoreSettings) -> Result<Vec<
         return Ok(Vec::new());
     };
     let within = settings.timeout.max(std::time::Duration::from_secs(2));
-    let survey = crate::store::sentinel::survey(settings, within)?;
+    let survey = crate::store::sentinel::survey(settings, within).map_err(|e| e.to_string())?;
     let mut lines = Vec::new();
     let mut named = Vec::new();
     for (address, said) in &survey.sentinels {
@@ -350,7 +350,7 @@ fn rebuild(a: &StoreRebuildArgs) -> Result<(), String> {
     } else {
         println!("keys: the store still holds {} (kept)", in_store.len());
     }
-    crate::server::cluster::restore_overrides(&config, &store)?;
+    crate::server::cluster::restore_overrides(&config, &store).map_err(|e| e.to_string())?;
     // Every balance, reservation, window and cursor goes; the ledgers say what was spent.
     for pattern in [
         "acct:*", "per:*", "res:*", "lease:*", "win:*", "winv:*", "cursor:*",

@@ -170,7 +170,7 @@ impl ModelChange {
             ("cache_write_1h_price", self.cache_write_1h_price),
         ] {
             if let Some(p) = v {
-                crate::money::check_price(p).map_err(|m| err(k, m))?;
+                crate::money::check_price(p).map_err(|m| err(k, m.to_string()))?;
             }
         }
         Ok(())

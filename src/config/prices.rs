@@ -62,7 +62,7 @@ impl RawPrices {
     fn check(&self, f: &dyn Fn(&str) -> String) -> Result<(), ConfigError> {
         for (k, v) in self.named() {
             if let Some(p) = v {
-                crate::money::check_price(p).map_err(|m| err(f(k), m))?;
+                crate::money::check_price(p).map_err(|m| err(f(k), m.to_string()))?;
             }
         }
         Ok(())

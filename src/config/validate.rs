@@ -876,7 +876,8 @@ fn validate_group(i: usize, g: RawGroup, seen: &mut HashSet<String>) -> Result<G
     let budget = match (g.budget, g.budget_period.as_deref()) {
         (None, None) => None,
         (Some(amount), Some(period)) => Some(
-            crate::budget::Budget::new(amount, period).map_err(|m| err(f("budget"), m))?,
+            crate::budget::Budget::new(amount, period)
+                .map_err(|m| err(f("budget"), m.to_string()))?,
         ),
         _ => {
             return Err(err(

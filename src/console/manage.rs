@@ -6,20 +6,21 @@ use crate::budget::Budget;
 use crate::money::Money;
 use serde_json::{json, Map, Value};
 
-use crate::access::key_ops::{self, Changed, CreditChange, KeyChange, KeyOpError};
+use crate::access::key_ops::{self, Changed, CreditChange, KeyChange, KeyOpError, KeyOpKind};
 use crate::config::{ConfigError, GroupSpec, ModelChange};
 use crate::gateway::Gateway;
-use crate::protocol::ApiError;
+use crate::protocol::{ApiError, Cause};
 
 fn key_error(e: KeyOpError) -> ApiError {
-    if e.field.is_empty() && e.message.starts_with("the store") {
-        ApiError::unavailable(e.message).with_code("store_unavailable")
-    } else if e.field.is_empty() {
-        ApiError::internal(e.message)
-    } else if e.message.starts_with("no key named") {
-        ApiError::not_found(e.message).with_param(e.field)
-    } else {
-        ApiError::invalid_param(e.field, format!("{}: {}", e.field, e.message))
+    match e.kind {
+        KeyOpKind::StoreDown => {
+            ApiError::unavailable(e.message).with_cause(Cause::StoreUnavailable)
+        }
+        KeyOpKind::Failed => ApiError::internal(e.message),
+        KeyOpKind::NoSuchKey => ApiError::not_found(e.message).with_param(e.field),
+        KeyOpKind::Invalid => {
+            ApiError::invalid_param(e.field, format!("{}: {}", e.field, e.message))
+        }
     }
 }
 
@@ -46,7 +47,7 @@ fn opt_amount(o: &Map<String, Value>, k: &str) -> Result<Option<Money>, ApiError
             .as_f64()
             .and_then(Money::from_f64)
             .ok_or_else(|| bad("expected an amount".into()))?,
-        Some(Value::String(t)) => Money::parse(t).map_err(bad)?,
+        Some(Value::String(t)) => Money::parse(t).map_err(|e| bad(e.to_string()))?,
         Some(_) => return Err(bad("expected a number of 0 or more".into())),
     };
     if m.is_negative() {
@@ -283,7 +284,9 @@ fn opt_budget(o: &Map<String, Value>) -> Result<Option<Budget>, ApiError> {
             let amount = opt_amount(b, "amount")?
                 .ok_or_else(|| bad("expected {\"amount\": credits, \"period\": \"daily\"}".into()))?;
             let period = b.get("period").and_then(Value::as_str).unwrap_or("");
-            Budget::new(amount, period).map(Some).map_err(bad)
+            Budget::new(amount, period)
+                .map(Some)
+                .map_err(|e| bad(e.to_string()))
         }
         Some(_) => Err(bad(
             "expected {\"amount\": credits, \"period\": \"daily\" | \"weekly\" | \"monthly\"} or null".into(),

@@ -17,7 +17,7 @@ use crate::gateway::respond;
 use crate::gateway::trace::Trace;
 use crate::gateway::Gateway;
 use crate::http::{Exchange, Request};
-use crate::protocol::{ApiError, ErrorKind};
+use crate::protocol::{ApiError, Cause, ErrorKind};
 
 pub use assets::serve as serve_ui;
 
@@ -39,7 +39,7 @@ pub fn authorize_head(gw: &Gateway, request: &Request, addr: IpAddr) -> Result<(
                 gw.config().admin_token_env
             ),
         )
-        .with_code("admin_disabled"));
+        .with_cause(Cause::AdminDisabled));
     };
     let presented = request
         .header("authorization")
@@ -59,7 +59,7 @@ pub fn authorize_head(gw: &Gateway, request: &Request, addr: IpAddr) -> Result<(
                 "Too many wrong admin tokens from this address; admin requests from it are held off for {secs} s."
             ),
         )
-        .with_code("admin_auth_throttled")
+        .with_cause(Cause::AdminAuthThrottled)
         .with_retry_after(secs));
     }
     if presented.is_empty() || !constant_time_eq(&token_digest(presented), expected) {
@@ -67,7 +67,7 @@ pub fn authorize_head(gw: &Gateway, request: &Request, addr: IpAddr) -> Result<(
         return Err(ApiError::unauthorized(
             "Missing or wrong admin token (send `Authorization: Bearer <admin token>`).",
         )
-        .with_code("invalid_admin_token"));
+        .with_cause(Cause::InvalidAdminToken));
     }
     gw.admin_guard.succeeded(addr);
     Ok(())
@@ -117,7 +117,7 @@ fn audited(gw: &Gateway, ex: &Exchange, trace: &Trace) -> Result<Answer, ApiErro
                     ErrorKind::Unavailable,
                     format!("The change was not made: its audit entry cannot be written. {e}"),
                 )
-                .with_code("audit_unavailable")
+                .with_cause(Cause::AuditUnavailable)
             })?,
         ),
         None => None,
@@ -227,7 +227,7 @@ fn route(gw: &Gateway, ex: &Exchange) -> Result<Answer, ApiError> {
         .split('/')
         .map(crate::http::decode_path_segment)
         .collect::<Result<_, _>>()
-        .map_err(ApiError::invalid)?;
+        .map_err(|e| ApiError::invalid(e.to_string()))?;
     let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
     let body = || -> Result<Value, ApiError> {
         if ex.request.body.is_empty() {

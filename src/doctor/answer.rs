@@ -4,12 +4,13 @@
 
 use serde_json::Value;
 
+use crate::protocol::client::NoText;
 use crate::protocol::Protocol;
 
 pub use crate::protocol::client::error_fields;
 
 /// The text of a non-streaming answer, where the specification says it is.
-pub fn answer_text(proto: Protocol, v: &Value) -> Result<String, String> {
+pub fn answer_text(proto: Protocol, v: &Value) -> Result<String, NoText> {
     proto.answer_text(v)
 }
 

@@ -29,3 +29,48 @@ pub struct DoctorArgs {
     #[argh(option)]
     pub config: Option<PathBuf>,
 }
+
+/// Arguments the doctor cannot use: it prints this and exits with 2.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArgError {
+    /// `--protocol` names one the gateway does not know (as given).
+    UnknownProtocol(String),
+    /// `--key-env` names a variable that is not set.
+    KeyEnvUnset(String),
+    /// Both `--key` and `--key-env`.
+    KeyTwice,
+    /// Neither `--key` nor `--key-env`.
+    NoKey,
+    /// The key is empty.
+    EmptyKey,
+    /// The model is empty.
+    EmptyModel,
+}
+
+impl std::fmt::Display for ArgError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ArgError::UnknownProtocol(given) => {
+                let names: Vec<&str> = crate::protocol::ALL.iter().map(|p| p.name()).collect();
+                write!(
+                    f,
+                    "--protocol: unknown protocol {given:?}; expected {} or all",
+                    names.join(", ")
+                )
+            }
+            ArgError::KeyEnvUnset(var) => write!(
+                f,
+                "--key-env: the environment variable {var} is not set (export it, or pass --key)"
+            ),
+            ArgError::KeyTwice => write!(f, "give either --key or --key-env, not both"),
+            ArgError::NoKey => write!(
+                f,
+                "--key-env NAME (the variable holding the key) or --key KEY is required"
+            ),
+            ArgError::EmptyKey => write!(f, "the key is empty"),
+            ArgError::EmptyModel => write!(f, "--model: the model name is empty"),
+        }
+    }
+}
+
+impl std::error::Error for ArgError {}

@@ -78,6 +78,7 @@ mod url;
 use std::io::Write;
 
 use crate::protocol::{Protocol, ALL};
+use args::ArgError;
 use kinds::{Connect, Kind, Outcome};
 use text::{clip, fmt_duration};
 use url::{Finding, Severity};
@@ -164,11 +165,11 @@ pub fn run(args: DoctorArgs) -> i32 {
 }
 
 /// The protocols to check and the key as given, or what makes the arguments unusable (exit code 2).
-fn usable_arguments(args: &DoctorArgs) -> Result<(Vec<Protocol>, String), String> {
-    let protocols = parse_protocols(&args.protocol).map_err(|e| format!("--protocol: {e}"))?;
+fn usable_arguments(args: &DoctorArgs) -> Result<(Vec<Protocol>, String), ArgError> {
+    let protocols = parse_protocols(&args.protocol)?;
     let given_key = key_argument(args)?;
     if args.model.trim().is_empty() {
-        return Err("--model: the model name is empty".into());
+        return Err(ArgError::EmptyModel);
     }
     Ok((protocols, given_key))
 }
@@ -391,42 +392,28 @@ fn local_servers(checked: Option<&str>) -> String {
 }
 
 /// The key to check: `--key`, or the variable `--key-env` names (exactly one of them).
-fn key_argument(args: &DoctorArgs) -> Result<String, String> {
+fn key_argument(args: &DoctorArgs) -> Result<String, ArgError> {
     let key = match (&args.key, &args.key_env) {
         (Some(k), None) => k.clone(),
-        (None, Some(var)) => std::env::var(var).map_err(|_| {
-            format!(
-                "--key-env: the environment variable {var} is not set (export it, or pass --key)"
-            )
-        })?,
-        (Some(_), Some(_)) => return Err("give either --key or --key-env, not both".into()),
-        (None, None) => {
-            return Err(
-                "--key-env NAME (the variable holding the key) or --key KEY is required".into(),
-            )
-        }
+        (None, Some(var)) => std::env::var(var).map_err(|_| ArgError::KeyEnvUnset(var.clone()))?,
+        (Some(_), Some(_)) => return Err(ArgError::KeyTwice),
+        (None, None) => return Err(ArgError::NoKey),
     };
     if key.trim().is_empty() {
-        return Err("the key is empty".into());
+        return Err(ArgError::EmptyKey);
     }
     Ok(key)
 }
 
 /// A protocol's short name (`chat`, `responses`, `messages`), `all`, or a comma-separated list.
-fn parse_protocols(s: &str) -> Result<Vec<Protocol>, String> {
+fn parse_protocols(s: &str) -> Result<Vec<Protocol>, ArgError> {
     let mut out = Vec::new();
     for part in s.split(',').map(|p| p.trim().to_ascii_lowercase()) {
         let add: Vec<Protocol> = match part.as_str() {
             "all" => ALL.to_vec(),
             name => match Protocol::named(name) {
                 Some(p) => vec![p],
-                None => {
-                    let names: Vec<&str> = ALL.iter().map(|p| p.name()).collect();
-                    return Err(format!(
-                        "unknown protocol {part:?}; expected {} or all",
-                        names.join(", ")
-                    ));
-                }
+                None => return Err(ArgError::UnknownProtocol(part)),
             },
         };
         for p in add {

@@ -25,7 +25,9 @@ use crossbeam_channel::{Receiver, Sender, TrySendError};
 use super::conn::{Conn, Phase, Refusal, Step};
 use super::poller::{Poller, Waker};
 use super::request::Request;
-use super::shared::{send_rendered, ErrorRenderer, Exchange, Handler, HttpConfig, ServerState};
+use super::shared::{
+    send_rendered, ErrorRenderer, Exchange, Handler, HttpConfig, ServerState, StartError,
+};
 
 /// How often the timer looks for connections past their deadline.
 const TICK: Duration = Duration::from_millis(100);
@@ -95,11 +97,11 @@ impl Pool {
         state: Arc<ServerState>,
         handler: Arc<Handler>,
         render_error: Arc<ErrorRenderer>,
-    ) -> Result<Pool, String> {
-        let poller = Poller::new().map_err(|e| format!("could not create the poller: {e}"))?;
+    ) -> Result<Pool, StartError> {
+        let poller = Poller::new().map_err(StartError::Poller)?;
         let waker = Waker::new()
             .and_then(|w| poller.add_level(w.fd(), STOP).map(|()| w))
-            .map_err(|e| format!("could not create the poller's waker: {e}"))?;
+            .map_err(StartError::Waker)?;
         let (queue_tx, queue_rx) = crossbeam_channel::bounded(config.queue_size.max(1));
         let (timer_stop, timer_stopped) = crossbeam_channel::bounded(0);
         let threads = config.workers + 1;
@@ -131,7 +133,7 @@ impl Pool {
                 Ok(h) => handles.push(h),
                 Err(e) => {
                     pool.stop_threads(handles);
-                    return Err(format!("could not start worker {i}: {e}"));
+                    return Err(StartError::Worker(i, e));
                 }
             }
         }
@@ -141,7 +143,7 @@ impl Pool {
             Ok(h) => handles.push(h),
             Err(e) => {
                 pool.stop_threads(handles);
-                return Err(format!("could not start the connection timer: {e}"));
+                return Err(StartError::Timer(e));
             }
         }
         *lock(&pool.threads) = handles;

@@ -75,23 +75,45 @@ pub fn form_decode(s: &str) -> String {
 
 /// Decodes one path segment: `%XX` escapes only (`+` stays `+`); a malformed escape or bytes that are not
 /// UTF-8 are an error (the caller answers 400).
-pub fn decode_path_segment(s: &str) -> Result<String, String> {
+pub fn decode_path_segment(s: &str) -> Result<String, SegmentError> {
     let b = s.as_bytes();
     for (i, &c) in b.iter().enumerate() {
         if c == b'%'
             && !(b.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
                 && b.get(i + 2).is_some_and(u8::is_ascii_hexdigit))
         {
-            return Err(format!(
-                "malformed percent escape in the path segment {s:?}"
-            ));
+            return Err(SegmentError::MalformedEscape(s.to_string()));
         }
     }
     percent_encoding::percent_decode_str(s)
         .decode_utf8()
         .map(|c| c.into_owned())
-        .map_err(|_| format!("the path segment {s:?} is not UTF-8 once decoded"))
+        .map_err(|_| SegmentError::NotUtf8(s.to_string()))
 }
+
+/// Why a path segment (as sent) does not decode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SegmentError {
+    /// A `%` not followed by two hex digits.
+    MalformedEscape(String),
+    /// Bytes that are not UTF-8 once decoded.
+    NotUtf8(String),
+}
+
+impl fmt::Display for SegmentError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SegmentError::MalformedEscape(s) => {
+                write!(f, "malformed percent escape in the path segment {s:?}")
+            }
+            SegmentError::NotUtf8(s) => {
+                write!(f, "the path segment {s:?} is not UTF-8 once decoded")
+            }
+        }
+    }
+}
+
+impl std::error::Error for SegmentError {}
 
 /// How the body of a request is framed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::pool::Pool;
 use super::response::ResponseWriter;
-use super::shared::{send_rendered, ErrorRenderer, Handler, HttpConfig, ServerState};
+use super::shared::{send_rendered, ErrorRenderer, Handler, HttpConfig, ServerState, StartError};
 
 /// The running HTTP layer, as [`start`] returns it.
 pub struct Server {
@@ -30,7 +30,7 @@ pub fn start(
     state: Arc<ServerState>,
     handler: Arc<Handler>,
     render_error: Arc<ErrorRenderer>,
-) -> Result<Server, String> {
+) -> Result<Server, StartError> {
     let local = listener.local_addr().ok();
     let pool = Pool::start(config.clone(), state.clone(), handler, render_error.clone())?;
     let accepting = pool.clone();
@@ -45,7 +45,7 @@ pub fn start(
         }),
         Err(e) => {
             pool.stop();
-            Err(format!("could not start the accept thread: {e}"))
+            Err(StartError::Accept(e))
         }
     }
 }

@@ -173,3 +173,32 @@ pub(super) fn send_rendered(
     all.extend_from_slice(extra);
     let _ = writer.send(status, &all, &body);
 }
+
+/// What of the HTTP layer could not be started (the operating system refused a descriptor or a thread).
+#[derive(Debug)]
+pub enum StartError {
+    /// The poller (epoll, kqueue).
+    Poller(std::io::Error),
+    /// The pipe that wakes the poller to stop.
+    Waker(std::io::Error),
+    /// Pool thread number `.0`.
+    Worker(usize, std::io::Error),
+    /// The connection timer's thread.
+    Timer(std::io::Error),
+    /// The accept loop's thread.
+    Accept(std::io::Error),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::Poller(e) => write!(f, "could not create the poller: {e}"),
+            StartError::Waker(e) => write!(f, "could not create the poller's waker: {e}"),
+            StartError::Worker(i, e) => write!(f, "could not start worker {i}: {e}"),
+            StartError::Timer(e) => write!(f, "could not start the connection timer: {e}"),
+            StartError::Accept(e) => write!(f, "could not start the accept thread: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}

@@ -16,7 +16,7 @@
 
 use serde_json::{Map, Value};
 
-use super::ApiError;
+use super::{ApiError, Cause};
 
 /// `anthropic-beta` values that open account-scoped features (files, MCP connections, code execution,
 /// skills), compared without regard to letter case. Agent betas (interleaved thinking, fine-grained tool
@@ -43,7 +43,7 @@ fn refused(param: &str, what: &str) -> ApiError {
              inline data)."
         ),
     )
-    .with_code("account_feature_refused")
+    .with_cause(Cause::AccountFeatureRefused)
 }
 
 /// One step from the body's root to a value; the chain lives on the stack.

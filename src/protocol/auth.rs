@@ -4,7 +4,7 @@
 
 use std::borrow::Cow;
 
-use super::ApiError;
+use super::{ApiError, Cause};
 use crate::http::Request;
 
 /// A key sent as a bearer token (`Authorization: Bearer <key>`).
@@ -53,7 +53,7 @@ pub fn presented_key<'r>(req: &'r Request, how: &str) -> Result<&'r str, ApiErro
             "The request carries two different API keys (in {first_in} and {other_in}). Send exactly one key, \
              as {how}."
         ))
-        .with_code("conflicting_credentials"));
+        .with_cause(Cause::ConflictingCredentials));
     }
     match (first, bad_auth) {
         (Some((_, key)), _) => Ok(key),

@@ -18,6 +18,31 @@ pub enum ClientEvent {
     Bad(String),
 }
 
+/// Why a complete answer has no text where its protocol's SDK reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NoText {
+    /// The answer lacks what the text is read from (`choices[0].message`, the `output` array, ...).
+    Missing(&'static str),
+    /// The model refused: its refusal.
+    Refused(String),
+    /// The answer's status says it ended without one (`failed`, `incomplete`), and why.
+    Ended { status: &'static str, why: String },
+}
+
+impl std::fmt::Display for NoText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NoText::Missing(what) => write!(f, "the answer has no {what}"),
+            NoText::Refused(r) => write!(f, "the model refused: {r}"),
+            NoText::Ended { status, why } => {
+                write!(f, "the response has status `{status}` ({why})")
+            }
+        }
+    }
+}
+
+impl std::error::Error for NoText {}
+
 /// `s` cut to at most `max` bytes (at a character boundary), marked when cut.
 pub fn clip(s: &str, max: usize) -> String {
     if s.len() <= max {

@@ -17,7 +17,7 @@ use std::borrow::Cow;
 use serde_json::Value;
 
 use super::canon::{self, Usage};
-use super::client::ClientEvent;
+use super::client::{ClientEvent, NoText};
 use super::edit::Edit;
 use super::error::ApiError;
 use super::hosted::Asks;
@@ -295,7 +295,7 @@ pub trait Codec: Sync + Send {
     /// The headers its official SDK sends the key in (and the version it speaks).
     fn client_headers<'k>(&self, key: &'k str) -> Headers<'k>;
     /// The text of a complete answer, where the specification says it is.
-    fn answer_text(&self, answer: &Value) -> Result<String, String>;
+    fn answer_text(&self, answer: &Value) -> Result<String, NoText>;
     /// The stop reason of a complete answer.
     fn stop_reason<'v>(&self, answer: &'v Value) -> Option<&'v str>;
     /// The event that ends a complete stream.

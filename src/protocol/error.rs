@@ -1,5 +1,8 @@
 //! The one error type of the request path, with its OpenAI and Anthropic error objects (each codec renders
-//! the whole body: `Codec::error_body`).
+//! the whole body: `Codec::error_body`). An error says what class of failure it is for clients
+//! ([`ErrorKind`], with its status), who failed ([`Origin`]) and, for the gateway's own errors, exactly what
+//! went wrong ([`Cause`]); the code decides by those, never by the message or the wire `code` (which a
+//! `Cause` names, and an upstream's error keeps as it came).
 //!
 //! OpenAI surfaces: `{"error":{"message","type","param","code"}}`. Anthropic: `{"type":"error","error":
 //! {"type","message"},"request_id"}`. The status decides the SDK's exception class; `type`/`code` refine it.
@@ -41,7 +44,82 @@ pub enum Origin {
     UpstreamSilent,
 }
 
-/// An error answered to a client: status, kind, origin, a message meant for humans, and OpenAI's
+/// What exactly went wrong, for the gateway's own errors: what the code matches on, each with the wire
+/// `code` clients read. Errors without one (bad input in general, an upstream's own error) are `Unnamed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// Nothing more than the kind, status and origin say (an upstream's own code, if any, is kept as it came).
+    Unnamed,
+    // Who is calling, and what they may use.
+    InvalidApiKey,
+    KeyExpired,
+    ConflictingCredentials,
+    ModelNotFound,
+    ModelNotAllowed,
+    // What the request asks for.
+    UnknownPath,
+    UnexpectedBody,
+    AccountFeatureRefused,
+    HostedToolRefused,
+    HostedUsesOverLimit,
+    ServiceTierRefused,
+    // A key's limits (origin `RateLimit`, `Quota`).
+    RateLimitExceeded,
+    InsufficientQuota,
+    // The gateway's own state.
+    Overloaded,
+    ShuttingDown,
+    LedgerUnavailable,
+    StoreUnavailable,
+    AuditUnavailable,
+    // The admin API.
+    AdminDisabled,
+    AdminAuthThrottled,
+    InvalidAdminToken,
+    // The upstreams (origin `Upstream`, `UpstreamSilent`).
+    UpstreamError,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+    UpstreamCredentialMissing,
+    OutputLimitExceeded,
+}
+
+impl Cause {
+    /// The wire `code` this cause is answered with (None: `Unnamed`).
+    pub fn code(self) -> Option<&'static str> {
+        Some(match self {
+            Cause::Unnamed => return None,
+            Cause::InvalidApiKey => "invalid_api_key",
+            Cause::KeyExpired => "key_expired",
+            Cause::ConflictingCredentials => "conflicting_credentials",
+            Cause::ModelNotFound => "model_not_found",
+            Cause::ModelNotAllowed => "model_not_allowed",
+            Cause::UnknownPath => "unknown_path",
+            Cause::UnexpectedBody => "unexpected_body",
+            Cause::AccountFeatureRefused => "account_feature_refused",
+            Cause::HostedToolRefused => "hosted_tool_refused",
+            Cause::HostedUsesOverLimit => "hosted_uses_over_limit",
+            Cause::ServiceTierRefused => "service_tier_refused",
+            Cause::RateLimitExceeded => "rate_limit_exceeded",
+            Cause::InsufficientQuota => "insufficient_quota",
+            Cause::Overloaded => "overloaded",
+            Cause::ShuttingDown => "shutting_down",
+            Cause::LedgerUnavailable => "ledger_unavailable",
+            Cause::StoreUnavailable => "store_unavailable",
+            Cause::AuditUnavailable => "audit_unavailable",
+            Cause::AdminDisabled => "admin_disabled",
+            Cause::AdminAuthThrottled => "admin_auth_throttled",
+            Cause::InvalidAdminToken => "invalid_admin_token",
+            Cause::UpstreamError => "upstream_error",
+            Cause::UpstreamTimeout => "upstream_timeout",
+            Cause::UpstreamUnavailable => "upstream_unavailable",
+            Cause::UpstreamCredentialMissing => "upstream_credential_missing",
+            Cause::OutputLimitExceeded => "output_limit_exceeded",
+        })
+    }
+}
+
+/// An error answered to a client: status, kind, origin, cause, a message meant for humans, and OpenAI's
 /// `param`/`code`. Boxed, so `Result<_, ApiError>` stays one pointer wide on the hot path. Fields are read
 /// through methods and set through the `with_*` builders.
 #[derive(Debug, Clone, PartialEq)]
@@ -52,6 +130,7 @@ struct ErrorInfo {
     status: u16,
     kind: ErrorKind,
     origin: Origin,
+    cause: Cause,
     message: String,
     param: Option<String>,
     code: Option<String>,
@@ -71,6 +150,7 @@ impl ApiError {
             status,
             kind,
             origin: Origin::Gateway,
+            cause: Cause::Unnamed,
             message: message.into(),
             param: None,
             code: None,
@@ -107,6 +187,11 @@ impl ApiError {
         self.0.origin
     }
 
+    /// What exactly went wrong (`Unnamed` for an upstream's error and for errors with no cause of their own).
+    pub fn cause(&self) -> Cause {
+        self.0.cause
+    }
+
     /// The upstream failed (answered with an error, or not at all), as opposed to the gateway or a limit
     /// refusing the request.
     pub fn is_upstream(&self) -> bool {
@@ -140,7 +225,7 @@ impl ApiError {
     }
 
     pub fn unauthorized(message: impl Into<String>) -> Self {
-        Self::new(401, ErrorKind::Authentication, message).with_code("invalid_api_key")
+        Self::new(401, ErrorKind::Authentication, message).with_cause(Cause::InvalidApiKey)
     }
 
     pub fn forbidden(message: impl Into<String>) -> Self {
@@ -156,7 +241,7 @@ impl ApiError {
             "The model `{model}` does not exist on this gateway. GET /v1/models lists the models your key may use."
         ))
         .with_param("model")
-        .with_code("model_not_found")
+        .with_cause(Cause::ModelNotFound)
     }
 
     pub fn internal(message: impl Into<String>) -> Self {
@@ -165,13 +250,13 @@ impl ApiError {
 
     pub fn bad_gateway(message: impl Into<String>) -> Self {
         Self::new(502, ErrorKind::BadGateway, message)
-            .with_code("upstream_error")
+            .with_cause(Cause::UpstreamError)
             .with_origin(Origin::Upstream)
     }
 
     pub fn gateway_timeout(message: impl Into<String>) -> Self {
         Self::new(504, ErrorKind::Timeout, message)
-            .with_code("upstream_timeout")
+            .with_cause(Cause::UpstreamTimeout)
             .with_origin(Origin::Upstream)
     }
 
@@ -185,7 +270,7 @@ impl ApiError {
             "The gateway is shutting down and its grace period for requests in flight has ended; this answer was \
              cut short. Retry the request.",
         )
-        .with_code("shutting_down")
+        .with_cause(Cause::ShuttingDown)
     }
 
     /// A stream cut at the output limit its upstream was sent and went past.
@@ -194,7 +279,7 @@ impl ApiError {
             "upstream `{upstream}` went past the output limit of {limit} tokens it was sent; the stream was cut \
              there and is billed up to the limit"
         ))
-        .with_code("output_limit_exceeded")
+        .with_cause(Cause::OutputLimitExceeded)
     }
 
     /// 503 while the usage ledger cannot take more records (its disk is failing; `backlog` records wait):
@@ -205,7 +290,7 @@ impl ApiError {
              are refused until it can, so that no answer goes unrecorded. The operator has been told (see /readyz)."
         ))
         .with_retry_after(5)
-        .with_code("ledger_unavailable")
+        .with_cause(Cause::LedgerUnavailable)
     }
 
     /// Strict ledger: this request's usage record could not be synced, so its answer is withheld.
@@ -214,7 +299,7 @@ impl ApiError {
             "The gateway could not write this request's usage record to its ledger (its disk is failing), so the \
              answer is withheld. The operator has been told; retry later.",
         )
-        .with_code("ledger_unavailable")
+        .with_cause(Cause::LedgerUnavailable)
     }
 
     pub fn with_param(mut self, param: &str) -> Self {
@@ -222,8 +307,17 @@ impl ApiError {
         self
     }
 
+    /// Sets the wire `code` alone: a code the gateway decides nothing by. The gateway's own errors name
+    /// their cause instead ([`ApiError::with_cause`]), which sets its code.
     pub fn with_code(mut self, code: &str) -> Self {
         self.0.code = Some(code.to_string());
+        self
+    }
+
+    /// Names what went wrong, and answers it with that cause's wire `code`.
+    pub fn with_cause(mut self, cause: Cause) -> Self {
+        self.0.cause = cause;
+        self.0.code = cause.code().map(str::to_string);
         self
     }
 

@@ -29,7 +29,7 @@ pub mod request;
 pub mod sse;
 
 pub use codec::{Codec, EgressOptions, StreamDecoder, StreamEncoder, STRUCTURED_TOOL};
-pub use error::{ApiError, ErrorKind, Origin};
+pub use error::{ApiError, Cause, ErrorKind, Origin};
 
 /// Declares the protocols: for each, its directory, its variant and its codec (a unit struct of that
 /// directory), and builds [`Protocol`], [`ALL`] and [`Protocol::codec`] from the list.

@@ -114,7 +114,8 @@ pub fn refuse_overloaded(gw: &Gateway, ex: &mut Exchange) -> bool {
         .rejected
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let trace = Trace::new(ex, protocol);
-    let err = ApiError::unavailable("All workers are busy; retry shortly.").with_code("overloaded");
+    let err = ApiError::unavailable("All workers are busy; retry shortly.")
+        .with_cause(crate::protocol::Cause::Overloaded);
     let w = ex.response();
     w.close_after();
     respond::error(w, &trace, &err);
@@ -146,7 +147,8 @@ fn record_refusal(gw: &Gateway, trace: &Trace, out: &Outcome, latency: std::time
     let Some(err) = &out.answer.error else {
         return;
     };
-    if out.asked.key.is_none() || err.status() == 401 || err.code() == Some("ledger_unavailable") {
+    let ledger = err.cause() == crate::protocol::Cause::LedgerUnavailable;
+    if out.asked.key.is_none() || err.status() == 401 || ledger {
         return;
     }
     if let Some(key) = &out.asked.key {
@@ -160,15 +162,16 @@ fn record_refusal(gw: &Gateway, trace: &Trace, out: &Outcome, latency: std::time
     }
 }
 
-/// The reason code of a refusal.
+/// The reason a refusal's record gives: its wire code, by its cause.
 fn refusal_reason(err: &ApiError) -> &str {
-    match (err.status(), err.code()) {
-        (403, _) => "model_not_allowed",
-        (_, Some("rate_limit_exceeded")) => "rate_limited",
-        (_, Some(code)) => code,
-        (400 | 413 | 422, None) => "invalid_request",
-        (404, None) => "not_found",
-        (503, None) => "unavailable",
+    use crate::protocol::Cause;
+    match (err.status(), err.cause(), err.code()) {
+        (403, _, _) => "model_not_allowed",
+        (_, Cause::RateLimitExceeded, _) => "rate_limited",
+        (_, _, Some(code)) => code,
+        (400 | 413 | 422, _, None) => "invalid_request",
+        (404, _, None) => "not_found",
+        (503, _, None) => "unavailable",
         _ => "refused",
     }
 }

@@ -51,7 +51,7 @@ pub fn send_to(
              tollgate runs. The operator must set it and restart tollgate.",
             a.upstream.name
         ))
-        .with_code("upstream_credential_missing");
+        .with_cause(crate::protocol::Cause::UpstreamCredentialMissing);
         return Sent {
             reached: Reached::default(),
             reply: Err(e),

@@ -22,10 +22,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::gateway::{read_overrides, Gateway, OVERRIDES_MAP};
-use crate::access::key_ops;
-use crate::access::keys::{self, KeyRecord};
-use crate::config::{Config, Overrides};
-use crate::store::Store;
+use super::thread::ThreadError;
+use crate::access::key_ops::{self, KeyOpError};
+use crate::access::keys::{self, KeyRecord, KeysFileError};
+use crate::config::{Config, ConfigError, Overrides};
+use crate::store::{Claim, SetupError, Store, StoreError};
 
 /// The local copy of the store's key records (hashes only), kept for a start while the store is down and
 /// for `tollgate store rebuild`.
@@ -50,6 +51,80 @@ const CLAIM_TTL: Duration = Duration::from_secs(30);
 /// How often the store is looked at.
 const LOOK_EVERY: Duration = Duration::from_millis(250);
 
+/// Why this instance cannot take its part in the cluster: its start stops (or `store rebuild` says why).
+#[derive(Debug)]
+pub enum ClusterError {
+    /// No handle on the store can be made from its settings.
+    Setup(SetupError),
+    /// Another running instance holds this instance's name.
+    NameHeld {
+        instance: String,
+        holder: String,
+        store: String,
+    },
+    /// A file of the data directory cannot be written.
+    Write {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    /// The store failed a call.
+    Store(StoreError),
+    /// The key records could not be read or written in the store.
+    Keys(KeyOpError),
+    /// This instance's keys file cannot be read.
+    KeysFile(KeysFileError),
+    /// This instance's overrides cannot be read.
+    Overrides(ConfigError),
+    /// The overrides do not serialize.
+    Json(serde_json::Error),
+}
+
+impl std::fmt::Display for ClusterError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ClusterError::Setup(e) => write!(f, "{e}"),
+            ClusterError::NameHeld {
+                instance,
+                holder,
+                store,
+            } => write!(
+                f,
+                "the instance name {instance:?} is held by another running tollgate ({holder}) on {store}; give \
+                 each instance its own `instance` in its config (two instances with one name would mix their \
+                 usage records)"
+            ),
+            ClusterError::Write { path, error } => {
+                write!(f, "cannot write {}: {error}", path.display())
+            }
+            ClusterError::Store(e) => write!(f, "{e}"),
+            ClusterError::Keys(e) => write!(f, "{e}"),
+            ClusterError::KeysFile(e) => write!(f, "{e}"),
+            ClusterError::Overrides(e) => write!(f, "{e}"),
+            ClusterError::Json(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for ClusterError {}
+
+impl From<StoreError> for ClusterError {
+    fn from(e: StoreError) -> ClusterError {
+        ClusterError::Store(e)
+    }
+}
+
+impl From<KeyOpError> for ClusterError {
+    fn from(e: KeyOpError) -> ClusterError {
+        ClusterError::Keys(e)
+    }
+}
+
+impl From<serde_json::Error> for ClusterError {
+    fn from(e: serde_json::Error) -> ClusterError {
+        ClusterError::Json(e)
+    }
+}
+
 /// What the store held at start.
 pub struct Joined {
     pub keys: Vec<KeyRecord>,
@@ -70,7 +145,7 @@ fn read_text(path: &Path) -> Option<String> {
 }
 
 /// The run id of this data directory (made on first use).
-fn run_id(data_dir: &Path) -> Result<String, String> {
+fn run_id(data_dir: &Path) -> Result<String, ClusterError> {
     let path = data_dir.join(RUN_ID_FILE);
     if let Some(id) = read_text(&path).map(|t| t.trim().to_string()) {
         if !id.is_empty() {
@@ -79,25 +154,24 @@ fn run_id(data_dir: &Path) -> Result<String, String> {
     }
     let id = crate::util::new_id("run_");
     crate::util::write_atomic(&path, id.as_bytes())
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        .map_err(|error| ClusterError::Write { path, error })?;
     Ok(id)
 }
 
 /// Joins the store at start. Errors stop the start: the instance name is held by another running
 /// instance, or a local file cannot be written. A store that does not answer is no error: the local copies
 /// serve until it does (and model requests get 503 meanwhile, by the failure policy).
-pub fn join(config: &Config, store: &Store) -> Result<Joined, String> {
+pub fn join(config: &Config, store: &Store) -> Result<Joined, ClusterError> {
     let dir = &config.data_dir;
     let run = run_id(dir)?;
     match store.claim_instance(&run, CLAIM_TTL) {
-        Ok(Ok(())) => {}
-        Ok(Err(holder)) => {
-            return Err(format!(
-                "the instance name {:?} is held by another running tollgate ({holder}) on {}; give each instance \
-                 its own `instance` in its config (two instances with one name would mix their usage records)",
-                store.instance(),
-                store.describe()
-            ))
+        Ok(Claim::Ours) => {}
+        Ok(Claim::HeldBy(holder)) => {
+            return Err(ClusterError::NameHeld {
+                instance: store.instance().to_string(),
+                holder,
+                store: store.describe(),
+            })
         }
         Err(e) => {
             log::error!(
@@ -109,7 +183,7 @@ pub fn join(config: &Config, store: &Store) -> Result<Joined, String> {
         }
     }
     let known_epoch = read_text(&dir.join(EPOCH_FILE)).map(|t| t.trim().to_string());
-    let versions = store.versions().map_err(|e| e.to_string())?;
+    let versions = store.versions()?;
     match (&versions.epoch, &known_epoch) {
         (None, Some(_)) => {
             log::error!(
@@ -145,14 +219,12 @@ pub fn join(config: &Config, store: &Store) -> Result<Joined, String> {
     }
     // What admission reads of each key is kept with its record; a store whose terms are not those of its
     // records (set up before they were kept) gets them now.
-    if key_ops::sync_terms(store).map_err(|e| e.to_string())? {
+    if key_ops::sync_terms(store)? {
         log::info!("store: the keys' terms (what admission reads of each key) were written anew");
     }
-    let (keys_version, fields) = store
-        .read_map(key_ops::STORE_MAP)
-        .map_err(|e| e.to_string())?;
+    let (keys_version, fields) = store.read_map(key_ops::STORE_MAP)?;
     let records = key_ops::records_of(&fields);
-    let (overrides_version, overrides) = read_overrides(store).map_err(|e| e.to_string())?;
+    let (overrides_version, overrides) = read_overrides(store)?;
     key_ops::keep_keys_copy(dir, &records);
     keep_overrides_copy(dir, &overrides);
     Ok(Joined {
@@ -163,9 +235,10 @@ pub fn join(config: &Config, store: &Store) -> Result<Joined, String> {
     })
 }
 
-fn remember_epoch(dir: &Path, epoch: &str) -> Result<(), String> {
-    crate::util::write_atomic(&dir.join(EPOCH_FILE), epoch.as_bytes())
-        .map_err(|e| format!("cannot write {}: {e}", dir.join(EPOCH_FILE).display()))
+fn remember_epoch(dir: &Path, epoch: &str) -> Result<(), ClusterError> {
+    let path = dir.join(EPOCH_FILE);
+    crate::util::write_atomic(&path, epoch.as_bytes())
+        .map_err(|error| ClusterError::Write { path, error })
 }
 
 /// The local copies (what the store held when it last answered).
@@ -197,16 +270,14 @@ fn keep_overrides_copy(dir: &Path, overrides: &Overrides) {
 
 /// Sets up a brand-new store: it takes this instance's keys file and overrides (when it has none), and
 /// gets its epoch. Returns the epoch.
-pub fn set_up(config: &Config, store: &Store) -> Result<String, String> {
+pub fn set_up(config: &Config, store: &Store) -> Result<String, ClusterError> {
     import_local(config, store)?;
-    store
-        .init_epoch(&crate::util::new_id("epoch_"))
-        .map_err(|e| e.to_string())
+    Ok(store.init_epoch(&crate::util::new_id("epoch_"))?)
 }
 
 /// `store rebuild`: the overrides from this instance's local copy, when the store has none.
-pub fn restore_overrides(config: &Config, store: &Store) -> Result<(), String> {
-    let (version, current) = read_overrides(store).map_err(|e| e.to_string())?;
+pub fn restore_overrides(config: &Config, store: &Store) -> Result<(), ClusterError> {
+    let (version, current) = read_overrides(store)?;
     if current != Overrides::default() {
         println!("overrides: the store still holds them (kept)");
         return Ok(());
@@ -219,18 +290,16 @@ pub fn restore_overrides(config: &Config, store: &Store) -> Result<(), String> {
     if local == Overrides::default() {
         return Ok(());
     }
-    let doc = serde_json::to_string(&local).map_err(|e| e.to_string())?;
-    store
-        .write_map(OVERRIDES_MAP, version, &[("doc".to_string(), doc)], &[])
-        .map_err(|e| e.to_string())?;
+    let doc = serde_json::to_string(&local)?;
+    store.write_map(OVERRIDES_MAP, version, &[("doc".to_string(), doc)], &[])?;
     println!("overrides: restored from {}", path.display());
     Ok(())
 }
 
 /// A brand-new store takes this instance's keys file and overrides (when the store has none).
-fn import_local(config: &Config, store: &Store) -> Result<(), String> {
+fn import_local(config: &Config, store: &Store) -> Result<(), ClusterError> {
     let dir = &config.data_dir;
-    let records = keys::read_keys(&dir.join(keys::KEYS_FILE)).map_err(|e| e.to_string())?;
+    let records = keys::read_keys(&dir.join(keys::KEYS_FILE)).map_err(ClusterError::KeysFile)?;
     if !records.is_empty() {
         let n = records.len();
         key_ops::update_keys(key_ops::KeysAt::Store(store), |in_store| {
@@ -238,29 +307,26 @@ fn import_local(config: &Config, store: &Store) -> Result<(), String> {
                 in_store.extend(records.iter().cloned());
             }
             Ok(())
-        })
-        .map_err(|e| e.to_string())?;
+        })?;
         log::info!(
             "store: {} copied from {} into the new store",
             crate::util::plural(n, "key"),
             dir.join(keys::KEYS_FILE).display()
         );
     }
-    let local = Overrides::load(dir).map_err(|e| e.to_string())?;
+    let local = Overrides::load(dir).map_err(ClusterError::Overrides)?;
     if local != Overrides::default() {
-        let (version, current) = read_overrides(store).map_err(|e| e.to_string())?;
+        let (version, current) = read_overrides(store)?;
         if current == Overrides::default() {
-            let doc = serde_json::to_string(&local).map_err(|e| e.to_string())?;
-            store
-                .write_map(OVERRIDES_MAP, version, &[("doc".to_string(), doc)], &[])
-                .map_err(|e| e.to_string())?;
+            let doc = serde_json::to_string(&local)?;
+            store.write_map(OVERRIDES_MAP, version, &[("doc".to_string(), doc)], &[])?;
         }
     }
     Ok(())
 }
 
 /// At start: the store joined (None without a `[store]`). A store that does not answer is no error.
-pub fn join_at_start(config: &Config) -> Result<Option<super::Shared>, String> {
+pub fn join_at_start(config: &Config) -> Result<Option<super::Shared>, ClusterError> {
     let Some(settings) = &config.store else {
         return Ok(None);
     };
@@ -269,7 +335,7 @@ pub fn join_at_start(config: &Config) -> Result<Option<super::Shared>, String> {
             "{field}: the environment variable {var} is not set; the store will refuse this instance"
         );
     }
-    let store = Arc::new(Store::new(settings, &config.instance)?);
+    let store = Arc::new(Store::new(settings, &config.instance).map_err(ClusterError::Setup)?);
     let joined = join(config, &store)?;
     log::info!(
         "store: {} as instance {:?} ({}; on_unavailable = {})",
@@ -282,7 +348,11 @@ pub fn join_at_start(config: &Config) -> Result<Option<super::Shared>, String> {
 }
 
 /// Starts the store thread and the shipper.
-pub fn start(gw: &Arc<Gateway>, joined_keys: u64, joined_overrides: u64) -> Result<(), String> {
+pub fn start(
+    gw: &Arc<Gateway>,
+    joined_keys: u64,
+    joined_overrides: u64,
+) -> Result<(), ThreadError> {
     let Some(store) = gw.store.clone() else {
         return Ok(());
     };
@@ -372,7 +442,7 @@ fn look_loop(gw: &Gateway, store: &Store, keys: u64, overrides: u64) {
             if let Err(e) = store.renew_leases() {
                 log::warn!("store: renewing this instance's reservations failed ({e}); retrying");
             }
-            if let Ok(Err(holder)) = store.claim_instance(&run, CLAIM_TTL) {
+            if let Ok(Claim::HeldBy(holder)) = store.claim_instance(&run, CLAIM_TTL) {
                 log::error!(
                     "store: the instance name {:?} is now held by another running tollgate ({holder}); give each \
                      instance its own `instance`",

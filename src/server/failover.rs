@@ -198,6 +198,6 @@ fn unavailable(gw: &Gateway, model: &Model, skipped: &[(&Upstream, Duration)]) -
         why.join("; upstream ")
     ))
     .with_retry_after(secs)
-    .with_code("upstream_unavailable")
+    .with_cause(crate::protocol::Cause::UpstreamUnavailable)
     .with_origin(crate::protocol::Origin::UpstreamSilent)
 }

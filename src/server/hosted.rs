@@ -164,7 +164,7 @@ fn short(worst: Money, left: Money, of: &str) -> ApiError {
              operator to top the key up."
         ),
     )
-    .with_code("insufficient_quota")
+    .with_cause(crate::protocol::Cause::InsufficientQuota)
     .with_origin(Origin::Quota)
 }
 
@@ -247,7 +247,7 @@ fn tool_refused(t: &ToolAsk, model: &str) -> ApiError {
              `allow_hosted_tools = {{ {family} = <credits per use> }}`."
         ),
     )
-    .with_code("hosted_tool_refused")
+    .with_cause(crate::protocol::Cause::HostedToolRefused)
 }
 
 fn over_limit(t: &ToolAsk, asked: u64, cap: u64, model: &str) -> ApiError {
@@ -259,7 +259,7 @@ fn over_limit(t: &ToolAsk, asked: u64, cap: u64, model: &str) -> ApiError {
              request (`max_hosted_uses`)."
         ),
     )
-    .with_code("hosted_uses_over_limit")
+    .with_cause(crate::protocol::Cause::HostedUsesOverLimit)
 }
 
 fn tier_refused(t: &TierAsk, model: &str) -> ApiError {
@@ -272,7 +272,7 @@ fn tier_refused(t: &TierAsk, model: &str) -> ApiError {
              `allow_service_tiers = {{ {tier} = <credits per request> }}`; the standard tiers need nothing."
         ),
     )
-    .with_code("service_tier_refused")
+    .with_cause(crate::protocol::Cause::ServiceTierRefused)
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::gateway::Gateway;
+use super::thread::{spawn, ThreadError};
 use super::{accounting, cluster, metrics, screen, stats, watchdog, Shared};
 use crate::access::KeyStore;
 use crate::config::Config;
@@ -26,7 +27,7 @@ pub enum StartError {
     /// Files in `data_dir` that are not this user's regular files, one problem each.
     DataFiles(Vec<String>),
     /// The shared store cannot be joined.
-    Store(String),
+    Store(cluster::ClusterError),
     /// The keys file cannot be read.
     Keys(String),
     /// The usage ledger cannot be opened.
@@ -34,7 +35,7 @@ pub enum StartError {
     /// The console's overrides cannot be read or do not apply.
     Overrides(String),
     /// A thread of the gateway could not be started.
-    Thread(String),
+    Thread(ThreadError),
 }
 
 impl fmt::Display for StartError {
@@ -46,11 +47,11 @@ impl fmt::Display for StartError {
                 write!(f, "{}", lines.join("\n"))
             }
             StartError::DataDir(m)
-            | StartError::Store(m)
             | StartError::Keys(m)
             | StartError::Ledger(m)
-            | StartError::Overrides(m)
-            | StartError::Thread(m) => write!(f, "{m}"),
+            | StartError::Overrides(m) => write!(f, "{m}"),
+            StartError::Store(e) => write!(f, "{e}"),
+            StartError::Thread(e) => write!(f, "{e}"),
         }
     }
 }
@@ -420,7 +421,7 @@ fn build(
 
 /// Starts the watchdog, the key reloader, discovery, the workers and the accept loop. A thread that cannot
 /// be started stops startup.
-fn start(gw: &Arc<Gateway>, listener: TcpListener) -> Result<http::Server, String> {
+fn start(gw: &Arc<Gateway>, listener: TcpListener) -> Result<http::Server, ThreadError> {
     let config = &gw.base;
     let watchdog = gw.watchdog.clone();
     spawn("tollgate-watchdog", move || watchdog.run())?;
@@ -475,6 +476,7 @@ fn start(gw: &Arc<Gateway>, listener: TcpListener) -> Result<http::Server, Strin
         Arc::new(move |ex: &mut Exchange| super::work(&handler, ex)),
         Arc::new(super::render_http_error),
     )
+    .map_err(ThreadError::Http)
 }
 
 /// Looks for local model servers now and every `interval` until shutdown (its own address skipped); what it
@@ -505,7 +507,7 @@ fn discover(gw: &Gateway, probe: &[String], interval: Duration, listen: &str) {
                         .map(|s| s.models.clone())
                         .unwrap_or_default(),
                     up: false,
-                    error: Some(e),
+                    error: Some(e.to_string()),
                 },
             })
             .collect();
@@ -515,13 +517,6 @@ fn discover(gw: &Gateway, probe: &[String], interval: Duration, listen: &str) {
             std::thread::sleep(Duration::from_millis(200).min(interval));
         }
     }
-}
-
-/// Starts a thread of the gateway (logging where the gateway logs).
-pub(super) fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), String> {
-    crate::logging::thread(std::thread::Builder::new().name(name.into()), f)
-        .map(drop)
-        .map_err(|e| format!("could not start the {name} thread: {e}"))
 }
 
 /// Drains after a stop was asked for: no new connections, requests in flight get the grace period (none

@@ -20,6 +20,7 @@ mod prepared;
 mod report;
 mod router;
 mod screen;
+mod thread;
 mod translate;
 
 /// What the pipeline shares with the console has a module of its own, `crate::gateway` (the shared state, a
@@ -30,8 +31,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use self::gateway::Gateway;
-use self::lifecycle::spawn;
 pub use self::lifecycle::{data_dir_ready, first_group, run, Running, Shutdown, StartError};
+use self::thread::spawn;
+pub use self::thread::ThreadError;
 use crate::http::Exchange;
 use crate::protocol::{ApiError, Protocol};
 

@@ -257,7 +257,7 @@ fn find_model<'a>(config: &'a Config, name: &str) -> Result<&'a Model, ApiError>
                 "The model `{name}` is disabled by the operator for now."
             ))
             .with_param("model")
-            .with_code("model_not_found"),
+            .with_cause(crate::protocol::Cause::ModelNotFound),
             None => ApiError::model_not_found(name),
         })
 }

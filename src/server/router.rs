@@ -72,9 +72,11 @@ pub fn route(gw: &Gateway, ex: &mut Exchange) {
         ("GET" | "HEAD", p) if p.starts_with("/v1/models/") => {
             match crate::http::decode_path_segment(&p["/v1/models/".len()..]) {
                 Ok(id) => models(gw, ex, &trace, Some(id)),
-                Err(m) => {
-                    respond::error(ex.response(), &trace, &ApiError::invalid_param("model", m))
-                }
+                Err(m) => respond::error(
+                    ex.response(),
+                    &trace,
+                    &ApiError::invalid_param("model", m.to_string()),
+                ),
             }
         }
         (_, "/v1/models" | "/healthz" | "/readyz" | "/metrics") => {
@@ -137,7 +139,7 @@ pub fn refuse_body(
         return Some((method_not_allowed(path, method, "GET"), Some("GET")));
     }
     let e = ApiError::invalid(format!("{method} {path} takes no request body."))
-        .with_code("unexpected_body");
+        .with_cause(crate::protocol::Cause::UnexpectedBody);
     Some((e, None))
 }
 
@@ -189,7 +191,7 @@ pub fn not_found(path: &str) -> ApiError {
             endpoints()
         ),
     };
-    ApiError::not_found(msg).with_code("unknown_path")
+    ApiError::not_found(msg).with_cause(crate::protocol::Cause::UnknownPath)
 }
 
 /// What the gateway serves, for a 404: every protocol's endpoints, the models list, the console, the

@@ -50,7 +50,7 @@ fn early(
     let began = Instant::now();
     let status = err.status();
     // The count of requests without a valid key (a wrong admin token is not one).
-    if status == 401 && err.code() != Some("invalid_admin_token") {
+    if status == 401 && err.cause() != crate::protocol::Cause::InvalidAdminToken {
         gw.metrics.unauthorized(crate::util::unix_now());
     }
     let request_id = crate::util::new_id("req_");

@@ -52,6 +52,40 @@ impl std::fmt::Display for StoreError {
     }
 }
 
+impl std::error::Error for StoreError {}
+
+/// Why no handle on the store can be made from its settings (or its sentinels asked): nothing was sent.
+#[derive(Debug)]
+pub enum SetupError {
+    /// The client library refuses an address of the settings (`store.url`, `store.sentinels`).
+    Address {
+        setting: &'static str,
+        error: redis::RedisError,
+    },
+    /// The sentinels were asked of a store that has none configured.
+    NoSentinels,
+}
+
+impl std::fmt::Display for SetupError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SetupError::Address { setting, error } => write!(f, "{setting}: {error}"),
+            SetupError::NoSentinels => write!(f, "store: no sentinels configured"),
+        }
+    }
+}
+
+impl std::error::Error for SetupError {}
+
+/// Who holds this instance's name in the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// This process (the run id that asked).
+    Ours,
+    /// Another running process: its run id.
+    HeldBy(String),
+}
+
 /// The scripts, each with the money helpers in front.
 struct Scripts {
     admit: redis::Script,
@@ -147,19 +181,23 @@ pub struct Versions {
 impl Store {
     /// A handle on the store; nothing is sent until the first call. Its addresses (the URL's, or the
     /// sentinels') are registered with `addresses`, so clients never see them.
-    pub fn new(settings: &StoreSettings, instance: &str) -> Result<Store, String> {
+    pub fn new(settings: &StoreSettings, instance: &str) -> Result<Store, SetupError> {
         for a in settings.addresses() {
             crate::addresses::register(&a);
         }
         let target = if settings.sentinel.is_some() {
             Target::Sentinels(sentinel::Follower::new(settings)?)
         } else {
+            let refused = |error| SetupError::Address {
+                setting: "store.url",
+                error,
+            };
             let info = redis::ConnectionAddr::Tcp(settings.host.clone(), settings.port)
                 .into_connection_info()
-                .map_err(|e| format!("store.url: {e}"))?
+                .map_err(refused)?
                 .set_redis_settings(sentinel::node_settings(settings))
                 .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
-            Target::Url(redis::Client::open(info).map_err(|e| format!("store.url: {e}"))?)
+            Target::Url(redis::Client::open(info).map_err(refused)?)
         };
         Ok(Store {
             settings: settings.clone(),
@@ -529,19 +567,19 @@ impl Store {
         })
     }
 
-    /// Claims this instance's name for `run_id` for `ttl`; Err(holder) when another process holds it.
-    pub fn claim_instance(
-        &self,
-        run_id: &str,
-        ttl: Duration,
-    ) -> Result<Result<(), String>, StoreError> {
+    /// Claims this instance's name for `run_id` for `ttl`, unless another process holds it.
+    pub fn claim_instance(&self, run_id: &str, ttl: Duration) -> Result<Claim, StoreError> {
         let key = self.k(&format!("instance:{}", self.instance));
         let got: String = self.run(
             |s| &s.claim,
             &[key],
             &[run_id.to_string(), ttl.as_millis().to_string()],
         )?;
-        Ok(if got == "ok" { Ok(()) } else { Err(got) })
+        Ok(if got == "ok" {
+            Claim::Ours
+        } else {
+            Claim::HeldBy(got)
+        })
     }
 
     /// Gives up this instance's name (at a clean exit), if `run_id` still holds it.

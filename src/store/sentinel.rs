@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use redis::sentinel::{Sentinel, SentinelNodeConnectionInfo};
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo, Value};
 
+use super::SetupError;
 use crate::config::store::{host_port, StoreSettings};
 
 /// How often the sentinels are asked again while the primary answers.
@@ -102,7 +103,7 @@ pub(super) fn node_settings(settings: &StoreSettings) -> RedisConnectionInfo {
 }
 
 /// How to reach each sentinel: (address, connection info with the sentinels' password).
-fn sentinel_infos(settings: &StoreSettings) -> Result<Vec<(String, ConnectionInfo)>, String> {
+fn sentinel_infos(settings: &StoreSettings) -> Result<Vec<(String, ConnectionInfo)>, SetupError> {
     let Some(s) = &settings.sentinel else {
         return Ok(Vec::new());
     };
@@ -115,7 +116,10 @@ fn sentinel_infos(settings: &StoreSettings) -> Result<Vec<(String, ConnectionInf
         .map(|(h, p)| {
             let info = ConnectionAddr::Tcp(h.clone(), *p)
                 .into_connection_info()
-                .map_err(|e| format!("store.sentinels: {e}"))?
+                .map_err(|error| SetupError::Address {
+                    setting: "store.sentinels",
+                    error,
+                })?
                 .set_redis_settings(redis.clone())
                 .set_tcp_settings(tcp(settings.timeout));
             Ok((host_port(h, *p), info))
@@ -139,9 +143,9 @@ fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
 }
 
 impl Follower {
-    pub(super) fn new(settings: &StoreSettings) -> Result<Arc<Follower>, String> {
+    pub(super) fn new(settings: &StoreSettings) -> Result<Arc<Follower>, SetupError> {
         let Some(s) = &settings.sentinel else {
-            return Err("store: no sentinels configured".into());
+            return Err(SetupError::NoSentinels);
         };
         let lanes = sentinel_infos(settings)?
             .into_iter()
@@ -198,7 +202,7 @@ impl Follower {
     /// The primary, asking the sentinels when none is known; waits at most the store's deadline. While it
     /// waits, a sentinel that answered (without a primary: the old one is down, the new one not named yet)
     /// is asked again every `RETRY_AFTER`, one question per sentinel at a time.
-    pub(super) fn primary(self: &Arc<Self>) -> Result<Primary, String> {
+    pub(super) fn primary(self: &Arc<Self>) -> Result<Primary, NoPrimary> {
         let deadline = Instant::now() + self.timeout;
         let mut st = lock(&self.state);
         let mut mine: Option<u64> = None;
@@ -233,12 +237,11 @@ impl Follower {
         }
     }
 
-    fn no_primary(&self, st: &State) -> String {
-        format!(
-            "the sentinels name no primary {:?} that answers ({})",
-            self.master_name,
-            st.last_error.as_deref().unwrap_or("no sentinel answers")
-        )
+    fn no_primary(&self, st: &State) -> NoPrimary {
+        NoPrimary {
+            master_name: self.master_name.clone(),
+            last_error: st.last_error.clone(),
+        }
     }
 
     /// The primary in use failed (it does not answer, or it is a replica now): the next call asks the
@@ -315,7 +318,7 @@ impl Follower {
         let found = self.guard(info).and_then(|()| {
             sentinel
                 .master_for(&self.master_name, Some(&self.node))
-                .map_err(|e| e.to_string())
+                .map_err(Unasked::Sentinel)
         });
         let mut st = lock(&self.state);
         let address = st.lanes[lane].address.clone();
@@ -346,20 +349,21 @@ impl Follower {
 
     /// Before the crate's client (which sets no timeouts) is asked: the sentinel answers within the deadline
     /// and names a primary whose port accepts a connection within it.
-    fn guard(&self, info: &ConnectionInfo) -> Result<(), String> {
-        let mut con = plain(info, self.timeout).map_err(|e| e.to_string())?;
+    fn guard(&self, info: &ConnectionInfo) -> Result<(), Unasked> {
+        let mut con = plain(info, self.timeout)?;
         let named: Option<(String, u16)> = redis::cmd("SENTINEL")
             .arg("GET-MASTER-ADDR-BY-NAME")
             .arg(&self.master_name)
-            .query(&mut con)
-            .map_err(|e| e.to_string())?;
-        let (host, port) =
-            named.ok_or_else(|| format!("it knows no primary {:?}", self.master_name))?;
+            .query(&mut con)?;
+        let (host, port) = named.ok_or_else(|| Unasked::NoPrimary(self.master_name.clone()))?;
         let address = host_port(&host, port);
         crate::addresses::register(&address);
-        let unreached = |e: &dyn std::fmt::Display| format!("the primary it names, {address}: {e}");
+        let unreached = |error| Unasked::Unreached {
+            address: address.clone(),
+            error,
+        };
         let addrs = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port))
-            .map_err(|e| unreached(&e))?;
+            .map_err(|e| unreached(Some(e)))?;
         let mut last = None;
         for a in addrs {
             match std::net::TcpStream::connect_timeout(&a, self.timeout) {
@@ -367,10 +371,7 @@ impl Follower {
                 Err(e) => last = Some(e),
             }
         }
-        Err(unreached(&last.map_or_else(
-            || "no address".to_string(),
-            |e| e.to_string(),
-        )))
+        Err(unreached(last))
     }
 
     /// Takes up the primary a sentinel named (a new generation when it is another server, or none was in use).
@@ -399,6 +400,64 @@ impl Follower {
             client,
             generation: st.generation,
         });
+    }
+}
+
+/// No primary found within the store's deadline: the sentinels named none that answers.
+#[derive(Debug, Clone)]
+pub struct NoPrimary {
+    pub master_name: String,
+    /// What the last lookup ran into (None: no sentinel answered).
+    pub last_error: Option<String>,
+}
+
+impl std::fmt::Display for NoPrimary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the sentinels name no primary {:?} that answers ({})",
+            self.master_name,
+            self.last_error.as_deref().unwrap_or("no sentinel answers")
+        )
+    }
+}
+
+impl std::error::Error for NoPrimary {}
+
+/// Why a lane's sentinel was not asked for the primary, or named none that answers.
+#[derive(Debug)]
+enum Unasked {
+    /// The sentinel did not answer, or refused (as the crate's client reports it).
+    Sentinel(redis::RedisError),
+    /// The sentinel knows no primary of that name.
+    NoPrimary(String),
+    /// The primary it names does not accept a connection (None: its name resolves to no address).
+    Unreached {
+        address: String,
+        error: Option<std::io::Error>,
+    },
+}
+
+impl From<redis::RedisError> for Unasked {
+    fn from(e: redis::RedisError) -> Unasked {
+        Unasked::Sentinel(e)
+    }
+}
+
+impl std::fmt::Display for Unasked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unasked::Sentinel(e) => write!(f, "{e}"),
+            Unasked::NoPrimary(name) => write!(f, "it knows no primary {name:?}"),
+            Unasked::Unreached {
+                address,
+                error: Some(e),
+            } => write!(f, "the primary it names, {address}: {e}"),
+            Unasked::Unreached {
+                address,
+                error: None,
+            } => write!(f, "the primary it names, {address}: no address"),
+        }
     }
 }
 
@@ -431,9 +490,9 @@ fn bounded<T: Send + 'static>(
 
 /// Asks every sentinel which primary it names, checks the quorum and whether each replica answers; every
 /// step within `within`.
-pub fn survey(settings: &StoreSettings, within: Duration) -> Result<Survey, String> {
+pub fn survey(settings: &StoreSettings, within: Duration) -> Result<Survey, SetupError> {
     let Some(s) = &settings.sentinel else {
-        return Err("store: no sentinels configured".into());
+        return Err(SetupError::NoSentinels);
     };
     let node = SentinelNodeConnectionInfo::default()
         .set_redis_connection_info(node_settings(settings))
@@ -483,7 +542,9 @@ pub fn survey(settings: &StoreSettings, within: Duration) -> Result<Survey, Stri
         .map(|(host, port)| {
             let address = host_port(&host, port);
             crate::addresses::register(&address);
-            (address, ping(settings, &host, port, within))
+            let answered = ping(settings, &host, port, within)
+                .map_err(|e| crate::secrets::scrubbed(&e.to_string()));
+            (address, answered)
         })
         .collect();
     Ok(Survey {
@@ -502,16 +563,17 @@ fn plain(info: &ConnectionInfo, within: Duration) -> redis::RedisResult<redis::C
 }
 
 /// Whether a data node answers `PING` with tollgate's credentials.
-fn ping(settings: &StoreSettings, host: &str, port: u16, within: Duration) -> Result<(), String> {
+fn ping(
+    settings: &StoreSettings,
+    host: &str,
+    port: u16,
+    within: Duration,
+) -> redis::RedisResult<()> {
     let info = ConnectionAddr::Tcp(host.to_string(), port)
-        .into_connection_info()
-        .map_err(|e| e.to_string())?
+        .into_connection_info()?
         .set_redis_settings(node_settings(settings));
-    let mut con = plain(&info, within).map_err(|e| crate::secrets::scrubbed(&e.to_string()))?;
-    redis::cmd("PING")
-        .query::<String>(&mut con)
-        .map(|_| ())
-        .map_err(|e| crate::secrets::scrubbed(&e.to_string()))
+    let mut con = plain(&info, within)?;
+    redis::cmd("PING").query::<String>(&mut con).map(|_| ())
 }
 
 /// (ip, port) of each replica in a `SENTINEL REPLICAS` answer (flat field-value lists, or maps in RESP3).
@@ -605,7 +667,7 @@ mod tests {
                 "waited {:?}",
                 began.elapsed()
             );
-            assert!(e.contains("\"m\""), "{e}");
+            assert!(e.to_string().contains("\"m\""), "{e}");
             std::thread::sleep(RETRY_AFTER);
         }
         assert!(f.address().is_none());

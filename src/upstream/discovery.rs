@@ -33,25 +33,25 @@ pub struct Server {
 
 /// Asks one server for its models: the list of the protocol local servers speak (`protocol::LOCAL`), else
 /// Ollama's tags.
-pub fn probe(agent: &ureq::Agent, base_url: &str) -> Result<Vec<String>, String> {
-    let get = |url: &str| -> Result<Value, String> {
+pub fn probe(agent: &ureq::Agent, base_url: &str) -> Result<Vec<String>, ProbeError> {
+    let get = |url: &str| -> Result<Value, ProbeError> {
         let mut resp = agent
             .get(url)
             .config()
             .timeout_global(Some(PROBE_TIMEOUT))
             .build()
             .call()
-            .map_err(|e| e.to_string())?;
+            .map_err(ProbeError::Call)?;
         if resp.status().as_u16() != 200 {
-            return Err(format!("HTTP {}", resp.status().as_u16()));
+            return Err(ProbeError::Status(resp.status().as_u16()));
         }
         let text = resp
             .body_mut()
             .with_config()
             .limit(4 * 1024 * 1024)
             .read_to_string()
-            .map_err(|e| e.to_string())?;
-        serde_json::from_str(&text).map_err(|e| e.to_string())
+            .map_err(ProbeError::Body)?;
+        serde_json::from_str(&text).map_err(ProbeError::Json)
     };
     let tags = |v: &Value| -> Option<Vec<String>> {
         let items = v.get("models")?.as_array()?;
@@ -71,12 +71,40 @@ pub fn probe(agent: &ureq::Agent, base_url: &str) -> Result<Vec<String>, String>
                 Ok(Some(models)) => Ok(models),
                 _ => Err(match first {
                     Err(e) => e,
-                    _ => "no model list in its answer".into(),
+                    _ => ProbeError::NoList,
                 }),
             }
         }
     }
 }
+
+/// Why a server gave no model list.
+#[derive(Debug)]
+pub enum ProbeError {
+    /// No answer (refused, unreachable, past the probe's timeout).
+    Call(ureq::Error),
+    /// An answer with another status than 200.
+    Status(u16),
+    /// An answer whose body could not be read.
+    Body(ureq::Error),
+    /// An answer that is not JSON.
+    Json(serde_json::Error),
+    /// An answer with neither the protocol's model list nor Ollama's tags.
+    NoList,
+}
+
+impl std::fmt::Display for ProbeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProbeError::Call(e) | ProbeError::Body(e) => write!(f, "{e}"),
+            ProbeError::Status(s) => write!(f, "HTTP {s}"),
+            ProbeError::Json(e) => write!(f, "{e}"),
+            ProbeError::NoList => write!(f, "no model list in its answer"),
+        }
+    }
+}
+
+impl std::error::Error for ProbeError {}
 
 /// The upstream's name for a discovered server: `local@127.0.0.1:11434`.
 pub fn upstream_name(base_url: &str) -> String {

@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use crate::protocol::client::{error_text, parse_data, ClientEvent};
+use crate::protocol::client::{error_text, parse_data, ClientEvent, NoText};
 
 /// The minimal request: model plus one short text.
 pub fn probe_body(model: &str, prompt: &str, stream: bool) -> Value {
@@ -15,14 +15,14 @@ pub fn probe_body(model: &str, prompt: &str, stream: bool) -> Value {
 }
 
 /// The text of a complete answer: `choices[0].message.content` (its refusal, if it has only that).
-pub fn answer_text(v: &Value) -> Result<String, String> {
+pub fn answer_text(v: &Value) -> Result<String, NoText> {
     let msg = &v["choices"][0]["message"];
     if msg.is_null() {
-        return Err("the answer has no `choices[0].message`".into());
+        return Err(NoText::Missing("`choices[0].message`"));
     }
     if let Some(r) = msg["refusal"].as_str() {
         if msg["content"].as_str().unwrap_or("").is_empty() {
-            return Err(format!("the model refused: {r}"));
+            return Err(NoText::Refused(r.to_string()));
         }
     }
     Ok(msg["content"].as_str().unwrap_or("").to_string())

@@ -15,7 +15,7 @@ use std::borrow::Cow;
 use serde_json::{json, Map, Value};
 
 use super::canon::{self, Usage};
-use super::client::ClientEvent;
+use super::client::{ClientEvent, NoText};
 use super::codec::{Codec, Headers, Listed};
 use super::edit::{Edit, Put};
 use super::hosted::{self, Asks, Rules};
@@ -248,9 +248,9 @@ impl Codec for Messages {
             Some(("anthropic-version", Cow::Borrowed(VERSION))),
         ]
     }
-    fn answer_text(&self, answer: &Value) -> Result<String, String> {
+    fn answer_text(&self, answer: &Value) -> Result<String, NoText> {
         let Some(blocks) = answer["content"].as_array() else {
-            return Err("the answer has no `content` array".into());
+            return Err(NoText::Missing("`content` array"));
         };
         Ok(blocks
             .iter()

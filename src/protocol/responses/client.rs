@@ -3,29 +3,33 @@
 
 use serde_json::Value;
 
-use crate::protocol::client::{error_text, parse_data, ClientEvent};
+use crate::protocol::client::{error_text, parse_data, ClientEvent, NoText};
 
 /// The text of a complete answer: the text parts of its output items, unless it failed or is incomplete.
-pub fn answer_text(v: &Value) -> Result<String, String> {
+pub fn answer_text(v: &Value) -> Result<String, NoText> {
     match v["status"].as_str() {
         Some("failed") => {
-            return Err(format!(
-                "the response has status `failed` ({})",
-                v["error"]["message"].as_str().unwrap_or("no message")
-            ))
+            return Err(NoText::Ended {
+                status: "failed",
+                why: v["error"]["message"]
+                    .as_str()
+                    .unwrap_or("no message")
+                    .to_string(),
+            })
         }
         Some("incomplete") => {
-            return Err(format!(
-                "the response has status `incomplete` ({})",
-                v["incomplete_details"]["reason"]
+            return Err(NoText::Ended {
+                status: "incomplete",
+                why: v["incomplete_details"]["reason"]
                     .as_str()
                     .unwrap_or("no reason")
-            ))
+                    .to_string(),
+            })
         }
         _ => {}
     }
     let Some(items) = v["output"].as_array() else {
-        return Err("the answer has no `output` array".into());
+        return Err(NoText::Missing("`output` array"));
     };
     Ok(items
         .iter()

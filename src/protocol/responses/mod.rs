@@ -13,7 +13,7 @@ mod upstream;
 use serde_json::{json, Value};
 
 use super::canon::{self, Usage};
-use super::client::ClientEvent;
+use super::client::{ClientEvent, NoText};
 use super::codec::{Codec, Headers, Listed};
 use super::edit::{Edit, Put};
 use super::hosted::{self, Asks, Rules};
@@ -158,7 +158,7 @@ impl Codec for Responses {
     fn client_headers<'k>(&self, key: &'k str) -> Headers<'k> {
         [Some(auth::bearer(key)), None, None]
     }
-    fn answer_text(&self, answer: &Value) -> Result<String, String> {
+    fn answer_text(&self, answer: &Value) -> Result<String, NoText> {
         client::answer_text(answer)
     }
     fn stop_reason<'v>(&self, answer: &'v Value) -> Option<&'v str> {
