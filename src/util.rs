@@ -674,4 +674,17 @@ mod tests {
         );
         fs::remove_dir_all(d).unwrap();
     }
+
+    #[test]
+    fn a_refusal_is_told_apart_by_its_type() {
+        let d = tmpdir("refused");
+        let link = d.join("audit.jsonl");
+        std::os::unix::fs::symlink(d.join("elsewhere"), &link).unwrap();
+        let e = open_owned(&link, fs::OpenOptions::new().read(true)).unwrap_err();
+        assert!(Refused::is(&e), "{e}");
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        let e = open_owned(&d.join("missing"), fs::OpenOptions::new().read(true)).unwrap_err();
+        assert!(!Refused::is(&e) && e.kind() == io::ErrorKind::NotFound);
+        fs::remove_dir_all(d).unwrap();
+    }
 }

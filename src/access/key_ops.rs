@@ -553,4 +553,18 @@ mod tests {
         r.deleted = true;
         assert_eq!(terms_of(&r), "||||x");
     }
+
+    #[test]
+    fn a_refusal_says_its_kind() {
+        let dir = std::env::temp_dir().join(format!(
+            "tollgate-key-ops-{}",
+            crate::util::random_base62(8)
+        ));
+        let at = KeysAt::Dir(&dir);
+        let e = revoke_key(at, "nobody").unwrap_err();
+        assert_eq!((e.kind, e.field), (KeyOpKind::NoSuchKey, "name"));
+        let e = add_key(at, "two words", "default", None).unwrap_err();
+        assert_eq!((e.kind, e.field), (KeyOpKind::Invalid, "name"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

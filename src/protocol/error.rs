@@ -562,6 +562,30 @@ mod tests {
     }
 
     #[test]
+    fn a_cause_sets_its_code_and_is_what_the_code_reads() {
+        let e = ApiError::ledger_unavailable(3);
+        assert_eq!(e.cause(), Cause::LedgerUnavailable);
+        assert_eq!(e.code(), Some("ledger_unavailable"));
+        assert_eq!(
+            ApiError::record_not_synced().cause(),
+            Cause::LedgerUnavailable
+        );
+        let e = ApiError::unauthorized("no").with_cause(Cause::InvalidAdminToken);
+        assert_eq!((e.status(), e.code()), (401, Some("invalid_admin_token")));
+        // A wire code alone names no cause; an upstream's error has none of the gateway's.
+        assert_eq!(
+            ApiError::invalid("x").with_code("odd").cause(),
+            Cause::Unnamed
+        );
+        let body = br#"{"error":{"message":"m","type":"t","code":"ledger_unavailable"}}"#;
+        assert_eq!(
+            ApiError::from_upstream(503, body, None).cause(),
+            Cause::Unnamed
+        );
+        assert_eq!(Cause::Unnamed.code(), None);
+    }
+
+    #[test]
     fn upstream_errors_keep_their_details() {
         let body = br#"{"error":{"message":"too long","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#;
         let e = ApiError::from_upstream(400, body, None);
