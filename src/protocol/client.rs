@@ -12,6 +12,8 @@ pub enum ClientEvent {
     Skip,
     /// The stream's terminal event.
     Done,
+    /// The stream's terminal event, with answer text of its own (Gemini's last chunk).
+    Last(String),
     /// An error event (its message).
     Error(String),
     /// An event the SDK cannot read (what is wrong with it).
