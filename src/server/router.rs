@@ -88,15 +88,17 @@ pub fn route(gw: &Gateway, ex: &mut Exchange) {
 }
 
 /// Whether `path` is a models list (`/v1/models`, or a protocol's own: `models_list_path`): `Some(None)` for
-/// the list, `Some(Some(id))` for one model of it (percent-decoded), None for another path.
+/// the list, `Some(Some(id))` for one model of it (percent-decoded), None for another path. Under a
+/// protocol's own list a name has no `/` (but the `models/` its clients may put before it).
 fn models_list(path: &str) -> Option<Option<Result<String, String>>> {
-    let lists =
-        std::iter::once("/v1/models").chain(ALL.iter().filter_map(|p| p.models_list_path()));
-    for list in lists {
+    let own = ALL.iter().filter_map(|p| p.models_list_path());
+    for (i, list) in std::iter::once("/v1/models").chain(own).enumerate() {
         match path.strip_prefix(list) {
             Some("") => return Some(None),
             Some(rest) => {
-                if let Some(id) = rest.strip_prefix('/').filter(|id| !id.is_empty()) {
+                let id = rest.strip_prefix('/').filter(|id| !id.is_empty());
+                let nested = |id: &str| id.strip_prefix("models/").unwrap_or(id).contains('/');
+                if let Some(id) = id.filter(|id| i == 0 || !nested(id)) {
                     return Some(Some(crate::http::decode_path_segment(id)));
                 }
             }

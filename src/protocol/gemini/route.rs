@@ -65,8 +65,9 @@ pub fn target(path: &str) -> Option<Target<'_>> {
 pub fn hint(path: &str) -> Option<String> {
     for v in VERSIONS {
         let doubled = format!("{}{}", v.trim_end_matches('/'), v);
-        if path.contains(&doubled) {
-            let fixed = path.replacen(&doubled, v, 1);
+        let fixed = path.replacen(&doubled, v, 1);
+        // A doubled `/v1` is Gemini's mistake only where the path is then one of its endpoints.
+        if path.contains(&doubled) && (target(&fixed).is_some() || v == VERSIONS[0]) {
             return Some(format!(
                 "The path has a doubled `{}` (did you mean `{fixed}`?). Gemini clients (the google-genai SDKs, \
                  Gemini CLI's GOOGLE_GEMINI_BASE_URL) take the base URL `http://<host>` without a version: they \
@@ -124,5 +125,7 @@ mod tests {
         let h = hint("/v1beta/models/g:generateContent/v1beta/models/g:generateContent").unwrap();
         assert!(h.contains("endpoint inside it"), "{h}");
         assert!(hint("/v1beta/models/g:embedContent").is_none());
+        assert!(hint("/v1/v1/chat/completions").is_none(), "OpenAI's doubled /v1 is not Gemini's");
+        assert!(hint("/v1/v1/models/g:countTokens").unwrap().contains("doubled `/v1`"));
     }
 }
