@@ -638,3 +638,32 @@ fn the_doctor_speaks_gemini() {
     );
     assert!(text.contains("streamGenerateContent"), "{text}");
 }
+
+/// The console's live model list probes a Gemini upstream's own model list (`GET /v1beta/models` with its key
+/// in `x-goog-api-key`) and shows its kind.
+#[test]
+fn the_console_probes_a_gemini_upstream() {
+    let b = bench();
+    let list = json!({"models": [{"name": "models/real-gemini-model", "supportedGenerationMethods": ["generateContent"]}]});
+    b.queue.lock().unwrap().push_back(Reply::json(200, &list));
+    b.queue.lock().unwrap().push_back(Reply::json(200, &list));
+    let v = b.gw.admin("/admin/models?probe=1").json();
+    let gemini = v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "m-gemini")
+        .unwrap()
+        .clone();
+    let up = &gemini["upstreams"][0];
+    assert_eq!(up["kind"], "gemini", "{gemini}");
+    assert_eq!(up["probe"]["up"], true, "{gemini}");
+    let probe = b
+        .fake
+        .received()
+        .into_iter()
+        .find(|r| r.method == "GET" && r.path.starts_with("/v1beta/models"))
+        .expect("the Gemini upstream's model list was asked for");
+    assert_eq!(probe.path, "/v1beta/models?pageSize=1000");
+    assert_eq!(probe.header("x-goog-api-key"), Some(UPSTREAM_KEY));
+}
