@@ -50,6 +50,7 @@ upstream = "mock"
 name = "m-messages"
 upstream = "anthropic-up"
 upstream_model = "real-messages-model"
+reasoning = true
 
 [[models]]
 name = "x-secret"
@@ -514,6 +515,21 @@ fn the_one_limit_and_the_operators_account() {
     );
     assert_eq!(r.status, 400, "{}", r.text());
     assert!(r.text().contains("tuned model"));
+    // A paid hosted tool the model does not allow (Google Search grounding) is refused by name.
+    let search =
+        json!({"contents": [{"parts": [{"text": "news?"}]}], "tools": [{"googleSearch": {}}]});
+    let r = post_as(
+        gw,
+        &gw.key,
+        "/v1beta/models/m-gemini:generateContent",
+        &search,
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("google_search"), "{}", r.text());
+    assert_eq!(
+        r.json()["error"]["details"][0]["reason"],
+        "HOSTED_TOOL_REFUSED"
+    );
     assert_eq!(
         b.fake.received().len(),
         calls,
@@ -666,4 +682,69 @@ fn the_console_probes_a_gemini_upstream() {
         .expect("the Gemini upstream's model list was asked for");
     assert_eq!(probe.path, "/v1beta/models?pageSize=1000");
     assert_eq!(probe.header("x-goog-api-key"), Some(UPSTREAM_KEY));
+}
+
+/// `thinkingConfig` maps to Anthropic thinking (the budget as it is) and back (thoughts shown when asked for);
+/// `topK` reaches an upstream that takes it; `toolConfig` with one allowed function forces it.
+#[test]
+fn thinking_and_sampling_cross_over() {
+    let b = bench();
+    let gw = &b.gw;
+    let thinking_answer = json!({"id": "msg_1", "type": "message", "role": "assistant", "model": "real-messages-model",
+        "content": [{"type": "thinking", "thinking": "Paris is the capital.", "signature": "sig"},
+                    {"type": "text", "text": "Paris."}],
+        "stop_reason": "end_turn", "stop_sequence": null,
+        "usage": {"input_tokens": 10, "output_tokens": 20}});
+    b.queue
+        .lock()
+        .unwrap()
+        .push_back(Reply::json(200, &thinking_answer));
+    let body = json!({"contents": [{"role": "user", "parts": [{"text": "Capital of France?"}]}],
+        "generationConfig": {"maxOutputTokens": 8000,
+            "thinkingConfig": {"thinkingBudget": 3000, "includeThoughts": true}}});
+    let r = post_as(
+        gw,
+        &gw.key,
+        "/v1beta/models/m-messages:generateContent",
+        &body,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let sent = b.fake.last().json();
+    assert_eq!(
+        sent["thinking"],
+        json!({"type": "enabled", "budget_tokens": 3000})
+    );
+    assert_eq!(sent["max_tokens"], 8000);
+    let parts = r.json()["candidates"][0]["content"]["parts"].clone();
+    assert_eq!(
+        parts[0],
+        json!({"text": "Paris is the capital.", "thought": true})
+    );
+    assert_eq!(parts[1], json!({"text": "Paris."}));
+
+    // Without includeThoughts the thoughts stay out; topK goes to Anthropic's top_k.
+    b.queue
+        .lock()
+        .unwrap()
+        .push_back(Reply::json(200, &thinking_answer));
+    let body = json!({"contents": [{"role": "user", "parts": [{"text": "Capital?"}]}],
+        "generationConfig": {"topK": 20, "temperature": 0.3},
+        "tools": [{"functionDeclarations": [{"name": "a"}, {"name": "b"}]}],
+        "toolConfig": {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["b"]}}});
+    let r = post_as(
+        gw,
+        &gw.key,
+        "/v1beta/models/m-messages:generateContent",
+        &body,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let sent = b.fake.last().json();
+    assert_eq!(
+        (sent["top_k"].as_u64(), sent["temperature"].as_f64()),
+        (Some(20), Some(0.3))
+    );
+    assert_eq!(sent["tool_choice"], json!({"type": "tool", "name": "b"}));
+    assert_eq!(sent["tools"].as_array().unwrap().len(), 1);
+    let parts = r.json()["candidates"][0]["content"]["parts"].clone();
+    assert_eq!(parts, json!([{"text": "Paris."}]));
 }
