@@ -129,11 +129,19 @@ pub struct Request {
     pub max_tokens: Option<u64>,
     pub temperature: Option<f64>,
     pub top_p: Option<f64>,
+    /// Sampling from the k likeliest tokens (Messages `top_k`, Gemini `topK`), where the upstream takes it.
+    pub top_k: Option<u64>,
     pub stop: Vec<String>,
     pub stream: bool,
     pub output_format: Option<OutputFormat>,
     /// `low`, `medium`, `high`, ... as the client said it.
     pub reasoning_effort: Option<String>,
+    /// The reasoning budget in tokens, where the client gave one (Messages `thinking.budget_tokens`, Gemini
+    /// `thinkingBudget`); upstreams that take a budget use it (within the output limit), others the effort.
+    pub reasoning_budget: Option<u64>,
+    /// Whether the client asked to see the model's reasoning (Gemini `includeThoughts`); None: as its
+    /// protocol shows it by default.
+    pub reasoning_shown: Option<bool>,
     pub user: Option<String>,
     /// Tools of a Responses `namespace` group, flattened into plain functions: (flat name, namespace, name).
     pub namespaced_tools: Vec<(String, String, String)>,
@@ -144,6 +152,12 @@ pub struct Request {
 }
 
 impl Request {
+    /// No reasoning asked of the upstream (a model that does not reason).
+    pub fn drop_reasoning(&mut self) {
+        self.reasoning_effort = None;
+        self.reasoning_budget = None;
+    }
+
     /// The (namespace, name) a flattened tool name stands for.
     pub fn unflatten(&self, flat: &str) -> Option<(&str, &str)> {
         self.namespaced_tools
@@ -200,8 +214,8 @@ pub enum StopReason {
     Other(String),
 }
 
-/// Token usage, normalised once from each vendor's semantics (the decoders of `chat/`, `responses/` and
-/// `messages/`), so that one price sheet bills every path alike:
+/// Token usage, normalised once from each vendor's semantics (the decoders of `chat/`, `responses/`,
+/// `messages/` and `gemini/`), so that one price sheet bills every path alike:
 ///
 /// - `input_tokens` counts all input: uncached, cache reads and cache writes. OpenAI's `prompt_tokens` /
 ///   `input_tokens` already do (its `cached_tokens` and `cache_write_tokens` are parts of them); Anthropic's

@@ -122,7 +122,7 @@ pub fn refuse_overloaded(gw: &Gateway, ex: &mut Exchange) -> bool {
     let model = (ex.request.body.len() <= 64 * 1024)
         .then(|| serde_json::from_slice::<serde_json::Value>(&ex.request.body).ok())
         .flatten()
-        .map(|v| crate::protocol::Protocol::requested_model(&v).to_string());
+        .map(|v| protocol.requested_model(&ex.request.path, &v).into_owned());
     let asked = Asked {
         key: Some(identity.name.clone()),
         group: Some(identity.group.clone()),

@@ -81,7 +81,7 @@ fn translate_request(a: &Attempt) -> Result<Translated, ApiError> {
         req.max_tokens = Some(model.max_output_tokens);
     }
     if !model.reasoning {
-        req.reasoning_effort = None;
+        req.drop_reasoning();
     }
     let dropped = req.dropped_tools.join(", ");
     if !dropped.is_empty() {
