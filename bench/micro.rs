@@ -197,6 +197,7 @@ fn main() {
             instance: None,
             hosted_uses: Default::default(),
             service_tier: None,
+            cache: None,
         });
     }
     let queued = t.elapsed();

@@ -165,6 +165,45 @@ pub struct Model {
     pub route: Route,
     /// `weighted`: one weight per upstream, in the order of `upstreams`.
     pub weights: Vec<u32>,
+    /// Its answers are cached (`cache_ttl_secs` above 0): for how long, shared by whom.
+    pub cache: Option<Caching>,
+}
+
+/// A model's answer cache: how long a complete answer is kept and who may be served it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caching {
+    pub ttl: Duration,
+    pub scope: CacheScope,
+}
+
+/// Who shares a cached answer (`cache_scope`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheScope {
+    /// The key that asked (the default: a tenant never learns from a hit what another asked).
+    Key,
+    /// Every key of its group.
+    Group,
+    /// Every key.
+    All,
+}
+
+impl CacheScope {
+    pub fn parse(v: &str) -> Option<CacheScope> {
+        match v {
+            "key" => Some(CacheScope::Key),
+            "group" => Some(CacheScope::Group),
+            "all" => Some(CacheScope::All),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CacheScope::Key => "key",
+            CacheScope::Group => "group",
+            CacheScope::All => "all",
+        }
+    }
 }
 
 /// Where and how often local model servers are looked for.
@@ -254,6 +293,9 @@ pub struct Config {
     pub instance_set: bool,
     /// The shared store of several instances (`[store]`); None: flat files only.
     pub store: Option<store::StoreSettings>,
+    /// The most the answer cache holds (`cache_max_mb`, default 64), in bytes: in memory, or with a store in
+    /// it (least recently used entries go first).
+    pub cache_max_bytes: u64,
     /// What validation found that does not stop the gateway but will not work as meant (`check` prints
     /// them, `serve` logs them).
     pub warnings: Vec<String>,

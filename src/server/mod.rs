@@ -5,6 +5,7 @@ mod accounting;
 mod admit;
 mod attempt;
 mod builtin;
+mod cached;
 mod call;
 pub mod cluster;
 mod complete;
@@ -170,6 +171,7 @@ fn build(
         ledger,
         accounts: Arc::new(accounts),
         record_instance: (store.is_some() || config.instance_set).then(|| config.instance.clone()),
+        cache: crate::cache::AnswerCache::new(config.cache_max_bytes, store.clone()),
         store,
         admin_token,
         admin_guard: Default::default(),

@@ -19,12 +19,24 @@ pub fn observe(gw: &Gateway, config: &Config, trace: &Trace, out: &Outcome, bill
         ACTIVE_STREAMS.fetch_sub(1, Ordering::Relaxed);
     }
     let status = out.status_text();
-    let usage = out.answer.usage.unwrap_or_default();
+    // A hit generated no tokens: they are in its record, not in the token counters.
+    let usage = match out.cache_hit() {
+        false => out.answer.usage.unwrap_or_default(),
+        true => Default::default(),
+    };
     // Label values come only from configured models, so invented names cannot grow the series.
     let model = match out.asked.model.as_deref() {
         Some(m) if config.model_any(m).is_some() => m,
         Some(_) => "unknown",
         None => "-",
+    };
+    if let Some(used) = out.cache {
+        gw.cache.count(model, used);
+    }
+    let split = if out.cache_hit() {
+        Default::default()
+    } else {
+        bill.split
     };
     gw.metrics.observe(&Observation {
         protocol: trace.protocol.name(),
@@ -34,9 +46,9 @@ pub fn observe(gw: &Gateway, config: &Config, trace: &Trace, out: &Outcome, bill
         overhead: trace.overhead(),
         first_token: trace.first_token.get(),
         input_tokens: usage.input_tokens,
-        cached_input_tokens: bill.split.cache_reads,
-        cache_write_5m_tokens: bill.split.cache_writes_5m,
-        cache_write_1h_tokens: bill.split.cache_writes_1h,
+        cached_input_tokens: split.cache_reads,
+        cache_write_5m_tokens: split.cache_writes_5m,
+        cache_write_1h_tokens: split.cache_writes_1h,
         output_tokens: usage.output_tokens,
         reasoning_tokens: usage.reasoning_tokens,
         cost: bill.cost,
