@@ -1,15 +1,16 @@
 //! The answer cache in this process's memory: entries by fingerprint, each with its expiry, bounded in bytes;
-//! when a new entry does not fit, the least recently used ones go first.
+//! when a new entry does not fit, the least recently used ones go first. An entry is held as its serialized
+//! bytes, one allocation (a long-lived tree of small strings per entry slows every allocation of the
+//! process down).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::Entry;
 use crate::protocol::fingerprint::Fingerprint;
 
 struct Slot {
-    entry: Arc<Entry>,
+    entry: Arc<[u8]>,
     /// The model it answers for (its bytes and evictions are counted per model).
     model: Arc<str>,
     size: u64,
@@ -29,10 +30,11 @@ pub struct Changes {
 
 /// An entry to store, with what the cache knows of it.
 pub struct Item {
-    pub entry: Arc<Entry>,
+    /// The entry, serialized.
+    pub entry: Arc<[u8]>,
     /// The model it answers for.
     pub model: Arc<str>,
-    /// About the memory it takes.
+    /// The memory it takes (its bytes, and the bookkeeping beside them).
     pub size: u64,
     pub expires: Instant,
 }
@@ -54,7 +56,7 @@ impl Lru {
         fp: &Fingerprint,
         now: Instant,
         gone: &mut Option<(Arc<str>, u64)>,
-    ) -> Option<Arc<Entry>> {
+    ) -> Option<Arc<[u8]>> {
         let slot = self.slots.get_mut(fp)?;
         if slot.expires <= now {
             *gone = self.remove(fp).map(|s| (s.model, s.size));
@@ -132,21 +134,10 @@ impl Lru {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::canon::{Response, StopReason, Usage};
     use std::time::Duration;
 
-    fn entry() -> Arc<Entry> {
-        Arc::new(Entry {
-            response: Response {
-                id: String::new(),
-                model: String::new(),
-                content: Vec::new(),
-                stop: StopReason::EndTurn,
-                usage: Usage::default(),
-                created: 0,
-            },
-            upstream: "u".into(),
-        })
+    fn entry() -> Arc<[u8]> {
+        Arc::from(&b"{}"[..])
     }
 
     fn item(model: &Arc<str>, size: u64, expires: Instant) -> Item {

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::ledger::CacheUse;
-use crate::protocol::canon::{Part, Response};
+use crate::protocol::canon::Response;
 use crate::protocol::fingerprint::Fingerprint;
 use crate::store::Store;
 
@@ -28,29 +28,8 @@ pub struct Entry {
     pub upstream: String,
 }
 
-impl Entry {
-    /// About the memory it takes (its text, and a fixed part for the rest).
-    fn weight(&self) -> u64 {
-        let text: usize = self
-            .response
-            .content
-            .iter()
-            .map(|p| match p {
-                Part::Text(t) => t.len(),
-                Part::Reasoning { text, signature } => {
-                    text.len() + signature.as_ref().map_or(0, String::len)
-                }
-                Part::ToolCall {
-                    id,
-                    name,
-                    arguments,
-                } => id.len() + name.len() + arguments.len(),
-                _ => 0,
-            })
-            .sum();
-        (text + self.response.content.len() * 48 + self.upstream.len() + 256) as u64
-    }
-}
+/// The bookkeeping beside an entry's bytes in memory (its slot, its place in the order, the model's name).
+const SLOT_BYTES: u64 = 160;
 
 /// What the cache did for one model.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -70,8 +49,12 @@ struct Inner {
 }
 
 impl Inner {
-    fn stats(&mut self, model: &str) -> &mut ModelStats {
-        self.stats.entry(model.to_string()).or_default()
+    /// Changes the model's counts (its name copied only the first time).
+    fn stats(&mut self, model: &str, change: impl FnOnce(&mut ModelStats)) {
+        match self.stats.get_mut(model) {
+            Some(s) => change(s),
+            None => change(self.stats.entry(model.to_string()).or_default()),
+        }
     }
 }
 
@@ -100,41 +83,44 @@ impl AnswerCache {
     }
 
     /// The fresh entry for `fp`, if there is one (a store that does not answer has none).
-    pub fn get(&self, fp: &Fingerprint) -> Option<Arc<Entry>> {
+    pub fn get(&self, fp: &Fingerprint) -> Option<Entry> {
         if let Some(store) = &self.store {
             return shared_get(self, store, fp);
         }
-        let mut inner = self.lock();
-        let mut gone = None;
-        let found = inner.lru.get(fp, Instant::now(), &mut gone);
-        if let Some((model, size)) = gone {
-            let s = inner.stats(&model);
-            s.bytes = s.bytes.saturating_sub(size);
-        }
-        found
+        let found = {
+            let mut inner = self.lock();
+            let mut gone = None;
+            let found = inner.lru.get(fp, Instant::now(), &mut gone);
+            if let Some((model, size)) = gone {
+                inner.stats(&model, |s| s.bytes = s.bytes.saturating_sub(size));
+            }
+            found
+        };
+        serde_json::from_slice(&found?).ok()
     }
 
     /// Stores `entry`, the answer of `model` to the request `fp`, for `ttl`.
-    pub fn put(&self, model: &str, fp: Fingerprint, entry: Entry, ttl: Duration) {
+    pub fn put(&self, model: &str, fp: Fingerprint, entry: &Entry, ttl: Duration) {
+        let Ok(bytes) = serde_json::to_vec(entry) else {
+            return;
+        };
         if let Some(store) = &self.store {
-            return self.shared_put(store, model, fp, &entry, ttl);
+            return self.shared_put(store, model, fp, bytes, ttl);
         }
         let now = Instant::now();
-        let size = entry.weight();
-        let mut inner = self.lock();
         let item = lru::Item {
-            entry: Arc::new(entry),
+            size: bytes.len() as u64 + SLOT_BYTES,
+            entry: Arc::from(bytes),
             model: Arc::from(model),
-            size,
             expires: now + ttl,
         };
+        let mut inner = self.lock();
         let changes = inner.lru.put(fp, item, self.cap, now);
         for (m, delta) in changes.bytes {
-            let s = inner.stats(&m);
-            s.bytes = s.bytes.saturating_add_signed(delta);
+            inner.stats(&m, |s| s.bytes = s.bytes.saturating_add_signed(delta));
         }
         for m in changes.evicted {
-            inner.stats(&m).evictions += 1;
+            inner.stats(&m, |s| s.evictions += 1);
         }
     }
 
@@ -143,24 +129,21 @@ impl AnswerCache {
         store: &Store,
         model: &str,
         fp: Fingerprint,
-        entry: &Entry,
+        bytes: Vec<u8>,
         ttl: Duration,
     ) {
-        if !store.healthy() {
+        if !store.healthy() || bytes.len() as u64 > self.cap {
             return;
         }
-        let Ok(text) = serde_json::to_string(entry) else {
+        let Ok(text) = String::from_utf8(bytes) else {
             return;
         };
-        if text.len() as u64 > self.cap {
-            return;
-        }
         match store.cache_put(&fp.hex(), text, ttl, model, self.cap) {
             Ok(put) => {
                 let mut inner = self.lock();
-                inner.stats(model).bytes = put.model_bytes;
+                inner.stats(model, |s| s.bytes = put.model_bytes);
                 for m in put.evicted {
-                    inner.stats(&m).evictions += 1;
+                    inner.stats(&m, |s| s.evictions += 1);
                 }
             }
             Err(e) => log::debug!("cache: the store did not take an entry: {e}"),
@@ -169,13 +152,11 @@ impl AnswerCache {
 
     /// Counts what the cache did for a request to `model`.
     pub fn count(&self, model: &str, used: CacheUse) {
-        let mut inner = self.lock();
-        let s = inner.stats(model);
-        match used {
+        self.lock().stats(model, |s| match used {
             CacheUse::Hit => s.hits += 1,
             CacheUse::Miss => s.misses += 1,
             CacheUse::Bypass => s.bypasses += 1,
-        }
+        });
     }
 
     /// What the cache did, per model (by name).
@@ -191,16 +172,17 @@ impl AnswerCache {
 }
 
 /// The entry in the store, if it answers and has one; the bytes of its model's entries are noted.
-fn shared_get(cache: &AnswerCache, store: &Store, fp: &Fingerprint) -> Option<Arc<Entry>> {
+fn shared_get(cache: &AnswerCache, store: &Store, fp: &Fingerprint) -> Option<Entry> {
     if !store.healthy() {
         return None;
     }
     match store.cache_get(&fp.hex()) {
         Ok(Some(got)) => {
             if !got.model.is_empty() {
-                cache.lock().stats(&got.model).bytes = got.model_bytes;
+                let bytes = got.model_bytes;
+                cache.lock().stats(&got.model, |s| s.bytes = bytes);
             }
-            serde_json::from_str(&got.entry).ok().map(Arc::new)
+            serde_json::from_str(&got.entry).ok()
         }
         Ok(None) => None,
         Err(e) => {

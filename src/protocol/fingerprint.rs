@@ -91,23 +91,11 @@ pub fn of(protocol: Protocol, body: &Value, req: &Request, target: &Target) -> F
         reasoning_effort: &req.reasoning_effort,
         rest,
     };
-    let mut hasher = Sha256::new();
-    // Serializing canonical types and JSON values cannot fail; a writer into a hasher never does either.
-    let _ = serde_json::to_writer(HashWriter(&mut hasher), &keyed);
-    Fingerprint(hasher.finalize().into())
-}
-
-/// Feeds what is written into the hash (no buffer of the whole request).
-struct HashWriter<'a>(&'a mut Sha256);
-
-impl std::io::Write for HashWriter<'_> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.update(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+    // Written whole, then hashed in one call (the serializer's many small writes would each be a call into
+    // the hash). Serializing canonical types and JSON values into memory cannot fail.
+    let mut buf = Vec::with_capacity(512);
+    let _ = serde_json::to_writer(&mut buf, &keyed);
+    Fingerprint(Sha256::digest(&buf).into())
 }
 
 #[cfg(test)]

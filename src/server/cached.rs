@@ -11,7 +11,6 @@
 //! are errors, streams cut (by the upstream, the client, the output limit or shutdown), and answers the
 //! upstream marked incomplete (stopped at the output limit, filtered, paused).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::events::EventWriter;
@@ -45,7 +44,7 @@ pub enum Lookup {
     Off,
     /// Found: the entry, and the client's request in canonical form (what its answer is encoded for).
     Hit {
-        entry: Arc<Entry>,
+        entry: Box<Entry>,
         req: Box<Request>,
     },
     /// Not answered from the cache (`used`: a miss, or a bypass); `keep`: where its answer is stored
@@ -117,7 +116,7 @@ pub fn look(gw: &Gateway, ex: &Exchange, p: &Prepared) -> Lookup {
     }
     match gw.cache.get(&fp) {
         Some(entry) => Lookup::Hit {
-            entry,
+            entry: Box::new(entry),
             req: Box::new(req),
         },
         None => Lookup::Fresh {
@@ -212,16 +211,23 @@ fn stream(mut writer: EventWriter, resp: &Response) -> Delivered {
 
 /// After the attempts: stores the answer from the upstream if the request's answers are stored and it is
 /// complete (delivered whole with no error, and not marked incomplete by the upstream), with the usage its
-/// request is recorded with.
-pub fn store(gw: &Gateway, p: &Prepared, trace: &Trace, lookup: &Lookup, answer: &Answer) {
+/// request is recorded with. Returns the answer (without the canonical copy it kept).
+pub fn store(
+    gw: &Gateway,
+    p: &Prepared,
+    trace: &Trace,
+    lookup: &Lookup,
+    mut answer: Answer,
+) -> Answer {
+    let kept = answer.kept.take();
     let Lookup::Fresh {
         keep: Some(keep), ..
     } = lookup
     else {
-        return;
+        return answer;
     };
-    let Some(kept) = answer.kept.as_deref() else {
-        return;
+    let Some(mut kept) = kept else {
+        return answer;
     };
     let whole = answer.status == 200
         && answer.error.is_none()
@@ -232,20 +238,15 @@ pub fn store(gw: &Gateway, p: &Prepared, trace: &Trace, lookup: &Lookup, answer:
         kept.stop,
         StopReason::EndTurn | StopReason::StopSequence(_) | StopReason::ToolUse
     );
-    if !whole || !finished {
-        return;
+    if whole && finished {
+        // The replay gives its own id, name and time.
+        (kept.id, kept.model, kept.created) = (String::new(), String::new(), 0);
+        kept.usage = answer.usage.unwrap_or(kept.usage);
+        let entry = Entry {
+            response: *kept,
+            upstream: answer.upstream.clone().unwrap_or_default(),
+        };
+        gw.cache.put(&p.model.name, keep.fp, &entry, keep.ttl);
     }
-    let response = Response {
-        id: String::new(),
-        model: String::new(),
-        content: kept.content.clone(),
-        stop: kept.stop.clone(),
-        usage: answer.usage.unwrap_or(kept.usage),
-        created: 0,
-    };
-    let entry = Entry {
-        response,
-        upstream: answer.upstream.clone().unwrap_or_default(),
-    };
-    gw.cache.put(&p.model.name, keep.fp, entry, keep.ttl);
+    answer
 }

@@ -107,8 +107,7 @@ fn answered(
         return (cached::replay(gw, ex, trace, p, entry, req), 0);
     }
     let (answer, calls) = attempts(gw, ex, trace, p, lookup.keeps());
-    cached::store(gw, p, trace, lookup, &answer);
-    (answer, calls)
+    (cached::store(gw, p, trace, lookup, answer), calls)
 }
 
 /// The attempts: one per upstream, in the order failover gives, each answered by the step for the endpoint
