@@ -778,7 +778,15 @@ fn start_quiet(up: &Upstream) -> Gateway {
         .local_addr()
         .unwrap()
         .port();
-    let c = config(dir.path(), up.fake.addr, "log_level = \"warn\"").replace(
+    // `TG_BENCH_CACHE_MB`: the cache's bound (64 MB, the default, when unset).
+    let cap = std::env::var("TG_BENCH_CACHE_MB")
+        .map_or(String::new(), |mb| format!("cache_max_mb = {mb}"));
+    let c = config(
+        dir.path(),
+        up.fake.addr,
+        &format!("log_level = \"warn\"\n{cap}"),
+    )
+    .replace(
         "listen = \"127.0.0.1:0\"",
         &format!("listen = \"127.0.0.1:{port}\""),
     );
@@ -845,15 +853,24 @@ fn clk_tck() -> f64 {
 /// (one prompt, answered from the cache), one keep-alive connection, closed loop, the three interleaved
 /// (the models alike but for the cache: no prices, same upstream);
 /// then the miss's added work timed in process. Run with
-/// `cargo test --release --test cache -- --ignored --nocapture cost_of_the_cache` (`TG_BENCH_N` requests
-/// per window, 20000 by default).
+/// `cargo test --release --test cache -- --ignored --nocapture cost_of_the_cache` (`TG_BENCH_ROUNDS`,
+/// `TG_BENCH_BLOCKS`, `TG_BENCH_N`: 5 rounds of 10 blocks of 2000 requests per phase by default).
 #[test]
 #[ignore]
 fn cost_of_the_cache() {
-    let n: usize = std::env::var("TG_BENCH_N")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20_000);
+    let env = |k: &str, d: usize| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    // Rounds, each of `blocks` blocks per phase of `block` requests, the phases taking turns block by block
+    // (the order turning too), so a change in the machine's load falls on all three alike.
+    let (rounds, blocks, block) = (
+        env("TG_BENCH_ROUNDS", 5),
+        env("TG_BENCH_BLOCKS", 10),
+        env("TG_BENCH_N", 2000),
+    );
     let up = Upstream::start();
     let gw = start_quiet(&up);
     let mut conn = Conn::open(&gw);
@@ -867,45 +884,52 @@ fn cost_of_the_cache() {
         "miss (cached model, new prompt)",
         "hit",
     ];
-    let mut cpu = vec![Vec::new(); 3];
-    let mut wall = vec![Vec::new(); 3];
-    let rounds = 5;
-    // `TG_BENCH_PHASES=1` runs the misses only (for a profiler).
-    let only: Vec<usize> = std::env::var("TG_BENCH_PHASES")
-        .map(|v| v.split(',').filter_map(|p| p.parse().ok()).collect())
-        .unwrap_or_else(|_| vec![0, 1, 2]);
-    for round in 0..rounds {
-        for (p, name) in phases.iter().enumerate().filter(|(p, _)| only.contains(p)) {
-            let (t0, c0) = (std::time::Instant::now(), cpu_ticks(gw.pid()));
-            for i in 0..n {
-                let body = match p {
-                    0 => chat("plain", &format!("prompt {round} {i}")),
-                    1 => chat("cached-group", &format!("prompt {round} {i}")),
-                    _ => chat("cached-group", "hot"),
-                };
-                let r = conn.post(&body);
-                assert_eq!(r.status, 200, "{name}: {}", r.text());
-                let want = ["(none)", "miss", "hit"][p];
-                assert_eq!(cache_header(&r), want);
+    // Per round and phase: (ticks, seconds).
+    let mut spent = vec![[(0u64, 0f64); 3]; rounds];
+    let mut prompt = 0usize;
+    for totals in spent.iter_mut() {
+        for b in 0..blocks {
+            for k in 0..3 {
+                let p = (b + k) % 3;
+                let (t0, c0) = (std::time::Instant::now(), cpu_ticks(gw.pid()));
+                for _ in 0..block {
+                    prompt += 1;
+                    let body = match p {
+                        0 => chat("plain", &format!("prompt {prompt}")),
+                        1 => chat("cached-group", &format!("prompt {prompt}")),
+                        _ => chat("cached-group", "hot"),
+                    };
+                    let r = conn.post(&body);
+                    assert_eq!(r.status, 200, "{}: {}", phases[p], r.text());
+                    assert_eq!(cache_header(&r), ["(none)", "miss", "hit"][p]);
+                }
+                totals[p].0 += cpu_ticks(gw.pid()) - c0;
+                totals[p].1 += t0.elapsed().as_secs_f64();
             }
-            let ticks = cpu_ticks(gw.pid()) - c0;
-            cpu[p].push(ticks as f64 / tck / n as f64 * 1e6);
-            wall[p].push(t0.elapsed().as_secs_f64() / n as f64 * 1e6);
         }
     }
+    let per_round = (blocks * block) as f64;
     println!(
-        "\n{n} requests per window, {rounds} rounds interleaved; gateway CPU µs per request (wall µs per request)"
+        "\n{rounds} rounds of {blocks} blocks of {block} requests per phase, the phases taking turns by block; \
+         gateway CPU µs per request (wall µs per request)"
     );
-    for (p, name) in phases.iter().enumerate().filter(|(p, _)| only.contains(p)) {
+    let cpu = |p: usize, r: usize| spent[r][p].0 as f64 / tck / per_round * 1e6;
+    for (p, name) in phases.iter().enumerate() {
         let cells: Vec<String> = (0..rounds)
-            .map(|r| format!("{:.1} ({:.0})", cpu[p][r], wall[p][r]))
+            .map(|r| format!("{:.1} ({:.0})", cpu(p, r), spent[r][p].1 / per_round * 1e6))
             .collect();
-        let mut sorted = cpu[p].clone();
-        let rounds = sorted.len();
-        sorted.sort_by(f64::total_cmp);
-        let median = sorted[rounds / 2];
-        println!("{name:34} {}   median CPU {median:.1}", cells.join("  "));
+        let ticks: u64 = spent.iter().map(|s| s[p].0).sum();
+        let all = ticks as f64 / tck / (per_round * rounds as f64) * 1e6;
+        println!("{name:34} {}   all rounds {all:.1}", cells.join("  "));
     }
+    let diffs: Vec<String> = (0..rounds)
+        .map(|r| format!("{:+.1}", cpu(1, r) - cpu(0, r)))
+        .collect();
+    println!("miss minus passthrough, per round: {}", diffs.join(" "));
+    let diffs: Vec<String> = (0..rounds)
+        .map(|r| format!("{:+.1}", cpu(2, r) - cpu(0, r)))
+        .collect();
+    println!("hit minus passthrough, per round:  {}", diffs.join(" "));
     in_process_costs();
 }
 

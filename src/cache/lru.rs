@@ -10,7 +10,7 @@ use std::time::Instant;
 use crate::protocol::fingerprint::Fingerprint;
 
 struct Slot {
-    entry: Arc<[u8]>,
+    entry: Arc<Vec<u8>>,
     /// The model it answers for (its bytes and evictions are counted per model).
     model: Arc<str>,
     size: u64,
@@ -31,7 +31,7 @@ pub struct Changes {
 /// An entry to store, with what the cache knows of it.
 pub struct Item {
     /// The entry, serialized.
-    pub entry: Arc<[u8]>,
+    pub entry: Arc<Vec<u8>>,
     /// The model it answers for.
     pub model: Arc<str>,
     /// The memory it takes (its bytes, and the bookkeeping beside them).
@@ -56,7 +56,7 @@ impl Lru {
         fp: &Fingerprint,
         now: Instant,
         gone: &mut Option<(Arc<str>, u64)>,
-    ) -> Option<Arc<[u8]>> {
+    ) -> Option<Arc<Vec<u8>>> {
         let slot = self.slots.get_mut(fp)?;
         if slot.expires <= now {
             *gone = self.remove(fp).map(|s| (s.model, s.size));
@@ -136,8 +136,8 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    fn entry() -> Arc<[u8]> {
-        Arc::from(&b"{}"[..])
+    fn entry() -> Arc<Vec<u8>> {
+        Arc::new(b"{}".to_vec())
     }
 
     fn item(model: &Arc<str>, size: u64, expires: Instant) -> Item {

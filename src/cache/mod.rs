@@ -110,7 +110,7 @@ impl AnswerCache {
         let now = Instant::now();
         let item = lru::Item {
             size: bytes.len() as u64 + SLOT_BYTES,
-            entry: Arc::from(bytes),
+            entry: Arc::new(bytes),
             model: Arc::from(model),
             expires: now + ttl,
         };
