@@ -45,7 +45,7 @@ use crate::money::Money;
 pub use checkpoint::CHECKPOINT_FILE;
 pub use files::{complete_len, fingerprint, segment_name, Active, History, Segment};
 pub use options::Options;
-pub use query::{Filter, StatusFilter};
+pub use query::{CacheFilter, Filter, StatusFilter};
 pub use totals::{KeyTotals, Totals};
 
 /// File name of the ledger inside `data_dir`.
