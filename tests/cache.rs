@@ -49,7 +49,7 @@ impl Upstream {
             let n = c.fetch_add(1, Ordering::SeqCst) + 1;
             let mode = *m.lock().unwrap();
             if r.path.ends_with("/messages") {
-                return anthropic_reply(n, mode);
+                return anthropic_reply(r, n, mode);
             }
             chat_reply(r, n, mode)
         });
@@ -115,12 +115,43 @@ fn chat_reply(r: &Recorded, n: usize, mode: Mode) -> Reply {
     }
 }
 
-fn anthropic_reply(n: usize, mode: Mode) -> Reply {
+fn anthropic_reply(r: &Recorded, n: usize, mode: Mode) -> Reply {
     if mode == Mode::Fail {
         return Reply::json(
             500,
             &json!({"type": "error", "error": {"type": "api_error", "message": "boom"}}),
         );
+    }
+    if r.json()["stream"] == json!(true) {
+        let ev = |name: &str, data: Value| format!("event: {name}\ndata: {data}\n\n").into_bytes();
+        return Reply::sse(vec![
+            ev(
+                "message_start",
+                json!({"type": "message_start", "message": {"id": "msg_up", "type": "message",
+                "role": "assistant", "model": "up", "content": [], "stop_reason": null,
+                "usage": {"input_tokens": 11, "output_tokens": 1}}}),
+            ),
+            ev(
+                "content_block_start",
+                json!({"type": "content_block_start", "index": 0,
+                "content_block": {"type": "text", "text": ""}}),
+            ),
+            ev(
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "text_delta", "text": format!("answer #{n}")}}),
+            ),
+            ev(
+                "content_block_stop",
+                json!({"type": "content_block_stop", "index": 0}),
+            ),
+            ev(
+                "message_delta",
+                json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                "usage": {"output_tokens": 7}}),
+            ),
+            ev("message_stop", json!({"type": "message_stop"})),
+        ]);
     }
     Reply::json(
         200,
@@ -363,6 +394,17 @@ fn a_stream_is_replayed_from_an_answer_that_was_not_streamed_and_the_other_way()
     assert_eq!(chat_text(&r), "answer #2");
     assert_eq!(r.json()["usage"]["completion_tokens"], 7);
     assert_eq!(up.calls(), 2);
+    // A translated stream (Chat client, Anthropic upstream streaming) is kept as well.
+    let (text, done) = chat_stream_text(&gw.post(
+        "/v1/chat/completions",
+        &streamed(chat("translated", "three")),
+    ));
+    assert_eq!((text.as_str(), done), ("answer #3", true));
+    let r = gw.post("/v1/chat/completions", &chat("translated", "three"));
+    assert_eq!(cache_header(&r), "hit");
+    assert_eq!(chat_text(&r), "answer #3");
+    assert_eq!(r.json()["usage"]["prompt_tokens"], 11);
+    assert_eq!(up.calls(), 3);
 }
 
 #[test]
