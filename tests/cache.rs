@@ -630,6 +630,23 @@ fn hits_are_recorded_at_no_cost_and_count_against_the_request_rate_only() {
     // The balance paid for the two misses only.
     let spent = gw.key_row("payer")["spent"].as_f64().unwrap();
     assert!((spent - 2.0 * cost).abs() < 1e-9, "spent {spent}");
+    // The admin API filters hits, and its totals say the hit rate of the requests to cached models.
+    let hits = gw.admin("/admin/usage?cache=hit&key=payer").json();
+    assert_eq!(hits["data"].as_array().unwrap().len(), 2, "{hits}");
+    let t = &hits["totals"];
+    assert_eq!(
+        (t["cache_hits"].as_u64(), t["cost"].as_f64()),
+        (Some(2), Some(0.0))
+    );
+    let all = gw.admin("/admin/usage?key=payer").json()["totals"].clone();
+    assert_eq!(all["cache_requests"], 5, "{all}");
+    assert_eq!(all["cache_hit_rate"].as_f64(), Some(0.4));
+    let others = gw.admin("/admin/usage?cache=not_hit&key=payer").json();
+    assert_eq!(others["data"].as_array().unwrap().len(), 3);
+    assert_eq!(gw.admin("/admin/usage?cache=sometimes").status, 400);
+    let csv = gw.admin("/admin/usage.csv?cache=hit&key=payer").text();
+    assert!(csv.lines().next().unwrap().ends_with(",cache"), "{csv}");
+    assert!(csv.lines().nth(1).unwrap().ends_with(",hit"), "{csv}");
     // The token counters count what upstreams generated.
     let text = gw.request("GET", "/metrics", &[], b"").text();
     let line = "tollgate_tokens_total{model=\"cached\",kind=\"output\"} 14";

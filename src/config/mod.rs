@@ -482,6 +482,32 @@ mod tests {
     }
 
     #[test]
+    fn the_answer_cache_is_opt_in_per_model_and_bounded_globally() {
+        let model = |extra: &str| {
+            format!("cache_max_mb = 0.5\n[[upstreams]]\nname='a'\nkind='mock'\n[[models]]\nname='m'\nupstream='a'\n{extra}")
+        };
+        let c = Config::from_toml_str(&model("")).unwrap();
+        assert_eq!(c.cache_max_bytes, 512 * 1024);
+        assert_eq!(c.model("m").unwrap().cache, None);
+        assert_eq!(Config::embedded().cache_max_bytes, 64 << 20);
+        let c = Config::from_toml_str(&model("cache_ttl_secs = 0")).unwrap();
+        assert_eq!(c.model("m").unwrap().cache, None, "0 is off");
+        let c = Config::from_toml_str(&model("cache_ttl_secs = 60")).unwrap();
+        let want = Caching {
+            ttl: Duration::from_secs(60),
+            scope: CacheScope::Key,
+        };
+        assert_eq!(c.model("m").unwrap().cache, Some(want), "key by default");
+        let c = Config::from_toml_str(&model("cache_ttl_secs = 60\ncache_scope = 'all'")).unwrap();
+        assert_eq!(c.model("m").unwrap().cache.unwrap().scope, CacheScope::All);
+        let e = Config::from_toml_str(&model("cache_ttl_secs = 60\ncache_scope = 'tenant'"))
+            .unwrap_err();
+        assert_eq!(e.field, "models[0].cache_scope");
+        let e = Config::from_toml_str(&model("").replace("0.5", "0")).unwrap_err();
+        assert_eq!(e.field, "cache_max_mb");
+    }
+
+    #[test]
     fn globs() {
         assert!(glob_match("*", "anything"));
         assert!(glob_match("m-*", "m-chat"));
