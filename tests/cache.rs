@@ -327,6 +327,7 @@ fn a_repeat_is_answered_without_the_upstream() {
         "the stored answer, as written"
     );
     assert_eq!(up.calls(), 1, "a repeat is one upstream call");
+    assert!(gw.log_line(&request_id(&again)).contains(" cache=hit "));
     assert_eq!(
         again.json()["model"],
         "cached",

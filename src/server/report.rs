@@ -113,6 +113,7 @@ pub fn write_line(l: &Line, out: &Outcome) {
             "latency_ms": l.latency_ms,
             "overhead_ms": l.overhead_ms,
             "error": error,
+            "cache": out.cache.map(|c| c.name()),
         });
         log::log!(target: REQUEST_TARGET, level, "{v}");
         return;
@@ -120,7 +121,7 @@ pub fn write_line(l: &Line, out: &Outcome) {
     // Every value a client (or the operator) chose is a quoted field when it needs to be, so none can pass for
     // another field or start a line.
     let line = format!(
-        "{} client_request_id={} key={} group={} model={} protocol={} upstream={} stream={} status={} in={} out={}{} ms={}",
+        "{} client_request_id={} key={} group={} model={} protocol={} upstream={} stream={} status={} in={} out={}{}{} ms={}",
         field(Some(l.request_id)),
         field(l.client_request_id),
         field(out.asked.key.as_deref()),
@@ -133,6 +134,11 @@ pub fn write_line(l: &Line, out: &Outcome) {
         usage.input_tokens,
         usage.output_tokens,
         if answer.estimated { " estimated=true" } else { "" },
+        out.cache.map_or("", |c| match c {
+            crate::ledger::CacheUse::Hit => " cache=hit",
+            crate::ledger::CacheUse::Miss => " cache=miss",
+            crate::ledger::CacheUse::Bypass => " cache=bypass",
+        }),
         l.latency_ms,
     );
     match error {
