@@ -4,6 +4,7 @@
 pub mod access;
 pub mod addresses;
 pub mod audit;
+pub mod cache;
 pub mod cli;
 pub mod config;
 pub mod console;

@@ -6,7 +6,7 @@ use serde_json::Value;
 use super::ApiError;
 
 /// Who spoke a message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Role {
     System,
     User,
@@ -16,14 +16,14 @@ pub enum Role {
 }
 
 /// An image, by URL or inline.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum ImageSource {
     Url(String),
     Base64 { media_type: String, data: String },
 }
 
 /// One piece of a message's content.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Part {
     Text(String),
     Image(ImageSource),
@@ -46,7 +46,7 @@ pub enum Part {
     },
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Message {
     pub role: Role,
     pub content: Vec<Part>,
@@ -82,7 +82,7 @@ impl Message {
 
 /// A function the model may call. A Responses `custom` tool (free-form text input) is carried as a function
 /// with one string parameter `input`, and `custom` set so the answer can be turned back into a custom call.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Tool {
     pub custom: bool,
     pub name: String,
@@ -92,7 +92,7 @@ pub struct Tool {
     pub strict: Option<bool>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum ToolChoice {
     Auto,
     None,
@@ -103,7 +103,7 @@ pub enum ToolChoice {
 }
 
 /// Requested shape of the text output.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum OutputFormat {
     Text,
     JsonObject,
@@ -202,7 +202,7 @@ impl Request {
 }
 
 /// Why generation stopped.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum StopReason {
     EndTurn,
     MaxTokens,
@@ -228,7 +228,7 @@ pub enum StopReason {
 ///   and Anthropic's `output_tokens` already do; Gemini's `thoughtsTokenCount` comes apart from its
 ///   `candidatesTokenCount` and is added to it. `reasoning_tokens` is the part that was reasoning (never
 ///   billed twice).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct Usage {
     pub input_tokens: u64,
     pub cached_input_tokens: u64,
@@ -271,7 +271,7 @@ impl Usage {
 }
 
 /// A complete (non-streamed) answer.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Response {
     pub id: String,
     pub model: String,

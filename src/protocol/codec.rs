@@ -243,6 +243,13 @@ pub trait Codec: Sync + Send {
     fn choices_field(&self) -> Option<&'static str> {
         None
     }
+    /// The top-level request fields whose meaning the canonical request carries whole, or that cannot change
+    /// an answer (the stream flag, the end user's id, metadata). The answer cache keys on the canonical
+    /// request and on every other field as sent (`protocol/fingerprint.rs`), so a field left off this list
+    /// only makes entries more particular, never shared wrongly.
+    fn canonical_fields(&self) -> &'static [&'static str] {
+        &[]
+    }
     /// Whether an upstream of this protocol needs an output limit on every request.
     fn requires_output_limit(&self) -> bool {
         false

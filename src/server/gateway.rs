@@ -1,5 +1,5 @@
 //! The state every worker shares: the configuration in force (with the console's overrides), keys,
-//! accounts, the ledger, breakers, metrics and the HTTP layer's counters.
+//! accounts, the ledger, the answer cache, breakers, metrics and the HTTP layer's counters.
 
 use std::sync::Arc;
 
@@ -39,6 +39,8 @@ pub struct Gateway {
     pub state: Arc<ServerState>,
     /// The shared store of several instances (`[store]`), if any.
     pub store: Option<Arc<crate::store::Store>>,
+    /// The answer cache of the models that opt in (in the store, when there is one).
+    pub cache: crate::cache::AnswerCache,
     /// The `instance` usage records carry (with a store, or when `instance` is set).
     pub record_instance: Option<String>,
 }
