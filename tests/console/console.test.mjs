@@ -640,8 +640,16 @@ step('cache hits: Usage filters them, Models and the overview show the hit rate'
   await page.selectOption('#usage-filters select[name="cache"]', 'hit');
   await page.click('#usage-filters button[type="submit"]');
   await page.waitForURL(/#usage\?.*cache=hit/);
+  // The hash changes before the view is drawn again: wait for the drawing of the filtered query (the miss gone,
+  // the hit shown), not for the unfiltered table still on the page.
+  await page.waitForFunction(
+    ([hitId, missId]) => {
+      const section = document.querySelector('section[data-view="usage"][data-state="ready"]');
+      return !!section && !!section.querySelector(`#usage-table tr[data-request-id="${hitId}"]`) && !section.querySelector(`#usage-table tr[data-request-id="${missId}"]`);
+    },
+    [hit.id, miss.id],
+  );
   const rows = view('usage').locator('#usage-table tbody tr');
-  await rows.filter({ has: page.locator('.cache-hit') }).first().waitFor();
   check((await rows.count()) === 1, `the hit filter shows ${await rows.count()} rows`);
   check((await rows.first().getAttribute('data-request-id')) === hit.id, 'the row is not the hit');
   check(num(await rows.first().locator('td.cost').textContent()) === 0, 'a hit costs something');
