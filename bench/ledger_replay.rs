@@ -69,6 +69,7 @@ fn main() {
                 instance: None,
                 hosted_uses: Default::default(),
                 service_tier: None,
+                cache: None,
             };
             serde_json::to_writer(&mut out, &rec).unwrap();
             out.write_all(b"\n").unwrap();

@@ -202,6 +202,7 @@ fn main() {
             instance: None,
             hosted_uses: Default::default(),
             service_tier: None,
+            cache: None,
         });
     }
     let queued = t.elapsed();

@@ -1,31 +1,32 @@
 #!/usr/bin/env bash
-# Runs the real coding agents against tollgate: Claude Code (`claude -p`, Anthropic Messages) and Codex CLI
-# (`codex exec`, OpenAI Responses), each once per upstream kind, with a fake upstream behind tollgate.
+# Runs the real coding agents against tollgate: Claude Code (`claude -p`, Anthropic Messages), Codex CLI
+# (`codex exec`, OpenAI Responses) and Gemini CLI (`gemini -p`, the Gemini API), each once per upstream kind,
+# with a fake upstream behind tollgate.
 #
-#   scripts/agent-tests.sh                              all fifteen runs (agent x kind; plain, :tool, :ns)
-#   scripts/agent-tests.sh claude:messages codex:responses   only these (e.g. the passthrough pairs)
-#   scripts/agent-tests.sh claude codex:tool            claude's three plain runs, codex's three tool runs
+#   scripts/agent-tests.sh                              all twenty-eight runs (agent x kind; plain, :tool, :ns)
+#   scripts/agent-tests.sh claude:messages codex:responses gemini:gemini   only these (the passthrough pairs)
+#   scripts/agent-tests.sh claude codex:tool            claude's four plain runs, codex's four tool runs
 #   scripts/agent-tests.sh --list                       every run name
 #
-# Run names are AGENT:KIND, AGENT:KIND:tool or codex:KIND:ns, AGENT claude or codex, KIND one of
-#   messages | chat | responses   the agent talks to tollgate, whose model agent-KIND points at the fake
-#                                 upstream's Anthropic / Chat Completions / Responses endpoint
+# Run names are AGENT:KIND, AGENT:KIND:tool or codex:KIND:ns, AGENT claude, codex or gemini, KIND one of
+#   messages | chat | responses | gemini   the agent talks to tollgate, whose model agent-KIND points at the
+#                                 fake upstream's Anthropic / Chat Completions / Responses / Gemini API endpoint
 #   mock                          the agent talks to tollgate's built-in mock model (no upstream; plain only)
 #   direct                        the agent talks to the fake upstream itself, no tollgate: records exactly
 #                                 what the agent sends (headers, query, body) in upstream-requests.jsonl
-# Shorthands: claude, codex (an agent's three plain gateway runs), claude:tool, codex:tool (its three tool
-# runs), codex:ns (its three namespace runs), plain, tool, ns, all. The default is all: the fifteen gateway
-# runs (six plain, six tool, three namespace).
+# Shorthands: claude, codex, gemini (an agent's four plain gateway runs), claude:tool, codex:tool,
+# gemini:tool (its four tool runs), codex:ns (its four namespace runs), plain, tool, ns, all. The default is
+# all: the twenty-eight gateway runs (twelve plain, twelve tool, four namespace).
 #
 # A plain run asks "Reply with the word ready"; it passes when the agent exits 0 within the timeout and
 # prints the answer only the fake upstream produces ("AGENT-OK from <kind> upstream"; for mock, tollgate's
 # mock text), and the fake upstream got the request on the right protocol with the upstream model and the
 # upstream key (never the client's tollgate key). A :tool run makes a full tool round trip: the fake upstream
 # first answers with a call of the agent's own file-reading tool (Claude Code: Read; Codex: exec_command
-# `cat`) on a file holding a random MARKER, then, once the tool result comes back, with
+# `cat`; Gemini CLI: read_file) on a file holding a random MARKER, then, once the tool result comes back, with
 # "AGENT-OK from <kind> upstream; the tool said MARKER-..." which the agent must print. A codex :ns run
 # checks a namespaced tool's round trip: the fake upstream calls close_agent from Codex's multi_agent_v1
-# namespace (tollgate flattens namespaces for Chat and Messages upstreams and must restore them), and Codex
+# namespace (tollgate flattens namespaces for Chat, Messages and Gemini upstreams and must restore them), and Codex
 # must have routed the call to that tool ("AGENT-OK from <kind> upstream; the namespaced tool was routed").
 # Runs go one at a time. The script prints a summary table and "N passed, N failed"; it exits 1 if any run
 # failed, 2 on a usage or setup error.
@@ -47,6 +48,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 agents_dir="$root/tests/agents"
 claude_bin="$agents_dir/node_modules/.bin/claude"
 codex_bin="$agents_dir/node_modules/.bin/codex"
+gemini_bin="$agents_dir/node_modules/.bin/gemini"
 
 timeout_secs="${AGENT_TIMEOUT:-120}"
 max_retries="${AGENT_MAX_RETRIES:-1}"
@@ -54,13 +56,15 @@ prompt="${AGENT_PROMPT:-Reply with the word ready}"
 upstream_key="sk-fake-upstream-agent-tests-0123456789"
 upstream_key_env="TOLLGATE_AGENT_TESTS_UPSTREAM_KEY"
 
-plain_claude=(claude:messages claude:chat claude:responses)
-plain_codex=(codex:responses codex:chat codex:messages)
-tool_claude=(claude:messages:tool claude:chat:tool claude:responses:tool)
-tool_codex=(codex:responses:tool codex:chat:tool codex:messages:tool)
-ns_codex=(codex:responses:ns codex:chat:ns codex:messages:ns)
-default_runs=("${plain_claude[@]}" "${plain_codex[@]}" "${tool_claude[@]}" "${tool_codex[@]}")
-default_runs+=("${ns_codex[@]}")
+plain_claude=(claude:messages claude:chat claude:responses claude:gemini)
+plain_codex=(codex:responses codex:chat codex:messages codex:gemini)
+plain_gemini=(gemini:gemini gemini:chat gemini:responses gemini:messages)
+tool_claude=(claude:messages:tool claude:chat:tool claude:responses:tool claude:gemini:tool)
+tool_codex=(codex:responses:tool codex:chat:tool codex:messages:tool codex:gemini:tool)
+tool_gemini=(gemini:gemini:tool gemini:chat:tool gemini:responses:tool gemini:messages:tool)
+ns_codex=(codex:responses:ns codex:chat:ns codex:messages:ns codex:gemini:ns)
+default_runs=("${plain_claude[@]}" "${plain_codex[@]}" "${plain_gemini[@]}")
+default_runs+=("${tool_claude[@]}" "${tool_codex[@]}" "${tool_gemini[@]}" "${ns_codex[@]}")
 
 # shellcheck source=scripts/lib.sh
 source "$root/scripts/lib.sh"
@@ -80,23 +84,30 @@ for arg in "$@"; do
         exit 0
         ;;
     --list)
-        printf '%s\n' "${default_runs[@]}" claude:mock codex:mock claude:direct codex:direct \
-            claude:direct:tool codex:direct:tool codex:direct:ns
+        printf '%s\n' "${default_runs[@]}" claude:mock codex:mock gemini:mock claude:direct codex:direct \
+            gemini:direct claude:direct:tool codex:direct:tool gemini:direct:tool codex:direct:ns
         exit 0
         ;;
     all) runs+=("${default_runs[@]}") ;;
-    plain) runs+=("${plain_claude[@]}" "${plain_codex[@]}") ;;
-    tool) runs+=("${tool_claude[@]}" "${tool_codex[@]}") ;;
+    plain) runs+=("${plain_claude[@]}" "${plain_codex[@]}" "${plain_gemini[@]}") ;;
+    tool) runs+=("${tool_claude[@]}" "${tool_codex[@]}" "${tool_gemini[@]}") ;;
     ns | codex:ns) runs+=("${ns_codex[@]}") ;;
     claude) runs+=("${plain_claude[@]}") ;;
     codex) runs+=("${plain_codex[@]}") ;;
+    gemini) runs+=("${plain_gemini[@]}") ;;
     claude:tool) runs+=("${tool_claude[@]}") ;;
     codex:tool) runs+=("${tool_codex[@]}") ;;
-    claude:messages | claude:chat | claude:responses | claude:mock | claude:direct) runs+=("$arg") ;;
-    codex:messages | codex:chat | codex:responses | codex:mock | codex:direct) runs+=("$arg") ;;
-    claude:messages:tool | claude:chat:tool | claude:responses:tool | claude:direct:tool) runs+=("$arg") ;;
-    codex:messages:tool | codex:chat:tool | codex:responses:tool | codex:direct:tool) runs+=("$arg") ;;
-    codex:messages:ns | codex:chat:ns | codex:responses:ns | codex:direct:ns) runs+=("$arg") ;;
+    gemini:tool) runs+=("${tool_gemini[@]}") ;;
+    claude:messages | claude:chat | claude:responses | claude:gemini | claude:mock | claude:direct) runs+=("$arg") ;;
+    codex:messages | codex:chat | codex:responses | codex:gemini | codex:mock | codex:direct) runs+=("$arg") ;;
+    gemini:messages | gemini:chat | gemini:responses | gemini:gemini | gemini:mock | gemini:direct) runs+=("$arg") ;;
+    claude:*:tool | codex:*:tool | gemini:*:tool)
+        case "${arg#*:}" in
+        messages:tool | chat:tool | responses:tool | gemini:tool | direct:tool) runs+=("$arg") ;;
+        *) die "unknown run '$arg' (see --list and --help)" ;;
+        esac
+        ;;
+    codex:messages:ns | codex:chat:ns | codex:responses:ns | codex:gemini:ns | codex:direct:ns) runs+=("$arg") ;;
     *) die "unknown run '$arg' (see --list and --help)" ;;
     esac
 done
@@ -111,7 +122,7 @@ command -v node >/dev/null || die "node is needed (the agents' npm wrappers)"
 # ------------------------------------------------------------------------------------- install agents
 
 force=0
-if [ ! -x "$claude_bin" ] || [ ! -x "$codex_bin" ]; then force=1; fi
+if [ ! -x "$claude_bin" ] || [ ! -x "$codex_bin" ] || [ ! -x "$gemini_bin" ]; then force=1; fi
 npm_ci_if_changed "$agents_dir" "the agents" "$force"
 # Claude Code's postinstall copies the native binary over a placeholder; npm versions that skip install
 # scripts leave the placeholder, so run it by hand then.
@@ -121,6 +132,8 @@ if ! "$claude_bin" --version >/dev/null 2>&1; then
 fi
 claude_version="$("$claude_bin" --version 2>/dev/null | head -1)" || die "claude does not start: $claude_bin"
 codex_version="$("$codex_bin" --version 2>/dev/null | head -1)" || die "codex does not start: $codex_bin"
+gemini_version="$("$gemini_bin" --version 2>/dev/null | head -1)" || die "gemini does not start: $gemini_bin"
+gemini_version="Gemini CLI $gemini_version"
 
 # ------------------------------------------------------------------------------------- build tollgate
 
@@ -195,6 +208,12 @@ kind = "anthropic"
 base_url = "http://$fake_addr"
 api_key_env = "$upstream_key_env"
 
+[[upstreams]]
+name = "fake-gemini"
+kind = "gemini"
+base_url = "http://$fake_addr"
+api_key_env = "$upstream_key_env"
+
 [[models]]
 name = "mock"
 upstream = "mock"
@@ -216,6 +235,11 @@ name = "agent-messages"
 upstream = "fake-messages"
 upstream_model = "fake-messages-model"
 
+[[models]]
+name = "agent-gemini"
+upstream = "fake-gemini"
+upstream_model = "fake-gemini-model"
+
 [[groups]]
 name = "default"
 models = ["*"]
@@ -231,7 +255,7 @@ gateway_addr="$(wait_for "$out/tollgate.log" 's|.*listening on http://\([0-9.:]*
     die "tollgate did not start: $(tail -5 "$out/tollgate.log")"
 
 tollgate_version="$(sed -n 's|.*\(tollgate [0-9][^ ]*\) listening on.*|\1|p' "$out/tollgate.log" | head -1)"
-say "$claude_version; $codex_version; ${tollgate_version:-tollgate} on $gateway_addr;" \
+say "$claude_version; $codex_version; $gemini_version; ${tollgate_version:-tollgate} on $gateway_addr;" \
     "fake upstream on $fake_addr; files in $out"
 
 # ------------------------------------------------------------------------------------------ the runs
@@ -299,6 +323,29 @@ EOF
         </dev/null >"$dir/stdout" 2>"$dir/stderr")
 }
 
+# run_gemini RUNDIR BASE_URL (no version) KEY MODEL PROMPT: headless `gemini -p` with an API key
+# (`security.auth.selectedType = "gemini-api-key"`), the base URL in GOOGLE_GEMINI_BASE_URL, the workspace
+# trusted, no telemetry or update checks.
+run_gemini() {
+    local dir="$1" base="$2" key="$3" model="$4" prompt="$5" debug=()
+    mkdir -p "$dir/home/.gemini" "$dir/work"
+    [ "${AGENT_TESTS_DEBUG:-0}" = 1 ] && debug=(--debug)
+    cat >"$dir/home/.gemini/settings.json" <<SETTINGS
+{
+  "security": {"auth": {"selectedType": "gemini-api-key"}},
+  "privacy": {"usageStatisticsEnabled": false},
+  "telemetry": {"enabled": false},
+  "general": {"disableAutoUpdate": true, "disableUpdateNag": true}
+}
+SETTINGS
+    (cd "$dir/work" && env -i "${base_env[@]}" HOME="$dir/home" \
+        GEMINI_API_KEY="$key" \
+        GOOGLE_GEMINI_BASE_URL="$base" \
+        GEMINI_CLI_TRUST_WORKSPACE=true \
+        timeout -k 5 "$timeout_secs" "$gemini_bin" -p "$prompt" -m "$model" "${debug[@]}" \
+        </dev/null >"$dir/stdout" 2>"$dir/stderr")
+}
+
 results=()
 passed=0
 failed=0
@@ -315,7 +362,11 @@ for run in "${runs[@]}"; do
         expect="This is tollgate's built-in mock model"
         ;;
     direct)
-        if [ "$agent" = claude ]; then proto=messages; else proto=responses; fi
+        case "$agent" in
+        claude) proto=messages ;;
+        gemini) proto=gemini ;;
+        *) proto=responses ;;
+        esac
         model="agent-$proto"
         expect="AGENT-OK from $proto upstream"
         ;;
@@ -350,11 +401,11 @@ for run in "${runs[@]}"; do
     say "running $run (model $model via http://$host) ..."
     start_us="${EPOCHREALTIME/./}"
     status=0
-    if [ "$agent" = claude ]; then
-        run_claude "$dir" "http://$host" "$key" "$model" "$run_prompt" || status=$?
-    else
-        run_codex "$dir" "http://$host/v1" "$key" "$model" "$run_prompt" || status=$?
-    fi
+    case "$agent" in
+    claude) run_claude "$dir" "http://$host" "$key" "$model" "$run_prompt" || status=$? ;;
+    gemini) run_gemini "$dir" "http://$host" "$key" "$model" "$run_prompt" || status=$? ;;
+    *) run_codex "$dir" "http://$host/v1" "$key" "$model" "$run_prompt" || status=$? ;;
+    esac
     elapsed_ms=$(((${EPOCHREALTIME/./} - start_us) / 1000))
     elapsed="$((elapsed_ms / 1000)).$(printf '%01d' $(((elapsed_ms % 1000) / 100)))s"
 
@@ -414,7 +465,7 @@ done
 
 {
     echo
-    echo "Agent tests against tollgate ($claude_version; $codex_version)"
+    echo "Agent tests against tollgate ($claude_version; $codex_version; $gemini_version)"
     printf '  %-22s %-16s %-6s %7s  %s\n' RUN MODEL RESULT TIME DETAIL
     for r in "${results[@]}"; do
         IFS='|' read -r run model result elapsed detail <<<"$r"

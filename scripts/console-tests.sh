@@ -82,8 +82,8 @@ fake_pid=$!
 fake_port="$(wait_for "$out/fake.port" 's/^\([0-9][0-9]*\)$/\1/p' "$fake_pid")" ||
     die "the fake upstream did not start: $(tail -5 "$out/fake.log")"
 
-# write_config DIR: a gateway on a free port with the mock model, priced so that requests cost credits, and
-# the fake upstream's model at list prices.
+# write_config DIR: a gateway on a free port with the mock model, priced so that requests cost credits (and
+# the same with its answers cached), and the fake upstream's model at list prices.
 write_config() {
     mkdir -p "$1"
     cat >"$1/tollgate.toml" <<EOF
@@ -102,6 +102,13 @@ name = "mock"
 upstream = "mock"
 input_price = 1000000.0
 output_price = 2000000.0
+
+[[models]]
+name = "mock-cached"
+upstream = "mock"
+input_price = 1000000.0
+output_price = 2000000.0
+cache_ttl_secs = 600
 
 [[upstreams]]
 name = "fake-anthropic"

@@ -1,13 +1,23 @@
 #!/usr/bin/env bash
-# Runs the Python SDK compatibility suite (tests/sdk/) against the tollgate binary.
+# Runs the SDK compatibility suite (tests/sdk/) against the tollgate binary: the official Python SDKs
+# (openai, anthropic, google-genai) and Google's Node SDK (@google/genai, driven from the same pytest run by
+# tests/sdk/test_gemini_node_sdk.py).
 #
 # Creates .venv in the repo root when missing, installs tests/sdk/requirements.txt into it (skipped while
-# the requirements are unchanged since the last install), builds the binary unless TOLLGATE_BIN names one,
-# then runs pytest. Extra arguments go to pytest (e.g. `-k anthropic`, `-x`).
+# the requirements are unchanged since the last install), installs tests/sdk/node/node_modules with `npm ci`
+# (skipped while its package-lock.json is unchanged; needs node and npm), builds the binary unless
+# TOLLGATE_BIN names one, then runs pytest. Extra arguments go to pytest (e.g. `-k anthropic`, `-x`).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
+# shellcheck source=scripts/lib.sh
+source "$root/scripts/lib.sh"
+say() { echo "sdk-tests: $*" >&2; }
+die() {
+    say "error: $*"
+    exit 2
+}
 
 venv="$root/.venv"
 requirements="tests/sdk/requirements.txt"
@@ -24,6 +34,9 @@ if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements"
     echo "$want" >"$stamp"
 fi
+
+command -v node >/dev/null || die "node is needed (Google's Node SDK, tests/sdk/node)"
+npm_ci_if_changed "$root/tests/sdk/node" "@google/genai"
 
 if [ -z "${TOLLGATE_BIN:-}" ]; then
     cargo build --quiet

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs every test: the Rust unit and integration tests (which start the real server, in-process or as the binary, against fake upstreams,
 # and several instances on real redis-server processes, a primary with a replica and three sentinels among them),
-# the compatibility suite with the official OpenAI and Anthropic Python SDKs (in .venv, created on the first
-# run), and the real coding agents Claude Code and Codex CLI (npm packages in tests/agents/node_modules,
-# installed on the first run) against every upstream kind, and the operator console in headless Chromium
+# the compatibility suite with the official OpenAI, Anthropic and Google SDKs (Python in .venv, created on the
+# first run; Google's Node SDK in tests/sdk/node/node_modules), and the real coding agents Claude Code, Codex
+# CLI and Gemini CLI (npm packages in tests/agents/node_modules, installed on the first run) against every
+# upstream kind, and the operator console in headless Chromium
 # (playwright-core in tests/console/node_modules, installed on the first run).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -26,7 +27,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
     echo "scripts/test.sh: missing what the tests need (nothing was run):" >&2
     for m in "${missing[@]}"; do echo "  - $m" >&2; done
     echo "(.ci/run installs the Debian packages by itself; the first run also downloads about 0.9 GB of npm" >&2
-    echo " packages and Python SDKs into tests/agents, tests/console and .venv.)" >&2
+    echo " packages and Python SDKs into tests/agents, tests/console, tests/sdk/node and .venv.)" >&2
     exit 1
 fi
 
@@ -36,7 +37,7 @@ cargo test --quiet
 echo "== SDK compatibility tests (tests/sdk)" >&2
 TOLLGATE_BIN="${CARGO_TARGET_DIR:-$root/target}/debug/tollgate" bash scripts/sdk-tests.sh
 
-echo "== real coding agents through tollgate: Claude Code and Codex CLI (tests/agents)" >&2
+echo "== real coding agents through tollgate: Claude Code, Codex CLI and Gemini CLI (tests/agents)" >&2
 TOLLGATE_BIN="${CARGO_TARGET_DIR:-$root/target}/debug/tollgate" bash scripts/agent-tests.sh
 
 echo "== operator console in headless Chromium (tests/console)" >&2

@@ -1,10 +1,11 @@
-//! tollgate: a text-generation gateway for OpenAI Chat Completions, OpenAI Responses and Anthropic Messages
-//! clients, in front of upstreams of any of those kinds. See ARCHITECTURE.md for the map.
+//! tollgate: a text-generation gateway for OpenAI Chat Completions, OpenAI Responses, Anthropic Messages and
+//! Gemini API clients, in front of upstreams of any of those kinds. See ARCHITECTURE.md for the map.
 
 pub mod access;
 pub mod addresses;
 pub mod audit;
 pub mod budget;
+pub mod cache;
 pub mod cli;
 pub mod config;
 pub mod console;

@@ -149,10 +149,15 @@ fn a_base_url_of_the_other_family_names_the_right_one() {
         "{out}"
     );
     let c = causes(&out);
-    assert_eq!(c.len(), 2, "only the Messages steps fail:\n{out}");
+    assert_eq!(
+        c.len(),
+        4,
+        "only the Messages and Gemini API steps fail:\n{out}"
+    );
     for cause in c {
         assert!(
-            cause.starts_with("404: Anthropic SDKs append `/v1/messages`"),
+            cause.starts_with("404: Anthropic SDKs append `/v1/messages`")
+                || cause.starts_with("404: Google SDKs append `/v1beta/models/"),
             "{cause}"
         );
         assert!(
@@ -279,7 +284,7 @@ fn a_doubled_v1_fails_with_the_path_cause() {
     // ...and the requests, sent where such a client would send them, get the 404 path cause.
     assert!(out.contains(&format!("POST http://{}/v1/v1/chat/completions", gw.addr)));
     let c = causes(&out);
-    assert_eq!(c.len(), 6, "{out}");
+    assert_eq!(c.len(), 8, "{out}");
     for cause in c {
         assert!(cause.starts_with("404: wrong path"), "{cause}");
         assert!(cause.contains("doubled `/v1`"), "{cause}");

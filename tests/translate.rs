@@ -1,4 +1,4 @@
-//! The translation matrix: every case in `fixtures/translate/` is replayed for all nine (client protocol ×
+//! The translation matrix: every case in `fixtures/translate/` is replayed for all sixteen (client protocol ×
 //! upstream kind) pairs. What the client reads (text, tool calls, stop reason, errors), how its stream is
 //! shaped (each protocol's event lifecycle), what the upstream receives and the usage recorded are checked
 //! against the case's protocol-neutral expectation.
@@ -13,13 +13,17 @@ use common::upstream::{split_sse_blocks, FakeUpstream, Reply};
 use common::*;
 use serde_json::{json, Value};
 
-const PROTOCOLS: [&str; 3] = ["chat", "responses", "messages"];
+const PROTOCOLS: [&str; 4] = ["chat", "responses", "messages", "gemini"];
 
-fn endpoint(client: &str) -> &'static str {
+/// The path a client of `client` posts to (a Gemini client names the model and the stream in it; its SDKs
+/// ask for SSE).
+fn endpoint(client: &str, model: &str, stream: bool) -> String {
     match client {
-        "chat" => "/v1/chat/completions",
-        "responses" => "/v1/responses",
-        _ => "/v1/messages",
+        "chat" => "/v1/chat/completions".into(),
+        "responses" => "/v1/responses".into(),
+        "gemini" if stream => format!("/v1beta/models/{model}:streamGenerateContent?alt=sse"),
+        "gemini" => format!("/v1beta/models/{model}:generateContent"),
+        _ => "/v1/messages".into(),
     }
 }
 
@@ -27,8 +31,26 @@ fn model_for(upstream: &str) -> &'static str {
     match upstream {
         "chat" => "m-chat",
         "responses" => "m-responses",
+        "gemini" => "m-gemini",
         _ => "m-messages",
     }
+}
+
+/// The gateway of the matrix: one model per upstream kind at `fake`.
+fn gateway(fake: &FakeUpstream) -> Gateway {
+    Gateway::start_with_fake(fake.addr, &gemini_upstream(fake.addr))
+}
+
+/// Posts `body` as a client of `client` sends it: a Gemini client with its key in `x-goog-api-key`.
+fn post(gw: &Gateway, client: &str, path: &str, body: &Value) -> Response {
+    if client != "gemini" {
+        return gw.post(path, body);
+    }
+    let headers = [
+        ("x-goog-api-key", gw.key.as_str()),
+        ("content-type", "application/json"),
+    ];
+    gw.request("POST", path, &headers, body.to_string().as_bytes())
 }
 
 /// What a client read, in neutral terms.
@@ -373,6 +395,89 @@ fn read_messages(resp: &Response, stream: bool, ctx: &str) -> Seen {
     seen
 }
 
+/// The SSE events of a body, CRLF line ends taken as LF (Gemini's upstream chunks end in `\r\n\r\n`).
+fn sse_events(resp: &Response) -> Vec<(Option<String>, String)> {
+    parse_sse(&resp.text().replace("\r\n", "\n"))
+}
+
+fn gemini_stop(reason: &str, calls: bool) -> String {
+    match (reason, calls) {
+        ("STOP", true) => "tool_use".into(),
+        ("STOP", false) => "end_turn".into(),
+        ("MAX_TOKENS", _) => "max_tokens".into(),
+        (other, _) => other.into(),
+    }
+}
+
+/// The text (thoughts left out) and function calls of a candidate's parts.
+fn gemini_parts(candidate: &Value, seen: &mut Seen, ctx: &str) {
+    if candidate.get("content").is_some() {
+        assert_eq!(candidate["content"]["role"], "model", "{ctx}");
+    }
+    for p in candidate["content"]["parts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        if p["thought"] == true {
+            continue;
+        }
+        if let Some(t) = p["text"].as_str() {
+            seen.text.push_str(t);
+        }
+        if let Some(f) = p.get("functionCall") {
+            assert!(f["args"].is_object(), "{ctx}: args are an object");
+            seen.tool_calls
+                .push((f["name"].as_str().unwrap().into(), f["args"].clone()));
+        }
+    }
+}
+
+fn read_gemini(resp: &Response, stream: bool, ctx: &str) -> Seen {
+    let mut seen = Seen::default();
+    if !stream {
+        let v = resp.json();
+        let c = &v["candidates"][0];
+        gemini_parts(c, &mut seen, ctx);
+        let reason = c["finishReason"].as_str().expect("finishReason");
+        seen.stop = Some(gemini_stop(reason, !seen.tool_calls.is_empty()));
+        assert!(v["usageMetadata"]["promptTokenCount"].is_u64(), "{ctx}");
+        return seen;
+    }
+    let events = sse_events(resp);
+    for (i, (name, data)) in events.iter().enumerate() {
+        assert!(name.is_none(), "{ctx}: Gemini chunks have no event name");
+        let v: Value = serde_json::from_str(data).unwrap();
+        if let Some(e) = v.get("error") {
+            seen.stream_error = e["message"].as_str().map(str::to_string);
+            assert!(e["status"].is_string() && e["code"].is_u64(), "{ctx}: {e}");
+            assert_eq!(i, events.len() - 1, "{ctx}: the error ends the stream");
+            continue;
+        }
+        let c = &v["candidates"][0];
+        gemini_parts(c, &mut seen, ctx);
+        if let Some(reason) = c["finishReason"].as_str() {
+            assert_eq!(
+                i,
+                events.len() - 1,
+                "{ctx}: the finish reason is in the last chunk"
+            );
+            assert!(
+                v["usageMetadata"].is_object(),
+                "{ctx}: usage in the last chunk"
+            );
+            seen.stop = Some(gemini_stop(reason, !seen.tool_calls.is_empty()));
+        }
+    }
+    if seen.stream_error.is_none() {
+        assert!(
+            seen.stop.is_some(),
+            "{ctx}: a chunk with finishReason ends the stream"
+        );
+    }
+    seen
+}
+
 /// System text, user text, tool names, tool results, call ids, structured output: from an upstream body.
 fn upstream_view(upstream: &str, body: &Value) -> Value {
     let mut system = String::new();
@@ -445,6 +550,44 @@ fn upstream_view(upstream: &str, body: &Value) -> Value {
                 .collect();
             schema = body["text"]["format"]["type"] == "json_schema";
         }
+        "gemini" => {
+            let parts_text = |c: &Value| -> String {
+                c["parts"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|p| p["text"].as_str())
+                    .collect()
+            };
+            system = parts_text(&body["systemInstruction"]);
+            for c in body["contents"].as_array().unwrap() {
+                if c["role"] == "model" {
+                    continue;
+                }
+                user.push_str(&parts_text(c));
+                for p in c["parts"].as_array().into_iter().flatten() {
+                    if let Some(r) = p.get("functionResponse") {
+                        results.push_str(r["response"]["output"].as_str().unwrap_or(""));
+                        ids.push(r["id"].as_str().unwrap_or("").to_string());
+                    }
+                }
+            }
+            tools = body["tools"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|t| {
+                    t["functionDeclarations"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default()
+                })
+                .map(|d| d["name"].clone())
+                .collect();
+            let g = &body["generationConfig"];
+            schema = g["responseJsonSchema"].is_object() || g["responseSchema"].is_object();
+            assert!(body.get("model").is_none(), "the model is in the path");
+        }
         _ => {
             system = text_of(&body["system"]);
             for m in body["messages"].as_array().unwrap() {
@@ -496,12 +639,17 @@ fn run_case(
     let ctx = format!("{name}: {client} client -> {upstream} upstream");
     let expect: Value =
         serde_json::from_str(&std::fs::read_to_string(case.join("expect.json")).unwrap()).unwrap();
-    let mut request: Value = serde_json::from_str(
-        &std::fs::read_to_string(case.join(format!("{client}.request.json"))).unwrap(),
-    )
-    .unwrap();
-    request["model"] = json!(model_for(upstream));
-    let stream = request["stream"].as_bool().unwrap_or(false);
+    let read = |p: &str| -> Value {
+        serde_json::from_str(&std::fs::read_to_string(case.join(p)).unwrap()).unwrap()
+    };
+    let mut request = read(&format!("{client}.request.json"));
+    // Every case streams in all protocols or in none; a Gemini request says it in its path.
+    let stream = read("messages.request.json")["stream"]
+        .as_bool()
+        .unwrap_or(false);
+    if client != "gemini" {
+        request["model"] = json!(model_for(upstream));
+    }
     let sse = case.join(format!("{upstream}.upstream.sse"));
     let reply = if sse.exists() {
         Reply::sse(split_sse_blocks(&std::fs::read_to_string(sse).unwrap()))
@@ -523,7 +671,12 @@ fn run_case(
     };
     queue.lock().unwrap().push_back(reply);
     let before = fake.received().len();
-    let resp = gw.post(endpoint(client), &request);
+    let resp = post(
+        gw,
+        client,
+        &endpoint(client, model_for(upstream), stream),
+        &request,
+    );
     let ctx = format!("{ctx}\n{}", resp.text());
     assert_eq!(
         resp.status as u64,
@@ -536,15 +689,25 @@ fn run_case(
     let got = fake.received();
     assert_eq!(got.len(), before + 1, "{ctx}");
     let up = got.last().unwrap();
-    assert_eq!(up.path, endpoint(upstream), "{ctx}");
+    let upstream_model = format!("real-{upstream}-model");
+    assert_eq!(
+        up.path,
+        endpoint(upstream, &upstream_model, stream),
+        "{ctx}"
+    );
     let body = up.json();
-    assert_eq!(body["model"], format!("real-{upstream}-model"), "{ctx}");
+    if upstream != "gemini" {
+        assert_eq!(body["model"], upstream_model, "{ctx}");
+    }
     assert!(
-        !format!("{:?}{}", up.headers, body).contains(&gw.key),
+        !format!("{} {:?}{}", up.path, up.headers, body).contains(&gw.key),
         "{ctx}: client key forwarded"
     );
     if upstream == "messages" {
         assert_eq!(up.header("x-api-key"), Some(UPSTREAM_KEY), "{ctx}");
+    } else if upstream == "gemini" {
+        assert_eq!(up.header("x-goog-api-key"), Some(UPSTREAM_KEY), "{ctx}");
+        assert!(up.header("authorization").is_none(), "{ctx}");
     } else {
         assert_eq!(
             up.header("authorization"),
@@ -552,7 +715,7 @@ fn run_case(
             "{ctx}"
         );
     }
-    if stream {
+    if stream && upstream != "gemini" {
         assert_eq!(body["stream"], true, "{ctx}");
         if upstream == "chat" {
             assert_eq!(
@@ -622,6 +785,7 @@ fn run_case(
     let seen = match client {
         "chat" => read_chat(&resp, stream, &ctx),
         "responses" => read_responses(&resp, stream, &ctx),
+        "gemini" => read_gemini(&resp, stream, &ctx),
         _ => read_messages(&resp, stream, &ctx),
     };
     assert_eq!(seen.text, expect["text"].as_str().unwrap_or(""), "{ctx}");
@@ -666,7 +830,7 @@ fn run_matrix(cases: &[&str]) {
     let queue: Arc<Mutex<VecDeque<Reply>>> = Arc::new(Mutex::new(VecDeque::new()));
     let q = queue.clone();
     let fake = FakeUpstream::start(move |_| q.lock().unwrap().pop_front().unwrap_or(Reply::Close));
-    let gw = Gateway::start_with_fake(fake.addr, "");
+    let gw = gateway(&fake);
     for case in cases {
         let dir = fixtures().join("translate").join(case);
         for client in PROTOCOLS {

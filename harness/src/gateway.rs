@@ -85,6 +85,25 @@ upstream_model = "real-messages-model"
     c
 }
 
+/// Config tables for a Gemini API upstream at `fake` and its model `m-gemini` (upstream model
+/// `real-gemini-model`), to put at the top of a config (`extra_top` of [`standard_config`]).
+pub fn gemini_upstream(fake: SocketAddr) -> String {
+    format!(
+        r#"
+[[upstreams]]
+name = "gemini-up"
+kind = "gemini"
+base_url = "http://{fake}"
+api_key_env = "{UPSTREAM_KEY_ENV}"
+
+[[models]]
+name = "m-gemini"
+upstream = "gemini-up"
+upstream_model = "real-gemini-model"
+"#
+    )
+}
+
 /// How a gateway runs.
 enum Server {
     /// `tollgate::server::run` in this process: stopped (drained, its requests cut at once) on drop.

@@ -168,6 +168,45 @@ pub struct Model {
     pub route: Route,
     /// `weighted`: one weight per upstream, in the order of `upstreams`.
     pub weights: Vec<u32>,
+    /// Its answers are cached (`cache_ttl_secs` above 0): for how long, shared by whom.
+    pub cache: Option<Caching>,
+}
+
+/// A model's answer cache: how long a complete answer is kept and who may be served it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caching {
+    pub ttl: Duration,
+    pub scope: CacheScope,
+}
+
+/// Who shares a cached answer (`cache_scope`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheScope {
+    /// The key that asked (the default: a tenant never learns from a hit what another asked).
+    Key,
+    /// Every key of its group.
+    Group,
+    /// Every key.
+    All,
+}
+
+impl CacheScope {
+    pub fn parse(v: &str) -> Option<CacheScope> {
+        match v {
+            "key" => Some(CacheScope::Key),
+            "group" => Some(CacheScope::Group),
+            "all" => Some(CacheScope::All),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CacheScope::Key => "key",
+            CacheScope::Group => "group",
+            CacheScope::All => "all",
+        }
+    }
 }
 
 /// Where and how often local model servers are looked for.
@@ -273,6 +312,9 @@ pub struct Config {
     pub instance_set: bool,
     /// The shared store of several instances (`[store]`); None: flat files only.
     pub store: Option<store::StoreSettings>,
+    /// The most the answer cache holds (`cache_max_mb`, default 64), in bytes: in memory, or with a store in
+    /// it (least recently used entries go first).
+    pub cache_max_bytes: u64,
     /// What validation found that does not stop the gateway but will not work as meant (`check` prints
     /// them, `serve` logs them).
     pub warnings: Vec<String>,
@@ -466,6 +508,32 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e.field, "upstreams[0].base_url");
+    }
+
+    #[test]
+    fn the_answer_cache_is_opt_in_per_model_and_bounded_globally() {
+        let model = |extra: &str| {
+            format!("cache_max_mb = 0.5\n[[upstreams]]\nname='a'\nkind='mock'\n[[models]]\nname='m'\nupstream='a'\n{extra}")
+        };
+        let c = Config::from_toml_str(&model("")).unwrap();
+        assert_eq!(c.cache_max_bytes, 512 * 1024);
+        assert_eq!(c.model("m").unwrap().cache, None);
+        assert_eq!(Config::embedded().cache_max_bytes, 64 << 20);
+        let c = Config::from_toml_str(&model("cache_ttl_secs = 0")).unwrap();
+        assert_eq!(c.model("m").unwrap().cache, None, "0 is off");
+        let c = Config::from_toml_str(&model("cache_ttl_secs = 60")).unwrap();
+        let want = Caching {
+            ttl: Duration::from_secs(60),
+            scope: CacheScope::Key,
+        };
+        assert_eq!(c.model("m").unwrap().cache, Some(want), "key by default");
+        let c = Config::from_toml_str(&model("cache_ttl_secs = 60\ncache_scope = 'all'")).unwrap();
+        assert_eq!(c.model("m").unwrap().cache.unwrap().scope, CacheScope::All);
+        let e = Config::from_toml_str(&model("cache_ttl_secs = 60\ncache_scope = 'tenant'"))
+            .unwrap_err();
+        assert_eq!(e.field, "models[0].cache_scope");
+        let e = Config::from_toml_str(&model("").replace("0.5", "0")).unwrap_err();
+        assert_eq!(e.field, "cache_max_mb");
     }
 
     #[test]

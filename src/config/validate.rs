@@ -43,6 +43,7 @@ pub(super) struct RawConfig {
     log_format: Option<String>,
     metrics_auth: Option<bool>,
     currency: Option<String>,
+    cache_max_mb: Option<f64>,
     discovery: Option<RawDiscovery>,
     instance: Option<String>,
     store: Option<super::store::RawStore>,
@@ -107,6 +108,8 @@ struct RawModel {
     weights: Option<Vec<u32>>,
     #[serde(default)]
     aliases: Vec<String>,
+    cache_ttl_secs: Option<u64>,
+    cache_scope: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -225,6 +228,7 @@ pub(super) fn validate(raw: RawConfig, env: &Env) -> Result<Config, ConfigError>
         instance,
         instance_set,
         store,
+        cache_max_bytes: p.take(cache_max(raw.cache_max_mb), 0),
         upstreams,
         model_index: super::names::ModelIndex::build(&models),
         models,
@@ -773,7 +777,43 @@ fn validate_model(
         aliases: m.aliases,
         discovered: None,
         structured_via_tool: structured_via_tool(m.structured_output.as_deref(), &f)?,
+        cache: caching(m.cache_ttl_secs, m.cache_scope.as_deref(), &f)?,
     })
+}
+
+/// `cache_max_mb`: the answer cache's bound (64 MB when unset; fractions allowed).
+fn cache_max(v: Option<f64>) -> Result<u64, ConfigError> {
+    match v {
+        None => Ok(64 << 20),
+        Some(mb) if mb.is_finite() && mb * 1_048_576.0 >= 1024.0 && mb <= 1_048_576.0 => {
+            Ok((mb * 1_048_576.0) as u64)
+        }
+        Some(mb) => Err(err(
+            "cache_max_mb",
+            format!("expected a size in MB from 0.001 to 1048576, got {mb}"),
+        )),
+    }
+}
+
+/// `cache_ttl_secs` (absent or 0: no cache) and `cache_scope` (`key` by default).
+fn caching(
+    ttl: Option<u64>,
+    scope: Option<&str>,
+    f: &dyn Fn(&str) -> String,
+) -> Result<Option<super::Caching>, ConfigError> {
+    let scope = match scope {
+        None => super::CacheScope::Key,
+        Some(v) => super::CacheScope::parse(v).ok_or_else(|| {
+            err(
+                f("cache_scope"),
+                format!("expected \"key\", \"group\" or \"all\", got {v:?}"),
+            )
+        })?,
+    };
+    Ok(ttl.filter(|&t| t > 0).map(|t| super::Caching {
+        ttl: Duration::from_secs(t),
+        scope,
+    }))
 }
 
 /// A model's name: not empty, no whitespace, not taken.
@@ -926,13 +966,13 @@ fn upstream_warnings(i: usize, u: &Upstream, warnings: &mut Vec<String>) {
              `…{ep}{ep}`); use {base:?}",
             u.base_url
         ));
-    } else if !protocol.base_url_has_v1() && path.ends_with("/v1") {
+    } else if let Some(version) = doubled_version(protocol, path) {
         let sent = protocol.upstream_path();
         warnings.push(format!(
-            "{field}: an {} upstream's base URL goes without `/v1` (tollgate sends to `{sent}` under it; this one \
-             would get `/v1{sent}`); use {:?}",
+            "{field}: an {} upstream's base URL goes without `{version}` (tollgate sends to `{sent}` under it; \
+             this one would get `{version}{sent}`); use {:?}",
             u.kind.name(),
-            &u.base_url[..u.base_url.len() - 3]
+            &u.base_url[..u.base_url.len() - version.len()]
         ));
     } else if protocol.base_url_has_v1() && !path.ends_with("/v1") {
         if let Some(expected) = known_openai_base(host) {
@@ -942,6 +982,17 @@ fn upstream_warnings(i: usize, u: &Upstream, warnings: &mut Vec<String>) {
             ));
         }
     }
+}
+
+/// The version (`/v1`, `/v1beta`) a base URL ends with that the protocol's upstream path begins with
+/// itself (so requests would carry it twice), for protocols whose base URLs go without one.
+fn doubled_version(protocol: crate::protocol::Protocol, path: &str) -> Option<&'static str> {
+    if protocol.base_url_has_v1() {
+        return None;
+    }
+    let sent = protocol.upstream_path();
+    let version = sent[1..].find('/').map(|at| &sent[..at + 1])?;
+    path.ends_with(version).then_some(version)
 }
 
 /// The API path of known vendors' OpenAI-compatible endpoints.

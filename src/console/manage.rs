@@ -417,6 +417,7 @@ pub fn delete_group(gw: &Gateway, name: &str) -> Result<Value, ApiError> {
 /// `GET /admin/models[?probe=1]`: every model with its upstreams, prices, state and live availability.
 pub fn models(gw: &Gateway, probe: bool) -> Value {
     let config = gw.config();
+    let cache = gw.cache.stats();
     let now = crate::util::unix_now();
     let probes = if probe {
         gw.stats.probe_all(&gw.agent, &config)
@@ -463,6 +464,7 @@ pub fn models(gw: &Gateway, probe: bool) -> Value {
                 "max_hosted_uses": config.hosted_prices(&m.name).max_uses,
                 "disabled": m.disabled,
                 "availability": gw.stats.model_json(&m.name),
+                "cache": cache_json(m, &cache),
             });
             merge(&mut v, m.prices.json(now));
             v
@@ -474,6 +476,30 @@ pub fn models(gw: &Gateway, probe: bool) -> Value {
         .map(|s| json!({"base_url": s.base_url, "up": s.up, "models": s.models, "error": s.error}))
         .collect();
     json!({"data": data, "discovery": discovery})
+}
+
+/// A cached model's answer cache: its TTL and scope, and what the cache did for it on this instance since it
+/// started (hits, misses, bypasses, the hit rate of the look-ups, the bytes of its entries, evictions).
+fn cache_json(m: &crate::config::Model, stats: &[(String, crate::cache::ModelStats)]) -> Value {
+    let Some(c) = m.cache else {
+        return Value::Null;
+    };
+    let s = stats
+        .iter()
+        .find(|(name, _)| *name == m.name)
+        .map(|(_, s)| *s)
+        .unwrap_or_default();
+    let answered = s.hits + s.misses + s.bypasses;
+    json!({
+        "ttl_secs": c.ttl.as_secs(),
+        "scope": c.scope.name(),
+        "hits": s.hits,
+        "misses": s.misses,
+        "bypasses": s.bypasses,
+        "hit_rate": (answered > 0).then(|| s.hits as f64 / answered as f64),
+        "bytes": s.bytes,
+        "evictions": s.evictions,
+    })
 }
 
 /// The fields of `extra` added to the object `v`.

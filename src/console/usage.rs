@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 use crate::gateway::Gateway;
 use crate::http::Exchange;
-use crate::ledger::{Filter, Record, Status, StatusFilter};
+use crate::ledger::{CacheFilter, Filter, Record, Status, StatusFilter};
 use crate::money::Money;
 use crate::protocol::ApiError;
 use crate::util::{rfc3339, unix_now};
@@ -70,6 +70,12 @@ fn filter(ex: &Exchange, default_limit: usize, max_limit: usize) -> Result<Filte
         offset: number("offset", 0)?,
         limit: number("limit", default_limit)?.clamp(1, max_limit),
         search: q("q").map(|v| v.to_lowercase()),
+        cache: match q("cache") {
+            None => None,
+            Some(c) => Some(CacheFilter::parse(&c).ok_or_else(|| {
+                ApiError::invalid_param("cache", "`cache` must be hit, miss, bypass or not_hit")
+            })?),
+        },
     })
 }
 
@@ -167,7 +173,7 @@ pub fn csv(gw: &Gateway, ex: &Exchange) -> Result<String, ApiError> {
     let mut out = String::from(
         "ts,request_id,client_request_id,key,group,model,protocol,upstream,stream,status,input_tokens,\
          cached_input_tokens,cache_write_5m_tokens,cache_write_1h_tokens,output_tokens,reasoning_tokens,\
-         tier_above_input_tokens,estimated,cost,latency_ms,error,reason,instance\n",
+         tier_above_input_tokens,estimated,cost,latency_ms,error,reason,instance,cache\n",
     );
     for r in query(gw, &f)? {
         let status = match r.status {
@@ -201,6 +207,7 @@ pub fn csv(gw: &Gateway, ex: &Exchange) -> Result<String, ApiError> {
             r.error.unwrap_or_default(),
             r.reason.unwrap_or_default(),
             r.instance.unwrap_or_default(),
+            r.cache.map_or("", |c| c.name()).to_string(),
         ];
         let line: Vec<String> = fields.iter().map(|f| csv_field(f)).collect();
         out.push_str(&line.join(","));
@@ -231,6 +238,9 @@ struct Totals {
     kinds: [u64; 6],
     cost: Money,
     errors: u64,
+    /// Requests to models whose answers are cached, and those answered from the cache.
+    cacheable: u64,
+    hits: u64,
 }
 
 impl Totals {
@@ -254,6 +264,10 @@ impl Totals {
         if matches!(r.status, Status::Http(s) if s >= 400) || r.error.is_some() {
             self.errors += 1;
         }
+        if let Some(c) = r.cache {
+            self.cacheable += 1;
+            self.hits += u64::from(c == crate::ledger::CacheUse::Hit);
+        }
     }
 
     fn json(&self) -> Value {
@@ -263,10 +277,13 @@ impl Totals {
             self.errors as f64 / self.requests as f64
         };
         let [input, cached, w5m, w1h, output, reasoning] = self.kinds;
+        // Of the requests to cached models, the share answered from the cache (null: none).
+        let hit_rate = (self.cacheable > 0).then(|| self.hits as f64 / self.cacheable as f64);
         json!({"requests": self.requests, "tokens": self.tokens, "cost": self.cost, "errors": self.errors,
                "error_rate": rate, "input_tokens": input, "cached_input_tokens": cached,
                "cache_write_5m_tokens": w5m, "cache_write_1h_tokens": w1h, "output_tokens": output,
-               "reasoning_tokens": reasoning})
+               "reasoning_tokens": reasoning, "cache_hits": self.hits, "cache_requests": self.cacheable,
+               "cache_hit_rate": hit_rate})
     }
 }
 

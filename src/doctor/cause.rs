@@ -163,10 +163,15 @@ fn status_cause(s: u16, f: &kinds::Failure, proto: Protocol, shape: &Shape, mode
             "403: the key is valid, but its group or the key may not use the model `{model}`. Change the key's \
              group or the model."
         ),
-        404 if code == "model_not_found" || (!model.is_empty() && message.contains(model)) => format!(
+        // (A path that names the model, as Gemini's do, is not a model the gateway does not know.)
+        404 if code == "model_not_found"
+            || (code != "unknown_path" && !model.is_empty() && message.contains(model)) =>
+        {
+            format!(
             "404: the gateway does not know the model `{model}`: check the name against the console's model \
              list (a wrong path also gives 404: often a doubled `/v1` or a full endpoint in the base address)."
-        ),
+            )
+        }
         404 | 405 => path_cause(s, proto, shape),
         408 => "408: the gateway did not receive the whole request in time: a slow link, or a proxy holding \
                 the body."
@@ -248,8 +253,13 @@ fn family_mismatch(proto: Protocol, shape: &Shape) -> Option<String> {
     let (vendor, sdk, clients) = (proto.vendor(), proto.sdk_path(), proto.clients());
     match (proto.base_url_has_v1(), with_v1) {
         (false, true) => Some(format!(
-            "{vendor} SDKs append `{sdk}` to their base URL, so this one makes `{base}{sdk}` (a doubled `/v1`). \
-             Give {clients} `{root}` without `/v1`."
+            "{vendor} SDKs append `{sdk}` to their base URL, so this one makes `{base}{sdk}`{}. Give {clients} \
+             `{root}` without `/v1`.",
+            if sdk.starts_with("/v1/") {
+                " (a doubled `/v1`)"
+            } else {
+                ""
+            }
         )),
         (true, false) => Some(format!(
             "{vendor} SDKs append `{sdk}` to their base URL, so this one makes `{base}{sdk}` (no `/v1`). Give \

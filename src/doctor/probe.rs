@@ -38,7 +38,7 @@ pub fn run(
     stream: bool,
     client_request_id: &str,
 ) -> Outcome {
-    let url = format!("{base}{}", proto.sdk_path());
+    let url = format!("{base}{}", proto.sdk_request_path(model, stream));
     let mut out = Outcome::new(proto, stream, url.clone(), client_request_id);
     let body = proto.probe_body(model, PROMPT, stream).to_string();
     let req = request(agent, &url, proto, key, stream, client_request_id);

@@ -67,6 +67,13 @@ pub fn read_stream<R: BufRead>(proto: Protocol, reader: R, start: Instant) -> St
             }
             ClientEvent::Skip => {}
             ClientEvent::Done => return r,
+            ClientEvent::Last(t) => {
+                if !t.is_empty() {
+                    r.first_text.get_or_insert(now);
+                }
+                r.text.push_str(&t);
+                return r;
+            }
             ClientEvent::Error(e) => {
                 r.failure = Some(Failure::new(
                     Kind::StreamError,

@@ -582,7 +582,14 @@ mod tests {
             assert!(!s.has_errors(), "{input}: {:?}", s.findings);
             assert_eq!(s.root.as_deref(), Some("http://127.0.0.1:8080"), "{input}");
             let bases: Vec<String> = families().iter().filter_map(|f| s.base_for(f)).collect();
-            assert_eq!(bases, ["http://127.0.0.1:8080/v1", "http://127.0.0.1:8080"]);
+            assert_eq!(
+                bases,
+                [
+                    "http://127.0.0.1:8080/v1",
+                    "http://127.0.0.1:8080",
+                    "http://127.0.0.1:8080"
+                ]
+            );
         }
         // A path prefix is kept.
         let s = analyze("https://gw.example.com/llm/v1", false);

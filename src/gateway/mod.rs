@@ -1,6 +1,6 @@
 //! What the request pipeline (`crate::server`) and the console (`crate::console`) share: the state every
 //! worker shares, [`Gateway`] (the configuration in force with the console's overrides, keys, accounts,
-//! the ledger, breakers, metrics and the HTTP layer's counters), and what it is made of and hands to a
+//! the ledger, the answer cache, breakers, metrics and the HTTP layer's counters), and what it is made of and hands to a
 //! request: `trace.rs` (a request's `Trace`), `respond.rs` (answers and errors in the client's protocol),
 //! `watchdog.rs` (cancelling requests whose client went away; keepalives), `stats.rs` (availability per
 //! model), `metrics/` (the counters and the `/metrics` scrape).
@@ -48,6 +48,8 @@ pub struct Gateway {
     pub state: Arc<ServerState>,
     /// The shared store of several instances (`[store]`), if any.
     pub store: Option<Arc<crate::store::Store>>,
+    /// The answer cache of the models that opt in (in the store, when there is one).
+    pub cache: crate::cache::AnswerCache,
     /// The `instance` usage records carry (with a store, or when `instance` is set).
     pub record_instance: Option<String>,
 }

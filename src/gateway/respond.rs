@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 
 use super::trace::Trace;
 use crate::http::ResponseWriter;
+use crate::protocol::codec::Framing;
 use crate::protocol::{sse, ApiError};
 
 /// Sends a JSON body with status (an upstream credential in it replaced).
@@ -58,17 +59,27 @@ pub fn should_retry(status: u16) -> Option<&'static str> {
         .then_some("false")
 }
 
-/// Starts an SSE response.
+/// Starts an SSE response (framed as the client reads streams: `Trace::framing`).
 pub fn start_sse(
     w: &mut ResponseWriter,
     trace: &Trace,
     extra: &[(&str, &str)],
 ) -> std::io::Result<()> {
     let overhead = trace.overhead_header();
-    let mut headers = trace.headers(&sse::SSE_HEADERS);
+    let array = trace.framing == Framing::JsonArray;
+    let framed = if array {
+        &sse::JSON_ARRAY_HEADERS
+    } else {
+        &sse::SSE_HEADERS
+    };
+    let mut headers = trace.headers(framed);
     headers.push(("x-tollgate-overhead-ms", &overhead));
     headers.extend_from_slice(extra);
-    let started = w.start_chunked(200, &headers);
+    let started = if array {
+        w.start_reframed(200, &headers, Box::new(sse::JsonArray::default()))
+    } else {
+        w.start_chunked(200, &headers)
+    };
     if started.is_ok() && !trace.streaming.replace(true) {
         trace.server.streams.fetch_add(1, Ordering::Relaxed);
     }

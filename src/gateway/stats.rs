@@ -33,12 +33,14 @@ impl Stats {
     }
 
     /// Rebuilds the recent history from the usage ledger (oldest first), so availability survives a
-    /// restart. Only records of requests that reached an upstream count, as at run time; a record's
+    /// restart. Only records of requests that reached an upstream count, as at run time (not the answer
+    /// cache's hits); a record's
     /// upstream failure is what the failover policy (`upstream::policy`) decided for it: 5xx, or an error
     /// after the answer started.
     pub fn replay(&self, records: &[crate::ledger::Record]) {
         use crate::ledger::Status;
-        for r in records.iter().filter(|r| !r.upstream.is_empty()) {
+        let hit = |r: &crate::ledger::Record| r.cache == Some(crate::ledger::CacheUse::Hit);
+        for r in records.iter().filter(|r| !r.upstream.is_empty() && !hit(r)) {
             let Some(at) = crate::util::parse_rfc3339_millis(&r.ts) else {
                 continue;
             };

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::watchdog;
 use crate::http::{Exchange, Request};
+use crate::protocol::codec::Framing;
 use crate::protocol::Protocol;
 
 /// Identifies one request in headers, logs and records, and times it.
@@ -26,6 +27,8 @@ pub struct Trace {
     pub client_request_id: Option<String>,
     /// The protocol whose shape errors take.
     pub protocol: Protocol,
+    /// How a stream to the client is framed (its protocol says, from the request).
+    pub framing: Framing,
     /// More headers for every answer to this request (rate-limit state).
     pub extra: Vec<(String, String)>,
     /// Set by the watchdog when the request is cut (client gone, or the shutdown deadline).
@@ -52,6 +55,7 @@ impl Trace {
             server: ex.state().clone(),
             request_id: crate::util::new_id("req_"),
             client_request_id,
+            framing: protocol.framing(&ex.request),
             protocol,
             extra: Vec::new(),
             cut: Default::default(),

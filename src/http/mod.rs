@@ -18,7 +18,7 @@ pub use request::{
     decode_path_segment, form_decode, parse_head, BodyKind, ChunkedDecoder, HttpError, Limits,
     Request, SegmentError,
 };
-pub use response::{reason, ResponseWriter, SharedStream, Withheld};
+pub use response::{reason, Reframe, ResponseWriter, SharedStream, Withheld};
 pub use server::{start, Server};
 pub use shared::{
     Early, ErrorRenderer, Exchange, Handler, HttpConfig, Incoming, Overloaded, Screen, ServerState,

@@ -100,6 +100,15 @@ fn frame_chunk(data: &[u8]) -> Vec<u8> {
     v
 }
 
+/// Rewrites the data of a streamed body chunk by chunk before it is framed (a stream whose client reads it
+/// in another form than the handler writes it): each chunk as a whole, and what closes the body.
+pub trait Reframe: Send {
+    /// The data `chunk` becomes (appended to `out`; possibly nothing).
+    fn chunk(&mut self, chunk: &[u8], out: &mut Vec<u8>);
+    /// What the body ends with (appended to `out`).
+    fn end(&mut self, out: &mut Vec<u8>);
+}
+
 /// The writing half of one request/response exchange on a connection.
 pub struct ResponseWriter {
     shared: Option<Arc<SharedStream>>,
@@ -125,6 +134,8 @@ pub struct ResponseWriter {
     http10: bool,
     /// The response in progress is a stream (chunked, or close-delimited for HTTP/1.0).
     chunked: bool,
+    /// What the stream's chunks are rewritten with before they are framed, if anything.
+    reframe: Option<Box<dyn Reframe>>,
 }
 
 /// What [`ResponseWriter::withhold`] took back from a held response.
@@ -157,6 +168,7 @@ impl ResponseWriter {
             held_data: Vec::new(),
             http10: false,
             chunked: false,
+            reframe: None,
             status: 0,
             bytes_written: 0,
             buf: Vec::with_capacity(4096),
@@ -182,6 +194,7 @@ impl ResponseWriter {
         self.held_data.clear();
         self.http10 = http10;
         self.chunked = false;
+        self.reframe = None;
         self.keep_alive = keep_alive;
         self.head_only = head_only;
         self.status = 0;
@@ -384,8 +397,32 @@ impl ResponseWriter {
         self.flush_buf()
     }
 
+    /// [`start_chunked`](Self::start_chunked), with every chunk rewritten by `reframe` before it is framed
+    /// (and what it ends with written before the body's end).
+    pub fn start_reframed(
+        &mut self,
+        status: u16,
+        headers: &[(&str, &str)],
+        reframe: Box<dyn Reframe>,
+    ) -> io::Result<()> {
+        self.start_chunked(status, headers)?;
+        self.reframe = Some(reframe);
+        Ok(())
+    }
+
     /// Writes one chunk and pushes it to the socket. Empty data is ignored (it would end the body).
     pub fn write_chunk(&mut self, data: &[u8]) -> io::Result<()> {
+        if let Some(mut r) = self.reframe.take() {
+            let mut out = Vec::with_capacity(data.len() + 8);
+            r.chunk(data, &mut out);
+            let written = self.write_framed(&out);
+            self.reframe = Some(r);
+            return written;
+        }
+        self.write_framed(data)
+    }
+
+    fn write_framed(&mut self, data: &[u8]) -> io::Result<()> {
         match self.state {
             State::Streaming => {}
             State::Broken => return Err(io::Error::new(io::ErrorKind::BrokenPipe, "client gone")),
@@ -420,6 +457,12 @@ impl ResponseWriter {
             State::Done => return Ok(()),
             State::Broken => return Err(io::Error::new(io::ErrorKind::BrokenPipe, "client gone")),
             State::Fresh => return Err(io::Error::other("no response in progress")),
+        }
+        // Kept: a stream whose held end is taken back (`withhold`) is reframed and ended again.
+        if let Some(r) = self.reframe.as_mut() {
+            let mut tail = Vec::new();
+            r.end(&mut tail);
+            self.write_framed(&tail)?;
         }
         if self.http10 || self.head_only {
             // Nothing ends an HTTP/1.0 stream but the connection closing (it is not kept alive).

@@ -45,7 +45,7 @@ use crate::money::Money;
 pub use checkpoint::CHECKPOINT_FILE;
 pub use files::{complete_len, fingerprint, segment_name, Active, History, Segment};
 pub use options::Options;
-pub use query::{Filter, StatusFilter};
+pub use query::{CacheFilter, Filter, StatusFilter};
 pub use totals::{KeyTotals, Totals};
 
 /// File name of the ledger inside `data_dir`.
@@ -158,6 +158,32 @@ pub struct Record {
     /// The paid service tier billed (`priority`); its price is in `cost`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_tier: Option<String>,
+    /// A request to a model whose answers are cached: `hit` (answered from the cache, at no cost), `miss`
+    /// or `bypass` (not looked up).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<CacheUse>,
+}
+
+/// What the answer cache did for a request (`Record::cache`, the `x-tollgate-cache` header).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CacheUse {
+    /// Answered from the cache.
+    Hit,
+    /// Looked up and not found (or the shared store did not answer): answered by an upstream.
+    Miss,
+    /// Not looked up: the client said `no-store` or `no-cache`, or the request is not one the cache keeps.
+    Bypass,
+}
+
+impl CacheUse {
+    pub fn name(self) -> &'static str {
+        match self {
+            CacheUse::Hit => "hit",
+            CacheUse::Miss => "miss",
+            CacheUse::Bypass => "bypass",
+        }
+    }
 }
 
 fn upstream_out<S: serde::Serializer>(u: &str, s: S) -> Result<S::Ok, S::Error> {

@@ -8,7 +8,7 @@ use std::io::{self, BufRead, BufReader};
 use std::os::unix::fs::FileExt;
 
 use super::files::{History, Segment};
-use super::{Record, Status};
+use super::{CacheUse, Record, Status};
 
 /// Which statuses to keep.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,6 +50,35 @@ impl StatusFilter {
     }
 }
 
+/// Which records the answer cache's part in keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheFilter {
+    /// Records marked so (`hit`, `miss`, `bypass`).
+    Is(CacheUse),
+    /// Every record that is not a hit (upstream answers and refusals, cached models or not).
+    NotHit,
+}
+
+impl CacheFilter {
+    /// Parses `hit`, `miss`, `bypass` or `not_hit`.
+    pub fn parse(s: &str) -> Option<CacheFilter> {
+        match s {
+            "hit" => Some(CacheFilter::Is(CacheUse::Hit)),
+            "miss" => Some(CacheFilter::Is(CacheUse::Miss)),
+            "bypass" => Some(CacheFilter::Is(CacheUse::Bypass)),
+            "not_hit" => Some(CacheFilter::NotHit),
+            _ => None,
+        }
+    }
+
+    fn matches(self, r: &Record) -> bool {
+        match self {
+            CacheFilter::Is(c) => r.cache == Some(c),
+            CacheFilter::NotHit => r.cache != Some(CacheUse::Hit),
+        }
+    }
+}
+
 /// Conditions on records; `None` means any.
 #[derive(Debug, Clone, Default)]
 pub struct Filter {
@@ -66,6 +95,8 @@ pub struct Filter {
     pub limit: usize,
     /// Lowercase text to find in the key, model, error or reason (a substring).
     pub search: Option<String>,
+    /// What the answer cache did.
+    pub cache: Option<CacheFilter>,
 }
 
 /// Whether `q` (lowercase) is in the record's key, model, error or reason.
@@ -89,6 +120,7 @@ impl Filter {
             && self.request_id.as_ref().is_none_or(|c| &r.request_id == c)
             && (self.since.is_none() && self.until.is_none() || self.in_window(r))
             && self.search.as_ref().is_none_or(|q| found(r, q))
+            && self.cache.is_none_or(|c| c.matches(r))
     }
 
     /// Whether the record's `ts`, read as an instant, is within `since` and `until`.

@@ -35,6 +35,7 @@ fn record(key: &str, cost: f64, n: u64) -> Record {
         instance: None,
         hosted_uses: Default::default(),
         service_tier: None,
+        cache: None,
     }
 }
 
@@ -244,7 +245,9 @@ fn a_full_disk_keeps_records_in_memory_until_it_has_room_again() {
     let page: Vec<&str> = page.iter().map(|r| r.request_id.as_str()).collect();
     assert_eq!(page, ["req_4", "req_3", "req_2", "req_1"]);
 
-    // Strict mode: the record comes back at once; requeued (amended), it waits in memory.
+    // Strict mode: the record comes back at once; requeued (amended), it waits in memory. (Whatever another
+    // writer freed meanwhile, a temporary checkpoint say, is taken first: the disk is full again.)
+    let filler_again = fill(&fs.dir.join("filler-again"));
     let rec = big_record(100);
     let back = strict.try_append(rec.clone()).unwrap_err();
     assert_eq!(*back, rec);
@@ -267,6 +270,8 @@ fn a_full_disk_keeps_records_in_memory_until_it_has_room_again() {
     // Room again: the backlogs are written by the writer's own retries, each record exactly once.
     drop(filler);
     std::fs::remove_file(&filler_path).unwrap();
+    drop(filler_again);
+    std::fs::remove_file(fs.dir.join("filler-again")).unwrap();
     wait_until("the backlogs to be written", || {
         ledger.backlog() == 0 && strict.backlog() == 0
     });

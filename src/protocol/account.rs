@@ -6,9 +6,12 @@
 //!
 //! References are found at any depth: the whole body is walked once, and any `file_id`, `file_ids`,
 //! `vector_store_ids`, container (`container`, `container_id`, a `container_*` type), stored response,
-//! conversation or prompt, `item_reference`, or `source` of type `file` is refused wherever it sits. What
-//! belongs to the client alone is not looked into: JSON Schemas (`parameters`, `input_schema`, `schema`),
-//! tool call inputs, `metadata`. The walk allocates nothing unless it finds something.
+//! conversation or prompt, `item_reference`, or `source` of type `file` is refused wherever it sits; so are
+//! the Gemini API's `cachedContent`, a `fileUri` of its Files API, the `fileSearch` tool and a tuned model
+//! (`tunedModels/…`). What belongs to the client alone is not looked into: JSON Schemas (`parameters`,
+//! `input_schema`, `schema`, Gemini's `parametersJsonSchema`, `responseSchema`, `responseJsonSchema`), tool
+//! call inputs (Gemini's `args`) and results (its `response`), `metadata`. The walk allocates nothing unless
+//! it finds something.
 //!
 //! `store`: a stored response or completion could only be read back by id, which tollgate never serves, so
 //! storing would only leave tenants' prompts in the operator's account: requests go upstream with
@@ -23,8 +26,9 @@ use super::{ApiError, Cause};
 /// streaming, context windows, prompt caching, token-efficient tools, …) are not among them.
 const ACCOUNT_BETAS: [&str; 4] = ["files-api-", "mcp-client-", "code-execution-", "skills-"];
 
-/// Keys whose values belong to the client alone (schemas, free-form data): never looked into.
-const CLIENT_DATA: [&str; 7] = [
+/// Keys whose values belong to the client alone (schemas, free-form data, tool call arguments and results):
+/// never looked into.
+const CLIENT_DATA: [&str; 12] = [
     "parameters",
     "input_schema",
     "schema",
@@ -32,6 +36,11 @@ const CLIENT_DATA: [&str; 7] = [
     "input_examples",
     "logit_bias",
     "env",
+    "parametersJsonSchema",
+    "responseSchema",
+    "responseJsonSchema",
+    "args",
+    "response",
 ];
 
 fn refused(param: &str, what: &str) -> ApiError {
@@ -189,8 +198,25 @@ fn keyed_reference(k: &str, v: &Value) -> Option<&'static str> {
         "conversation" => Some("a stored conversation"),
         "prompt" => Some("a stored prompt template"),
         "mcp_servers" if listed() => Some("MCP server connections"),
+        "cachedContent" => Some("a cached content (stored in the account)"),
+        "fileSearch" => Some("the fileSearch tool (file search stores)"),
+        "fileUri" if v.as_str().is_some_and(files_api) => {
+            Some("a file of the Files API (an uploaded file)")
+        }
+        "model" if v.as_str().is_some_and(|m| m.starts_with("tunedModels/")) => {
+            Some("a tuned model (kept in the account)")
+        }
         _ => None,
     }
+}
+
+/// Whether a Gemini `fileUri` names a file uploaded to the Files API (`files/…`, or its URL), rather than a
+/// public URL the API fetches.
+fn files_api(uri: &str) -> bool {
+    uri.starts_with("files/")
+        || uri.split_once("://").is_some_and(|(_, rest)| {
+            rest.starts_with("generativelanguage.googleapis.com/") && rest.contains("/files/")
+        })
 }
 
 /// Refuses `anthropic-beta` values (each header value as it came, flags joined by commas) that open
@@ -299,6 +325,43 @@ mod tests {
         ] {
             assert_eq!(param(r, body.clone(), &[]).as_deref(), Some(path), "{body}");
         }
+    }
+
+    #[test]
+    fn gemini_account_state_is_refused_by_path() {
+        for (body, path) in [
+            (
+                json!({"cachedContent": "cachedContents/abc"}),
+                "cachedContent",
+            ),
+            (
+                json!({"contents": [{"role": "user", "parts": [{"fileData": {"mimeType": "application/pdf",
+                    "fileUri": "https://generativelanguage.googleapis.com/v1beta/files/abc"}}]}]}),
+                "contents[0].parts[0].fileData.fileUri",
+            ),
+            (
+                json!({"contents": [{"parts": [{"fileData": {"fileUri": "files/abc"}}]}]}),
+                "contents[0].parts[0].fileData.fileUri",
+            ),
+            (
+                json!({"tools": [{"fileSearch": {"fileSearchStoreNames": ["fileSearchStores/x"]}}]}),
+                "tools[0].fileSearch",
+            ),
+            (
+                json!({"generateContentRequest": {"model": "tunedModels/mine", "contents": []}}),
+                "generateContentRequest.model",
+            ),
+        ] {
+            let e = refuse_account_features(&body).unwrap_err();
+            assert_eq!(e.param(), Some(path), "{body}");
+        }
+        // Public URLs, function arguments and results, schemas: the client's own.
+        let fine = json!({"contents": [{"role": "model", "parts": [{"functionCall": {"name": "f", "args": {"file_id": "x"}}}]},
+            {"role": "user", "parts": [{"functionResponse": {"name": "f", "response": {"cachedContent": "y"}}},
+            {"fileData": {"mimeType": "video/mp4", "fileUri": "https://www.youtube.com/watch?v=x"}}]}],
+            "generationConfig": {"responseJsonSchema": {"properties": {"file_id": {}}}},
+            "tools": [{"functionDeclarations": [{"name": "f", "parametersJsonSchema": {"properties": {"container": {}}}}]}]});
+        assert!(refuse_account_features(&fine).is_ok());
     }
 
     #[test]

@@ -27,8 +27,9 @@ pub fn parse(raw: &[u8]) -> Result<Value, Unusable> {
     Ok(v)
 }
 
-/// What a relayed answer is read for: whether it is an error object, and its usage. Deserialised without
-/// building the whole document (other fields are skipped, strings borrowed).
+/// What a relayed answer is read for: whether it is an error object, and its usage (under `usage`, or
+/// Gemini's `usageMetadata`). Deserialised without building the whole document (other fields are skipped,
+/// strings borrowed).
 #[derive(serde::Deserialize)]
 struct Peek<'a> {
     #[serde(default)]
@@ -37,22 +38,29 @@ struct Peek<'a> {
     kind: Option<std::borrow::Cow<'a, str>>,
     #[serde(default)]
     usage: Option<Value>,
+    #[serde(default, rename = "usageMetadata")]
+    usage_metadata: Option<Value>,
 }
 
-/// [`parse`] for answers passed on as they are: the same checks, and only `usage` read.
-pub fn usage_only(raw: &[u8]) -> Result<Option<Value>, Unusable> {
+/// [`parse`] for answers passed on as they are: the same checks, and only the usage (the object at `field`,
+/// the protocol's `usage_field`) read.
+pub fn usage_only(raw: &[u8], field: &str) -> Result<Option<Value>, Unusable> {
     let peek = raw
         .trim_ascii_start()
         .starts_with(b"{")
         .then(|| serde_json::from_slice::<Peek>(raw).ok())
         .flatten();
-    let Some(Peek { error, kind, usage }) = peek else {
+    let Some(peek) = peek else {
         // Duplicate keys, for one, fail the narrow read; the full one decides.
         let mut v = parse(raw)?;
-        return Ok(v.get_mut("usage").map(Value::take));
+        return Ok(v.get_mut(field).map(Value::take));
     };
-    check_not_error(raw, error.is_some(), kind.as_deref())?;
-    Ok(usage)
+    check_not_error(raw, peek.error.is_some(), peek.kind.as_deref())?;
+    Ok(if field == "usage" {
+        peek.usage
+    } else {
+        peek.usage_metadata
+    })
 }
 
 fn check_not_error(raw: &[u8], has_error: bool, kind: Option<&str>) -> Result<(), Unusable> {
@@ -70,12 +78,18 @@ mod tests {
     fn error_objects_with_a_2xx_are_failures() {
         let anthropic = br#"{"type":"error","error":{"type":"api_error","message":"boom"}}"#;
         assert!(
-            matches!(usage_only(anthropic), Err(Unusable::Error(e)) if e.status() == 502 && e.is_upstream())
+            matches!(usage_only(anthropic, "usage"), Err(Unusable::Error(e)) if e.status() == 502 && e.is_upstream())
         );
         let openai = br#"{"error":{"message":"boom"},"usage":{"prompt_tokens":1}}"#;
         assert!(matches!(parse(openai), Err(Unusable::Error(_))));
         assert!(matches!(parse(b"[1]"), Err(Unusable::NotJson)));
         let ok = br#"{"id":"x","usage":{"prompt_tokens":3},"error":null}"#;
-        assert_eq!(usage_only(ok).unwrap().unwrap()["prompt_tokens"], 3);
+        assert_eq!(
+            usage_only(ok, "usage").unwrap().unwrap()["prompt_tokens"],
+            3
+        );
+        let gemini = br#"{"candidates":[],"usageMetadata":{"promptTokenCount":4}}"#;
+        let u = usage_only(gemini, "usageMetadata").unwrap().unwrap();
+        assert_eq!(u["promptTokenCount"], 4);
     }
 }

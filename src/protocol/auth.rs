@@ -1,4 +1,5 @@
-//! Keys in headers: a key sent as a bearer token, and the key a client presents read (from `x-api-key` or
+//! Keys in headers: a key sent as a bearer token, and the key a client presents read (from its protocol's key
+//! header, `x-api-key` or Gemini's `x-goog-api-key`, a query parameter where the protocol takes one, or
 //! `Authorization: Bearer`; each codec's `presented_key` says how its clients are told to send it). Checking
 //! the key is `access`'s.
 
@@ -15,10 +16,30 @@ pub fn bearer(key: &str) -> (&'static str, Cow<'_, str>) {
 /// Extracts the presented key from `x-api-key` or `Authorization: Bearer`; `how` is how the protocol's
 /// clients send it (for the error texts).
 pub fn presented_key<'r>(req: &'r Request, how: &str) -> Result<&'r str, ApiError> {
+    presented_key_in(req, "x-api-key", None, how)
+}
+
+/// Extracts the presented key from the `header`, the `query` parameter (as sent: a key has nothing to
+/// escape), or `Authorization: Bearer`; `how` is how the protocol's clients send it (for the error texts).
+pub fn presented_key_in<'r>(
+    req: &'r Request,
+    header: &'static str,
+    query: Option<&'static str>,
+    how: &str,
+) -> Result<&'r str, ApiError> {
     // Every credential the request carries; two different ones are refused rather than one billed.
     let mut keys: Vec<(&'static str, &str)> = Vec::new();
-    for k in req.header_all("x-api-key").filter(|k| !k.is_empty()) {
-        keys.push(("`x-api-key`", k));
+    for k in req.header_all(header).filter(|k| !k.is_empty()) {
+        keys.push((header, k));
+    }
+    if let Some(name) = query {
+        let values = req.query.split('&').filter_map(|pair| {
+            let (k, v) = pair.split_once('=')?;
+            (k == name && !v.is_empty()).then_some(v)
+        });
+        for v in values {
+            keys.push((name, v));
+        }
     }
     let mut bad_auth: Option<ApiError> = None;
     for auth in req.header_all("authorization") {
@@ -32,7 +53,7 @@ pub fn presented_key<'r>(req: &'r Request, how: &str) -> Result<&'r str, ApiErro
                         ApiError::unauthorized(format!("Empty API key. Send it as {how}."))
                     });
                 } else {
-                    keys.push(("`Authorization`", key));
+                    keys.push(("Authorization", key));
                 }
             }
             _ => {
@@ -50,8 +71,8 @@ pub fn presented_key<'r>(req: &'r Request, how: &str) -> Result<&'r str, ApiErro
         first.and_then(|f| keys.iter().find(|(_, k)| *k != f.1).map(|o| (f, *o)))
     {
         return Err(ApiError::invalid(format!(
-            "The request carries two different API keys (in {first_in} and {other_in}). Send exactly one key, \
-             as {how}."
+            "The request carries two different API keys (in `{first_in}` and `{other_in}`). Send exactly one \
+             key, as {how}."
         ))
         .with_cause(Cause::ConflictingCredentials));
     }

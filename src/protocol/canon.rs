@@ -6,7 +6,7 @@ use serde_json::Value;
 use super::ApiError;
 
 /// Who spoke a message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Role {
     System,
     User,
@@ -16,14 +16,14 @@ pub enum Role {
 }
 
 /// An image, by URL or inline.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum ImageSource {
     Url(String),
     Base64 { media_type: String, data: String },
 }
 
 /// One piece of a message's content.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Part {
     Text(String),
     Image(ImageSource),
@@ -46,7 +46,7 @@ pub enum Part {
     },
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Message {
     pub role: Role,
     pub content: Vec<Part>,
@@ -82,7 +82,7 @@ impl Message {
 
 /// A function the model may call. A Responses `custom` tool (free-form text input) is carried as a function
 /// with one string parameter `input`, and `custom` set so the answer can be turned back into a custom call.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Tool {
     pub custom: bool,
     pub name: String,
@@ -92,7 +92,7 @@ pub struct Tool {
     pub strict: Option<bool>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum ToolChoice {
     Auto,
     None,
@@ -103,7 +103,7 @@ pub enum ToolChoice {
 }
 
 /// Requested shape of the text output.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum OutputFormat {
     Text,
     JsonObject,
@@ -129,11 +129,19 @@ pub struct Request {
     pub max_tokens: Option<u64>,
     pub temperature: Option<f64>,
     pub top_p: Option<f64>,
+    /// Sampling from the k likeliest tokens (Messages `top_k`, Gemini `topK`), where the upstream takes it.
+    pub top_k: Option<u64>,
     pub stop: Vec<String>,
     pub stream: bool,
     pub output_format: Option<OutputFormat>,
     /// `low`, `medium`, `high`, ... as the client said it.
     pub reasoning_effort: Option<String>,
+    /// The reasoning budget in tokens, where the client gave one (Messages `thinking.budget_tokens`, Gemini
+    /// `thinkingBudget`); upstreams that take a budget use it (within the output limit), others the effort.
+    pub reasoning_budget: Option<u64>,
+    /// Whether the client asked to see the model's reasoning (Gemini `includeThoughts`); None: as its
+    /// protocol shows it by default.
+    pub reasoning_shown: Option<bool>,
     pub user: Option<String>,
     /// Tools of a Responses `namespace` group, flattened into plain functions: (flat name, namespace, name).
     pub namespaced_tools: Vec<(String, String, String)>,
@@ -144,6 +152,12 @@ pub struct Request {
 }
 
 impl Request {
+    /// No reasoning asked of the upstream (a model that does not reason).
+    pub fn drop_reasoning(&mut self) {
+        self.reasoning_effort = None;
+        self.reasoning_budget = None;
+    }
+
     /// The (namespace, name) a flattened tool name stands for.
     pub fn unflatten(&self, flat: &str) -> Option<(&str, &str)> {
         self.namespaced_tools
@@ -188,7 +202,7 @@ impl Request {
 }
 
 /// Why generation stopped.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum StopReason {
     EndTurn,
     MaxTokens,
@@ -200,8 +214,8 @@ pub enum StopReason {
     Other(String),
 }
 
-/// Token usage, normalised once from each vendor's semantics (the decoders of `chat/`, `responses/` and
-/// `messages/`), so that one price sheet bills every path alike:
+/// Token usage, normalised once from each vendor's semantics (the decoders of `chat/`, `responses/`,
+/// `messages/` and `gemini/`), so that one price sheet bills every path alike:
 ///
 /// - `input_tokens` counts all input: uncached, cache reads and cache writes. OpenAI's `prompt_tokens` /
 ///   `input_tokens` already do (its `cached_tokens` and `cache_write_tokens` are parts of them); Anthropic's
@@ -214,7 +228,7 @@ pub enum StopReason {
 ///   and Anthropic's `output_tokens` already do; Gemini's `thoughtsTokenCount` comes apart from its
 ///   `candidatesTokenCount` and is added to it. `reasoning_tokens` is the part that was reasoning (never
 ///   billed twice).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct Usage {
     pub input_tokens: u64,
     pub cached_input_tokens: u64,
@@ -257,7 +271,7 @@ impl Usage {
 }
 
 /// A complete (non-streamed) answer.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Response {
     pub id: String,
     pub model: String,

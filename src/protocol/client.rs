@@ -12,6 +12,8 @@ pub enum ClientEvent {
     Skip,
     /// The stream's terminal event.
     Done,
+    /// The stream's terminal event, with answer text of its own (Gemini's last chunk).
+    Last(String),
     /// An error event (its message).
     Error(String),
     /// An event the SDK cannot read (what is wrong with it).
@@ -25,6 +27,8 @@ pub enum NoText {
     Missing(&'static str),
     /// The model refused: its refusal.
     Refused(String),
+    /// The prompt was blocked before any answer (Gemini's `promptFeedback.blockReason`), and why.
+    Blocked(String),
     /// The answer's status says it ended without one (`failed`, `incomplete`), and why.
     Ended { status: &'static str, why: String },
 }
@@ -34,6 +38,7 @@ impl std::fmt::Display for NoText {
         match self {
             NoText::Missing(what) => write!(f, "the answer has no {what}"),
             NoText::Refused(r) => write!(f, "the model refused: {r}"),
+            NoText::Blocked(r) => write!(f, "the prompt was blocked ({r})"),
             NoText::Ended { status, why } => {
                 write!(f, "the response has status `{status}` ({why})")
             }
@@ -61,18 +66,27 @@ pub fn parse_data(data: &str) -> Result<Value, ClientEvent> {
         .map_err(|_| ClientEvent::Bad(format!("event data is not JSON: {}", clip(data, 300))))
 }
 
-/// `error.message` and `error.code` (or `error.type`) of an OpenAI or Anthropic error body.
+/// `error.message` and `error.code` (or `error.type`) of an OpenAI or Anthropic error body; of a Google one
+/// (whose `code` is the HTTP status), the reason of its `ErrorInfo` detail in lower case, else its `status`.
 pub fn error_fields(v: &Value) -> (Option<String>, Option<String>) {
     let e = &v["error"];
     let message = e["message"]
         .as_str()
         .or_else(|| v["message"].as_str())
         .map(str::to_string);
+    let reason = e["details"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find_map(|d| d["reason"].as_str())
+        .map(str::to_ascii_lowercase);
     let code = e["code"]
         .as_str()
         .or_else(|| e["type"].as_str())
         .or_else(|| v["code"].as_str())
-        .map(str::to_string);
+        .map(str::to_string)
+        .or(reason)
+        .or_else(|| e["status"].as_str().map(str::to_string));
     (message, code)
 }
 
@@ -104,6 +118,15 @@ mod tests {
             error_fields(&anthropic),
             (Some("no".into()), Some("not_found_error".into()))
         );
+        let google = json!({"error": {"code": 404, "message": "gone", "status": "NOT_FOUND",
+            "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "UNKNOWN_PATH"}]}});
+        assert_eq!(
+            error_fields(&google),
+            (Some("gone".into()), Some("unknown_path".into()))
+        );
+        let bare =
+            json!({"error": {"code": 429, "message": "slow", "status": "RESOURCE_EXHAUSTED"}});
+        assert_eq!(error_fields(&bare).1.as_deref(), Some("RESOURCE_EXHAUSTED"));
     }
 
     #[test]

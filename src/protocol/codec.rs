@@ -1,6 +1,6 @@
 //! The one interface every wire protocol implements ([`Codec`]): everything the gateway, the doctor and the
 //! console must know about a protocol is asked here, and each protocol's directory (`chat/`, `responses/`,
-//! `messages/`) answers it. What every protocol shares (walking JSON, SSE framing, the estimate rules, the
+//! `messages/`, `gemini/`) answers it. What every protocol shares (walking JSON, SSE framing, the estimate rules, the
 //! passthrough edits' serializer) stays in the shared modules the codecs call.
 //!
 //! The methods come in five groups: who the protocol is (names, paths); its clients (recognising them,
@@ -68,6 +68,24 @@ pub struct Listed<'a> {
     pub id: &'a str,
     /// Who serves it (an upstream's name, never an address).
     pub owned_by: &'a str,
+    /// The most output tokens the model gives (where a protocol's list says so).
+    pub max_output: u64,
+}
+
+/// Which of a protocol's endpoints a path is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Serves {
+    Generate,
+    CountTokens,
+}
+
+/// How a stream to a client is framed: as the SSE events the encoders write, or (Gemini without `alt=sse`)
+/// as a JSON array of their data, written as they come (`sse::JsonArray`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Framing {
+    #[default]
+    Sse,
+    JsonArray,
 }
 
 /// A wire protocol. Implemented once per protocol directory; reached through `Protocol` (which dereferences
@@ -103,6 +121,38 @@ pub trait Codec: Sync + Send {
     fn count_tokens_path(&self) -> Option<&'static str> {
         None
     }
+    /// Which endpoint of the protocol `path` is, if any: its `path` or its `count_tokens_path` (a protocol
+    /// whose paths name the model matches their pattern, and `path` is their template).
+    fn serves(&self, path: &str) -> Option<Serves> {
+        if path == self.path() {
+            Some(Serves::Generate)
+        } else if self.count_tokens_path() == Some(path) {
+            Some(Serves::CountTokens)
+        } else {
+            None
+        }
+    }
+    /// The model a request names in its path (protocols whose paths name it; None: its body's `model`).
+    fn path_model<'p>(&self, _path: &'p str) -> Option<Cow<'p, str>> {
+        None
+    }
+    /// Whether a request asks for a stream by its path (None: its body's `stream` says).
+    fn path_stream(&self, _path: &str) -> Option<bool> {
+        None
+    }
+    /// What the SDKs append to their base URL for a request to `model` (protocols whose paths name it).
+    fn sdk_request_path(&self, _model: &str, _stream: bool) -> Cow<'static, str> {
+        Cow::Borrowed(self.sdk_path())
+    }
+    /// The path of the protocol's own models list besides `GET /v1/models`, if it has one.
+    fn models_list_path(&self) -> Option<&'static str> {
+        None
+    }
+    /// A hint for a path no endpoint serves that looks like a mistake this protocol's clients make (a doubled
+    /// version, an endpoint path in the base URL), if it is one.
+    fn path_hint(&self, _path: &str) -> Option<String> {
+        None
+    }
 
     // --- Its clients.
 
@@ -118,6 +168,10 @@ pub trait Codec: Sync + Send {
     }
     /// The key a request presents, in the headers this protocol's clients send it in.
     fn presented_key<'r>(&self, req: &'r Request) -> Result<&'r str, ApiError>;
+    /// How a stream to this request's client is framed.
+    fn framing(&self, _req: &Request) -> Framing {
+        Framing::Sse
+    }
     /// The header that repeats the request id for this protocol's SDKs (besides `x-request-id`).
     fn id_header(&self) -> Option<&'static str> {
         None
@@ -126,7 +180,8 @@ pub trait Codec: Sync + Send {
     fn challenge(&self) -> Option<&'static str> {
         None
     }
-    /// A request without a header the protocol requires, as the client's error.
+    /// A request whose head the protocol refuses (a header it requires missing, a path naming what the
+    /// gateway does not serve), as the client's error.
     fn check_headers(&self, _req: &Request) -> Result<(), ApiError> {
         Ok(())
     }
@@ -172,8 +227,13 @@ pub trait Codec: Sync + Send {
 
     // --- The request's fields the gateway governs.
 
-    /// The fields that carry a request's output limit, preferred first.
+    /// The fields that carry a request's output limit, preferred first (in the object `limit_parent` names,
+    /// else at the top level).
     fn limit_fields(&self) -> &'static [&'static str];
+    /// The object the limit fields sit in (Gemini's `generationConfig`), where they are not at the top level.
+    fn limit_parent(&self) -> Option<&'static str> {
+        None
+    }
     /// The one field an upstream of this protocol is sent the limit in (`max_completion_tokens`: the
     /// upstream takes OpenAI's current name).
     fn upstream_limit_field(&self, _max_completion_tokens: bool) -> &'static str {
@@ -182,6 +242,13 @@ pub trait Codec: Sync + Send {
     /// The field that asks for several answers, each up to the limit (None: one answer).
     fn choices_field(&self) -> Option<&'static str> {
         None
+    }
+    /// The top-level request fields whose meaning the canonical request carries whole, or that cannot change
+    /// an answer (the stream flag, the end user's id, metadata). The answer cache keys on the canonical
+    /// request and on every other field as sent (`protocol/fingerprint.rs`), so a field left off this list
+    /// only makes entries more particular, never shared wrongly.
+    fn canonical_fields(&self) -> &'static [&'static str] {
+        &[]
     }
     /// Whether an upstream of this protocol needs an output limit on every request.
     fn requires_output_limit(&self) -> bool {
@@ -232,6 +299,23 @@ pub trait Codec: Sync + Send {
     /// The token counting endpoint under an upstream's base URL, if it has one.
     fn upstream_count_path(&self) -> Option<&'static str> {
         None
+    }
+    /// The generation endpoint (and query) under an upstream's base URL for a request to `model`, streamed
+    /// or not (protocols whose paths name the model and the stream).
+    fn upstream_endpoint(&self, _model: &str, _stream: bool) -> Cow<'static, str> {
+        Cow::Borrowed(self.upstream_path())
+    }
+    /// The token counting endpoint under an upstream's base URL for `model`, if it has one.
+    fn upstream_count_endpoint(&self, _model: &str) -> Option<Cow<'static, str>> {
+        self.upstream_count_path().map(Cow::Borrowed)
+    }
+    /// Whether a body sent upstream names its model (`model`); protocols whose paths name it leave it out.
+    fn model_in_body(&self) -> bool {
+        true
+    }
+    /// The field of a complete answer that holds its usage.
+    fn usage_field(&self) -> &'static str {
+        "usage"
     }
     /// The model list under an upstream's base URL (what health probes and discovery ask for).
     fn models_path(&self) -> &'static str {

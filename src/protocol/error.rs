@@ -1,11 +1,12 @@
-//! The one error type of the request path, with its OpenAI and Anthropic error objects (each codec renders
-//! the whole body: `Codec::error_body`). An error says what class of failure it is for clients
+//! The one error type of the request path, with its OpenAI, Anthropic and Google error objects (each codec
+//! renders the whole body: `Codec::error_body`). An error says what class of failure it is for clients
 //! ([`ErrorKind`], with its status), who failed ([`Origin`]) and, for the gateway's own errors, exactly what
 //! went wrong ([`Cause`]); the code decides by those, never by the message or the wire `code` (which a
 //! `Cause` names, and an upstream's error keeps as it came).
 //!
 //! OpenAI surfaces: `{"error":{"message","type","param","code"}}`. Anthropic: `{"type":"error","error":
-//! {"type","message"},"request_id"}`. The status decides the SDK's exception class; `type`/`code` refine it.
+//! {"type","message"},"request_id"}`. Google (the Gemini API): `{"error":{"code","message","status",
+//! "details"}}`. The status decides the SDK's exception class; `type`/`code`/`status` refine it.
 
 use serde_json::{json, Value};
 
@@ -417,6 +418,65 @@ impl ApiError {
         }
     }
 
+    /// Google's canonical `status` name (the Gemini API's `error.status`): the upstream's own where it gave
+    /// one, else the one of this error's kind.
+    pub fn google_status(&self) -> &str {
+        if let Some(c) = self
+            .0
+            .code
+            .as_deref()
+            .filter(|c| GOOGLE_STATUSES.contains(c))
+        {
+            return c;
+        }
+        match self.0.kind {
+            ErrorKind::InvalidRequest | ErrorKind::RequestTooLarge => "INVALID_ARGUMENT",
+            ErrorKind::Authentication => "UNAUTHENTICATED",
+            ErrorKind::Permission => "PERMISSION_DENIED",
+            ErrorKind::NotFound => "NOT_FOUND",
+            ErrorKind::MethodNotAllowed => "UNIMPLEMENTED",
+            ErrorKind::RateLimit | ErrorKind::InsufficientQuota => "RESOURCE_EXHAUSTED",
+            ErrorKind::Server => "INTERNAL",
+            ErrorKind::Timeout => "DEADLINE_EXCEEDED",
+            ErrorKind::BadGateway | ErrorKind::Unavailable | ErrorKind::Overloaded => "UNAVAILABLE",
+        }
+    }
+
+    /// The Google error object (the value under `"error"`): the status as a number, the message, the
+    /// canonical status name, and `details` as Google gives them: an `ErrorInfo` with the gateway's code (and
+    /// the field it is about), a `RetryInfo` with the delay where a retry is told to wait.
+    pub fn google_object(&self, request_id: &str) -> Value {
+        let mut details = Vec::new();
+        if let Some(code) = self
+            .0
+            .code
+            .as_deref()
+            .filter(|c| !GOOGLE_STATUSES.contains(c))
+        {
+            let mut metadata = serde_json::Map::new();
+            metadata.insert("request_id".into(), json!(request_id));
+            if let Some(p) = &self.0.param {
+                metadata.insert("field".into(), json!(p));
+            }
+            details.push(json!({"@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                                "reason": code.to_ascii_uppercase(), "domain": "tollgate",
+                                "metadata": metadata}));
+        }
+        if let Some(secs) = self.0.retry_after {
+            details.push(json!({"@type": "type.googleapis.com/google.rpc.RetryInfo",
+                                "retryDelay": format!("{secs}s")}));
+        }
+        let mut v = json!({
+            "code": self.0.status,
+            "message": self.message_with_id(request_id),
+            "status": self.google_status(),
+        });
+        if !details.is_empty() {
+            v["details"] = Value::Array(details);
+        }
+        v
+    }
+
     /// The message as a client reads it: with the request id, and without any internal address (where an
     /// upstream or the shared store is: `addresses::hide`; the log line keeps them for the operator).
     fn message_with_id(&self, request_id: &str) -> String {
@@ -447,8 +507,13 @@ impl ApiError {
     /// its message, type, param and code.
     pub fn from_upstream(status: u16, body: &[u8], retry_after: Option<u64>) -> Self {
         let kind = Self::kind_for_status(status);
+        // Google answers a streamed request's failure as a JSON array of one error.
         let parsed: Option<Value> = serde_json::from_slice(body)
             .ok()
+            .map(|v| match v {
+                Value::Array(mut items) if !items.is_empty() => items.swap_remove(0),
+                other => other,
+            })
             .or_else(|| error_in_event_stream(body));
         let mut err = ApiError::new(status, kind, String::new()).with_origin(Origin::Upstream);
         err.0.retry_after = retry_after;
@@ -484,6 +549,7 @@ impl ApiError {
                         Value::Number(n) => Some(n.to_string()),
                         _ => None,
                     });
+                    google_details(&mut err, o);
                 }
             }
             Some(Value::String(s)) => err.0.message = format!("upstream error: {s}"),
@@ -519,6 +585,51 @@ impl ApiError {
             }
         }
         self
+    }
+}
+
+/// Google's canonical status names (`error.status` of the Gemini API).
+const GOOGLE_STATUSES: [&str; 16] = [
+    "INVALID_ARGUMENT",
+    "FAILED_PRECONDITION",
+    "OUT_OF_RANGE",
+    "UNAUTHENTICATED",
+    "PERMISSION_DENIED",
+    "NOT_FOUND",
+    "ABORTED",
+    "ALREADY_EXISTS",
+    "RESOURCE_EXHAUSTED",
+    "CANCELLED",
+    "DATA_LOSS",
+    "UNKNOWN",
+    "INTERNAL",
+    "UNIMPLEMENTED",
+    "UNAVAILABLE",
+    "DEADLINE_EXCEEDED",
+];
+
+/// What a Google error object adds: its `status` name as the code (in place of the number Google puts in
+/// `code`), and the delay of a `RetryInfo` detail where no `retry-after` header said one.
+fn google_details(err: &mut ApiError, o: &serde_json::Map<String, Value>) {
+    let status = o.get("status").and_then(Value::as_str);
+    if let Some(s) = status.filter(|s| GOOGLE_STATUSES.contains(s)) {
+        err.0.code = Some(s.to_string());
+    }
+    if err.0.retry_after.is_some() {
+        return;
+    }
+    let delay = o
+        .get("details")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find_map(|d| d.get("retryDelay").and_then(Value::as_str));
+    if let Some(d) = delay {
+        // `37s`, `0.5s`: whole seconds, rounded up.
+        let secs = d.trim_end_matches('s').parse::<f64>().ok();
+        err.0.retry_after = secs
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map(|s| s.ceil() as u64);
     }
 }
 
@@ -599,6 +710,27 @@ mod tests {
         assert_eq!(e.retry_after(), Some(3));
         let e = ApiError::from_upstream(502, b"<html>bad gateway</html>", None);
         assert!(e.message().contains("<html>bad gateway"));
+    }
+
+    #[test]
+    fn google_errors_keep_their_status_and_retry_delay() {
+        let body = br#"{"error":{"code":429,"message":"Quota exceeded","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"37s"}]}}"#;
+        let e = ApiError::from_upstream(429, body, None);
+        assert_eq!(e.code(), Some("RESOURCE_EXHAUSTED"));
+        assert_eq!(e.retry_after(), Some(37));
+        assert_eq!(e.google_status(), "RESOURCE_EXHAUSTED");
+        let v = e.google_object("req_1");
+        assert_eq!(v["code"], 429);
+        assert_eq!(v["details"][0]["retryDelay"], "37s");
+        let arr = br#"[{"error":{"code":400,"message":"User location is not supported","status":"FAILED_PRECONDITION"}}]"#;
+        let e = ApiError::from_upstream(400, arr, Some(2));
+        assert_eq!(e.google_status(), "FAILED_PRECONDITION");
+        assert_eq!(e.retry_after(), Some(2));
+        assert!(e.message().contains("User location"));
+        let mine = ApiError::model_not_found("x").google_object("req_2");
+        assert_eq!(mine["status"], "NOT_FOUND");
+        assert_eq!(mine["details"][0]["reason"], "MODEL_NOT_FOUND");
+        assert_eq!(mine["details"][0]["metadata"]["field"], "model");
     }
 
     #[test]

@@ -92,13 +92,31 @@ fn kind_of(part_type: &str) -> Option<Kind> {
     }
 }
 
+/// The media kind of a Gemini `inlineData` / `fileData` part, by its MIME type (None: text, which counts by
+/// its size).
+fn kind_of_mime(mime: &str) -> Option<Kind> {
+    if mime.starts_with("image/") {
+        Some(Kind::Image)
+    } else if mime.starts_with("audio/") {
+        Some(Kind::Audio)
+    } else if mime.starts_with("text/") {
+        None
+    } else {
+        // PDFs and video: at a document's bound.
+        Some(Kind::Document)
+    }
+}
+
 impl Media {
     fn walk(&mut self, v: &Value) {
         match v {
             Value::Array(items) => items.iter().for_each(|x| self.walk(x)),
             Value::Object(o) => match o.get("type").and_then(Value::as_str).and_then(kind_of) {
                 Some(kind) => self.part(kind, o),
-                None => o.values().for_each(|x| self.walk(x)),
+                None => match gemini_media(o) {
+                    Some((kind, data)) => self.part(kind, data),
+                    None => o.values().for_each(|x| self.walk(x)),
+                },
             },
             _ => {}
         }
@@ -137,6 +155,16 @@ impl Media {
     fn document(&self) -> u64 {
         DOCUMENT_PAGES.saturating_mul(PAGE_TEXT_TOKENS.saturating_add(self.image))
     }
+}
+
+/// A Gemini part's media (`inlineData` or `fileData`, by its `mimeType`) and the object holding its data.
+fn gemini_media(o: &Map<String, Value>) -> Option<(Kind, &Map<String, Value>)> {
+    let data = o
+        .get("inlineData")
+        .or_else(|| o.get("fileData"))?
+        .as_object()?;
+    let mime = data.get("mimeType").and_then(Value::as_str).unwrap_or("");
+    Some((kind_of_mime(mime)?, data))
 }
 
 /// Bytes of inline media data in a part: base64 under `data` or `file_data`, and data URLs anywhere in it.

@@ -13,9 +13,11 @@ use serde_json::{Map, Value};
 
 use super::{ApiError, Protocol, ALL};
 
-/// Every protocol's limit fields (some more than once).
+/// Every protocol's limit fields at the top level of a body (some more than once).
 pub fn all_fields() -> impl Iterator<Item = &'static str> {
-    ALL.iter().flat_map(|p| p.limit_fields().iter().copied())
+    ALL.iter()
+        .filter(|p| p.limit_parent().is_none())
+        .flat_map(|p| p.limit_fields().iter().copied())
 }
 
 /// Every protocol's field that asks for several answers.
@@ -23,13 +25,18 @@ pub fn all_choice_fields() -> impl Iterator<Item = &'static str> {
     ALL.iter().filter_map(|p| p.choices_field())
 }
 
-fn read_field(o: &Map<String, Value>, field: &str) -> Result<Option<u64>, ApiError> {
+fn read_field(
+    o: &Map<String, Value>,
+    parent: Option<&str>,
+    field: &str,
+) -> Result<Option<u64>, ApiError> {
     match o.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => v.as_u64().map(Some).ok_or_else(|| {
+            let path = parent.map_or_else(|| field.to_string(), |p| format!("{p}.{field}"));
             ApiError::invalid_param(
-                field,
-                format!("{field}: expected a non-negative integer, got {v}"),
+                &path,
+                format!("{path}: expected a non-negative integer, got {v}"),
             )
         }),
     }
@@ -38,12 +45,17 @@ fn read_field(o: &Map<String, Value>, field: &str) -> Result<Option<u64>, ApiErr
 /// The output limit a request of `protocol` asks for: the lowest of its own limit fields (other protocols'
 /// fields are not read).
 pub fn read(protocol: Protocol, body: &Value) -> Result<Option<u64>, ApiError> {
-    let Some(o) = body.as_object() else {
+    let parent = protocol.limit_parent();
+    let o = match parent {
+        Some(p) => body.get(p).and_then(Value::as_object),
+        None => body.as_object(),
+    };
+    let Some(o) = o else {
         return Ok(None);
     };
     let mut limit: Option<u64> = None;
     for f in protocol.limit_fields() {
-        if let Some(n) = read_field(o, f)? {
+        if let Some(n) = read_field(o, parent, f)? {
             limit = Some(limit.map_or(n, |l| l.min(n)));
         }
     }

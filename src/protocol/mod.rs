@@ -1,6 +1,6 @@
 //! Wire protocols: the canonical types, one codec per protocol, SSE framing and the error type.
 //!
-//! Each protocol is one directory (`chat/`, `responses/`, `messages/`) behind one interface, `codec::Codec`:
+//! Each protocol is one directory (`chat/`, `responses/`, `messages/`, `gemini/`) behind one interface, `codec::Codec`:
 //! it converts between its wire JSON/SSE and the canonical types in `canon`, and answers everything else the
 //! gateway must know about its wire. Nothing here does I/O: codecs take and return values and bytes.
 //!
@@ -15,11 +15,13 @@ pub mod auth;
 pub mod canon;
 pub mod client;
 pub mod codec;
+pub mod collect;
 pub mod edit;
 pub mod egress;
 mod error;
 pub mod estimate;
 pub mod fields;
+pub mod fingerprint;
 pub mod hosted;
 pub mod limits;
 pub mod observe;
@@ -64,6 +66,8 @@ protocols! {
     Responses => responses::Responses,
     /// Anthropic Messages, `POST /v1/messages` (and its token counting).
     Messages => messages::Messages,
+    /// The Gemini API, `POST /v1beta/models/{model}:generateContent` (streamed, and its token counting).
+    Gemini => gemini::Gemini,
 }
 
 /// The protocol whose shapes answers take where nothing says otherwise (errors at unknown paths, the models

@@ -5,8 +5,11 @@
 //! codec and applied as the body is serialized (`edit.rs`). `server/` asks these; it names no wire field
 //! itself.
 
+use std::borrow::Cow;
+
 use serde_json::Value;
 
+use super::codec::Serves;
 use super::edit::{Edit, Edits, Put};
 use super::{fields, limits, ApiError, Protocol, ALL};
 
@@ -20,16 +23,11 @@ pub enum Endpoint {
 }
 
 impl Endpoint {
-    /// The endpoint at `path`, if it is one.
+    /// The endpoint at `path`, if it is one (each protocol says which of its paths it is).
     pub fn from_path(path: &str) -> Option<Endpoint> {
-        ALL.iter().find_map(|&p| {
-            if p.path() == path {
-                Some(Endpoint::Generate(p))
-            } else if p.count_tokens_path() == Some(path) {
-                Some(Endpoint::CountTokens(p))
-            } else {
-                None
-            }
+        ALL.iter().find_map(|&p| match p.serves(path)? {
+            Serves::Generate => Some(Endpoint::Generate(p)),
+            Serves::CountTokens => Some(Endpoint::CountTokens(p)),
         })
     }
 
@@ -47,40 +45,67 @@ impl Endpoint {
 }
 
 impl Protocol {
-    /// Checks the fields every request of the protocol needs, without decoding the whole body; returns
-    /// `stream`.
-    pub fn validate_envelope(self, body: &Value) -> Result<bool, ApiError> {
+    /// Checks the fields every request of the protocol at `path` needs, without decoding the whole body: a
+    /// model (in the body, unless the path names it) and, for generation, `stream` (unless the path says);
+    /// returns whether it asks for a stream.
+    pub fn validate_envelope(
+        self,
+        path: &str,
+        body: &Value,
+        generation: bool,
+    ) -> Result<bool, ApiError> {
         let o = fields::object(body, "body")?;
-        fields::req_str(o, "model", "")?;
-        let stream = fields::stream_flag(o)?;
+        if self.path_model(path).is_none() {
+            fields::req_str(o, "model", "")?;
+        }
+        if !generation {
+            return Ok(false);
+        }
+        let stream = match self.path_stream(path) {
+            Some(s) => s,
+            None => fields::stream_flag(o)?,
+        };
         self.validate(body)?;
         Ok(stream)
     }
 
-    /// The model a request names (empty when it names none; validation refuses that first).
-    pub fn requested_model(body: &Value) -> &str {
-        body.get("model")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
+    /// The model a request to `path` names: in the path, for protocols whose paths name it, else the body's
+    /// `model` (empty when it names none; validation refuses that first).
+    pub fn requested_model<'a>(self, path: &'a str, body: &'a Value) -> Cow<'a, str> {
+        if let Some(m) = self.path_model(path) {
+            return m;
+        }
+        Cow::Borrowed(
+            body.get("model")
+                .and_then(Value::as_str)
+                .unwrap_or_default(),
+        )
     }
 
     /// The edits a client's body of this protocol gets on its way to an upstream of the same protocol.
     pub fn upstream_edits<'a>(self, f: &Forward<'a>) -> Edits<'a> {
         let mut e = Edits::default();
-        e.put("model", Edit::Set(Put::Str(f.model)));
+        if self.model_in_body() {
+            e.put("model", Edit::Set(Put::Str(f.model)));
+        }
         if !f.generation {
             return e;
         }
         // One output limit, in the one field the upstream reads; other protocols' fields never go.
         let own = self.limit_fields();
+        let nested = self.limit_parent();
         for field in limits::all_fields() {
-            if f.limit.is_some() || !own.contains(&field) {
+            if nested.is_some() || f.limit.is_some() || !own.contains(&field) {
                 e.put(field, Edit::Remove);
             }
         }
         if let Some(limit) = f.limit {
             let field = self.upstream_limit_field(f.max_completion_tokens);
-            e.put(field, Edit::Set(Put::Num(limit)));
+            let edit = match nested {
+                Some(parent) => (parent, Edit::SetIn(field, Put::Num(limit))),
+                None => (field, Edit::Set(Put::Num(limit))),
+            };
+            e.put(edit.0, edit.1);
         }
         for field in limits::all_choice_fields() {
             if self.choices_field() != Some(field) {

@@ -175,6 +175,41 @@ pub const SSE_HEADERS: [(&str, &str); 3] = [
     ("x-accel-buffering", "no"),
 ];
 
+/// The headers of a stream framed as a JSON array (`codec::Framing::JsonArray`).
+pub const JSON_ARRAY_HEADERS: [(&str, &str); 3] = [
+    ("content-type", "application/json; charset=UTF-8"),
+    ("cache-control", "no-cache"),
+    ("x-accel-buffering", "no"),
+];
+
+/// A stream of SSE events written as one JSON array of their data, element by element as they come (what
+/// Gemini's `streamGenerateContent` sends without `alt=sse`): `[{…}` first, then `\n,\r\n{…}` for each
+/// further event, `\n]` at the end. Comments and events without data become nothing. Each chunk it is given
+/// holds whole events.
+#[derive(Debug, Default)]
+pub struct JsonArray {
+    started: bool,
+}
+
+impl crate::http::Reframe for JsonArray {
+    fn chunk(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
+        let mut reader = SseReader::new(chunk);
+        while let Ok(Some(ev)) = reader.next_event() {
+            if !ev.has_data || ev.data.trim().is_empty() {
+                continue;
+            }
+            out.extend_from_slice(if self.started { b"\n,\r\n" } else { b"[" });
+            self.started = true;
+            out.extend_from_slice(ev.data.as_bytes());
+        }
+    }
+
+    fn end(&mut self, out: &mut Vec<u8>) {
+        out.extend_from_slice(if self.started { b"\n]" } else { b"[]" });
+        self.started = true;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,6 +257,24 @@ mod tests {
         let big = format!("data: {}\n\n", "a".repeat(100));
         let mut r = SseReader::new(big.as_bytes()).with_max_event_bytes(50);
         assert!(r.next_event().is_err());
+    }
+
+    #[test]
+    fn a_json_array_of_the_events_data() {
+        use crate::http::Reframe;
+        let mut r = JsonArray::default();
+        let mut out = Vec::new();
+        r.chunk(b"data: {\"a\":1}\n\n", &mut out);
+        r.chunk(b": keepalive\n\n", &mut out);
+        r.chunk(b"data: {\"b\":2}\n\ndata: {\"c\":3}\n\n", &mut out);
+        r.end(&mut out);
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(text, "[{\"a\":1}\n,\r\n{\"b\":2}\n,\r\n{\"c\":3}\n]");
+        let v: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap();
+        assert_eq!(v.len(), 3);
+        let mut empty = Vec::new();
+        JsonArray::default().end(&mut empty);
+        assert_eq!(empty, b"[]");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The last stage of every request to a model: settlement. The reservation admission made (`admit.rs`) is
 //! settled at the cost of the real usage, and every request that reached an upstream (or that the gateway
-//! refused for a known key) gets its one ledger record.
+//! refused for a known key) gets its one ledger record. A request answered from the answer cache is
+//! recorded as a hit: its answer's token counts, cost 0, and no tokens against the key's limits.
 
 use super::gateway::Gateway;
 use super::outcome::{Answer, Asked, Outcome};
@@ -44,7 +45,9 @@ pub fn settle(
     reservation: Option<Reservation>,
 ) -> Settled {
     let latency = ex.received.elapsed();
-    if !out.upstream_called() {
+    // A hit called no upstream, and is recorded like an answer (at no cost).
+    let hit = out.cache_hit();
+    if !out.upstream_called() && !hit {
         if let Some(r) = reservation {
             r.release();
         }
@@ -52,7 +55,7 @@ pub fn settle(
         let bill = Bill::default();
         return Settled { outcome: out, bill };
     }
-    if let Some(m) = &out.asked.model {
+    if let Some(m) = out.asked.model.as_ref().filter(|_| !hit) {
         let failure = policy::rule(out.answer.ended(false)).failure;
         let why = out.answer.error.as_ref().map(ApiError::message);
         gw.stats
@@ -63,7 +66,7 @@ pub fn settle(
     let model = out.asked.model.as_deref().and_then(|m| config.model_any(m));
     let hosted = out.asked.hosted.charge(&out.answer.hosted);
     let bill = match model {
-        Some(m) if !out.asked.unbilled => Some(cost(m, &usage)),
+        Some(m) if !out.asked.unbilled && !hit => Some(cost(m, &usage)),
         _ => None,
     };
     let mut charged = bill.map_or(Money::ZERO, |b| b.cost + hosted.cost);
@@ -89,7 +92,8 @@ pub fn settle(
         gw.ledger.requeue(rec);
     }
     if let Some(r) = reservation {
-        r.settle(charged, usage.total());
+        // A hit's tokens were not used again: they count against no token limit.
+        r.settle(charged, if hit { 0 } else { usage.total() });
     }
     let bill = Bill {
         cost: charged,
@@ -123,7 +127,7 @@ pub fn refuse_overloaded(gw: &Gateway, ex: &mut Exchange) -> bool {
     let model = (ex.request.body.len() <= 64 * 1024)
         .then(|| serde_json::from_slice::<serde_json::Value>(&ex.request.body).ok())
         .flatten()
-        .map(|v| crate::protocol::Protocol::requested_model(&v).to_string());
+        .map(|v| protocol.requested_model(&ex.request.path, &v).into_owned());
     let asked = Asked {
         key: Some(identity.name.clone()),
         group: Some(identity.group.clone()),
@@ -262,6 +266,7 @@ fn usage_record(
         instance,
         hosted_uses: Default::default(),
         service_tier: None,
+        cache: out.cache,
     }
 }
 

@@ -7,6 +7,7 @@
 use super::gateway::Gateway;
 use super::prepared::Prepared;
 use crate::access::accounts::{Ask, RateInfo, Reservation};
+use crate::config::Group;
 use crate::money::Money;
 use crate::protocol::{ApiError, Origin};
 
@@ -17,8 +18,10 @@ pub struct Admission {
     pub headers: Option<Vec<(String, String)>>,
 }
 
-/// Admits `p` (`id`: its request id) or refuses it, counting the refusal in the metrics.
-pub fn admit(gw: &Gateway, p: &Prepared, id: &str) -> Admission {
+/// Admits `p` (`id`: its request id) or refuses it, counting the refusal in the metrics. `hit`: it is
+/// answered from the answer cache, so it is held to the key's request rate and concurrency only (it costs
+/// nothing and uses no tokens).
+pub fn admit(gw: &Gateway, p: &Prepared, id: &str, hit: bool) -> Admission {
     if gw.watchdog.is_shut_down() {
         return refused(ApiError::shutting_down());
     }
@@ -26,12 +29,31 @@ pub fn admit(gw: &Gateway, p: &Prepared, id: &str) -> Admission {
         gw.metrics.count(&gw.metrics.ledger_refused);
         return refused(ApiError::ledger_unavailable(gw.ledger.backlog()));
     }
+    let requests_only;
+    let ask = if hit {
+        // The group's limits without its token limit and budget.
+        requests_only = p.config.group(&p.identity.group).map(|g| Group {
+            tpm: None,
+            budget: None,
+            ..g.clone()
+        });
+        Ask {
+            credit: None,
+            group: requests_only.as_ref(),
+            tokens: 0,
+            cost: Money::ZERO,
+            budget: None,
+            ..ask(p, id)
+        }
+    } else {
+        ask(p, id)
+    };
     let admitted = p
         .asked
         .hosted
         .affordable(&gw.accounts, &p.identity, p.budget())
         .map_err(|e| (e, RateInfo::default()))
-        .and_then(|()| gw.accounts.check_and_reserve(&ask(p, id)));
+        .and_then(|()| gw.accounts.check_and_reserve(&ask));
     let (reservation, info) = match admitted {
         Ok((res, info)) => (Ok(res), info),
         Err((e, info)) => {

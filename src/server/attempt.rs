@@ -19,4 +19,6 @@ pub struct Attempt<'r, 'c> {
     /// The request, as prepared (never changed by an attempt).
     pub p: &'r Prepared<'c>,
     pub upstream: &'c Upstream,
+    /// The answer is to be kept in canonical form for the answer cache (`Answer::kept`).
+    pub keep: bool,
 }

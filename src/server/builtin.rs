@@ -28,6 +28,9 @@ pub fn serve(a: &mut Attempt) -> Answer {
     let mut reply = mock::reply(&req, &a.p.requested);
     reply.response.id = protocol.new_response_id();
     answer.usage = Some(reply.response.usage);
+    if a.keep {
+        answer.kept = Some(Box::new(reply.response.clone()));
+    }
     if !a.p.stream {
         let v = protocol.encode_response(&reply.response, &req);
         return match serde_json::to_vec(&v) {

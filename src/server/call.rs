@@ -32,7 +32,7 @@ pub fn send(
     stream: bool,
     passed: Option<&(&'static str, String)>,
 ) -> Sent {
-    let url = uphttp::endpoint(a.upstream);
+    let url = uphttp::endpoint(a.upstream, &a.p.upstream_model, stream);
     send_to(a, &url, body, stream, passed)
 }
 
@@ -105,7 +105,7 @@ pub fn read_json(a: &Attempt, reply: Reply) -> Result<Value, Unread> {
 /// raw bytes and the usage object.
 pub fn read_usage(a: &Attempt, reply: Reply) -> Result<(Vec<u8>, Option<Value>), Unread> {
     let (raw, status, content_type) = read_raw(a, reply)?;
-    match answer::usage_only(&raw) {
+    match answer::usage_only(&raw, a.trace.protocol.usage_field()) {
         Ok(usage) => Ok((raw, usage)),
         Err(u) => Err(unusable(a, u, status, &content_type, &raw)),
     }

@@ -86,6 +86,7 @@ pub fn as_stream(
     let delivered = Delivered {
         status: 200,
         client_closed: gone,
+        kept: a.keep.then(|| Box::new(resp)),
         ..Delivered::default()
     };
     Ok((usage, delivered))

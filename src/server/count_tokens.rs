@@ -1,4 +1,5 @@
-//! Token counting (`POST /v1/messages/count_tokens`: Claude Code asks it to size its context): the answering
+//! Token counting (`POST /v1/messages/count_tokens`, Gemini's `:countTokens`: agents ask it to size their
+//! context): the answering
 //! step of the common pipeline (`generate`), so the model, group, limits, breaker and failover rules are
 //! those of generation. An upstream of the endpoint's own protocol that counts tokens is asked; for the
 //! others the count is estimated from the text. It spends the operator's upstream quota, so a forwarded
@@ -15,8 +16,11 @@ pub fn serve(a: &mut Attempt) -> Answer {
     let mut answer = Answer::for_upstream(&a.upstream.name);
     let protocol = a.p.endpoint.protocol();
     let counts = a.upstream.kind.protocol() == Some(protocol);
-    let body = match protocol.upstream_count_path().filter(|_| counts) {
-        Some(path) => forward(a, &mut answer, path),
+    let path = counts
+        .then(|| protocol.upstream_count_endpoint(&a.p.upstream_model))
+        .flatten();
+    let body = match path {
+        Some(path) => forward(a, &mut answer, &path),
         None => {
             // Decoding validates the body.
             protocol.decode_count_request(&a.p.body).map(|req| {

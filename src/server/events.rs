@@ -11,6 +11,7 @@ use super::trace::Trace;
 use super::watchdog::WatchGuard;
 use crate::http::ResponseWriter;
 use crate::protocol::canon::{StreamEvent, Usage};
+use crate::protocol::collect::Collector;
 use crate::protocol::estimate;
 use crate::protocol::{ApiError, StreamEncoder};
 use crate::secrets::{self, Edit, Redactor};
@@ -35,6 +36,8 @@ pub struct EventWriter<'a> {
     pub error: Option<ApiError>,
     /// Events held back while an upstream credential may be arriving in their text.
     redactor: Redactor<StreamEvent>,
+    /// The answer folded back together, for the answer cache (see [`EventWriter::keep`]).
+    kept: Option<Collector>,
 }
 
 impl<'a> EventWriter<'a> {
@@ -67,9 +70,16 @@ impl<'a> EventWriter<'a> {
             finished: false,
             error: None,
             redactor: Redactor::new(),
+            kept: None,
         };
         ew.emit(&start)?;
         Ok(ew)
+    }
+
+    /// Keeps the answer the events amount to (from the next event on), for the answer cache: `end` returns
+    /// it if the stream completes.
+    pub fn keep(&mut self) {
+        self.kept = Some(Collector::default());
     }
 
     /// Takes one event: counted at once, encoded and written as one chunk as soon as the redactor lets it
@@ -108,6 +118,9 @@ impl<'a> EventWriter<'a> {
 
     /// What an event tells of the stream (usage, output, its end), when it is taken.
     fn note(&mut self, ev: &StreamEvent) {
+        if let Some(k) = &mut self.kept {
+            k.feed(ev);
+        }
         match ev {
             StreamEvent::Usage(u) => self.usage = Some(*u),
             StreamEvent::TextDelta(t) | StreamEvent::ReasoningDelta(t) => {
@@ -161,22 +174,29 @@ impl<'a> EventWriter<'a> {
             client_closed: true,
             usage: Some(self.usage()),
             error: None,
+            kept: None,
         }
     }
 
     /// Closes the stream ([`EventWriter::finish`]): what was delivered, with the usage and the error it
     /// ended with.
-    pub fn end(self) -> Delivered {
+    pub fn end(mut self) -> Delivered {
         let error = self.error.clone();
+        let kept = self.kept.take();
         let (usage, client_closed) = match self.finish() {
             Ok(u) => (Some(u), false),
             Err(ClientGone) => (None, true),
         };
+        let kept = kept
+            .filter(|_| error.is_none() && !client_closed)
+            .and_then(Collector::finish)
+            .map(Box::new);
         Delivered {
             status: 200,
             client_closed,
             usage,
             error,
+            kept,
         }
     }
 

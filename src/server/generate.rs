@@ -3,11 +3,13 @@
 //! admit (`admit.rs`: limits, balance, the ledger) → the attempts (an upstream at a time in the order
 //! `failover.rs` gives, each answered by the step for its endpoint and upstream, until failover says to stop)
 //! → settle (`accounting.rs`: the usage record; then `report.rs`: metrics, the log line). Only the answering
-//! step differs by endpoint.
+//! step differs by endpoint. For a model whose answers are cached, the cache is looked up before admission
+//! and a hit answered from it instead of the attempts (`cached.rs`).
 
 use super::accounting;
 use super::admit::admit;
 use super::attempt::Attempt;
+use super::cached::{self, Lookup};
 use super::failover::Route;
 use super::gateway::Gateway;
 use super::outcome::{Answer, Outcome};
@@ -17,6 +19,7 @@ use super::trace::Trace;
 use super::{builtin, count_tokens, passthrough, report, translate};
 use crate::access::accounts::Reservation;
 use crate::http::Exchange;
+use crate::ledger::CacheUse;
 use crate::protocol::request::Endpoint;
 use crate::protocol::ApiError;
 
@@ -52,20 +55,32 @@ pub fn handle(gw: &Gateway, ex: &mut Exchange, endpoint: Endpoint) {
     let _ = ex.response().release_held();
 }
 
-/// Admission, then (admitted) the attempts.
+/// The cache's look-up (cached models), admission, then (admitted) the answer: from the cache, or from the
+/// attempts.
 fn admitted(
     gw: &Gateway,
     ex: &mut Exchange,
     trace: &mut Trace,
     p: Prepared,
 ) -> (Outcome, Option<Reservation>) {
-    let admission = admit(gw, &p, &trace.request_id);
+    let lookup = cached::look(gw, ex, &p);
+    let admission = admit(gw, &p, &trace.request_id, lookup.is_hit());
     if let Some(headers) = admission.headers {
         trace.extra = headers;
     }
+    // A request refused at admission was answered neither from the cache nor by an upstream.
+    let cache = match &admission.reservation {
+        Ok(_) => lookup.used(),
+        Err(_) => lookup.used().map(|_| CacheUse::Bypass),
+    };
+    if let Some(used) = cache {
+        trace
+            .extra
+            .push((cached::HEADER.to_string(), used.name().to_string()));
+    }
     let (answer, upstream_calls, reservation) = match admission.reservation {
         Ok(r) => {
-            let (answer, calls) = attempts(gw, ex, trace, &p);
+            let (answer, calls) = answered(gw, ex, trace, &p, &lookup);
             (answer, calls, Some(r))
         }
         Err(e) => (Answer::refused(e), 0, None),
@@ -75,14 +90,37 @@ fn admitted(
         answer,
         upstream_calls,
         shutdown: false,
+        cache,
     };
     (outcome, reservation)
 }
 
+/// The answer of an admitted request: the cache's, or the attempts' (stored when the cache keeps it).
+fn answered(
+    gw: &Gateway,
+    ex: &mut Exchange,
+    trace: &Trace,
+    p: &Prepared,
+    lookup: &Lookup,
+) -> (Answer, u32) {
+    if let Lookup::Hit { entry, req } = lookup {
+        return (cached::replay(gw, ex, trace, p, entry, req), 0);
+    }
+    let (answer, calls) = attempts(gw, ex, trace, p, lookup.keeps());
+    (cached::store(gw, p, trace, lookup, answer), calls)
+}
+
 /// The attempts: one per upstream, in the order failover gives, each answered by the step for the endpoint
 /// and the upstream, until failover says not to move on. Returns the last attempt's answer (or, when no
-/// upstream could be tried, the gateway's) and the upstream calls made.
-fn attempts(gw: &Gateway, ex: &mut Exchange, trace: &Trace, p: &Prepared) -> (Answer, u32) {
+/// upstream could be tried, the gateway's) and the upstream calls made. `keep`: each attempt keeps its
+/// answer in canonical form for the answer cache.
+fn attempts(
+    gw: &Gateway,
+    ex: &mut Exchange,
+    trace: &Trace,
+    p: &Prepared,
+    keep: bool,
+) -> (Answer, u32) {
     let watch = gw.watchdog.watch(ex.response().socket(), trace.cut.clone());
     let mut route = match Route::plan(gw, p) {
         Ok(r) => r,
@@ -97,6 +135,7 @@ fn attempts(gw: &Gateway, ex: &mut Exchange, trace: &Trace, p: &Prepared) -> (An
             watch: &watch,
             p,
             upstream: turn.upstream,
+            keep,
         };
         let answer = answer(&mut attempt);
         calls += u32::from(answer.called);

@@ -399,6 +399,7 @@ fn build(
         ledger,
         accounts: Arc::new(accounts),
         record_instance: (store.is_some() || config.instance_set).then(|| config.instance.clone()),
+        cache: crate::cache::AnswerCache::new(config.cache_max_bytes, store.clone()),
         store,
         admin_token,
         admin_guard: Default::default(),

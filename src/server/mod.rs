@@ -5,6 +5,7 @@ mod accounting;
 mod admit;
 mod attempt;
 mod builtin;
+mod cached;
 mod call;
 pub mod cluster;
 mod complete;

@@ -5,7 +5,8 @@
 //! stages return.
 
 use super::hosted::{Plan, Ran};
-use crate::protocol::canon::Usage;
+use crate::ledger::CacheUse;
+use crate::protocol::canon::{Response, Usage};
 use crate::protocol::ApiError;
 use crate::upstream::policy::{self, Ended, Facts};
 
@@ -48,6 +49,8 @@ pub struct Delivered {
     pub usage: Option<(Usage, bool)>,
     /// The stream ended with this error (told in it).
     pub error: Option<ApiError>,
+    /// The answer in canonical form, when it was kept for the answer cache and the stream completed.
+    pub kept: Option<Box<Response>>,
 }
 
 /// How a request was answered: by which upstream (if any), with what status, usage and error. Each attempt
@@ -75,6 +78,9 @@ pub struct Answer {
     pub output_limit: Option<u64>,
     /// The paid hosted features this attempt set running, as far as known (see `server::hosted`).
     pub hosted: Ran,
+    /// The answer in canonical form, kept for the answer cache (only when the model's answers are cached:
+    /// see `cached.rs`, which stores it only if the answer completed).
+    pub kept: Option<Box<Response>>,
 }
 
 impl Answer {
@@ -107,6 +113,9 @@ impl Answer {
         }
         if d.error.is_some() {
             self.error = d.error;
+        }
+        if d.kept.is_some() {
+            self.kept = d.kept;
         }
     }
 
@@ -158,12 +167,19 @@ pub struct Outcome {
     pub upstream_calls: u32,
     /// The request was cut by the shutdown deadline.
     pub shutdown: bool,
+    /// What the answer cache did for it (None: its model's answers are not cached).
+    pub cache: Option<CacheUse>,
 }
 
 impl Outcome {
     /// Some attempt reached an upstream (so the request gets a usage record).
     pub fn upstream_called(&self) -> bool {
         self.upstream_calls > 0
+    }
+
+    /// It was answered from the answer cache.
+    pub fn cache_hit(&self) -> bool {
+        self.cache == Some(CacheUse::Hit)
     }
 
     /// The status as logs and metrics show it: the HTTP status, or `client_closed` / `shutdown`.

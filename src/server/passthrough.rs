@@ -8,10 +8,12 @@ use serde_json::Value;
 
 use super::attempt::Attempt;
 use super::call::{self, Sent};
-use super::complete;
+use super::complete::{self, egress_options};
 use super::hosted::Ran;
 use super::outcome::Answer;
 use super::respond;
+use crate::protocol::canon::Response;
+use crate::protocol::collect::FromRelay;
 use crate::protocol::observe::{self, StreamObserver};
 use crate::protocol::sse::SseEvent;
 use crate::protocol::{hosted, limits, ApiError};
@@ -48,7 +50,10 @@ fn forward(a: &mut Attempt, answer: &mut Answer) -> Result<(), ApiError> {
     if stream && reply.is_event_stream() {
         let hide_usage = !a.p.wants_stream_usage;
         let watch = StreamObserver::new(protocol, hide_usage, a.p.input_estimate());
-        relay_stream(a, answer, reply, watch);
+        let kept = a
+            .keep
+            .then(|| FromRelay::new(protocol.stream_decoder(&egress_options(a, true))));
+        relay_stream(a, answer, reply, watch, kept);
         return Ok(());
     }
     let (raw, usage) = call::read_usage(a, reply).map_err(|u| {
@@ -70,9 +75,23 @@ fn forward(a: &mut Attempt, answer: &mut Answer) -> Result<(), ApiError> {
         return Ok(());
     }
     answer.usage = usage.and_then(|u| protocol.usage_from(&u));
+    if a.keep {
+        answer.kept = keep_json(a, &raw);
+    }
     respond::json(a.ex.response(), a.trace, 200, &raw, &[]);
     answer.status = 200;
     Ok(())
+}
+
+/// A complete answer in canonical form, for the answer cache (None: it does not decode, so it is not kept).
+fn keep_json(a: &Attempt, raw: &[u8]) -> Option<Box<Response>> {
+    let v: Value = serde_json::from_slice(raw).ok()?;
+    let opts = egress_options(a, false);
+    a.trace
+        .protocol
+        .decode_response(&v, &opts)
+        .ok()
+        .map(Box::new)
 }
 
 /// What paid hosted features the request set running once it was sent: unknown until an answer completes,
@@ -94,7 +113,13 @@ fn sent_hosted(a: &Attempt, sent: &Sent) -> Ran {
 
 /// Relays an upstream stream event by event, cutting it at the output limit and ending a broken one with
 /// the protocol's in-stream error.
-fn relay_stream(a: &mut Attempt, answer: &mut Answer, reply: Reply, mut watch: StreamObserver) {
+fn relay_stream(
+    a: &mut Attempt,
+    answer: &mut Answer,
+    reply: Reply,
+    mut watch: StreamObserver,
+    mut kept: Option<FromRelay>,
+) {
     let mut events = reply.into_sse();
     if respond::start_sse(a.ex.response(), a.trace, &[]).is_err() {
         answer.client_closed = true;
@@ -111,7 +136,12 @@ fn relay_stream(a: &mut Attempt, answer: &mut Answer, reply: Reply, mut watch: S
         let next = events.next_event();
         a.trace.add_upstream_wait(waiting.elapsed());
         let step = match next {
-            Ok(Some(ev)) => pass_on(a, limit, &mut watch, &mut redactor, ev),
+            Ok(Some(ev)) => {
+                if let Some(k) = kept.as_mut() {
+                    k.feed(&ev);
+                }
+                pass_on(a, limit, &mut watch, &mut redactor, ev)
+            }
             Ok(None) => break None,
             Err(e) if watch.done() => {
                 log::debug!("{}: upstream stream ended with {e}", a.trace.request_id);
@@ -146,6 +176,8 @@ fn relay_stream(a: &mut Attempt, answer: &mut Answer, reply: Reply, mut watch: S
     }
     if !watch.done() {
         end_broken(a, answer, &mut watch, failure);
+    } else if failure.is_none() {
+        answer.kept = kept.and_then(FromRelay::finish).map(Box::new);
     }
     if a.ex.response().finish().is_err() {
         answer.client_closed = true;

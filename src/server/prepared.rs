@@ -15,7 +15,7 @@ use crate::config::{Config, Model, Upstream};
 use crate::http::Exchange;
 use crate::protocol::canon;
 use crate::protocol::request::{Endpoint, Forward};
-use crate::protocol::{account, estimate, fields, limits, ApiError, Protocol};
+use crate::protocol::{account, estimate, limits, ApiError};
 
 /// A request that passed authentication and validation, and the model it names.
 pub struct Prepared<'a> {
@@ -189,8 +189,9 @@ fn read<'a>(
     asked.group = Some(identity.group.clone());
     protocol.check_headers(&ex.request)?;
     let body = parse_body(&ex.request.body)?;
-    let (requested_output, choices) = envelope(endpoint, &body, asked)?;
-    let requested = Protocol::requested_model(&body).to_string();
+    let path = ex.request.path.as_str();
+    let (requested_output, choices) = envelope(endpoint, path, &body, asked)?;
+    let requested = protocol.requested_model(path, &body).into_owned();
     let model = match find_model(config, &requested) {
         Ok(m) => m,
         Err(e) => {
@@ -227,21 +228,22 @@ fn read<'a>(
     })
 }
 
-/// Checks the fields every request of the endpoint needs; notes `stream`; returns the output limit the
-/// client asked for and the answers it asked for.
+/// Checks the fields every request of the endpoint at `path` needs; notes `stream`; returns the output limit
+/// the client asked for and the answers it asked for.
 fn envelope(
     endpoint: Endpoint,
+    path: &str,
     body: &Value,
     asked: &mut Asked,
 ) -> Result<(Option<u64>, u64), ApiError> {
     let protocol = endpoint.protocol();
-    if endpoint.counts_tokens() {
-        // Checked further only where it is estimated here: an upstream that counts judges its own.
-        let o = fields::object(body, "body")?;
-        fields::req_str(o, "model", "")?;
+    let generation = !endpoint.counts_tokens();
+    // Token counting is checked further only where it is estimated here: an upstream that counts judges its
+    // own.
+    asked.stream = protocol.validate_envelope(path, body, generation)?;
+    if !generation {
         return Ok((None, 1));
     }
-    asked.stream = protocol.validate_envelope(body)?;
     // One output limit: the client protocol's own field (other protocols' limit fields never go upstream,
     // so no upstream can honour a limit admission did not reserve for).
     let limit = limits::read(protocol, body)?;

@@ -19,12 +19,24 @@ pub fn observe(gw: &Gateway, config: &Config, trace: &Trace, out: &Outcome, bill
         trace.server.streams.fetch_sub(1, Ordering::Relaxed);
     }
     let status = out.status_text();
-    let usage = out.answer.usage.unwrap_or_default();
+    // A hit generated no tokens: they are in its record, not in the token counters.
+    let usage = match out.cache_hit() {
+        false => out.answer.usage.unwrap_or_default(),
+        true => Default::default(),
+    };
     // Label values come only from configured models, so invented names cannot grow the series.
     let model = match out.asked.model.as_deref() {
         Some(m) if config.model_any(m).is_some() => m,
         Some(_) => "unknown",
         None => "-",
+    };
+    if let Some(used) = out.cache {
+        gw.cache.count(model, used);
+    }
+    let split = if out.cache_hit() {
+        Default::default()
+    } else {
+        bill.split
     };
     gw.metrics.observe(&Observation {
         protocol: trace.protocol.name(),
@@ -34,9 +46,9 @@ pub fn observe(gw: &Gateway, config: &Config, trace: &Trace, out: &Outcome, bill
         overhead: trace.overhead(),
         first_token: trace.first_token.get(),
         input_tokens: usage.input_tokens,
-        cached_input_tokens: bill.split.cache_reads,
-        cache_write_5m_tokens: bill.split.cache_writes_5m,
-        cache_write_1h_tokens: bill.split.cache_writes_1h,
+        cached_input_tokens: split.cache_reads,
+        cache_write_5m_tokens: split.cache_writes_5m,
+        cache_write_1h_tokens: split.cache_writes_1h,
         output_tokens: usage.output_tokens,
         reasoning_tokens: usage.reasoning_tokens,
         cost: bill.cost,
@@ -101,6 +113,7 @@ pub fn write_line(l: &Line, out: &Outcome) {
             "latency_ms": l.latency_ms,
             "overhead_ms": l.overhead_ms,
             "error": error,
+            "cache": out.cache.map(|c| c.name()),
         });
         log::log!(target: REQUEST_TARGET, level, "{v}");
         return;
@@ -108,7 +121,7 @@ pub fn write_line(l: &Line, out: &Outcome) {
     // Every value a client (or the operator) chose is a quoted field when it needs to be, so none can pass for
     // another field or start a line.
     let line = format!(
-        "{} client_request_id={} key={} group={} model={} protocol={} upstream={} stream={} status={} in={} out={}{} ms={}",
+        "{} client_request_id={} key={} group={} model={} protocol={} upstream={} stream={} status={} in={} out={}{}{} ms={}",
         field(Some(l.request_id)),
         field(l.client_request_id),
         field(out.asked.key.as_deref()),
@@ -121,6 +134,11 @@ pub fn write_line(l: &Line, out: &Outcome) {
         usage.input_tokens,
         usage.output_tokens,
         if answer.estimated { " estimated=true" } else { "" },
+        out.cache.map_or("", |c| match c {
+            crate::ledger::CacheUse::Hit => " cache=hit",
+            crate::ledger::CacheUse::Miss => " cache=miss",
+            crate::ledger::CacheUse::Bypass => " cache=bypass",
+        }),
         l.latency_ms,
     );
     match error {

@@ -68,23 +68,46 @@ pub fn route(gw: &Gateway, ex: &mut Exchange) {
                 trace.headers(&[("content-type", "text/plain; version=0.0.4; charset=utf-8")]);
             let _ = ex.response().send(200, &headers, text.as_bytes());
         }
-        ("GET" | "HEAD", "/v1/models") => models(gw, ex, &trace, None),
-        ("GET" | "HEAD", p) if p.starts_with("/v1/models/") => {
-            match crate::http::decode_path_segment(&p["/v1/models/".len()..]) {
-                Ok(id) => models(gw, ex, &trace, Some(id)),
-                Err(m) => respond::error(
-                    ex.response(),
-                    &trace,
-                    &ApiError::invalid_param("model", m.to_string()),
-                ),
-            }
+        ("GET" | "HEAD", p) if models_list(p).is_some() => match models_list(p).flatten() {
+            None => models(gw, ex, &trace, None),
+            Some(Ok(id)) => models(gw, ex, &trace, Some(id)),
+            Some(Err(m)) => respond::error(
+                ex.response(),
+                &trace,
+                &ApiError::invalid_param("model", m.to_string()),
+            ),
+        },
+        (_, p) if matches!(models_list(p), Some(None)) => {
+            let e = method_not_allowed(&path, &method, "GET");
+            respond::error_with(ex.response(), &trace, &e, &[("allow", "GET")]);
         }
-        (_, "/v1/models" | "/healthz" | "/readyz" | "/metrics") => {
+        (_, "/healthz" | "/readyz" | "/metrics") => {
             let e = method_not_allowed(&path, &method, "GET");
             respond::error_with(ex.response(), &trace, &e, &[("allow", "GET")]);
         }
         _ => respond::error(ex.response(), &trace, &not_found(&path)),
     }
+}
+
+/// Whether `path` is a models list (`/v1/models`, or a protocol's own: `models_list_path`): `Some(None)` for
+/// the list, `Some(Some(id))` for one model of it (percent-decoded), None for another path. Under a
+/// protocol's own list a name has no `/` (but the `models/` its clients may put before it).
+fn models_list(path: &str) -> Option<Option<Result<String, crate::http::SegmentError>>> {
+    let own = ALL.iter().filter_map(|p| p.models_list_path());
+    for (i, list) in std::iter::once("/v1/models").chain(own).enumerate() {
+        match path.strip_prefix(list) {
+            Some("") => return Some(None),
+            Some(rest) => {
+                let id = rest.strip_prefix('/').filter(|id| !id.is_empty());
+                let nested = |id: &str| id.strip_prefix("models/").unwrap_or(id).contains('/');
+                if let Some(id) = id.filter(|id| i == 0 || !nested(id)) {
+                    return Some(Some(crate::http::decode_path_segment(id)));
+                }
+            }
+            None => {}
+        }
+    }
+    None
 }
 
 /// 405 for a path that takes only `allowed`.
@@ -117,7 +140,7 @@ pub fn refuse_body(
         let e = crate::console::authorize_head(gw, req, peer).err()?;
         return Some((e, None));
     }
-    let models = path == "/v1/models" || path.starts_with("/v1/models/");
+    let models = models_list(path).is_some();
     let credentials = if models {
         access::authenticate(req, Protocol::for_request(req), &gw.keys).err()
     } else if path == "/metrics" && gw.config().metrics_auth {
@@ -202,14 +225,21 @@ fn endpoints() -> String {
         list.push(format!("POST {}", p.path()));
         list.extend(p.count_tokens_path().map(|c| format!("POST {c}")));
     }
+    let lists: Vec<String> = std::iter::once("/v1/models")
+        .chain(ALL.iter().filter_map(|p| p.models_list_path()))
+        .map(|l| format!("GET {l}"))
+        .collect();
     format!(
-        "{} and GET /v1/models for clients; the operator console at /console; GET /healthz, /readyz and \
-         /metrics",
-        list.join(", ")
+        "{} and {} for clients; the operator console at /console; GET /healthz, /readyz and /metrics",
+        list.join(", "),
+        lists.join(", ")
     )
 }
 
 fn path_hint(path: &str) -> Option<String> {
+    if let Some(hint) = ALL.iter().find_map(|p| p.path_hint(path)) {
+        return Some(hint);
+    }
     if path.contains("/v1/v1/") {
         let fixed = path.replacen("/v1/v1/", "/v1/", 1);
         return Some(format!(
@@ -248,7 +278,7 @@ fn path_hint(path: &str) -> Option<String> {
     None
 }
 
-/// `GET /v1/models` and `GET /v1/models/{id}`: the names and aliases the key's group may use, in the shape of
+/// `GET /v1/models` and `GET /v1/models/{id}` (and a protocol's own list path): the names and aliases the key's group may use, in the shape of
 /// the trace's protocol.
 fn models(gw: &Gateway, ex: &mut Exchange, trace: &Trace, id: Option<String>) {
     let protocol = trace.protocol;
@@ -258,7 +288,7 @@ fn models(gw: &Gateway, ex: &mut Exchange, trace: &Trace, id: Option<String>) {
     };
     let config = gw.config();
     // Names and aliases the group may use (patterns cannot be listed), in config order.
-    let visible: Vec<(&str, String)> = config
+    let visible: Vec<(&str, String, u64)> = config
         .models
         .iter()
         .filter(|m| !m.disabled && !crate::config::names::is_pattern(&m.name))
@@ -267,19 +297,24 @@ fn models(gw: &Gateway, ex: &mut Exchange, trace: &Trace, id: Option<String>) {
             let owner = owned_by(m);
             std::iter::once(m.name.as_str())
                 .chain(m.aliases.iter().map(String::as_str))
-                .map(move |n| (n, owner.clone()))
+                .map(move |n| (n, owner.clone(), m.max_output_tokens))
         })
         .collect();
     let listed: Vec<Listed> = visible
         .iter()
-        .map(|(id, owner)| Listed {
+        .map(|(id, owner, max_output)| Listed {
             id,
             owned_by: owner,
+            max_output: *max_output,
         })
         .collect();
     let created = gw.started_unix;
     let body = match id {
-        Some(id) => match listed.iter().find(|m| m.id == id) {
+        // A collection prefix some clients put before a name (`models/`) is accepted.
+        Some(id) => match listed
+            .iter()
+            .find(|m| m.id == id || id.strip_prefix("models/") == Some(m.id))
+        {
             Some(m) => protocol.model_entry(m, created),
             None => return respond::error(ex.response(), trace, &ApiError::model_not_found(&id)),
         },

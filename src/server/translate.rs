@@ -59,6 +59,9 @@ fn relay(a: &mut Attempt, answer: &mut Answer) -> Result<(), ApiError> {
     }
     let (resp, estimated) = complete::decode(a, &v, t.target, &t.opts, &t.req)?;
     answer.set_usage((resp.usage, estimated));
+    if a.keep {
+        answer.kept = Some(Box::new(resp.clone()));
+    }
     let encoded = a.trace.protocol.encode_response(&resp, &t.req);
     let bytes = serde_json::to_vec(&encoded).map_err(|e| ApiError::internal(e.to_string()))?;
     let extra = dropped_header(&t.dropped);
@@ -81,7 +84,7 @@ fn translate_request(a: &Attempt) -> Result<Translated, ApiError> {
         req.max_tokens = Some(model.max_output_tokens);
     }
     if !model.reasoning {
-        req.reasoning_effort = None;
+        req.drop_reasoning();
     }
     let dropped = req.dropped_tools.join(", ");
     if !dropped.is_empty() {
@@ -127,6 +130,9 @@ fn relay_stream(a: &mut Attempt, t: &Translated, reply: Reply, limit: Option<u64
             ..Delivered::default()
         };
     };
+    if a.keep {
+        writer.keep();
+    }
     let name = &a.upstream.name;
     let mut events = reply.into_sse();
     let mut decoder = t.target.stream_decoder(&t.opts);

@@ -24,9 +24,10 @@
 //! `res:K` and `lease:K` (reservations in flight and their leases), `win:K`, `winv:K` (the rate
 //! window: the last minute's admissions and their tokens), `per:K` (spend per budget period); `usage` (stream of usage records); `cursor:I` (how much of
 //! instance I's local ledger was shipped); `instance:I` (which running process holds the name I); `audit`
-//! (list of audit entries, newest first).
+//! (list of audit entries, newest first); `cache:*` (the answer cache's entries and their order, `cache.rs`).
 
 pub mod accounts;
+pub mod cache;
 pub mod sentinel;
 pub mod ship;
 
@@ -101,6 +102,8 @@ struct Scripts {
     terms_sync: redis::Script,
     claim: redis::Script,
     cursor_move: redis::Script,
+    cache_get: redis::Script,
+    cache_put: redis::Script,
 }
 
 const MONEY: &str = include_str!("lua/money.lua");
@@ -124,6 +127,8 @@ impl Scripts {
             terms_sync: script(include_str!("lua/terms_sync.lua")),
             claim: script(include_str!("lua/claim.lua")),
             cursor_move: script(include_str!("lua/cursor_move.lua")),
+            cache_get: script(include_str!("lua/cache_get.lua")),
+            cache_put: script(include_str!("lua/cache_put.lua")),
         }
     }
 }

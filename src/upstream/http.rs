@@ -98,10 +98,17 @@ impl Resolver for CachingResolver {
     }
 }
 
-/// The URL of the generation endpoint of an upstream (its protocol's path under its base URL).
-pub fn endpoint(upstream: &Upstream) -> String {
-    let path = upstream.kind.protocol().map_or("", |p| p.upstream_path());
-    format!("{}{}", upstream.base_url, path)
+/// The URL of the generation endpoint of an upstream for a request to `model` (its protocol's path under
+/// its base URL; protocols whose paths name the model and the stream put them there).
+pub fn endpoint(upstream: &Upstream, model: &str, stream: bool) -> String {
+    match upstream.kind.protocol() {
+        Some(p) => format!(
+            "{}{}",
+            upstream.base_url,
+            p.upstream_endpoint(model, stream)
+        ),
+        None => upstream.base_url.clone(),
+    }
 }
 
 /// The upstream's credential (and version) headers on a request to it, as its protocol sends them.
@@ -160,18 +167,6 @@ impl Reply {
         // Small: ureq already buffers the socket below; this one only splits lines.
         SseReader::new(BufReader::with_capacity(4 * 1024, self.body.into_reader()))
     }
-}
-
-/// Sends a generation request. `passed`: a header of the client's request passed on (see
-/// `Codec::passed_on`).
-pub fn send(
-    agent: &ureq::Agent,
-    upstream: &Upstream,
-    body: &[u8],
-    stream: bool,
-    passed: Option<&(&'static str, String)>,
-) -> Result<Reply, ApiError> {
-    send_to(agent, upstream, &endpoint(upstream), body, stream, passed)
 }
 
 /// Sends a POST to `url` of `upstream` with its credentials and timeouts.

@@ -6,8 +6,10 @@ Usage: check_upstream.py RECORD_FILE FROM_LINE KIND [--min-requests N] [--upstre
 
 RECORD_FILE is fake_upstream.py's JSON-lines record; only lines after the first FROM_LINE are this run's.
 KIND is the upstream kind the run's model points at:
-  chat, responses or messages: the upstream must have received at least N POSTs on that protocol's path
-      (--min-requests, default 1), with the given upstream model and key, and never the client's tollgate key;
+  chat, responses, messages or gemini: the upstream must have received at least N POSTs on that protocol's
+      path (--min-requests, default 1; Gemini's names the model and the method:
+      /v1beta/models/MODEL:streamGenerateContent or :generateContent), with the given upstream model and key,
+      and never the client's tollgate key;
   direct: the agent talked to the fake itself, only summarised;
   mock: no upstream request expected.
 
@@ -17,9 +19,11 @@ exits 1 when there is a problem.
 
 import argparse
 import json
+import re
 import sys
 
 PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages"}
+GEMINI = re.compile(r"^/v1(?:beta)?/models/([^/:]+):(generateContent|streamGenerateContent|countTokens)$")
 
 
 def describe(entry):
@@ -49,7 +53,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("record_file")
     p.add_argument("from_line", type=int)
-    p.add_argument("kind", choices=["chat", "responses", "messages", "direct", "mock"])
+    p.add_argument("kind", choices=["chat", "responses", "messages", "gemini", "direct", "mock"])
     p.add_argument("--min-requests", type=int, default=1)
     p.add_argument("--upstream-model")
     p.add_argument("--upstream-key")
@@ -70,9 +74,18 @@ def main():
 
     if a.kind == "mock" and entries:
         problems.append("the mock model's run reached the fake upstream")
-    if a.kind in PATHS:
-        want = PATHS[a.kind]
-        hits = [e for e in entries if e.get("method") == "POST" and e.get("path") == want]
+    if a.kind in PATHS or a.kind == "gemini":
+        want = PATHS.get(a.kind, "/v1beta/models/MODEL:streamGenerateContent")
+        if a.kind == "gemini":
+            hits = [
+                e
+                for e in entries
+                if e.get("method") == "POST"
+                and GEMINI.match(e.get("path", ""))
+                and GEMINI.match(e.get("path", "")).group(2) != "countTokens"
+            ]
+        else:
+            hits = [e for e in entries if e.get("method") == "POST" and e.get("path") == want]
         if len(hits) < a.min_requests:
             problems.append(
                 "%d POST %s reached the fake upstream, expected at least %d"
@@ -81,12 +94,20 @@ def main():
         for e in hits:
             body = e.get("body") if isinstance(e.get("body"), dict) else {}
             headers = e.get("headers") or {}
-            if a.upstream_model and body.get("model") != a.upstream_model:
-                problems.append("upstream was sent model %r, not %r" % (body.get("model"), a.upstream_model))
+            model = GEMINI.match(e["path"]).group(1) if a.kind == "gemini" else body.get("model")
+            if a.upstream_model and model != a.upstream_model:
+                problems.append("upstream was sent model %r, not %r" % (model, a.upstream_model))
+            if a.kind == "gemini" and e.get("path", "").endswith(":streamGenerateContent") and "alt=sse" not in (
+                e.get("query") or ""
+            ):
+                problems.append("a Gemini stream was asked for without alt=sse")
             if a.upstream_key:
                 if a.kind == "messages":
                     got = headers.get("x-api-key") or headers.get("authorization")
                     ok = headers.get("x-api-key") == a.upstream_key
+                elif a.kind == "gemini":
+                    got = headers.get("x-goog-api-key") or headers.get("authorization")
+                    ok = headers.get("x-goog-api-key") == a.upstream_key
                 else:
                     got = headers.get("authorization")
                     ok = got == "Bearer " + a.upstream_key
@@ -101,6 +122,7 @@ def main():
         e
         for e in entries
         if e.get("path") not in PATHS.values()
+        and not GEMINI.match(e.get("path", ""))
         and not e.get("path", "").endswith(("/models", "/count_tokens"))
     ]
     for e in unknown:

@@ -1,22 +1,26 @@
 #!/usr/bin/env python3
 """A fake LLM upstream for the agent tests (Python 3 standard library only).
 
-It answers every request on the three wire protocols with one fixed text, so that a test can tell that an
+It answers every request on the four wire protocols with one fixed text, so that a test can tell that an
 agent's answer came all the way from here:
 
     POST .../chat/completions  ->  "AGENT-OK from chat upstream"       (OpenAI Chat Completions)
     POST .../responses         ->  "AGENT-OK from responses upstream"  (OpenAI Responses)
     POST .../messages          ->  "AGENT-OK from messages upstream"   (Anthropic Messages)
+    POST /v1beta/models/M:generateContent (or :streamGenerateContent, also under /v1/)
+                               ->  "AGENT-OK from gemini upstream"     (the Gemini API)
 
-A body with "stream": true gets the protocol's full SSE lifecycle over chunked encoding, one event per
-chunk (see shared/PROTOCOLS.md 1.3, 2.3, 3.3); anything else gets the protocol's JSON object. It also answers
-GET .../models (OpenAI shape, or Anthropic's when the request carries anthropic-version) and
-POST .../messages/count_tokens. Any other path gets a 404 in OpenAI's error shape and is logged to stderr
-as UNKNOWN.
+A body with "stream": true (Gemini: the :streamGenerateContent path) gets the protocol's full stream over
+chunked encoding, one event per chunk (see shared/PROTOCOLS.md 1.3, 2.3, 3.3; Gemini: `data:` chunks, the
+last with finishReason and usageMetadata); anything else gets the protocol's JSON object. It also answers
+GET .../models (OpenAI shape; Anthropic's when the request carries anthropic-version; Gemini's under
+/v1beta/ or with x-goog-api-key), POST .../messages/count_tokens and Gemini's :countTokens. Any other path
+gets a 404 in OpenAI's error shape and is logged to stderr as UNKNOWN.
 
 Tool round trip: when the conversation's user text contains "TOOL-ROUNDTRIP <absolute path>" and holds no
 tool result yet, the answer is a call of the agent's file-reading tool on that path instead of text: `Read`
-{"file_path"} (Claude Code) or `exec_command` {"cmd": "cat <path>"} (Codex CLI). Once a tool result is in
+{"file_path"} (Claude Code), `exec_command` {"cmd": "cat <path>"} (Codex CLI) or `read_file`
+{"file_path"} (Gemini CLI). Once a tool result is in
 the conversation, the answer is the text plus what the tool returned:
 "AGENT-OK from <kind> upstream; the tool said MARKER-..." (the first MARKER-word in the tool result, or
 "nothing recognisable").
@@ -120,6 +124,17 @@ def conversation(kind, body):
                 users.extend(texts(it.get("content")))
             elif t in ("function_call_output", "custom_tool_call_output"):
                 results.extend(texts(it.get("output")))
+    elif kind == "gemini":
+        for c in body.get("contents") or []:
+            if not isinstance(c, dict) or c.get("role", "user") != "user":
+                continue
+            for part in c.get("parts") or []:
+                if not isinstance(part, dict):
+                    continue
+                if "functionResponse" in part:
+                    results.extend(texts((part.get("functionResponse") or {}).get("response")))
+                elif isinstance(part.get("text"), str):
+                    users.append(part["text"])
     else:
         for m in body.get("messages") or []:
             if not isinstance(m, dict):
@@ -139,7 +154,9 @@ def conversation(kind, body):
     for t in body.get("tools") or []:
         if not isinstance(t, dict):
             continue
-        if t.get("type") == "namespace":
+        if kind == "gemini":
+            names.extend(d.get("name") for d in t.get("functionDeclarations") or [] if isinstance(d, dict))
+        elif t.get("type") == "namespace":
             names.extend(
                 "%s.%s" % (t.get("name"), f.get("name")) for f in t.get("tools") or [] if isinstance(f, dict)
             )
@@ -195,6 +212,8 @@ def decide(kind, body):
         return {"tool": "Read", "arguments": json.dumps({"file_path": path})}
     if "exec_command" in names:
         return {"tool": "exec_command", "arguments": json.dumps({"cmd": "cat " + path})}
+    if "read_file" in names:
+        return {"tool": "read_file", "arguments": json.dumps({"file_path": path})}
     return {"text": "%s; no file-reading tool was offered (tools: %s)" % (text, ", ".join(map(str, names)))}
 
 
@@ -490,6 +509,63 @@ def messages_events(body, reply):
     yield event("message_stop", {})
 
 
+# ------------------------------------------------------------------------------------------- Gemini
+
+GEMINI_PATH = re.compile(r"^/v1(?:beta)?/models/([^/:]+):([A-Za-z]+)$")
+
+
+def gemini_usage(body, reply=None):
+    prompt = estimate_tokens([body.get("systemInstruction"), body.get("contents")])
+    out = estimate_tokens(output_text(reply)) if reply is not None else 0
+    return {"promptTokenCount": prompt, "candidatesTokenCount": out, "totalTokenCount": prompt + out}
+
+
+def gemini_chunk(model, response_id, parts, finish=None, usage=None):
+    candidate = {"content": {"role": "model", "parts": parts}, "index": 0}
+    if finish:
+        candidate["finishReason"] = finish
+    chunk = {"candidates": [candidate], "modelVersion": model, "responseId": response_id}
+    if usage:
+        chunk["usageMetadata"] = usage
+    return chunk
+
+
+def gemini_parts(reply):
+    if "tool" in reply:
+        return [{"functionCall": {"name": reply["tool"], "args": json.loads(reply["arguments"])}}]
+    return [{"text": reply["text"]}]
+
+
+def gemini_json(model, body, reply):
+    return gemini_chunk(model, new_id("gresp"), gemini_parts(reply), "STOP", gemini_usage(body, reply))
+
+
+def gemini_events(model, body, reply):
+    rid = new_id("gresp")
+    if "tool" in reply:
+        chunks = [gemini_chunk(model, rid, gemini_parts(reply), "STOP", gemini_usage(body, reply))]
+    else:
+        pieces = split_text(reply["text"])
+        chunks = [gemini_chunk(model, rid, [{"text": p}]) for p in pieces[:-1]]
+        chunks.append(gemini_chunk(model, rid, [{"text": pieces[-1]}], "STOP", gemini_usage(body, reply)))
+    for c in chunks:
+        yield "data: %s\r\n\r\n" % json.dumps(c)
+
+
+def gemini_models():
+    return {
+        "models": [
+            {
+                "name": "models/fake-model",
+                "displayName": "Fake model",
+                "inputTokenLimit": 1048576,
+                "outputTokenLimit": 65536,
+                "supportedGenerationMethods": ["generateContent", "countTokens"],
+            }
+        ]
+    }
+
+
 # ----------------------------------------------------------------------------------------------- HTTP
 
 
@@ -600,6 +676,19 @@ class Handler(BaseHTTPRequestHandler):
     def route(self, path, body):
         stream = body.get("stream") is True
         post = self.command == "POST"
+        gemini = GEMINI_PATH.match(path)
+        if post and gemini and gemini.group(2) in ("generateContent", "streamGenerateContent"):
+            model = gemini.group(1)
+            reply = decide("gemini", body)
+            if gemini.group(2) == "streamGenerateContent":
+                return self.send_sse(gemini_events(model, body, reply))
+            return self.send_json(200, gemini_json(model, body, reply))
+        if post and gemini and gemini.group(2) == "countTokens":
+            inner = body.get("generateContentRequest") or body
+            return self.send_json(200, {"totalTokens": gemini_usage(inner)["promptTokenCount"]})
+        if self.command == "GET" and (path.startswith("/v1beta/") or self.headers.get("x-goog-api-key")):
+            if path.endswith("/models"):
+                return self.send_json(200, gemini_models())
         if post and path.endswith("/chat/completions"):
             reply = decide("chat", body)
             return (

@@ -620,6 +620,61 @@ step('a key moves to another group and gets an expiry; an unused group is delete
   await group.waitFor({ state: 'detached' });
 });
 
+step('cache hits: Usage filters them, Models and the overview show the hit rate', async () => {
+  const ask = async () => {
+    const res = await fetch(`${BASE}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${FIRST_KEY}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'mock-cached', max_tokens: 50, messages: [{ role: 'user', content: `cache ${RUN}` }] }),
+    });
+    check(res.status === 200, `mock-cached answered ${res.status}`);
+    await res.json();
+    return { cache: res.headers.get('x-tollgate-cache'), id: res.headers.get('x-request-id') };
+  };
+  const miss = await ask();
+  const hit = await ask();
+  check(miss.cache === 'miss' && hit.cache === 'hit', `miss then hit, got ${miss.cache} then ${hit.cache}`);
+  // Usage: the filter keeps the hit (marked, at no cost) and leaves the miss out; "not hits" the other way.
+  await open('usage');
+  await page.fill('#usage-filters input[name="model"]', 'mock-cached');
+  await page.selectOption('#usage-filters select[name="cache"]', 'hit');
+  await page.click('#usage-filters button[type="submit"]');
+  await page.waitForURL(/#usage\?.*cache=hit/);
+  // The hash changes before the view is drawn again: wait for the drawing of the filtered query (the miss gone,
+  // the hit shown), not for the unfiltered table still on the page.
+  await page.waitForFunction(
+    ([hitId, missId]) => {
+      const section = document.querySelector('section[data-view="usage"][data-state="ready"]');
+      return !!section && !!section.querySelector(`#usage-table tr[data-request-id="${hitId}"]`) && !section.querySelector(`#usage-table tr[data-request-id="${missId}"]`);
+    },
+    [hit.id, miss.id],
+  );
+  const rows = view('usage').locator('#usage-table tbody tr');
+  check((await rows.count()) === 1, `the hit filter shows ${await rows.count()} rows`);
+  check((await rows.first().getAttribute('data-request-id')) === hit.id, 'the row is not the hit');
+  check(num(await rows.first().locator('td.cost').textContent()) === 0, 'a hit costs something');
+  await screenshot('usage-cache-hits');
+  await page.selectOption('#usage-filters select[name="cache"]', 'not_hit');
+  await page.click('#usage-filters button[type="submit"]');
+  await page.waitForURL(/#usage\?.*cache=not_hit/);
+  await view('usage').locator(`#usage-table tbody tr[data-request-id="${miss.id}"]`).waitFor();
+  check((await view('usage').locator('#usage-table tbody tr .cache-hit').count()) === 0, '"not hits" shows a hit');
+  // Models: the cached model's card says how long answers are kept and its hit rate.
+  await open('models');
+  const card = page.locator('article.model-card[data-model="mock-cached"] section.answer-cache');
+  await card.waitFor();
+  const rate = await card.locator('[data-cache-stat="hit-rate"]').textContent();
+  check(rate.startsWith('50%') && rate.includes('1 hit,') && rate.includes('1 miss,'), `the model's hit rate: ${rate}`);
+  check((await card.locator('[data-cache-stat="ttl"]').textContent()).includes('600 s'), 'the TTL is not shown');
+  check((await page.locator('article.model-card[data-model="mock"] section.answer-cache').count()) === 0, 'an uncached model shows a cache');
+  await screenshot('models-cache');
+  // The overview: the share of requests to cached models answered from the cache.
+  await open('overview');
+  const tile = page.locator('#totals-hour [data-stat="cache-hit-rate"]');
+  await tile.waitFor();
+  check((await tile.locator('.stat-value').textContent()) === '50%', `overview hit rate: ${await tile.textContent()}`);
+});
+
 step('the Audit view lists the changes made in this run, newest first, without any key', async () => {
   await open('audit');
   const table = page.locator('#audit-table');

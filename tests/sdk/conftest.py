@@ -2,14 +2,15 @@
 
 - `gateway`: the real tollgate binary ($TOLLGATE_BIN, else target/debug/tollgate), started once per session
   on a free port, with the built-in mock model plus one model per upstream kind (`m-chat`, `m-responses`,
-  `m-messages`) that points at the fake upstream. It exposes the address, the API key created at first start
+  `m-messages`, `m-gemini`) that points at the fake upstream; group `default` may use them all, group `narrow`
+  only the mock (`add_key` makes a key of a group). It exposes the address, the API key created at first start
   and the log lines (one per request, carrying the request id and the `in=N out=M` token counts).
 - `upstream`: the fake upstream (ThreadingHTTPServer speaking HTTP/1.1). A test queues the replies of the
   fixtures in `fixtures/<protocol>/<case>.json` with `serve()`; each incoming request takes the next one.
   JSON replies carry a content-length; SSE transcripts go out with chunked transfer encoding, one event per
   chunk, and `abort: true` closes the connection without the final chunk. Requests are recorded.
   `serve_translate(case, kind)` queues the reply of upstream `kind` from `fixtures/translate/<case>/`.
-- `oai`, `anthropic_client`: SDK clients pointed at the gateway, with retries off.
+- `oai`, `anthropic_client`, `genai_client`: SDK clients pointed at the gateway, with retries off.
 """
 
 from __future__ import annotations
@@ -29,16 +30,20 @@ from pathlib import Path
 import anthropic
 import openai
 import pytest
+from google import genai
+from google.genai import types as genai_types
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "fixtures"
 UPSTREAM_KEY = "sk-upstream-sdk-suite-secret"
-CONFIGURED_MODELS = {"mock", "m-chat", "m-responses", "m-messages"}
+CONFIGURED_MODELS = {"mock", "m-chat", "m-responses", "m-messages", "m-gemini"}
 
 # The SDKs read these; the suite passes everything explicitly, and talks to 127.0.0.1 without a proxy.
 for _var in (
     "OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_ORG_ID", "OPENAI_PROJECT_ID",
     "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL",
+    "GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_GENAI_USE_VERTEXAI", "GOOGLE_GENAI_API_VERSION",
+    "GOOGLE_GEMINI_BASE_URL", "GOOGLE_CLOUD_PROJECT", "GOOGLE_CLOUD_LOCATION",
     "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy",
 ):
     os.environ.pop(_var, None)
@@ -196,15 +201,39 @@ class _UpstreamHandler(BaseHTTPRequestHandler):
 
 
 class Gateway:
-    def __init__(self, proc: subprocess.Popen, addr: str, key: str, logs: list[str]) -> None:
+    def __init__(self, proc: subprocess.Popen, addr: str, key: str, logs: list[str], cfg: Path) -> None:
         self.proc = proc
         self.addr = addr
         self.key = key
         self.logs = logs
+        self.cfg = cfg
         self.openai_base_url = f"http://{addr}/v1"
         self.anthropic_base_url = f"http://{addr}"
+        self.gemini_base_url = f"http://{addr}"
         self.models = CONFIGURED_MODELS
         self.upstream_key = UPSTREAM_KEY  # what the upstreams must receive as their key
+
+    def add_key(self, name: str, group: str) -> str:
+        """A new key of `group` (made with `tollgate keys add`; the gateway takes it within a moment)."""
+        env = {**os.environ, "TG_TEST_UPSTREAM_KEY": UPSTREAM_KEY}
+        added = subprocess.run(
+            [_tollgate_bin(), "keys", "add", "--config", str(self.cfg), "--name", name, "--group", group],
+            env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+        )
+        key = (added.stdout.strip().splitlines() or [""])[-1].strip()
+        assert added.returncode == 0 and key.startswith("tg_"), added.stdout + added.stderr
+        import urllib.request
+        deadline = time.monotonic() + 30
+        while True:
+            req = urllib.request.Request(f"http://{self.addr}/v1/models", headers={"authorization": f"Bearer {key}"})
+            try:
+                with urllib.request.urlopen(req, timeout=5) as r:
+                    if r.status == 200:
+                        return key
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "the gateway did not take the new key"
+            time.sleep(0.05)
 
     def log_line(self, request_id: str, containing: str = " status=", timeout: float = 10.0) -> str:
         """The access-log line of a request (written when the request ends, so it may come a moment later)."""
@@ -271,9 +300,24 @@ name = "m-messages"
 upstream = "anthropic-up"
 upstream_model = "real-messages-model"
 
+[[upstreams]]
+name = "gemini-up"
+kind = "gemini"
+base_url = "http://{fake}"
+api_key_env = "TG_TEST_UPSTREAM_KEY"
+
+[[models]]
+name = "m-gemini"
+upstream = "gemini-up"
+upstream_model = "real-gemini-model"
+
 [[groups]]
 name = "default"
 models = ["*"]
+
+[[groups]]
+name = "narrow"
+models = ["mock"]
 """
 
 
@@ -343,7 +387,7 @@ def gateway(fake_upstream):
                 except queue.Empty:
                     raise RuntimeError("tollgate did not start:\n" + "\n".join(logs)) from None
                 got[kind] = value
-            yield Gateway(proc, got["addr"], got["key"], logs)
+            yield Gateway(proc, got["addr"], got["key"], logs, cfg)
         finally:
             proc.kill()
             proc.wait(timeout=10)
@@ -364,3 +408,14 @@ def oai(gateway) -> openai.OpenAI:
 @pytest.fixture(scope="session")
 def anthropic_client(gateway) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=gateway.anthropic_base_url, api_key=gateway.key, max_retries=0, timeout=30)
+
+
+def genai_for(gateway, key: str) -> genai.Client:
+    """A `google-genai` client of the gateway with `key` (the Gemini API, not Vertex; no retries)."""
+    options = genai_types.HttpOptions(base_url=gateway.gemini_base_url, timeout=30_000)
+    return genai.Client(api_key=key, vertexai=False, http_options=options)
+
+
+@pytest.fixture(scope="session")
+def genai_client(gateway) -> genai.Client:
+    return genai_for(gateway, gateway.key)

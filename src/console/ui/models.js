@@ -1,5 +1,5 @@
 /**
- * The Models view: each model's upstreams, breakers, availability and prices.
+ * The Models view: each model's upstreams, breakers, availability, answer cache and prices.
  */
 import { api, seg } from './api.js';
 import { act, badge, button, el, empty, errorSlot, field, input, table, td } from './dom.js';
@@ -98,6 +98,7 @@ function modelCard(frame, m) {
       { class: 'card-grid' },
       el('section', { class: 'upstreams' }, el('h3', { text: m.upstreams.length > 1 ? 'Upstreams, tried in this order' : 'Upstream' }), upstreamTable(m.upstreams)),
       el('section', { class: 'availability' }, el('h3', { text: 'Availability' }), availabilityList(m.availability || {})),
+      m.cache && el('section', { class: 'answer-cache', data: { cache: m.name } }, el('h3', { text: 'Answer cache' }), cacheList(m.cache)),
       el('section', { class: 'prices' }, el('h3', { text: `Prices, ${currency()} per 1M tokens` }), pricesBlock(frame, m)),
     ),
   );
@@ -162,6 +163,30 @@ function availabilityList(a) {
     ),
     item('Latency p50 / p95', `${fmtMs(a.latency_p50_ms)} / ${fmtMs(a.latency_p95_ms)}`),
     item('Error rate', a.error_rate === null || a.error_rate === undefined ? '—' : `${fmtPct(a.error_rate)} of the last ${fmtInt(a.requests)} requests`),
+  );
+}
+
+/** `n` and the word for one or for several. */
+function count(n, one, many) {
+  return `${fmtInt(n)} ${n === 1 ? one : many}`;
+}
+
+/** A cached model's answer cache: how long answers are kept, who shares them, what the cache did here. */
+function cacheList(c) {
+  const item = (label, value, name) => [el('dt', { text: label }), el('dd', { data: { cacheStat: name } }, value)];
+  const shared = { key: 'each key its own', group: 'shared within a group', all: 'shared by every key' }[c.scope] || c.scope;
+  return el(
+    'dl',
+    { class: 'facts' },
+    item('Kept', `${fmtInt(c.ttl_secs)} s, ${shared}`, 'ttl'),
+    item(
+      'Hit rate',
+      c.hit_rate === null || c.hit_rate === undefined
+        ? el('span', { class: 'muted', text: 'no requests since tollgate started' })
+        : `${fmtPct(c.hit_rate)}: ${count(c.hits, 'hit', 'hits')}, ${count(c.misses, 'miss', 'misses')}, ${fmtInt(c.bypasses)} bypassed`,
+      'hit-rate',
+    ),
+    item('Held', `${(c.bytes / 1024).toLocaleString(undefined, { maximumFractionDigits: 1 })} KB, ${fmtInt(c.evictions)} evicted`, 'bytes'),
   );
 }
 

@@ -93,6 +93,8 @@ function totalsPanel(title, t, id, unauthorized) {
       stat('Tokens', fmtInt(t.tokens), 'tokens'),
       stat('Cost', fmtCredits(t.cost), 'cost', currency()),
       stat('Error rate', fmtPct(t.error_rate), 'error-rate', `${fmtInt(t.errors)} errors, refusals included`),
+      t.cache_requests > 0 &&
+        stat('Cache hit rate', fmtPct(t.cache_hit_rate), 'cache-hit-rate', `${fmtInt(t.cache_hits)} of ${fmtInt(t.cache_requests)} requests to cached models`),
       unauthorized !== undefined &&
         stat('401s', fmtInt(unauthorized), 'unauthorized', 'without a valid key (no record)'),
     ),

@@ -1,5 +1,5 @@
 /**
- * The Usage view: usage records with filters (a text search among them), totals of everything that matches,
+ * The Usage view: usage records with filters (a text search among them; cache hits or not), totals of everything that matches,
  * pages, CSV download and an auto-refresh toggle.
  */
 import { api } from './api.js';
@@ -16,6 +16,11 @@ const STATUSES = [
   ['client_closed', 'Client closed'],
   ['error', 'Any error'],
 ];
+const CACHE = [
+  ['', 'Any'],
+  ['hit', 'Cache hits'],
+  ['not_hit', 'Not cache hits'],
+];
 const RANGES = [
   ['', 'Any time'],
   ['1h', 'Last hour'],
@@ -26,12 +31,12 @@ const RANGES = [
 ];
 const RANGE_SECONDS = { '1h': 3600, '24h': 86400, '7d': 7 * 86400, '30d': 30 * 86400 };
 const PAGE_SIZES = [25, 50, 100, 250, 1000];
-const USAGE_FILTERS = ['key', 'model', 'status', 'request_id', 'client_request_id', 'q', 'range', 'since', 'until'];
+const USAGE_FILTERS = ['key', 'model', 'status', 'cache', 'request_id', 'client_request_id', 'q', 'range', 'since', 'until'];
 
 /** The API's filter (no paging) for the view's parameters; relative ranges count back from now. */
 function usageQuery(params) {
   const q = new URLSearchParams();
-  for (const k of ['key', 'model', 'status', 'request_id', 'client_request_id', 'q']) {
+  for (const k of ['key', 'model', 'status', 'cache', 'request_id', 'client_request_id', 'q']) {
     const v = (params.get(k) || '').trim();
     if (v) q.set(k, v);
   }
@@ -63,7 +68,7 @@ export async function viewUsage(frame, params) {
   const totals = el(
     'p',
     { class: 'usage-totals', id: 'usage-totals' },
-    `All that match: ${fmtInt(t.requests)} requests, ${fmtInt(t.tokens)} tokens (${fmtInt(t.input_tokens)} in, of which ${fmtInt(t.cached_input_tokens)} cache reads, ${fmtInt(t.cache_write_5m_tokens)} 5m and ${fmtInt(t.cache_write_1h_tokens)} 1h cache writes; ${fmtInt(t.output_tokens)} out, of which ${fmtInt(t.reasoning_tokens)} reasoning), ${fmtCredits(t.cost)} ${currency()}, ${fmtInt(t.errors)} errors`,
+    `All that match: ${fmtInt(t.requests)} requests, ${fmtInt(t.tokens)} tokens (${fmtInt(t.input_tokens)} in, of which ${fmtInt(t.cached_input_tokens)} cache reads, ${fmtInt(t.cache_write_5m_tokens)} 5m and ${fmtInt(t.cache_write_1h_tokens)} 1h cache writes; ${fmtInt(t.output_tokens)} out, of which ${fmtInt(t.reasoning_tokens)} reasoning), ${fmtCredits(t.cost)} ${currency()}, ${fmtInt(t.errors)} errors${t.cache_requests ? `, ${fmtInt(t.cache_hits)} answered from the cache` : ''}`,
   );
   return [
     usageFilters(params, limit, keys.data, models.data),
@@ -101,6 +106,7 @@ function usageFilters(params, limit, keys, models) {
       field('Key', input('key', { value: params.get('key') || '', list: 'usage-key-names', placeholder: 'any key' })),
       field('Model', input('model', { value: params.get('model') || '', list: 'usage-model-names', placeholder: 'any model' })),
       field('Status', select('status', STATUSES, params.get('status') || '')),
+      field('Answer cache', select('cache', CACHE, params.get('cache') || '')),
       field('Time', range),
       field('Per page', select('limit', pageSizes(limit), String(limit))),
     ),
@@ -198,6 +204,7 @@ function usageRow(r) {
     ]),
     td([
       statusBadge(r.status),
+      r.cache === 'hit' && el('span', { class: 'cache-hit' }, ' ', badge('cache hit', 'ok')),
       r.reason && el('div', { class: 'sub reason', text: r.reason }),
       r.error && el('div', { class: 'sub error-text', text: r.error }),
     ]),

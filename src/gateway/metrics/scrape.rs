@@ -8,7 +8,8 @@ use super::label;
 use crate::gateway::Gateway;
 
 /// The whole `/metrics` text: the counters and histograms, and gauges read at the moment of the scrape
-/// (queue, connections, buffered request bodies, workers, the usage ledger's backlog, each configured upstream's breaker).
+/// (queue, connections, buffered request bodies, workers, the usage ledger's backlog, each configured upstream's breaker),
+/// and the answer cache's counts.
 pub fn scrape(gw: &Gateway) -> String {
     let config = gw.config();
     let mut gauges = vec![
@@ -64,7 +65,53 @@ pub fn scrape(gw: &Gateway) -> String {
         crate::logging::dropped_lines()
     );
     upstream_gauges(gw, &config, &mut out);
+    cache_metrics(gw, &mut out);
     out
+}
+
+/// The answer cache, per model: hits, misses, bypasses, the bytes of its entries, evictions.
+fn cache_metrics(gw: &Gateway, out: &mut String) {
+    let stats = gw.cache.stats();
+    type Read = fn(&crate::cache::ModelStats) -> u64;
+    let series: [(&str, &str, &str, Read); 5] = [
+        (
+            "tollgate_cache_hits_total",
+            "counter",
+            "Requests answered from the answer cache, by model.",
+            |s| s.hits,
+        ),
+        (
+            "tollgate_cache_misses_total",
+            "counter",
+            "Requests to a cached model looked up and not found (or the store did not answer), by model.",
+            |s| s.misses,
+        ),
+        (
+            "tollgate_cache_bypasses_total",
+            "counter",
+            "Requests to a cached model not looked up (Cache-Control no-store or no-cache, a request the \
+             cache does not keep, or refused at admission), by model.",
+            |s| s.bypasses,
+        ),
+        (
+            "tollgate_cache_bytes",
+            "gauge",
+            "Bytes of the model's cached answers (with a store: there, as this instance last learnt).",
+            |s| s.bytes,
+        ),
+        (
+            "tollgate_cache_evictions_total",
+            "counter",
+            "Cached answers removed to make room before they expired (cache_max_mb), by model.",
+            |s| s.evictions,
+        ),
+    ];
+    for (name, kind, help, read) in series {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (model, s) in &stats {
+            let _ = writeln!(out, "{name}{{model=\"{}\"}} {}", label(model), read(s));
+        }
+    }
 }
 
 /// Each configured upstream's breaker state and whether it is cooling down after a 429.

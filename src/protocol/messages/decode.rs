@@ -36,6 +36,7 @@ pub fn decode_request(body: &Value) -> Result<Request, ApiError> {
         max_tokens: opt_u64(o, "max_tokens", "")?,
         temperature: opt_f64(o, "temperature", "")?,
         top_p: opt_f64(o, "top_p", "")?,
+        top_k: opt_u64(o, "top_k", "")?,
         ..Request::default()
     };
     decode_system(o, &mut req)?;
@@ -182,6 +183,7 @@ fn decode_output_options(o: &Obj, req: &mut Request) {
         if t.get("type").and_then(Value::as_str) == Some("enabled") {
             let budget = t.get("budget_tokens").and_then(Value::as_u64).unwrap_or(0);
             req.reasoning_effort = Some(effort_for_budget(budget).to_string());
+            req.reasoning_budget = Some(budget).filter(|b| *b > 0);
         }
     }
 }

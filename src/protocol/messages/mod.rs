@@ -160,6 +160,9 @@ impl Codec for Messages {
                "created_at": crate::util::rfc3339(created)})
     }
 
+    fn canonical_fields(&self) -> &'static [&'static str] {
+        &["model", "messages", "system", "tools", "tool_choice", "max_tokens", "temperature", "top_p", "stop_sequences", "stream", "metadata"]
+    }
     fn limit_fields(&self) -> &'static [&'static str] {
         &["max_tokens"]
     }

@@ -94,6 +94,9 @@ pub fn encode_request(req: &Request, opts: &EgressOptions) -> Result<Value, ApiE
         if let Some(p) = req.top_p {
             body.insert("top_p".into(), json!(p.clamp(0.0, 1.0)));
         }
+        if let Some(k) = req.top_k {
+            body.insert("top_k".into(), json!(k));
+        }
     }
     if !req.stop.is_empty() {
         body.insert("stop_sequences".into(), json!(req.stop));
@@ -191,7 +194,7 @@ fn encode_tools(
     (tools, tool_choice)
 }
 
-/// Thinking: from the effort level, within max_tokens (the limit the gateway reserved for is never raised:
+/// Thinking: from the client's budget or the effort level, within max_tokens (the limit the gateway reserved for is never raised:
 /// a budget that does not fit leaves half of max_tokens for the answer, and below Anthropic's minimum
 /// budget of 1024 thinking stays off); off when the history holds tool calls (they would need the thinking
 /// blocks that only Anthropic itself produced) or a tool is forced. Returns whether it is on.
@@ -206,7 +209,13 @@ fn encode_thinking(
         .iter()
         .any(|m| m.content.iter().any(|p| matches!(p, Part::ToolCall { .. })));
     let forced = tool_choice.is_some_and(|c| c["type"] == "any" || c["type"] == "tool");
-    let Some(budget) = req.reasoning_effort.as_deref().and_then(thinking_budget) else {
+    // The client's own budget where it gave one (a Gemini `thinkingBudget`), else the effort's.
+    let budget = match (req.reasoning_budget, req.reasoning_effort.as_deref()) {
+        (_, Some("none")) => None,
+        (Some(b), _) => Some(b),
+        (None, effort) => effort.and_then(thinking_budget),
+    };
+    let Some(budget) = budget else {
         return false;
     };
     let budget = if budget < max_tokens {

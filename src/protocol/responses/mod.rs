@@ -106,6 +106,9 @@ impl Codec for Responses {
         openai::model_entry(model, created)
     }
 
+    fn canonical_fields(&self) -> &'static [&'static str] {
+        &["model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "max_output_tokens", "temperature", "top_p", "stream", "stream_options", "user", "metadata", "store", "safety_identifier", "prompt_cache_key"]
+    }
     fn limit_fields(&self) -> &'static [&'static str] {
         &["max_output_tokens"]
     }

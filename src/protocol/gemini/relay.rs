@@ -1,0 +1,126 @@
+//! A Gemini stream relayed as it came (`alt=sse` chunks): each chunk read once for the text it adds (thoughts
+//! included), its usage (`usageMetadata`, cumulative: the last wins), an error object it carries, and the
+//! finish reason, after which the upstream sends nothing more.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::reply::usage_from;
+use crate::protocol::relay::{self, Seen};
+use crate::protocol::sse::SseEvent;
+
+/// The fields of a chunk the reader reads; others are skipped, strings borrowed where they can be.
+#[derive(Deserialize)]
+struct Peek<'a> {
+    #[serde(default, rename = "usageMetadata")]
+    usage: Option<Value>,
+    #[serde(default)]
+    error: Option<Value>,
+    #[serde(borrow, default)]
+    candidates: Option<Vec<Candidate<'a>>>,
+    #[serde(default, rename = "promptFeedback")]
+    feedback: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct Candidate<'a> {
+    #[serde(borrow, default)]
+    content: Option<Content<'a>>,
+    #[serde(borrow, default, rename = "finishReason")]
+    finish: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct Content<'a> {
+    #[serde(borrow, default)]
+    parts: Option<Vec<PartPeek<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct PartPeek<'a> {
+    #[serde(borrow, default)]
+    text: Option<Cow<'a, str>>,
+}
+
+/// Reads one chunk; every chunk is passed on.
+pub fn observe(ev: &SseEvent, seen: &mut Seen) -> bool {
+    let data = ev.data.trim();
+    if data.is_empty() {
+        return true;
+    }
+    let Ok(peek) = serde_json::from_str::<Peek>(data) else {
+        seen.error_text = relay::not_json(data);
+        return true;
+    };
+    seen.error_text = relay::is_error(&peek.error);
+    if let Some(e) = peek.error.as_ref().filter(|e| !e.is_null()) {
+        seen.done = true;
+        seen.upstream_error = Some(relay::error_message(e));
+        return true;
+    }
+    let candidate = peek.candidates.as_ref().and_then(|c| c.first());
+    let parts = candidate
+        .and_then(|c| c.content.as_ref())
+        .and_then(|c| c.parts.as_ref());
+    for t in parts.into_iter().flatten().filter_map(|p| p.text.as_ref()) {
+        seen.produced.push_str(t);
+    }
+    if let Some(u) = peek.usage.as_ref().and_then(usage_from) {
+        seen.usage = Some(u);
+    }
+    let blocked = peek.feedback.as_ref().is_some_and(|f| f.get("blockReason").is_some());
+    if candidate.is_some_and(|c| c.finish.is_some()) || blocked {
+        seen.done = true;
+    }
+    true
+}
+
+/// Calls `edit` on the text of each part of the first candidate, in the order [`observe`] reads them.
+pub fn text_fields(data: &mut Value, edit: &mut dyn FnMut(Option<&mut Value>)) {
+    let parts = data
+        .pointer_mut("/candidates/0/content/parts")
+        .and_then(Value::as_array_mut);
+    for p in parts.into_iter().flatten() {
+        edit(p.get_mut("text"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(data: &str) -> SseEvent {
+        SseEvent {
+            data: data.into(),
+            has_data: true,
+            terminated: true,
+            ..SseEvent::default()
+        }
+    }
+
+    #[test]
+    fn text_usage_and_the_end_are_read() {
+        let mut seen = Seen::default();
+        observe(&ev(r#"{"candidates":[{"content":{"parts":[{"text":"Hel"}],"role":"model"}}],"usageMetadata":{"promptTokenCount":7}}"#), &mut seen);
+        assert!(!seen.done);
+        observe(&ev(r#"{"candidates":[{"content":{"parts":[{"text":"lo","thought":false}],"role":"model"},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":7,"candidatesTokenCount":2,"thoughtsTokenCount":4}}"#), &mut seen);
+        assert!(seen.done);
+        assert_eq!(seen.produced, "Hello");
+        let u = seen.usage.unwrap();
+        assert_eq!((u.input_tokens, u.output_tokens), (7, 6));
+        let mut seen = Seen::default();
+        observe(&ev(r#"{"error":{"code":500,"message":"boom","status":"INTERNAL"}}"#), &mut seen);
+        assert!(seen.done && seen.error_text);
+        assert_eq!(seen.upstream_error.as_deref(), Some("upstream error in stream: boom"));
+    }
+
+    #[test]
+    fn text_fields_are_the_parts_texts() {
+        let mut v: Value = serde_json::from_str(r#"{"candidates":[{"content":{"parts":[{"text":"a"},{"functionCall":{}},{"text":"b"}]}}]}"#).unwrap();
+        let mut seen = Vec::new();
+        text_fields(&mut v, &mut |f| seen.push(f.and_then(|v| v.as_str().map(str::to_string))));
+        assert_eq!(seen, vec![Some("a".into()), None, Some("b".into())]);
+    }
+}

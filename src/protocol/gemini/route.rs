@@ -1,0 +1,131 @@
+//! The Gemini API's paths: the model and the method are in them (`/v1beta/models/{model}:generateContent`,
+//! `:streamGenerateContent`, `:countTokens`, the same under `/v1/`), and the mistakes its clients' base URLs
+//! make (a doubled `/v1beta`, an endpoint path in the base URL).
+
+use std::borrow::Cow;
+
+/// The API versions a path may start with (the SDKs' default is `v1beta`).
+const VERSIONS: [&str; 2] = ["/v1beta/", "/v1/"];
+
+/// The methods the gateway serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    Generate,
+    Stream,
+    CountTokens,
+}
+
+impl Method {
+    fn named(name: &str) -> Option<Method> {
+        match name {
+            "generateContent" => Some(Method::Generate),
+            "streamGenerateContent" => Some(Method::Stream),
+            "countTokens" => Some(Method::CountTokens),
+            _ => None,
+        }
+    }
+}
+
+/// A path the gateway serves, taken apart: the model as written (a tuned model's `tunedModels/` kept, so it
+/// can be refused by name) and the method.
+pub struct Target<'p> {
+    pub model: Cow<'p, str>,
+    pub method: Method,
+}
+
+/// `path` taken apart, if it is `/{version}/models/{model}:{method}` (or `tunedModels/`) of a method the
+/// gateway serves. The model is percent-decoded; a second `models/` before it is left off.
+pub fn target(path: &str) -> Option<Target<'_>> {
+    let rest = VERSIONS.iter().find_map(|v| path.strip_prefix(v))?;
+    let (collection, rest) = match rest.strip_prefix("models/") {
+        Some(r) => ("", r),
+        None => ("tunedModels/", rest.strip_prefix("tunedModels/")?),
+    };
+    let (model, method) = rest.rsplit_once(':')?;
+    let method = Method::named(method)?;
+    let model = model.strip_prefix("models/").unwrap_or(model);
+    if model.is_empty() || (model.contains('/') && collection.is_empty()) {
+        return None;
+    }
+    let decoded = if model.contains('%') {
+        Cow::Owned(crate::http::decode_path_segment(model).ok()?)
+    } else {
+        Cow::Borrowed(model)
+    };
+    let model = if collection.is_empty() {
+        decoded
+    } else {
+        Cow::Owned(format!("{collection}{decoded}"))
+    };
+    Some(Target { model, method })
+}
+
+/// A hint for a path no endpoint serves that a Gemini client's base URL made: a doubled version
+/// (`/v1beta/v1beta/…`, the base URL given with its version) or an endpoint path inside the base URL.
+pub fn hint(path: &str) -> Option<String> {
+    for v in VERSIONS {
+        let doubled = format!("{}{}", v.trim_end_matches('/'), v);
+        let fixed = path.replacen(&doubled, v, 1);
+        // A doubled `/v1` is Gemini's mistake only where the path is then one of its endpoints.
+        if path.contains(&doubled) && (target(&fixed).is_some() || v == VERSIONS[0]) {
+            return Some(format!(
+                "The path has a doubled `{}` (did you mean `{fixed}`?). Gemini clients (the google-genai SDKs, \
+                 Gemini CLI's GOOGLE_GEMINI_BASE_URL) take the base URL `http://<host>` without a version: they \
+                 add `{v}models/…` themselves.",
+                v.trim_end_matches('/')
+            ));
+        }
+    }
+    let methods = [":generateContent", ":streamGenerateContent", ":countTokens"];
+    let inner = methods
+        .iter()
+        .any(|m| path.find(m).is_some_and(|at| at + m.len() < path.len()));
+    if inner && path.matches("/models/").count() > 1 {
+        return Some(
+            "The path has a Gemini endpoint inside it: the client was given a base URL that already contains \
+             `/v1beta/models/{model}:generateContent` and appended its own. Set the client's base URL to \
+             `http://<host>` (no version, no endpoint); it appends `/v1beta/models/{model}:…` itself."
+                .into(),
+        );
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_taken_apart() {
+        let t = target("/v1beta/models/gemini-2.5-flash:streamGenerateContent").unwrap();
+        assert_eq!((t.model.as_ref(), t.method), ("gemini-2.5-flash", Method::Stream));
+        let t = target("/v1/models/m%40x:countTokens").unwrap();
+        assert_eq!((t.model.as_ref(), t.method), ("m@x", Method::CountTokens));
+        let t = target("/v1beta/models/models/g:generateContent").unwrap();
+        assert_eq!(t.model, "g");
+        let t = target("/v1beta/tunedModels/mine:generateContent").unwrap();
+        assert_eq!(t.model, "tunedModels/mine");
+        for bad in [
+            "/v1beta/models/g:embedContent",
+            "/v1beta/models/:generateContent",
+            "/v1beta/models",
+            "/v2/models/g:generateContent",
+            "/v1/chat/completions",
+            "/v1beta/models/a/b:generateContent",
+        ] {
+            assert!(target(bad).is_none(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn base_url_mistakes_are_named() {
+        assert!(hint("/v1beta/v1beta/models/g:generateContent")
+            .unwrap()
+            .contains("doubled `/v1beta`"));
+        let h = hint("/v1beta/models/g:generateContent/v1beta/models/g:generateContent").unwrap();
+        assert!(h.contains("endpoint inside it"), "{h}");
+        assert!(hint("/v1beta/models/g:embedContent").is_none());
+        assert!(hint("/v1/v1/chat/completions").is_none(), "OpenAI's doubled /v1 is not Gemini's");
+        assert!(hint("/v1/v1/models/g:countTokens").unwrap().contains("doubled `/v1`"));
+    }
+}

@@ -1,0 +1,252 @@
+//! The answer cache on the request path (`cache/` keeps the entries): for a model that opts in
+//! (`cache_ttl_secs`), the prepared request is looked up by its fingerprint before admission (`look`); a
+//! hit is admitted against the key's request rate only and replayed in the client's protocol, streamed or
+//! not (`replay`); an answer from an upstream is stored after the attempts if it is complete (`store`).
+//! Models that do not opt in pay nothing: their request is never decoded here.
+//!
+//! What the client says is honoured: `Cache-Control: no-store` neither reads nor writes, `no-cache` skips
+//! the look-up and stores the fresh answer. What is never cached: requests with paid hosted tools or
+//! service tiers, hosted tools another upstream would leave out, several choices, models with
+//! `account_features` (their answers may live on in the upstream account), token counting; answers that
+//! are errors, streams cut (by the upstream, the client, the output limit or shutdown), and answers the
+//! upstream marked incomplete (stopped at the output limit, filtered, paused).
+
+use std::time::Duration;
+
+use super::events::EventWriter;
+use super::gateway::Gateway;
+use super::outcome::{Answer, Delivered};
+use super::prepared::Prepared;
+use super::respond;
+use super::trace::Trace;
+use crate::cache::Entry;
+use crate::config::CacheScope;
+use crate::http::{Exchange, Request as HttpRequest};
+use crate::ledger::CacheUse;
+use crate::protocol::canon::{Request, Response, StopReason, StreamEvent};
+use crate::protocol::egress::events_from_response;
+use crate::protocol::fingerprint::{self, Fingerprint, Target};
+use crate::protocol::ApiError;
+use crate::util::unix_now;
+
+/// The header every answer of a cached model carries: `hit`, `miss` or `bypass`.
+pub const HEADER: &str = "x-tollgate-cache";
+
+/// Where an answer from an upstream is stored.
+pub struct Keep {
+    fp: Fingerprint,
+    ttl: Duration,
+}
+
+/// What the cache had for a request.
+pub enum Lookup {
+    /// The model's answers are not cached (or the request counts tokens).
+    Off,
+    /// Found: the entry, and the client's request in canonical form (what its answer is encoded for).
+    Hit {
+        entry: Box<Entry>,
+        req: Box<Request>,
+    },
+    /// Not answered from the cache (`used`: a miss, or a bypass); `keep`: where its answer is stored
+    /// (None: nowhere).
+    Fresh { used: CacheUse, keep: Option<Keep> },
+}
+
+impl Lookup {
+    /// What the cache did, as the header, the record and the metrics say it.
+    pub fn used(&self) -> Option<CacheUse> {
+        match self {
+            Lookup::Off => None,
+            Lookup::Hit { .. } => Some(CacheUse::Hit),
+            Lookup::Fresh { used, .. } => Some(*used),
+        }
+    }
+
+    pub fn is_hit(&self) -> bool {
+        matches!(self, Lookup::Hit { .. })
+    }
+
+    /// The answer from an upstream is to be stored.
+    pub fn keeps(&self) -> bool {
+        matches!(self, Lookup::Fresh { keep: Some(_), .. })
+    }
+}
+
+/// What the client's `Cache-Control` asks of the cache.
+struct Directives {
+    no_store: bool,
+    no_cache: bool,
+}
+
+fn directives(req: &HttpRequest) -> Directives {
+    let mut d = Directives {
+        no_store: false,
+        no_cache: false,
+    };
+    for v in req.header("cache-control").unwrap_or("").split(',') {
+        let v = v.trim();
+        d.no_store |= v.eq_ignore_ascii_case("no-store");
+        d.no_cache |= v.eq_ignore_ascii_case("no-cache");
+    }
+    d
+}
+
+/// Looks the prepared request up, if its model's answers are cached.
+pub fn look(gw: &Gateway, ex: &Exchange, p: &Prepared) -> Lookup {
+    let Some(caching) = p.model.cache.filter(|_| !p.endpoint.counts_tokens()) else {
+        return Lookup::Off;
+    };
+    let bypass = |keep| Lookup::Fresh {
+        used: CacheUse::Bypass,
+        keep,
+    };
+    let said = directives(&ex.request);
+    if said.no_store {
+        return bypass(None);
+    }
+    let Some((req, fp)) = fingerprint(p, caching.scope) else {
+        return bypass(None);
+    };
+    let keep = Keep {
+        fp,
+        ttl: caching.ttl,
+    };
+    if said.no_cache {
+        return bypass(Some(keep));
+    }
+    match gw.cache.get(&fp) {
+        Some(entry) => Lookup::Hit {
+            entry: Box::new(entry),
+            req: Box::new(req),
+        },
+        None => Lookup::Fresh {
+            used: CacheUse::Miss,
+            keep: Some(keep),
+        },
+    }
+}
+
+/// The request in canonical form and its fingerprint, if it is one the cache keeps.
+fn fingerprint(p: &Prepared, scope: CacheScope) -> Option<(Request, Fingerprint)> {
+    if !p.asked.hosted.is_empty() || p.model.account_features || p.choices != 1 {
+        return None;
+    }
+    let req = p.canonical().ok()?;
+    if !req.dropped_tools.is_empty() {
+        return None;
+    }
+    let scope = match scope {
+        CacheScope::Key => format!("key:{}", p.identity.name),
+        CacheScope::Group => format!("group:{}", p.identity.group),
+        CacheScope::All => "all".to_string(),
+    };
+    let target = Target {
+        model: &p.model.name,
+        upstream_model: &p.upstream_model,
+        scope: &scope,
+    };
+    let fp = fingerprint::of(p.endpoint.protocol(), &p.body, &req, &target);
+    Some((req, fp))
+}
+
+/// Answers from the cache: the entry in the client's protocol, as a stream if it asked for one, with a
+/// fresh id, the model name it asked for and the entry's usage.
+pub fn replay(
+    gw: &Gateway,
+    ex: &mut Exchange,
+    trace: &Trace,
+    p: &Prepared,
+    entry: &Entry,
+    req: &Request,
+) -> Answer {
+    let protocol = trace.protocol;
+    let mut resp = entry.response.clone();
+    resp.id = protocol.new_response_id();
+    resp.model = p.requested.clone();
+    resp.created = unix_now();
+    let mut answer = Answer {
+        upstream: Some(entry.upstream.clone()),
+        status: 200,
+        usage: Some(resp.usage),
+        ..Answer::default()
+    };
+    if p.stream {
+        let watch = gw.watchdog.watch(ex.response().socket(), trace.cut.clone());
+        let encoder = protocol.stream_encoder(req, p.wants_stream_usage, &trace.request_id);
+        let start = StreamEvent::Start {
+            id: resp.id.clone(),
+            model: resp.model.clone(),
+            created: resp.created,
+            input_tokens: resp.usage.input_tokens,
+        };
+        let delivered = match EventWriter::start(ex.response(), trace, encoder, start, &[], &watch)
+        {
+            Ok(writer) => stream(writer, &resp),
+            Err(_) => Delivered {
+                client_closed: true,
+                ..Delivered::default()
+            },
+        };
+        answer.delivered(delivered);
+        return answer;
+    }
+    match serde_json::to_vec(&protocol.encode_response(&resp, req)) {
+        Ok(body) => {
+            respond::json(ex.response(), trace, 200, &body, &[]);
+            answer
+        }
+        Err(e) => answer.failed(ApiError::internal(e.to_string())),
+    }
+}
+
+/// The entry's events, in the order the client protocol's encoder gives them, usage and end included.
+fn stream(mut writer: EventWriter, resp: &Response) -> Delivered {
+    for ev in events_from_response(resp) {
+        if writer.emit(&ev).is_err() {
+            return writer.gone();
+        }
+    }
+    writer.end()
+}
+
+/// After the attempts: stores the answer from the upstream if the request's answers are stored and it is
+/// complete (delivered whole with no error, and not marked incomplete by the upstream), with the usage its
+/// request is recorded with. Returns the answer (without the canonical copy it kept).
+pub fn store(
+    gw: &Gateway,
+    p: &Prepared,
+    trace: &Trace,
+    lookup: &Lookup,
+    mut answer: Answer,
+) -> Answer {
+    let kept = answer.kept.take();
+    let Lookup::Fresh {
+        keep: Some(keep), ..
+    } = lookup
+    else {
+        return answer;
+    };
+    let Some(mut kept) = kept else {
+        return answer;
+    };
+    let whole = answer.status == 200
+        && answer.error.is_none()
+        && !answer.client_closed
+        && !trace.client_gone()
+        && !trace.cut_by_shutdown();
+    let finished = matches!(
+        kept.stop,
+        StopReason::EndTurn | StopReason::StopSequence(_) | StopReason::ToolUse
+    );
+    if whole && finished {
+        // The replay gives its own id, name and time.
+        (kept.id, kept.model, kept.created) = (String::new(), String::new(), 0);
+        kept.usage = answer.usage.unwrap_or(kept.usage);
+        let entry = Entry {
+            response: *kept,
+            upstream: answer.upstream.clone().unwrap_or_default(),
+        };
+        gw.cache.put(&p.model.name, keep.fp, &entry, keep.ttl);
+    }
+    answer
+}
