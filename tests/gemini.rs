@@ -612,13 +612,62 @@ fn credentials_never_echoed_and_the_protocol_shown() {
     );
     assert_eq!(r.status, 200);
     assert!(!r.text().contains(UPSTREAM_KEY), "{}", r.text());
+    // Relayed as a stream: a function call's `args` (a JSON value, sent whole) echoing the credential has it
+    // replaced; the other strings of the call, and the text around it, arrive as written.
+    let call = json!({"candidates": [{"content": {"role": "model", "parts": [
+        {"text": "calling "},
+        {"functionCall": {"name": "login", "args": {"user": "ada", "token": UPSTREAM_KEY, "tags": ["required", "ollama"]}}}]},
+        "index": 0}]});
+    let end = json!({"candidates": [{"content": {"role": "model", "parts": [{"text": " done"}]}, "finishReason": "STOP", "index": 0}],
+        "usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": 9, "totalTokenCount": 12}});
+    let frame = |v: &Value| format!("data: {v}\r\n\r\n").into_bytes();
+    b.queue
+        .lock()
+        .unwrap()
+        .push_back(Reply::sse(vec![frame(&call), frame(&end)]));
+    let r = post_as(
+        gw,
+        &gw.key,
+        "/v1beta/models/m-gemini:streamGenerateContent?alt=sse",
+        &hello(),
+    );
+    assert_eq!(r.status, 200);
+    assert!(!r.text().contains(UPSTREAM_KEY), "{}", r.text());
+    let got = chunks(&r, "sse");
+    let parts = &got[0]["candidates"][0]["content"]["parts"];
+    assert_eq!(parts[0]["text"], "calling ", "{}", r.text());
+    let args = &parts[1]["functionCall"]["args"];
+    assert_eq!(args["user"], "ada", "{}", r.text());
+    assert_eq!(args["tags"], json!(["required", "ollama"]), "{}", r.text());
+    assert_ne!(args["token"], UPSTREAM_KEY, "{}", r.text());
+    assert_eq!(text_of(&got[1]), " done");
+    // A stream of a function call that ends before its finish reason and usage: the output is estimated from
+    // what was produced, the call's arguments included (about 4 characters a token).
+    let long = "lorem ipsum dolor sit amet ".repeat(40);
+    let cut = json!({"candidates": [{"content": {"role": "model", "parts": [
+        {"functionCall": {"name": "write", "args": {"path": "a.txt", "text": long}}}]}, "index": 0}]});
+    b.queue
+        .lock()
+        .unwrap()
+        .push_back(Reply::sse(vec![frame(&cut)]));
+    let r = post_as(
+        gw,
+        &gw.key,
+        "/v1beta/models/m-gemini:streamGenerateContent?alt=sse",
+        &hello(),
+    );
+    assert_eq!(r.status, 200);
+    let rid = r.header("x-request-id").unwrap().to_string();
+    let rec = gw.admin(&format!("/admin/usage?request_id={rid}")).json();
+    let out = rec["data"][0]["output_tokens"].as_u64().unwrap();
+    assert!(out >= 150, "the call's arguments are output too: {rec}");
 
     let metrics = gw.request("GET", "/metrics", &[], b"").text();
     assert!(metrics.contains("protocol=\"gemini\""), "{metrics}");
     let records = gw.admin("/admin/usage?limit=10").json();
     let rows = records["data"].as_array().unwrap();
     assert!(rows.iter().all(|r| r["protocol"] == "gemini"), "{records}");
-    assert_eq!(rows.len(), 2);
+    assert_eq!(rows.len(), 4);
 }
 
 /// `tollgate doctor --protocol gemini` against the gateway (the mock model): both probes pass.

@@ -101,6 +101,27 @@ impl Delta<'_> {
     }
 }
 
+/// Calls `read` on every string inside `v` (object members in their map order, arrays in order): the text
+/// of a tool call's arguments sent as a JSON value rather than as text.
+pub fn strings_in(v: &Value, read: &mut dyn FnMut(&str)) {
+    match v {
+        Value::String(s) => read(s),
+        Value::Array(a) => a.iter().for_each(|v| strings_in(v, read)),
+        Value::Object(o) => o.values().for_each(|v| strings_in(v, read)),
+        _ => {}
+    }
+}
+
+/// Calls `edit` on every string inside `v`, in the order [`strings_in`] reads them.
+pub fn string_fields(v: &mut Value, edit: &mut dyn FnMut(Option<&mut Value>)) {
+    match v {
+        Value::String(_) => edit(Some(v)),
+        Value::Array(a) => a.iter_mut().for_each(|v| string_fields(v, edit)),
+        Value::Object(o) => o.values_mut().for_each(|v| string_fields(v, edit)),
+        _ => {}
+    }
+}
+
 /// Calls `edit` on the text fields of a `delta` (the text itself, or a block's text fields), in the order
 /// [`Delta::collect`] reads them.
 pub fn delta_text_fields(data: &mut Value, edit: &mut dyn FnMut(Option<&mut Value>)) {

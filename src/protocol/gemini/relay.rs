@@ -1,5 +1,5 @@
 //! A Gemini stream relayed as it came (`alt=sse` chunks): each chunk read once for the text it adds (thoughts
-//! included), its usage (`usageMetadata`, cumulative: the last wins), an error object it carries, and the
+//! included, and the strings of a function call's `args`, which Gemini sends whole as a JSON value), its usage (`usageMetadata`, cumulative: the last wins), an error object it carries, and the
 //! finish reason, after which the upstream sends nothing more.
 
 use std::borrow::Cow;
@@ -42,6 +42,8 @@ struct Content<'a> {
 struct PartPeek<'a> {
     #[serde(borrow, default)]
     text: Option<Cow<'a, str>>,
+    #[serde(default, rename = "functionCall")]
+    call: Option<Value>,
 }
 
 /// Reads one chunk; every chunk is passed on.
@@ -64,8 +66,13 @@ pub fn observe(ev: &SseEvent, seen: &mut Seen) -> bool {
     let parts = candidate
         .and_then(|c| c.content.as_ref())
         .and_then(|c| c.parts.as_ref());
-    for t in parts.into_iter().flatten().filter_map(|p| p.text.as_ref()) {
-        seen.produced.push_str(t);
+    for p in parts.into_iter().flatten() {
+        if let Some(t) = &p.text {
+            seen.produced.push_str(t);
+        }
+        if let Some(args) = p.call.as_ref().and_then(|c| c.get("args")) {
+            relay::strings_in(args, &mut |t| seen.produced.push_str(t));
+        }
     }
     if let Some(u) = peek.usage.as_ref().and_then(usage_from) {
         seen.usage = Some(u);
@@ -77,13 +84,17 @@ pub fn observe(ev: &SseEvent, seen: &mut Seen) -> bool {
     true
 }
 
-/// Calls `edit` on the text of each part of the first candidate, in the order [`observe`] reads them.
+/// Calls `edit` on the text of each part of the first candidate and the strings of its function call's
+/// `args`, in the order [`observe`] reads them.
 pub fn text_fields(data: &mut Value, edit: &mut dyn FnMut(Option<&mut Value>)) {
     let parts = data
         .pointer_mut("/candidates/0/content/parts")
         .and_then(Value::as_array_mut);
     for p in parts.into_iter().flatten() {
         edit(p.get_mut("text"));
+        if let Some(args) = p.pointer_mut("/functionCall/args") {
+            relay::string_fields(args, edit);
+        }
     }
 }
 
@@ -118,9 +129,19 @@ mod tests {
 
     #[test]
     fn text_fields_are_the_parts_texts() {
-        let mut v: Value = serde_json::from_str(r#"{"candidates":[{"content":{"parts":[{"text":"a"},{"functionCall":{}},{"text":"b"}]}}]}"#).unwrap();
-        let mut seen = Vec::new();
-        text_fields(&mut v, &mut |f| seen.push(f.and_then(|v| v.as_str().map(str::to_string))));
-        assert_eq!(seen, vec![Some("a".into()), None, Some("b".into())]);
+        let data = r#"{"candidates":[{"content":{"parts":[{"text":"a"},{"functionCall":{"name":"f","args":{"q":"c","n":[1,"d",{"e":"f"}]}}},{"text":"b"}]}}]}"#;
+        let mut v: Value = serde_json::from_str(data).unwrap();
+        let mut fields = String::new();
+        text_fields(&mut v, &mut |f| {
+            if let Some(t) = f.and_then(|v| v.as_str()) {
+                fields.push_str(t);
+            }
+        });
+        // The fields the redactor edits are the text the reader read, in the same order.
+        let mut seen = Seen::default();
+        observe(&ev(data), &mut seen);
+        assert_eq!(fields, seen.produced);
+        assert_eq!(seen.produced.len(), 5);
+        assert!(seen.produced.starts_with('a') && seen.produced.ends_with('b'));
     }
 }
