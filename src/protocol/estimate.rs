@@ -23,9 +23,10 @@ pub const DOCUMENT_PAGES: u64 = 100;
 /// the model as an image.
 pub const PAGE_TEXT_TOKENS: u64 = 3_000;
 
-/// Bytes of encoded audio per input token, at most: audio input costs about 10 tokens a second (OpenAI),
-/// and the smallest encoding a client may send (8 kbit/s MP3) carries 1,000 bytes a second.
-pub const AUDIO_BYTES_PER_TOKEN: u64 = 100;
+/// Bytes of encoded audio per input token, at most: audio input costs up to 32 tokens a second (Gemini;
+/// OpenAI about 10), and the smallest encoding a client may send (8 kbit/s MP3) carries 1,000 bytes a
+/// second: 31.25 bytes a token, rounded down so that the estimate errs high.
+pub const AUDIO_BYTES_PER_TOKEN: u64 = 31;
 
 /// An estimate of how many tokens a BPE tokenizer would make of `text`: each run of letters or digits
 /// costs one token per started 4 characters, every other visible character one token. Deterministic; used
@@ -292,8 +293,9 @@ mod tests {
             {"type": "input_audio", "input_audio": {"data": "A".repeat(4_000), "format": "mp3"}},
             {"type": "file", "file": {"file_data": "data:application/pdf;base64,AAAA", "filename": "a.pdf"}}]}]});
         let e = est(chat);
-        // 2 images, 3,000 bytes of audio (30 tokens), one document; the inline data is not text.
-        assert!(e >= 2000 + 30 + doc && e < 2000 + 30 + doc + 200, "{e}");
+        // 2 images, 3,000 bytes of audio (97 tokens: about 3 s at 32 tokens a second), one document; the
+        // inline data is not text.
+        assert!(e >= 2000 + 97 + doc && e < 2000 + 97 + doc + 200, "{e}");
         // Responses: input_image, input_file, input_audio, also inside a function call's output.
         let responses = serde_json::json!({"input": [
             {"role": "user", "content": [{"type": "input_image", "image_url": url},
