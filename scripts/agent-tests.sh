@@ -227,7 +227,7 @@ upstream_model = "fake-chat-model"
 name = "agent-responses"
 upstream = "fake-responses"
 upstream_model = "fake-responses-model"
-# Codex CLI sends the hosted `web_search` tool on every request: allowed (at no price) on the passthrough.
+# Codex CLI sends the hosted "web_search" tool on every request: allowed (at no price) on the passthrough.
 allow_hosted_tools = { web_search = 0 }
 
 [[models]]
