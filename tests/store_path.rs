@@ -1,0 +1,250 @@
+//! The store's request path and shipping, watched from the real `redis-server`: a key with a credit costs
+//! one script call per request (its previous settlement carried inside the next admission's call, or sent
+//! by the settler thread, each exactly once), budget periods counted exactly, and the records the shipper
+//! sends equal to the ledger's lines (fed from the ledger writer's memory, caught up from the file after a
+//! restart and across rotation).
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::redis::Redis;
+use common::{base_config, wait_for, Gateway, TempDir, ADMIN_TOKEN_ENV};
+use serde_json::{json, Value};
+
+fn config(dir: &Path, redis: &Redis, instance: &str, top: &str) -> String {
+    let mut c = base_config(
+        dir,
+        &format!("instance = \"{instance}\"\nadmin_token_env = \"{ADMIN_TOKEN_ENV}\"\n{top}"),
+    );
+    c.push_str(
+        r#"
+[[upstreams]]
+name = "mock"
+kind = "mock"
+
+[[models]]
+name = "mock"
+upstream = "mock"
+input_price = 1000.0
+output_price = 10000.0
+
+[[groups]]
+name = "default"
+models = ["*"]
+
+[[groups]]
+name = "limited"
+models = ["*"]
+rpm = 100000
+tpm = 100000000
+max_concurrent = 64
+"#,
+    );
+    c.push_str(&redis.store_section(""));
+    c
+}
+
+fn chat() -> Value {
+    json!({"model": "mock", "max_tokens": 50, "messages": [{"role": "user", "content": "hi"}]})
+}
+
+/// The arguments of one command as `MONITOR` prints them (`"EVALSHA" "ab12…" "7" "t:acct:k" …`).
+fn monitor_args(line: &str) -> Vec<String> {
+    let Some(start) = line.find("] ") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut cur: Option<String> = None;
+    let mut chars = line[start + 2..].chars();
+    while let Some(c) = chars.next() {
+        match (&mut cur, c) {
+            (None, '"') => cur = Some(String::new()),
+            (Some(s), '\\') => {
+                if let Some(n) = chars.next() {
+                    s.push(n);
+                }
+            }
+            (Some(_), '"') => out.extend(cur.take()),
+            (Some(s), c) => s.push(c),
+            (None, _) => {}
+        }
+    }
+    out
+}
+
+/// Every command the server runs from now on (`MONITOR`), on a thread, until `stop`; the EVALSHA calls
+/// made by clients (not the commands inside scripts) are kept, each as its arguments.
+fn monitor(redis: &Redis, stop: Arc<AtomicBool>) -> Arc<Mutex<Vec<Vec<String>>>> {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut s = TcpStream::connect(("127.0.0.1", redis.port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    s.write_all(b"*1\r\n$7\r\nMONITOR\r\n").unwrap();
+    let mut r = BufReader::new(s);
+    let mut ok = String::new();
+    r.read_line(&mut ok).unwrap();
+    assert_eq!(ok.trim_end(), "+OK");
+    let out = seen.clone();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        while !stop.load(Ordering::Relaxed) {
+            line.clear();
+            match r.read_line(&mut line) {
+                Ok(0) => break,
+                Ok(_) => {
+                    // Commands a script runs say `[0 lua]`; a client's say its address.
+                    if line.contains(" lua] ") {
+                        continue;
+                    }
+                    let args = monitor_args(line.trim_end());
+                    if args
+                        .first()
+                        .is_some_and(|c| c.eq_ignore_ascii_case("EVALSHA"))
+                    {
+                        out.lock().unwrap().push(args);
+                    }
+                }
+                Err(_) => {}
+            }
+        }
+    });
+    seen
+}
+
+/// The script calls that touched key `name`'s account: admissions (7 keys, the last `t:terms`) with the
+/// ids of the settlements each carried, and the settlements sent on their own (5 keys each).
+#[derive(Default, Debug)]
+struct Calls {
+    admissions: Vec<String>,
+    carried: Vec<String>,
+    alone: Vec<String>,
+    /// Settlement script calls (each may settle several requests).
+    settle_calls: usize,
+}
+
+fn calls(seen: &[Vec<String>], name: &str) -> Calls {
+    let acct = format!("t:acct:{name}");
+    let mut c = Calls::default();
+    for a in seen {
+        let Some(n) = a.get(2).and_then(|n| n.parse::<usize>().ok()) else {
+            continue;
+        };
+        let keys = &a[3..3 + n];
+        let args = &a[3 + n..];
+        if n == 7 && keys[0] == acct && keys[6] == "t:terms" {
+            c.admissions.push(args[0].clone());
+            c.carried.extend(args[15..].chunks(6).map(|s| s[0].clone()));
+        } else if n % 5 == 0 && keys.first().is_some_and(|k| k.starts_with("t:acct:")) {
+            c.settle_calls += 1;
+            for (k, s) in keys.chunks(5).zip(args.chunks(6)) {
+                if k[0] == acct {
+                    c.alone.push(s[0].clone());
+                }
+            }
+        }
+    }
+    c
+}
+
+/// Sends requests of `key` from `threads` clients at once, `each` per client; all must be answered 200.
+fn burst(gw: &Arc<Gateway>, key: &str, threads: usize, each: usize) -> usize {
+    let hs: Vec<_> = (0..threads)
+        .map(|_| {
+            let (gw, key) = (gw.clone(), key.to_string());
+            std::thread::spawn(move || {
+                for _ in 0..each {
+                    let r = gw.post_as(&key, "/v1/chat/completions", &chat());
+                    assert_eq!(r.status, 200, "{}", r.text());
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+    threads * each
+}
+
+/// One script call per request for a key with a credit (and for one with limits): every admission is one
+/// EVALSHA, and every request's settlement is applied exactly once, inside a later admission's call of its
+/// key (no call of its own) or by the settler thread; under concurrent load on the key most ride with an
+/// admission.
+#[test]
+fn a_key_with_a_credit_costs_one_script_call_per_request() {
+    let redis = Redis::start(false);
+    let dir = TempDir::new("gw-a");
+    let c = config(dir.path(), &redis, "gw-a", "");
+    let gw = Arc::new(Gateway::start_with(dir, &c));
+    for (name, group) in [("credit", "default"), ("limits", "limited")] {
+        let key = gw.add_key(name, group, Some(1000.0));
+        // One request first, settled: the scripts are loaded (a first call may meet NOSCRIPT and be sent
+        // again) before the calls are counted.
+        burst(&gw, &key, 1, 1);
+        wait_for(
+            || redis.hget(&format!("t:acct:{name}"), "reserved") == "0",
+            "the first request settled",
+        );
+        let stop = Arc::new(AtomicBool::new(false));
+        let seen = monitor(&redis, stop.clone());
+        let mut sent = 0;
+        // Concurrent clients of one key: settlements meet the next admission of the key (polled for, with
+        // a generous deadline, not assumed from timing).
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            sent += burst(&gw, &key, 8, 25);
+            let c = calls(&seen.lock().unwrap(), name);
+            if !c.carried.is_empty() || Instant::now() > deadline {
+                break;
+            }
+        }
+        // Every settlement applied: nothing held in the store for the key any more.
+        wait_for(
+            || {
+                redis.hget(&format!("t:acct:{name}"), "inflight") == "0" && {
+                    let c = calls(&seen.lock().unwrap(), name);
+                    c.carried.len() + c.alone.len() >= sent
+                }
+            },
+            "every settlement of the key sent",
+        );
+        stop.store(true, Ordering::Relaxed);
+        let c = calls(&seen.lock().unwrap(), name);
+        assert_eq!(
+            c.admissions.len(),
+            sent,
+            "one admission script call per request ({name})"
+        );
+        assert!(
+            !c.carried.is_empty(),
+            "no settlement carried inside an admission's script call ({name}): {c:?}"
+        );
+        let mut settled: HashMap<&str, usize> = HashMap::new();
+        for id in c.carried.iter().chain(&c.alone) {
+            *settled.entry(id).or_default() += 1;
+        }
+        for id in &c.admissions {
+            assert_eq!(
+                settled.get(id.as_str()),
+                Some(&1),
+                "request {id} settled once ({name})"
+            );
+        }
+        assert_eq!(settled.len(), sent, "{name}");
+        // Script calls on the key's account: the admissions, and the settler's calls for the settlements no
+        // admission carried (fewer calls than settlements when it sends several at once).
+        assert!(c.settle_calls <= c.alone.len(), "{name}");
+        assert!(
+            c.admissions.len() + c.settle_calls < 2 * sent,
+            "{name}: {} admissions and {} settlement calls for {sent} requests",
+            c.admissions.len(),
+            c.settle_calls
+        );
+    }
+}
