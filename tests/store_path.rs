@@ -248,3 +248,59 @@ fn a_key_with_a_credit_costs_one_script_call_per_request() {
         );
     }
 }
+
+/// The fields of a hash (`HGETALL`), over RESP.
+fn hgetall(redis: &Redis, key: &str) -> HashMap<String, String> {
+    let v = common::redis::resp(redis.port, None, &["HGETALL", key]).unwrap_or_default();
+    v.chunks(2)
+        .filter(|p| p.len() == 2)
+        .map(|p| (p[0].clone(), p[1].clone()))
+        .collect()
+}
+
+/// Budget periods are counted exactly, to the picocredit: each period's spend of a new key equals its whole
+/// spend (both as the store holds them, in units); and a period field beyond what a 64-bit increment holds
+/// (more than 9.2 million credits) still adds exactly.
+#[test]
+fn budget_periods_count_exactly_to_the_unit() {
+    let redis = Redis::start(false);
+    let dir = TempDir::new("gw-a");
+    let c = config(dir.path(), &redis, "gw-a", "");
+    let gw = Arc::new(Gateway::start_with(dir, &c));
+    let key = gw.add_key("budgeted", "limited", Some(1000.0));
+    let r = gw.admin_post(
+        "/admin/keys/budgeted/budget",
+        &json!({"amount": 500.0, "period": "monthly"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    burst(&gw, &key, 1, 1);
+    let acct = "t:acct:budgeted";
+    let per = "t:per:budgeted";
+    wait_for(
+        || redis.hget(acct, "reserved") == "0",
+        "the first request settled",
+    );
+    let first = hgetall(&redis, per);
+    assert_eq!(first.len(), 3, "a day, a week and a month field: {first:?}");
+    // The day's field set beyond a 64-bit integer: the next settlements add to it exactly all the same.
+    let (day, _) = first.iter().find(|(f, _)| f.starts_with('d')).unwrap();
+    let huge: i128 = 10_000_000_000_000_000_000_000;
+    let before: i128 = first[day].parse().unwrap();
+    assert_eq!(
+        redis.command(&["HSET", per, day, &(huge + before).to_string()]),
+        Some(":0".into())
+    );
+    let sent = burst(&gw, &key, 4, 10);
+    wait_for(
+        || redis.hget(acct, "reserved") == "0" && redis.hget(acct, "inflight") == "0",
+        "every settlement sent",
+    );
+    let spent: i128 = redis.hget(acct, "spent").parse().unwrap();
+    assert!(spent > before, "{sent} requests cost nothing: {spent}");
+    let fields = hgetall(&redis, per);
+    for (f, v) in &fields {
+        let v: i128 = v.parse().unwrap();
+        let want = if f == day { huge + spent } else { spent };
+        assert_eq!(v, want, "period field {f}");
+    }
+}

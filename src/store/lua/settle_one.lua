@@ -14,9 +14,9 @@ local function settle_one(res, lease, winv, per, st, id, cost_s, tokens_s, fd, f
   local cost = m(cost_s)
   st[1] = madd(st[1], cost)
   if not mzero(cost) then
-    for _, f in ipairs({fd, fw, fm}) do
-      redis.call('HSET', per, f, ms(madd(m(redis.call('HGET', per, f)), cost)))
-    end
+    hadd(per, fd, cost_s, cost)
+    hadd(per, fw, cost_s, cost)
+    hadd(per, fm, cost_s, cost)
   end
   local est = redis.call('HGET', winv, id)
   if est then
