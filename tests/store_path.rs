@@ -19,6 +19,10 @@ use common::{base_config, wait_for, Gateway, TempDir, ADMIN_TOKEN_ENV};
 use serde_json::{json, Value};
 
 fn config(dir: &Path, redis: &Redis, instance: &str, top: &str) -> String {
+    config_with(dir, redis, instance, top, "")
+}
+
+fn config_with(dir: &Path, redis: &Redis, instance: &str, top: &str, store: &str) -> String {
     let mut c = base_config(
         dir,
         &format!("instance = \"{instance}\"\nadmin_token_env = \"{ADMIN_TOKEN_ENV}\"\n{top}"),
@@ -47,7 +51,7 @@ tpm = 100000000
 max_concurrent = 64
 "#,
     );
-    c.push_str(&redis.store_section(""));
+    c.push_str(&redis.store_section(store));
     c
 }
 
@@ -303,4 +307,129 @@ fn budget_periods_count_exactly_to_the_unit() {
         let want = if f == day { huge + spent } else { spent };
         assert_eq!(v, want, "period field {f}");
     }
+}
+
+/// Every line of the ledger's files (rotated ones first, by seq), without newlines.
+fn ledger_lines(data: &Path) -> Vec<String> {
+    let mut files: Vec<(u64, std::path::PathBuf)> = std::fs::read_dir(data)
+        .unwrap()
+        .filter_map(|e| {
+            let p = e.ok()?.path();
+            let name = p.file_name()?.to_str()?.to_string();
+            if name == "usage.jsonl" {
+                return Some((u64::MAX, p));
+            }
+            let seq = name
+                .strip_prefix("usage-")?
+                .split('-')
+                .next()?
+                .parse()
+                .ok()?;
+            name.ends_with(".jsonl").then_some((seq, p))
+        })
+        .collect();
+    files.sort();
+    files
+        .iter()
+        .flat_map(|(_, p)| {
+            std::fs::read_to_string(p)
+                .unwrap()
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The shared usage stream's records, oldest first, as shipped (the JSON text of each).
+fn stream(redis: &Redis) -> Vec<String> {
+    common::redis::resp(redis.port, None, &["XRANGE", "t:usage", "-", "+"])
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|s| s.starts_with('{'))
+        .collect()
+}
+
+fn spawn(dir: TempDir, redis: &Redis, key: Option<&str>) -> Gateway {
+    // While the store is down, requests are admitted on this instance's own limits (their records wait
+    // in the ledger).
+    let c = config_with(
+        dir.path(),
+        redis,
+        "gw-s",
+        "ledger_strict = true\nledger_max_file_mb = 0.01\nledger_compress_after_days = 30",
+        "on_unavailable = \"local\"",
+    );
+    match key {
+        None => Gateway::spawn_with(dir, &c),
+        Some(k) => Gateway::respawn(dir, &c, k),
+    }
+}
+
+/// Records shipped from the ledger writer's memory are the ledger's lines, each once, in order, across
+/// rotations; records written while the store is down, left unshipped at a stop, are caught up from the
+/// files at the next start.
+#[test]
+fn shipped_records_are_the_ledgers_lines_across_rotation_and_a_restart() {
+    let mut redis = Redis::start(true);
+    let gw = spawn(TempDir::new("gw-s"), &redis, None);
+    let data = gw.dir.path().join("data");
+    let credit = gw.add_key("credit", "default", Some(1000.0));
+    let free = gw.key.clone();
+    let gw_a = Arc::new(gw);
+    let mut sent = burst(&gw_a, &credit, 4, 20) + burst(&gw_a, &free, 4, 20);
+    wait_for(
+        || ledger_lines(&data).len() >= sent && stream(&redis) == ledger_lines(&data),
+        "the shared stream equal to the ledger's lines",
+    );
+    let lines = ledger_lines(&data);
+    assert_eq!(lines.len(), sent);
+    let files = std::fs::read_dir(&data)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.file_name().to_string_lossy().starts_with("usage-"))
+        })
+        .count();
+    assert!(files >= 2, "rotated by size: {files} rotated files");
+    assert!(
+        gw_a.all_logs()
+            .contains("usage records shipped from the ledger writer's memory"),
+        "the shipper was fed from memory: {}",
+        gw_a.all_logs()
+    );
+
+    // The store down: requests go on (admitted locally), their records wait in the ledger.
+    redis.kill();
+    sent += burst(&gw_a, &free, 2, 10);
+    let Ok(mut gw) = Arc::try_unwrap(gw_a) else {
+        panic!("the gateway is still shared")
+    };
+    let dir = gw.dir.path().to_path_buf();
+    gw.keep_dir();
+    gw.stop();
+    drop(gw);
+    assert_eq!(ledger_lines(&data).len(), sent);
+    assert!(stream_len_before_restart(&mut redis) < sent);
+
+    // Started again (the store back): what was not shipped is, from the files, each line once, in order.
+    let gw = spawn(TempDir(dir), &redis, Some(&free));
+    wait_for(
+        || stream(&redis).len() >= sent,
+        "the records written while the store was down shipped",
+    );
+    assert_eq!(stream(&redis), ledger_lines(&data));
+    let gw = Arc::new(gw);
+    sent += burst(&gw, &credit, 2, 10);
+    wait_for(
+        || stream(&redis).len() >= sent,
+        "the records after the restart shipped",
+    );
+    assert_eq!(stream(&redis), ledger_lines(&data));
+}
+
+/// Restarts the killed store (on its data) and says how many records it holds.
+fn stream_len_before_restart(redis: &mut Redis) -> usize {
+    redis.restart();
+    stream(redis).len()
 }
