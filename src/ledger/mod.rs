@@ -346,12 +346,15 @@ pub struct RecordFacts {
 }
 
 impl RecordFacts {
-    /// The facts of `rec` as its line gives them back (None: its cost has no JSON number).
+    /// The facts of `rec` as its line gives them back (None: its cost has no JSON number). The cost is the
+    /// number as written, read back by the same parser a reader of the line uses (so it is the same to the
+    /// unit however that parser rounds).
     pub fn of(rec: &Record) -> Option<RecordFacts> {
+        let written = serde_json::to_string(&rec.cost).ok()?;
         Some(RecordFacts {
             key: rec.key.clone(),
             request_id: rec.request_id.clone(),
-            cost: Money::from_f64(rec.cost.to_f64())?,
+            cost: serde_json::from_str(&written).ok()?,
             tokens: rec.input_tokens.saturating_add(rec.output_tokens),
             ts: rec.ts.clone(),
         })
