@@ -14,6 +14,8 @@
 //! `ledger_checkpoint_records` records or `ledger_checkpoint_secs`; a start reads it and replays only the
 //! records after it (`replay.rs`). The keeper thread (`keeper.rs`) writes checkpoints, compresses and deletes
 //! old rotated files, and measures the files and the disk. Readers see every file (`query.rs`, [`History`]).
+//! The one follower of the ledger (the store's shipper) also gets each synced line from the writer's memory
+//! with what its record says ([`SyncedLine`], `take_synced`), bounded, the files staying the truth.
 //!
 //! The ledger opens only regular files this user owns, never through a symbolic link (checked on the open
 //! descriptor); the writer notices its file moved away, deleted or replaced while it runs (`writer.rs`).

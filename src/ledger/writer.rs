@@ -15,7 +15,9 @@
 //! `usage.jsonl` is made (a failure there is a failed write: records kept, strict-mode ones handed back).
 //! Each synced line is folded into what the records since the last snapshot add up to, which goes to the
 //! keeper (it holds the whole totals and writes the checkpoint) every `ledger_checkpoint_records` records
-//! or `ledger_checkpoint_secs`, and at each rotation: the writer never copies the whole totals.
+//! or `ledger_checkpoint_secs`, and at each rotation: the writer never copies the whole totals. While the
+//! ledger has a follower (the shipper), each synced line also goes into its feed with the record's facts,
+//! taken from the record before it was serialised (`feed_pending`).
 
 use std::collections::VecDeque;
 use std::fs::File;
