@@ -14,6 +14,8 @@
 //! `ledger_checkpoint_records` records or `ledger_checkpoint_secs`; a start reads it and replays only the
 //! records after it (`replay.rs`). The keeper thread (`keeper.rs`) writes checkpoints, compresses and deletes
 //! old rotated files, and measures the files and the disk. Readers see every file (`query.rs`, [`History`]).
+//! The one follower of the ledger (the store's shipper) also gets each synced line from the writer's memory
+//! with what its record says ([`SyncedLine`], `take_synced`), bounded, the files staying the truth.
 //!
 //! The ledger opens only regular files this user owns, never through a symbolic link (checked on the open
 //! descriptor); the writer notices its file moved away, deleted or replaced while it runs (`writer.rs`).
@@ -27,7 +29,7 @@ mod replay;
 mod totals;
 mod writer;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fs::{File, OpenOptions, Permissions};
 use std::io;
 use std::os::unix::fs::PermissionsExt;
@@ -286,6 +288,10 @@ struct Shared {
     synced_len: AtomicU64,
     /// Told (without waiting) after each successful sync, when someone follows the file.
     synced: std::sync::Mutex<Option<Sender<()>>>,
+    /// With a follower: the lines synced and not yet taken by it, from the writer's memory (at most
+    /// `FEED_MAX`; beyond, lines are left to be read from the file).
+    feed: std::sync::Mutex<VecDeque<SyncedLine>>,
+    feeding: AtomicBool,
     /// Records of callers that do not wait (every record outside strict mode): taken by the writer at its
     /// next sync, so queueing one wakes no thread.
     inbox: std::sync::Mutex<Vec<Record>>,
@@ -310,6 +316,50 @@ impl Shared {
             Ok(g) => g,
             Err(p) => p.into_inner(),
         } = reason;
+    }
+}
+
+/// Synced lines held for the follower at most (about 600 bytes each, shared with nothing once written).
+pub const FEED_MAX: usize = 8192;
+
+/// A line the writer synced, handed to the follower of the ledger (the shipper) from its memory, so the
+/// follower neither reads the file back nor parses the line.
+#[derive(Debug, Clone)]
+pub struct SyncedLine {
+    /// The file (its seq) and where the line starts in it.
+    pub seq: u64,
+    pub offset: u64,
+    /// The line, newline included.
+    pub line: Arc<[u8]>,
+    /// What the line says of the request, as a reader parsing it would find (None: it would find no record).
+    pub facts: Option<Box<RecordFacts>>,
+}
+
+/// The fields of a record that the store counts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordFacts {
+    pub key: String,
+    pub request_id: String,
+    /// The cost as written in the line (a JSON number: what reading it gives back).
+    pub cost: Money,
+    /// Input and output tokens.
+    pub tokens: u64,
+    pub ts: String,
+}
+
+impl RecordFacts {
+    /// The facts of `rec` as its line gives them back (None: its cost has no JSON number). The cost is the
+    /// number as written, read back by the same parser a reader of the line uses (so it is the same to the
+    /// unit however that parser rounds).
+    pub fn of(rec: &Record) -> Option<RecordFacts> {
+        let written = serde_json::to_string(&rec.cost).ok()?;
+        Some(RecordFacts {
+            key: rec.key.clone(),
+            request_id: rec.request_id.clone(),
+            cost: serde_json::from_str(&written).ok()?,
+            tokens: rec.input_tokens.saturating_add(rec.output_tokens),
+            ts: rec.ts.clone(),
+        })
     }
 }
 
@@ -360,6 +410,8 @@ impl Ledger {
             write_errors: AtomicU64::new(0),
             synced_len: AtomicU64::new(good_len),
             synced: std::sync::Mutex::new(None),
+            feed: std::sync::Mutex::new(VecDeque::new()),
+            feeding: AtomicBool::new(false),
             inbox: std::sync::Mutex::new(Vec::new()),
             writer_alive: AtomicBool::new(true),
             problem: std::sync::Mutex::new(None),
@@ -637,7 +689,17 @@ impl Ledger {
             Ok(g) => g,
             Err(p) => p.into_inner(),
         } = Some(tx);
+        self.shared.feeding.store(true, Ordering::Release);
         rx
+    }
+
+    /// Takes up to `max` of the lines synced since the follower last took them (`follow` starts the feed),
+    /// oldest first. The feed holds `FEED_MAX` lines at most: lines synced while it is full are left out
+    /// (the follower finds the gap by their offsets and reads them from the file).
+    pub fn take_synced(&self, max: usize) -> Vec<SyncedLine> {
+        let mut feed = lock(&self.shared.feed);
+        let n = max.min(feed.len());
+        feed.drain(..n).collect()
     }
 }
 

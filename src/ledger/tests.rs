@@ -504,3 +504,29 @@ fn a_checkpoint_that_does_not_match_the_files_is_not_used() {
     assert_eq!(replay.spent["b"], Money::from_f64(6.0).unwrap());
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// What the writer hands the shipper of a record is what a reader parsing its line finds, to the unit.
+#[test]
+fn record_facts_are_what_the_line_gives_back() {
+    let units = [
+        0,
+        1,
+        123_456_789,
+        1_224_000_000_000,
+        987_654_321_987_654_321,
+        123_456_789_012_345_678_901,
+    ];
+    for (n, u) in units.into_iter().enumerate() {
+        let mut rec = record("k", 0.0, n as u64);
+        rec.cost = Money::from_units(u);
+        rec.output_tokens = 7 + n as u64;
+        let facts = RecordFacts::of(&rec).unwrap();
+        let line = serde_json::to_string(&rec).unwrap();
+        let back: Record = serde_json::from_str(&line).unwrap();
+        assert_eq!(facts.cost, back.cost, "{u}");
+        assert_eq!(facts.key, back.key);
+        assert_eq!(facts.request_id, back.request_id);
+        assert_eq!(facts.ts, back.ts);
+        assert_eq!(facts.tokens, back.input_tokens + back.output_tokens);
+    }
+}

@@ -15,7 +15,9 @@
 //! `usage.jsonl` is made (a failure there is a failed write: records kept, strict-mode ones handed back).
 //! Each synced line is folded into what the records since the last snapshot add up to, which goes to the
 //! keeper (it holds the whole totals and writes the checkpoint) every `ledger_checkpoint_records` records
-//! or `ledger_checkpoint_secs`, and at each rotation: the writer never copies the whole totals.
+//! or `ledger_checkpoint_secs`, and at each rotation: the writer never copies the whole totals. While the
+//! ledger has a follower (the shipper), each synced line also goes into its feed with the record's facts,
+//! taken from the record before it was serialised (`feed_pending`).
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -60,6 +62,9 @@ struct Entry {
     line: Arc<[u8]>,
     /// A strict-mode caller waiting for the outcome, and its record.
     waiting: Option<(Ack, Box<Record>)>,
+    /// With a follower: what the record says (None inside: no record a reader would find), handed to it
+    /// with the line once synced. None: taken before the follower came (its line is left to the file).
+    facts: Option<Option<Box<super::RecordFacts>>>,
 }
 
 /// A stretch of failed writes, for logging.
@@ -300,9 +305,15 @@ impl Writer {
                     Ok(mut line) => {
                         line.push(b'\n');
                         self.pending_bytes += line.len();
+                        let facts = self
+                            .shared
+                            .feeding
+                            .load(Ordering::Relaxed)
+                            .then(|| super::RecordFacts::of(&rec).map(Box::new));
                         self.pending.push_back(Entry {
                             line: Arc::from(line),
                             waiting: ack.map(|a| (a, rec)),
+                            facts,
                         });
                     }
                     Err(e) => {
@@ -493,6 +504,7 @@ impl Writer {
     fn succeeded(&mut self) {
         let n = self.pending.len();
         self.fold_pending();
+        self.feed_pending();
         self.good_len += self.pending_bytes as u64;
         self.pending_bytes = 0;
         for e in self.pending.drain(..) {
@@ -517,6 +529,30 @@ impl Writer {
                 "usage ledger {}: writable again; {n} records written from the backlog",
                 self.path.display()
             );
+        }
+    }
+
+    /// Hands the lines about to count as synced to the ledger's follower, while it takes them (the feed is
+    /// bounded: what does not fit is read from the file by the follower).
+    fn feed_pending(&mut self) {
+        if !self.shared.feeding.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut feed = lock(&self.shared.feed);
+        let mut offset = self.good_len;
+        for e in &mut self.pending {
+            let start = offset;
+            offset += e.line.len() as u64;
+            // A full feed, or a record taken before the follower came: the rest is read from the file.
+            let Some(facts) = e.facts.take().filter(|_| feed.len() < super::FEED_MAX) else {
+                break;
+            };
+            feed.push_back(super::SyncedLine {
+                seq: self.seq,
+                offset: start,
+                line: e.line.clone(),
+                facts,
+            });
         }
     }
 

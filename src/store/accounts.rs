@@ -1,10 +1,11 @@
 //! Balances, reservations and rate windows in the store: the calls behind `access/accounts.rs` when there
-//! is a `[store]`. Admission is one script (`lua/admit.lua`, the same rules as the in-process accounts), the
-//! end of a request another (`lua/settle.lua`), which is not waited for: it goes in the same round trip as
-//! the next admission of its key, or with the settler thread 2 ms later. So a key with limits, a credit or a
-//! budget costs one round trip per request, a key without none. Every record also reaches the store through the shipper (`ship.rs`); a request
-//! settled at its end leaves a marker so its record does not count twice, and one whose settlement failed
-//! (the store did not answer) is settled by its record.
+//! is a `[store]`. Admission is one script (`lua/admit.lua`, the same rules as the in-process accounts); the
+//! end of a request (`lua/settle_one.lua`) is not waited for: it is carried by the next admission of its key,
+//! inside that same script call, or sent by the settler thread 2 ms later (`lua/settle.lua`, every due
+//! settlement in one call). So a key with limits, a credit or a budget costs one script call in one round
+//! trip per request, a key without none. Every record also reaches the store through the shipper
+//! (`ship.rs`); a request settled at its end leaves a marker so its record does not count twice, and one
+//! whose settlement failed (the store did not answer) is settled by its record.
 //!
 //! A reservation carries a lease. This instance renews the leases of the reservations it holds until they
 //! are settled (`renew_leases`, from the store thread); the reservations of an instance that was killed stop
@@ -23,6 +24,9 @@ use crate::standing::{Limits, Standing, Verdict};
 
 /// How long a settlement may wait for the next admission of its key before the settler thread sends it.
 pub const SETTLE_AFTER: Duration = Duration::from_millis(2);
+
+/// Settlements sent in one script call by the settler thread at most.
+const SETTLE_BATCH: usize = 200;
 
 /// A settlement not yet sent.
 pub(super) struct Pending {
@@ -154,8 +158,8 @@ impl Store {
             k.per,
             self.k("terms"),
         ];
-        // The key's settlements still waiting go first, in the same round trip: a client's next request is
-        // judged after its last one ended.
+        // The key's settlements still waiting ride in the same script call, applied first: a client's next
+        // request is judged after its last one ended.
         let reply = self.send(self.take_pending(|p| p.key == key), Some((&keys, &args)))?;
         let bad = |e: &dyn std::fmt::Display| StoreError {
             unavailable: false,
@@ -200,8 +204,8 @@ impl Store {
     /// Settles request `id`: its actual cost counts (in the budget periods of `admitted_at`, Unix seconds),
     /// its reservation and slot are given back, its tpm tokens become `tokens`; its record, when shipped, does
     /// not count the cost again. The settlement is not waited for: it goes with the next admission of the
-    /// same key on this instance (before it, in the same round trip, so a client's next request is judged
-    /// after its last one ended), or with the settler thread once it is `SETTLE_AFTER` old. Until it is
+    /// same key on this instance (inside its script call, applied before it, so a client's next request is
+    /// judged after its last one ended), or with the settler thread once it is `SETTLE_AFTER` old. Until it is
     /// sent, the reservation stays held and renewed; if it never is (a crash), the request's record settles
     /// it when shipped.
     pub fn settle(&self, key: &str, id: &str, cost: Money, tokens: u64, admitted_at: u64) {
@@ -227,9 +231,24 @@ impl Store {
         taken
     }
 
-    /// Sends `settles` and then (when given) the admission script, in one round trip on one connection, in
-    /// that order; returns the admission's answer. Settlements that did not go through are put back (a
-    /// settlement applies once: sent twice, the second finds it done).
+    /// What a settlement sends (see `lua/settle_one.lua`): id, cost, tokens, the period fields of its
+    /// admission.
+    fn settle_args(p: &Pending) -> [String; 6] {
+        let field = |per| period_field(per, p.admitted_at);
+        [
+            p.id.clone(),
+            units(p.cost.max(Money::ZERO)),
+            script_tokens(p.tokens).to_string(),
+            field(Period::Daily),
+            field(Period::Weekly),
+            field(Period::Monthly),
+        ]
+    }
+
+    /// One script call in one round trip: the admission script (when given) carrying `settles` (all of its
+    /// key), applied before it; or else the settlement script with `settles` (any keys). Returns the
+    /// admission's answer. Settlements that did not go through are put back (a settlement applies once: sent
+    /// twice, the second finds it done).
     fn send(
         &self,
         settles: Vec<Pending>,
@@ -237,38 +256,46 @@ impl Store {
     ) -> Result<Option<Value>, StoreError> {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
-        for p in &settles {
-            let k = self.account_keys(&p.key);
-            let field = |per| period_field(per, p.admitted_at);
-            pipe.cmd("EVALSHA")
-                .arg(self.scripts.settle.get_hash())
-                .arg(5)
-                .arg(&[k.acct, k.res, k.lease, k.winv, k.per])
-                .arg(&p.id)
-                .arg(units(p.cost.max(Money::ZERO)))
-                .arg(script_tokens(p.tokens))
-                .arg(field(Period::Daily))
-                .arg(field(Period::Weekly))
-                .arg(field(Period::Monthly));
-        }
-        if let Some((keys, args)) = admit {
-            pipe.cmd("EVALSHA")
-                .arg(self.scripts.admit.get_hash())
-                .arg(keys.len())
-                .arg(keys)
-                .arg(args);
+        match admit {
+            Some((keys, args)) => {
+                let cmd = pipe
+                    .cmd("EVALSHA")
+                    .arg(self.scripts.admit.get_hash())
+                    .arg(keys.len())
+                    .arg(keys)
+                    .arg(args);
+                for p in &settles {
+                    cmd.arg(&Self::settle_args(p));
+                }
+            }
+            None => {
+                let mut keys = Vec::with_capacity(settles.len() * 5);
+                let mut args = Vec::with_capacity(settles.len() * 6);
+                for p in &settles {
+                    let k = self.account_keys(&p.key);
+                    keys.extend([k.acct, k.res, k.lease, k.winv, k.per]);
+                    args.extend(Self::settle_args(p));
+                }
+                pipe.cmd("EVALSHA")
+                    .arg(self.scripts.settle.get_hash())
+                    .arg(keys.len())
+                    .arg(keys)
+                    .arg(args);
+            }
         }
         self.wait_in(&mut pipe);
-        let mut replies: Vec<redis::RedisResult<Value>> = Vec::new();
+        let mut reply: Option<redis::RedisResult<Value>> = None;
         for attempt in 0..2 {
-            replies = match self.with(|con| pipe.query(con)) {
+            let mut replies: Vec<redis::RedisResult<Value>> = match self.with(|con| pipe.query(con))
+            {
                 Ok(r) => r,
                 Err(e) => {
                     lock(&self.pending).extend(settles);
                     return Err(e);
                 }
             };
-            let forgot = replies.iter().any(|r| {
+            reply = replies.drain(..).next();
+            let forgot = reply.as_ref().is_some_and(|r| {
                 r.as_ref().is_err_and(|e| {
                     e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
                 })
@@ -276,7 +303,7 @@ impl Store {
             if !forgot || attempt == 1 {
                 break;
             }
-            // A restarted Redis forgot the scripts: load them and send everything again.
+            // A restarted Redis forgot the scripts: load them and send it again.
             let loaded = self.with(|con| {
                 self.scripts.settle.load(con)?;
                 self.scripts.admit.load(con)
@@ -286,34 +313,43 @@ impl Store {
                 return Err(e);
             }
         }
-        let admitted = admit.map(|_| replies.pop());
-        let mut failed = Vec::new();
-        for (p, r) in settles.into_iter().zip(replies) {
-            match r {
-                Ok(_) => {
-                    lock(&self.leases).remove(&p.id);
+        match reply {
+            Some(Ok(v)) => {
+                let mut leases = lock(&self.leases);
+                for p in &settles {
+                    leases.remove(&p.id);
                 }
-                Err(e) => {
-                    log::error!("store: settling {} failed: {e}", p.id);
-                    failed.push(p);
-                }
+                Ok(admit.map(|_| v))
             }
-        }
-        lock(&self.pending).extend(failed);
-        match admitted {
-            None | Some(None) => Ok(None),
-            Some(Some(Ok(v))) => Ok(Some(v)),
-            // An error the script answered; with sentinels, a server that turned replica counts as down.
-            Some(Some(Err(e))) => Err(self.failed(&e)),
+            Some(Err(e)) => {
+                if !settles.is_empty() {
+                    log::error!("store: settling {} request(s) failed: {e}", settles.len());
+                }
+                lock(&self.pending).extend(settles);
+                // An error the script answered; with sentinels, a server that turned replica counts as down.
+                Err(self.failed(&e))
+            }
+            None => {
+                lock(&self.pending).extend(settles);
+                Err(StoreError {
+                    unavailable: false,
+                    message: "the store's answer had no reply to the script".into(),
+                })
+            }
         }
     }
 
     /// Sends the settlements that have waited `SETTLE_AFTER` (all of them when `all`); the settler thread
     /// calls this. Returns how long until the oldest of those left is due (None: none left).
     pub fn settle_due(&self, all: bool) -> Result<Option<Duration>, StoreError> {
-        let due = self.take_pending(|p| all || p.since.elapsed() >= SETTLE_AFTER);
-        if !due.is_empty() {
-            self.send(due, None)?;
+        let mut due = self.take_pending(|p| all || p.since.elapsed() >= SETTLE_AFTER);
+        while !due.is_empty() {
+            let rest = due.split_off(due.len().min(SETTLE_BATCH));
+            if let Err(e) = self.send(due, None) {
+                lock(&self.pending).extend(rest);
+                return Err(e);
+            }
+            due = rest;
         }
         Ok(lock(&self.pending)
             .iter()

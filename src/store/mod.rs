@@ -108,15 +108,22 @@ struct Scripts {
 
 const MONEY: &str = include_str!("lua/money.lua");
 
+const SETTLE_ONE: &str = include_str!("lua/settle_one.lua");
+
 fn script(body: &str) -> redis::Script {
     redis::Script::new(&format!("{MONEY}\n{body}"))
+}
+
+/// A script that settles requests (`settle_one.lua` between the money helpers and its body).
+fn settling_script(body: &str) -> redis::Script {
+    redis::Script::new(&format!("{MONEY}\n{SETTLE_ONE}\n{body}"))
 }
 
 impl Scripts {
     fn new() -> Scripts {
         Scripts {
-            admit: script(include_str!("lua/admit.lua")),
-            settle: script(include_str!("lua/settle.lua")),
+            admit: settling_script(include_str!("lua/admit.lua")),
+            settle: settling_script(include_str!("lua/settle.lua")),
             ship: script(include_str!("lua/ship.lua")),
             ship_source: format!("{MONEY}\n{}", include_str!("lua/ship.lua")),
             release: script(include_str!("lua/release.lua")),

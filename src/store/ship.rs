@@ -1,9 +1,14 @@
 //! Shipping: every usage record of this instance's local ledger reaches the store, exactly once and in
-//! order. The ledger is the outbox: a thread follows its files as the ledger writer syncs them and sends each
+//! order. The ledger is the outbox: a thread follows it as the ledger writer syncs it and sends each
 //! complete line through `lua/ship.lua`, which adds the record's cost to its key's spend (and budget
 //! periods), gives back its reservation, corrects its tokens in the tpm window, appends it to the shared
 //! usage stream and moves this instance's cursor (the ledger file and offset shipped so far) in one atomic
 //! step.
+//!
+//! The lines come from the writer's memory (`Ledger::take_synced`: each synced line with what its record
+//! says, so it is neither read back nor parsed) as long as they continue exactly where shipping stands (same
+//! file, same offset); otherwise (at start, at the end of a rotated file, past lines the bounded feed left
+//! out, and at least once a second) the files are read, and they stay the truth.
 //!
 //! So nothing is counted twice or lost: a batch cut by a Redis failure resumes from the cursor; a Redis
 //! restored from an older snapshot has the cursor of that moment and the records after it are shipped
@@ -18,14 +23,14 @@
 //! by retention held is shipped first, from the checkpoint, when the cursor starts from nothing (a new or
 //! rebuilt store): its cursor is then `retired:SEQ`, counting the per-key items of that total.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io::Read;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Store, StoreError};
 use crate::budget::Period;
-use crate::ledger::{History, Record, Totals};
+use crate::ledger::{History, Record, SyncedLine, Totals};
 
 /// Records sent in one round trip at most.
 const BATCH: usize = 200;
@@ -182,6 +187,31 @@ impl Store {
             });
         }
         out
+    }
+
+    /// Items of lines the ledger writer synced, from its memory: the same as `items` makes of them when read
+    /// from the file and parsed, without either.
+    fn fed_items<'a>(&self, lines: impl Iterator<Item = &'a SyncedLine>) -> Vec<Item> {
+        lines
+            .map(|l| {
+                let next = l.offset + l.line.len() as u64;
+                let json = std::str::from_utf8(&l.line[..l.line.len().saturating_sub(1)]).ok();
+                match (&l.facts, json) {
+                    (Some(f), Some(json)) => self.item(
+                        next,
+                        &Entry {
+                            key: &f.key,
+                            id: if f.key.is_empty() { "" } else { &f.request_id },
+                            cost: f.cost,
+                            tokens: f.tokens,
+                            ts: &f.ts,
+                            json,
+                        },
+                    ),
+                    _ => self.item(next, &Entry::default()),
+                }
+            })
+            .collect()
     }
 
     /// One item: the keys of its account (none without a request id) and the script's values.
@@ -372,9 +402,13 @@ pub struct Shipper {
     /// Fingerprints of files by seq (a file's first line never changes).
     fps: HashMap<u64, String>,
     open: Option<Open>,
+    /// Lines the ledger writer synced and handed over (`follow`), not yet shipped or passed.
+    fed: VecDeque<SyncedLine>,
     /// Records (and retired items) shipped, and how often the cursor was found elsewhere.
     pub shipped: u64,
     pub moved: u64,
+    /// Records of them shipped from the writer's memory.
+    pub shipped_fed: u64,
 }
 
 fn io_error(e: std::io::Error) -> StoreError {
@@ -391,8 +425,70 @@ impl Shipper {
             pos: None,
             fps: HashMap::new(),
             open: None,
+            fed: VecDeque::new(),
             shipped: 0,
             moved: 0,
+            shipped_fed: 0,
+        }
+    }
+
+    /// Ships the lines the ledger writer handed over that continue exactly where shipping stands (in the
+    /// same file, from the same offset), a batch at a time, without reading the file; lines before that
+    /// point are dropped (shipped from the file already). None: they do not continue it (not yet resolved
+    /// from the cursor, a rotation to move past, lines the feed left out): the file is read instead
+    /// (`step`), and the lines it covers are dropped at the next call. Some(false): nothing to ship.
+    pub fn ship_fed(
+        &mut self,
+        store: &Store,
+        ledger: &crate::ledger::Ledger,
+    ) -> Result<Option<bool>, StoreError> {
+        if self.fed.len() < BATCH {
+            self.fed.extend(ledger.take_synced(4 * BATCH));
+        }
+        let Some(Pos::File { seq, offset }) = self.pos else {
+            return Ok(None);
+        };
+        while self
+            .fed
+            .front()
+            .is_some_and(|l| l.seq < seq || l.seq == seq && l.offset < offset)
+        {
+            self.fed.pop_front();
+        }
+        let Some(front) = self.fed.front() else {
+            return Ok(Some(false));
+        };
+        let Some(fp) = self.fps.get(&seq).cloned() else {
+            return Ok(None);
+        };
+        if front.seq != seq || front.offset != offset {
+            return Ok(None);
+        }
+        let mut end = offset;
+        let run = self
+            .fed
+            .iter()
+            .take(BATCH)
+            .take_while(|l| {
+                let next = l.seq == seq && l.offset == end;
+                end += l.line.len() as u64;
+                next
+            })
+            .count();
+        let items = store.fed_items(self.fed.iter().take(run));
+        match store.ship_items(&self.instance, &fp, offset, &items)? {
+            Shipped::Upto(n) => {
+                let done = items.iter().take_while(|i| i.next <= n).count() as u64;
+                self.shipped += done;
+                self.shipped_fed += done;
+                self.pos = Some(Pos::File { seq, offset: n });
+                Ok(Some(n > offset))
+            }
+            Shipped::Moved => {
+                self.moved += 1;
+                self.reset();
+                Ok(Some(true))
+            }
         }
     }
 
@@ -707,6 +803,8 @@ pub fn follow(store: Arc<Store>, ledger: &crate::ledger::Ledger) {
     let wake = ledger.follow();
     let mut sh = Shipper::new(store.instance());
     let mut failing = false;
+    let mut last_read = std::time::Instant::now();
+    let mut fed_once = false;
     while !store.stopping() {
         if store.lost() {
             // Nothing is shipped into a store that lost its data until it is rebuilt.
@@ -714,10 +812,33 @@ pub fn follow(store: Arc<Store>, ledger: &crate::ledger::Ledger) {
             std::thread::sleep(Duration::from_millis(250));
             continue;
         }
-        let step = ledger
-            .history()
-            .map_err(io_error)
-            .and_then(|h| sh.step(&store, &h));
+        // The lines the writer handed over first; the files when they do not continue where shipping stands
+        // (at the start, after a rotation, past lines the feed left out), and at least once a second.
+        let fed = if last_read.elapsed() < Duration::from_secs(1) {
+            sh.ship_fed(&store, ledger)
+        } else {
+            Ok(None)
+        };
+        let step = match fed {
+            Ok(Some(moved)) => {
+                if moved && !fed_once {
+                    fed_once = true;
+                    log::info!(
+                        "store: usage records shipped from the ledger writer's memory as it syncs them (the \
+                         files are read only to catch up)"
+                    );
+                }
+                Ok(moved)
+            }
+            Ok(None) => {
+                last_read = std::time::Instant::now();
+                ledger
+                    .history()
+                    .map_err(io_error)
+                    .and_then(|h| sh.step(&store, &h))
+            }
+            Err(e) => Err(e),
+        };
         match step {
             Ok(moved) => {
                 if failing {

@@ -10,7 +10,9 @@
 --       ms, 8 the group's budget amount ('' none; the key's own wins), 9 its period (d, w or m), 10 now (Unix
 --       seconds), 11 the key's name, 12-14 the day, week and month period fields of now, 15 '1' when the
 --       request is held to the key's balance ('' for token counting, and for a key the instance holds to no
---       credit or budget: it sends no output limit upstream)
+--       credit or budget: it sends no output limit upstream), then the key's settlements this call carries
+--       (settle_one.lua, applied first: a client's next request is judged after its last one ended), 6 values
+--       each: id, cost, tokens used, day/week/month period fields of its admission
 -- Returns {verdict, rpm used, rpm reset ms, tpm used, tpm reset ms, tpm wait ms, in flight, spent, reserved,
 --          spent in the budget period, credit ('' unlimited), budget amount (''), budget period};
 --          verdict 0 admitted, 1 rpm, 2 tpm, 3 concurrency, 4 credit, 5 budget, 6 revoked (or unknown to
@@ -36,6 +38,16 @@ local cutoff = now - window
 local st = redis.call('HMGET', acct, 'spent', 'reserved', 'inflight')
 local spent, reserved, inflight = m(st[1]), m(st[2]), num(st[3])
 local changed = false
+
+-- The key's settlements carried by this call, in the order they were made.
+local settled = {spent, reserved, inflight}
+for a = 16, #ARGV - 5, 6 do
+  if settle_one(res, lease, winv, per, settled, ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4],
+      ARGV[a + 5]) then
+    changed = true
+  end
+end
+spent, reserved, inflight = settled[1], settled[2], settled[3]
 
 -- Reservations whose instance stopped renewing them (it was killed) give back their credit and slot.
 local dead = redis.call('ZRANGEBYSCORE', lease, '-inf', now, 'LIMIT', 0, 256)
@@ -129,7 +141,7 @@ if verdict == 0 then
   changed = true
 end
 if changed then
-  redis.call('HSET', acct, 'reserved', ms(reserved), 'inflight', inflight)
+  redis.call('HSET', acct, 'spent', ms(spent), 'reserved', ms(reserved), 'inflight', inflight)
 end
 return {verdict, used, reset, total, reset, tpm_wait, inflight, ms(spent), ms(reserved), ms(pspent), credit,
   bamount, bperiod}

@@ -34,6 +34,15 @@ local function ms(a)
   if a[1] == 0 then return string.format('%d', a[2]) end
   return string.format('%d%012d', a[1], a[2])
 end
+-- Adds amount a (>= 0; s, its decimal text) to a hash field holding an amount: one HINCRBY while the
+-- field and the sum fit a 64-bit integer (9.2 million credits; exact), else (Redis refuses the increment and
+-- changes nothing) the split arithmetic above, read and written back.
+local function hadd(key, field, s, a)
+  local r = redis.pcall('HINCRBY', key, field, s)
+  if type(r) == 'table' and r.err then
+    redis.call('HSET', key, field, ms(madd(m(redis.call('HGET', key, field)), a)))
+  end
+end
 -- A reservation entry: "<cost> <tokens> <slot>", slot 1 while it holds a concurrency slot.
 local function entry(e)
   local c, t, s = string.match(e, '^(%d+) (%d+) (%d)$')

@@ -43,7 +43,7 @@ for r = 0, n - 1 do
       redis.call('HSET', acct, 'spent', ms(spent), 'reserved', ms(reserved), 'inflight', inflight, 'last_used', last)
       if not mzero(cost) then
         for i = 4, 6 do
-          redis.call('HSET', per, ARGV[a + i], ms(madd(m(redis.call('HGET', per, ARGV[a + i])), cost)))
+          hadd(per, ARGV[a + i], ARGV[a + 2], cost)
         end
         if redis.call('HLEN', per) > 9 then
           for _, f in ipairs(redis.call('HKEYS', per)) do

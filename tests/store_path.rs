@@ -1,0 +1,435 @@
+//! The store's request path and shipping, watched from the real `redis-server`: a key with a credit costs
+//! one script call per request (its previous settlement carried inside the next admission's call, or sent
+//! by the settler thread, each exactly once), budget periods counted exactly, and the records the shipper
+//! sends equal to the ledger's lines (fed from the ledger writer's memory, caught up from the file after a
+//! restart and across rotation).
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::redis::Redis;
+use common::{base_config, wait_for, Gateway, TempDir, ADMIN_TOKEN_ENV};
+use serde_json::{json, Value};
+
+fn config(dir: &Path, redis: &Redis, instance: &str, top: &str) -> String {
+    config_with(dir, redis, instance, top, "")
+}
+
+fn config_with(dir: &Path, redis: &Redis, instance: &str, top: &str, store: &str) -> String {
+    let mut c = base_config(
+        dir,
+        &format!("instance = \"{instance}\"\nadmin_token_env = \"{ADMIN_TOKEN_ENV}\"\n{top}"),
+    );
+    c.push_str(
+        r#"
+[[upstreams]]
+name = "mock"
+kind = "mock"
+
+[[models]]
+name = "mock"
+upstream = "mock"
+input_price = 1000.0
+output_price = 10000.0
+
+[[groups]]
+name = "default"
+models = ["*"]
+
+[[groups]]
+name = "limited"
+models = ["*"]
+rpm = 100000
+tpm = 100000000
+max_concurrent = 64
+"#,
+    );
+    c.push_str(&redis.store_section(store));
+    c
+}
+
+fn chat() -> Value {
+    json!({"model": "mock", "max_tokens": 50, "messages": [{"role": "user", "content": "hi"}]})
+}
+
+/// The arguments of one command as `MONITOR` prints them (`"EVALSHA" "ab12…" "7" "t:acct:k" …`).
+fn monitor_args(line: &str) -> Vec<String> {
+    let Some(start) = line.find("] ") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut cur: Option<String> = None;
+    let mut chars = line[start + 2..].chars();
+    while let Some(c) = chars.next() {
+        match (&mut cur, c) {
+            (None, '"') => cur = Some(String::new()),
+            (Some(s), '\\') => {
+                if let Some(n) = chars.next() {
+                    s.push(n);
+                }
+            }
+            (Some(_), '"') => out.extend(cur.take()),
+            (Some(s), c) => s.push(c),
+            (None, _) => {}
+        }
+    }
+    out
+}
+
+/// Every command the server runs from now on (`MONITOR`), on a thread, until `stop`; the EVALSHA calls
+/// made by clients (not the commands inside scripts) are kept, each as its arguments.
+fn monitor(redis: &Redis, stop: Arc<AtomicBool>) -> Arc<Mutex<Vec<Vec<String>>>> {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut s = TcpStream::connect(("127.0.0.1", redis.port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    s.write_all(b"*1\r\n$7\r\nMONITOR\r\n").unwrap();
+    let mut r = BufReader::new(s);
+    let mut ok = String::new();
+    r.read_line(&mut ok).unwrap();
+    assert_eq!(ok.trim_end(), "+OK");
+    let out = seen.clone();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        while !stop.load(Ordering::Relaxed) {
+            line.clear();
+            match r.read_line(&mut line) {
+                Ok(0) => break,
+                Ok(_) => {
+                    // Commands a script runs say `[0 lua]`; a client's say its address.
+                    if line.contains(" lua] ") {
+                        continue;
+                    }
+                    let args = monitor_args(line.trim_end());
+                    if args
+                        .first()
+                        .is_some_and(|c| c.eq_ignore_ascii_case("EVALSHA"))
+                    {
+                        out.lock().unwrap().push(args);
+                    }
+                }
+                Err(_) => {}
+            }
+        }
+    });
+    seen
+}
+
+/// The script calls that touched key `name`'s account: admissions (7 keys, the last `t:terms`) with the
+/// ids of the settlements each carried, and the settlements sent on their own (5 keys each).
+#[derive(Default, Debug)]
+struct Calls {
+    admissions: Vec<String>,
+    carried: Vec<String>,
+    alone: Vec<String>,
+    /// Settlement script calls (each may settle several requests).
+    settle_calls: usize,
+}
+
+fn calls(seen: &[Vec<String>], name: &str) -> Calls {
+    let acct = format!("t:acct:{name}");
+    let mut c = Calls::default();
+    for a in seen {
+        let Some(n) = a.get(2).and_then(|n| n.parse::<usize>().ok()) else {
+            continue;
+        };
+        let keys = &a[3..3 + n];
+        let args = &a[3 + n..];
+        if n == 7 && keys[0] == acct && keys[6] == "t:terms" {
+            c.admissions.push(args[0].clone());
+            c.carried.extend(args[15..].chunks(6).map(|s| s[0].clone()));
+        } else if n % 5 == 0 && keys.first().is_some_and(|k| k.starts_with("t:acct:")) {
+            c.settle_calls += 1;
+            for (k, s) in keys.chunks(5).zip(args.chunks(6)) {
+                if k[0] == acct {
+                    c.alone.push(s[0].clone());
+                }
+            }
+        }
+    }
+    c
+}
+
+/// Sends requests of `key` from `threads` clients at once, `each` per client; all must be answered 200.
+fn burst(gw: &Arc<Gateway>, key: &str, threads: usize, each: usize) -> usize {
+    let hs: Vec<_> = (0..threads)
+        .map(|_| {
+            let (gw, key) = (gw.clone(), key.to_string());
+            std::thread::spawn(move || {
+                for _ in 0..each {
+                    let r = gw.post_as(&key, "/v1/chat/completions", &chat());
+                    assert_eq!(r.status, 200, "{}", r.text());
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+    threads * each
+}
+
+/// One script call per request for a key with a credit (and for one with limits): every admission is one
+/// EVALSHA, and every request's settlement is applied exactly once, inside a later admission's call of its
+/// key (no call of its own) or by the settler thread; under concurrent load on the key most ride with an
+/// admission.
+#[test]
+fn a_key_with_a_credit_costs_one_script_call_per_request() {
+    let redis = Redis::start(false);
+    let dir = TempDir::new("gw-a");
+    let c = config(dir.path(), &redis, "gw-a", "");
+    let gw = Arc::new(Gateway::start_with(dir, &c));
+    for (name, group) in [("credit", "default"), ("limits", "limited")] {
+        let key = gw.add_key(name, group, Some(1000.0));
+        // One request first, settled: the scripts are loaded (a first call may meet NOSCRIPT and be sent
+        // again) before the calls are counted.
+        burst(&gw, &key, 1, 1);
+        wait_for(
+            || redis.hget(&format!("t:acct:{name}"), "reserved") == "0",
+            "the first request settled",
+        );
+        let stop = Arc::new(AtomicBool::new(false));
+        let seen = monitor(&redis, stop.clone());
+        let mut sent = 0;
+        // Concurrent clients of one key: settlements meet the next admission of the key (polled for, with
+        // a generous deadline, not assumed from timing).
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            sent += burst(&gw, &key, 8, 25);
+            let c = calls(&seen.lock().unwrap(), name);
+            if !c.carried.is_empty() || Instant::now() > deadline {
+                break;
+            }
+        }
+        // Every settlement applied: nothing held in the store for the key any more.
+        wait_for(
+            || {
+                redis.hget(&format!("t:acct:{name}"), "inflight") == "0" && {
+                    let c = calls(&seen.lock().unwrap(), name);
+                    c.carried.len() + c.alone.len() >= sent
+                }
+            },
+            "every settlement of the key sent",
+        );
+        stop.store(true, Ordering::Relaxed);
+        let c = calls(&seen.lock().unwrap(), name);
+        assert_eq!(
+            c.admissions.len(),
+            sent,
+            "one admission script call per request ({name})"
+        );
+        assert!(
+            !c.carried.is_empty(),
+            "no settlement carried inside an admission's script call ({name}): {c:?}"
+        );
+        let mut settled: HashMap<&str, usize> = HashMap::new();
+        for id in c.carried.iter().chain(&c.alone) {
+            *settled.entry(id).or_default() += 1;
+        }
+        for id in &c.admissions {
+            assert_eq!(
+                settled.get(id.as_str()),
+                Some(&1),
+                "request {id} settled once ({name})"
+            );
+        }
+        assert_eq!(settled.len(), sent, "{name}");
+        // Script calls on the key's account: the admissions, and the settler's calls for the settlements no
+        // admission carried (fewer calls than settlements when it sends several at once).
+        assert!(c.settle_calls <= c.alone.len(), "{name}");
+        assert!(
+            c.admissions.len() + c.settle_calls < 2 * sent,
+            "{name}: {} admissions and {} settlement calls for {sent} requests",
+            c.admissions.len(),
+            c.settle_calls
+        );
+    }
+}
+
+/// The fields of a hash (`HGETALL`), over RESP.
+fn hgetall(redis: &Redis, key: &str) -> HashMap<String, String> {
+    let v = common::redis::resp(redis.port, None, &["HGETALL", key]).unwrap_or_default();
+    v.chunks(2)
+        .filter(|p| p.len() == 2)
+        .map(|p| (p[0].clone(), p[1].clone()))
+        .collect()
+}
+
+/// Budget periods are counted exactly, to the picocredit: each period's spend of a new key equals its whole
+/// spend (both as the store holds them, in units); and a period field beyond what a 64-bit increment holds
+/// (more than 9.2 million credits) still adds exactly.
+#[test]
+fn budget_periods_count_exactly_to_the_unit() {
+    let redis = Redis::start(false);
+    let dir = TempDir::new("gw-a");
+    let c = config(dir.path(), &redis, "gw-a", "");
+    let gw = Arc::new(Gateway::start_with(dir, &c));
+    let key = gw.add_key("budgeted", "limited", Some(1000.0));
+    let r = gw.admin_post(
+        "/admin/keys/budgeted/budget",
+        &json!({"amount": 500.0, "period": "monthly"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    burst(&gw, &key, 1, 1);
+    let acct = "t:acct:budgeted";
+    let per = "t:per:budgeted";
+    wait_for(
+        || redis.hget(acct, "reserved") == "0",
+        "the first request settled",
+    );
+    let first = hgetall(&redis, per);
+    assert_eq!(first.len(), 3, "a day, a week and a month field: {first:?}");
+    // The day's field set beyond a 64-bit integer: the next settlements add to it exactly all the same.
+    let (day, _) = first.iter().find(|(f, _)| f.starts_with('d')).unwrap();
+    let huge: i128 = 10_000_000_000_000_000_000_000;
+    let before: i128 = first[day].parse().unwrap();
+    assert_eq!(
+        redis.command(&["HSET", per, day, &(huge + before).to_string()]),
+        Some(":0".into())
+    );
+    let sent = burst(&gw, &key, 4, 10);
+    wait_for(
+        || redis.hget(acct, "reserved") == "0" && redis.hget(acct, "inflight") == "0",
+        "every settlement sent",
+    );
+    let spent: i128 = redis.hget(acct, "spent").parse().unwrap();
+    assert!(spent > before, "{sent} requests cost nothing: {spent}");
+    let fields = hgetall(&redis, per);
+    for (f, v) in &fields {
+        let v: i128 = v.parse().unwrap();
+        let want = if f == day { huge + spent } else { spent };
+        assert_eq!(v, want, "period field {f}");
+    }
+}
+
+/// Every line of the ledger's files (rotated ones first, by seq), without newlines.
+fn ledger_lines(data: &Path) -> Vec<String> {
+    let mut files: Vec<(u64, std::path::PathBuf)> = std::fs::read_dir(data)
+        .unwrap()
+        .filter_map(|e| {
+            let p = e.ok()?.path();
+            let name = p.file_name()?.to_str()?.to_string();
+            if name == "usage.jsonl" {
+                return Some((u64::MAX, p));
+            }
+            let seq = name
+                .strip_prefix("usage-")?
+                .split('-')
+                .next()?
+                .parse()
+                .ok()?;
+            name.ends_with(".jsonl").then_some((seq, p))
+        })
+        .collect();
+    files.sort();
+    files
+        .iter()
+        .flat_map(|(_, p)| {
+            std::fs::read_to_string(p)
+                .unwrap()
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The shared usage stream's records, oldest first, as shipped (the JSON text of each).
+fn stream(redis: &Redis) -> Vec<String> {
+    common::redis::resp(redis.port, None, &["XRANGE", "t:usage", "-", "+"])
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|s| s.starts_with('{'))
+        .collect()
+}
+
+fn spawn(dir: TempDir, redis: &Redis, key: Option<&str>) -> Gateway {
+    // While the store is down, requests are admitted on this instance's own limits (their records wait
+    // in the ledger).
+    let c = config_with(
+        dir.path(),
+        redis,
+        "gw-s",
+        "ledger_strict = true\nledger_max_file_mb = 0.01\nledger_compress_after_days = 30",
+        "on_unavailable = \"local\"",
+    );
+    match key {
+        None => Gateway::spawn_with(dir, &c),
+        Some(k) => Gateway::respawn(dir, &c, k),
+    }
+}
+
+/// Records shipped from the ledger writer's memory are the ledger's lines, each once, in order, across
+/// rotations; records written while the store is down, left unshipped at a stop, are caught up from the
+/// files at the next start.
+#[test]
+fn shipped_records_are_the_ledgers_lines_across_rotation_and_a_restart() {
+    let mut redis = Redis::start(true);
+    let gw = spawn(TempDir::new("gw-s"), &redis, None);
+    let data = gw.dir.path().join("data");
+    let credit = gw.add_key("credit", "default", Some(1000.0));
+    let free = gw.key.clone();
+    let gw_a = Arc::new(gw);
+    let mut sent = burst(&gw_a, &credit, 4, 20) + burst(&gw_a, &free, 4, 20);
+    wait_for(
+        || ledger_lines(&data).len() >= sent && stream(&redis) == ledger_lines(&data),
+        "the shared stream equal to the ledger's lines",
+    );
+    let lines = ledger_lines(&data);
+    assert_eq!(lines.len(), sent);
+    let files = std::fs::read_dir(&data)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.file_name().to_string_lossy().starts_with("usage-"))
+        })
+        .count();
+    assert!(files >= 2, "rotated by size: {files} rotated files");
+    assert!(
+        gw_a.all_logs()
+            .contains("usage records shipped from the ledger writer's memory"),
+        "the shipper was fed from memory: {}",
+        gw_a.all_logs()
+    );
+
+    // The store down: requests go on (admitted locally), their records wait in the ledger.
+    redis.kill();
+    sent += burst(&gw_a, &free, 2, 10);
+    let Ok(mut gw) = Arc::try_unwrap(gw_a) else {
+        panic!("the gateway is still shared")
+    };
+    let dir = gw.dir.path().to_path_buf();
+    gw.keep_dir();
+    gw.stop();
+    drop(gw);
+    assert_eq!(ledger_lines(&data).len(), sent);
+    assert!(stream_len_before_restart(&mut redis) < sent);
+
+    // Started again (the store back): what was not shipped is, from the files, each line once, in order.
+    let gw = spawn(TempDir(dir), &redis, Some(&free));
+    wait_for(
+        || stream(&redis).len() >= sent,
+        "the records written while the store was down shipped",
+    );
+    assert_eq!(stream(&redis), ledger_lines(&data));
+    let gw = Arc::new(gw);
+    sent += burst(&gw, &credit, 2, 10);
+    wait_for(
+        || stream(&redis).len() >= sent,
+        "the records after the restart shipped",
+    );
+    assert_eq!(stream(&redis), ledger_lines(&data));
+}
+
+/// Restarts the killed store (on its data) and says how many records it holds.
+fn stream_len_before_restart(redis: &mut Redis) -> usize {
+    redis.restart();
+    stream(redis).len()
+}
