@@ -34,8 +34,51 @@ pub struct Request {
     /// Minor version: 0 for HTTP/1.0, 1 for HTTP/1.1.
     pub version: u8,
     pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
+    pub body: Body,
     pub keep_alive: bool,
+}
+
+/// A request body where it was received: the connection's receive buffer handed over whole (the head
+/// before the body left in it, skipped), so a body that came in one piece is never copied; read it as a
+/// byte slice. The buffer goes back to its connection for the next request ([`Body::into_buffer`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Body {
+    buf: Vec<u8>,
+    start: usize,
+}
+
+impl Body {
+    /// The body `buf[start..]` (what precedes it is not part of the body).
+    pub fn within(buf: Vec<u8>, start: usize) -> Body {
+        let start = start.min(buf.len());
+        Body { buf, start }
+    }
+
+    /// The buffer the body is in, emptied, to be reused.
+    pub fn into_buffer(self) -> Vec<u8> {
+        let mut buf = self.buf;
+        buf.clear();
+        buf
+    }
+
+    /// The body's bytes, to append to (a body gathered piece by piece starts at the buffer's beginning).
+    pub(super) fn gathering(&mut self) -> &mut Vec<u8> {
+        debug_assert_eq!(self.start, 0);
+        &mut self.buf
+    }
+}
+
+impl std::ops::Deref for Body {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
+}
+
+impl From<Vec<u8>> for Body {
+    fn from(buf: Vec<u8>) -> Body {
+        Body { buf, start: 0 }
+    }
 }
 
 impl Request {
@@ -302,7 +345,7 @@ pub fn parse_head(buf: &[u8], limits: &Limits) -> Result<Option<(Head, usize)>, 
         query,
         version,
         headers,
-        body: Vec::new(),
+        body: Body::default(),
         keep_alive: !connection_close,
     };
     Ok(Some((

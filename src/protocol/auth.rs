@@ -104,7 +104,7 @@ mod tests {
                 .iter()
                 .map(|(a, b)| (a.to_string(), b.to_string()))
                 .collect(),
-            body: Vec::new(),
+            body: Default::default(),
             keep_alive: true,
         }
     }
