@@ -104,11 +104,26 @@ impl<N: AsRef<str>, V: AsRef<str>> FromIterator<(N, V)> for Headers {
 /// A request body where it was received: the connection's receive buffer handed over whole (the head
 /// before the body left in it, skipped), so a body that came in one piece is never copied; read it as a
 /// byte slice. The buffer goes back to its connection for the next request ([`Body::into_buffer`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default)]
 pub struct Body {
     buf: Vec<u8>,
     start: usize,
 }
+
+// The body's bytes only: what precedes them in the buffer is the request's head (its credentials too).
+impl fmt::Debug for Body {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
+}
+
+impl PartialEq for Body {
+    fn eq(&self, other: &Body) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for Body {}
 
 impl Body {
     /// The body `buf[start..]` (what precedes it is not part of the body).
@@ -579,6 +594,18 @@ mod tests {
         );
         assert_eq!(h.request.header("x-empty"), Some(""));
         assert_eq!(h.request.header("missing"), None);
+    }
+
+    #[test]
+    fn a_body_within_its_buffer_is_only_its_bytes() {
+        let raw = b"POST / HTTP/1.1\r\nAuthorization: Bearer secret\r\nContent-Length: 2\r\n\r\nhi"
+            .to_vec();
+        let body = Body::within(raw.clone(), raw.len() - 2);
+        assert_eq!(&*body, b"hi");
+        assert_eq!(body, Body::from(b"hi".to_vec()));
+        assert!(!format!("{body:?}").contains("secret"));
+        let buf = body.into_buffer();
+        assert!(buf.is_empty() && buf.capacity() >= raw.len());
     }
 
     #[test]
