@@ -335,6 +335,13 @@ pub fn data_dir_exposure(dir: &Path) -> Option<String> {
 /// `len` random base62 characters from the OS's CSPRNG.
 pub fn random_base62(len: usize) -> String {
     let mut out = String::with_capacity(len);
+    push_random_base62(&mut out, len);
+    out
+}
+
+/// Appends `len` random base62 characters (see [`random_base62`]) to `out`.
+fn push_random_base62(out: &mut String, len: usize) {
+    let len = out.len() + len;
     let mut bytes = [0u8; 64];
     while out.len() < len {
         if getrandom::fill(&mut bytes).is_err() {
@@ -349,12 +356,14 @@ pub fn random_base62(len: usize) -> String {
             }
         }
     }
-    out
 }
 
 /// A fresh id like `req_01Ab...` (24 random base62 characters: ~143 bits).
 pub fn new_id(prefix: &str) -> String {
-    format!("{prefix}{}", random_base62(24))
+    let mut id = String::with_capacity(prefix.len() + 24);
+    id.push_str(prefix);
+    push_random_base62(&mut id, 24);
+    id
 }
 
 /// `n` and the noun, plural unless `n` is 1: "1 model", "3 models".

@@ -76,15 +76,29 @@ pub fn hint_of(key: &str) -> String {
 
 /// The stored form of a key.
 pub fn hash_key(key: &str) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let digest = Sha256::digest(key.as_bytes());
-    let mut hex = String::with_capacity(7 + 64);
-    hex.push_str("sha256:");
-    for b in digest {
-        hex.push(HEX[(b >> 4) as usize] as char);
-        hex.push(HEX[(b & 15) as usize] as char);
+    KeyHash::of(key).as_str().to_string()
+}
+
+/// [`hash_key`] on the stack (what each request's key check looks up, with nothing allocated).
+struct KeyHash([u8; 7 + 64]);
+
+impl KeyHash {
+    fn of(key: &str) -> KeyHash {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let digest = Sha256::digest(key.as_bytes());
+        let mut out = [0u8; 7 + 64];
+        out[..7].copy_from_slice(b"sha256:");
+        for (i, b) in digest.iter().enumerate() {
+            out[7 + 2 * i] = HEX[(b >> 4) as usize];
+            out[8 + 2 * i] = HEX[(b & 15) as usize];
+        }
+        KeyHash(out)
     }
-    hex
+
+    fn as_str(&self) -> &str {
+        // ASCII by construction.
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
 }
 
 /// Why a keys file could not be read.
@@ -418,11 +432,12 @@ impl KeyStore {
     /// the module doc) before it is called unknown.
     pub fn check(&self, key: &str) -> KeyCheck {
         let arrived = Instant::now();
-        let hash = hash_key(key);
-        match self.lookup(&hash) {
+        let hash = KeyHash::of(key);
+        let hash = hash.as_str();
+        match self.lookup(hash) {
             KeyCheck::Unknown if self.miss_look.get().is_some() => {
                 self.look_since(arrived);
-                self.lookup(&hash)
+                self.lookup(hash)
             }
             found => found,
         }

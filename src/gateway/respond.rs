@@ -30,6 +30,29 @@ pub fn json(
     }
 }
 
+/// [`json`] of a body the writer may keep (no copy of it is made unless a credential in it is replaced).
+pub fn json_owned(
+    w: &mut ResponseWriter,
+    trace: &Trace,
+    status: u16,
+    body: Vec<u8>,
+    extra: &[(&str, &str)],
+) {
+    let overhead = trace.overhead_header();
+    let mut headers = trace.headers(&[
+        ("content-type", "application/json"),
+        ("x-tollgate-overhead-ms", &overhead),
+    ]);
+    headers.extend_from_slice(extra);
+    let body = match crate::secrets::redact(&body) {
+        std::borrow::Cow::Owned(redacted) => redacted,
+        std::borrow::Cow::Borrowed(_) => body,
+    };
+    if let Err(e) = w.send_owned(status, &headers, body) {
+        log::debug!("{}: could not send the response: {e}", trace.request_id);
+    }
+}
+
 /// Sends an error in the trace's protocol shape (with `retry-after` when the error has one).
 pub fn error(w: &mut ResponseWriter, trace: &Trace, err: &ApiError) {
     error_with(w, trace, err, &[]);

@@ -9,7 +9,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::request::{parse_head, BodyKind, ChunkedDecoder, HttpError, Request};
+use super::request::{parse_head, Body, BodyKind, ChunkedDecoder, HttpError, Request};
 use super::response::ResponseWriter;
 use super::shared::{Early, HttpConfig, Incoming, ServerState};
 
@@ -51,6 +51,9 @@ pub(super) struct Partial {
     request: Request,
     chunked: Option<ChunkedDecoder>,
     length: u64,
+    /// Where the body begins in the connection's buffer (after its head; 0 for a chunked body, gathered
+    /// apart).
+    start: usize,
 }
 
 /// What a connection has, after reading what the kernel had.
@@ -229,16 +232,17 @@ impl Conn {
     }
 
     /// Parses the head if it is complete: a request with no body is done; one with a body moves on to
-    /// gathering it (`None`).
+    /// gathering it (`None`). A body of known length stays where it is received, after its head.
     fn head(&mut self, config: &HttpConfig) -> Result<Option<Step>, Refusal> {
-        let head = match parse_head(&self.buf, &config.limits) {
-            Ok(Some((head, used))) => {
-                self.buf.drain(..used);
-                head
-            }
+        let (head, used) = match parse_head(&self.buf, &config.limits) {
+            Ok(Some(parsed)) => parsed,
             Ok(None) => return Ok(Some(Step::More)),
             Err(e) => return Err(Refusal::Framing(request_path(&self.buf), e)),
         };
+        let in_place = matches!(head.body, BodyKind::Length(_));
+        if !in_place {
+            self.buf.drain(..used);
+        }
         // Identity before memory: the screen decides from the head alone whether the body may be read; a
         // request it answers has nothing of its body read or reserved.
         if let Some(screen) = &config.screen {
@@ -260,44 +264,49 @@ impl Conn {
             BodyKind::Length(n) => n,
             BodyKind::Chunked => 0,
         };
-        if head.expect_continue && self.buf.is_empty() {
+        let start = if in_place { used } else { 0 };
+        if head.expect_continue && self.buf.len() == start {
             let _ = (&*self.sock).write_all(b"HTTP/1.1 100 Continue\r\n\r\n");
         }
-        let mut request = head.request;
-        request.body = Vec::with_capacity((length as usize).min(64 * 1024));
+        if in_place {
+            // Room for the body as it arrives (up to 64 KiB ahead: the budget grows with what arrives).
+            let missing = (start + length as usize).saturating_sub(self.buf.len());
+            self.buf.reserve(missing.min(64 * 1024));
+        }
         self.phase = Phase::Body(Box::new(Partial {
-            request,
+            request: head.request,
             chunked: (head.body == BodyKind::Chunked).then(ChunkedDecoder::default),
             length,
+            start,
         }));
         Ok(None)
     }
 
-    /// Moves buffered bytes into the body; true once it is complete.
+    /// Gathers the body; true once it is complete (and in the request). A body of known length is
+    /// received into the connection's buffer after its head, and the buffer becomes the request's body as
+    /// it is (only bytes of a next request already received after it are moved out); a chunked one is
+    /// decoded into a body of its own.
     fn body(&mut self, config: &HttpConfig, state: &ServerState) -> Result<bool, Refusal> {
         let Phase::Body(p) = &mut self.phase else {
             return Ok(false);
         };
-        let body = &mut p.request.body;
-        let done = match &mut p.chunked {
+        let (have, done) = match &mut p.chunked {
             None => {
-                let want = (p.length as usize).saturating_sub(body.len());
-                let take = want.min(self.buf.len());
-                body.extend_from_slice(&self.buf[..take]);
-                self.buf.drain(..take);
-                body.len() as u64 >= p.length
+                let have = (self.buf.len() - p.start).min(p.length as usize);
+                (have, have as u64 >= p.length)
             }
             Some(decoder) => {
+                let body = p.request.body.gathering();
                 let (used, done) = decoder
                     .feed(&self.buf, body, config.limits.max_body_bytes)
                     .map_err(|e| Refusal::Framing(Some(p.request.path.clone()), e))?;
                 self.buf.drain(..used);
-                done
+                (body.len(), done)
             }
         };
         // The budget holds what has arrived, in 64 KiB steps (never beyond a declared length): a client that
         // announces a large body and sends nothing holds nothing.
-        let have = body.len() as u64;
+        let have = have as u64;
         let mut want = have.div_ceil(BODY_STEP) * BODY_STEP;
         if p.chunked.is_none() {
             want = want.min(p.length);
@@ -308,7 +317,31 @@ impl Conn {
             }
             self.reserved = want;
         }
+        if done && p.chunked.is_none() {
+            let end = p.start + p.length as usize;
+            // Pipelined bytes after the body stay with the connection (copied: they are rarely many).
+            let next = self
+                .buf
+                .get(end..)
+                .filter(|r| !r.is_empty())
+                .map(<[u8]>::to_vec);
+            self.buf.truncate(end);
+            let whole = std::mem::replace(&mut self.buf, next.unwrap_or_default());
+            p.request.body = Body::within(whole, p.start);
+        }
         Ok(done)
+    }
+
+    /// Takes back the buffer a served request's body was in, as the buffer for receiving the next one
+    /// (unless bytes of the next request are already in one, or it grew large).
+    pub fn recycle(&mut self, body: Body) {
+        let buf = body.into_buffer();
+        if self.buf.is_empty()
+            && buf.capacity() > self.buf.capacity()
+            && buf.capacity() <= 4 * READ_CHUNK
+        {
+            self.buf = buf;
+        }
     }
 }
 

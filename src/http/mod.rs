@@ -15,8 +15,8 @@ mod server;
 mod shared;
 
 pub use request::{
-    decode_path_segment, form_decode, parse_head, BodyKind, ChunkedDecoder, HttpError, Limits,
-    Request, SegmentError,
+    decode_path_segment, form_decode, parse_head, Body, BodyKind, ChunkedDecoder, Headers,
+    HttpError, Limits, Request, SegmentError,
 };
 pub use response::{reason, Reframe, ResponseWriter, SharedStream, Withheld};
 pub use server::{start, Server};

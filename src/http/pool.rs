@@ -481,8 +481,9 @@ impl Inner {
 
     /// After an answer: the held end goes out, then the connection waits for its next request, or closes.
     fn after(&self, t: u64, mut conn: Box<Conn>, ex: Exchange) -> Option<Pending> {
-        // The request (and its body) is dropped here.
-        let mut w = ex.into_writer();
+        // The request is dropped here; its body's buffer receives the next one.
+        let (mut w, request) = ex.into_parts();
+        conn.recycle(request.body);
         self.state.release_body(conn.reserved);
         conn.reserved = 0;
         let released = w.release_held().is_ok();

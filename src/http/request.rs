@@ -33,9 +33,130 @@ pub struct Request {
     pub query: String,
     /// Minor version: 0 for HTTP/1.0, 1 for HTTP/1.1.
     pub version: u8,
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
+    pub headers: Headers,
+    pub body: Body,
     pub keep_alive: bool,
+}
+
+/// A request's header fields, in order: names and values in one string (two allocations per request, not
+/// two per field).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Headers {
+    text: String,
+    /// Each field's name from `.0` to `.1` and value from `.1` to `.2` in `text`.
+    spans: Vec<(u32, u32, u32)>,
+}
+
+impl Headers {
+    /// Room for `fields` fields of `bytes` bytes in all.
+    pub fn with_capacity(fields: usize, bytes: usize) -> Headers {
+        Headers {
+            text: String::with_capacity(bytes),
+            spans: Vec::with_capacity(fields),
+        }
+    }
+
+    /// Adds a field (its name as given).
+    pub fn push(&mut self, name: &str, value: &str) {
+        let start = self.text.len() as u32;
+        self.text.push_str(name);
+        let mid = self.text.len() as u32;
+        self.text.push_str(value);
+        self.spans.push((start, mid, self.text.len() as u32));
+    }
+
+    /// Adds a field with its name in lower case.
+    fn push_lowercased(&mut self, name: &str, value: &str) {
+        let start = self.text.len();
+        self.push(name, value);
+        self.text[start..start + name.len()].make_ascii_lowercase();
+    }
+
+    /// The fields, `(name, value)`, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> + '_ {
+        self.spans.iter().map(|&(a, b, c)| {
+            (
+                &self.text[a as usize..b as usize],
+                &self.text[b as usize..c as usize],
+            )
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+}
+
+impl<N: AsRef<str>, V: AsRef<str>> FromIterator<(N, V)> for Headers {
+    fn from_iter<I: IntoIterator<Item = (N, V)>>(fields: I) -> Headers {
+        let mut h = Headers::default();
+        for (n, v) in fields {
+            h.push(n.as_ref(), v.as_ref());
+        }
+        h
+    }
+}
+
+/// A request body where it was received: the connection's receive buffer handed over whole (the head
+/// before the body left in it, skipped), so a body that came in one piece is never copied; read it as a
+/// byte slice. The buffer goes back to its connection for the next request ([`Body::into_buffer`]).
+#[derive(Clone, Default)]
+pub struct Body {
+    buf: Vec<u8>,
+    start: usize,
+}
+
+// The body's bytes only: what precedes them in the buffer is the request's head (its credentials too).
+impl fmt::Debug for Body {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
+}
+
+impl PartialEq for Body {
+    fn eq(&self, other: &Body) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for Body {}
+
+impl Body {
+    /// The body `buf[start..]` (what precedes it is not part of the body).
+    pub fn within(buf: Vec<u8>, start: usize) -> Body {
+        let start = start.min(buf.len());
+        Body { buf, start }
+    }
+
+    /// The buffer the body is in, emptied, to be reused.
+    pub fn into_buffer(self) -> Vec<u8> {
+        let mut buf = self.buf;
+        buf.clear();
+        buf
+    }
+
+    /// The body's bytes, to append to (a body gathered piece by piece starts at the buffer's beginning).
+    pub(super) fn gathering(&mut self) -> &mut Vec<u8> {
+        debug_assert_eq!(self.start, 0);
+        &mut self.buf
+    }
+}
+
+impl std::ops::Deref for Body {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
+}
+
+impl From<Vec<u8>> for Body {
+    fn from(buf: Vec<u8>) -> Body {
+        Body { buf, start: 0 }
+    }
 }
 
 impl Request {
@@ -44,7 +165,7 @@ impl Request {
         self.headers
             .iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+            .map(|(_, v)| v)
     }
 
     /// All values of a header, in order.
@@ -52,7 +173,7 @@ impl Request {
         self.headers
             .iter()
             .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+            .map(|(_, v)| v)
     }
 
     /// The value of one query parameter, percent-decoded.
@@ -217,24 +338,23 @@ pub fn parse_head(buf: &[u8], limits: &Limits) -> Result<Option<(Head, usize)>, 
         Some((p, q)) => (p.to_string(), q.to_string()),
         None => (target.to_string(), String::new()),
     };
-    let headers: Vec<(String, String)> = req
+    let bytes = req
         .headers
         .iter()
-        .map(|h| {
-            (
-                h.name.to_ascii_lowercase(),
-                String::from_utf8_lossy(h.value).trim().to_string(),
-            )
-        })
-        .collect();
+        .map(|h| h.name.len() + h.value.len())
+        .sum();
+    let mut headers = Headers::with_capacity(req.headers.len(), bytes);
+    for h in req.headers.iter() {
+        headers.push_lowercased(h.name, String::from_utf8_lossy(h.value).trim());
+    }
 
     let mut content_length: Option<u64> = None;
     let mut chunked = false;
     let mut transfer_encodings = 0;
     let mut connection_close = version == 0;
     let mut expect_continue = false;
-    for (name, value) in &headers {
-        match name.as_str() {
+    for (name, value) in headers.iter() {
+        match name {
             "content-length" => {
                 // RFC 9112: digits only (no sign, no spaces, no list).
                 let digits = !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit());
@@ -302,7 +422,7 @@ pub fn parse_head(buf: &[u8], limits: &Limits) -> Result<Option<(Head, usize)>, 
         query,
         version,
         headers,
-        body: Vec::new(),
+        body: Body::default(),
         keep_alive: !connection_close,
     };
     Ok(Some((
@@ -456,6 +576,36 @@ mod tests {
         assert_eq!(h.request.header("x-api-key"), Some("k"));
         assert_eq!(h.body, BodyKind::Length(5));
         assert!(h.request.keep_alive);
+    }
+
+    #[test]
+    fn header_fields_keep_their_order_lowercased_names_and_trimmed_values() {
+        let raw = "GET / HTTP/1.1\r\nX-A: 1\r\nHost:  h  \r\nx-a: two\r\nX-Empty:\r\n\r\n";
+        let (h, _) = head(raw).unwrap().unwrap();
+        let fields: Vec<(&str, &str)> = h.request.headers.iter().collect();
+        assert_eq!(
+            fields,
+            [("x-a", "1"), ("host", "h"), ("x-a", "two"), ("x-empty", "")]
+        );
+        assert_eq!(h.request.header("X-A"), Some("1"));
+        assert_eq!(
+            h.request.header_all("x-a").collect::<Vec<_>>(),
+            ["1", "two"]
+        );
+        assert_eq!(h.request.header("x-empty"), Some(""));
+        assert_eq!(h.request.header("missing"), None);
+    }
+
+    #[test]
+    fn a_body_within_its_buffer_is_only_its_bytes() {
+        let raw = b"POST / HTTP/1.1\r\nAuthorization: Bearer secret\r\nContent-Length: 2\r\n\r\nhi"
+            .to_vec();
+        let body = Body::within(raw.clone(), raw.len() - 2);
+        assert_eq!(&*body, b"hi");
+        assert_eq!(body, Body::from(b"hi".to_vec()));
+        assert!(!format!("{body:?}").contains("secret"));
+        let buf = body.into_buffer();
+        assert!(buf.is_empty() && buf.capacity() >= raw.len());
     }
 
     #[test]

@@ -9,6 +9,9 @@ use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// The largest body buffer a connection keeps between responses.
+const MAX_SPARE: usize = 64 * 1024;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     Fresh,
@@ -92,6 +95,22 @@ fn send_nonblocking(stream: &TcpStream, data: &[u8]) -> io::Result<usize> {
     }
 }
 
+/// Writes `a` then `b` whole, with as few `writev` calls as the socket takes them in.
+fn write_all_two(mut stream: &TcpStream, a: &[u8], b: &[u8]) -> io::Result<()> {
+    let mut parts = [io::IoSlice::new(a), io::IoSlice::new(b)];
+    let mut left: &mut [io::IoSlice] = &mut parts;
+    io::IoSlice::advance_slices(&mut left, 0);
+    while !left.is_empty() {
+        match stream.write_vectored(left) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => io::IoSlice::advance_slices(&mut left, n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 fn frame_chunk(data: &[u8]) -> Vec<u8> {
     let mut v = Vec::with_capacity(data.len() + 12);
     v.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
@@ -127,6 +146,10 @@ pub struct ResponseWriter {
     holding_rest: bool,
     /// Framed bytes to write on release.
     held: Vec<u8>,
+    /// A whole response's body, written after `held` on release (moved in by `send_owned`, not copied).
+    held_body: Vec<u8>,
+    /// A body buffer kept from the last response sent, for the next one ([`take_buffer`](Self::take_buffer)).
+    spare: Vec<u8>,
     /// The unframed data of the chunks in `held` (what `withhold` hands back).
     held_data: Vec<u8>,
     /// The client spoke HTTP/1.0: a stream is sent without chunked framing and ends when the connection
@@ -165,6 +188,8 @@ impl ResponseWriter {
             hold: false,
             holding_rest: false,
             held: Vec::new(),
+            held_body: Vec::new(),
+            spare: Vec::new(),
             held_data: Vec::new(),
             http10: false,
             chunked: false,
@@ -191,6 +216,8 @@ impl ResponseWriter {
         self.hold = false;
         self.holding_rest = false;
         self.held.clear();
+        let body = std::mem::take(&mut self.held_body);
+        self.keep_spare(body);
         self.held_data.clear();
         self.http10 = http10;
         self.chunked = false;
@@ -246,6 +273,8 @@ impl ResponseWriter {
             return Withheld::Nothing;
         }
         self.held.clear();
+        let body = std::mem::take(&mut self.held_body);
+        self.keep_spare(body);
         match self.state {
             State::Done
                 if !self.holding_rest && self.held_data.is_empty() && !self.was_chunked() =>
@@ -274,8 +303,10 @@ impl ResponseWriter {
         if self.held.is_empty() {
             return Ok(());
         }
-        let r = (&*self.stream).write_all(&self.held);
+        let r = write_all_two(&self.stream, &self.held, &self.held_body);
         self.held.clear();
+        let body = std::mem::take(&mut self.held_body);
+        self.keep_spare(body);
         if r.is_err() {
             self.state = State::Broken;
         }
@@ -372,17 +403,79 @@ impl ResponseWriter {
             return Err(io::Error::other("response already started"));
         }
         self.write_head(status, headers, Framing::Length(body.len()));
-        if !self.head_only {
-            self.buf.extend_from_slice(body);
-        }
+        let len = body.len() as u64;
+        let body = if self.head_only { &[][..] } else { body };
         if self.hold {
-            self.held = std::mem::take(&mut self.buf);
+            // The held bytes are the head's buffer (the one held before, emptied, becomes the next head's).
+            self.buf.extend_from_slice(body);
+            std::mem::swap(&mut self.held, &mut self.buf);
         } else {
-            self.flush_buf()?;
+            self.write_whole(body)?;
         }
-        self.bytes_written = body.len() as u64;
+        self.bytes_written = len;
         self.state = State::Done;
         Ok(())
+    }
+
+    /// [`send`](Self::send) of a body the writer may keep: held (when the end is held) without a copy, and
+    /// kept afterwards as the buffer [`take_buffer`](Self::take_buffer) hands out for the next response.
+    pub fn send_owned(
+        &mut self,
+        status: u16,
+        headers: &[(&str, &str)],
+        body: Vec<u8>,
+    ) -> io::Result<()> {
+        if self.state != State::Fresh || !self.held.is_empty() {
+            return self.send(status, headers, &body);
+        }
+        self.write_head(status, headers, Framing::Length(body.len()));
+        let len = body.len() as u64;
+        let body = if self.head_only {
+            self.keep_spare(body);
+            Vec::new()
+        } else {
+            body
+        };
+        if self.hold {
+            std::mem::swap(&mut self.held, &mut self.buf);
+            self.held_body = body;
+        } else {
+            let r = self.write_whole(&body);
+            self.keep_spare(body);
+            r?;
+        }
+        self.bytes_written = len;
+        self.state = State::Done;
+        Ok(())
+    }
+
+    /// An empty buffer to build a response body in (the last one sent through
+    /// [`send_owned`](Self::send_owned), when there is one: a connection reuses it).
+    pub fn take_buffer(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.spare)
+    }
+
+    /// Keeps `buf` for the next response's body, unless a larger one is kept or it is large.
+    fn keep_spare(&mut self, mut buf: Vec<u8>) {
+        if buf.capacity() > self.spare.capacity() && buf.capacity() <= MAX_SPARE {
+            buf.clear();
+            self.spare = buf;
+        }
+    }
+
+    /// Writes the head in `buf` and then `body` (one `writev` where the socket takes both: the body is not
+    /// copied behind the head).
+    fn write_whole(&mut self, body: &[u8]) -> io::Result<()> {
+        if self.shared.is_some() {
+            self.buf.extend_from_slice(body);
+            return self.flush_buf();
+        }
+        let r = write_all_two(&self.stream, &self.buf, body);
+        self.buf.clear();
+        if r.is_err() {
+            self.state = State::Broken;
+        }
+        r
     }
 
     /// Starts a chunked response; send the body with [`write_chunk`](Self::write_chunk) and end it with

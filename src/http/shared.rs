@@ -151,9 +151,10 @@ impl Exchange {
         &mut self.writer
     }
 
-    /// The writer back, for the connection's next request.
-    pub(super) fn into_writer(self) -> ResponseWriter {
-        self.writer
+    /// The writer and the request back, for the connection's next request (its body's buffer is
+    /// reused).
+    pub(super) fn into_parts(self) -> (ResponseWriter, Request) {
+        (self.writer, self.request)
     }
 }
 

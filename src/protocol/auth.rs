@@ -28,7 +28,7 @@ pub fn presented_key_in<'r>(
     how: &str,
 ) -> Result<&'r str, ApiError> {
     // Every credential the request carries; two different ones are refused rather than one billed.
-    let mut keys: Vec<(&'static str, &str)> = Vec::new();
+    let mut keys = Presented::default();
     for k in req.header_all(header).filter(|k| !k.is_empty()) {
         keys.push((header, k));
     }
@@ -66,10 +66,8 @@ pub fn presented_key_in<'r>(
             }
         }
     }
-    let first = keys.first().copied();
-    if let Some(((first_in, _), (other_in, _))) =
-        first.and_then(|f| keys.iter().find(|(_, k)| *k != f.1).map(|o| (f, *o)))
-    {
+    let first = keys.first;
+    if let Some(((first_in, _), (other_in, _))) = first.zip(keys.other) {
         return Err(ApiError::invalid(format!(
             "The request carries two different API keys (in `{first_in}` and `{other_in}`). Send exactly one \
              key, as {how}."
@@ -82,6 +80,24 @@ pub fn presented_key_in<'r>(
         (None, None) => Err(ApiError::unauthorized(format!(
             "Missing API key. Send it as {how}."
         ))),
+    }
+}
+
+/// The credentials a request carries, as far as they matter: the first one, and the first one that differs
+/// from it (with where each was found).
+#[derive(Default)]
+struct Presented<'r> {
+    first: Option<(&'static str, &'r str)>,
+    other: Option<(&'static str, &'r str)>,
+}
+
+impl<'r> Presented<'r> {
+    fn push(&mut self, key: (&'static str, &'r str)) {
+        match self.first {
+            None => self.first = Some(key),
+            Some((_, first)) if self.other.is_none() && key.1 != first => self.other = Some(key),
+            Some(_) => {}
+        }
     }
 }
 
@@ -104,7 +120,7 @@ mod tests {
                 .iter()
                 .map(|(a, b)| (a.to_string(), b.to_string()))
                 .collect(),
-            body: Vec::new(),
+            body: Default::default(),
             keep_alive: true,
         }
     }

@@ -31,6 +31,9 @@ pub enum Edit<'a> {
     FillIn(&'a [usize], &'static str, Put<'a>),
 }
 
+/// Room for what the edits add to a body (a model's name, a limit, `stream_options`).
+const SLACK: usize = 256;
+
 /// The most edits one body takes (each protocol's few fields).
 const MAX: usize = 16;
 
@@ -71,10 +74,21 @@ impl<'a> Edits<'a> {
 
     /// `body` serialized with the edits applied.
     pub fn apply(&self, body: &Value) -> Result<Vec<u8>, serde_json::Error> {
-        serde_json::to_vec(&Edited {
-            value: body,
-            edits: self.as_slice(),
-        })
+        self.apply_sized(body, 0)
+    }
+
+    /// [`apply`](Self::apply) into a buffer made `size` bytes large at once (the size of the body as the
+    /// client sent it: the edits change it by a few bytes), so it is written without regrowing.
+    pub fn apply_sized(&self, body: &Value, size: usize) -> Result<Vec<u8>, serde_json::Error> {
+        let mut out = Vec::with_capacity(size.saturating_add(SLACK).max(128));
+        serde_json::to_writer(
+            &mut out,
+            &Edited {
+                value: body,
+                edits: self.as_slice(),
+            },
+        )?;
+        Ok(out)
     }
 }
 

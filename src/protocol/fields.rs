@@ -129,3 +129,48 @@ pub fn str_or(v: &Value, key: &str, default: &str) -> String {
         .unwrap_or(default)
         .to_string()
 }
+
+/// A value found by a path of keys (and array indexes) separated by `/`, as `Value::pointer` finds it
+/// without the leading `/` and without allocating: `pointer` copies every token of its path into a new
+/// `String`, which the request path reads several times per request and per stream event. The paths are
+/// the gateway's own literals (no `~` escapes).
+pub trait At {
+    fn at(&self, path: &str) -> Option<&Value>;
+}
+
+impl At for Value {
+    fn at(&self, path: &str) -> Option<&Value> {
+        path.split('/').try_fold(self, |v, key| match v {
+            Value::Object(o) => o.get(key),
+            Value::Array(a) => key.parse::<usize>().ok().and_then(|i| a.get(i)),
+            _ => None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod at_tests {
+    use super::At;
+    use serde_json::json;
+
+    #[test]
+    fn at_finds_what_pointer_finds() {
+        let v = json!({"a": {"b": [10, {"c": true}], "": 1}, "n": null, "s": "x"});
+        for path in [
+            "a",
+            "a/b",
+            "a/b/0",
+            "a/b/1/c",
+            "a/b/2",
+            "a/b/x",
+            "a/",
+            "n",
+            "n/x",
+            "s/0",
+            "z",
+            "a/b/1/c/d",
+        ] {
+            assert_eq!(v.at(path), v.pointer(&format!("/{path}")), "{path}");
+        }
+    }
+}

@@ -95,26 +95,33 @@ fn error_answer(a: &Attempt, reply: Reply) -> ApiError {
     }
 }
 
-/// Reads a complete answer that must be a JSON object and not an error object.
-pub fn read_json(a: &Attempt, reply: Reply) -> Result<Value, Unread> {
-    let (raw, status, content_type) = read_raw(a, reply)?;
-    answer::parse(&raw).map_err(|u| unusable(a, u, status, &content_type, &raw))
+/// Reads a complete answer that must be a JSON object and not an error object; read into `buf` (a buffer
+/// to reuse), which comes back emptied.
+pub fn read_json(a: &Attempt, reply: Reply, buf: Vec<u8>) -> Result<(Value, Vec<u8>), Unread> {
+    let (mut raw, status, content_type) = read_raw(a, reply, buf)?;
+    let v = answer::parse(&raw).map_err(|u| unusable(a, u, status, &content_type, &raw))?;
+    raw.clear();
+    Ok((v, raw))
 }
 
 /// [`read_json`] for answers passed on as they are: the same checks, and only `usage` parsed. Returns the
-/// raw bytes and the usage object.
-pub fn read_usage(a: &Attempt, reply: Reply) -> Result<(Vec<u8>, Option<Value>), Unread> {
-    let (raw, status, content_type) = read_raw(a, reply)?;
+/// raw bytes (read into `buf`, a buffer to reuse) and the usage object.
+pub fn read_usage(
+    a: &Attempt,
+    reply: Reply,
+    buf: Vec<u8>,
+) -> Result<(Vec<u8>, Option<Value>), Unread> {
+    let (raw, status, content_type) = read_raw(a, reply, buf)?;
     match answer::usage_only(&raw, a.trace.protocol.usage_field()) {
         Ok(usage) => Ok((raw, usage)),
         Err(u) => Err(unusable(a, u, status, &content_type, &raw)),
     }
 }
 
-fn read_raw(a: &Attempt, mut reply: Reply) -> Result<(Vec<u8>, u16, String), Unread> {
+fn read_raw(a: &Attempt, mut reply: Reply, buf: Vec<u8>) -> Result<(Vec<u8>, u16, String), Unread> {
     let (status, content_type) = (reply.status, std::mem::take(&mut reply.content_type));
     let reading = std::time::Instant::now();
-    let raw = reply.read_all(&a.upstream.name);
+    let raw = reply.read_into(&a.upstream.name, buf);
     a.trace.add_upstream_wait(reading.elapsed());
     match raw {
         Ok(raw) => Ok((raw, status, content_type)),

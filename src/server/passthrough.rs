@@ -38,7 +38,7 @@ fn forward(a: &mut Attempt, answer: &mut Answer) -> Result<(), ApiError> {
     // output limit goes in the field this upstream reads, and only there.
     let edits = protocol.upstream_edits(&a.p.forward(a.upstream, stream));
     let bytes = edits
-        .apply(&a.p.body)
+        .apply_sized(&a.p.body, a.ex.request.body.len())
         .map_err(|e| ApiError::internal(e.to_string()))?;
     // Each choice may reach the limit: the answer is billed (and a stream cut) at the limit times them.
     answer.output_limit = a.p.output_cap();
@@ -56,7 +56,10 @@ fn forward(a: &mut Attempt, answer: &mut Answer) -> Result<(), ApiError> {
         relay_stream(a, answer, reply, watch, kept);
         return Ok(());
     }
-    let (raw, usage) = call::read_usage(a, reply).map_err(|u| {
+    // Read into the connection's answer buffer, and sent from it (`respond::json_owned`): the answer's one
+    // copy on its way through.
+    let buf = a.ex.response().take_buffer();
+    let (raw, usage) = call::read_usage(a, reply, buf).map_err(|u| {
         answer.taken &= !u.refused;
         u.error
     })?;
@@ -78,7 +81,7 @@ fn forward(a: &mut Attempt, answer: &mut Answer) -> Result<(), ApiError> {
     if a.keep {
         answer.kept = keep_json(a, &raw);
     }
-    respond::json(a.ex.response(), a.trace, 200, &raw, &[]);
+    respond::json_owned(a.ex.response(), a.trace, 200, raw, &[]);
     answer.status = 200;
     Ok(())
 }

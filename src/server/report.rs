@@ -85,14 +85,18 @@ fn field(v: Option<&str>) -> Cow<'_, str> {
 /// Writes a request log line (also for requests answered from their head, which have no trace).
 pub fn write_line(l: &Line, out: &Outcome) {
     let answer = &out.answer;
-    let usage = answer.usage.unwrap_or_default();
-    let status = out.status_text();
-    let error = answer.error.as_ref().map(|e| e.operator_text());
     let level = if answer.error.is_some() && answer.status >= 500 {
         log::Level::Warn
     } else {
         log::Level::Info
     };
+    // Nothing is formatted for a line the log level leaves out.
+    if !log::log_enabled!(target: REQUEST_TARGET, level) {
+        return;
+    }
+    let usage = answer.usage.unwrap_or_default();
+    let status = out.status_text();
+    let error = answer.error.as_ref().map(|e| e.operator_text());
     if crate::logging::json() {
         let v = serde_json::json!({
             "ts": crate::util::rfc3339_millis(crate::util::unix_millis()),

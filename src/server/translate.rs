@@ -47,7 +47,8 @@ fn relay(a: &mut Attempt, answer: &mut Answer) -> Result<(), ApiError> {
         return Ok(());
     }
     // A complete JSON answer (also when a stream was asked for and the upstream answered in one piece).
-    let v = call::read_json(a, reply).map_err(|u| {
+    let buf = a.ex.response().take_buffer();
+    let (v, mut buf) = call::read_json(a, reply, buf).map_err(|u| {
         answer.taken &= !u.refused;
         u.error
     })?;
@@ -63,9 +64,10 @@ fn relay(a: &mut Attempt, answer: &mut Answer) -> Result<(), ApiError> {
         answer.kept = Some(Box::new(resp.clone()));
     }
     let encoded = a.trace.protocol.encode_response(&resp, &t.req);
-    let bytes = serde_json::to_vec(&encoded).map_err(|e| ApiError::internal(e.to_string()))?;
+    // Written into the buffer the upstream's answer was read into, and sent from it.
+    serde_json::to_writer(&mut buf, &encoded).map_err(|e| ApiError::internal(e.to_string()))?;
     let extra = dropped_header(&t.dropped);
-    respond::json(a.ex.response(), a.trace, 200, &bytes, &extra);
+    respond::json_owned(a.ex.response(), a.trace, 200, buf, &extra);
     answer.status = 200;
     Ok(())
 }

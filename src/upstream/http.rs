@@ -149,10 +149,16 @@ impl Reply {
     }
 
     /// Reads the whole body (bounded).
-    pub fn read_all(mut self, upstream: &str) -> Result<Vec<u8>, ApiError> {
+    pub fn read_all(self, upstream: &str) -> Result<Vec<u8>, ApiError> {
+        self.read_into(upstream, Vec::new())
+    }
+
+    /// [`read_all`](Self::read_all) into `buf` (emptied first: a buffer reused from an earlier answer).
+    pub fn read_into(mut self, upstream: &str, mut buf: Vec<u8>) -> Result<Vec<u8>, ApiError> {
+        buf.clear();
         // Sized from Content-Length (up to 1 MiB) when there is one, so the body is read without regrowing.
         let expected = self.body.content_length().unwrap_or(0).min(1 << 20);
-        let mut buf = Vec::with_capacity(expected as usize);
+        buf.reserve(expected as usize);
         self.body
             .with_config()
             .limit(MAX_RESPONSE_BYTES)

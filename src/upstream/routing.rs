@@ -42,6 +42,14 @@ impl Drop for Busy<'_> {
     }
 }
 
+/// Changes the state of `upstream` (added if it has none: its name copied only then, not on every request).
+fn update(ups: &mut HashMap<String, Up>, upstream: &str, change: impl FnOnce(&mut Up)) {
+    match ups.get_mut(upstream) {
+        Some(u) => change(u),
+        None => change(ups.entry(upstream.to_string()).or_default()),
+    }
+}
+
 /// What `GET /admin/models` and `/metrics` show of an upstream's routing state.
 pub struct RouteView {
     pub in_flight: u64,
@@ -60,10 +68,7 @@ impl Routing {
 
     /// A request starts at `upstream`.
     pub fn busy(&self, upstream: &str) -> Busy<'_> {
-        self.lock()
-            .entry(upstream.to_string())
-            .or_default()
-            .in_flight += 1;
+        update(&mut self.lock(), upstream, |u| u.in_flight += 1);
         Busy {
             routing: self,
             upstream: upstream.to_string(),
@@ -73,11 +78,11 @@ impl Routing {
     /// The upstream's answer head came after `d`.
     pub fn first_byte(&self, upstream: &str, d: Duration) {
         let ms = d.as_secs_f64() * 1000.0;
-        let mut ups = self.lock();
-        let u = ups.entry(upstream.to_string()).or_default();
-        u.first_byte_ms = Some(match u.first_byte_ms {
-            None => ms,
-            Some(avg) => avg * 0.8 + ms * 0.2,
+        update(&mut self.lock(), upstream, |u| {
+            u.first_byte_ms = Some(match u.first_byte_ms {
+                None => ms,
+                Some(avg) => avg * 0.8 + ms * 0.2,
+            });
         });
     }
 

@@ -10,6 +10,7 @@ mod relay;
 mod reply;
 mod upstream;
 
+use crate::protocol::fields::At;
 use serde_json::Value;
 
 use super::canon::{self, Usage};
@@ -72,7 +73,7 @@ impl Codec for Chat {
     }
     /// Chat clients ask for the stream's usage report with `stream_options.include_usage`.
     fn wants_stream_usage(&self, body: &Value) -> bool {
-        body.pointer("/stream_options/include_usage")
+        body.at("stream_options/include_usage")
             .and_then(Value::as_bool)
             == Some(true)
     }

@@ -1,6 +1,7 @@
 //! A Chat stream relayed as it came: each chunk read once for the text it adds, its usage (hidden from a
 //! client that did not ask for it), an error it carries, the tier it names, and `[DONE]`.
 
+use crate::protocol::fields::At;
 use std::borrow::Cow;
 
 use serde::Deserialize;
@@ -104,7 +105,7 @@ fn collect(peek: &Peek, produced: &mut String) {
             produced.push_str(t);
         }
         for call in d.tool_calls.iter().filter_map(Value::as_array).flatten() {
-            if let Some(a) = call.pointer("/function/arguments").and_then(Value::as_str) {
+            if let Some(a) = call.at("function/arguments").and_then(Value::as_str) {
                 produced.push_str(a);
             }
         }

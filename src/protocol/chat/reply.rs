@@ -1,5 +1,6 @@
 //! Chat Completions answers to clients: the `chat.completion` object and the chunk stream.
 
+use crate::protocol::fields::At;
 use serde_json::{json, Map, Value};
 
 use crate::protocol::canon::{Part, Response, StopReason, StreamEvent, Usage};
@@ -42,11 +43,11 @@ pub fn usage_from(u: &Value) -> Option<Usage> {
     let n = |v: Option<&Value>| v.and_then(Value::as_u64).unwrap_or(0);
     Some(Usage {
         input_tokens: n(o.get("prompt_tokens")),
-        cached_input_tokens: n(u.pointer("/prompt_tokens_details/cached_tokens")),
-        cache_write_tokens: n(u.pointer("/prompt_tokens_details/cache_write_tokens")),
+        cached_input_tokens: n(u.at("prompt_tokens_details/cached_tokens")),
+        cache_write_tokens: n(u.at("prompt_tokens_details/cache_write_tokens")),
         cache_write_1h_tokens: 0,
         output_tokens: n(o.get("completion_tokens")),
-        reasoning_tokens: n(u.pointer("/completion_tokens_details/reasoning_tokens")),
+        reasoning_tokens: n(u.at("completion_tokens_details/reasoning_tokens")),
     })
 }
 

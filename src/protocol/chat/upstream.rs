@@ -1,6 +1,7 @@
 //! Talking to a Chat Completions upstream on behalf of a client of another protocol: the canonical request
 //! as a Chat body, and the upstream's answer (JSON or chunk stream) back as canonical values.
 
+use crate::protocol::fields::At;
 use crate::protocol::fields::{str_at, str_or};
 use serde_json::{json, Map, Value};
 
@@ -149,7 +150,7 @@ fn content_text(v: &Value) -> String {
 /// Decodes a `chat.completion` body.
 pub fn decode_response(body: &Value) -> Result<Response, ApiError> {
     let choice = body
-        .pointer("/choices/0")
+        .at("choices/0")
         .ok_or_else(|| ApiError::bad_gateway("upstream answer has no choices"))?;
     let msg = choice.get("message").unwrap_or(&Value::Null);
     let mut content = Vec::new();

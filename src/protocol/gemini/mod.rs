@@ -330,7 +330,7 @@ mod tests {
             query: query.into(),
             version: 1,
             headers: headers.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect(),
-            body: Vec::new(),
+            body: Default::default(),
             keep_alive: true,
         }
     }

@@ -2,6 +2,7 @@
 //! `GenerateContentRequest` (the model and the stream go in the URL: `Codec::upstream_endpoint`), and the
 //! upstream's answer (JSON, or the chunks of an `alt=sse` stream) back as canonical values.
 
+use crate::protocol::fields::At;
 use serde_json::{json, Map, Value};
 
 use super::reply::{args_object, stop_from, usage_from};
@@ -245,7 +246,7 @@ fn call_id(f: &Value) -> String {
 /// candidate) is an empty answer stopped by its content filter.
 pub fn decode_response(body: &Value, _opts: &EgressOptions) -> Result<Response, ApiError> {
     let candidates = body.get("candidates").and_then(Value::as_array);
-    let blocked = body.pointer("/promptFeedback/blockReason").is_some();
+    let blocked = body.at("promptFeedback/blockReason").is_some();
     if candidates.is_none() && !blocked {
         return Err(ApiError::bad_gateway(
             "upstream answer is not a Gemini `GenerateContentResponse` (no `candidates`)",
@@ -253,7 +254,7 @@ pub fn decode_response(body: &Value, _opts: &EgressOptions) -> Result<Response, 
     }
     let first = candidates.and_then(|c| c.first());
     let mut content = Vec::new();
-    let parts = first.and_then(|c| c.pointer("/content/parts")).and_then(Value::as_array);
+    let parts = first.and_then(|c| c.at("content/parts")).and_then(Value::as_array);
     let calls = decode_parts(parts.map_or(&[][..], Vec::as_slice), &mut content);
     let stop = match first.and_then(|c| c.get("finishReason")).and_then(Value::as_str) {
         Some(r) => stop_from(r, calls),
@@ -295,9 +296,9 @@ impl StreamDecoder for GeminiStreamDecoder {
             out.push(StreamEvent::Error(error_event(e)));
             return true;
         }
-        let candidate = v.pointer("/candidates/0");
+        let candidate = v.at("candidates/0");
         let parts = candidate
-            .and_then(|c| c.pointer("/content/parts"))
+            .and_then(|c| c.at("content/parts"))
             .and_then(Value::as_array);
         for p in parts.into_iter().flatten() {
             self.part(p, out);
@@ -309,7 +310,7 @@ impl StreamDecoder for GeminiStreamDecoder {
         let reason = candidate
             .and_then(|c| c.get("finishReason"))
             .and_then(Value::as_str)
-            .or_else(|| v.pointer("/promptFeedback/blockReason").map(|_| "SAFETY"));
+            .or_else(|| v.at("promptFeedback/blockReason").map(|_| "SAFETY"));
         match reason {
             Some(r) => {
                 out.push(StreamEvent::Finish(stop_from(r, self.next_call > 0)));

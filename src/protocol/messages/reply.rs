@@ -1,5 +1,6 @@
 //! Messages answers to clients: the `message` object and the event lifecycle of a stream.
 
+use crate::protocol::fields::At;
 use serde_json::{json, Value};
 
 use crate::protocol::canon::{Part, Response, StopReason, StreamEvent, Usage};
@@ -71,7 +72,7 @@ pub fn usage_update(prev: Usage, u: &Value) -> Option<Usage> {
     let writes_1h = split.map_or(before.cache_writes_1h, |(_, h1)| h1);
     let reads = n("cache_read_input_tokens").unwrap_or(before.cache_reads);
     let uncached = n("input_tokens").unwrap_or(before.uncached);
-    let reasoning = u.pointer("/output_tokens_details/reasoning_tokens");
+    let reasoning = u.at("output_tokens_details/reasoning_tokens");
     Some(Usage {
         input_tokens: uncached.saturating_add(reads).saturating_add(writes),
         cached_input_tokens: reads,

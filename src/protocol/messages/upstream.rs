@@ -1,6 +1,7 @@
 //! Talking to a Messages (Anthropic) upstream on behalf of a client of another protocol: the canonical
 //! request as a Messages body, and the upstream's answer (JSON or event stream) back as canonical values.
 
+use crate::protocol::fields::At;
 use crate::protocol::fields::{str_at, str_or};
 use serde_json::{json, Map, Value};
 
@@ -356,7 +357,7 @@ impl StreamDecoder for MessagesStreamDecoder {
         match ty {
             "message_start" => {
                 if let Some(u) = v
-                    .pointer("/message/usage")
+                    .at("message/usage")
                     .and_then(|u| usage_update(self.usage, u))
                 {
                     self.usage = u;
@@ -448,8 +449,8 @@ impl MessagesStreamDecoder {
             self.usage = u;
         }
         out.push(StreamEvent::Usage(self.usage));
-        if let Some(r) = v.pointer("/delta/stop_reason").and_then(Value::as_str) {
-            let mut stop = stop_from(r, v.pointer("/delta/stop_sequence").and_then(Value::as_str));
+        if let Some(r) = v.at("delta/stop_reason").and_then(Value::as_str) {
+            let mut stop = stop_from(r, v.at("delta/stop_sequence").and_then(Value::as_str));
             if self.structured && stop == StopReason::ToolUse {
                 stop = StopReason::EndTurn;
             }
@@ -461,10 +462,10 @@ impl MessagesStreamDecoder {
 /// An in-stream `error` event as the upstream's failure (its Anthropic type kept).
 fn error_event(v: &Value) -> ApiError {
     let msg = v
-        .pointer("/error/message")
+        .at("error/message")
         .and_then(Value::as_str)
         .unwrap_or("upstream error");
-    let ty = v.pointer("/error/type").and_then(Value::as_str);
+    let ty = v.at("error/type").and_then(Value::as_str);
     let mut e = ApiError::bad_gateway(format!("upstream error: {msg}"))
         .with_anthropic_type(ty.map(str::to_string));
     if ty == Some("overloaded_error") {

@@ -1,5 +1,6 @@
 //! Responses answers to clients: the `response` object and the event lifecycle of a stream.
 
+use crate::protocol::fields::At;
 use serde_json::{json, Value};
 
 use crate::protocol::canon::{
@@ -34,11 +35,11 @@ pub fn usage_from(u: &Value) -> Option<Usage> {
     let n = |v: Option<&Value>| v.and_then(Value::as_u64).unwrap_or(0);
     Some(Usage {
         input_tokens: n(o.get("input_tokens")),
-        cached_input_tokens: n(u.pointer("/input_tokens_details/cached_tokens")),
-        cache_write_tokens: n(u.pointer("/input_tokens_details/cache_write_tokens")),
+        cached_input_tokens: n(u.at("input_tokens_details/cached_tokens")),
+        cache_write_tokens: n(u.at("input_tokens_details/cache_write_tokens")),
         cache_write_1h_tokens: 0,
         output_tokens: n(o.get("output_tokens")),
-        reasoning_tokens: n(u.pointer("/output_tokens_details/reasoning_tokens")),
+        reasoning_tokens: n(u.at("output_tokens_details/reasoning_tokens")),
     })
 }
 

@@ -1,6 +1,7 @@
 //! Talking to a Responses upstream on behalf of a client of another protocol: the canonical request as a
 //! Responses body, and the upstream's answer (JSON or event stream) back as canonical values.
 
+use crate::protocol::fields::At;
 use crate::protocol::fields::{str_at, str_or};
 use serde_json::{json, Map, Value};
 
@@ -149,14 +150,14 @@ fn stop_of(resp: &Value, calls: bool) -> Result<StopReason, ApiError> {
     match resp.get("status").and_then(Value::as_str) {
         Some("failed") => {
             let msg = resp
-                .pointer("/error/message")
+                .at("error/message")
                 .and_then(Value::as_str)
                 .unwrap_or("the response failed");
             Err(ApiError::bad_gateway(format!("upstream error: {msg}")))
         }
         Some("incomplete") => Ok(
             match resp
-                .pointer("/incomplete_details/reason")
+                .at("incomplete_details/reason")
                 .and_then(Value::as_str)
             {
                 Some("content_filter") => StopReason::ContentFilter,
@@ -293,7 +294,7 @@ impl ResponsesStreamDecoder {
     fn item_done(&mut self, v: &Value, output_index: u64, out: &mut Vec<StreamEvent>) {
         if let Some(call) = self.calls.iter_mut().find(|c| c.0 == output_index && !c.2) {
             call.2 = true;
-            if let Some(a) = v.pointer("/item/arguments").and_then(Value::as_str) {
+            if let Some(a) = v.at("item/arguments").and_then(Value::as_str) {
                 out.push(StreamEvent::ToolArgsDelta {
                     index: call.1,
                     delta: a.to_string(),
