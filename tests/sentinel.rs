@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use common::redis::{
     resp, ReplicaSet, NODE_PASSWORD, NODE_PASSWORD_ENV, SENTINEL_PASSWORD, SENTINEL_PASSWORD_ENV,
 };
-use common::{base_config, wait_for, Gateway, TempDir, ADMIN_TOKEN_ENV};
+use common::{base_config, wait_for, Gateway, TempDir, ADMIN_TOKEN_ENV, PRICED_MOCK};
 use serde_json::{json, Value};
 
 /// A gateway config on the replica set's sentinels: the mock model at a price (requests cost something).
@@ -27,24 +27,7 @@ fn config(dir: &Path, set: &ReplicaSet, instance: &str, store: &str) -> String {
         dir,
         &format!("instance = \"{instance}\"\nadmin_token_env = \"{ADMIN_TOKEN_ENV}\"\n"),
     );
-    c.push_str(
-        r#"
-[[upstreams]]
-name = "mock"
-kind = "mock"
-
-[[models]]
-name = "mock"
-upstream = "mock"
-input_price = 1000.0
-output_price = 10000.0
-
-[[groups]]
-name = "default"
-models = ["*"]
-
-"#,
-    );
+    c.push_str(PRICED_MOCK);
     c.push_str(&set.store_section(store));
     c
 }

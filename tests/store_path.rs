@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::redis::Redis;
-use common::{base_config, wait_for, Gateway, TempDir, ADMIN_TOKEN_ENV};
+use common::{base_config, wait_for, Gateway, TempDir, ADMIN_TOKEN_ENV, PRICED_MOCK};
 use serde_json::{json, Value};
 
 fn config(dir: &Path, redis: &Redis, instance: &str, top: &str) -> String {
@@ -27,22 +27,9 @@ fn config_with(dir: &Path, redis: &Redis, instance: &str, top: &str, store: &str
         dir,
         &format!("instance = \"{instance}\"\nadmin_token_env = \"{ADMIN_TOKEN_ENV}\"\n{top}"),
     );
+    c.push_str(PRICED_MOCK);
     c.push_str(
         r#"
-[[upstreams]]
-name = "mock"
-kind = "mock"
-
-[[models]]
-name = "mock"
-upstream = "mock"
-input_price = 1000.0
-output_price = 10000.0
-
-[[groups]]
-name = "default"
-models = ["*"]
-
 [[groups]]
 name = "limited"
 models = ["*"]

@@ -29,6 +29,24 @@ pub struct Gateway {
     pub logs: Arc<Mutex<Vec<String>>>,
 }
 
+/// The built-in mock model at a price (so that its requests cost something), and the group `default` with
+/// every model: the start of the store tests' configs.
+pub const PRICED_MOCK: &str = r#"
+[[upstreams]]
+name = "mock"
+kind = "mock"
+
+[[models]]
+name = "mock"
+upstream = "mock"
+input_price = 1000.0
+output_price = 10000.0
+
+[[groups]]
+name = "default"
+models = ["*"]
+"#;
+
 /// The header of a config for tests: listen on a free port, data in the temp dir.
 pub fn base_config(dir: &Path, extra_top: &str) -> String {
     format!(
