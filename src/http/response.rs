@@ -95,13 +95,24 @@ fn send_nonblocking(stream: &TcpStream, data: &[u8]) -> io::Result<usize> {
     }
 }
 
-/// Writes `a` then `b` whole, with as few `writev` calls as the socket takes them in.
-fn write_all_two(mut stream: &TcpStream, a: &[u8], b: &[u8]) -> io::Result<()> {
+/// Empties `v`, and lets its memory go when it grew past what a connection keeps between responses (a
+/// large held answer would otherwise stay with the idle connection, in this buffer and the one it is
+/// swapped with).
+fn empty_keeping_little(v: &mut Vec<u8>) {
+    if v.capacity() > MAX_SPARE {
+        *v = Vec::new();
+    } else {
+        v.clear();
+    }
+}
+
+/// Writes `a` then `b` whole, with as few vectored writes as the socket takes them in.
+fn write_all_two(stream: &TcpStream, a: &[u8], b: &[u8]) -> io::Result<()> {
     let mut parts = [io::IoSlice::new(a), io::IoSlice::new(b)];
     let mut left: &mut [io::IoSlice] = &mut parts;
     io::IoSlice::advance_slices(&mut left, 0);
     while !left.is_empty() {
-        match stream.write_vectored(left) {
+        match send_vectored(stream, left) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => io::IoSlice::advance_slices(&mut left, n),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -109,6 +120,32 @@ fn write_all_two(mut stream: &TcpStream, a: &[u8], b: &[u8]) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// One vectored write to a client, as `send` writes (`MSG_NOSIGNAL`): a client that has gone away is an
+/// error, never a SIGPIPE, whatever the process does with that signal (`writev` has no such flag).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn send_vectored(stream: &TcpStream, parts: &[io::IoSlice]) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: an all-zero `msghdr` is valid (no name, no control data); `IoSlice` is guaranteed to be
+    // ABI-compatible with `iovec`, and `parts` outlives the call, which only reads from it.
+    let n = unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = parts.as_ptr() as *mut libc::iovec;
+        msg.msg_iovlen = parts.len() as _;
+        libc::sendmsg(stream.as_raw_fd(), &msg, libc::MSG_NOSIGNAL)
+    };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// One vectored write to a client (the standard library sets `SO_NOSIGPIPE` on these systems' sockets).
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn send_vectored(mut stream: &TcpStream, parts: &[io::IoSlice]) -> io::Result<usize> {
+    stream.write_vectored(parts)
 }
 
 fn frame_chunk(data: &[u8]) -> Vec<u8> {
@@ -272,7 +309,7 @@ impl ResponseWriter {
         if self.held.is_empty() {
             return Withheld::Nothing;
         }
-        self.held.clear();
+        empty_keeping_little(&mut self.held);
         let body = std::mem::take(&mut self.held_body);
         self.keep_spare(body);
         match self.state {
@@ -304,7 +341,7 @@ impl ResponseWriter {
             return Ok(());
         }
         let r = write_all_two(&self.stream, &self.held, &self.held_body);
-        self.held.clear();
+        empty_keeping_little(&mut self.held);
         let body = std::mem::take(&mut self.held_body);
         self.keep_spare(body);
         if r.is_err() {
@@ -615,5 +652,55 @@ pub fn reason(status: u16) -> &'static str {
         505 => "HTTP Version Not Supported",
         529 => "Overloaded",
         _ => "Unknown",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::net::TcpListener;
+
+    /// A writer on one end of a local connection, and a thread reading the other end until it closes.
+    fn pair() -> (ResponseWriter, std::thread::JoinHandle<Vec<u8>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut client = TcpStream::connect(addr).unwrap();
+            let mut got = Vec::new();
+            client.read_to_end(&mut got).unwrap();
+            got
+        });
+        let (stream, _) = listener.accept().unwrap();
+        (ResponseWriter::new(stream), reader)
+    }
+
+    /// A large answer held back and then written goes out whole, and the idle connection does not keep
+    /// its memory (neither in the held buffer nor in the head buffer it is swapped with next).
+    #[test]
+    fn a_large_held_answer_leaves_no_large_buffer_behind() {
+        let (mut w, reader) = pair();
+        let big = vec![b'~'; 1 << 20];
+        for round in 0..2 {
+            w.reset(true, false);
+            w.hold_end();
+            w.send(200, &[("content-type", "text/plain")], &big)
+                .unwrap();
+            w.release_held().unwrap();
+            assert!(
+                w.held.capacity() <= MAX_SPARE,
+                "round {round}: {}",
+                w.held.capacity()
+            );
+            assert!(
+                w.buf.capacity() <= MAX_SPARE,
+                "round {round}: {}",
+                w.buf.capacity()
+            );
+        }
+        drop(w);
+        let got = reader.join().unwrap();
+        assert_eq!(got.iter().filter(|&&b| b == b'~').count(), 2 << 20);
+        assert!(got.starts_with(b"HTTP/1.1 200"));
     }
 }
