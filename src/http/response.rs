@@ -500,7 +500,7 @@ impl ResponseWriter {
         }
     }
 
-    /// Writes the head in `buf` and then `body` (one `writev` where the socket takes both: the body is not
+    /// Writes the head in `buf` and then `body` (one vectored write where the socket takes both: the body is not
     /// copied behind the head).
     fn write_whole(&mut self, body: &[u8]) -> io::Result<()> {
         if self.shared.is_some() {
