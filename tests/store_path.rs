@@ -420,3 +420,63 @@ fn stream_len_before_restart(redis: &mut Redis) -> usize {
     redis.restart();
     stream(redis).len()
 }
+
+/// A usage query ships what is waiting itself (`catch_up`), beside the shipper thread. When both find the
+/// cursor empty (a new instance's first records) and the shipper thread ships them and moves the cursor
+/// while the query's shipper still holds its reading, the query's shipper must not set the cursor back:
+/// every record is shipped, and counted, once. The test hook holds the query's shipper between reading the
+/// cursor and setting it for 400 ms, the moment the shipper thread ships in.
+#[test]
+fn a_usage_query_beside_the_shipper_ships_each_record_once() {
+    let redis = Redis::start(false);
+    let dir = TempDir::new("store-path-once");
+    let c = config(dir.path(), &redis, "gw-once", "");
+    let cfg = dir.path().join("tollgate.toml");
+    std::fs::write(&cfg, &c).unwrap();
+    let mut cmd = std::process::Command::new(common::bin());
+    cmd.args(["serve", "--config"])
+        .arg(&cfg)
+        .env("TOLLGATE_TEST_SHIP_PAUSE_MS", "400");
+    let gw = Gateway::start_command(dir, &mut cmd);
+    for _ in 0..8 {
+        assert_eq!(gw.post("/v1/chat/completions", &chat()).status, 200);
+    }
+    // The query flushes the ledger (its first sync: the shipper thread wakes) and catches up itself.
+    assert_eq!(gw.admin("/admin/usage?limit=100").status, 200);
+    let lines = ledger_lines(&gw.dir.path().join("data"));
+    assert_eq!(lines.len(), 8);
+    wait_for(
+        || stream(&redis).len() >= lines.len(),
+        "every record shipped",
+    );
+    // Whatever either shipper does next, nothing more arrives.
+    assert_eq!(gw.admin("/admin/usage?limit=100").status, 200);
+    let shipped = stream(&redis);
+    assert_eq!(
+        shipped.len(),
+        lines.len(),
+        "each record shipped once: {} shipped for {} records",
+        shipped.len(),
+        lines.len()
+    );
+    let cost: f64 = lines
+        .iter()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["cost"]
+                .as_f64()
+                .unwrap()
+        })
+        .sum();
+    let keys = gw.admin("/admin/keys").json();
+    let spent = keys["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["name"] == "default")
+        .map(|k| k["spent"].as_f64().unwrap())
+        .unwrap();
+    assert!(
+        (spent - cost).abs() < 1e-9,
+        "spent {spent}, the ledger's sum {cost}"
+    );
+}

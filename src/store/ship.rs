@@ -35,6 +35,26 @@ use crate::ledger::{History, Record, SyncedLine, Totals};
 /// Records sent in one round trip at most.
 const BATCH: usize = 200;
 
+/// How many times the cursor is read again when it moved before the shipper could set it.
+const RESOLVE_TRIES: usize = 8;
+
+/// Test hook: with `TOLLGATE_TEST_SHIP_PAUSE_MS=N`, a shipper that is not the shipper thread (the catch-up
+/// of a usage query or a shutdown) waits N ms between reading the cursor and setting it: the moment in which
+/// the shipper thread may move it.
+pub const SHIP_PAUSE_ENV: &str = "TOLLGATE_TEST_SHIP_PAUSE_MS";
+
+fn pause_for_a_test() {
+    let Some(ms) = std::env::var(SHIP_PAUSE_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+    else {
+        return;
+    };
+    if std::thread::current().name() != Some("tollgate-shipper") {
+        std::thread::sleep(Duration::from_millis(ms));
+    }
+}
+
 /// Bytes of the ledger read at once at most.
 const READ_MAX: usize = 4 << 20;
 
@@ -104,20 +124,6 @@ impl Store {
                 .and_then(|s| s.parse().ok())
                 .unwrap_or(0),
             fingerprint: v.get(1).cloned().flatten().unwrap_or_default(),
-        })
-    }
-
-    /// Sets instance `instance`'s cursor outright (a ledger that is not the one it counted).
-    pub fn set_cursor(&self, instance: &str, c: &Cursor) -> Result<(), StoreError> {
-        let key = self.cursor_key(instance);
-        self.with(|con| {
-            redis::cmd("HSET")
-                .arg(&key)
-                .arg("offset")
-                .arg(c.offset)
-                .arg("fp")
-                .arg(&c.fingerprint)
-                .query::<()>(con)
         })
     }
 
@@ -555,9 +561,28 @@ impl Shipper {
     }
 
     /// Where the store's cursor says shipping stands; a ledger it never counted is shipped from its start
-    /// (and the cursor set there).
+    /// (and the cursor set there). The cursor is only ever moved from where it was read (another shipper of
+    /// this instance, such as `catch_up` beside `follow`, may move it meanwhile: set outright, it would go
+    /// back and what was shipped in between would be shipped, and counted, again); read again when it moved.
     fn resolve(&mut self, store: &Store, h: &History) -> Result<Pos, StoreError> {
+        for _ in 0..RESOLVE_TRIES {
+            if let Some(pos) = self.resolve_once(store, h)? {
+                return Ok(pos);
+            }
+        }
+        Err(StoreError {
+            unavailable: true,
+            message: format!(
+                "the shipping cursor of instance {:?} kept moving while it was read",
+                self.instance
+            ),
+        })
+    }
+
+    /// [`resolve`](Self::resolve) from one reading of the cursor; None: it moved before it could be set.
+    fn resolve_once(&mut self, store: &Store, h: &History) -> Result<Option<Pos>, StoreError> {
         let c = store.cursor(&self.instance)?;
+        pause_for_a_test();
         let begin = match (&h.retired, h.seqs().first()) {
             (Some(_), _) => Pos::Retired {
                 through: h.retired_through,
@@ -571,17 +596,17 @@ impl Shipper {
         if c.offset == 0 && c.fingerprint.is_empty() {
             // Named, so every later step (moving on from retired totals too) finds the cursor where it is.
             let to = self.cursor_of(h, &begin)?;
-            if to != c {
-                store.set_cursor(&self.instance, &to)?;
+            if to != c && !store.move_cursor(&self.instance, &c, &to)? {
+                return Ok(None);
             }
-            return Ok(begin);
+            return Ok(Some(begin));
         }
         if let Some(t) = c.fingerprint.strip_prefix("retired:") {
             if h.retired.is_some() && t.parse() == Ok(h.retired_through) {
-                return Ok(Pos::Retired {
+                return Ok(Some(Pos::Retired {
                     through: h.retired_through,
                     index: c.offset,
-                });
+                }));
             }
             log::error!(
                 "store: instance {:?} was shipping what retired ledger files held ({}), which this ledger no longer \
@@ -606,16 +631,18 @@ impl Shipper {
                         offset: h.active.len,
                         fingerprint: c.fingerprint.clone(),
                     };
-                    store.set_cursor(&self.instance, &to)?;
-                    return Ok(Pos::File {
+                    if !store.move_cursor(&self.instance, &c, &to)? {
+                        return Ok(None);
+                    }
+                    return Ok(Some(Pos::File {
                         seq,
                         offset: h.active.len,
-                    });
+                    }));
                 }
-                return Ok(Pos::File {
+                return Ok(Some(Pos::File {
                     seq,
                     offset: c.offset,
-                });
+                }));
             }
             log::error!(
                 "store: the ledger in {} is not the one instance {:?} shipped before (no file of it has the first \
@@ -627,8 +654,10 @@ impl Shipper {
             );
         }
         let to = self.cursor_of(h, &begin)?;
-        store.set_cursor(&self.instance, &to)?;
-        Ok(begin)
+        if !store.move_cursor(&self.instance, &c, &to)? {
+            return Ok(None);
+        }
+        Ok(Some(begin))
     }
 
     /// Ships the retired items after `index`; at their end, moves to the first file after them. None: the
