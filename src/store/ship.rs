@@ -850,7 +850,9 @@ pub fn follow(store: Arc<Store>, ledger: &crate::ledger::Ledger) {
         };
         let step = match fed {
             Ok(Some(moved)) => {
-                if moved && !fed_once {
+                // Said once something was shipped that way (a step that found the cursor elsewhere ships
+                // nothing, though it moved on).
+                if sh.shipped_fed > 0 && !fed_once {
                     fed_once = true;
                     log::info!(
                         "store: usage records shipped from the ledger writer's memory as it syncs them (the \
