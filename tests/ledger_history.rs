@@ -788,39 +788,6 @@ fn queries_read_across_files_and_skip_those_outside_the_range() {
     assert_eq!(all.status, 500, "{}", all.text());
 }
 
-/// A tmpfs mounted for one test, unmounted when dropped (CI runs as root; elsewhere the test is skipped).
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    fn mount(dir: &Path, size: &str) -> Option<Tmpfs> {
-        let at = dir.join("disk");
-        std::fs::create_dir_all(&at).unwrap();
-        let out = Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={size},mode=0700"),
-                "tmpfs",
-            ])
-            .arg(&at)
-            .output();
-        match out {
-            Ok(o) if o.status.success() => Some(Tmpfs(at)),
-            other => {
-                println!("skipped: cannot mount tmpfs ({other:?})");
-                None
-            }
-        }
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
-
 /// Item 5: free space under `min_free_disk_mb` is a WARN, a `/readyz` detail (still ready), a metric and a
 /// settings field, before any write fails; it clears when space comes back.
 #[test]

@@ -409,27 +409,14 @@ fn main() {
     println!();
     println!("## Summary against the targets");
     println!();
-    let w0 = ctx
-        .summary
-        .rows
-        .iter()
-        .map(|r| r.0.chars().count())
-        .max()
-        .unwrap_or(10);
-    let w1 = ctx
-        .summary
-        .rows
-        .iter()
-        .map(|r| r.1.chars().count())
-        .max()
-        .unwrap_or(10);
-    let w2 = ctx
-        .summary
-        .rows
-        .iter()
-        .map(|r| r.2.chars().count())
-        .max()
-        .unwrap_or(10);
+    let rows = &ctx.summary.rows;
+    let width = |cell: fn(&(String, String, String, String)) -> &String| {
+        rows.iter()
+            .map(|r| cell(r).chars().count())
+            .max()
+            .unwrap_or(10)
+    };
+    let (w0, w1, w2) = (width(|r| &r.0), width(|r| &r.1), width(|r| &r.2));
     for (what, value, target, verdict) in &ctx.summary.rows {
         println!("{what:<w0$}  {value:>w1$}  {target:<w2$}  {verdict}");
     }

@@ -10,7 +10,8 @@
 //!   engine;
 //! - [`procs`]: the process manager: the binaries, `tollgate serve` started and waited for, `keys add`,
 //!   signals, `/proc` figures;
-//! - [`redis`]: real `redis-server` processes (a server, or a primary, a replica and sentinels).
+//! - [`redis`]: real `redis-server` processes (a server, or a primary, a replica and sentinels);
+//! - [`tmpfs`]: a real small file system that fills (tmpfs, mounted for one test).
 
 pub mod client;
 pub mod gateway;
@@ -18,6 +19,7 @@ pub mod http;
 pub mod load;
 pub mod procs;
 pub mod redis;
+pub mod tmpfs;
 pub mod upstream;
 
 use std::path::{Path, PathBuf};
@@ -26,6 +28,7 @@ use std::time::{Duration, Instant};
 pub use gateway::*;
 pub use http::*;
 pub use procs::{signal, wait_exit};
+pub use tmpfs::Tmpfs;
 
 /// The key every test upstream expects; the gateway reads it from this environment variable.
 pub const UPSTREAM_KEY: &str = "sk-upstream-secret-0123456789";
