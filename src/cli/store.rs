@@ -384,7 +384,7 @@ fn rebuild(a: &StoreRebuildArgs) -> Result<(), String> {
 /// `usage.jsonl` (its rotated files beside it count too), or any other file (that file alone).
 fn ship_whole(store: &Store, instance: &str, path: &Path) -> Result<u64, String> {
     let history = ledger_history(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    crate::store::ship::ship_all(store, instance, &history).map_err(|e| {
+    crate::store::shipper::ship_all(store, instance, &history).map_err(|e| {
         if e.unavailable {
             unreachable(store, &e)
         } else {

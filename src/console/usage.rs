@@ -87,8 +87,11 @@ fn query(gw: &Gateway, f: &Filter) -> Result<Vec<Record>, ApiError> {
         // client that has its answer finds its record here.
         if store.healthy() && !store.lost() {
             gw.ledger.flush();
-            let _ =
-                crate::store::ship::catch_up(store, &gw.ledger, std::time::Duration::from_secs(2));
+            let _ = crate::store::shipper::catch_up(
+                store,
+                &gw.ledger,
+                std::time::Duration::from_secs(2),
+            );
         }
         match shared_query(store, f) {
             Ok(records) => return Ok(records),

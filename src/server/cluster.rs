@@ -364,7 +364,7 @@ pub fn start(
     super::spawn("tollgate-settler", move || s.settler())?;
     let g = gw.clone();
     super::spawn("tollgate-shipper", move || {
-        crate::store::ship::follow(store, &g.ledger)
+        crate::store::shipper::follow(store, &g.ledger)
     })
 }
 
@@ -375,7 +375,7 @@ pub fn leave(store: &Store, ledger: &crate::ledger::Ledger, within: Duration) {
     if let Err(e) = store.settle_due(true) {
         log::warn!("store: settlements left to the records ({e})");
     }
-    match crate::store::ship::catch_up(store, ledger, within) {
+    match crate::store::shipper::catch_up(store, ledger, within) {
         Ok(()) => {}
         Err(e) => log::warn!(
             "store: not every usage record was shipped before exiting ({e}); the rest is shipped from the local \

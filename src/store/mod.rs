@@ -30,6 +30,7 @@ pub mod accounts;
 pub mod cache;
 pub mod sentinel;
 pub mod ship;
+pub mod shipper;
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -163,7 +164,7 @@ pub struct Store {
     healthy: AtomicBool,
     /// The store lost its data (its epoch is gone): nothing it says about balances can be trusted.
     lost: AtomicBool,
-    /// Shutdown: the shipper thread stops (the last records are shipped by `ship::catch_up`).
+    /// Shutdown: the shipper thread stops (the last records are shipped by `shipper::catch_up`).
     stopping: AtomicBool,
     /// The last failure, for `/readyz` and the log.
     last_error: Mutex<Option<String>>,
