@@ -11,10 +11,11 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use common::redis::Redis;
+use common::upstream::{FakeUpstream, Reply};
 use common::{base_config, wait_for, Gateway, TempDir, ADMIN_TOKEN_ENV, PRICED_MOCK};
 use serde_json::{json, Value};
 
@@ -109,11 +110,14 @@ fn monitor(redis: &Redis, stop: Arc<AtomicBool>) -> Arc<Mutex<Vec<Vec<String>>>>
     seen
 }
 
-/// The script calls that touched key `name`'s account: admissions (7 keys, the last `t:terms`) with the
-/// ids of the settlements each carried, and the settlements sent on their own (5 keys each).
+/// The script calls that touched key `name`'s account: admissions (7 keys, the last `t:terms`; each call
+/// admits `n` requests, its first argument) with the ids of the settlements each carried, and the
+/// settlements sent on their own (5 keys each).
 #[derive(Default, Debug)]
 struct Calls {
     admissions: Vec<String>,
+    /// How many requests each admission call admitted.
+    admission_calls: Vec<usize>,
     carried: Vec<String>,
     alone: Vec<String>,
     /// Settlement script calls (each may settle several requests).
@@ -130,8 +134,13 @@ fn calls(seen: &[Vec<String>], name: &str) -> Calls {
         let keys = &a[3..3 + n];
         let args = &a[3 + n..];
         if n == 7 && keys[0] == acct && keys[6] == "t:terms" {
-            c.admissions.push(args[0].clone());
-            c.carried.extend(args[15..].chunks(6).map(|s| s[0].clone()));
+            // n, 12 values the admissions share, 3 of each admission, then 6 of each settlement.
+            let count: usize = args[0].parse().unwrap();
+            c.admission_calls.push(count);
+            c.admissions
+                .extend((0..count).map(|i| args[13 + 3 * i].clone()));
+            c.carried
+                .extend(args[13 + 3 * count..].chunks(6).map(|s| s[0].clone()));
         } else if n % 5 == 0 && keys.first().is_some_and(|k| k.starts_with("t:acct:")) {
             c.settle_calls += 1;
             for (k, s) in keys.chunks(5).zip(args.chunks(6)) {
@@ -163,12 +172,12 @@ fn burst(gw: &Arc<Gateway>, key: &str, threads: usize, each: usize) -> usize {
     threads * each
 }
 
-/// One script call per request for a key with a credit (and for one with limits): every admission is one
-/// EVALSHA, and every request's settlement is applied exactly once, inside a later admission's call of its
-/// key (no call of its own) or by the settler thread; under concurrent load on the key most ride with an
-/// admission.
+/// At most one script call per request for a key with a credit (and for one with limits): every admission
+/// is in one EVALSHA (with the others of its key asked at the same moment), and every request's settlement
+/// is applied exactly once, inside a later admission's call of its key (no call of its own) or by the
+/// settler thread; under concurrent load on the key most ride with an admission.
 #[test]
-fn a_key_with_a_credit_costs_one_script_call_per_request() {
+fn a_key_with_a_credit_costs_at_most_one_script_call_per_request() {
     let redis = Redis::start(false);
     let dir = TempDir::new("gw-a");
     let c = config(dir.path(), &redis, "gw-a", "");
@@ -210,7 +219,12 @@ fn a_key_with_a_credit_costs_one_script_call_per_request() {
         assert_eq!(
             c.admissions.len(),
             sent,
-            "one admission script call per request ({name})"
+            "every request admitted in a script call ({name})"
+        );
+        assert!(
+            c.admission_calls.len() <= sent,
+            "{name}: {} admission calls for {sent} requests",
+            c.admission_calls.len()
         );
         assert!(
             !c.carried.is_empty(),
@@ -232,12 +246,121 @@ fn a_key_with_a_credit_costs_one_script_call_per_request() {
         // admission carried (fewer calls than settlements when it sends several at once).
         assert!(c.settle_calls <= c.alone.len(), "{name}");
         assert!(
-            c.admissions.len() + c.settle_calls < 2 * sent,
-            "{name}: {} admissions and {} settlement calls for {sent} requests",
-            c.admissions.len(),
+            c.admission_calls.len() + c.settle_calls < 2 * sent,
+            "{name}: {} admission calls and {} settlement calls for {sent} requests",
+            c.admission_calls.len(),
             c.settle_calls
         );
     }
+}
+
+/// Admissions of one key asked at the same moment go in one script call, and each is judged after those
+/// before it, as if alone: with `max_concurrent = 3`, eight requests at once (held at the upstream until
+/// the test lets them go) are three admitted and five refused. The test hook holds each round trip's
+/// leader 300 ms before it takes the admissions waiting, so that the others surely queue behind it.
+#[test]
+fn admissions_asked_together_share_a_call_and_are_judged_one_after_another() {
+    let redis = Redis::start(false);
+    let gate = Arc::new((Mutex::new(false), Condvar::new()));
+    let held = gate.clone();
+    let fake = FakeUpstream::start(move |_| {
+        let (open, woken) = &*held;
+        let mut o = open.lock().unwrap();
+        while !*o {
+            o = woken.wait(o).unwrap();
+        }
+        Reply::json(
+            200,
+            &json!({"id": "c", "object": "chat.completion", "created": 1, "model": "held",
+                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "ok"}}],
+                "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}}),
+        )
+    });
+    let dir = TempDir::new("store-path-together");
+    let mut c = config(dir.path(), &redis, "gw-together", "");
+    c.push_str(&format!(
+        r#"
+[[upstreams]]
+name = "held"
+kind = "openai-chat"
+base_url = "http://{}/v1"
+
+[[models]]
+name = "held"
+upstream = "held"
+input_price = 1.0
+output_price = 1.0
+
+[[groups]]
+name = "three"
+models = ["*"]
+max_concurrent = 3
+"#,
+        fake.addr
+    ));
+    let cfg = dir.path().join("tollgate.toml");
+    std::fs::write(&cfg, &c).unwrap();
+    let mut cmd = std::process::Command::new(common::bin());
+    cmd.args(["serve", "--config"])
+        .arg(&cfg)
+        .env("TOLLGATE_TEST_ADMIT_PAUSE_MS", "300");
+    let gw = Arc::new(Gateway::start_command(dir, &mut cmd));
+    let key = gw.add_key("three", "three", Some(1000.0));
+    // One request first, settled: the scripts are loaded (a first call may meet NOSCRIPT and be sent
+    // again) before the calls are counted.
+    assert_eq!(gw.post_as(&key, "/v1/chat/completions", &chat()).status, 200);
+    wait_for(
+        || redis.hget("t:acct:three", "reserved") == "0",
+        "the first request settled",
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen = monitor(&redis, stop.clone());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let clients: Vec<_> = (0..8)
+        .map(|_| {
+            let (gw, key, tx) = (gw.clone(), key.clone(), tx.clone());
+            std::thread::spawn(move || {
+                let body = json!({"model": "held", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]});
+                let status = gw.post_as(&key, "/v1/chat/completions", &body).status;
+                tx.send(status).unwrap();
+            })
+        })
+        .collect();
+    // The refused come back while the admitted are held at the upstream.
+    let refused: Vec<u16> = (0..5).map(|_| rx.recv().unwrap()).collect();
+    assert_eq!(
+        refused,
+        vec![429; 5],
+        "five refused for the concurrency limit"
+    );
+    wait_for(
+        || fake.received().len() == 3,
+        "three requests at the upstream",
+    );
+    {
+        let (open, woken) = &*gate;
+        *open.lock().unwrap() = true;
+        woken.notify_all();
+    }
+    let admitted: Vec<u16> = (0..3).map(|_| rx.recv().unwrap()).collect();
+    assert_eq!(admitted, vec![200; 3]);
+    for c in clients {
+        c.join().unwrap();
+    }
+    assert_eq!(fake.received().len(), 3, "no more reached the upstream");
+    wait_for(
+        || redis.hget("t:acct:three", "inflight") == "0",
+        "every slot given back",
+    );
+    stop.store(true, Ordering::Relaxed);
+    let c = calls(&seen.lock().unwrap(), "three");
+    assert_eq!(c.admissions.len(), 8, "{c:?}");
+    assert!(
+        c.admission_calls.iter().any(|&n| n >= 2),
+        "admissions asked together shared a script call: {:?}",
+        c.admission_calls
+    );
+    assert!(c.admission_calls.len() < 8, "{:?}", c.admission_calls);
 }
 
 /// The fields of a hash (`HGETALL`), over RESP.

@@ -28,6 +28,19 @@ pub const SETTLE_AFTER: Duration = Duration::from_millis(2);
 /// Settlements sent in one script call by the settler thread at most.
 const SETTLE_BATCH: usize = 200;
 
+/// An admission waiting for its round trip (`Store::admit`, `batch.rs`): its key, what it shares with the
+/// admissions of the same key asked with it (see `lua/admit.lua`: ARGV 2 to 13), its own id, cost and tokens,
+/// and the key's waiting settlements it carries.
+pub(super) struct Ask {
+    key: String,
+    shared: [String; 12],
+    own: [String; 3],
+    settles: Vec<Pending>,
+}
+
+/// A script call and the settlements it carries.
+pub(super) type Call = (redis::Cmd, Vec<Pending>);
+
 /// A settlement not yet sent.
 pub(super) struct Pending {
     key: String,
@@ -122,51 +135,57 @@ impl Store {
         limits: &Limits,
         group_budget: Option<Budget>,
     ) -> Result<Admission, StoreError> {
-        let k = self.account_keys(key);
         let (budget, letter) = match group_budget {
             Some(b) => (units(b.amount), b.period.letter().to_string()),
             None => (String::new(), String::new()),
         };
         let field = |p| period_field(p, limits.now);
-        let args = [
-            id.to_string(),
-            units(cost.max(Money::ZERO)),
-            script_tokens(limits.tokens).to_string(),
-            opt(limits.rpm),
-            opt(limits.tpm),
-            opt(limits.max_concurrent),
-            self.settings.lease.as_millis().to_string(),
-            budget,
-            letter,
-            limits.now.to_string(),
-            key.to_string(),
-            field(Period::Daily),
-            field(Period::Weekly),
-            field(Period::Monthly),
-            if limits.credit.is_some() || limits.budget.is_some() {
-                "1".to_string()
-            } else {
-                String::new()
+        let ask = Ask {
+            key: key.to_string(),
+            shared: [
+                opt(limits.rpm),
+                opt(limits.tpm),
+                opt(limits.max_concurrent),
+                self.settings.lease.as_millis().to_string(),
+                budget,
+                letter,
+                limits.now.to_string(),
+                key.to_string(),
+                field(Period::Daily),
+                field(Period::Weekly),
+                field(Period::Monthly),
+                if limits.credit.is_some() || limits.budget.is_some() {
+                    "1".to_string()
+                } else {
+                    String::new()
+                },
+            ],
+            own: [
+                id.to_string(),
+                units(cost.max(Money::ZERO)),
+                script_tokens(limits.tokens).to_string(),
+            ],
+            // The key's settlements still waiting ride in the same script call, applied first: a client's
+            // next request is judged after its last one ended.
+            settles: self.take_pending(|p| p.key == key),
+        };
+        // Admissions of workers asking at the same moment share one round trip, and those of one key one
+        // script call (`batch.rs`).
+        let reply = self.admissions.submit(
+            ask,
+            |asks| self.admit_together(asks),
+            || {
+                Err(StoreError {
+                    unavailable: false,
+                    message: "the admission's batch failed".into(),
+                })
             },
-        ];
-        let keys = [
-            k.acct,
-            k.res,
-            k.lease,
-            k.win,
-            k.winv,
-            k.per,
-            self.k("terms"),
-        ];
-        // The key's settlements still waiting ride in the same script call, applied first: a client's next
-        // request is judged after its last one ended.
-        let reply = self.send(self.take_pending(|p| p.key == key), Some((&keys, &args)))?;
+        )?;
         let bad = |e: &dyn std::fmt::Display| StoreError {
             unavailable: false,
             message: format!("the admission script's answer: {e}"),
         };
-        let v: Vec<Value> =
-            FromRedisValue::from_redis_value(reply.unwrap_or(Value::Nil)).map_err(|e| bad(&e))?;
+        let v: Vec<Value> = FromRedisValue::from_redis_value(reply).map_err(|e| bad(&e))?;
         if v.len() != 13 {
             return Err(bad(&format!("{} values", v.len())));
         }
@@ -199,6 +218,99 @@ impl Store {
             credit: (!credit.is_empty()).then(|| money(&credit)),
             budget,
         })
+    }
+
+    /// The admissions of one batch: one script call per key (and per set of its limits, which a reload can
+    /// change between two asks), in the order of each key's first ask, all in one round trip. Returns each
+    /// ask's answer, in order.
+    fn admit_together(&self, asks: Vec<Ask>) -> Vec<Result<Value, StoreError>> {
+        // (the first ask of the call, the asks it carries)
+        let mut calls: Vec<(usize, Vec<usize>)> = Vec::new();
+        for (i, ask) in asks.iter().enumerate() {
+            match calls
+                .iter_mut()
+                .find(|(first, _)| asks[*first].key == ask.key && asks[*first].shared == ask.shared)
+            {
+                Some((_, members)) => members.push(i),
+                None => calls.push((i, vec![i])),
+            }
+        }
+        let mut asks: Vec<Option<Ask>> = asks.into_iter().map(Some).collect();
+        let mut members_of = Vec::with_capacity(calls.len());
+        let mut sent = Vec::with_capacity(calls.len());
+        for (first, members) in calls {
+            let k = self.account_keys(asks[first].as_ref().map_or("", |a| a.key.as_str()));
+            let mut cmd = redis::cmd("EVALSHA");
+            cmd.arg(self.scripts.admit.get_hash())
+                .arg(7)
+                .arg(&[
+                    k.acct,
+                    k.res,
+                    k.lease,
+                    k.win,
+                    k.winv,
+                    k.per,
+                    self.k("terms"),
+                ])
+                .arg(members.len());
+            if let Some(a) = &asks[first] {
+                cmd.arg(&a.shared);
+            }
+            let mut settles = Vec::new();
+            for &i in &members {
+                if let Some(a) = asks[i].take() {
+                    cmd.arg(&a.own);
+                    settles.extend(a.settles);
+                }
+            }
+            for p in &settles {
+                cmd.arg(&Self::settle_args(p));
+            }
+            sent.push((cmd, settles));
+            members_of.push(members);
+        }
+        let n = asks.len();
+        let mut answers: Vec<Option<Result<Value, StoreError>>> = (0..n).map(|_| None).collect();
+        for (reply, members) in self.send(sent).into_iter().zip(members_of) {
+            let each: Result<Vec<Value>, StoreError> = reply.and_then(|v| {
+                match Vec::<Value>::from_redis_value(v) {
+                    Ok(each) if each.len() == members.len() => Ok(each),
+                    Ok(each) => Err(format!(
+                        "{} answers for {} admissions",
+                        each.len(),
+                        members.len()
+                    )),
+                    Err(e) => Err(e.to_string()),
+                }
+                .map_err(|e| StoreError {
+                    unavailable: false,
+                    message: format!("the admission script's answer: {e}"),
+                })
+            });
+            match each {
+                Ok(each) => {
+                    for (i, v) in members.into_iter().zip(each) {
+                        answers[i] = Some(Ok(v));
+                    }
+                }
+                Err(e) => {
+                    for i in members {
+                        answers[i] = Some(Err(e.clone()));
+                    }
+                }
+            }
+        }
+        answers
+            .into_iter()
+            .map(|a| {
+                a.unwrap_or_else(|| {
+                    Err(StoreError {
+                        unavailable: false,
+                        message: "the store's answer had no reply to the script".into(),
+                    })
+                })
+            })
+            .collect()
     }
 
     /// Settles request `id`: its actual cost counts (in the budget periods of `admitted_at`, Unix seconds),
@@ -245,98 +357,113 @@ impl Store {
         ]
     }
 
-    /// One script call in one round trip: the admission script (when given) carrying `settles` (all of its
-    /// key), applied before it; or else the settlement script with `settles` (any keys). Returns the
-    /// admission's answer. Settlements that did not go through are put back (a settlement applies once: sent
-    /// twice, the second finds it done).
-    fn send(
-        &self,
-        settles: Vec<Pending>,
-        admit: Option<(&[String], &[String])>,
-    ) -> Result<Option<Value>, StoreError> {
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        match admit {
-            Some((keys, args)) => {
-                let cmd = pipe
-                    .cmd("EVALSHA")
-                    .arg(self.scripts.admit.get_hash())
-                    .arg(keys.len())
-                    .arg(keys)
-                    .arg(args);
-                for p in &settles {
-                    cmd.arg(&Self::settle_args(p));
-                }
-            }
-            None => {
-                let mut keys = Vec::with_capacity(settles.len() * 5);
-                let mut args = Vec::with_capacity(settles.len() * 6);
-                for p in &settles {
-                    let k = self.account_keys(&p.key);
-                    keys.extend([k.acct, k.res, k.lease, k.winv, k.per]);
-                    args.extend(Self::settle_args(p));
-                }
-                pipe.cmd("EVALSHA")
-                    .arg(self.scripts.settle.get_hash())
-                    .arg(keys.len())
-                    .arg(keys)
-                    .arg(args);
-            }
+    /// Script calls in one round trip, each with the settlements it carries (applied in it), in order;
+    /// returns each call's answer. The settlements of a call that did not go through are put back (a
+    /// settlement applies once: sent twice, the second finds it done).
+    fn send(&self, calls: Vec<Call>) -> Vec<Result<Value, StoreError>> {
+        let n = calls.len();
+        let (cmds, settles): (Vec<redis::Cmd>, Vec<Vec<Pending>>) = calls.into_iter().unzip();
+        let mut first = redis::pipe();
+        first.ignore_errors();
+        for cmd in cmds {
+            first.add_command(cmd);
         }
-        self.wait_in(&mut pipe);
-        let mut reply: Option<redis::RedisResult<Value>> = None;
+        self.wait_in(&mut first);
+        let mut answers: Vec<Option<Result<Value, StoreError>>> = (0..n).map(|_| None).collect();
+        let mut todo: Vec<usize> = (0..n).collect();
+        let mut again: Option<redis::Pipeline> = None;
         for attempt in 0..2 {
-            let mut replies: Vec<redis::RedisResult<Value>> = match self.with(|con| pipe.query(con))
-            {
+            let pipe = again.as_ref().unwrap_or(&first);
+            let replies: Vec<redis::RedisResult<Value>> = match self.with(|con| pipe.query(con)) {
                 Ok(r) => r,
                 Err(e) => {
-                    lock(&self.pending).extend(settles);
-                    return Err(e);
+                    for &i in &todo {
+                        answers[i] = Some(Err(e.clone()));
+                    }
+                    break;
                 }
             };
-            reply = replies.drain(..).next();
-            let forgot = reply.as_ref().is_some_and(|r| {
-                r.as_ref().is_err_and(|e| {
+            let mut forgot = Vec::new();
+            for (&i, reply) in todo.iter().zip(replies) {
+                let no_script = reply.as_ref().is_err_and(|e| {
                     e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
-                })
-            });
-            if !forgot || attempt == 1 {
+                });
+                if no_script && attempt == 0 {
+                    forgot.push(i);
+                } else {
+                    // An error the script answered; with sentinels, a server that turned replica counts
+                    // as down.
+                    answers[i] = Some(reply.map_err(|e| self.failed(&e)));
+                }
+            }
+            if forgot.is_empty() {
                 break;
             }
-            // A restarted Redis forgot the scripts: load them and send it again.
+            // A restarted Redis forgot the scripts: load them and send those calls again.
             let loaded = self.with(|con| {
                 self.scripts.settle.load(con)?;
                 self.scripts.admit.load(con)
             });
             if let Err(e) = loaded {
-                lock(&self.pending).extend(settles);
-                return Err(e);
-            }
-        }
-        match reply {
-            Some(Ok(v)) => {
-                let mut leases = lock(&self.leases);
-                for p in &settles {
-                    leases.remove(&p.id);
+                for &i in &forgot {
+                    answers[i] = Some(Err(e.clone()));
                 }
-                Ok(admit.map(|_| v))
+                break;
             }
-            Some(Err(e)) => {
-                if !settles.is_empty() {
-                    log::error!("store: settling {} request(s) failed: {e}", settles.len());
-                }
-                lock(&self.pending).extend(settles);
-                // An error the script answered; with sentinels, a server that turned replica counts as down.
-                Err(self.failed(&e))
+            let sent: Vec<&redis::Cmd> = first.cmd_iter().collect();
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors();
+            for &i in &forgot {
+                pipe.add_command(sent[i].clone());
             }
-            None => {
-                lock(&self.pending).extend(settles);
-                Err(StoreError {
-                    unavailable: false,
-                    message: "the store's answer had no reply to the script".into(),
-                })
-            }
+            self.wait_in(&mut pipe);
+            again = Some(pipe);
+            todo = forgot;
         }
+        answers
+            .into_iter()
+            .zip(settles)
+            .map(|(answer, settles)| {
+                let answer = answer.unwrap_or_else(|| {
+                    Err(StoreError {
+                        unavailable: false,
+                        message: "the store's answer had no reply to the script".into(),
+                    })
+                });
+                match &answer {
+                    Ok(_) => {
+                        let mut leases = lock(&self.leases);
+                        for p in &settles {
+                            leases.remove(&p.id);
+                        }
+                    }
+                    Err(e) => {
+                        if !settles.is_empty() {
+                            log::error!("store: settling {} request(s) failed: {e}", settles.len());
+                        }
+                        lock(&self.pending).extend(settles);
+                    }
+                }
+                answer
+            })
+            .collect()
+    }
+
+    /// The settler's script call: `settles` (any keys) in one call.
+    fn settle_call(&self, settles: Vec<Pending>) -> Call {
+        let mut keys = Vec::with_capacity(settles.len() * 5);
+        let mut args = Vec::with_capacity(settles.len() * 6);
+        for p in &settles {
+            let k = self.account_keys(&p.key);
+            keys.extend([k.acct, k.res, k.lease, k.winv, k.per]);
+            args.extend(Self::settle_args(p));
+        }
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.scripts.settle.get_hash())
+            .arg(keys.len())
+            .arg(keys)
+            .arg(args);
+        (cmd, settles)
     }
 
     /// Sends the settlements that have waited `SETTLE_AFTER` (all of them when `all`); the settler thread
@@ -345,7 +472,8 @@ impl Store {
         let mut due = self.take_pending(|p| all || p.since.elapsed() >= SETTLE_AFTER);
         while !due.is_empty() {
             let rest = due.split_off(due.len().min(SETTLE_BATCH));
-            if let Err(e) = self.send(due, None) {
+            let call = self.settle_call(due);
+            if let Some(Err(e)) = self.send(vec![call]).pop() {
                 lock(&self.pending).extend(rest);
                 return Err(e);
             }

@@ -27,6 +27,7 @@
 //! (list of audit entries, newest first); `cache:*` (the answer cache's entries and their order, `cache.rs`).
 
 pub mod accounts;
+mod batch;
 pub mod cache;
 pub mod sentinel;
 pub mod ship;
@@ -109,15 +110,15 @@ struct Scripts {
 
 const MONEY: &str = include_str!("lua/money.lua");
 
-const SETTLE_ONE: &str = include_str!("lua/settle_one.lua");
+const SETTLE_MANY: &str = include_str!("lua/settle_many.lua");
 
 fn script(body: &str) -> redis::Script {
     redis::Script::new(&format!("{MONEY}\n{body}"))
 }
 
-/// A script that settles requests (`settle_one.lua` between the money helpers and its body).
+/// A script that settles requests (`settle_many.lua` between the money helpers and its body).
 fn settling_script(body: &str) -> redis::Script {
-    redis::Script::new(&format!("{MONEY}\n{SETTLE_ONE}\n{body}"))
+    redis::Script::new(&format!("{MONEY}\n{SETTLE_MANY}\n{body}"))
 }
 
 impl Scripts {
@@ -175,6 +176,8 @@ pub struct Store {
     leases: Mutex<std::collections::HashMap<String, String>>,
     /// Settlements not yet sent (see `accounts.rs`).
     pending: Mutex<Vec<accounts::Pending>>,
+    /// Admissions waiting for a round trip (group commit, `batch.rs`).
+    admissions: batch::Group<accounts::Ask, Result<Value, StoreError>>,
     /// Wakes the settler thread.
     settle_wake: (
         crossbeam_channel::Sender<()>,
@@ -225,6 +228,7 @@ impl Store {
             instance: instance.to_string(),
             leases: Mutex::new(std::collections::HashMap::new()),
             pending: Mutex::new(Vec::new()),
+            admissions: batch::Group::new(),
             settle_wake: crossbeam_channel::bounded(1),
         })
     }

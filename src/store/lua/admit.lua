@@ -1,4 +1,7 @@
--- Admission of one request: the shared twin of Accounts::check_and_reserve (access/accounts.rs), atomic.
+-- Admission of requests of one key, in order, each as if alone: the shared twin of
+-- Accounts::check_and_reserve (access/accounts.rs), atomic. Admissions of the same key asked at the same moment
+-- on this instance come in one call (store/batch.rs): the key's state is read once, each request is judged
+-- after those before it, and the state is written once.
 -- The key's credit, own budget, expiry and state are read here from its terms (kept by keys_write.lua in
 -- the same atomic step as its record), never taken from the instance asking: an instance's copy of the keys
 -- may be a moment old, the store's is the one in force.
@@ -6,22 +9,23 @@
 --       3 lease (zset: id -> lease deadline), 4 win (zset: id -> admitted at, the last minute's admissions of
 --       a key with an rpm or tpm limit), 5 winv (hash: id -> tokens, and _total), 6 per (hash: period field ->
 --       spent in it), 7 terms (hash: key name -> "credit|budget|period|expires|state")
--- ARGV: 1 id, 2 cost (worst case), 3 tokens (estimate), 4 rpm, 5 tpm, 6 max concurrent ('' none), 7 lease
---       ms, 8 the group's budget amount ('' none; the key's own wins), 9 its period (d, w or m), 10 now (Unix
---       seconds), 11 the key's name, 12-14 the day, week and month period fields of now, 15 '1' when the
---       request is held to the key's balance ('' for token counting, and for a key the instance holds to no
---       credit or budget: it sends no output limit upstream), then the key's settlements this call carries
---       (settle_one.lua, applied first: a client's next request is judged after its last one ended), 6 values
---       each: id, cost, tokens used, day/week/month period fields of its admission
--- Returns {verdict, rpm used, rpm reset ms, tpm used, tpm reset ms, tpm wait ms, in flight, spent, reserved,
---          spent in the budget period, credit ('' unlimited), budget amount (''), budget period};
---          verdict 0 admitted, 1 rpm, 2 tpm, 3 concurrency, 4 credit, 5 budget, 6 revoked (or unknown to
---          the store), 7 expired.
+-- ARGV: 1 n, the number of admissions, 2 rpm, 3 tpm, 4 max concurrent ('' none), 5 lease ms, 6 the group's
+--       budget amount ('' none; the key's own wins), 7 its period (d, w or m), 8 now (Unix seconds), 9 the
+--       key's name, 10-12 the day, week and month period fields of now, 13 '1' when the requests are held to
+--       the key's balance ('' for token counting, and for a key the instance holds to no credit or budget:
+--       it sends no output limit upstream), then n admissions of 3 values each: id, cost (worst case),
+--       tokens (estimate); then the key's settlements this call carries (settle_many.lua, applied first: a
+--       client's next request is judged after its last one ended), 6 values each: id, cost, tokens used,
+--       day/week/month period fields of its admission
+-- Returns one answer per admission, in order: {verdict, rpm used, rpm reset ms, tpm used, tpm reset ms, tpm
+--          wait ms, in flight, spent, reserved, spent in the budget period, credit ('' unlimited), budget
+--          amount (''), budget period}; verdict 0 admitted, 1 rpm, 2 tpm, 3 concurrency, 4 credit, 5 budget,
+--          6 revoked (or unknown to the store), 7 expired.
 local acct, res, lease, win, winv, per = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local id, cost, tokens = ARGV[1], m(ARGV[2]), tonumber(ARGV[3])
-local rpm, tpm, conc = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local credit, bamount, bperiod, expires, state = '', ARGV[8], ARGV[9], '', 'u'
-local terms = redis.call('HGET', KEYS[7], ARGV[11])
+local n = tonumber(ARGV[1])
+local rpm, tpm, conc = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local credit, bamount, bperiod, expires, state = '', ARGV[6], ARGV[7], '', 'u'
+local terms = redis.call('HGET', KEYS[7], ARGV[9])
 if terms then
   local c, b, bp, ex, st = string.match(terms, '^(%d*)|(%d*)|(%a?)|(%d*)|(%a)$')
   if st then
@@ -29,8 +33,8 @@ if terms then
     if b ~= '' then bamount, bperiod = b, bp end
   end
 end
-if ARGV[15] ~= '1' then credit, bamount = '', '' end
-local pfield = ({d = ARGV[12], w = ARGV[13], m = ARGV[14]})[bperiod]
+if ARGV[13] ~= '1' then credit, bamount = '', '' end
+local pfield = ({d = ARGV[10], w = ARGV[11], m = ARGV[12]})[bperiod]
 if not pfield then bamount = '' end
 local now = now_ms()
 local window = 60000
@@ -41,11 +45,9 @@ local changed = false
 
 -- The key's settlements carried by this call, in the order they were made.
 local settled = {spent, reserved, inflight}
-for a = 16, #ARGV - 5, 6 do
-  if settle_one(res, lease, winv, per, settled, ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4],
-      ARGV[a + 5]) then
-    changed = true
-  end
+local first_settle = 14 + 3 * n
+if settle_many(res, lease, winv, per, settled, ARGV, first_settle, (#ARGV - first_settle + 1) / 6) > 0 then
+  changed = true
 end
 spent, reserved, inflight = settled[1], settled[2], settled[3]
 
@@ -66,7 +68,7 @@ end
 if inflight < 0 then inflight = 0 end
 
 -- One window serves both limits: rpm counts its entries, tpm adds up their tokens.
-local used, total, reset, tpm_wait = 0, 0, 0, 0
+local used, total, first_at = 0, 0, nil
 if rpm or tpm then
   local old = redis.call('ZRANGEBYSCORE', win, '-inf', cutoff)
   if #old > 0 then
@@ -83,65 +85,107 @@ if rpm or tpm then
   total = num(redis.call('HGET', winv, '_total'))
   if total < 0 then total = 0 end
   local first = redis.call('ZRANGE', win, 0, 0, 'WITHSCORES')
-  if first[2] then reset = tonumber(first[2]) + window - now end
+  if first[2] then first_at = tonumber(first[2]) end
+end
+local cm = nil
+if credit ~= '' then cm = m(credit) end
+local pspent = {0, 0}
+local bm = nil
+if bamount ~= '' then
+  pspent = m(redis.call('HGET', per, pfield))
+  bm = m(bamount)
+end
+local expired = expires ~= '' and tonumber(expires) <= tonumber(ARGV[8])
+
+-- What the admitted requests write goes in one call per kind at the end (a call from a script costs far
+-- more than what it does); the window's is written first where a tpm wait must read the window.
+local answers = {}
+local entries, leases, wins, winvs = {}, {}, {}, {}
+local added, windowed = 0, false
+local function write_window()
+  for i = 1, #wins, 1000 do redis.call('ZADD', win, unpack(wins, i, math.min(i + 999, #wins))) end
+  for i = 1, #winvs, 1000 do redis.call('HSET', winv, unpack(winvs, i, math.min(i + 999, #winvs))) end
+  if added ~= 0 then redis.call('HINCRBY', winv, '_total', added) end
+  wins, winvs, added = {}, {}, 0
+end
+for i = 0, n - 1 do
+  local id, cost_s, tokens_s = ARGV[14 + 3 * i], ARGV[15 + 3 * i], ARGV[16 + 3 * i]
+  local tokens = tonumber(tokens_s)
+  local reset, tpm_wait = 0, 0
+  if first_at then reset = first_at + window - now end
   if tpm and total + tokens > tpm then
+    write_window()
     -- The earliest time enough tokens leave the window for this request to fit.
     local all = redis.call('ZRANGE', win, 0, -1, 'WITHSCORES')
     local freed = 0
-    for i = 1, #all, 2 do
-      freed = freed + num(redis.call('HGET', winv, all[i]))
+    for j = 1, #all, 2 do
+      freed = freed + num(redis.call('HGET', winv, all[j]))
       if total - freed + tokens <= tpm then
-        tpm_wait = tonumber(all[i + 1]) + window - now
+        tpm_wait = tonumber(all[j + 1]) + window - now
         break
       end
     end
     if tpm_wait <= 0 then tpm_wait = window end
   end
-end
 
-local verdict = 0
-if state ~= 'a' then
-  verdict = 6
-elseif expires ~= '' and tonumber(expires) <= tonumber(ARGV[10]) then
-  verdict = 7
-elseif rpm and used >= rpm then
-  verdict = 1
-elseif tpm and total + tokens > tpm then
-  verdict = 2
-elseif conc and inflight >= conc then
-  verdict = 3
-end
-if verdict == 0 and credit ~= '' and not mlt(madd(spent, reserved), m(credit)) then
-  verdict = 4
-end
-local pspent = {0, 0}
-if bamount ~= '' then
-  pspent = m(redis.call('HGET', per, pfield))
-  if verdict == 0 and not mlt(madd(pspent, reserved), m(bamount)) then verdict = 5 end
-end
+  local verdict = 0
+  if state ~= 'a' then
+    verdict = 6
+  elseif expired then
+    verdict = 7
+  elseif rpm and used >= rpm then
+    verdict = 1
+  elseif tpm and total + tokens > tpm then
+    verdict = 2
+  elseif conc and inflight >= conc then
+    verdict = 3
+  end
+  if verdict == 0 and cm and not mlt(madd(spent, reserved), cm) then
+    verdict = 4
+  end
+  if verdict == 0 and bm and not mlt(madd(pspent, reserved), bm) then verdict = 5 end
 
-if verdict == 0 then
-  if rpm or tpm then
-    redis.call('ZADD', win, now, id)
-    redis.call('PEXPIRE', win, window + 1000)
-    if tpm then
-      redis.call('HSET', winv, id, tokens)
-      redis.call('HINCRBY', winv, '_total', tokens)
-      redis.call('PEXPIRE', winv, window + 1000)
+  local answer = {verdict, used, reset, total, reset, tpm_wait, 0, '', '', ms(pspent), credit, bamount, bperiod}
+  if verdict == 0 then
+    if rpm or tpm then
+      wins[#wins + 1] = now
+      wins[#wins + 1] = id
+      if tpm then
+        winvs[#winvs + 1] = id
+        winvs[#winvs + 1] = tokens
+        added = added + tokens
+      end
+      used = used + 1
+      total = total + tokens
+      if not first_at then first_at = now end
+      windowed = true
     end
+    reserved = madd(reserved, m(cost_s))
+    local slot = '0'
+    if conc then
+      slot = '1'
+      inflight = inflight + 1
+    end
+    entries[#entries + 1] = id
+    entries[#entries + 1] = cost_s .. ' ' .. tokens_s .. ' ' .. slot
+    leases[#leases + 1] = now + tonumber(ARGV[5])
+    leases[#leases + 1] = id
+    changed = true
   end
-  reserved = madd(reserved, cost)
-  local slot = '0'
-  if conc then
-    slot = '1'
-    inflight = inflight + 1
-  end
-  redis.call('HSET', res, id, ARGV[2] .. ' ' .. ARGV[3] .. ' ' .. slot)
-  redis.call('ZADD', lease, now + tonumber(ARGV[7]), id)
-  changed = true
+  -- In flight, spent and reserved as this admission left them.
+  answer[7] = inflight
+  answer[8] = ms(spent)
+  answer[9] = ms(reserved)
+  answers[i + 1] = answer
+end
+write_window()
+for i = 1, #entries, 1000 do redis.call('HSET', res, unpack(entries, i, math.min(i + 999, #entries))) end
+for i = 1, #leases, 1000 do redis.call('ZADD', lease, unpack(leases, i, math.min(i + 999, #leases))) end
+if windowed then
+  redis.call('PEXPIRE', win, window + 1000)
+  if tpm then redis.call('PEXPIRE', winv, window + 1000) end
 end
 if changed then
   redis.call('HSET', acct, 'spent', ms(spent), 'reserved', ms(reserved), 'inflight', inflight)
 end
-return {verdict, used, reset, total, reset, tpm_wait, inflight, ms(spent), ms(reserved), ms(pspent), credit,
-  bamount, bperiod}
+return answers

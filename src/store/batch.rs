@@ -1,0 +1,229 @@
+//! Group commit: the script calls of workers that ask the store at the same moment go in one round trip.
+//!
+//! A worker that finds no round trip under way leads: it takes every call waiting (its own among them),
+//! sends them as one pipeline and hands each worker its answer. Calls that arrive meanwhile wait, and when
+//! the leader has its answers, the first of them leads the next round trip with all that waited. A worker
+//! alone (one connection, a quiet gateway) leads at once: nothing waits for a batch to fill. Under load the
+//! batches grow by themselves, and Redis reads, runs and answers many calls per wake-up instead of one.
+//!
+//! Each call is still its own script call, applied in the order the leader took them: what one admission
+//! decides is exactly what it decided alone.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+/// Where one waiting call's answer arrives.
+struct Slot<R> {
+    state: Mutex<State<R>>,
+    woken: Condvar,
+}
+
+enum State<R> {
+    Waiting,
+    /// The previous leader is done: this worker leads the next round trip.
+    Lead,
+    Done(R),
+}
+
+struct Queue<J, R> {
+    waiting: Vec<(J, Arc<Slot<R>>)>,
+    /// A round trip is under way (a worker leads).
+    leading: bool,
+}
+
+/// The calls waiting for a round trip, and whether one is under way.
+pub(super) struct Group<J, R> {
+    queue: Mutex<Queue<J, R>>,
+    /// How long a leader waits before it takes the calls waiting: zero, but for a test (`PAUSE_ENV`).
+    pause: std::time::Duration,
+}
+
+/// Test hook: with `TOLLGATE_TEST_ADMIT_PAUSE_MS=N`, the worker that leads a round trip of admissions waits
+/// N ms before it takes those waiting, so that calls asked at the same moment surely share it.
+pub const PAUSE_ENV: &str = "TOLLGATE_TEST_ADMIT_PAUSE_MS";
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl<J, R> Group<J, R> {
+    pub(super) fn new() -> Self {
+        let pause = std::env::var(PAUSE_ENV)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(std::time::Duration::ZERO, std::time::Duration::from_millis);
+        Group {
+            queue: Mutex::new(Queue {
+                waiting: Vec::new(),
+                leading: false,
+            }),
+            pause,
+        }
+    }
+
+    /// Runs `job` in a batch: `run` gets every job of the batch in order and returns their answers in the
+    /// same order (one each); `fail` is the answer of a job whose batch `run` could not finish (it panicked).
+    /// Returns this job's answer.
+    pub(super) fn submit(
+        &self,
+        job: J,
+        run: impl FnOnce(Vec<J>) -> Vec<R>,
+        fail: impl Fn() -> R,
+    ) -> R {
+        let mine = Arc::new(Slot {
+            state: Mutex::new(State::Waiting),
+            woken: Condvar::new(),
+        });
+        {
+            let mut queue = lock(&self.queue);
+            queue.waiting.push((job, Arc::clone(&mine)));
+            if queue.leading {
+                drop(queue);
+                let mut state = lock(&mine.state);
+                loop {
+                    match std::mem::replace(&mut *state, State::Waiting) {
+                        State::Done(answer) => return answer,
+                        State::Lead => break,
+                        State::Waiting => {
+                            state = mine.woken.wait(state).unwrap_or_else(|e| e.into_inner())
+                        }
+                    }
+                }
+            } else {
+                queue.leading = true;
+            }
+        }
+        // This worker leads: every call waiting goes, its own among them (it is still in the queue: a
+        // worker told to lead was not taken by the round trip before).
+        if !self.pause.is_zero() {
+            std::thread::sleep(self.pause);
+        }
+        let (jobs, slots): (Vec<J>, Vec<Arc<Slot<R>>>) =
+            std::mem::take(&mut lock(&self.queue).waiting)
+                .into_iter()
+                .unzip();
+        let n = jobs.len();
+        let mut answers = match catch_unwind(AssertUnwindSafe(|| run(jobs))) {
+            Ok(a) if a.len() == n => a,
+            Ok(a) => {
+                log::error!("store: a batch of {n} calls got {} answers", a.len());
+                (0..n).map(|_| fail()).collect()
+            }
+            Err(_) => {
+                log::error!("store: a batch of {n} calls failed (a panic)");
+                (0..n).map(|_| fail()).collect()
+            }
+        };
+        let mut own = None;
+        for (slot, answer) in slots.iter().zip(answers.drain(..)) {
+            if Arc::ptr_eq(slot, &mine) {
+                own = Some(answer);
+            } else {
+                *lock(&slot.state) = State::Done(answer);
+                slot.woken.notify_one();
+            }
+        }
+        // The next round trip is led by the first call that waited meanwhile.
+        {
+            let mut queue = lock(&self.queue);
+            match queue.waiting.first() {
+                Some((_, next)) => {
+                    *lock(&next.state) = State::Lead;
+                    next.woken.notify_one();
+                }
+                None => queue.leading = false,
+            }
+        }
+        own.unwrap_or_else(fail)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn a_call_alone_is_run_at_once_and_answered() {
+        let g: Group<u32, u32> = Group::new();
+        assert_eq!(
+            g.submit(7, |jobs| jobs.iter().map(|j| j * 2).collect(), || 0),
+            14
+        );
+    }
+
+    #[test]
+    fn calls_that_arrive_during_a_round_trip_share_the_next_and_each_gets_its_own_answer() {
+        let g: Arc<Group<u32, u32>> = Arc::new(Group::new());
+        let batches = Arc::new(Mutex::new(Vec::<Vec<u32>>::new()));
+        // The first call holds its round trip until the others have queued behind it.
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let release_rx = Mutex::new(release_rx);
+        let first = {
+            let (g, batches) = (Arc::clone(&g), Arc::clone(&batches));
+            let rx = release_rx;
+            std::thread::spawn(move || {
+                g.submit(
+                    1,
+                    |jobs| {
+                        rx.lock().unwrap().recv().unwrap();
+                        batches.lock().unwrap().push(jobs.clone());
+                        jobs.iter().map(|j| j * 10).collect()
+                    },
+                    || 0,
+                )
+            })
+        };
+        while !lock(&g.queue).leading {
+            std::thread::yield_now();
+        }
+        let others: Vec<_> = (2..=5u32)
+            .map(|j| {
+                let (g, batches) = (Arc::clone(&g), Arc::clone(&batches));
+                std::thread::spawn(move || {
+                    g.submit(
+                        j,
+                        |jobs| {
+                            batches.lock().unwrap().push(jobs.clone());
+                            jobs.iter().map(|j| j * 10).collect()
+                        },
+                        || 0,
+                    )
+                })
+            })
+            .collect();
+        while lock(&g.queue).waiting.len() < 4 {
+            std::thread::yield_now();
+        }
+        release_tx.send(()).unwrap();
+        assert_eq!(first.join().unwrap(), 10);
+        let mut answers: Vec<u32> = others.into_iter().map(|t| t.join().unwrap()).collect();
+        answers.sort();
+        assert_eq!(answers, vec![20, 30, 40, 50]);
+        let batches = batches.lock().unwrap();
+        assert_eq!(batches.len(), 2, "{batches:?}");
+        assert_eq!(batches[0], vec![1]);
+        let mut second = batches[1].clone();
+        second.sort();
+        assert_eq!(second, vec![2, 3, 4, 5]);
+        assert!(!lock(&g.queue).leading);
+    }
+
+    #[test]
+    fn a_batch_that_panics_answers_every_call_with_the_failure_and_the_next_call_still_runs() {
+        let g: Group<u32, Option<u32>> = Group::new();
+        let answer = g.submit(1, |_| panic!("a bug in the batch"), || None);
+        assert_eq!(answer, None);
+        let ran = AtomicUsize::new(0);
+        let answer = g.submit(
+            2,
+            |jobs| {
+                ran.fetch_add(1, Ordering::Relaxed);
+                jobs.into_iter().map(Some).collect()
+            },
+            || None,
+        );
+        assert_eq!(answer, Some(2));
+        assert_eq!(ran.load(Ordering::Relaxed), 1);
+    }
+}
