@@ -308,7 +308,10 @@ max_concurrent = 3
     let key = gw.add_key("three", "three", Some(1000.0));
     // One request first, settled: the scripts are loaded (a first call may meet NOSCRIPT and be sent
     // again) before the calls are counted.
-    assert_eq!(gw.post_as(&key, "/v1/chat/completions", &chat()).status, 200);
+    assert_eq!(
+        gw.post_as(&key, "/v1/chat/completions", &chat()).status,
+        200
+    );
     wait_for(
         || redis.hget("t:acct:three", "reserved") == "0",
         "the first request settled",

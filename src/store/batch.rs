@@ -12,6 +12,9 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
+/// Calls in one round trip at most: a round trip that fails (a timeout) fails all of its calls.
+const MAX_BATCH: usize = 64;
+
 /// Where one waiting call's answer arrives.
 struct Slot<R> {
     state: Mutex<State<R>>,
@@ -93,15 +96,17 @@ impl<J, R> Group<J, R> {
                 queue.leading = true;
             }
         }
-        // This worker leads: every call waiting goes, its own among them (it is still in the queue: a
-        // worker told to lead was not taken by the round trip before).
+        // This worker leads: the calls waiting go (`MAX_BATCH` at most), its own among them: it is the
+        // first in the queue (a worker that found no round trip under way found the queue empty, and a
+        // worker told to lead is the first of those that waited).
         if !self.pause.is_zero() {
             std::thread::sleep(self.pause);
         }
-        let (jobs, slots): (Vec<J>, Vec<Arc<Slot<R>>>) =
-            std::mem::take(&mut lock(&self.queue).waiting)
-                .into_iter()
-                .unzip();
+        let (jobs, slots): (Vec<J>, Vec<Arc<Slot<R>>>) = {
+            let mut queue = lock(&self.queue);
+            let n = queue.waiting.len().min(MAX_BATCH);
+            queue.waiting.drain(..n).unzip()
+        };
         let n = jobs.len();
         let mut answers = match catch_unwind(AssertUnwindSafe(|| run(jobs))) {
             Ok(a) if a.len() == n => a,

@@ -51,8 +51,9 @@ if settle_many(res, lease, winv, per, settled, ARGV, first_settle, (#ARGV - firs
 end
 spent, reserved, inflight = settled[1], settled[2], settled[3]
 
--- Reservations whose instance stopped renewing them (it was killed) give back their credit and slot.
-local dead = redis.call('ZRANGEBYSCORE', lease, '-inf', now, 'LIMIT', 0, 256)
+-- Reservations whose instance stopped renewing them (it was killed) give back their credit and slot (as
+-- many as n calls of one admission each would have).
+local dead = redis.call('ZRANGEBYSCORE', lease, '-inf', now, 'LIMIT', 0, 256 * n)
 for _, rid in ipairs(dead) do
   local e = redis.call('HGET', res, rid)
   -- A settled marker ('s') holds nothing: it stays until its record is shipped.
@@ -156,7 +157,7 @@ for i = 0, n - 1 do
         added = added + tokens
       end
       used = used + 1
-      total = total + tokens
+      if tpm then total = total + tokens end
       if not first_at then first_at = now end
       windowed = true
     end

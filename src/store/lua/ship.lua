@@ -1,8 +1,8 @@
 -- Usage records of an instance's local ledger reach the shared state, exactly once and in order: a batch of
 -- consecutive ledger lines in one call. The cursor (the ledger offset shipped so far) moves in the same
--- atomic step as the records' effects, to after the last record whose effects were all applied (even when a
--- call fails on the way), so a retry, a restart or a Redis snapshot restored from earlier never counts a
--- record twice or loses one. A request settled on the request path (its reservation
+-- atomic step as the records' effects, to after the last record the call finished (when a call fails on the
+-- way, a settled record's marker stays until its stream entry is written: a retry finds it as it was), so a
+-- retry, a restart or a Redis snapshot restored from earlier never counts a record twice or loses one. A request settled on the request path (its reservation
 -- entry is the marker 's', see settle.lua) had its cost counted then: its record only removes the marker.
 -- KEYS: 1 cursor (hash: offset, fp: the file's fingerprint), 2 usage stream, then per record: acct, res, lease, winv, per
 -- ARGV: 1 offset of the first record, 2 ledger fingerprint, 3 stream length kept, 4 period fields older
@@ -50,22 +50,13 @@ local ok, err = pcall(function()
     local acct, res, lease, winv, per = KEYS[3 + 5 * r], KEYS[4 + 5 * r], KEYS[5 + 5 * r], KEYS[6 + 5 * r], KEYS[7 + 5 * r]
     local a = 5 + 9 * r
     local id, json = ARGV[a + 1], ARGV[a + 8]
+    local settled = false
     if id ~= '' then
       local e = entries[res .. ' ' .. id]
+      -- Read once: a record met again (the same line twice) finds the entry gone, as it would in Redis.
+      entries[res .. ' ' .. id] = nil
       if e == 's' then
-        if not markers[res] then
-          markers[res] = {}
-          marker_keys[#marker_keys + 1] = res
-        end
-        local ids = markers[res]
-        ids[#ids + 1] = id
-        local ts = ARGV[a + 7]
-        if not last_of[acct] then
-          last_keys[#last_keys + 1] = acct
-          last_of[acct] = ts
-        elseif last_of[acct] < ts then
-          last_of[acct] = ts
-        end
+        settled = true
       else
         local st = redis.call('HMGET', acct, 'spent', 'reserved', 'inflight', 'last_used')
         local spent, reserved, inflight = m(st[1]), m(st[2]), num(st[3])
@@ -102,6 +93,22 @@ local ok, err = pcall(function()
     if json ~= '' then
       redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'r', json)
     end
+    -- The record is done: what it leaves is written at the end, with the cursor after it.
+    if settled then
+      if not markers[res] then
+        markers[res] = {}
+        marker_keys[#marker_keys + 1] = res
+      end
+      local ids = markers[res]
+      ids[#ids + 1] = id
+      local ts = ARGV[a + 7]
+      if not last_of[acct] then
+        last_keys[#last_keys + 1] = acct
+        last_of[acct] = ts
+      elseif last_of[acct] < ts then
+        last_of[acct] = ts
+      end
+    end
     after = ARGV[a]
   end
 end)
@@ -114,5 +121,5 @@ for _, acct in ipairs(last_keys) do
   if not last or last < last_of[acct] then redis.call('HSET', acct, 'last_used', last_of[acct]) end
 end
 redis.call('HSET', KEYS[1], 'offset', after, 'fp', ARGV[2])
-if not ok then error(err) end
+if not ok then error(err, 0) end
 return {1, after}
