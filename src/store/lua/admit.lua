@@ -18,8 +18,9 @@
 --       client's next request is judged after its last one ended), 6 values each: id, cost, tokens used,
 --       day/week/month period fields of its admission
 -- Returns one answer per admission, in order: {verdict, rpm used, rpm reset ms, tpm used, tpm reset ms, tpm
---          wait ms, in flight, spent, reserved, spent in the budget period, credit ('' unlimited), budget
---          amount (''), budget period}; verdict 0 admitted, 1 rpm, 2 tpm, 3 concurrency, 4 credit, 5 budget,
+--          wait ms, in flight, spent, '' (the reserved amount is not written out: nothing reads it, and
+--          money text costs a script more than most of an admission), spent in the budget period, credit
+--          ('' unlimited), budget amount (''), budget period}; verdict 0 admitted, 1 rpm, 2 tpm, 3 concurrency, 4 credit, 5 budget,
 --          6 revoked (or unknown to the store), 7 expired.
 local acct, res, lease, win, winv, per = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local n = tonumber(ARGV[1])
@@ -100,6 +101,7 @@ local expired = expires ~= '' and tonumber(expires) <= tonumber(ARGV[8])
 
 -- What the admitted requests write goes in one call per kind at the end (a call from a script costs far
 -- more than what it does); the window's is written first where a tpm wait must read the window.
+local spent_s, pspent_s = ms(spent), ms(pspent)
 local answers = {}
 local entries, leases, wins, winvs = {}, {}, {}, {}
 local added, windowed = 0, false
@@ -146,7 +148,7 @@ for i = 0, n - 1 do
   end
   if verdict == 0 and bm and not mlt(madd(pspent, reserved), bm) then verdict = 5 end
 
-  local answer = {verdict, used, reset, total, reset, tpm_wait, 0, '', '', ms(pspent), credit, bamount, bperiod}
+  local answer = {verdict, used, reset, total, reset, tpm_wait, 0, spent_s, '', pspent_s, credit, bamount, bperiod}
   if verdict == 0 then
     if rpm or tpm then
       wins[#wins + 1] = now
@@ -173,10 +175,8 @@ for i = 0, n - 1 do
     leases[#leases + 1] = id
     changed = true
   end
-  -- In flight, spent and reserved as this admission left them.
+  -- In flight as this admission left it.
   answer[7] = inflight
-  answer[8] = ms(spent)
-  answer[9] = ms(reserved)
   answers[i + 1] = answer
 end
 write_window()
