@@ -109,7 +109,10 @@ fn main() {
         ),
         other => panic!("--api chat|messages, not {other}"),
     });
-    let watch = Watch { pids: pids.clone() };
+    let watch = Watch {
+        pids: pids.clone(),
+        redis_port: None,
+    };
     if stream {
         let r = load::run_streams(
             &StreamSpec {

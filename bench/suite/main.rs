@@ -651,6 +651,7 @@ fn main_instance(ctx: &mut Ctx, run: &dyn Fn(Phase) -> bool) {
     let pid = gw.pid();
     let watch = Watch {
         pids: vec![pid, ctx.upstream.pid()],
+        redis_port: None,
     };
     println!("## Main instance: log_level = \"warn\", default workers (256), pid {pid}");
     println!();
@@ -1191,6 +1192,7 @@ fn logging(ctx: &mut Ctx) {
     let gw = Gateway::start(&ctx.bins, &inst, &[]);
     let watch = Watch {
         pids: vec![gw.pid(), ctx.upstream.pid()],
+        redis_port: None,
     };
     let key = keys.free();
     let spec = LoadSpec {
@@ -1239,6 +1241,7 @@ fn many_streams(ctx: &mut Ctx) {
     let threads0 = procs::threads(pid);
     let watch = Watch {
         pids: vec![pid, ctx.upstream.pid()],
+        redis_port: None,
     };
     let key = keys.free();
     let spec = StreamSpec {

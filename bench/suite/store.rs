@@ -96,6 +96,38 @@ impl Drop for Redis {
     }
 }
 
+/// The counts of the store runs (`Watch::counts`: per watched pid switches, reads, writes; then Redis's
+/// script calls and commands), per request, at 1 and at 16 connections.
+fn counts_table(one: &[LoadResult], many: &[LoadResult]) {
+    use super::load::COUNTS_PER_PID;
+    // The watched pids: tollgate, the fake upstream, redis-server.
+    let (tg, redis) = (0, 2 * COUNTS_PER_PID);
+    let scripts = 3 * COUNTS_PER_PID;
+    println!(
+        "  {:<26} {:>13} {:>15} {:>14} {:>15} {:>16}",
+        "run",
+        "script calls",
+        "redis commands",
+        "redis reads",
+        "redis writes",
+        "tg ctx switches"
+    );
+    for (conns, runs) in [(1, one), (16, many)] {
+        for (i, kind) in [(1, "free"), (3, "credit"), (5, "limited")] {
+            let r = &runs[i];
+            println!(
+                "  {:<26} {:>13.3} {:>15.2} {:>14.3} {:>15.3} {:>16.2}",
+                format!("{kind} key, {conns} conn{}", if conns > 1 { "s" } else { "" }),
+                r.count_per_req(scripts),
+                r.count_per_req(scripts + 1),
+                r.count_per_req(redis + 1),
+                r.count_per_req(redis + 2),
+                r.count_per_req(tg),
+            );
+        }
+    }
+}
+
 fn header() {
     println!(
         "  {:<34} {:>9} {:>8} {:>8} {:>8} {:>9} {:>9} {:>11}  errors",
@@ -214,9 +246,11 @@ pub fn store(ctx: &mut Ctx) {
     let redis_pid = redis.child.id();
     let file_watch = Watch {
         pids: vec![file.pid(), ctx.upstream.pid(), redis_pid],
+        redis_port: None,
     };
     let store_watch = Watch {
         pids: vec![store.pid(), ctx.upstream.pid(), redis_pid],
+        redis_port: Some(redis.port),
     };
     println!("  tg = the tollgate instance of the run, up = the fake upstream, redis = redis-server (CPU per request)");
     println!();
@@ -265,6 +299,9 @@ pub fn store(ctx: &mut Ctx) {
         ctx.plan.many_conn,
     );
     let share = |f: &LoadResult, s: &LoadResult| s.rps() / f.rps() * 100.0;
+    println!();
+    println!("  the work behind it, per request (counted, so it does not depend on how busy the machine is):");
+    counts_table(&one, &many);
     println!();
     println!(
         "  store throughput as a share of file mode: free key {:.0} %, credit key {:.0} %, limited key {:.0} %",

@@ -31,12 +31,33 @@ fn error_kind(e: &std::io::Error) -> String {
 #[derive(Clone, Default)]
 pub struct Watch {
     pub pids: Vec<u32>,
+    /// A `redis-server` on this port (on loopback) whose commands are counted over a closed-loop run
+    /// (`INFO commandstats`): counts do not depend on how busy the machine is, as CPU time does.
+    pub redis_port: Option<u16>,
 }
+
+/// What `Watch::counts` counts, in order, in `LoadResult::counts`: per watched pid its context switches,
+/// read and write system calls (`/proc/PID/io`: `syscr`, `syscw`), then with `redis_port` the server's
+/// script calls (`EVAL`, `EVALSHA`) and every other command it ran (those scripts call included).
+pub const COUNTS_PER_PID: usize = 3;
 
 impl Watch {
     fn cpu(&self) -> Vec<f64> {
         let mut v: Vec<f64> = self.pids.iter().map(|&p| procs::cpu_secs(p)).collect();
         v.push(procs::cpu_secs(std::process::id()));
+        v
+    }
+
+    fn counts(&self) -> Vec<f64> {
+        let mut v = Vec::new();
+        for &pid in &self.pids {
+            let [switches, reads, writes] = procs::switches_and_syscalls(pid);
+            v.extend([switches as f64, reads as f64, writes as f64]);
+        }
+        if let Some(port) = self.redis_port {
+            let (scripts, others) = procs::redis_command_counts(port);
+            v.extend([scripts as f64, others as f64]);
+        }
         v
     }
 }
@@ -75,6 +96,8 @@ pub struct LoadResult {
     pub cpu: Vec<f64>,
     /// Per bucket: (requests completed, CPU seconds per watched pid).
     pub buckets: Vec<(u64, Vec<f64>)>,
+    /// What `Watch::counts` counted over the window (see `COUNTS_PER_PID`).
+    pub counts: Vec<f64>,
 }
 
 impl LoadResult {
@@ -97,6 +120,10 @@ impl LoadResult {
     pub fn cpu_us_per_req(&self, i: usize) -> f64 {
         self.cpu.get(i).copied().unwrap_or(0.0) * 1e6 / self.requests.max(1) as f64
     }
+    /// Count `i` of `counts` per request of the window.
+    pub fn count_per_req(&self, i: usize) -> f64 {
+        self.counts.get(i).copied().unwrap_or(0.0) / self.requests.max(1) as f64
+    }
     /// Merges another run of the same kind (samples, counts, CPU and window add up).
     pub fn merge(&mut self, o: LoadResult) {
         self.requests += o.requests;
@@ -113,6 +140,13 @@ impl LoadResult {
             self.cpu = o.cpu;
         } else {
             for (a, b) in self.cpu.iter_mut().zip(o.cpu) {
+                *a += b;
+            }
+        }
+        if self.counts.is_empty() {
+            self.counts = o.counts;
+        } else {
+            for (a, b) in self.counts.iter_mut().zip(o.counts) {
                 *a += b;
             }
         }
@@ -137,6 +171,8 @@ pub fn run_load(spec: &LoadSpec, watch: &Watch) -> LoadResult {
     let mut cpu_marks: Vec<Vec<f64>> = Vec::new();
     let mut cpu0 = Vec::new();
     let mut cpu1 = Vec::new();
+    let mut counts0 = Vec::new();
+    let mut counts1 = Vec::new();
     std::thread::scope(|s| {
         for i in 0..spec.conns {
             let results = &results;
@@ -241,6 +277,7 @@ pub fn run_load(spec: &LoadSpec, watch: &Watch) -> LoadResult {
         // The measuring window's edges.
         sleep_until(measure_from);
         cpu0 = watch.cpu();
+        counts0 = watch.counts();
         if nbuckets > 0 {
             let mut t = measure_from;
             while t + spec.bucket <= end {
@@ -251,10 +288,12 @@ pub fn run_load(spec: &LoadSpec, watch: &Watch) -> LoadResult {
         }
         sleep_until(end);
         cpu1 = watch.cpu();
+        counts1 = watch.counts();
     });
     let mut out = LoadResult {
         window: spec.duration,
         cpu: delta(&cpu0, &cpu1),
+        counts: delta(&counts0, &counts1),
         ..LoadResult::default()
     };
     for (requests, ok, errors, lat, overhead) in results.into_inner().unwrap() {

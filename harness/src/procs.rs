@@ -80,6 +80,86 @@ pub fn cpu_secs(pid: u32) -> f64 {
     (utime + stime) / tck()
 }
 
+/// A process's context switches (voluntary and not, over all its threads) and its read and write system
+/// calls so far (`/proc/PID/io`; 0 where not readable).
+pub fn switches_and_syscalls(pid: u32) -> [u64; 3] {
+    let mut switches = 0;
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in tasks.flatten() {
+            let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+            switches += status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .sum::<u64>();
+        }
+    }
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap_or_default();
+    let field = |name: &str| {
+        io.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    [switches, field("syscr:"), field("syscw:")]
+}
+
+/// A local `redis-server`'s command counts so far (`INFO commandstats`): (script calls, every other
+/// command, those its scripts called included); (0, 0) when it does not answer.
+pub fn redis_command_counts(port: u16) -> (u64, u64) {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return (0, 0);
+    };
+    let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+    if s
+        .write_all(b"*2\r\n$4\r\nINFO\r\n$12\r\ncommandstats\r\n")
+        .is_err()
+    {
+        return (0, 0);
+    }
+    // A bulk string: "$<len>\r\n<text>\r\n".
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    let mut want = None;
+    while let Ok(n) = s.read(&mut chunk) {
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if want.is_none() {
+            if let Some(end) = buf.windows(2).position(|w| w == b"\r\n") {
+                want = std::str::from_utf8(&buf[1..end])
+                    .ok()
+                    .and_then(|l| l.parse::<usize>().ok())
+                    .map(|l| end + 2 + l);
+            }
+        }
+        if want.is_some_and(|w| buf.len() >= w) {
+            break;
+        }
+    }
+    let (mut scripts, mut others) = (0, 0);
+    for line in String::from_utf8_lossy(&buf).lines() {
+        let Some((name, rest)) = line
+            .strip_prefix("cmdstat_")
+            .and_then(|l| l.split_once(':'))
+        else {
+            continue;
+        };
+        let calls = rest
+            .split(',')
+            .find_map(|f| f.strip_prefix("calls=")?.parse::<u64>().ok())
+            .unwrap_or(0);
+        match name {
+            "eval" | "evalsha" => scripts += calls,
+            // The counting itself.
+            "info" => {}
+            _ => others += calls,
+        }
+    }
+    (scripts, others)
+}
+
 fn tck() -> f64 {
     static TCK: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
     *TCK.get_or_init(clk_tck)
