@@ -1,9 +1,16 @@
 -- Usage records of an instance's local ledger reach the shared state, exactly once and in order: a batch of
 -- consecutive ledger lines in one call. The cursor (the ledger offset shipped so far) moves in the same
--- atomic step as the records' effects, to after the last record the call finished (when a call fails on the
--- way, a settled record's marker stays until its stream entry is written: a retry finds it as it was), so a
--- retry, a restart or a Redis snapshot restored from earlier never counts a record twice or loses one. A request settled on the request path (its reservation
--- entry is the marker 's', see settle.lua) had its cost counted then: its record only removes the marker.
+-- atomic step as the records' effects, to after the last record the call finished, so a retry, a restart or
+-- a Redis snapshot restored from earlier never counts a record twice or loses one. A request settled on the
+-- request path (its reservation entry is the marker 's', see settle_many.lua) had its cost counted then: its
+-- record only removes the marker. Any other record (a key without a credit or limits, which makes no store
+-- call on the request path; a request whose settlement did not reach the store) counts its cost here and
+-- gives back what its reservation still holds.
+-- A call from a script costs far more than what it does, so the records' effects are added up in the script
+-- and written once at the end, a key at a time: the one call inside the loop over the records is the stream
+-- entry's XADD, and a record's effects join the sums only once its XADD is done. If a call fails on the way,
+-- the sums of the records finished are still written with the cursor after them, and the error goes back:
+-- a retry starts at the record that failed, as it was.
 -- KEYS: 1 cursor (hash: offset, fp: the file's fingerprint), 2 usage stream, then per record: acct, res, lease, winv, per
 -- ARGV: 1 offset of the first record, 2 ledger fingerprint, 3 stream length kept, 4 period fields older
 --       than this start are dropped, then per record 9 values: offset after it, request id ('' for a line
@@ -15,110 +22,187 @@ local off, fp = cur[1] or '0', cur[2] or ''
 if off ~= ARGV[1] or (fp ~= '' and fp ~= ARGV[2]) then return {0, off} end
 local n = (#KEYS - 2) / 5
 local cut = tonumber(ARGV[4])
--- A call from a script costs far more than what it does: the reservation entries are read a key at a time
--- (500 at most per call), and what settled records leave (their markers removed, the keys' last use, the
--- cursor) is written once at the end, for the records done so far even when a call fails on the way.
-local entries = {}
+
+-- Reads `hash`'s fields `ids` (500 at most per call) into `into`, keyed "<hash> <field>".
+local function read_fields(hash, ids, into)
+  for i = 1, #ids, 500 do
+    local part = {unpack(ids, i, math.min(i + 499, #ids))}
+    local got = redis.call('HMGET', hash, unpack(part))
+    for j, id in ipairs(part) do into[hash .. ' ' .. id] = got[j] end
+  end
+end
+-- Lists of ids per key, in the order the keys first appear.
+local function add_to(lists, order, key, id)
+  local l = lists[key]
+  if not l then
+    l = {}
+    lists[key] = l
+    order[#order + 1] = key
+  end
+  l[#l + 1] = id
+end
+
+-- The records' reservation entries, then the tpm window entries of those not settled on the request path.
+local entries, estimates = {}, {}
 do
   local ids_of, order = {}, {}
   for r = 0, n - 1 do
     local id = ARGV[6 + 9 * r]
-    if id ~= '' then
-      local res = KEYS[4 + 5 * r]
-      if not ids_of[res] then
-        ids_of[res] = {}
-        order[#order + 1] = res
-      end
-      local ids = ids_of[res]
-      ids[#ids + 1] = id
+    if id ~= '' then add_to(ids_of, order, KEYS[4 + 5 * r], id) end
+  end
+  for _, res in ipairs(order) do read_fields(res, ids_of[res], entries) end
+  ids_of, order = {}, {}
+  for r = 0, n - 1 do
+    local id = ARGV[6 + 9 * r]
+    if id ~= '' and entries[KEYS[4 + 5 * r] .. ' ' .. id] ~= 's' then
+      add_to(ids_of, order, KEYS[6 + 5 * r], id)
     end
   end
-  for _, res in ipairs(order) do
-    local ids = ids_of[res]
-    for i = 1, #ids, 500 do
-      local part = {unpack(ids, i, math.min(i + 499, #ids))}
-      local got = redis.call('HMGET', res, unpack(part))
-      for j, id in ipairs(part) do entries[res .. ' ' .. id] = got[j] end
-    end
-  end
+  for _, winv in ipairs(order) do read_fields(winv, ids_of[winv], estimates) end
 end
-local markers, marker_keys = {}, {}
-local last_of, last_keys = {}, {}
+
+-- What the finished records leave, written at the end.
+local markers, marker_keys = {}, {}      -- res -> settled records' ids (markers to remove)
+local gone, gone_keys = {}, {}           -- res -> ids whose live reservation the record gives back
+local unleased, unleased_keys = {}, {}   -- lease -> those ids
+local accts, acct_keys = {}, {}          -- acct -> {spent, reserved, inflight, last_used} (read, then changed)
+local last_of, last_keys = {}, {}        -- acct -> newest ts of its settled records
+local sums, sum_keys = {}, {}            -- per -> {field -> amount}, and the fields in order
+local deltas, tokens, winv_keys = {}, {}, {} -- winv -> change of _total, and {id, tokens, ...}
 local after = ARGV[1]
+
+local function account(acct)
+  local st = accts[acct]
+  if not st then
+    local v = redis.call('HMGET', acct, 'spent', 'reserved', 'inflight', 'last_used')
+    st = {m(v[1]), m(v[2]), num(v[3]), v[4] or '', false}
+    accts[acct] = st
+    acct_keys[#acct_keys + 1] = acct
+  end
+  return st
+end
+
 local ok, err = pcall(function()
   for r = 0, n - 1 do
     local acct, res, lease, winv, per = KEYS[3 + 5 * r], KEYS[4 + 5 * r], KEYS[5 + 5 * r], KEYS[6 + 5 * r], KEYS[7 + 5 * r]
     local a = 5 + 9 * r
     local id, json = ARGV[a + 1], ARGV[a + 8]
-    local settled = false
+    local settled, counted, e = false, false, nil
+    local st = nil
     if id ~= '' then
-      local e = entries[res .. ' ' .. id]
+      e = entries[res .. ' ' .. id]
       -- Read once: a record met again (the same line twice) finds the entry gone, as it would in Redis.
       entries[res .. ' ' .. id] = nil
       if e == 's' then
         settled = true
       else
-        local st = redis.call('HMGET', acct, 'spent', 'reserved', 'inflight', 'last_used')
-        local spent, reserved, inflight = m(st[1]), m(st[2]), num(st[3])
-        if e then
-          local c, _, slot = entry(e)
-          reserved = msub(reserved, m(c))
-          if slot == '1' and inflight > 0 then inflight = inflight - 1 end
-          redis.call('HDEL', res, id)
-          redis.call('ZREM', lease, id)
-        end
-        local cost = m(ARGV[a + 2])
-        spent = madd(spent, cost)
-        local last = ARGV[a + 7]
-        if st[4] and st[4] > last then last = st[4] end
-        redis.call('HSET', acct, 'spent', ms(spent), 'reserved', ms(reserved), 'inflight', inflight, 'last_used', last)
-        if not mzero(cost) then
-          for i = 4, 6 do
-            hadd(per, ARGV[a + i], ARGV[a + 2], cost)
-          end
-          if redis.call('HLEN', per) > 9 then
-            for _, f in ipairs(redis.call('HKEYS', per)) do
-              local start = tonumber(string.sub(f, 2))
-              if start and start < cut then redis.call('HDEL', per, f) end
-            end
-          end
-        end
-        local est = redis.call('HGET', winv, id)
-        if est then
-          redis.call('HINCRBY', winv, '_total', tonumber(ARGV[a + 3]) - tonumber(est))
-          redis.call('HSET', winv, id, ARGV[a + 3])
-        end
+        counted = true
+        -- Read before the XADD: after it, nothing but sums in the script may fail for this record.
+        st = account(acct)
       end
     end
     if json ~= '' then
       redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'r', json)
     end
-    -- The record is done: what it leaves is written at the end, with the cursor after it.
+    -- The record is done: its effects join what is written at the end.
+    local ts = ARGV[a + 7]
     if settled then
-      if not markers[res] then
-        markers[res] = {}
-        marker_keys[#marker_keys + 1] = res
-      end
-      local ids = markers[res]
-      ids[#ids + 1] = id
-      local ts = ARGV[a + 7]
+      add_to(markers, marker_keys, res, id)
       if not last_of[acct] then
         last_keys[#last_keys + 1] = acct
         last_of[acct] = ts
       elseif last_of[acct] < ts then
         last_of[acct] = ts
       end
+    elseif counted then
+      if e then
+        local c, _, slot = entry(e)
+        st[2] = msub(st[2], m(c))
+        if slot == '1' and st[3] > 0 then st[3] = st[3] - 1 end
+        add_to(gone, gone_keys, res, id)
+        add_to(unleased, unleased_keys, lease, id)
+      end
+      local cost = m(ARGV[a + 2])
+      st[1] = madd(st[1], cost)
+      if st[4] < ts then st[4] = ts end
+      st[5] = true
+      if not mzero(cost) then
+        local s = sums[per]
+        if not s then
+          s = {fields = {}}
+          sums[per] = s
+          sum_keys[#sum_keys + 1] = per
+        end
+        for i = 4, 6 do
+          local f = ARGV[a + i]
+          if s[f] then
+            s[f] = madd(s[f], cost)
+          else
+            s[f] = cost
+            s.fields[#s.fields + 1] = f
+          end
+        end
+      end
+      local est = estimates[winv .. ' ' .. id]
+      if est then
+        estimates[winv .. ' ' .. id] = nil
+        if not deltas[winv] then
+          deltas[winv] = 0
+          tokens[winv] = {}
+          winv_keys[#winv_keys + 1] = winv
+        end
+        deltas[winv] = deltas[winv] + tonumber(ARGV[a + 3]) - tonumber(est)
+        local t = tokens[winv]
+        t[#t + 1] = id
+        t[#t + 1] = ARGV[a + 3]
+      end
     end
     after = ARGV[a]
   end
 end)
+
 for _, res in ipairs(marker_keys) do
   local ids = markers[res]
   for i = 1, #ids, 500 do redis.call('HDEL', res, unpack(ids, i, math.min(i + 499, #ids))) end
 end
+for _, res in ipairs(gone_keys) do
+  local ids = gone[res]
+  for i = 1, #ids, 500 do redis.call('HDEL', res, unpack(ids, i, math.min(i + 499, #ids))) end
+end
+for _, lease in ipairs(unleased_keys) do
+  local ids = unleased[lease]
+  for i = 1, #ids, 500 do redis.call('ZREM', lease, unpack(ids, i, math.min(i + 499, #ids))) end
+end
+for _, acct in ipairs(acct_keys) do
+  local st = accts[acct]
+  if st[5] then
+    local last = st[4]
+    if last_of[acct] and last < last_of[acct] then last = last_of[acct] end
+    last_of[acct] = nil
+    redis.call('HSET', acct, 'spent', ms(st[1]), 'reserved', ms(st[2]), 'inflight', st[3], 'last_used', last)
+  end
+end
 for _, acct in ipairs(last_keys) do
-  local last = redis.call('HGET', acct, 'last_used')
-  if not last or last < last_of[acct] then redis.call('HSET', acct, 'last_used', last_of[acct]) end
+  local ts = last_of[acct]
+  if ts then
+    local last = redis.call('HGET', acct, 'last_used')
+    if not last or last < ts then redis.call('HSET', acct, 'last_used', ts) end
+  end
+end
+for _, per in ipairs(sum_keys) do
+  local s = sums[per]
+  for _, f in ipairs(s.fields) do hadd(per, f, ms(s[f]), s[f]) end
+  if redis.call('HLEN', per) > 9 then
+    for _, f in ipairs(redis.call('HKEYS', per)) do
+      local start = tonumber(string.sub(f, 2))
+      if start and start < cut then redis.call('HDEL', per, f) end
+    end
+  end
+end
+for _, winv in ipairs(winv_keys) do
+  if deltas[winv] ~= 0 then redis.call('HINCRBY', winv, '_total', deltas[winv]) end
+  local t = tokens[winv]
+  for i = 1, #t, 1000 do redis.call('HSET', winv, unpack(t, i, math.min(i + 999, #t))) end
 end
 redis.call('HSET', KEYS[1], 'offset', after, 'fp', ARGV[2])
 if not ok then error(err, 0) end
