@@ -96,6 +96,28 @@ impl Drop for Redis {
     }
 }
 
+/// Waits (30 s at most) until the store instance's Redis has run no script for a moment: the records of
+/// the run before are shipped, so that a run does not pay for the last one's backlog. Prints the wait when
+/// it was long (the backlog is work the run before left).
+fn settled(port: u16) {
+    let start = Instant::now();
+    let mut last = procs::redis_command_counts(port).0;
+    while start.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(300));
+        let now = procs::redis_command_counts(port).0;
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    if start.elapsed() > Duration::from_secs(1) {
+        println!(
+            "  (waited {:.1} s for the run before's records to be shipped)",
+            start.elapsed().as_secs_f64()
+        );
+    }
+}
+
 /// The counts of the store runs (`Watch::counts`: per watched pid switches, reads, writes; then Redis's
 /// script calls and commands), per request, at 1 and at 16 connections.
 fn counts_table(one: &[LoadResult], many: &[LoadResult]) {
@@ -169,6 +191,9 @@ fn runs(
                 (file, &mut *file_keys, file_watch)
             };
             let key = keys.take(*kind);
+            if let Some(port) = watch.redis_port {
+                settled(port);
+            }
             let spec = LoadSpec {
                 addr: gw.addr,
                 request: request(Path::Pass, gw.addr, &key, "in=10,out=5", false),
