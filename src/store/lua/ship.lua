@@ -42,7 +42,7 @@ local function add_to(lists, order, key, id)
   l[#l + 1] = id
 end
 
--- The records' reservation entries, then the tpm window entries of those not settled on the request path.
+-- The records' reservation entries and tpm window entries.
 local entries, estimates = {}, {}
 do
   local ids_of, order = {}, {}
@@ -54,9 +54,7 @@ do
   ids_of, order = {}, {}
   for r = 0, n - 1 do
     local id = ARGV[6 + 9 * r]
-    if id ~= '' and entries[KEYS[4 + 5 * r] .. ' ' .. id] ~= 's' then
-      add_to(ids_of, order, KEYS[6 + 5 * r], id)
-    end
+    if id ~= '' then add_to(ids_of, order, KEYS[6 + 5 * r], id) end
   end
   for _, winv in ipairs(order) do read_fields(winv, ids_of[winv], estimates) end
 end
@@ -145,13 +143,14 @@ local ok, err = pcall(function()
       end
       local est = estimates[winv .. ' ' .. id]
       if est then
-        estimates[winv .. ' ' .. id] = nil
+        -- What the window holds for the id from now on (a record met again reads it).
+        estimates[winv .. ' ' .. id] = ARGV[a + 3]
         if not deltas[winv] then
           deltas[winv] = 0
           tokens[winv] = {}
           winv_keys[#winv_keys + 1] = winv
         end
-        deltas[winv] = deltas[winv] + tonumber(ARGV[a + 3]) - tonumber(est)
+        deltas[winv] = deltas[winv] + num(ARGV[a + 3]) - num(est)
         local t = tokens[winv]
         t[#t + 1] = id
         t[#t + 1] = ARGV[a + 3]
