@@ -606,3 +606,85 @@ fn a_usage_query_beside_the_shipper_ships_each_record_once() {
         "spent {spent}, the ledger's sum {cost}"
     );
 }
+
+/// A shipping call that fails on a record's stream entry (the stream's key holds a string: `WRONGTYPE`)
+/// leaves that record as it was: its settled marker stays and the cursor stays before it, whatever the
+/// order in which its settlement and its shipping reached the store. Once the stream can be written, every
+/// record is shipped once and its cost, counted at its settlement, is not counted again: the key's spend is
+/// the ledger's sum.
+#[test]
+fn a_record_whose_stream_entry_fails_is_shipped_later_and_counted_once() {
+    let redis = Redis::start(false);
+    let dir = TempDir::new("store-path-xadd");
+    let c = config(dir.path(), &redis, "gw-xadd", "");
+    let gw = Arc::new(Gateway::start_with(dir, &c));
+    let key = gw.add_key("xadd", "default", Some(1000.0));
+    assert_eq!(
+        redis
+            .command(&["SET", "t:usage", "not a stream"])
+            .as_deref(),
+        Some("+OK")
+    );
+    let sent = burst(&gw, &key, 2, 5);
+    wait_for(
+        || {
+            redis.hget("t:acct:xadd", "reserved") == "0"
+                && !redis.hget("t:acct:xadd", "spent").is_empty()
+                && redis.int(&["HLEN", "t:res:xadd"]) == sent as i64
+        },
+        "every request settled, its marker waiting for its record",
+    );
+    let data = gw.dir.path().join("data");
+    // The shipper keeps trying (its log says so); each try fails on the first record's stream entry. Two
+    // failed tries are waited for (the server counts a script call that ended in an error).
+    let failed_scripts = || {
+        redis
+            .command(&["INFO", "commandstats"])
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("cmdstat_evalsha:")?
+                    .split(',')
+                    .find_map(|f| f.strip_prefix("failed_calls=")?.parse::<u64>().ok())
+            })
+            .unwrap_or(0)
+    };
+    let before = failed_scripts();
+    wait_for(
+        || failed_scripts() >= before + 2,
+        "two shipping calls failed",
+    );
+    let spent_settled = redis.hget("t:acct:xadd", "spent");
+    assert_eq!(
+        redis.command(&["TYPE", "t:usage"]).as_deref(),
+        Some("+string")
+    );
+    assert_eq!(redis.int(&["HLEN", "t:res:xadd"]), sent as i64);
+    assert_eq!(redis.command(&["DEL", "t:usage"]).as_deref(), Some(":1"));
+    wait_for(
+        || stream(&redis).len() >= sent && redis.int(&["HLEN", "t:res:xadd"]) == 0,
+        "every record shipped once the stream can be written",
+    );
+    assert_eq!(stream(&redis), ledger_lines(&data));
+    assert_eq!(redis.hget("t:acct:xadd", "spent"), spent_settled);
+    let cost: f64 = ledger_lines(&data)
+        .iter()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["cost"]
+                .as_f64()
+                .unwrap()
+        })
+        .sum();
+    let keys = gw.admin("/admin/keys").json();
+    let spent = keys["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["name"] == "xadd")
+        .map(|k| k["spent"].as_f64().unwrap())
+        .unwrap();
+    assert!(
+        (spent - cost).abs() < 1e-9,
+        "spent {spent}, the ledger's sum {cost}"
+    );
+}

@@ -127,19 +127,17 @@ fn counts_table(one: &[LoadResult], many: &[LoadResult]) {
     let scripts = 3 * COUNTS_PER_PID;
     println!(
         "  {:<26} {:>13} {:>15} {:>14} {:>15} {:>16}",
-        "run",
-        "script calls",
-        "redis commands",
-        "redis reads",
-        "redis writes",
-        "tg ctx switches"
+        "run", "script calls", "redis commands", "redis reads", "redis writes", "tg ctx switches"
     );
     for (conns, runs) in [(1, one), (16, many)] {
         for (i, kind) in [(1, "free"), (3, "credit"), (5, "limited")] {
             let r = &runs[i];
             println!(
                 "  {:<26} {:>13.3} {:>15.2} {:>14.3} {:>15.3} {:>16.2}",
-                format!("{kind} key, {conns} conn{}", if conns > 1 { "s" } else { "" }),
+                format!(
+                    "{kind} key, {conns} conn{}",
+                    if conns > 1 { "s" } else { "" }
+                ),
                 r.count_per_req(scripts),
                 r.count_per_req(scripts + 1),
                 r.count_per_req(redis + 1),

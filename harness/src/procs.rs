@@ -111,8 +111,7 @@ pub fn redis_command_counts(port: u16) -> (u64, u64) {
         return (0, 0);
     };
     let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(5)));
-    if s
-        .write_all(b"*2\r\n$4\r\nINFO\r\n$12\r\ncommandstats\r\n")
+    if s.write_all(b"*2\r\n$4\r\nINFO\r\n$12\r\ncommandstats\r\n")
         .is_err()
     {
         return (0, 0);
