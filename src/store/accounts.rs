@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use redis::{FromRedisValue, Value};
 
-use super::{lock, Store, StoreError};
+use super::{batch, lock, Store, StoreError};
 use crate::budget::{Budget, Period};
 use crate::money::Money;
 use crate::standing::{Limits, Standing, Verdict};
@@ -171,14 +171,27 @@ impl Store {
         };
         // Admissions of workers asking at the same moment share one round trip, and those of one key one
         // script call (`batch.rs`).
+        // A worker waits no longer for another's round trip than for its own.
         let reply = self.admissions.submit(
             ask,
+            self.settings.timeout,
             |asks| self.admit_together(asks),
-            || {
-                Err(StoreError {
+            |failed| match failed {
+                batch::Failed::TimedOut(ask) => {
+                    // Its settlements were not sent: they wait for the next call.
+                    if let Some(ask) = ask {
+                        lock(&self.pending).extend(ask.settles);
+                    }
+                    Err(StoreError {
+                        unavailable: true,
+                        message: "the store did not answer the round trip before this admission's in time"
+                            .into(),
+                    })
+                }
+                batch::Failed::Broken => Err(StoreError {
                     unavailable: false,
                     message: "the admission's batch failed".into(),
-                })
+                }),
             },
         )?;
         let bad = |e: &dyn std::fmt::Display| StoreError {

@@ -11,6 +11,7 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 /// Calls in one round trip at most: a round trip that fails (a timeout) fails all of its calls.
 const MAX_BATCH: usize = 64;
@@ -38,7 +39,7 @@ struct Queue<J, R> {
 pub(super) struct Group<J, R> {
     queue: Mutex<Queue<J, R>>,
     /// How long a leader waits before it takes the calls waiting: zero, but for a test (`PAUSE_ENV`).
-    pause: std::time::Duration,
+    pause: Duration,
 }
 
 /// Test hook: with `TOLLGATE_TEST_ADMIT_PAUSE_MS=N`, the worker that leads a round trip of admissions waits
@@ -54,7 +55,7 @@ impl<J, R> Group<J, R> {
         let pause = std::env::var(PAUSE_ENV)
             .ok()
             .and_then(|v| v.parse().ok())
-            .map_or(std::time::Duration::ZERO, std::time::Duration::from_millis);
+            .map_or(Duration::ZERO, Duration::from_millis);
         Group {
             queue: Mutex::new(Queue {
                 waiting: Vec::new(),
@@ -65,13 +66,15 @@ impl<J, R> Group<J, R> {
     }
 
     /// Runs `job` in a batch: `run` gets every job of the batch in order and returns their answers in the
-    /// same order (one each); `fail` is the answer of a job whose batch `run` could not finish (it panicked).
-    /// Returns this job's answer.
+    /// same order (one each). A worker waits `patience` at most for a round trip it does not lead; then it
+    /// gives up (`Failed::TimedOut`, with its job when no round trip had taken it yet). `fail` is the answer
+    /// of a job that failed so. Returns this job's answer.
     pub(super) fn submit(
         &self,
         job: J,
+        patience: Duration,
         run: impl FnOnce(Vec<J>) -> Vec<R>,
-        fail: impl Fn() -> R,
+        fail: impl Fn(Failed<J>) -> R,
     ) -> R {
         let mine = Arc::new(Slot {
             state: Mutex::new(State::Waiting),
@@ -82,15 +85,10 @@ impl<J, R> Group<J, R> {
             queue.waiting.push((job, Arc::clone(&mine)));
             if queue.leading {
                 drop(queue);
-                let mut state = lock(&mine.state);
-                loop {
-                    match std::mem::replace(&mut *state, State::Waiting) {
-                        State::Done(answer) => return answer,
-                        State::Lead => break,
-                        State::Waiting => {
-                            state = mine.woken.wait(state).unwrap_or_else(|e| e.into_inner())
-                        }
-                    }
+                match self.wait(&mine, Instant::now() + patience) {
+                    Waited::Answer(answer) => return answer,
+                    Waited::GaveUp(job) => return fail(Failed::TimedOut(job)),
+                    Waited::Lead => {}
                 }
             } else {
                 queue.leading = true;
@@ -112,11 +110,11 @@ impl<J, R> Group<J, R> {
             Ok(a) if a.len() == n => a,
             Ok(a) => {
                 log::error!("store: a batch of {n} calls got {} answers", a.len());
-                (0..n).map(|_| fail()).collect()
+                (0..n).map(|_| fail(Failed::Broken)).collect()
             }
             Err(_) => {
                 log::error!("store: a batch of {n} calls failed (a panic)");
-                (0..n).map(|_| fail()).collect()
+                (0..n).map(|_| fail(Failed::Broken)).collect()
             }
         };
         let mut own = None;
@@ -139,8 +137,61 @@ impl<J, R> Group<J, R> {
                 None => queue.leading = false,
             }
         }
-        own.unwrap_or_else(fail)
+        own.unwrap_or_else(|| fail(Failed::Broken))
     }
+
+    /// A worker that does not lead waits for its answer, or to be told to lead, until `deadline`; then it
+    /// gives up: out of the queue with its job if no round trip took it yet, else without (the round trip
+    /// under way goes on, and its answer is dropped). A worker told to lead leads, whenever it is told.
+    fn wait(&self, mine: &Arc<Slot<R>>, deadline: Instant) -> Waited<J, R> {
+        let mut state = lock(&mine.state);
+        loop {
+            match std::mem::replace(&mut *state, State::Waiting) {
+                State::Done(answer) => return Waited::Answer(answer),
+                State::Lead => return Waited::Lead,
+                State::Waiting => {}
+            }
+            let now = Instant::now();
+            if now < deadline {
+                state = mine
+                    .woken
+                    .wait_timeout(state, deadline - now)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+                continue;
+            }
+            // The queue's lock first, as the leader takes them.
+            drop(state);
+            let mut queue = lock(&self.queue);
+            let mut state = lock(&mine.state);
+            return match std::mem::replace(&mut *state, State::Waiting) {
+                State::Done(answer) => Waited::Answer(answer),
+                State::Lead => Waited::Lead,
+                State::Waiting => {
+                    let job = queue
+                        .waiting
+                        .iter()
+                        .position(|(_, s)| Arc::ptr_eq(s, mine))
+                        .map(|i| queue.waiting.remove(i).0);
+                    Waited::GaveUp(job)
+                }
+            };
+        }
+    }
+}
+
+/// Why a job got no answer of its batch.
+pub(super) enum Failed<J> {
+    /// Its worker waited its patience out: with the job when no round trip had taken it.
+    TimedOut(Option<J>),
+    /// The batch could not finish (a panic, or a wrong number of answers).
+    Broken,
+}
+
+enum Waited<J, R> {
+    Answer(R),
+    Lead,
+    GaveUp(Option<J>),
 }
 
 #[cfg(test)]
@@ -148,13 +199,60 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
+    /// Patience no test waits out.
+    const LONG: Duration = Duration::from_secs(600);
+
+    /// A worker whose round trip does not come within its patience gives up with its job (no round trip
+    /// took it), out of the queue; the round trip under way finishes, and the next call runs as usual.
+    #[test]
+    fn a_worker_that_waits_its_patience_out_leaves_the_queue_with_its_job() {
+        let g: Arc<Group<u32, Result<u32, Option<u32>>>> = Arc::new(Group::new());
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let first = {
+            let g = Arc::clone(&g);
+            std::thread::spawn(move || {
+                g.submit(
+                    1,
+                    LONG,
+                    |jobs| {
+                        release_rx.recv().unwrap();
+                        jobs.into_iter().map(Ok).collect()
+                    },
+                    |_| Err(None),
+                )
+            })
+        };
+        while !lock(&g.queue).leading {
+            std::thread::yield_now();
+        }
+        let gave_up = g.submit(
+            2,
+            Duration::from_millis(1),
+            |_| unreachable!("a follower that gives up never leads here"),
+            |failed| match failed {
+                Failed::TimedOut(job) => Err(job),
+                Failed::Broken => Err(None),
+            },
+        );
+        assert_eq!(gave_up, Err(Some(2)));
+        assert!(lock(&g.queue).waiting.is_empty());
+        release_tx.send(()).unwrap();
+        assert_eq!(first.join().unwrap(), Ok(1));
+        assert!(!lock(&g.queue).leading);
+        let next = g.submit(
+            3,
+            LONG,
+            |jobs| jobs.into_iter().map(Ok).collect(),
+            |_| Err(None),
+        );
+        assert_eq!(next, Ok(3));
+    }
+
     #[test]
     fn a_call_alone_is_run_at_once_and_answered() {
         let g: Group<u32, u32> = Group::new();
-        assert_eq!(
-            g.submit(7, |jobs| jobs.iter().map(|j| j * 2).collect(), || 0),
-            14
-        );
+        let doubled = g.submit(7, LONG, |jobs| jobs.iter().map(|j| j * 2).collect(), |_| 0);
+        assert_eq!(doubled, 14);
     }
 
     #[test]
@@ -170,12 +268,13 @@ mod tests {
             std::thread::spawn(move || {
                 g.submit(
                     1,
+                    LONG,
                     |jobs| {
                         rx.lock().unwrap().recv().unwrap();
                         batches.lock().unwrap().push(jobs.clone());
                         jobs.iter().map(|j| j * 10).collect()
                     },
-                    || 0,
+                    |_| 0,
                 )
             })
         };
@@ -188,11 +287,12 @@ mod tests {
                 std::thread::spawn(move || {
                     g.submit(
                         j,
+                        LONG,
                         |jobs| {
                             batches.lock().unwrap().push(jobs.clone());
                             jobs.iter().map(|j| j * 10).collect()
                         },
-                        || 0,
+                        |_| 0,
                     )
                 })
             })
@@ -217,16 +317,17 @@ mod tests {
     #[test]
     fn a_batch_that_panics_answers_every_call_with_the_failure_and_the_next_call_still_runs() {
         let g: Group<u32, Option<u32>> = Group::new();
-        let answer = g.submit(1, |_| panic!("a bug in the batch"), || None);
+        let answer = g.submit(1, LONG, |_| panic!("a bug in the batch"), |_| None);
         assert_eq!(answer, None);
         let ran = AtomicUsize::new(0);
         let answer = g.submit(
             2,
+            LONG,
             |jobs| {
                 ran.fetch_add(1, Ordering::Relaxed);
                 jobs.into_iter().map(Some).collect()
             },
-            || None,
+            |_| None,
         );
         assert_eq!(answer, Some(2));
         assert_eq!(ran.load(Ordering::Relaxed), 1);
