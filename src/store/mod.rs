@@ -29,6 +29,7 @@
 pub mod accounts;
 mod batch;
 pub mod cache;
+mod calls;
 pub mod sentinel;
 pub mod ship;
 pub mod shipper;
