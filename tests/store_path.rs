@@ -541,6 +541,30 @@ fn shipped_records_are_the_ledgers_lines_across_rotation_and_a_restart() {
     assert_eq!(stream(&redis), ledger_lines(&data));
 }
 
+/// The key `name`'s spend, as the gateway reports it, is the sum of the costs of the ledger `lines`.
+fn assert_spent_is_the_ledgers_sum(gw: &Gateway, name: &str, lines: &[String]) {
+    let cost: f64 = lines
+        .iter()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["cost"]
+                .as_f64()
+                .unwrap()
+        })
+        .sum();
+    let keys = gw.admin("/admin/keys").json();
+    let spent = keys["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["name"] == name)
+        .map(|k| k["spent"].as_f64().unwrap())
+        .unwrap();
+    assert!(
+        (spent - cost).abs() < 1e-9,
+        "spent {spent}, the ledger's sum {cost}"
+    );
+}
+
 /// Restarts the killed store (on its data) and says how many records it holds.
 fn stream_len_before_restart(redis: &mut Redis) -> usize {
     redis.restart();
@@ -585,26 +609,7 @@ fn a_usage_query_beside_the_shipper_ships_each_record_once() {
         shipped.len(),
         lines.len()
     );
-    let cost: f64 = lines
-        .iter()
-        .map(|l| {
-            serde_json::from_str::<Value>(l).unwrap()["cost"]
-                .as_f64()
-                .unwrap()
-        })
-        .sum();
-    let keys = gw.admin("/admin/keys").json();
-    let spent = keys["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|k| k["name"] == "default")
-        .map(|k| k["spent"].as_f64().unwrap())
-        .unwrap();
-    assert!(
-        (spent - cost).abs() < 1e-9,
-        "spent {spent}, the ledger's sum {cost}"
-    );
+    assert_spent_is_the_ledgers_sum(&gw, "default", &lines);
 }
 
 /// A shipping call that fails on a record's stream entry (the stream's key holds a string: `WRONGTYPE`)
@@ -667,24 +672,5 @@ fn a_record_whose_stream_entry_fails_is_shipped_later_and_counted_once() {
     );
     assert_eq!(stream(&redis), ledger_lines(&data));
     assert_eq!(redis.hget("t:acct:xadd", "spent"), spent_settled);
-    let cost: f64 = ledger_lines(&data)
-        .iter()
-        .map(|l| {
-            serde_json::from_str::<Value>(l).unwrap()["cost"]
-                .as_f64()
-                .unwrap()
-        })
-        .sum();
-    let keys = gw.admin("/admin/keys").json();
-    let spent = keys["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|k| k["name"] == "xadd")
-        .map(|k| k["spent"].as_f64().unwrap())
-        .unwrap();
-    assert!(
-        (spent - cost).abs() < 1e-9,
-        "spent {spent}, the ledger's sum {cost}"
-    );
+    assert_spent_is_the_ledgers_sum(&gw, "xadd", &ledger_lines(&data));
 }

@@ -160,18 +160,16 @@ local ok, err = pcall(function()
   end
 end)
 
-for _, res in ipairs(marker_keys) do
-  local ids = markers[res]
-  for i = 1, #ids, 500 do redis.call('HDEL', res, unpack(ids, i, math.min(i + 499, #ids))) end
+-- Removes each key's listed members (`command`: HDEL or ZREM), 500 at a time.
+local function remove_all(command, lists, order)
+  for _, key in ipairs(order) do
+    local ids = lists[key]
+    for i = 1, #ids, 500 do redis.call(command, key, unpack(ids, i, math.min(i + 499, #ids))) end
+  end
 end
-for _, res in ipairs(gone_keys) do
-  local ids = gone[res]
-  for i = 1, #ids, 500 do redis.call('HDEL', res, unpack(ids, i, math.min(i + 499, #ids))) end
-end
-for _, lease in ipairs(unleased_keys) do
-  local ids = unleased[lease]
-  for i = 1, #ids, 500 do redis.call('ZREM', lease, unpack(ids, i, math.min(i + 499, #ids))) end
-end
+remove_all('HDEL', markers, marker_keys)
+remove_all('HDEL', gone, gone_keys)
+remove_all('ZREM', unleased, unleased_keys)
 for _, acct in ipairs(acct_keys) do
   local st = accts[acct]
   if st[5] then
