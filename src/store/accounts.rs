@@ -170,8 +170,7 @@ impl Store {
             settles: self.take_pending(|p| p.key == key),
         };
         // Admissions of workers asking at the same moment share one round trip, and those of one key one
-        // script call (`batch.rs`).
-        // A worker waits no longer for another's round trip than for its own.
+        // script call (`batch.rs`); a worker waits no longer for another's round trip than for its own.
         let reply = self.admissions.submit(
             ask,
             self.settings.timeout,
@@ -184,8 +183,10 @@ impl Store {
                     }
                     Err(StoreError {
                         unavailable: true,
-                        message: "the store did not answer the round trip before this admission's in time"
-                            .into(),
+                        message:
+                            "the store did not answer in time (the admission waited for another's \
+                                  round trip)"
+                                .into(),
                     })
                 }
                 batch::Failed::Broken => Err(StoreError {

@@ -24,11 +24,11 @@ impl Store {
                 None => calls.push((i, vec![i])),
             }
         }
-        let mut asks: Vec<Option<Ask>> = asks.into_iter().map(Some).collect();
+        let mut asks = asks;
         let mut members_of = Vec::with_capacity(calls.len());
         let mut sent = Vec::with_capacity(calls.len());
         for (first, members) in calls {
-            let k = self.account_keys(asks[first].as_ref().map_or("", |a| a.key.as_str()));
+            let k = self.account_keys(&asks[first].key);
             let mut cmd = redis::cmd("EVALSHA");
             cmd.arg(self.scripts.admit.get_hash())
                 .arg(7)
@@ -41,16 +41,12 @@ impl Store {
                     k.per,
                     self.k("terms"),
                 ])
-                .arg(members.len());
-            if let Some(a) = &asks[first] {
-                cmd.arg(&a.shared);
-            }
+                .arg(members.len())
+                .arg(&asks[first].shared);
             let mut settles = Vec::new();
             for &i in &members {
-                if let Some(a) = asks[i].take() {
-                    cmd.arg(&a.own);
-                    settles.extend(a.settles);
-                }
+                cmd.arg(&asks[i].own);
+                settles.append(&mut asks[i].settles);
             }
             for p in &settles {
                 cmd.arg(&Self::settle_args(p));
