@@ -674,3 +674,44 @@ fn a_record_whose_stream_entry_fails_is_shipped_later_and_counted_once() {
     assert_eq!(redis.hget("t:acct:xadd", "spent"), spent_settled);
     assert_spent_is_the_ledgers_sum(&gw, "xadd", &ledger_lines(&data));
 }
+
+/// A shipping call whose writes of the records' sums fail after the records' stream entries are written (the
+/// key's budget-period hash holds a string: `WRONGTYPE`, as only a hand on the store makes it) still moves
+/// the cursor after them: the records are shipped once, and the effects the other writes made (the key's
+/// spend) are not made again by a retry. The error is logged for the operator.
+#[test]
+fn a_write_of_the_sums_that_fails_does_not_make_a_retry_count_the_records_again() {
+    let redis = Redis::start(false);
+    let dir = TempDir::new("store-path-sums");
+    let c = config(dir.path(), &redis, "gw-sums", "");
+    let gw = Arc::new(Gateway::start_with(dir, &c));
+    // A key without a credit or limits: its records count their cost when shipped.
+    let name = "default";
+    assert_eq!(
+        redis
+            .command(&["SET", &format!("t:per:{name}"), "not a hash"])
+            .as_deref(),
+        Some("+OK")
+    );
+    let key = gw.key.clone();
+    let sent = burst(&gw, &key, 2, 5);
+    let data = gw.dir.path().join("data");
+    wait_for(
+        || stream(&redis).len() >= sent,
+        "every record shipped in spite of the broken key",
+    );
+    wait_for(
+        || gw.all_logs().contains("wrote their effects only in part"),
+        "the failed write logged",
+    );
+    // Whatever the shipper does next (a usage query catches up too), nothing is shipped or counted again.
+    assert_eq!(gw.admin("/admin/usage?limit=100").status, 200);
+    assert_eq!(stream(&redis), ledger_lines(&data));
+    assert_eq!(
+        redis
+            .command(&["TYPE", &format!("t:per:{name}")])
+            .as_deref(),
+        Some("+string")
+    );
+    assert_spent_is_the_ledgers_sum(&gw, name, &ledger_lines(&data));
+}
