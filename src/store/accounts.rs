@@ -13,6 +13,7 @@
 //! run out (`[store] lease_secs`, 30 s by default).
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::{FromRedisValue, Value};
@@ -35,11 +36,54 @@ pub(super) struct Ask {
     pub(super) key: String,
     pub(super) shared: [String; 12],
     pub(super) own: [String; 3],
-    pub(super) settles: Vec<Pending>,
+    pub(super) settles: Carried,
 }
 
 /// A script call and the settlements it carries.
-pub(super) type Call = (redis::Cmd, Vec<Pending>);
+pub(super) type Call = (redis::Cmd, Carried);
+
+/// The settlements waiting to be sent: the store's queue, which every carrier of some of them can put them
+/// back in.
+pub(super) type Queue = Arc<Mutex<Vec<Pending>>>;
+
+/// Settlements taken from the queue to ride in a script call. Dropped before `sent` (the call failed, its
+/// worker gave up, or a panic unwound it on the way) they go back in the queue, so that none is lost: a
+/// settlement that did reach the store finds itself done when sent again.
+pub(super) struct Carried {
+    items: Vec<Pending>,
+    queue: Queue,
+}
+
+impl Carried {
+    pub(super) fn new(items: Vec<Pending>, queue: &Queue) -> Self {
+        Carried {
+            items,
+            queue: Arc::clone(queue),
+        }
+    }
+
+    pub(super) fn items(&self) -> &[Pending] {
+        &self.items
+    }
+
+    /// Moves `other`'s settlements into this one (both of one queue).
+    pub(super) fn append(&mut self, other: &mut Carried) {
+        self.items.append(&mut other.items);
+    }
+
+    /// The store has them: they are not put back.
+    pub(super) fn sent(mut self) -> Vec<Pending> {
+        std::mem::take(&mut self.items)
+    }
+}
+
+impl Drop for Carried {
+    fn drop(&mut self) {
+        if !self.items.is_empty() {
+            lock(&self.queue).append(&mut self.items);
+        }
+    }
+}
 
 /// A settlement not yet sent.
 pub(super) struct Pending {
@@ -177,10 +221,8 @@ impl Store {
             |asks| self.admit_together(asks),
             |failed| match failed {
                 batch::Failed::TimedOut(ask) => {
-                    // Its settlements were not sent: they wait for the next call.
-                    if let Some(ask) = ask {
-                        lock(&self.pending).extend(ask.settles);
-                    }
+                    // Its settlements were not sent: dropped, they wait for the next call.
+                    drop(ask);
                     Err(StoreError {
                         unavailable: true,
                         message:
@@ -254,14 +296,14 @@ impl Store {
     }
 
     /// Takes the waiting settlements `pick` chooses.
-    fn take_pending(&self, pick: impl Fn(&Pending) -> bool) -> Vec<Pending> {
+    fn take_pending(&self, pick: impl Fn(&Pending) -> bool) -> Carried {
         let mut pending = lock(&self.pending);
         if pending.is_empty() {
-            return Vec::new();
+            return Carried::new(Vec::new(), &self.pending);
         }
         let (taken, kept): (Vec<Pending>, Vec<Pending>) = pending.drain(..).partition(|p| pick(p));
         *pending = kept;
-        taken
+        Carried::new(taken, &self.pending)
     }
 
     /// What a settlement sends (see `lua/settle_many.lua`): id, cost, tokens, the period fields of its
@@ -281,15 +323,18 @@ impl Store {
     /// Sends the settlements that have waited `SETTLE_AFTER` (all of them when `all`); the settler thread
     /// calls this. Returns how long until the oldest of those left is due (None: none left).
     pub fn settle_due(&self, all: bool) -> Result<Option<Duration>, StoreError> {
-        let mut due = self.take_pending(|p| all || p.since.elapsed() >= SETTLE_AFTER);
+        let mut due = self
+            .take_pending(|p| all || p.since.elapsed() >= SETTLE_AFTER)
+            .sent();
         while !due.is_empty() {
             let rest = due.split_off(due.len().min(SETTLE_BATCH));
-            let call = self.settle_call(due);
+            // Those not sent yet go back if this call fails (or unwinds).
+            let rest = Carried::new(rest, &self.pending);
+            let call = self.settle_call(Carried::new(due, &self.pending));
             if let Some(Err(e)) = self.send(vec![call]).pop() {
-                lock(&self.pending).extend(rest);
                 return Err(e);
             }
-            due = rest;
+            due = rest.sent();
         }
         Ok(lock(&self.pending)
             .iter()
@@ -401,6 +446,39 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn pending(id: &str) -> Pending {
+        Pending {
+            key: "k".into(),
+            id: id.into(),
+            cost: Money::ZERO,
+            tokens: 0,
+            admitted_at: 0,
+            since: Instant::now(),
+        }
+    }
+
+    /// Settlements on their way to the store are never lost: unsent when a panic unwinds through their
+    /// call (or the call fails), they are back in the queue; sent, they are not.
+    #[test]
+    fn carried_settlements_go_back_to_the_queue_unless_sent() {
+        let queue: Queue = Arc::new(Mutex::new(Vec::new()));
+        let q = Arc::clone(&queue);
+        let unwound = std::panic::catch_unwind(move || {
+            let mut carried = Carried::new(vec![pending("a")], &q);
+            carried.append(&mut Carried::new(vec![pending("b")], &q));
+            panic!(
+                "a bug between taking the settlements and sending them: {}",
+                carried.items().len()
+            );
+        });
+        assert!(unwound.is_err());
+        let ids: Vec<String> = lock(&queue).iter().map(|p| p.id.clone()).collect();
+        assert_eq!(ids, ["a", "b"]);
+        let sent = Carried::new(lock(&queue).drain(..).collect(), &queue).sent();
+        assert_eq!(sent.len(), 2);
+        assert!(lock(&queue).is_empty());
+    }
 
     #[test]
     fn period_fields_name_the_period_start() {

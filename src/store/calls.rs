@@ -5,7 +5,7 @@
 
 use redis::{FromRedisValue, Value};
 
-use super::accounts::{Ask, Call, Pending};
+use super::accounts::{Ask, Call, Carried};
 use super::{lock, Store, StoreError};
 
 impl Store {
@@ -43,12 +43,12 @@ impl Store {
                 ])
                 .arg(members.len())
                 .arg(&asks[first].shared);
-            let mut settles = Vec::new();
+            let mut settles = Carried::new(Vec::new(), &self.pending);
             for &i in &members {
                 cmd.arg(&asks[i].own);
                 settles.append(&mut asks[i].settles);
             }
-            for p in &settles {
+            for p in settles.items() {
                 cmd.arg(&Self::settle_args(p));
             }
             sent.push((cmd, settles));
@@ -100,10 +100,11 @@ impl Store {
 
     /// Script calls in one round trip, each with the settlements it carries (applied in it), in order;
     /// returns each call's answer. The settlements of a call that did not go through are put back (a
-    /// settlement applies once: sent twice, the second finds it done).
+    /// settlement applies once: sent twice, the second finds it done), as are those of every call when this
+    /// unwinds.
     pub(super) fn send(&self, calls: Vec<Call>) -> Vec<Result<Value, StoreError>> {
         let n = calls.len();
-        let (cmds, settles): (Vec<redis::Cmd>, Vec<Vec<Pending>>) = calls.into_iter().unzip();
+        let (cmds, settles): (Vec<redis::Cmd>, Vec<Carried>) = calls.into_iter().unzip();
         let mut first = redis::pipe();
         first.ignore_errors();
         for cmd in cmds {
@@ -174,15 +175,17 @@ impl Store {
                 match &answer {
                     Ok(_) => {
                         let mut leases = lock(&self.leases);
-                        for p in &settles {
+                        for p in settles.sent() {
                             leases.remove(&p.id);
                         }
                     }
                     Err(e) => {
-                        if !settles.is_empty() {
-                            log::error!("store: settling {} request(s) failed: {e}", settles.len());
+                        let n = settles.items().len();
+                        if n > 0 {
+                            log::error!("store: settling {n} request(s) failed: {e}");
                         }
-                        lock(&self.pending).extend(settles);
+                        // Dropped: back in the queue.
+                        drop(settles);
                     }
                 }
                 answer
@@ -191,10 +194,11 @@ impl Store {
     }
 
     /// The settler's script call: `settles` (any keys) in one call.
-    pub(super) fn settle_call(&self, settles: Vec<Pending>) -> Call {
-        let mut keys = Vec::with_capacity(settles.len() * 5);
-        let mut args = Vec::with_capacity(settles.len() * 6);
-        for p in &settles {
+    pub(super) fn settle_call(&self, settles: Carried) -> Call {
+        let n = settles.items().len();
+        let mut keys = Vec::with_capacity(n * 5);
+        let mut args = Vec::with_capacity(n * 6);
+        for p in settles.items() {
             let k = self.account_keys(&p.key);
             keys.extend([k.acct, k.res, k.lease, k.winv, k.per]);
             args.extend(Self::settle_args(p));

@@ -176,7 +176,7 @@ pub struct Store {
     /// Reservations this instance holds in the store (request id → key name), renewed until settled.
     leases: Mutex<std::collections::HashMap<String, String>>,
     /// Settlements not yet sent (see `accounts.rs`).
-    pending: Mutex<Vec<accounts::Pending>>,
+    pending: accounts::Queue,
     /// Admissions waiting for a round trip (group commit, `batch.rs`).
     admissions: batch::Group<accounts::Ask, Result<Value, StoreError>>,
     /// Wakes the settler thread.
@@ -228,7 +228,7 @@ impl Store {
             scripts: Scripts::new(),
             instance: instance.to_string(),
             leases: Mutex::new(std::collections::HashMap::new()),
-            pending: Mutex::new(Vec::new()),
+            pending: Arc::new(Mutex::new(Vec::new())),
             admissions: batch::Group::new(),
             settle_wake: crossbeam_channel::bounded(1),
         })
