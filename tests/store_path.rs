@@ -715,3 +715,78 @@ fn a_write_of_the_sums_that_fails_does_not_make_a_retry_count_the_records_again(
     );
     assert_spent_is_the_ledgers_sum(&gw, name, &ledger_lines(&data));
 }
+
+/// The fields of hash `key`, but `except`.
+fn fields_but(redis: &Redis, key: &str, except: &[&str]) -> Vec<String> {
+    let mut f: Vec<String> = hgetall(redis, key)
+        .into_keys()
+        .filter(|k| !except.contains(&k.as_str()))
+        .collect();
+    f.sort();
+    f
+}
+
+/// An admission of a key with rate limits judges it by the last minute only and keeps the tpm window's
+/// total exact: the tokens of the entries older than a minute leave it, a settled request's estimate becomes
+/// its real count, and an admission adds its own, whichever of them one call writes. Reservations of a
+/// killed instance whose lease ran out give their credit and slot back at the key's next admission.
+#[test]
+fn a_rate_window_sheds_its_old_entries_and_keeps_its_total_exact() {
+    let redis = Redis::start(false);
+    let dir = TempDir::new("store-path-window");
+    let c = config(dir.path(), &redis, "gw-window", "");
+    let gw = Gateway::start_with(dir, &c);
+    let key = gw.add_key("win", "limited", None);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let (old, fresh) = ((now_ms - 120_000).to_string(), (now_ms - 1_000).to_string());
+    for cmd in [
+        vec!["ZADD", "t:win:win", &old, "old-1", &fresh, "fresh-1"],
+        vec![
+            "HSET",
+            "t:winv:win",
+            "old-1",
+            "1000",
+            "fresh-1",
+            "500",
+            "_total",
+            "1500",
+        ],
+        // A reservation of a killed instance, its lease run out.
+        vec!["HSET", "t:res:win", "dead-1", "7000000 10 1"],
+        vec!["ZADD", "t:lease:win", "1", "dead-1"],
+        vec!["HSET", "t:acct:win", "reserved", "7000000", "inflight", "1"],
+    ] {
+        assert!(redis.command(&cmd).is_some(), "{cmd:?}");
+    }
+    let r = gw.post_as(&key, "/v1/chat/completions", &chat());
+    assert_eq!(r.status, 200, "{}", r.text());
+    // Settled: its reservation is the marker, its tokens the real ones.
+    wait_for(
+        || redis.hget("t:acct:win", "reserved") == "0",
+        "the request settled",
+    );
+    let ids = fields_but(&redis, "t:winv:win", &["_total", "fresh-1"]);
+    assert_eq!(
+        ids.len(),
+        1,
+        "the window's tokens hold the request's and fresh-1's: {ids:?}"
+    );
+    let used: i64 = redis.hget("t:winv:win", &ids[0]).parse().unwrap();
+    assert!(used > 0);
+    assert_eq!(
+        redis.hget("t:winv:win", "_total").parse::<i64>().unwrap(),
+        500 + used
+    );
+    assert_eq!(redis.int(&["ZCARD", "t:win:win"]), 2);
+    assert_eq!(
+        redis.command(&["ZSCORE", "t:win:win", "old-1"]).as_deref(),
+        Some("")
+    );
+    // The dead reservation is gone, its slot with it.
+    assert_eq!(redis.hget("t:res:win", "dead-1"), "");
+    assert_eq!(redis.hget("t:acct:win", "inflight"), "0");
+    assert_eq!(redis.int(&["ZCARD", "t:lease:win"]), 0);
+}

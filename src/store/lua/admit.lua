@@ -5,8 +5,8 @@
 -- The key's credit, own budget, expiry and state are read here from its terms (kept by keys_write.lua in
 -- the same atomic step as its record), never taken from the instance asking: an instance's copy of the keys
 -- may be a moment old, the store's is the one in force.
--- KEYS: 1 acct (hash: spent, reserved, inflight, last_used), 2 res (hash: id -> reservation entry),
---       3 lease (zset: id -> lease deadline), 4 win (zset: id -> admitted at, the last minute's admissions of
+-- KEYS: 1 acct (hash: spent, reserved, inflight, last_used, swept: when its dead leases were last looked
+--       for), 2 res (hash: id -> reservation entry), 3 lease (zset: id -> lease deadline), 4 win (zset: id -> admitted at, the last minute's admissions of
 --       a key with an rpm or tpm limit), 5 winv (hash: id -> tokens, and _total), 6 per (hash: period field ->
 --       spent in it), 7 terms (hash: key name -> "credit|budget|period|expires|state")
 -- ARGV: 1 n, the number of admissions, 2 rpm, 3 tpm, 4 max concurrent ('' none), 5 lease ms, 6 the group's
@@ -40,21 +40,28 @@ if not pfield then bamount = '' end
 local now = now_ms()
 local window = 60000
 local cutoff = now - window
-local st = redis.call('HMGET', acct, 'spent', 'reserved', 'inflight')
+local st = redis.call('HMGET', acct, 'spent', 'reserved', 'inflight', 'swept')
 local spent, reserved, inflight = m(st[1]), m(st[2]), num(st[3])
 local changed = false
 
--- The key's settlements carried by this call, in the order they were made.
+-- The key's settlements carried by this call, in the order they were made. What they change in the tpm
+-- window's total is written with the admissions' change, in one call.
 local settled = {spent, reserved, inflight}
 local first_settle = 14 + 3 * n
-if settle_many(res, lease, winv, per, settled, ARGV, first_settle, (#ARGV - first_settle + 1) / 6) > 0 then
-  changed = true
-end
+local done, added = settle_many(res, lease, winv, per, settled, ARGV, first_settle, (#ARGV - first_settle + 1) / 6)
+if done > 0 then changed = true end
 spent, reserved, inflight = settled[1], settled[2], settled[3]
 
--- Reservations whose instance stopped renewing them (it was killed) give back their credit and slot (as
--- many as n calls of one admission each would have).
-local dead = redis.call('ZRANGEBYSCORE', lease, '-inf', now, 'LIMIT', 0, 256 * n)
+-- Reservations whose instance stopped renewing them (it was killed) give back their credit and slot. The
+-- key's leases are looked at once a second at most (a lease runs for lease_secs, 30 s by default: a second
+-- more changes nothing), 1,000 of them at a time.
+local swept = num(st[4])
+local dead = {}
+if now - swept >= 1000 or swept > now then
+  dead = redis.call('ZRANGEBYSCORE', lease, '-inf', now, 'LIMIT', 0, 1000)
+  swept = now
+  changed = true
+end
 for _, rid in ipairs(dead) do
   local e = redis.call('HGET', res, rid)
   -- A settled marker ('s') holds nothing: it stays until its record is shipped.
@@ -72,19 +79,31 @@ if inflight < 0 then inflight = 0 end
 -- One window serves both limits: rpm counts its entries, tpm adds up their tokens.
 local used, total, first_at = 0, 0, nil
 if rpm or tpm then
+  -- The window's total is read with the tokens of the entries that leave it, and its change (theirs, the
+  -- settlements', the admissions') written once, at the end.
   local old = redis.call('ZRANGEBYSCORE', win, '-inf', cutoff)
+  local read = nil
   if #old > 0 then
     local gone = 0
     for i = 1, #old, 500 do
       local part = {unpack(old, i, math.min(i + 499, #old))}
-      for _, v in ipairs(redis.call('HMGET', winv, unpack(part))) do gone = gone + num(v) end
+      if i == 1 then part[#part + 1] = '_total' end
+      local got = redis.call('HMGET', winv, unpack(part))
+      if i == 1 then
+        read = num(got[#got])
+        got[#got] = nil
+        part[#part] = nil
+      end
+      for _, v in ipairs(got) do gone = gone + num(v) end
       redis.call('HDEL', winv, unpack(part))
     end
     redis.call('ZREMRANGEBYSCORE', win, '-inf', cutoff)
-    if gone > 0 then redis.call('HINCRBY', winv, '_total', -gone) end
+    added = added - gone
+  else
+    read = num(redis.call('HGET', winv, '_total'))
   end
   used = redis.call('ZCARD', win)
-  total = num(redis.call('HGET', winv, '_total'))
+  total = read + added
   if total < 0 then total = 0 end
   local first = redis.call('ZRANGE', win, 0, 0, 'WITHSCORES')
   if first[2] then first_at = tonumber(first[2]) end
@@ -104,7 +123,7 @@ local expired = expires ~= '' and tonumber(expires) <= tonumber(ARGV[8])
 local spent_s, pspent_s = ms(spent), ms(pspent)
 local answers = {}
 local entries, leases, wins, winvs = {}, {}, {}, {}
-local added, windowed = 0, false
+local windowed = false
 local function write_window()
   for i = 1, #wins, 1000 do redis.call('ZADD', win, unpack(wins, i, math.min(i + 999, #wins))) end
   for i = 1, #winvs, 1000 do redis.call('HSET', winv, unpack(winvs, i, math.min(i + 999, #winvs))) end
@@ -187,6 +206,6 @@ if windowed then
   if tpm then redis.call('PEXPIRE', winv, window + 1000) end
 end
 if changed then
-  redis.call('HSET', acct, 'spent', ms(spent), 'reserved', ms(reserved), 'inflight', inflight)
+  redis.call('HSET', acct, 'spent', ms(spent), 'reserved', ms(reserved), 'inflight', inflight, 'swept', swept)
 end
 return answers

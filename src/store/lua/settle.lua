@@ -13,7 +13,8 @@ while i < n do
   while j < n and KEYS[5 * j + 1] == acct do j = j + 1 end
   local st = redis.call('HMGET', acct, 'spent', 'reserved', 'inflight')
   local s = {m(st[1]), m(st[2]), num(st[3])}
-  local settled = settle_many(KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], s, ARGV, 6 * i + 1, j - i)
+  local settled, delta = settle_many(KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], s, ARGV, 6 * i + 1, j - i)
+  if delta ~= 0 then redis.call('HINCRBY', KEYS[k + 4], '_total', delta) end
   if settled > 0 then
     redis.call('HSET', acct, 'spent', ms(s[1]), 'reserved', ms(s[2]), 'inflight', s[3])
     done = done + settled

@@ -6,11 +6,12 @@
 -- The settlements are args[from], args[from + 6], ... (count of them), 6 values each: id, cost, tokens used,
 -- the day/week/month period fields of its admission. Their reads and writes go in a few calls for all of
 -- them (500 at a time), not a few per settlement: a call from a script costs far more than what it does.
--- st is the key's {spent, reserved, inflight} as read from its acct hash, changed here; the caller writes it.
+-- st is the key's {spent, reserved, inflight} as read from its acct hash, changed here; the caller writes it,
+-- and the change of the tpm window's total (winv's _total), which it adds to its own.
 -- Returns how many had a reservation to settle (one that had none, or was settled already, is left to its
--- record, which settles it when shipped).
+-- record, which settles it when shipped), and that change.
 local function settle_many(res, lease, winv, per, st, args, from, count)
-  local done = 0
+  local done, delta = 0, 0
   local seen = {}
   for c0 = 0, count - 1, 500 do
     local c1 = math.min(c0 + 499, count - 1)
@@ -20,7 +21,6 @@ local function settle_many(res, lease, winv, per, st, args, from, count)
     local ests = redis.call('HMGET', winv, unpack(ids))
     local sums, fields = {}, {}
     local marks, gone, tokens = {}, {}, {}
-    local delta = 0
     for j = c0, c1 do
       local a = from + 6 * j
       local id, e = args[a], entries[j - c0 + 1]
@@ -61,12 +61,11 @@ local function settle_many(res, lease, winv, per, st, args, from, count)
       local sum = sums[field]
       hadd(per, field, ms(sum), sum)
     end
-    if delta ~= 0 then redis.call('HINCRBY', winv, '_total', delta) end
     if #tokens > 0 then redis.call('HSET', winv, unpack(tokens)) end
     if #gone > 0 then
       redis.call('HSET', res, unpack(marks))
       redis.call('ZREM', lease, unpack(gone))
     end
   end
-  return done
+  return done, delta
 end
