@@ -72,7 +72,12 @@ impl Carried {
     }
 
     /// The store has them: they are not put back.
-    pub(super) fn sent(mut self) -> Vec<Pending> {
+    pub(super) fn sent(self) -> Vec<Pending> {
+        self.into_items()
+    }
+
+    /// Out of the guard: the caller answers for them.
+    pub(super) fn into_items(mut self) -> Vec<Pending> {
         std::mem::take(&mut self.items)
     }
 }
@@ -325,7 +330,7 @@ impl Store {
     pub fn settle_due(&self, all: bool) -> Result<Option<Duration>, StoreError> {
         let mut due = self
             .take_pending(|p| all || p.since.elapsed() >= SETTLE_AFTER)
-            .sent();
+            .into_items();
         while !due.is_empty() {
             let rest = due.split_off(due.len().min(SETTLE_BATCH));
             // Those not sent yet go back if this call fails (or unwinds).
@@ -334,7 +339,7 @@ impl Store {
             if let Some(Err(e)) = self.send(vec![call]).pop() {
                 return Err(e);
             }
-            due = rest.sent();
+            due = rest.into_items();
         }
         Ok(lock(&self.pending)
             .iter()
@@ -475,7 +480,8 @@ mod tests {
         assert!(unwound.is_err());
         let ids: Vec<String> = lock(&queue).iter().map(|p| p.id.clone()).collect();
         assert_eq!(ids, ["a", "b"]);
-        let sent = Carried::new(lock(&queue).drain(..).collect(), &queue).sent();
+        let items: Vec<Pending> = lock(&queue).drain(..).collect();
+        let sent = Carried::new(items, &queue).sent();
         assert_eq!(sent.len(), 2);
         assert!(lock(&queue).is_empty());
     }

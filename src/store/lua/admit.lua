@@ -54,13 +54,14 @@ spent, reserved, inflight = settled[1], settled[2], settled[3]
 
 -- Reservations whose instance stopped renewing them (it was killed) give back their credit and slot. The
 -- key's leases are looked at once a second at most (a lease runs for lease_secs, 30 s by default: a second
--- more changes nothing), 1,000 of them at a time.
+-- more changes nothing), 1,000 of them at a time; while a look finds that many, the next call looks again.
+-- When the look is made is written with the key's state, and only when that is written anyway: a key the
+-- store only refuses gets no state, and looks at each call.
 local swept = num(st[4])
 local dead = {}
 if now - swept >= 1000 or swept > now then
   dead = redis.call('ZRANGEBYSCORE', lease, '-inf', now, 'LIMIT', 0, 1000)
-  swept = now
-  changed = true
+  if #dead < 1000 then swept = now end
 end
 for _, rid in ipairs(dead) do
   local e = redis.call('HGET', res, rid)

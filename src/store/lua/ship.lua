@@ -10,9 +10,11 @@
 -- and written once at the end, a key at a time: the one call inside the loop over the records is the stream
 -- entry's XADD, and a record's effects join the sums only once its XADD is done. If a call fails on the way,
 -- the sums of the records finished are still written with the cursor after them, and the error goes back:
--- a retry starts at the record that failed, as it was. A write of the sums that fails (a key of another type
--- than its role's, which only a hand on the store makes) does not keep the cursor back either: a retry would
--- add again what the other writes added, and every retry again. Its error goes back beside the cursor.
+-- a retry starts at the record that failed, as it was (a key of another type than its role's, which only a
+-- hand on the store makes, fails so when it is read before the record's XADD: the account, the reservation
+-- entries, the window tokens). A write after the loop that fails (a budget-period or lease key so broken)
+-- does not keep the cursor back: a retry would add again what the other writes added, and every retry
+-- again. Its error, with the key's name, goes back beside the cursor.
 -- KEYS: 1 cursor (hash: offset, fp: the file's fingerprint), 2 usage stream, then per record: acct, res, lease, winv, per
 -- ARGV: 1 offset of the first record, 2 ledger fingerprint, 3 stream length kept, 4 period fields older
 --       than this start are dropped, then per record 9 values: offset after it, request id ('' for a line
@@ -163,19 +165,22 @@ local ok, err = pcall(function()
   end
 end)
 
--- Runs `f(...)` (one key's writes); the first error is kept, and the other keys' writes still run.
+-- An error as text (redis.call raises a table).
+local function text(e)
+  if type(e) == 'table' then e = e.err end
+  return tostring(e)
+end
+-- Runs `f(...)`, the writes to `key`; the first error is kept (with the key's name), and the other keys'
+-- writes still run.
 local late = nil
-local function guarded(f, ...)
+local function guarded(key, f, ...)
   local done, e = pcall(f, ...)
-  if not done and not late then
-    if type(e) == 'table' then e = e.err end
-    late = tostring(e)
-  end
+  if not done and not late then late = key .. ': ' .. text(e) end
 end
 -- Removes each key's listed members (`command`: HDEL or ZREM), 500 at a time.
 local function remove_all(command, lists, order)
   for _, key in ipairs(order) do
-    guarded(function()
+    guarded(key, function()
       local ids = lists[key]
       for i = 1, #ids, 500 do redis.call(command, key, unpack(ids, i, math.min(i + 499, #ids))) end
     end)
@@ -190,20 +195,20 @@ for _, acct in ipairs(acct_keys) do
     local last = st[4]
     if last_of[acct] and last < last_of[acct] then last = last_of[acct] end
     last_of[acct] = nil
-    guarded(redis.call, 'HSET', acct, 'spent', ms(st[1]), 'reserved', ms(st[2]), 'inflight', st[3], 'last_used', last)
+    guarded(acct, redis.call, 'HSET', acct, 'spent', ms(st[1]), 'reserved', ms(st[2]), 'inflight', st[3], 'last_used', last)
   end
 end
 for _, acct in ipairs(last_keys) do
   local ts = last_of[acct]
   if ts then
-    guarded(function()
+    guarded(acct, function()
       local last = redis.call('HGET', acct, 'last_used')
       if not last or last < ts then redis.call('HSET', acct, 'last_used', ts) end
     end)
   end
 end
 for _, per in ipairs(sum_keys) do
-  guarded(function()
+  guarded(per, function()
     local s = sums[per]
     for _, f in ipairs(s.fields) do hadd(per, f, ms(s[f]), s[f]) end
     if redis.call('HLEN', per) > 9 then
@@ -215,13 +220,16 @@ for _, per in ipairs(sum_keys) do
   end)
 end
 for _, winv in ipairs(winv_keys) do
-  guarded(function()
+  guarded(winv, function()
     if deltas[winv] ~= 0 then redis.call('HINCRBY', winv, '_total', deltas[winv]) end
     local t = tokens[winv]
     for i = 1, #t, 1000 do redis.call('HSET', winv, unpack(t, i, math.min(i + 999, #t))) end
   end)
 end
 redis.call('HSET', KEYS[1], 'offset', after, 'fp', ARGV[2])
-if not ok then error(err, 0) end
+if not ok then
+  if late then error(text(err) .. '; and then ' .. late, 0) end
+  error(err, 0)
+end
 if late then return {1, after, late} end
 return {1, after}
