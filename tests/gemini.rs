@@ -583,6 +583,33 @@ fn a_gemini_client_of_another_upstream() {
     assert!(line.contains(" protocol=gemini "), "{line}");
 }
 
+/// `countTokens` forwarded to a Gemini upstream asks for the upstream's model: in the path, and inside a
+/// whole `generateContentRequest` (which names its model, `models/{model}`), never the client's name for it.
+/// A body of `contents` gets no `generateContentRequest` it did not have.
+#[test]
+fn count_tokens_names_the_upstreams_model_inside_a_whole_request() {
+    let b = bench();
+    let gw = &b.gw;
+    let whole = json!({"generateContentRequest": {"model": "models/m-gemini",
+        "contents": [{"role": "user", "parts": [{"text": "hello"}]}]}});
+    for body in [whole, hello()] {
+        b.queue
+            .lock()
+            .unwrap()
+            .push_back(Reply::json(200, &json!({"totalTokens": 7})));
+        let r = post_as(gw, &gw.key, "/v1beta/models/m-gemini:countTokens", &body);
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.json()["totalTokens"], 7);
+        let sent = b.fake.last();
+        assert_eq!(sent.path, "/v1beta/models/real-gemini-model:countTokens");
+        let mut want = body.clone();
+        if let Some(inner) = want.get_mut("generateContentRequest") {
+            inner["model"] = json!("models/real-gemini-model");
+        }
+        assert_eq!(sent.json(), want);
+    }
+}
+
 /// An upstream credential an upstream echoes never reaches the client; the console's records and the
 /// metrics show the protocol.
 #[test]

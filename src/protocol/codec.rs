@@ -291,6 +291,11 @@ pub trait Codec: Sync + Send {
     fn counted_tokens(&self, _raw: &[u8]) -> Option<u64> {
         None
     }
+    /// The edit that names `model`, the upstream's, where a token counting body names its model besides the
+    /// path (Gemini's `generateContentRequest.model`).
+    fn count_model_edit<'a>(&self, _model: &'a str) -> Option<(&'static str, Edit<'a>)> {
+        None
+    }
 
     // --- Its upstreams.
 

@@ -10,6 +10,8 @@ use serde_json::Value;
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Put<'a> {
     Str(&'a str),
+    /// A string written as its two parts joined (`models/` and a model's name).
+    Joined(&'static str, &'a str),
     Num(u64),
     Bool(bool),
 }
@@ -27,6 +29,8 @@ pub enum Edit<'a> {
     Replace(Put<'a>),
     /// An object with `key` set in it (a new object where the field is absent or no object).
     SetIn(&'static str, Put<'a>),
+    /// Where the field is an object, `key` set in it; anything else left as it is.
+    ReplaceIn(&'static str, Put<'a>),
     /// An array whose objects at these positions get `key` filled in (see [`Edit::Fill`]).
     FillIn(&'a [usize], &'static str, Put<'a>),
 }
@@ -96,6 +100,7 @@ impl Serialize for Put<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match *self {
             Put::Str(v) => s.serialize_str(v),
+            Put::Joined(a, b) => s.collect_str(&format_args!("{a}{b}")),
             Put::Num(v) => s.serialize_u64(v),
             Put::Bool(v) => s.serialize_bool(v),
         }
@@ -144,7 +149,7 @@ fn present<M: SerializeMap>(
         Edit::Set(p) | Edit::Replace(p) => map.serialize_entry(key, &p),
         Edit::Fill(p) if value.is_null() => map.serialize_entry(key, &p),
         Edit::Fill(_) => map.serialize_entry(key, value),
-        Edit::SetIn(inner, p) if value.is_object() => {
+        Edit::SetIn(inner, p) | Edit::ReplaceIn(inner, p) if value.is_object() => {
             let edits = [(inner, Edit::Set(p))];
             map.serialize_entry(
                 key,
@@ -155,6 +160,7 @@ fn present<M: SerializeMap>(
             )
         }
         Edit::SetIn(inner, p) => map.serialize_entry(key, &One(inner, p)),
+        Edit::ReplaceIn(..) => map.serialize_entry(key, value),
         Edit::FillIn(at, inner, p) => match value {
             Value::Array(items) => map.serialize_entry(
                 key,
@@ -175,7 +181,7 @@ fn absent<M: SerializeMap>(map: &mut M, key: &str, edit: &Edit) -> Result<(), M:
     match *edit {
         Edit::Set(p) | Edit::Fill(p) => map.serialize_entry(key, &p),
         Edit::SetIn(inner, p) => map.serialize_entry(key, &One(inner, p)),
-        Edit::Remove | Edit::Replace(_) | Edit::FillIn(..) => Ok(()),
+        Edit::Remove | Edit::Replace(_) | Edit::ReplaceIn(..) | Edit::FillIn(..) => Ok(()),
     }
 }
 
@@ -283,6 +289,23 @@ mod tests {
             json!({"tools": [{"type": "a"}, {"type": "b"}, {"type": "c", "max_uses": 1}]}),
             &e,
             json!({"tools": [{"type": "a", "max_uses": 4}, {"type": "b"}, {"type": "c", "max_uses": 1}]}),
+        );
+        // Only where the object is: nothing made, nothing else touched.
+        let mut e = Edits::default();
+        e.put(
+            "generateContentRequest",
+            Edit::ReplaceIn("model", Put::Joined("models/", "real")),
+        );
+        same(
+            json!({"generateContentRequest": {"model": "models/alias", "contents": []}}),
+            &e,
+            json!({"generateContentRequest": {"model": "models/real", "contents": []}}),
+        );
+        same(json!({"contents": []}), &e, json!({"contents": []}));
+        same(
+            json!({"generateContentRequest": null}),
+            &e,
+            json!({"generateContentRequest": null}),
         );
     }
 }

@@ -89,6 +89,9 @@ impl Protocol {
             e.put("model", Edit::Set(Put::Str(f.model)));
         }
         if !f.generation {
+            if let Some((field, edit)) = self.count_model_edit(f.model) {
+                e.put(field, edit);
+            }
             return e;
         }
         // One output limit, in the one field the upstream reads; other protocols' fields never go.

@@ -22,6 +22,7 @@ use serde_json::{json, Map, Value};
 use super::canon::{self, Usage};
 use super::client::{ClientEvent, NoText};
 use super::codec::{Codec, Framing, Headers, Listed, Serves};
+use super::edit::{Edit, Put};
 use super::hosted::{self, Asks, Rules};
 use super::relay::Seen;
 use super::sse::{push_event, SseEvent};
@@ -239,6 +240,13 @@ impl Codec for Gemini {
             .ok()?
             .get("totalTokens")?
             .as_u64()
+    }
+    /// A whole `generateContentRequest` names its model (`models/{model}`): the upstream's, as the path.
+    fn count_model_edit<'a>(&self, model: &'a str) -> Option<(&'static str, Edit<'a>)> {
+        Some((
+            "generateContentRequest",
+            Edit::ReplaceIn("model", Put::Joined("models/", model)),
+        ))
     }
 
     fn upstream_path(&self) -> &'static str {
