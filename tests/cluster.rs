@@ -594,6 +594,18 @@ fn a_redis_that_lost_its_data_is_refused_then_rebuilt_from_the_ledgers() {
         .map(|k| (*k, spent(&a, k)))
         .collect();
 
+    // A store that still has its data, with instances running on it, is not rebuilt: the rebuild would
+    // delete and recount the balances while they admit, settle and ship.
+    let (code, out, err) = a.cli(&["store", "rebuild"]);
+    assert_ne!(code, 0, "{out}{err}");
+    assert!(
+        err.contains("running on it (gw-a, gw-b)") && err.contains("stop them first"),
+        "{err}"
+    );
+    for (name, before) in &spent_before {
+        assert_eq!(spent(&a, name), *before, "{name}: untouched");
+    }
+
     // Redis restarts without its data: both instances refuse rather than trust empty balances.
     redis.restart();
     assert_eq!(redis.int(&["DBSIZE"]), 0);

@@ -331,6 +331,22 @@ fn rebuild(a: &StoreRebuildArgs) -> Result<(), String> {
         }
     }
     let fail = |e: crate::store::StoreError| unreachable(&store, &e);
+    // Only a store no instance writes to: one that lost its data (its instances refuse and write nothing
+    // until it is rebuilt), or one whose instances are all stopped. Beside a running instance, one that
+    // admits, settles and ships while the balances are deleted and counted again, a request's cost would
+    // count twice and reservations would be left that nothing gives back.
+    if store.versions().map_err(fail)?.epoch.is_some() {
+        let running = store.running_instances().map_err(fail)?;
+        if !running.is_empty() {
+            return Err(format!(
+                "the store has not lost its data and {} running on it ({}): stop {} first (a rebuild beside a \
+                 running instance would count spend twice), then run this again",
+                if running.len() == 1 { "an instance is" } else { "instances are" },
+                running.join(", "),
+                if running.len() == 1 { "it" } else { "them" },
+            ));
+        }
+    }
     // Keys and overrides: the store's own when it still has them.
     let in_store = key_ops::read_all(KeysAt::Store(&store)).map_err(|e| e.to_string())?;
     if in_store.is_empty() {

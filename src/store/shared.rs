@@ -49,6 +49,36 @@ impl Store {
         })
     }
 
+    /// The names of the instances running on this store (each holds its name's claim while it runs; an
+    /// instance of a store that lost its data holds none).
+    pub fn running_instances(&self) -> Result<Vec<String>, StoreError> {
+        let prefix = self.k("instance:");
+        let mut names = Vec::new();
+        let mut cursor = "0".to_string();
+        loop {
+            let (next, keys): (String, Vec<String>) = self.with(|con| {
+                redis::cmd("SCAN")
+                    .arg(&cursor)
+                    .arg("MATCH")
+                    .arg(format!("{prefix}*"))
+                    .arg("COUNT")
+                    .arg(1000)
+                    .query(con)
+            })?;
+            names.extend(
+                keys.iter()
+                    .filter_map(|k| k.strip_prefix(&prefix))
+                    .map(str::to_string),
+            );
+            if next == "0" {
+                names.sort();
+                names.dedup();
+                return Ok(names);
+            }
+            cursor = next;
+        }
+    }
+
     /// Gives up this instance's name (at a clean exit), if `run_id` still holds it.
     pub fn release_instance(&self, run_id: &str) {
         let key = self.k(&format!("instance:{}", self.instance));

@@ -365,8 +365,8 @@ impl Store {
             // what the other writes counted. The key that refused is broken by a hand on the store.
             log::error!(
                 "store: shipping the usage records from ledger offset {start} wrote their effects only in part \
-                 ({late}); they are not shipped again. Mend the key it names, then `tollgate store rebuild` \
-                 sets the balances from the ledgers"
+                 ({late}); they are not shipped again. Mend the key it names; then, with every instance \
+                 stopped, `tollgate store rebuild` sets the balances from the ledgers"
             );
         }
         for it in batch {
