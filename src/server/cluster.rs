@@ -410,6 +410,7 @@ fn look_loop(gw: &Gateway, store: &Store, keys: u64, overrides: u64) {
     };
     let run = run_id(&dir).unwrap_or_default();
     let mut last_renew = Instant::now();
+    let mut renew_failed = false;
     let renew_every = (store.settings().lease / 3).min(CLAIM_TTL / 3);
     while !gw.state.shutting_down.load(Ordering::SeqCst) {
         std::thread::sleep(LOOK_EVERY);
@@ -437,10 +438,20 @@ fn look_loop(gw: &Gateway, store: &Store, keys: u64, overrides: u64) {
                 seen.overrides = ver;
             }
         }
-        if last_renew.elapsed() >= renew_every {
+        // Renewed every third of a lease, and again at each look after a renewal failed (the store was down),
+        // so that reservations whose lease ran short during an outage are renewed as soon as it answers.
+        if renew_failed || last_renew.elapsed() >= renew_every {
             last_renew = Instant::now();
-            if let Err(e) = store.renew_leases() {
-                log::warn!("store: renewing this instance's reservations failed ({e}); retrying");
+            match store.renew_leases() {
+                Ok(_) => renew_failed = false,
+                Err(e) => {
+                    if !renew_failed {
+                        log::warn!(
+                            "store: renewing this instance's reservations failed ({e}); retrying at each look"
+                        );
+                    }
+                    renew_failed = true;
+                }
             }
             if let Ok(Claim::HeldBy(holder)) = store.claim_instance(&run, CLAIM_TTL) {
                 log::error!(
