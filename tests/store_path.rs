@@ -790,3 +790,91 @@ fn a_rate_window_sheds_its_old_entries_and_keeps_its_total_exact() {
     assert_eq!(redis.hget("t:acct:win", "inflight"), "0");
     assert_eq!(redis.int(&["ZCARD", "t:lease:win"]), 0);
 }
+
+/// With `on_unavailable = "local"`, requests this instance admitted through the store and still runs count
+/// in the local fallback when the store stops answering: their worst cases are held against the key's
+/// credit as a local request's would be. Two held at the upstream with a credit of one and a half worst cases:
+/// a third, admitted locally once Redis is gone, is refused, not admitted on a spend of zero.
+#[test]
+fn the_local_fallback_counts_requests_in_flight_through_the_store() {
+    let mut redis = Redis::start(false);
+    let gate = Arc::new((Mutex::new(false), Condvar::new()));
+    let held = gate.clone();
+    let fake = FakeUpstream::start(move |_| {
+        let (open, woken) = &*held;
+        let mut o = open.lock().unwrap();
+        while !*o {
+            o = woken.wait(o).unwrap();
+        }
+        Reply::json(
+            200,
+            &json!({"id": "c", "object": "chat.completion", "created": 1, "model": "held",
+                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "ok"}}],
+                "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}}),
+        )
+    });
+    let dir = TempDir::new("store-path-fallback");
+    let mut c = config_with(
+        dir.path(),
+        &redis,
+        "gw-fallback",
+        "",
+        "on_unavailable = \"local\"",
+    );
+    c.push_str(&format!(
+        r#"
+[[upstreams]]
+name = "held"
+kind = "openai-chat"
+base_url = "http://{}/v1"
+
+[[models]]
+name = "held"
+upstream = "held"
+input_price = 1.0
+output_price = 1.0
+"#,
+        fake.addr
+    ));
+    let gw = Arc::new(Gateway::start_with(dir, &c));
+    let key = gw.add_key("fb", "default", Some(1000.0));
+    let body = json!({"model": "held", "max_tokens": 1000, "messages": [{"role": "user", "content": "hi"}]});
+    let send = |gw: &Arc<Gateway>| {
+        let (gw, key, body) = (gw.clone(), key.clone(), body.clone());
+        std::thread::spawn(move || gw.post_as(&key, "/v1/chat/completions", &body).status)
+    };
+    let first = send(&gw);
+    wait_for(
+        || fake.received().len() == 1,
+        "the first request at the upstream",
+    );
+    // One worst case, in picocredits, as the store holds it.
+    let worst: u64 = redis.hget("t:acct:fb", "reserved").parse().unwrap();
+    assert!(worst > 0);
+    let credit = worst as f64 * 1.5 / 1e12;
+    let r = gw.admin_post("/admin/keys/fb/credit", &json!({"set": credit}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let second = send(&gw);
+    wait_for(
+        || fake.received().len() == 2,
+        "the second request at the upstream",
+    );
+    redis.kill();
+    wait_for(
+        || gw.request("GET", "/readyz", &[], b"").json()["store"]["state"] == "not answering",
+        "the outage noticed",
+    );
+    // Admitted locally now: two worst cases in flight against a credit of one and a half.
+    let r = gw.post_as(&key, "/v1/chat/completions", &body);
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert_eq!(
+        fake.received().len(),
+        2,
+        "nothing more reached the upstream"
+    );
+    let (open, woken) = &*gate;
+    *open.lock().unwrap() = true;
+    woken.notify_all();
+    assert_eq!(first.join().unwrap(), 200);
+    assert_eq!(second.join().unwrap(), 200);
+}

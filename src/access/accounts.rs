@@ -95,8 +95,10 @@ enum Held {
         /// When it was admitted (Unix seconds): its cost counts in the budget periods of that moment.
         unix_at: u64,
     },
-    /// In the shared store, under the request's id; `at`: when it was admitted (Unix seconds).
-    Shared { id: String, at: u64 },
+    /// In the shared store, under the request's id; `at`: when it was admitted (Unix seconds). With the
+    /// local fallback, its worst case `cost` is also held in this process's accounts until it ends, so that
+    /// admission without the store counts what this instance's requests still running may spend.
+    Shared { id: String, at: u64, cost: Money },
     /// Nothing held: a key with no limits, credit or budget (its record alone settles it).
     Nothing,
 }
@@ -415,24 +417,35 @@ impl Accounts {
         match store.admit(ask.key, ask.id, ask.cost, &limits, group_budget) {
             Ok(admission) => {
                 let standing = admission.standing;
-                // What the local fallback would start from if the store stops answering.
+                // What the local fallback would start from if the store stops answering: the spend the store
+                // counts, and this instance's requests in flight through the store (held until they end:
+                // their cost reaches this spend at their end, and the store's at their settlement).
+                let admitted = standing.verdict == crate::standing::Verdict::Admitted;
                 if local_fallback {
                     let mut keys = self.lock();
                     let st = keys.entry(ask.key.to_string()).or_default();
                     st.spent = standing.spent;
                     st.spent_known = true;
+                    if admitted {
+                        st.reserved += ask.cost;
+                        st.in_flight += 1;
+                    }
                 }
                 let limits = Limits {
                     credit: admission.credit,
                     budget: admission.budget,
                     ..limits
                 };
-                let info = judge(&limits, &standing)?;
                 let held = Held::Shared {
                     id: ask.id.to_string(),
                     at: ask.now,
+                    cost: ask.cost,
                 };
-                Ok((self.reservation(ask, held), info))
+                // Made before the verdict is judged: a refusal's reservation (nothing held) is dropped.
+                let reservation =
+                    self.reservation(ask, if admitted { held } else { Held::Nothing });
+                let info = judge(&limits, &standing)?;
+                Ok((reservation, info))
             }
             Err(e) if local_fallback && e.unavailable => self.fallback(&store, ask),
             Err(e) => {
@@ -503,7 +516,7 @@ impl Accounts {
     fn settle_parts(&self, r: &Reservation, actual_cost: Money, actual_tokens: u64, charged: bool) {
         let (reserved, tokens, at, unix_at) = match &r.held {
             Held::Nothing => return,
-            Held::Shared { id, at } => {
+            Held::Shared { id, at, cost } => {
                 if let Some(store) = &self.store {
                     // A failure leaves the reservation to the request's record, which settles it when shipped
                     // (or, without a record, to its lease).
@@ -511,6 +524,18 @@ impl Accounts {
                         store.settle(&r.key, id, actual_cost, actual_tokens, *at);
                     } else {
                         let _ = store.release(&r.key, id);
+                    }
+                    if store.settings().on_unavailable == crate::config::store::OnUnavailable::Local
+                    {
+                        let mut keys = self.lock();
+                        if let Some(st) = keys.get_mut(r.key.as_str()) {
+                            st.reserved = (st.reserved - *cost).max(Money::ZERO);
+                            st.in_flight = st.in_flight.saturating_sub(1);
+                            if charged {
+                                st.spent += actual_cost;
+                                st.periods.add(*at, actual_cost);
+                            }
+                        }
                     }
                 }
                 return;
