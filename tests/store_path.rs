@@ -878,3 +878,104 @@ output_price = 1.0
     assert_eq!(first.join().unwrap(), 200);
     assert_eq!(second.join().unwrap(), 200);
 }
+
+/// A reservation that another instance's look for dead leases gave back while its request still runs here
+/// (its lease ran out while this instance could not reach the store) is held again at the next renewal:
+/// its worst case and slot count against the key until the request ends, and the request is then counted
+/// once. The look is made by hand here: the entry, the lease, the reserved amount and the slot removed as
+/// `admit.lua` removes them.
+#[test]
+fn a_reservation_given_back_while_its_request_runs_is_held_again() {
+    let redis = Redis::start(false);
+    let gate = Arc::new((Mutex::new(false), Condvar::new()));
+    let held = gate.clone();
+    let fake = FakeUpstream::start(move |_| {
+        let (open, woken) = &*held;
+        let mut o = open.lock().unwrap();
+        while !*o {
+            o = woken.wait(o).unwrap();
+        }
+        Reply::json(
+            200,
+            &json!({"id": "c", "object": "chat.completion", "created": 1, "model": "held",
+                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "ok"}}],
+                "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}}),
+        )
+    });
+    let dir = TempDir::new("store-path-rehold");
+    let mut c = config(dir.path(), &redis, "gw-rehold", "");
+    c.push_str(&format!(
+        r#"
+[[upstreams]]
+name = "held"
+kind = "openai-chat"
+base_url = "http://{}/v1"
+
+[[models]]
+name = "held"
+upstream = "held"
+input_price = 1.0
+output_price = 1.0
+"#,
+        fake.addr
+    ));
+    let gw = Arc::new(Gateway::start_with(dir, &c));
+    let key = gw.add_key("rh", "limited", Some(1000.0));
+    let running = {
+        let (gw, key) = (gw.clone(), key.clone());
+        std::thread::spawn(move || {
+            let body = json!({"model": "held", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]});
+            gw.post_as(&key, "/v1/chat/completions", &body).status
+        })
+    };
+    wait_for(|| fake.received().len() == 1, "the request at the upstream");
+    let ids = fields_but(&redis, "t:res:rh", &[]);
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    let id = ids[0].clone();
+    let entry = redis.hget("t:res:rh", &id);
+    let worst = redis.hget("t:acct:rh", "reserved");
+    assert_eq!(redis.hget("t:acct:rh", "inflight"), "1");
+    // Given back, as a look for dead leases does.
+    for cmd in [
+        vec!["HDEL", "t:res:rh", id.as_str()],
+        vec!["ZREM", "t:lease:rh", id.as_str()],
+        vec!["HSET", "t:acct:rh", "reserved", "0", "inflight", "0"],
+    ] {
+        assert!(redis.command(&cmd).is_some(), "{cmd:?}");
+    }
+    wait_for(
+        || redis.hget("t:res:rh", &id) == entry,
+        "the reservation held again at the next renewal",
+    );
+    assert_eq!(redis.hget("t:acct:rh", "reserved"), worst);
+    assert_eq!(redis.hget("t:acct:rh", "inflight"), "1");
+    assert!(redis
+        .command(&["ZSCORE", "t:lease:rh", &id])
+        .is_some_and(|s| !s.is_empty()));
+    assert!(
+        gw.all_logs().contains("they are held again"),
+        "{}",
+        gw.all_logs()
+    );
+    // The request ends: settled once, its record shipped once.
+    let (open, woken) = &*gate;
+    *open.lock().unwrap() = true;
+    woken.notify_all();
+    assert_eq!(running.join().unwrap(), 200);
+    let data = gw.dir.path().join("data");
+    wait_for(
+        || {
+            redis.hget("t:acct:rh", "reserved") == "0"
+                && stream(&redis).len() >= ledger_lines(&data).len()
+                && redis.int(&["HLEN", "t:res:rh"]) == 0
+        },
+        "the request settled and its record shipped",
+    );
+    assert_eq!(redis.hget("t:acct:rh", "inflight"), "0");
+    let lines: Vec<String> = ledger_lines(&data)
+        .into_iter()
+        .filter(|l| l.contains("\"rh\""))
+        .collect();
+    assert_eq!(lines.len(), 1);
+    assert_spent_is_the_ledgers_sum(&gw, "rh", &lines);
+}

@@ -90,6 +90,18 @@ impl Drop for Carried {
     }
 }
 
+/// A reservation this instance holds in the store, as admission made it: renewed until its request ends,
+/// and made again with these if another instance's look for dead leases gave it back meanwhile.
+#[derive(Clone)]
+pub(super) struct Held {
+    key: String,
+    /// The worst case, in picocredits as sent.
+    cost: String,
+    tokens: u64,
+    /// It holds a concurrency slot.
+    slot: bool,
+}
+
 /// A settlement not yet sent.
 pub(super) struct Pending {
     pub(super) key: String,
@@ -255,7 +267,13 @@ impl Store {
         let ms = |v: i64| Duration::from_millis(v.max(0) as u64);
         let verdict = Verdict::from_code(int(0)?);
         if verdict == Verdict::Admitted {
-            lock(&self.leases).insert(id.to_string(), key.to_string());
+            let held = Held {
+                key: key.to_string(),
+                cost: units(cost.max(Money::ZERO)),
+                tokens: script_tokens(limits.tokens),
+                slot: limits.max_concurrent.is_some(),
+            };
+            lock(&self.leases).insert(id.to_string(), held);
         }
         let amount = text(11)?;
         let budget = Period::from_letter(&text(12)?)
@@ -379,12 +397,18 @@ impl Store {
     }
 
     /// Renews the leases of every reservation this instance holds (the store thread calls this well within
-    /// a lease). Returns how many.
+    /// `lease_secs`). A reservation whose lease is gone was given back by another instance's look for dead
+    /// leases while this one could not reach the store: its request still runs here, so it is held again as
+    /// admission held it. Shipping waits meanwhile, and a request whose record is shipped leaves `leases` in
+    /// the same step (`ship_batch`): a request whose record counted its cost (finding no reservation) is never
+    /// held again, which would make its settlement count the cost a second time. Returns how many are held.
     pub fn renew_leases(&self) -> Result<usize, StoreError> {
+        let _shipping = lock(&self.shipping);
         let held: Vec<(String, String)> = lock(&self.leases)
             .iter()
-            .map(|(id, key)| (id.clone(), key.clone()))
+            .map(|(id, h)| (id.clone(), h.key.clone()))
             .collect();
+        let mut gone = Vec::new();
         for chunk in held.chunks(500) {
             let keys: Vec<String> = chunk
                 .iter()
@@ -392,9 +416,51 @@ impl Store {
                 .collect();
             let mut args = vec![self.settings.lease.as_millis().to_string()];
             args.extend(chunk.iter().map(|(id, _)| id.clone()));
-            let _: i64 = self.run(|s| &s.renew, &keys, &args)?;
+            let missing: Vec<usize> = self.run(|s| &s.renew, &keys, &args)?;
+            gone.extend(
+                missing
+                    .into_iter()
+                    .filter_map(|i| chunk.get(i.wrapping_sub(1)).map(|(id, _)| id.clone())),
+            );
+        }
+        if !gone.is_empty() {
+            self.hold_again(&gone)?;
         }
         Ok(held.len())
+    }
+
+    /// Makes the reservations `ids` again (`lua/rehold.lua`), those still held here.
+    fn hold_again(&self, ids: &[String]) -> Result<(), StoreError> {
+        let items: Vec<(String, Held)> = {
+            let leases = lock(&self.leases);
+            ids.iter()
+                .filter_map(|id| leases.get(id).map(|h| (id.clone(), h.clone())))
+                .collect()
+        };
+        let mut again = 0;
+        for chunk in items.chunks(300) {
+            let mut keys = Vec::with_capacity(chunk.len() * 3);
+            let mut args = vec![self.settings.lease.as_millis().to_string()];
+            for (id, h) in chunk {
+                let k = self.account_keys(&h.key);
+                keys.extend([k.acct, k.res, k.lease]);
+                args.extend([
+                    id.clone(),
+                    h.cost.clone(),
+                    h.tokens.to_string(),
+                    if h.slot { "1" } else { "0" }.to_string(),
+                ]);
+            }
+            let n: i64 = self.run(|s| &s.rehold, &keys, &args)?;
+            again += n;
+        }
+        if again > 0 {
+            log::warn!(
+                "store: {again} reservation(s) of requests still running here had been given back by another \
+                 instance (their lease ran out while the store was out of reach); they are held again"
+            );
+        }
+        Ok(())
     }
 
     /// Reservations this instance holds in the store.

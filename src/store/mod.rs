@@ -99,6 +99,7 @@ struct Scripts {
     ship_source: String,
     release: redis::Script,
     renew: redis::Script,
+    rehold: redis::Script,
     map_read: redis::Script,
     map_write: redis::Script,
     keys_write: redis::Script,
@@ -131,6 +132,7 @@ impl Scripts {
             ship_source: format!("{MONEY}\n{}", include_str!("lua/ship.lua")),
             release: script(include_str!("lua/release.lua")),
             renew: script(include_str!("lua/renew.lua")),
+            rehold: script(include_str!("lua/rehold.lua")),
             map_read: script(include_str!("lua/map_read.lua")),
             map_write: script(include_str!("lua/map_write.lua")),
             keys_write: script(include_str!("lua/keys_write.lua")),
@@ -174,7 +176,9 @@ pub struct Store {
     /// The instance this process is.
     instance: String,
     /// Reservations this instance holds in the store (request id → key name), renewed until settled.
-    leases: Mutex<std::collections::HashMap<String, String>>,
+    leases: Mutex<std::collections::HashMap<String, accounts::Held>>,
+    /// Held by a shipping call and by a lease renewal: one runs at a time (`renew_leases` says why).
+    shipping: Mutex<()>,
     /// Settlements not yet sent (see `accounts.rs`).
     pending: accounts::Queue,
     /// Admissions waiting for a round trip (group commit, `batch.rs`).
@@ -228,6 +232,7 @@ impl Store {
             scripts: Scripts::new(),
             instance: instance.to_string(),
             leases: Mutex::new(std::collections::HashMap::new()),
+            shipping: Mutex::new(()),
             pending: Arc::new(Mutex::new(Vec::new())),
             admissions: batch::Group::new(),
             settle_wake: crossbeam_channel::bounded(1),

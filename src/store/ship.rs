@@ -27,7 +27,7 @@
 
 use redis::FromRedisValue;
 
-use super::{Store, StoreError};
+use super::{lock, Store, StoreError};
 use crate::budget::Period;
 use crate::ledger::{Record, SyncedLine, Totals};
 
@@ -338,7 +338,17 @@ impl Store {
             .arg(keys.len())
             .arg(&keys)
             .arg(&args);
-        let reply = match self.with(|con| pipe.query::<(Vec<redis::Value>,)>(con)) {
+        // A lease renewal waits meanwhile: these records' requests have ended, so whatever this call does
+        // they leave `leases` in the same step (below), and none whose record counted its cost is held again
+        // (`Store::renew_leases`; its settlement would count the cost a second time).
+        let _renewals = lock(&self.shipping);
+        let result = self.with(|con| pipe.query::<(Vec<redis::Value>,)>(con));
+        for it in batch {
+            if let Some(id) = &it.id {
+                self.shipped(id);
+            }
+        }
+        let reply = match result {
             Ok((reply,)) => reply,
             Err(e) => {
                 if !e.unavailable {
@@ -368,11 +378,6 @@ impl Store {
                  ({late}); they are not shipped again. Mend the key it names; then, with every instance \
                  stopped, `tollgate store rebuild` sets the balances from the ledgers"
             );
-        }
-        for it in batch {
-            if let Some(id) = &it.id {
-                self.shipped(id);
-            }
         }
         Ok(Shipped::Upto(at.parse().unwrap_or_else(|_| {
             batch.last().map_or(start, |i| i.next)
