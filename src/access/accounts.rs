@@ -424,7 +424,9 @@ impl Accounts {
                 if local_fallback {
                     let mut keys = self.lock();
                     let st = keys.entry(ask.key.to_string()).or_default();
-                    st.spent = standing.spent;
+                    // Never below what this instance counted itself: the store's figure may not have the
+                    // costs of settlements still on their way to it.
+                    st.spent = st.spent.max(standing.spent);
                     st.spent_known = true;
                     if admitted {
                         st.reserved += ask.cost;

@@ -266,6 +266,26 @@ impl Store {
         let text = |i: usize| String::from_redis_value(v[i].clone()).map_err(|e| bad(&e));
         let ms = |v: i64| Duration::from_millis(v.max(0) as u64);
         let verdict = Verdict::from_code(int(0)?);
+        let amount = text(11)?;
+        let budget = Period::from_letter(&text(12)?)
+            .filter(|_| !amount.is_empty())
+            .map(|period| Budget {
+                amount: money(&amount),
+                period,
+            });
+        let credit = text(10)?;
+        let standing = Standing {
+            verdict,
+            rpm_used: int(1)?.max(0) as u64,
+            rpm_reset: ms(int(2)?),
+            tpm_used: int(3)?.max(0) as u64,
+            tpm_reset: ms(int(4)?),
+            tpm_wait: ms(int(5)?),
+            spent: money(&text(7)?),
+            period_spent: money(&text(9)?),
+        };
+        // Renewed from here until the request ends (only once the whole answer was read: a reservation
+        // with no `Reservation` to end it would be renewed for ever).
         if verdict == Verdict::Admitted {
             let held = Held {
                 key: key.to_string(),
@@ -275,25 +295,8 @@ impl Store {
             };
             lock(&self.leases).insert(id.to_string(), held);
         }
-        let amount = text(11)?;
-        let budget = Period::from_letter(&text(12)?)
-            .filter(|_| !amount.is_empty())
-            .map(|period| Budget {
-                amount: money(&amount),
-                period,
-            });
-        let credit = text(10)?;
         Ok(Admission {
-            standing: Standing {
-                verdict,
-                rpm_used: int(1)?.max(0) as u64,
-                rpm_reset: ms(int(2)?),
-                tpm_used: int(3)?.max(0) as u64,
-                tpm_reset: ms(int(4)?),
-                tpm_wait: ms(int(5)?),
-                spent: money(&text(7)?),
-                period_spent: money(&text(9)?),
-            },
+            standing,
             credit: (!credit.is_empty()).then(|| money(&credit)),
             budget,
         })
@@ -453,6 +456,20 @@ impl Store {
             }
             let n: i64 = self.run(|s| &s.rehold, &keys, &args)?;
             again += n;
+            // A request that ended meanwhile (it left `leases`) has what was just held again for it given
+            // back: its release found nothing to give back, or its settlement found nothing to settle and
+            // left its cost to its record (which counts it, finding no reservation). A settlement that came
+            // after the re-hold settled it instead, and the release finds the marker and does nothing.
+            let ended: Vec<&(String, Held)> = {
+                let leases = lock(&self.leases);
+                chunk
+                    .iter()
+                    .filter(|(id, _)| !leases.contains_key(id))
+                    .collect()
+            };
+            for (id, h) in ended {
+                self.release(&h.key, id)?;
+            }
         }
         if again > 0 {
             log::warn!(
