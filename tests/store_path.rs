@@ -785,10 +785,26 @@ fn a_rate_window_sheds_its_old_entries_and_keeps_its_total_exact() {
         redis.command(&["ZSCORE", "t:win:win", "old-1"]).as_deref(),
         Some("")
     );
-    // The dead reservation is gone, its slot with it.
-    assert_eq!(redis.hget("t:res:win", "dead-1"), "");
+    // The dead reservation is given back, its slot with it; its entry is the marker 'd' for another lease
+    // (its instance could still hold it again), then goes at a look after that lease ran out.
+    assert_eq!(redis.hget("t:res:win", "dead-1"), "d");
     assert_eq!(redis.hget("t:acct:win", "inflight"), "0");
-    assert_eq!(redis.int(&["ZCARD", "t:lease:win"]), 0);
+    assert_eq!(redis.int(&["ZCARD", "t:lease:win"]), 1);
+    for cmd in [
+        vec!["ZADD", "t:lease:win", "1", "dead-1"],
+        vec!["HDEL", "t:acct:win", "swept"],
+    ] {
+        assert!(redis.command(&cmd).is_some(), "{cmd:?}");
+    }
+    let r = gw.post_as(&key, "/v1/chat/completions", &chat());
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(redis.hget("t:res:win", "dead-1"), "");
+    assert_eq!(
+        redis
+            .command(&["ZSCORE", "t:lease:win", "dead-1"])
+            .as_deref(),
+        Some("")
+    );
 }
 
 /// With `on_unavailable = "local"`, requests this instance admitted through the store and still runs count
@@ -882,8 +898,8 @@ output_price = 1.0
 /// A reservation that another instance's look for dead leases gave back while its request still runs here
 /// (its lease ran out while this instance could not reach the store) is held again at the next renewal:
 /// its worst case and slot count against the key until the request ends, and the request is then counted
-/// once. The look is made by hand here: the entry, the lease, the reserved amount and the slot removed as
-/// `admit.lua` removes them.
+/// once. The look is made by hand here, as `admit.lua` makes it: the reserved amount and the slot given
+/// back, the entry made the marker 'd' under a lease of its own.
 #[test]
 fn a_reservation_given_back_while_its_request_runs_is_held_again() {
     let redis = Redis::start(false);
@@ -936,9 +952,15 @@ output_price = 1.0
     let worst = redis.hget("t:acct:rh", "reserved");
     assert_eq!(redis.hget("t:acct:rh", "inflight"), "1");
     // Given back, as a look for dead leases does.
+    let later = (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        + 60_000)
+        .to_string();
     for cmd in [
-        vec!["HDEL", "t:res:rh", id.as_str()],
-        vec!["ZREM", "t:lease:rh", id.as_str()],
+        vec!["HSET", "t:res:rh", id.as_str(), "d"],
+        vec!["ZADD", "t:lease:rh", later.as_str(), id.as_str()],
         vec!["HSET", "t:acct:rh", "reserved", "0", "inflight", "0"],
     ] {
         assert!(redis.command(&cmd).is_some(), "{cmd:?}");
@@ -978,4 +1000,46 @@ output_price = 1.0
         .collect();
     assert_eq!(lines.len(), 1);
     assert_spent_is_the_ledgers_sum(&gw, "rh", &lines);
+}
+
+/// `rehold.lua` holds a reservation again only while its entry is the marker 'd' that a look for dead
+/// leases left: never one whose record was shipped (the entry gone: the record counted the cost) or whose
+/// request was settled ('s'), however late the call reaches Redis.
+#[test]
+fn a_reservation_is_held_again_only_while_it_is_the_marker_d() {
+    let redis = Redis::start(false);
+    let script = format!(
+        "{}\n{}",
+        include_str!("../src/store/lua/money.lua"),
+        include_str!("../src/store/lua/rehold.lua")
+    );
+    let rehold = |id: &str| {
+        redis.command(&[
+            "EVAL",
+            &script,
+            "3",
+            "t:acct:k",
+            "t:res:k",
+            "t:lease:k",
+            "30000",
+            id,
+            "5000",
+            "10",
+            "1",
+        ])
+    };
+    assert!(redis
+        .command(&["HSET", "t:res:k", "given-back", "d", "settled", "s"])
+        .is_some());
+    assert_eq!(rehold("given-back").as_deref(), Some(":1"));
+    assert_eq!(redis.hget("t:res:k", "given-back"), "5000 10 1");
+    assert_eq!(redis.hget("t:acct:k", "reserved"), "5000");
+    assert_eq!(redis.hget("t:acct:k", "inflight"), "1");
+    for id in ["shipped", "settled", "given-back"] {
+        assert_eq!(rehold(id).as_deref(), Some(":0"), "{id}");
+    }
+    assert_eq!(redis.hget("t:res:k", "shipped"), "");
+    assert_eq!(redis.hget("t:res:k", "settled"), "s");
+    assert_eq!(redis.hget("t:acct:k", "reserved"), "5000");
+    assert_eq!(redis.hget("t:acct:k", "inflight"), "1");
 }

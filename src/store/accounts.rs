@@ -400,11 +400,12 @@ impl Store {
     }
 
     /// Renews the leases of every reservation this instance holds (the store thread calls this well within
-    /// `lease_secs`). A reservation whose lease is gone was given back by another instance's look for dead
-    /// leases while this one could not reach the store: its request still runs here, so it is held again as
-    /// admission held it. Shipping waits meanwhile, and a request whose record is shipped leaves `leases` in
-    /// the same step (`ship_batch`): a request whose record counted its cost (finding no reservation) is never
-    /// held again, which would make its settlement count the cost a second time. Returns how many are held.
+    /// `lease_secs`). A reservation another instance's look for dead leases gave back while this one could
+    /// not reach the store (its entry is the marker 'd') belongs to a request that still runs here, so it is
+    /// held again as admission held it. Only a 'd' is: the request's record, shipped, or its release removes
+    /// it, so a request whose record counted its cost is never held again (its settlement would count the
+    /// cost a second time), whenever the calls reach Redis. Shipping also waits meanwhile, and a shipped
+    /// record's request leaves `leases` in the same step (`ship_batch`). Returns how many are held.
     pub fn renew_leases(&self) -> Result<usize, StoreError> {
         let _shipping = lock(&self.shipping);
         let held: Vec<(String, String)> = lock(&self.leases)
@@ -415,7 +416,12 @@ impl Store {
         for chunk in held.chunks(500) {
             let keys: Vec<String> = chunk
                 .iter()
-                .map(|(_, key)| self.k(&format!("lease:{key}")))
+                .flat_map(|(_, key)| {
+                    [
+                        self.k(&format!("lease:{key}")),
+                        self.k(&format!("res:{key}")),
+                    ]
+                })
                 .collect();
             let mut args = vec![self.settings.lease.as_millis().to_string()];
             args.extend(chunk.iter().map(|(id, _)| id.clone()));

@@ -65,14 +65,20 @@ if now - swept >= 1000 or swept > now then
 end
 for _, rid in ipairs(dead) do
   local e = redis.call('HGET', res, rid)
-  -- A settled marker ('s') holds nothing: it stays until its record is shipped.
-  if e and e ~= 's' then
+  if live(e) then
+    -- Given back; the entry becomes the marker 'd' for another lease, in which the instance that admitted
+    -- the request, if it only lost the store for a while, holds it again at its next renewal.
     local c, _, slot = entry(e)
     reserved = msub(reserved, m(c))
     if slot == '1' then inflight = inflight - 1 end
-    redis.call('HDEL', res, rid)
+    redis.call('HSET', res, rid, 'd')
+    redis.call('ZADD', lease, now + tonumber(ARGV[5]), rid)
+  else
+    -- A 'd' whose lease ran out too goes. A settled marker ('s') holds nothing: it stays until its record
+    -- is shipped.
+    if e == 'd' then redis.call('HDEL', res, rid) end
+    redis.call('ZREM', lease, rid)
   end
-  redis.call('ZREM', lease, rid)
   changed = true
 end
 if inflight < 0 then inflight = 0 end

@@ -43,7 +43,14 @@ local function hadd(key, field, s, a)
     redis.call('HSET', key, field, ms(madd(m(redis.call('HGET', key, field)), a)))
   end
 end
--- A reservation entry: "<cost> <tokens> <slot>", slot 1 while it holds a concurrency slot.
+-- A reservation entry: "<cost> <tokens> <slot>", slot 1 while it holds a concurrency slot. Beside entries,
+-- res holds markers: 's', a request settled (its record, when shipped, counts nothing), and 'd', a
+-- reservation given back by a look for dead leases (its instance may still run the request and hold it
+-- again, `rehold.lua`; its record counts its cost). A 'd' keeps a lease of its own and goes when that runs
+-- out, or when the request's record is shipped or the request is released.
+local function live(e)
+  return e ~= nil and e ~= false and e ~= 's' and e ~= 'd'
+end
 local function entry(e)
   local c, t, s = string.match(e, '^(%d+) (%d+) (%d)$')
   return c, t, s

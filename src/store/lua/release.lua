@@ -3,7 +3,11 @@
 -- KEYS: 1 acct, 2 res, 3 lease, 4 winv. ARGV: 1 id
 local acct, res, id = KEYS[1], KEYS[2], ARGV[1]
 local e = redis.call('HGET', res, id)
-if e and e ~= 's' then
+if e == 'd' then
+  -- Given back already: the marker goes, so that the request is not held again.
+  redis.call('HDEL', res, id)
+  redis.call('ZREM', KEYS[3], id)
+elseif live(e) then
   local c, _, slot = entry(e)
   local st = redis.call('HMGET', acct, 'reserved', 'inflight')
   local reserved, inflight = msub(m(st[1]), m(c)), num(st[2])

@@ -24,7 +24,7 @@ local function settle_many(res, lease, winv, per, st, args, from, count)
     for j = c0, c1 do
       local a = from + 6 * j
       local id, e = args[a], entries[j - c0 + 1]
-      if e and e ~= 's' and not seen[id] then
+      if live(e) and not seen[id] then
         seen[id] = true
         local c, _, slot = entry(e)
         st[2] = msub(st[2], m(c))

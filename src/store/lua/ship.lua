@@ -19,6 +19,8 @@
 -- ARGV: 1 offset of the first record, 2 ledger fingerprint, 3 stream length kept, 4 period fields older
 --       than this start are dropped, then per record 9 values: offset after it, request id ('' for a line
 --       that is no record), cost, tokens used, day/week/month period fields, ts, the record's JSON
+-- A record whose reservation was given back by a look for dead leases (the marker 'd', money.lua) counts its
+-- cost and removes the marker.
 -- Returns {1, offset after the last record} (and a third value, the first error of the writes of the sums,
 -- when one failed) or {0, the cursor's offset} when the cursor is elsewhere.
 local cur = redis.call('HMGET', KEYS[1], 'offset', 'fp')
@@ -118,10 +120,13 @@ local ok, err = pcall(function()
         last_of[acct] = ts
       end
     elseif counted then
-      if e then
+      if live(e) then
         local c, _, slot = entry(e)
         st[2] = msub(st[2], m(c))
         if slot == '1' and st[3] > 0 then st[3] = st[3] - 1 end
+      end
+      if e then
+        -- The entry goes (a 'd' too: the request ended, and is never held again).
         add_to(gone, gone_keys, res, id)
         add_to(unleased, unleased_keys, lease, id)
       end
