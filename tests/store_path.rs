@@ -1004,7 +1004,8 @@ output_price = 1.0
 
 /// `rehold.lua` holds a reservation again only while its entry is the marker 'd' that a look for dead
 /// leases left: never one whose record was shipped (the entry gone: the record counted the cost) or whose
-/// request was settled ('s'), however late the call reaches Redis.
+/// request was settled ('s'), however late the call reaches Redis. A settlement settles a 'd'; a release
+/// after a settlement touches nothing.
 #[test]
 fn a_reservation_is_held_again_only_while_it_is_the_marker_d() {
     let redis = Redis::start(false);
@@ -1042,4 +1043,65 @@ fn a_reservation_is_held_again_only_while_it_is_the_marker_d() {
     assert_eq!(redis.hget("t:res:k", "settled"), "s");
     assert_eq!(redis.hget("t:acct:k", "reserved"), "5000");
     assert_eq!(redis.hget("t:acct:k", "inflight"), "1");
+
+    // A settlement that finds the 'd' counts the cost (the amount and slot were given back already) and
+    // leaves 's': the reservation is not held again, and its record counts nothing more.
+    let money = include_str!("../src/store/lua/money.lua");
+    let settle = format!(
+        "{money}\n{}\n{}",
+        include_str!("../src/store/lua/settle_many.lua"),
+        include_str!("../src/store/lua/settle.lua")
+    );
+    let later = "99999999999999";
+    for cmd in [
+        vec!["HSET", "t:res:k", "settling", "d"],
+        vec!["ZADD", "t:lease:k", later, "settling"],
+        vec!["HSET", "t:winv:k", "settling", "10", "_total", "10"],
+    ] {
+        assert!(redis.command(&cmd).is_some(), "{cmd:?}");
+    }
+    let settled = redis.command(&[
+        "EVAL",
+        &settle,
+        "5",
+        "t:acct:k",
+        "t:res:k",
+        "t:lease:k",
+        "t:winv:k",
+        "t:per:k",
+        "settling",
+        "3000",
+        "7",
+        "d1",
+        "w1",
+        "m1",
+    ]);
+    assert_eq!(settled.as_deref(), Some(":1"));
+    assert_eq!(redis.hget("t:res:k", "settling"), "s");
+    assert_eq!(redis.hget("t:acct:k", "spent"), "3000");
+    assert_eq!(redis.hget("t:acct:k", "reserved"), "5000");
+    assert_eq!(redis.hget("t:acct:k", "inflight"), "1");
+    assert_eq!(
+        redis
+            .command(&["ZSCORE", "t:lease:k", "settling"])
+            .as_deref(),
+        Some("")
+    );
+    assert_eq!(redis.hget("t:winv:k", "_total"), "7");
+    assert_eq!(rehold("settling").as_deref(), Some(":0"));
+    // A release after the settlement leaves the window's real tokens as they are.
+    let release = format!("{money}\n{}", include_str!("../src/store/lua/release.lua"));
+    let released = redis.command(&[
+        "EVAL",
+        &release,
+        "4",
+        "t:acct:k",
+        "t:res:k",
+        "t:lease:k",
+        "t:winv:k",
+        "settling",
+    ]);
+    assert_eq!(released.as_deref(), Some(":1"));
+    assert_eq!(redis.hget("t:winv:k", "_total"), "7");
+    assert_eq!(redis.hget("t:winv:k", "settling"), "7");
 }

@@ -460,22 +460,10 @@ impl Store {
                     if h.slot { "1" } else { "0" }.to_string(),
                 ]);
             }
+            // A request that ended before this call reached Redis left no 'd' to hold again: its release
+            // removed it, its settlement made it 's'.
             let n: i64 = self.run(|s| &s.rehold, &keys, &args)?;
             again += n;
-            // A request that ended meanwhile (it left `leases`) has what was just held again for it given
-            // back: its release found nothing to give back, or its settlement found nothing to settle and
-            // left its cost to its record (which counts it, finding no reservation). A settlement that came
-            // after the re-hold settled it instead, and the release finds the marker and does nothing.
-            let ended: Vec<&(String, Held)> = {
-                let leases = lock(&self.leases);
-                chunk
-                    .iter()
-                    .filter(|(id, _)| !leases.contains_key(id))
-                    .collect()
-            };
-            for (id, h) in ended {
-                self.release(&h.key, id)?;
-            }
         }
         if again > 0 {
             log::warn!(

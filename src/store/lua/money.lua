@@ -46,8 +46,9 @@ end
 -- A reservation entry: "<cost> <tokens> <slot>", slot 1 while it holds a concurrency slot. Beside entries,
 -- res holds markers: 's', a request settled (its record, when shipped, counts nothing), and 'd', a
 -- reservation given back by a look for dead leases (its instance may still run the request and hold it
--- again, `rehold.lua`; its record counts its cost). A 'd' keeps a lease of its own and goes when that runs
--- out, or when the request's record is shipped or the request is released.
+-- again, `rehold.lua`). A 'd' keeps a lease of its own and goes at the first look after that runs out; the
+-- request's settlement makes it 's', and its release or its shipped record (which then counts the cost)
+-- removes it.
 local function live(e)
   return e ~= nil and e ~= false and e ~= 's' and e ~= 'd'
 end

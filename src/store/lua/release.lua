@@ -3,6 +3,8 @@
 -- KEYS: 1 acct, 2 res, 3 lease, 4 winv. ARGV: 1 id
 local acct, res, id = KEYS[1], KEYS[2], ARGV[1]
 local e = redis.call('HGET', res, id)
+-- Settled: the settlement counted its cost and real tokens, nothing is left to give back.
+if e == 's' then return 1 end
 if e == 'd' then
   -- Given back already: the marker goes, so that the request is not held again.
   redis.call('HDEL', res, id)

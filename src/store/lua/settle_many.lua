@@ -24,11 +24,15 @@ local function settle_many(res, lease, winv, per, st, args, from, count)
     for j = c0, c1 do
       local a = from + 6 * j
       local id, e = args[a], entries[j - c0 + 1]
-      if live(e) and not seen[id] then
+      -- A reservation a look for dead leases gave back ('d') is settled too, its amount and slot already
+      -- given back: the marker 's' then keeps it from being held again, and its record from counting again.
+      if (live(e) or e == 'd') and not seen[id] then
         seen[id] = true
-        local c, _, slot = entry(e)
-        st[2] = msub(st[2], m(c))
-        if slot == '1' and st[3] > 0 then st[3] = st[3] - 1 end
+        if e ~= 'd' then
+          local c, _, slot = entry(e)
+          st[2] = msub(st[2], m(c))
+          if slot == '1' and st[3] > 0 then st[3] = st[3] - 1 end
+        end
         local cost = m(args[a + 1])
         st[1] = madd(st[1], cost)
         if not mzero(cost) then
