@@ -9,8 +9,10 @@
 //!
 //! A reservation carries a lease. This instance renews the leases of the reservations it holds until they
 //! are settled (`renew_leases`, from the store thread); the reservations of an instance that was killed stop
-//! being renewed, and the next admission of their key gives their credit and slot back once the lease has
-//! run out (`[store] lease_secs`, 30 s by default).
+//! being renewed, and an admission of their key (looking at most once a second, 1,000 at a time) gives their
+//! credit and slot back once the lease has run out (`[store] lease_secs`, 30 s by default), leaving the
+//! marker 'd' for one more lease: an instance that was only cut off from the store holds them again at its
+//! next renewal (`renew_leases`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -11,8 +11,8 @@
 -- entry's XADD, and a record's effects join the sums only once its XADD is done. If a call fails on the way,
 -- the sums of the records finished are still written with the cursor after them, and the error goes back:
 -- a retry starts at the record that failed, as it was (a key of another type than its role's, which only a
--- hand on the store makes, fails so when it is read before the record's XADD: the account, the reservation
--- entries, the window tokens). A write after the loop that fails (a budget-period or lease key so broken)
+-- hand on the store makes, fails so when it is the stream or a record's account; a broken reservation or
+-- window-token key fails the reads before the loop, and the whole batch waits). A write after the loop that fails (a budget-period or lease key so broken)
 -- does not keep the cursor back: a retry would add again what the other writes added, and every retry
 -- again. Its error, with the key's name, goes back beside the cursor.
 -- KEYS: 1 cursor (hash: offset, fp: the file's fingerprint), 2 usage stream, then per record: acct, res, lease, winv, per
