@@ -785,6 +785,12 @@ fn a_rate_window_sheds_its_old_entries_and_keeps_its_total_exact() {
         redis.command(&["ZSCORE", "t:win:win", "old-1"]).as_deref(),
         Some("")
     );
+    // The window's keys expire two minutes after it (set once, not at each admission: `wexp`).
+    for k in ["t:win:win", "t:winv:win"] {
+        let ttl = redis.int(&["PTTL", k]);
+        assert!((61_000..=121_000).contains(&ttl), "{k}: {ttl} ms");
+    }
+    assert!(!redis.hget("t:acct:win", "wexp").is_empty());
     // The dead reservation is given back, its slot with it; its entry is the marker 'd' for another lease
     // (its instance could still hold it again), then goes at a look after that lease ran out.
     assert_eq!(redis.hget("t:res:win", "dead-1"), "d");
@@ -799,6 +805,36 @@ fn a_rate_window_sheds_its_old_entries_and_keeps_its_total_exact() {
     let r = gw.post_as(&key, "/v1/chat/completions", &chat());
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(redis.hget("t:res:win", "dead-1"), "");
+
+    // A window whose set is gone (it expired) holds no tokens, whatever total its hash kept says.
+    wait_for(
+        || redis.hget("t:acct:win", "reserved") == "0",
+        "the second request settled",
+    );
+    assert_eq!(redis.command(&["DEL", "t:win:win"]).as_deref(), Some(":1"));
+    assert!(redis
+        .command(&["HSET", "t:winv:win", "_total", "999999"])
+        .is_some());
+    let r = gw.post_as(&key, "/v1/chat/completions", &chat());
+    assert_eq!(r.status, 200, "{}", r.text());
+    wait_for(
+        || redis.hget("t:acct:win", "reserved") == "0",
+        "the third request settled",
+    );
+    let ids = fields_but(&redis, "t:winv:win", &["_total"]);
+    let in_window: Vec<String> = ids
+        .into_iter()
+        .filter(|id| {
+            redis
+                .command(&["ZSCORE", "t:win:win", id])
+                .is_some_and(|s| !s.is_empty())
+        })
+        .collect();
+    assert_eq!(in_window.len(), 1, "{in_window:?}");
+    assert_eq!(
+        redis.hget("t:winv:win", "_total"),
+        redis.hget("t:winv:win", &in_window[0])
+    );
     assert_eq!(
         redis
             .command(&["ZSCORE", "t:lease:win", "dead-1"])

@@ -20,7 +20,7 @@
 //! it `terms` (hash: key name → what admission reads of the key: credit, own budget, expiry, state; written in
 //! the same atomic step as the record, `lua/keys_write.lua`) with `terms:at` (the `keys:ver` they match);
 //! `overrides` (hash: `doc` → the console's overrides JSON) with `overrides:ver`; `epoch` (set once, so a
-//! store that lost its data is noticed); per key name K: `acct:K` (spent, reserved, inflight, last_used, swept),
+//! store that lost its data is noticed); per key name K: `acct:K` (spent, reserved, inflight, last_used, swept, wexp),
 //! `res:K` and `lease:K` (reservations in flight and their leases; in `res:K` also the markers 's', settled, and 'd', given back by a look for dead leases: `lua/money.lua`), `win:K`, `winv:K` (the rate
 //! window: the last minute's admissions and their tokens), `per:K` (spend per budget period); `usage` (stream of usage records); `cursor:I` (how much of
 //! instance I's local ledger was shipped); `instance:I` (which running process holds the name I); `audit`

@@ -6,8 +6,9 @@
 -- the same atomic step as its record), never taken from the instance asking: an instance's copy of the keys
 -- may be a moment old, the store's is the one in force.
 -- KEYS: 1 acct (hash: spent, reserved, inflight, last_used, swept: when its dead leases were last looked
---       for), 2 res (hash: id -> reservation entry), 3 lease (zset: id -> lease deadline), 4 win (zset: id -> admitted at, the last minute's admissions of
---       a key with an rpm or tpm limit), 5 winv (hash: id -> tokens, and _total), 6 per (hash: period field ->
+--       for, wexp: when the window's keys expire), 2 res (hash: id -> reservation entry), 3 lease (zset:
+--       id -> lease deadline), 4 win (zset: id -> admitted at, the last minute's admissions of a key with
+--       an rpm or tpm limit), 5 winv (hash: id -> tokens, and _total), 6 per (hash: period field ->
 --       spent in it), 7 terms (hash: key name -> "credit|budget|period|expires|state")
 -- ARGV: 1 n, the number of admissions, 2 rpm, 3 tpm, 4 max concurrent ('' none), 5 lease ms, 6 the group's
 --       budget amount ('' none; the key's own wins), 7 its period (d, w or m), 8 now (Unix seconds), 9 the
@@ -40,7 +41,7 @@ if not pfield then bamount = '' end
 local now = now_ms()
 local window = 60000
 local cutoff = now - window
-local st = redis.call('HMGET', acct, 'spent', 'reserved', 'inflight', 'swept')
+local st = redis.call('HMGET', acct, 'spent', 'reserved', 'inflight', 'swept', 'wexp')
 local spent, reserved, inflight = m(st[1]), m(st[2]), num(st[3])
 local changed = false
 
@@ -85,9 +86,11 @@ if inflight < 0 then inflight = 0 end
 
 -- One window serves both limits: rpm counts its entries, tpm adds up their tokens.
 local used, total, first_at = 0, 0, nil
+-- The window's total as stored (nil: not read; then a change is added to it, not written over it).
+local stored = nil
 if rpm or tpm then
-  -- The window's total is read with the tokens of the entries that leave it, and its change (theirs, the
-  -- settlements', the admissions') written once, at the end.
+  -- The window's total is read with the tokens of the entries that leave it, and written once, at the end,
+  -- as it then stands (theirs, the settlements' and the admissions' changes in it).
   local old = redis.call('ZRANGEBYSCORE', win, '-inf', cutoff)
   local read = nil
   if #old > 0 then
@@ -110,8 +113,14 @@ if rpm or tpm then
     read = num(redis.call('HGET', winv, '_total'))
   end
   used = redis.call('ZCARD', win)
-  total = read + added
-  if total < 0 then total = 0 end
+  stored = read
+  if used == 0 then
+    -- An empty window holds no tokens, whatever a total left in a hash that outlived it says.
+    total = 0
+  else
+    total = read + added
+    if total < 0 then total = 0 end
+  end
   local first = redis.call('ZRANGE', win, 0, 0, 'WITHSCORES')
   if first[2] then first_at = tonumber(first[2]) end
 end
@@ -134,7 +143,14 @@ local windowed = false
 local function write_window()
   for i = 1, #wins, 1000 do redis.call('ZADD', win, unpack(wins, i, math.min(i + 999, #wins))) end
   for i = 1, #winvs, 1000 do redis.call('HSET', winv, unpack(winvs, i, math.min(i + 999, #winvs))) end
-  if added ~= 0 then redis.call('HINCRBY', winv, '_total', added) end
+  if stored ~= nil then
+    if total ~= stored then
+      redis.call('HSET', winv, '_total', total)
+      stored = total
+    end
+  elseif added ~= 0 then
+    redis.call('HINCRBY', winv, '_total', added)
+  end
   wins, winvs, added = {}, {}, 0
 end
 for i = 0, n - 1 do
@@ -208,11 +224,17 @@ end
 write_window()
 for i = 1, #entries, 1000 do redis.call('HSET', res, unpack(entries, i, math.min(i + 999, #entries))) end
 for i = 1, #leases, 1000 do redis.call('ZADD', lease, unpack(leases, i, math.min(i + 999, #leases))) end
-if windowed then
-  redis.call('PEXPIRE', win, window + 1000)
-  if tpm then redis.call('PEXPIRE', winv, window + 1000) end
+-- The window's keys outlive their newest entry by more than its minute: their expiry is set two minutes
+-- ahead, and set again only when less than a minute and a second of it is left (wexp, in acct), not at
+-- each call.
+local wexp = num(st[5])
+if windowed and wexp - now < window + 1000 then
+  wexp = now + 2 * window + 1000
+  redis.call('PEXPIREAT', win, wexp)
+  if tpm then redis.call('PEXPIREAT', winv, wexp) end
 end
 if changed then
-  redis.call('HSET', acct, 'spent', ms(spent), 'reserved', ms(reserved), 'inflight', inflight, 'swept', swept)
+  redis.call('HSET', acct, 'spent', ms(spent), 'reserved', ms(reserved), 'inflight', inflight, 'swept', swept,
+    'wexp', wexp)
 end
 return answers
