@@ -88,6 +88,8 @@ if inflight < 0 then inflight = 0 end
 local used, total, first_at = 0, 0, nil
 -- The window's total as stored (nil: not read; then a change is added to it, not written over it).
 local stored = nil
+-- The window's keys are made anew by this call (their expiry is then set, below).
+local fresh = false
 if rpm or tpm then
   -- The window's total is read with the tokens of the entries that leave it, and written once, at the end,
   -- as it then stands (theirs, the settlements' and the admissions' changes in it).
@@ -113,14 +115,17 @@ if rpm or tpm then
     read = num(redis.call('HGET', winv, '_total'))
   end
   used = redis.call('ZCARD', win)
-  stored = read
   if used == 0 then
-    -- An empty window holds no tokens, whatever a total left in a hash that outlived it says.
-    total = 0
+    -- An empty window holds no tokens: whatever its hash still holds (it outlived the set, or the key's
+    -- limits changed meanwhile) goes with it.
+    redis.call('DEL', winv)
+    stored, total = 0, 0
   else
+    stored = read
     total = read + added
     if total < 0 then total = 0 end
   end
+  fresh = used == 0 or (tpm ~= nil and stored == 0)
   local first = redis.call('ZRANGE', win, 0, 0, 'WITHSCORES')
   if first[2] then first_at = tonumber(first[2]) end
 end
@@ -226,12 +231,13 @@ for i = 1, #entries, 1000 do redis.call('HSET', res, unpack(entries, i, math.min
 for i = 1, #leases, 1000 do redis.call('ZADD', lease, unpack(leases, i, math.min(i + 999, #leases))) end
 -- The window's keys outlive their newest entry by more than its minute: their expiry is set two minutes
 -- ahead, and set again only when less than a minute and a second of it is left (wexp, in acct), not at
--- each call.
+-- each call; and when they are made anew (the window was empty, or its token hash is new: a tpm limit
+-- added). Both get it whatever the limits, so the token hash never outlives the set by more than that.
 local wexp = num(st[5])
-if windowed and wexp - now < window + 1000 then
+if windowed and (fresh or wexp - now < window + 1000) then
   wexp = now + 2 * window + 1000
   redis.call('PEXPIREAT', win, wexp)
-  if tpm then redis.call('PEXPIREAT', winv, wexp) end
+  redis.call('PEXPIREAT', winv, wexp)
 end
 if changed then
   redis.call('HSET', acct, 'spent', ms(spent), 'reserved', ms(reserved), 'inflight', inflight, 'swept', swept,
