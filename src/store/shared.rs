@@ -54,29 +54,17 @@ impl Store {
     pub fn running_instances(&self) -> Result<Vec<String>, StoreError> {
         let prefix = self.k("instance:");
         let mut names = Vec::new();
-        let mut cursor = "0".to_string();
-        loop {
-            let (next, keys): (String, Vec<String>) = self.with(|con| {
-                redis::cmd("SCAN")
-                    .arg(&cursor)
-                    .arg("MATCH")
-                    .arg(format!("{prefix}*"))
-                    .arg("COUNT")
-                    .arg(1000)
-                    .query(con)
-            })?;
+        self.scan("instance:*", |keys| {
             names.extend(
                 keys.iter()
                     .filter_map(|k| k.strip_prefix(&prefix))
                     .map(str::to_string),
             );
-            if next == "0" {
-                names.sort();
-                names.dedup();
-                return Ok(names);
-            }
-            cursor = next;
-        }
+            Ok(())
+        })?;
+        names.sort();
+        names.dedup();
+        Ok(names)
     }
 
     /// Gives up this instance's name (at a clean exit), if `run_id` still holds it.
@@ -242,8 +230,23 @@ impl Store {
 
     /// Deletes every key under the prefix that matches `pattern` (`acct:*`); returns how many.
     pub fn delete_matching(&self, pattern: &str) -> Result<u64, StoreError> {
-        let pattern = self.k(pattern);
         let mut deleted = 0;
+        self.scan(pattern, |keys| {
+            let n: u64 = self.with(|con| redis::cmd("DEL").arg(keys).query(con))?;
+            deleted += n;
+            Ok(())
+        })?;
+        Ok(deleted)
+    }
+
+    /// Hands `each` every non-empty batch of the keys under the prefix that match `pattern`, a `SCAN` at a
+    /// time.
+    fn scan(
+        &self,
+        pattern: &str,
+        mut each: impl FnMut(&[String]) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let pattern = self.k(pattern);
         let mut cursor = "0".to_string();
         loop {
             let (next, keys): (String, Vec<String>) = self.with(|con| {
@@ -256,11 +259,10 @@ impl Store {
                     .query(con)
             })?;
             if !keys.is_empty() {
-                let n: u64 = self.with(|con| redis::cmd("DEL").arg(&keys).query(con))?;
-                deleted += n;
+                each(&keys)?;
             }
             if next == "0" {
-                return Ok(deleted);
+                return Ok(());
             }
             cursor = next;
         }
