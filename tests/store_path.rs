@@ -172,6 +172,59 @@ fn burst(gw: &Arc<Gateway>, key: &str, threads: usize, each: usize) -> usize {
     threads * each
 }
 
+/// A fake Chat upstream whose answers wait until the test opens it (`open`), and its model `held` (priced).
+struct Held {
+    fake: FakeUpstream,
+    gate: Arc<(Mutex<bool>, Condvar)>,
+}
+
+impl Held {
+    fn start() -> Held {
+        let gate = Arc::new((Mutex::new(false), Condvar::new()));
+        let held = gate.clone();
+        let fake = FakeUpstream::start(move |_| {
+            let (open, woken) = &*held;
+            let mut o = open.lock().unwrap();
+            while !*o {
+                o = woken.wait(o).unwrap();
+            }
+            Reply::json(
+                200,
+                &json!({"id": "c", "object": "chat.completion", "created": 1, "model": "held",
+                    "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "ok"}}],
+                    "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}}),
+            )
+        });
+        Held { fake, gate }
+    }
+
+    /// The upstream and its model, for a config file.
+    fn config(&self) -> String {
+        format!(
+            r#"
+[[upstreams]]
+name = "held"
+kind = "openai-chat"
+base_url = "http://{}/v1"
+
+[[models]]
+name = "held"
+upstream = "held"
+input_price = 1.0
+output_price = 1.0
+"#,
+            self.fake.addr
+        )
+    }
+
+    /// Lets every answer go, those waiting and those to come.
+    fn open(&self) {
+        let (open, woken) = &*self.gate;
+        *open.lock().unwrap() = true;
+        woken.notify_all();
+    }
+}
+
 /// At most one script call per request for a key with a credit (and for one with limits): every admission
 /// is in one EVALSHA (with the others of its key asked at the same moment), and every request's settlement
 /// is applied exactly once, inside a later admission's call of its key (no call of its own) or by the
@@ -261,43 +314,18 @@ fn a_key_with_a_credit_costs_at_most_one_script_call_per_request() {
 #[test]
 fn admissions_asked_together_share_a_call_and_are_judged_one_after_another() {
     let redis = Redis::start(false);
-    let gate = Arc::new((Mutex::new(false), Condvar::new()));
-    let held = gate.clone();
-    let fake = FakeUpstream::start(move |_| {
-        let (open, woken) = &*held;
-        let mut o = open.lock().unwrap();
-        while !*o {
-            o = woken.wait(o).unwrap();
-        }
-        Reply::json(
-            200,
-            &json!({"id": "c", "object": "chat.completion", "created": 1, "model": "held",
-                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "ok"}}],
-                "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}}),
-        )
-    });
+    let held = Held::start();
     let dir = TempDir::new("store-path-together");
     let mut c = config(dir.path(), &redis, "gw-together", "");
-    c.push_str(&format!(
+    c.push_str(&held.config());
+    c.push_str(
         r#"
-[[upstreams]]
-name = "held"
-kind = "openai-chat"
-base_url = "http://{}/v1"
-
-[[models]]
-name = "held"
-upstream = "held"
-input_price = 1.0
-output_price = 1.0
-
 [[groups]]
 name = "three"
 models = ["*"]
 max_concurrent = 3
 "#,
-        fake.addr
-    ));
+    );
     let cfg = dir.path().join("tollgate.toml");
     std::fs::write(&cfg, &c).unwrap();
     let mut cmd = std::process::Command::new(common::bin());
@@ -337,20 +365,20 @@ max_concurrent = 3
         "five refused for the concurrency limit"
     );
     wait_for(
-        || fake.received().len() == 3,
+        || held.fake.received().len() == 3,
         "three requests at the upstream",
     );
-    {
-        let (open, woken) = &*gate;
-        *open.lock().unwrap() = true;
-        woken.notify_all();
-    }
+    held.open();
     let admitted: Vec<u16> = (0..3).map(|_| rx.recv().unwrap()).collect();
     assert_eq!(admitted, vec![200; 3]);
     for c in clients {
         c.join().unwrap();
     }
-    assert_eq!(fake.received().len(), 3, "no more reached the upstream");
+    assert_eq!(
+        held.fake.received().len(),
+        3,
+        "no more reached the upstream"
+    );
     wait_for(
         || redis.hget("t:acct:three", "inflight") == "0",
         "every slot given back",
@@ -850,21 +878,7 @@ fn a_rate_window_sheds_its_old_entries_and_keeps_its_total_exact() {
 #[test]
 fn the_local_fallback_counts_requests_in_flight_through_the_store() {
     let mut redis = Redis::start(false);
-    let gate = Arc::new((Mutex::new(false), Condvar::new()));
-    let held = gate.clone();
-    let fake = FakeUpstream::start(move |_| {
-        let (open, woken) = &*held;
-        let mut o = open.lock().unwrap();
-        while !*o {
-            o = woken.wait(o).unwrap();
-        }
-        Reply::json(
-            200,
-            &json!({"id": "c", "object": "chat.completion", "created": 1, "model": "held",
-                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "ok"}}],
-                "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}}),
-        )
-    });
+    let held = Held::start();
     let dir = TempDir::new("store-path-fallback");
     let mut c = config_with(
         dir.path(),
@@ -873,21 +887,7 @@ fn the_local_fallback_counts_requests_in_flight_through_the_store() {
         "",
         "on_unavailable = \"local\"",
     );
-    c.push_str(&format!(
-        r#"
-[[upstreams]]
-name = "held"
-kind = "openai-chat"
-base_url = "http://{}/v1"
-
-[[models]]
-name = "held"
-upstream = "held"
-input_price = 1.0
-output_price = 1.0
-"#,
-        fake.addr
-    ));
+    c.push_str(&held.config());
     let gw = Arc::new(Gateway::start_with(dir, &c));
     let key = gw.add_key("fb", "default", Some(1000.0));
     let body = json!({"model": "held", "max_tokens": 1000, "messages": [{"role": "user", "content": "hi"}]});
@@ -897,7 +897,7 @@ output_price = 1.0
     };
     let first = send(&gw);
     wait_for(
-        || fake.received().len() == 1,
+        || held.fake.received().len() == 1,
         "the first request at the upstream",
     );
     // One worst case, in picocredits, as the store holds it.
@@ -908,7 +908,7 @@ output_price = 1.0
     assert_eq!(r.status, 200, "{}", r.text());
     let second = send(&gw);
     wait_for(
-        || fake.received().len() == 2,
+        || held.fake.received().len() == 2,
         "the second request at the upstream",
     );
     redis.kill();
@@ -920,13 +920,11 @@ output_price = 1.0
     let r = gw.post_as(&key, "/v1/chat/completions", &body);
     assert_eq!(r.status, 429, "{}", r.text());
     assert_eq!(
-        fake.received().len(),
+        held.fake.received().len(),
         2,
         "nothing more reached the upstream"
     );
-    let (open, woken) = &*gate;
-    *open.lock().unwrap() = true;
-    woken.notify_all();
+    held.open();
     assert_eq!(first.join().unwrap(), 200);
     assert_eq!(second.join().unwrap(), 200);
 }
@@ -939,38 +937,10 @@ output_price = 1.0
 #[test]
 fn a_reservation_given_back_while_its_request_runs_is_held_again() {
     let redis = Redis::start(false);
-    let gate = Arc::new((Mutex::new(false), Condvar::new()));
-    let held = gate.clone();
-    let fake = FakeUpstream::start(move |_| {
-        let (open, woken) = &*held;
-        let mut o = open.lock().unwrap();
-        while !*o {
-            o = woken.wait(o).unwrap();
-        }
-        Reply::json(
-            200,
-            &json!({"id": "c", "object": "chat.completion", "created": 1, "model": "held",
-                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "ok"}}],
-                "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}}),
-        )
-    });
+    let held = Held::start();
     let dir = TempDir::new("store-path-rehold");
     let mut c = config(dir.path(), &redis, "gw-rehold", "");
-    c.push_str(&format!(
-        r#"
-[[upstreams]]
-name = "held"
-kind = "openai-chat"
-base_url = "http://{}/v1"
-
-[[models]]
-name = "held"
-upstream = "held"
-input_price = 1.0
-output_price = 1.0
-"#,
-        fake.addr
-    ));
+    c.push_str(&held.config());
     let gw = Arc::new(Gateway::start_with(dir, &c));
     let key = gw.add_key("rh", "limited", Some(1000.0));
     let running = {
@@ -980,7 +950,10 @@ output_price = 1.0
             gw.post_as(&key, "/v1/chat/completions", &body).status
         })
     };
-    wait_for(|| fake.received().len() == 1, "the request at the upstream");
+    wait_for(
+        || held.fake.received().len() == 1,
+        "the request at the upstream",
+    );
     let ids = fields_but(&redis, "t:res:rh", &[]);
     assert_eq!(ids.len(), 1, "{ids:?}");
     let id = ids[0].clone();
@@ -1016,9 +989,7 @@ output_price = 1.0
         gw.all_logs()
     );
     // The request ends: settled once, its record shipped once.
-    let (open, woken) = &*gate;
-    *open.lock().unwrap() = true;
-    woken.notify_all();
+    held.open();
     assert_eq!(running.join().unwrap(), 200);
     let data = gw.dir.path().join("data");
     wait_for(
