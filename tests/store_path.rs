@@ -122,6 +122,8 @@ struct Calls {
     alone: Vec<String>,
     /// Settlement script calls (each may settle several requests).
     settle_calls: usize,
+    /// Allotment calls (`allot.lua`).
+    allot_calls: usize,
 }
 
 fn calls(seen: &[Vec<String>], name: &str) -> Calls {
@@ -141,6 +143,8 @@ fn calls(seen: &[Vec<String>], name: &str) -> Calls {
                 .extend((0..count).map(|i| args[13 + 3 * i].clone()));
             c.carried
                 .extend(args[13 + 3 * count..].chunks(6).map(|s| s[0].clone()));
+        } else if n == 5 && keys[0] == acct && keys[4] == "t:terms" {
+            c.allot_calls += 1;
         } else if n % 5 == 0 && keys.first().is_some_and(|k| k.starts_with("t:acct:")) {
             c.settle_calls += 1;
             for (k, s) in keys.chunks(5).zip(args.chunks(6)) {
@@ -233,7 +237,8 @@ output_price = 1.0
 fn a_key_with_a_credit_costs_at_most_one_script_call_per_request() {
     let redis = Redis::start(false);
     let dir = TempDir::new("gw-a");
-    let c = config(dir.path(), &redis, "gw-a", "");
+    // Request by request: the calls this test counts are those of a key without an allotment.
+    let c = config_with(dir.path(), &redis, "gw-a", "", "allot_ms = 0");
     let gw = Arc::new(Gateway::start_with(dir, &c));
     for (name, group) in [("credit", "default"), ("limits", "limited")] {
         let key = gw.add_key(name, group, Some(1000.0));
@@ -410,7 +415,8 @@ fn hgetall(redis: &Redis, key: &str) -> HashMap<String, String> {
 fn budget_periods_count_exactly_to_the_unit() {
     let redis = Redis::start(false);
     let dir = TempDir::new("gw-a");
-    let c = config(dir.path(), &redis, "gw-a", "");
+    // Request by request: the calls this test counts are those of a key without an allotment.
+    let c = config_with(dir.path(), &redis, "gw-a", "", "allot_ms = 0");
     let gw = Arc::new(Gateway::start_with(dir, &c));
     let key = gw.add_key("budgeted", "limited", Some(1000.0));
     let r = gw.admin_post(
@@ -649,7 +655,8 @@ fn a_usage_query_beside_the_shipper_ships_each_record_once() {
 fn a_record_whose_stream_entry_fails_is_shipped_later_and_counted_once() {
     let redis = Redis::start(false);
     let dir = TempDir::new("store-path-xadd");
-    let c = config(dir.path(), &redis, "gw-xadd", "");
+    // Request by request: the markers this test follows are those of a key without an allotment.
+    let c = config_with(dir.path(), &redis, "gw-xadd", "", "allot_ms = 0");
     let gw = Arc::new(Gateway::start_with(dir, &c));
     let key = gw.add_key("xadd", "default", Some(1000.0));
     assert_eq!(
@@ -1111,4 +1118,155 @@ fn a_reservation_is_held_again_only_while_it_is_the_marker_d() {
     assert_eq!(released.as_deref(), Some(":1"));
     assert_eq!(redis.hget("t:winv:k", "_total"), "7");
     assert_eq!(redis.hget("t:winv:k", "settling"), "7");
+}
+
+/// A busy key is admitted from its allotment: eight clients at once make a few script calls, not one per
+/// request, and once the records are shipped and the allotment has ended, the store holds nothing for the
+/// key and its spend is the sum of its records.
+#[test]
+fn a_busy_key_is_admitted_from_an_allotment_and_each_request_counted_once() {
+    let redis = Redis::start(false);
+    let dir = TempDir::new("store-path-allot");
+    let c = config(dir.path(), &redis, "gw-allot", "");
+    let gw = Arc::new(Gateway::start_with(dir, &c));
+    let key = gw.add_key("busy", "default", Some(1000.0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen = monitor(&redis, stop.clone());
+    let sent = burst(&gw, &key, 8, 40);
+    let data = gw.dir.path().join("data");
+    wait_for(
+        || {
+            redis.hget("t:acct:busy", "reserved") == "0"
+                && redis.hget("t:acct:busy", "inflight") == "0"
+                && redis.int(&["HLEN", "t:res:busy"]) == 0
+                && stream(&redis).len() >= ledger_lines(&data).len()
+        },
+        "every record shipped and the allotment ended",
+    );
+    stop.store(true, Ordering::Relaxed);
+    let c = calls(&seen.lock().unwrap(), "busy");
+    assert!(c.allot_calls >= 1, "no allotment taken: {c:?}");
+    assert!(
+        c.admissions.len() + c.allot_calls < sent / 2,
+        "{} admissions and {} allotment calls for {sent} requests",
+        c.admissions.len(),
+        c.allot_calls
+    );
+    let lines: Vec<String> = ledger_lines(&data)
+        .into_iter()
+        .filter(|l| l.contains("\"busy\""))
+        .collect();
+    assert_eq!(lines.len(), sent);
+    assert_eq!(stream(&redis), ledger_lines(&data));
+    assert_spent_is_the_ledgers_sum(&gw, "busy", &lines);
+}
+
+/// `allot.lua` takes at most half of what is left of a key's credit and of its slots, gives back what the
+/// instance returns, takes nothing once the credit is cut below what is spent and held, and ends, giving
+/// back all it holds; `ship.lua` takes a drawn request's cost out of its allotment as it counts it, and
+/// counts it alone once the allotment is gone.
+#[test]
+fn an_allotment_takes_half_of_what_is_left_and_shipped_records_take_their_cost_out_of_it() {
+    let redis = Redis::start(false);
+    let money = include_str!("../src/store/lua/money.lua");
+    let allot = format!("{money}\n{}", include_str!("../src/store/lua/allot.lua"));
+    let ship = format!("{money}\n{}", include_str!("../src/store/lua/ship.lua"));
+    for cmd in [
+        vec!["HSET", "t:terms", "k", "10000||||a"],
+        // Another instance's request holds 1000, and two slots are taken.
+        vec![
+            "HSET", "t:acct:k", "spent", "1000", "reserved", "1000", "inflight", "2",
+        ],
+    ] {
+        assert!(redis.command(&cmd).is_some(), "{cmd:?}");
+    }
+    // held, give, give slots, want, want slots, least, end
+    let call = |a: [&str; 7]| {
+        let mut args = vec![
+            "EVAL",
+            &allot,
+            "5",
+            "t:acct:k",
+            "t:res:k",
+            "t:lease:k",
+            "t:per:k",
+            "t:terms",
+            "a1",
+            "30000",
+            "k",
+            "",
+            "",
+            "1700000000",
+            "d1",
+            "w1",
+            "m1",
+            "1",
+            "20",
+        ];
+        args.extend(a);
+        let reply = redis.command(&args);
+        assert_eq!(reply.as_deref(), Some("*8"), "{a:?}");
+    };
+    let held = |entry: &str, reserved: &str, inflight: &str| {
+        assert_eq!(redis.hget("t:res:k", "a1"), entry);
+        assert_eq!(redis.hget("t:acct:k", "reserved"), reserved);
+        assert_eq!(redis.hget("t:acct:k", "inflight"), inflight);
+    };
+    // 8000 left, 6000 asked: 4000; 18 slots free, 12 asked: 9.
+    call(["", "0", "0", "6000", "12", "100", ""]);
+    held("4000 0 9", "5000", "11");
+    let ship_one = |start: &str, next: &str, id: &str, cost: &str| {
+        let reply = redis.command(&[
+            "EVAL",
+            &ship,
+            "7",
+            "t:cursor",
+            "t:usage",
+            "t:acct:k",
+            "t:res:k",
+            "t:lease:k",
+            "t:winv:k",
+            "t:per:k",
+            start,
+            "",
+            "1000",
+            "0",
+            next,
+            id,
+            cost,
+            "5",
+            "d1",
+            "w1",
+            "m1",
+            "2026-11-28T00:00:00.000Z",
+            "{}",
+            "a1",
+        ]);
+        assert_eq!(reply.as_deref(), Some("*2"));
+    };
+    // A drawn request's record: its cost counts, and leaves the allotment.
+    ship_one("0", "10", "r1", "300");
+    assert_eq!(redis.hget("t:acct:k", "spent"), "1300");
+    held("3700 0 9", "4700", "11");
+    // Given back: 2000 and four slots.
+    call(["1", "2000", "4", "0", "0", "0", ""]);
+    held("1700 0 5", "2700", "7");
+    // The credit cut below what is spent and held: nothing more is taken, nothing is lost.
+    assert!(redis
+        .command(&["HSET", "t:terms", "k", "2000||||a"])
+        .is_some());
+    call(["1", "0", "0", "1000", "0", "100", ""]);
+    held("1700 0 5", "2700", "7");
+    // Ended: all it holds goes back, the entry with it.
+    call(["1", "0", "0", "0", "0", "0", "1"]);
+    held("", "1000", "2");
+    assert_eq!(
+        redis.command(&["ZSCORE", "t:lease:k", "a1"]).as_deref(),
+        Some("")
+    );
+    // A record of it shipped after that counts its cost alone.
+    ship_one("10", "20", "r2", "200");
+    assert_eq!(redis.hget("t:acct:k", "spent"), "1500");
+    held("", "1000", "2");
+    assert_eq!(redis.int(&["XLEN", "t:usage"]), 2);
 }

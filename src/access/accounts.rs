@@ -97,8 +97,14 @@ enum Held {
     },
     /// In the shared store, under the request's id; `at`: when it was admitted (Unix seconds). With the
     /// local fallback, its worst case `cost` is also held in this process's accounts until it ends, so that
-    /// admission without the store counts what this instance's requests still running may spend.
-    Shared { id: String, at: u64, cost: Money },
+    /// admission without the store counts what this instance's requests still running may spend. `drawn`:
+    /// admitted from this instance's allotment of the key (`store/allot.rs`), not by a call of its own.
+    Shared {
+        id: String,
+        at: u64,
+        cost: Money,
+        drawn: bool,
+    },
     /// Nothing held: a key with no limits, credit or budget (its record alone settles it).
     Nothing,
 }
@@ -414,7 +420,14 @@ impl Accounts {
         // The key's credit, own budget, expiry and state are the store's, not this instance's copy of the
         // key (a moment old when another instance just changed it); its group's limits are this config's.
         let group_budget = ask.group.and_then(|g| g.budget);
-        match store.admit(ask.key, ask.id, ask.cost, &limits, group_budget) {
+        // A busy key is admitted from this instance's slice of it when it has one (no round trip).
+        let drawn = store.draw(ask.key, ask.id, ask.cost, &limits, group_budget);
+        let is_drawn = drawn.is_some();
+        let admitted = match drawn {
+            Some(admission) => Ok(admission),
+            None => store.admit(ask.key, ask.id, ask.cost, &limits, group_budget),
+        };
+        match admitted {
             Ok(admission) => {
                 let standing = admission.standing;
                 // What the local fallback would start from if the store stops answering: the spend the store
@@ -442,6 +455,7 @@ impl Accounts {
                     id: ask.id.to_string(),
                     at: ask.now,
                     cost: ask.cost,
+                    drawn: is_drawn,
                 };
                 // Made before the verdict is judged: a refusal's reservation (nothing held) is dropped.
                 let reservation =
@@ -518,11 +532,18 @@ impl Accounts {
     fn settle_parts(&self, r: &Reservation, actual_cost: Money, actual_tokens: u64, charged: bool) {
         let (reserved, tokens, at, unix_at) = match &r.held {
             Held::Nothing => return,
-            Held::Shared { id, at, cost } => {
+            Held::Shared {
+                id,
+                at,
+                cost,
+                drawn,
+            } => {
                 if let Some(store) = &self.store {
                     // A failure leaves the reservation to the request's record, which settles it when shipped
                     // (or, without a record, to its lease).
-                    if charged {
+                    if *drawn {
+                        store.end_drawn(id, charged.then_some(actual_cost));
+                    } else if charged {
                         store.settle(&r.key, id, actual_cost, actual_tokens, *at);
                     } else {
                         let _ = store.release(&r.key, id);

@@ -95,6 +95,11 @@ pub struct StoreSettings {
     /// How long a reservation of an instance that stopped renewing it (killed) holds its credit and its
     /// concurrency slot.
     pub lease: Duration,
+    /// How long an allotment (a slice of a busy key's credit and concurrency slots that this instance takes
+    /// in one call and admits from without a round trip, `store/allot.rs`) may be drawn from before the
+    /// store is asked again: the most a credit cut, a revocation or an expiry on another instance waits to
+    /// hold here. Zero: every admission asks the store.
+    pub allot: Duration,
 }
 
 impl StoreSettings {
@@ -148,10 +153,14 @@ pub(super) struct RawStore {
     timeout_ms: Option<u64>,
     usage_stream_max: Option<u64>,
     lease_secs: Option<u64>,
+    allot_ms: Option<u64>,
 }
 
 /// Default `usage_stream_max`: about a million records (a few hundred MB of Redis memory at most).
 pub const DEFAULT_STREAM_MAX: u64 = 1_000_000;
+
+/// Default `allot_ms`.
+pub const DEFAULT_ALLOT: Duration = Duration::from_millis(50);
 
 /// `[store]`, every problem at once.
 pub(super) fn validate_store(
@@ -233,6 +242,19 @@ pub(super) fn validate_store(
             Duration::from_secs(30)
         }
     };
+    let allot = match raw.allot_ms {
+        None => DEFAULT_ALLOT,
+        Some(n) if n <= 1000 => Duration::from_millis(n),
+        Some(n) => {
+            bad(err(
+                "store.allot_ms",
+                format!(
+                    "expected 0 (every admission asks the store) to 1000 milliseconds, got {n}"
+                ),
+            ));
+            DEFAULT_ALLOT
+        }
+    };
     if let Some(env) = &raw.password_env {
         if env.is_empty() {
             bad(err(
@@ -259,6 +281,7 @@ pub(super) fn validate_store(
         timeout,
         usage_stream_max,
         lease,
+        allot,
     })
 }
 

@@ -382,6 +382,8 @@ pub fn leave(store: &Store, ledger: &crate::ledger::Ledger, within: Duration) {
              ledger at the next start"
         ),
     }
+    // Every request has ended and its record is shipped: the allotments end, giving back what they hold.
+    store.return_allotments(true);
     if let Ok(run) = run_id(&ledger_dir(ledger)) {
         store.release_instance(&run);
     }
@@ -431,6 +433,8 @@ fn look_loop(gw: &Gateway, store: &Store, keys: u64, overrides: u64) {
                 }
             }
         }
+        // Allotments over their time give back what they do not need.
+        store.return_allotments(false);
         if v.overrides != seen.overrides {
             if let Ok((ver, o)) = read_overrides(store) {
                 keep_overrides_copy(&dir, &o);

@@ -410,10 +410,13 @@ impl Store {
     /// record's request leaves `leases` in the same step (`ship_batch`). Returns how many are held.
     pub fn renew_leases(&self) -> Result<usize, StoreError> {
         let _shipping = lock(&self.shipping);
-        let held: Vec<(String, String)> = lock(&self.leases)
+        let mut held: Vec<(String, String)> = lock(&self.leases)
             .iter()
             .map(|(id, h)| (id.clone(), h.key.clone()))
             .collect();
+        // And the allotments (`allot.rs`): one given back is not held again but replaced.
+        let requests = held.len();
+        held.extend(self.allotments_held());
         let mut gone = Vec::new();
         for chunk in held.chunks(500) {
             let keys: Vec<String> = chunk
@@ -433,6 +436,12 @@ impl Store {
                     .into_iter()
                     .filter_map(|i| chunk.get(i.wrapping_sub(1)).map(|(id, _)| id.clone())),
             );
+        }
+        let allots: Vec<String> = held[requests..].iter().map(|(id, _)| id.clone()).collect();
+        let (allots_gone, gone): (Vec<String>, Vec<String>) =
+            gone.into_iter().partition(|id| allots.contains(id));
+        if !allots_gone.is_empty() {
+            self.allotments_gone(&allots_gone);
         }
         if !gone.is_empty() {
             self.hold_again(&gone)?;

@@ -144,6 +144,7 @@ impl Store {
             // A restarted Redis forgot the scripts: load them and send those calls again.
             let loaded = self.with(|con| {
                 self.scripts.settle.load(con)?;
+                self.scripts.allot.load(con)?;
                 self.scripts.admit.load(con)
             });
             if let Err(e) = loaded {

@@ -27,6 +27,7 @@
 //! (list of audit entries, newest first); `cache:*` (the answer cache's entries and their order, `cache.rs`).
 
 pub mod accounts;
+mod allot;
 mod batch;
 pub mod cache;
 mod calls;
@@ -93,6 +94,7 @@ pub enum Claim {
 /// The scripts, each with the money helpers in front.
 struct Scripts {
     admit: redis::Script,
+    allot: redis::Script,
     settle: redis::Script,
     ship: redis::Script,
     /// The ship script's text, loaded ahead of every shipping batch.
@@ -127,6 +129,7 @@ impl Scripts {
     fn new() -> Scripts {
         Scripts {
             admit: settling_script(include_str!("lua/admit.lua")),
+            allot: script(include_str!("lua/allot.lua")),
             settle: settling_script(include_str!("lua/settle.lua")),
             ship: script(include_str!("lua/ship.lua")),
             ship_source: format!("{MONEY}\n{}", include_str!("lua/ship.lua")),
@@ -177,6 +180,8 @@ pub struct Store {
     instance: String,
     /// Reservations this instance holds in the store (request id → key name), renewed until settled.
     leases: Mutex<std::collections::HashMap<String, accounts::Held>>,
+    /// Busy keys' slices of credit and slots, admitted from here (`allot.rs`).
+    allots: allot::Allotments,
     /// Held by a shipping call and by a lease renewal: one runs at a time (`renew_leases` says why).
     shipping: Mutex<()>,
     /// Settlements not yet sent (see `accounts.rs`).
@@ -232,6 +237,7 @@ impl Store {
             scripts: Scripts::new(),
             instance: instance.to_string(),
             leases: Mutex::new(std::collections::HashMap::new()),
+            allots: allot::Allotments::default(),
             shipping: Mutex::new(()),
             pending: Arc::new(Mutex::new(Vec::new())),
             admissions: batch::Group::new(),

@@ -632,6 +632,7 @@ mod tests {
             timeout,
             usage_stream_max: 1000,
             lease: Duration::from_secs(30),
+            allot: Duration::ZERO,
         }
     }
 

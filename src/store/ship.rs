@@ -55,7 +55,7 @@ pub(super) struct Item {
     /// Where the line after it begins (what shipping it reaches).
     pub(super) next: u64,
     keys: [String; 5],
-    args: [String; 9],
+    args: [String; 10],
     /// The request id whose reservation the record settles.
     id: Option<String>,
 }
@@ -224,6 +224,7 @@ impl Store {
                     String::new(),
                     String::new(),
                     json.to_string(),
+                    String::new(),
                 ],
                 id: None,
             };
@@ -245,6 +246,9 @@ impl Store {
                 field(Period::Monthly),
                 ts.to_string(),
                 json.to_string(),
+                // The allotment its request was drawn from, while this process knows it (not after a
+                // restart: that allotment is given back whole by its lease, see `allot.rs`).
+                self.allotment_of(id).unwrap_or_default(),
             ],
             id: Some(id.to_string()),
         }
@@ -347,6 +351,12 @@ impl Store {
             if let Some(id) = &it.id {
                 self.shipped(id);
             }
+        }
+        // The shipped records' costs are out of their allotments now; a batch that failed (or found the
+        // cursor elsewhere) is sent again with them.
+        if matches!(&result, Ok((reply,)) if reply.first().is_some_and(|v| matches!(String::from_redis_value(v.clone()).as_deref(), Ok("1"))))
+        {
+            self.records_shipped(batch.iter().filter_map(|it| it.id.as_deref()));
         }
         let reply = match result {
             Ok((reply,)) => reply,

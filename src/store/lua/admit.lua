@@ -53,35 +53,12 @@ local done, added = settle_many(res, lease, winv, per, settled, ARGV, first_sett
 if done > 0 then changed = true end
 spent, reserved, inflight = settled[1], settled[2], settled[3]
 
--- Reservations whose instance stopped renewing them (it was killed) give back their credit and slot. The
--- key's leases are looked at once a second at most (a lease runs for lease_secs, 30 s by default: a second
--- more changes nothing), 1,000 of them at a time; while a look finds that many, the next call looks again.
--- When the look is made is written with the key's state, and only when that is written anyway: a key the
--- store only refuses gets no state, and looks at each call.
-local swept = num(st[4])
-local dead = {}
-if now - swept >= 1000 or swept > now then
-  dead = redis.call('ZRANGEBYSCORE', lease, '-inf', now, 'LIMIT', 0, 1000)
-  if #dead < 1000 then swept = now end
-end
-for _, rid in ipairs(dead) do
-  local e = redis.call('HGET', res, rid)
-  if live(e) then
-    -- Given back; the entry becomes the marker 'd' for another lease, in which the instance that admitted
-    -- the request, if it only lost the store for a while, holds it again at its next renewal.
-    local c, _, slot = entry(e)
-    reserved = msub(reserved, m(c))
-    if slot == '1' then inflight = inflight - 1 end
-    redis.call('HSET', res, rid, 'd')
-    redis.call('ZADD', lease, now + tonumber(ARGV[5]), rid)
-  else
-    -- A 'd' whose lease ran out too goes. A settled marker ('s') holds nothing: it stays until its record
-    -- is shipped.
-    if e == 'd' then redis.call('HDEL', res, rid) end
-    redis.call('ZREM', lease, rid)
-  end
-  changed = true
-end
+-- Reservations whose instance stopped renewing them (it was killed) give back their credit and slots
+-- (money.lua's sweep).
+local held_now = {reserved, inflight}
+local swept, looked = sweep(res, lease, now, tonumber(ARGV[5]), num(st[4]), held_now)
+if looked then changed = true end
+reserved, inflight = held_now[1], held_now[2]
 if inflight < 0 then inflight = 0 end
 
 -- One window serves both limits: rpm counts its entries, tpm adds up their tokens.

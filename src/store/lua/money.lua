@@ -27,6 +27,12 @@ end
 local function mlt(a, b)
   return a[1] < b[1] or (a[1] == b[1] and a[2] < b[2])
 end
+-- Half of a, rounded down.
+local function mhalf(a)
+  local lo = math.floor(a[2] / 2)
+  if a[1] % 2 == 1 then lo = lo + UNIT / 2 end
+  return {math.floor(a[1] / 2), lo}
+end
 local function mzero(a)
   return a[1] == 0 and a[2] == 0
 end
@@ -43,7 +49,8 @@ local function hadd(key, field, s, a)
     redis.call('HSET', key, field, ms(madd(m(redis.call('HGET', key, field)), a)))
   end
 end
--- A reservation entry: "<cost> <tokens> <slot>", slot 1 while it holds a concurrency slot. Beside entries,
+-- A reservation entry: "<cost> <tokens> <slots>", the concurrency slots it holds (a request's: 0 or 1; an
+-- allotment's, allot.lua: any number). Beside entries,
 -- res holds markers: 's', a request settled (its record, when shipped, counts nothing), and 'd', a
 -- reservation given back by a look for dead leases (its instance may still run the request and hold it
 -- again, `rehold.lua`). A 'd' keeps a lease of its own and goes at the first look after that runs out; the
@@ -53,10 +60,42 @@ local function live(e)
   return e ~= nil and e ~= false and e ~= 's' and e ~= 'd'
 end
 local function entry(e)
-  local c, t, s = string.match(e, '^(%d+) (%d+) (%d)$')
+  local c, t, s = string.match(e, '^(%d+) (%d+) (%d+)$')
   return c, t, s
 end
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- Reservations whose instance stopped renewing them (it was killed) give back their credit and slots. A
+-- key's leases are looked at once a second at most (a lease runs for lease_secs, 30 s by default: a second
+-- more changes nothing), 1,000 of them at a time; while a look finds that many, the next call looks again.
+-- `swept` is when the key's last look was (its acct hash keeps it, written only when that is written anyway:
+-- a key the store only refuses gets no state, and looks at each call). held is the key's {reserved,
+-- inflight}, changed here. Returns when the look was, and whether it changed anything.
+local function sweep(res, lease, now, lease_ms, swept, held)
+  local dead = {}
+  if now - swept >= 1000 or swept > now then
+    dead = redis.call('ZRANGEBYSCORE', lease, '-inf', now, 'LIMIT', 0, 1000)
+    if #dead < 1000 then swept = now end
+  end
+  for _, rid in ipairs(dead) do
+    local e = redis.call('HGET', res, rid)
+    if live(e) then
+      -- Given back; the entry becomes the marker 'd' for another lease, in which the instance that admitted
+      -- the request, if it only lost the store for a while, holds it again at its next renewal (an
+      -- allotment's instance takes a new one instead).
+      local c, _, slot = entry(e)
+      held[1] = msub(held[1], m(c))
+      held[2] = math.max(held[2] - tonumber(slot), 0)
+      redis.call('HSET', res, rid, 'd')
+      redis.call('ZADD', lease, now + lease_ms, rid)
+    else
+      -- A 'd' whose lease ran out too goes. A settled marker ('s') holds nothing: it stays until its record
+      -- is shipped.
+      if e == 'd' then redis.call('HDEL', res, rid) end
+      redis.call('ZREM', lease, rid)
+    end
+  end
+  return swept, #dead > 0
 end

@@ -13,7 +13,7 @@ elseif live(e) then
   local c, _, slot = entry(e)
   local st = redis.call('HMGET', acct, 'reserved', 'inflight')
   local reserved, inflight = msub(m(st[1]), m(c)), num(st[2])
-  if slot == '1' and inflight > 0 then inflight = inflight - 1 end
+  inflight = math.max(inflight - tonumber(slot), 0)
   redis.call('HSET', acct, 'reserved', ms(reserved), 'inflight', inflight)
   redis.call('HDEL', res, id)
   redis.call('ZREM', KEYS[3], id)

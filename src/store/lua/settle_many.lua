@@ -31,7 +31,7 @@ local function settle_many(res, lease, winv, per, st, args, from, count)
         if e ~= 'd' then
           local c, _, slot = entry(e)
           st[2] = msub(st[2], m(c))
-          if slot == '1' and st[3] > 0 then st[3] = st[3] - 1 end
+          st[3] = math.max(st[3] - tonumber(slot), 0)
         end
         local cost = m(args[a + 1])
         st[1] = madd(st[1], cost)

@@ -17,8 +17,12 @@
 -- again. Its error, with the key's name, goes back beside the cursor.
 -- KEYS: 1 cursor (hash: offset, fp: the file's fingerprint), 2 usage stream, then per record: acct, res, lease, winv, per
 -- ARGV: 1 offset of the first record, 2 ledger fingerprint, 3 stream length kept, 4 period fields older
---       than this start are dropped, then per record 9 values: offset after it, request id ('' for a line
---       that is no record), cost, tokens used, day/week/month period fields, ts, the record's JSON
+--       than this start are dropped, then per record 10 values: offset after it, request id ('' for a line
+--       that is no record), cost, tokens used, day/week/month period fields, ts, the record's JSON, the id of
+--       the allotment its request was admitted from ('' none, or not known: allot.lua)
+-- A record of a request admitted from an allotment counts its cost here, and takes it out of what the
+-- allotment's entry holds (the entry held it from the request's end until now); an allotment that is gone
+-- (given back by a look for dead leases, or ended) holds nothing to take it from.
 -- A record whose reservation was given back by a look for dead leases (the marker 'd', money.lua) counts its
 -- cost and removes the marker.
 -- Returns {1, offset after the last record} (and a third value, the first error of the writes of the sums,
@@ -54,13 +58,14 @@ local entries, estimates = {}, {}
 do
   local ids_of, order = {}, {}
   for r = 0, n - 1 do
-    local id = ARGV[6 + 9 * r]
+    local id, allot = ARGV[6 + 10 * r], ARGV[14 + 10 * r]
     if id ~= '' then add_to(ids_of, order, KEYS[4 + 5 * r], id) end
+    if id ~= '' and allot ~= '' then add_to(ids_of, order, KEYS[4 + 5 * r], allot) end
   end
   for _, res in ipairs(order) do read_fields(res, ids_of[res], entries) end
   ids_of, order = {}, {}
   for r = 0, n - 1 do
-    local id = ARGV[6 + 9 * r]
+    local id = ARGV[6 + 10 * r]
     if id ~= '' then add_to(ids_of, order, KEYS[6 + 5 * r], id) end
   end
   for _, winv in ipairs(order) do read_fields(winv, ids_of[winv], estimates) end
@@ -72,6 +77,7 @@ local gone, gone_keys = {}, {}           -- res -> ids whose live reservation th
 local unleased, unleased_keys = {}, {}   -- lease -> those ids
 local accts, acct_keys = {}, {}          -- acct -> {spent, reserved, inflight, last_used} (read, then changed)
 local last_of, last_keys = {}, {}        -- acct -> newest ts of its settled records
+local allots, allot_keys, allot_seen = {}, {}, {} -- res -> allotments whose entry changed
 local sums, sum_keys = {}, {}            -- per -> {field -> amount}, and the fields in order
 local deltas, tokens, winv_keys = {}, {}, {} -- winv -> change of _total, and {id, tokens, ...}
 local after = ARGV[1]
@@ -90,7 +96,7 @@ end
 local ok, err = pcall(function()
   for r = 0, n - 1 do
     local acct, res, lease, winv, per = KEYS[3 + 5 * r], KEYS[4 + 5 * r], KEYS[5 + 5 * r], KEYS[6 + 5 * r], KEYS[7 + 5 * r]
-    local a = 5 + 9 * r
+    local a = 5 + 10 * r
     local id, json = ARGV[a + 1], ARGV[a + 8]
     local settled, counted, e = false, false, nil
     local st = nil
@@ -123,7 +129,7 @@ local ok, err = pcall(function()
       if live(e) then
         local c, _, slot = entry(e)
         st[2] = msub(st[2], m(c))
-        if slot == '1' and st[3] > 0 then st[3] = st[3] - 1 end
+        st[3] = math.max(st[3] - tonumber(slot), 0)
       end
       if e then
         -- The entry goes (a 'd' too: the request ended, and is never held again).
@@ -132,6 +138,21 @@ local ok, err = pcall(function()
       end
       local cost = m(ARGV[a + 2])
       st[1] = madd(st[1], cost)
+      local allot = ARGV[a + 9]
+      local ae = nil
+      if allot ~= '' then ae = entries[res .. ' ' .. allot] end
+      if live(ae) then
+        local c, t, slots = entry(ae)
+        local held = m(c)
+        local take = cost
+        if mlt(held, take) then take = held end
+        st[2] = msub(st[2], take)
+        if not allot_seen[res .. ' ' .. allot] then
+          allot_seen[res .. ' ' .. allot] = true
+          add_to(allots, allot_keys, res, allot)
+        end
+        entries[res .. ' ' .. allot] = ms(msub(held, take)) .. ' ' .. t .. ' ' .. slots
+      end
       if st[4] < ts then st[4] = ts end
       st[5] = true
       if not mzero(cost) then
@@ -192,6 +213,11 @@ local function remove_all(command, lists, order)
   end
 end
 remove_all('HDEL', markers, marker_keys)
+for _, res in ipairs(allot_keys) do
+  guarded(res, function()
+    for _, allot in ipairs(allots[res]) do redis.call('HSET', res, allot, entries[res .. ' ' .. allot]) end
+  end)
+end
 remove_all('HDEL', gone, gone_keys)
 remove_all('ZREM', unleased, unleased_keys)
 for _, acct in ipairs(acct_keys) do

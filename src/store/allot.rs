@@ -1,0 +1,544 @@
+//! Allotments: a busy key's requests admitted by this instance without a round trip each. One call
+//! (`lua/allot.lua`) takes a slice of the key's credit (and budget) and of its concurrency slots, held in
+//! the store under one reservation entry with a lease like a request's; the instance then admits the key's
+//! requests from the slice by itself for `[store] allot_ms` (50 ms by default), and asks again (giving back
+//! what it did not use, taking a new slice sized to what it drew) in the same call when that ends or the
+//! slice runs short. So the store's checks hold for the cluster as they do request by request (the slices
+//! of all instances are within the key's credit, budget and slots, so the overspend bound is the same), and
+//! what another instance changes in the store (a credit cut, a revocation, an expiry) holds here within
+//! `allot_ms`.
+//!
+//! Which keys: those with a credit, a budget or a concurrency limit and no rpm or tpm limit (a rate window
+//! is judged request by request), once they are busy here (8 admissions within 100 ms), with
+//! `max_concurrent` at 16 or more if they have one. A slice is at most half of what is left and at least
+//! four worst cases of the request asking: a key close to its credit is judged by the store request by
+//! request, exactly as before.
+//!
+//! The money: the entry holds what is not drawn yet, the worst cases of the drawn requests still running,
+//! and the costs of the ended ones whose records are not shipped yet. A drawn request's end gives its
+//! unused worst case back to the slice here; its record, shipped (`lua/ship.lua`, which is told the
+//! allotment of each record drawn from one), counts its cost into the spend and takes it out of the entry.
+//! The key's spend in the store so grows when the records ship (about `ledger_sync_ms` after the answers),
+//! and until then the costs are held, so no other admission can spend them. A slice whose call failed is
+//! not used again (its lease gives it back); one given back by another instance's look for dead leases
+//! (this one could not renew it) is replaced by a new one, and its requests still running are unheld until
+//! they end (their records count them).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use redis::{FromRedisValue, Value};
+
+use super::accounts::{period_field, units, Admission, Carried};
+use super::{lock, Store, StoreError};
+use crate::budget::{Budget, Period};
+use crate::money::Money;
+use crate::standing::{Limits, Standing, Verdict};
+
+/// Admissions within `BUSY_WITHIN` that make a key busy enough for an allotment.
+const BUSY: u32 = 8;
+const BUSY_WITHIN: Duration = Duration::from_millis(100);
+/// The smallest `max_concurrent` shared out in slices: below it, every admission asks the store.
+const MIN_CONCURRENT: u64 = 16;
+/// Worst cases of the asking request a slice is worth at least, and asked for at least.
+const MIN_SLICE: u64 = 4;
+const FIRST_SLICE: u64 = 16;
+const MAX_SLICE: u64 = 4096;
+
+/// This instance's allotments, per key name, and the requests drawn from them whose records are not
+/// shipped yet.
+#[derive(Default)]
+pub(super) struct Allotments {
+    keys: Mutex<HashMap<String, Allot>>,
+    drawn: Mutex<HashMap<String, Drawn>>,
+}
+
+/// A request admitted from an allotment.
+struct Drawn {
+    key: String,
+    allot: String,
+    cost: Money,
+    slot: bool,
+}
+
+/// One key's allotment on this instance.
+struct Allot {
+    /// The entry's id in the key's `res` hash ("" before the first).
+    id: String,
+    /// The store holds the entry under `id`.
+    live: bool,
+    /// A call for this key is under way: nobody else asks meanwhile.
+    asking: bool,
+    /// Money counts (the key has a credit or a budget in the store): `free` is what is not drawn yet.
+    money: bool,
+    free: Money,
+    /// Slots count (the key has a concurrency limit): `slots` are those not drawn yet.
+    conc: bool,
+    slots: u64,
+    /// Drawn from until then.
+    until: Instant,
+    /// Requests drawn since the slice was taken.
+    draws: u64,
+    /// The last call left nothing to draw from: until `until`, every admission asks the store.
+    dry: bool,
+    /// Drawn requests still running, and those whose record is not shipped (nor released) yet.
+    running: u64,
+    unshipped: u64,
+    /// Admissions counted for `BUSY`.
+    burst: u32,
+    burst_at: Instant,
+    /// What the store said at the last call.
+    spent: Money,
+    period_spent: Money,
+    credit: Option<Money>,
+    budget: Option<Budget>,
+}
+
+impl Allot {
+    fn new(now: Instant) -> Allot {
+        Allot {
+            id: String::new(),
+            live: false,
+            asking: false,
+            money: false,
+            free: Money::ZERO,
+            conc: false,
+            slots: 0,
+            until: now,
+            draws: 0,
+            dry: false,
+            running: 0,
+            unshipped: 0,
+            burst: 0,
+            burst_at: now,
+            spent: Money::ZERO,
+            period_spent: Money::ZERO,
+            credit: None,
+            budget: None,
+        }
+    }
+
+    /// Draws one request of worst case `cost` from the slice, if it has room and is still in force.
+    fn take(&mut self, cost: Money, slot: bool, now: Instant) -> bool {
+        if !self.live || self.asking || now >= self.until {
+            return false;
+        }
+        if (self.money && self.free < cost) || (slot && (!self.conc || self.slots == 0)) {
+            return false;
+        }
+        if self.money {
+            self.free = self.free - cost;
+        }
+        if slot {
+            self.slots -= 1;
+        }
+        self.draws += 1;
+        self.running += 1;
+        self.unshipped += 1;
+        true
+    }
+
+    /// Counts an admission asked of the store; whether the key is now busy enough for an allotment.
+    fn busy(&mut self, now: Instant) -> bool {
+        if now.duration_since(self.burst_at) > BUSY_WITHIN {
+            self.burst_at = now;
+            self.burst = 0;
+        }
+        self.burst += 1;
+        self.burst >= BUSY
+    }
+
+    fn admission(&self) -> Admission {
+        Admission {
+            standing: Standing {
+                verdict: Verdict::Admitted,
+                rpm_used: 0,
+                rpm_reset: Duration::ZERO,
+                tpm_used: 0,
+                tpm_reset: Duration::ZERO,
+                tpm_wait: Duration::ZERO,
+                spent: self.spent,
+                period_spent: self.period_spent,
+            },
+            credit: self.credit,
+            budget: self.budget,
+        }
+    }
+}
+
+/// What `allot.lua` answered.
+struct Reply {
+    code: i64,
+    money: Money,
+    slots: u64,
+    spent: Money,
+    credit: Option<Money>,
+    budget: Option<Budget>,
+    period_spent: Money,
+}
+
+/// What a call gives back and asks for.
+struct Ask<'a> {
+    key: &'a str,
+    id: &'a str,
+    /// The store holds the entry already.
+    held: bool,
+    give: Money,
+    give_slots: u64,
+    want: Money,
+    want_slots: u64,
+    least: Money,
+    /// End it: everything it holds goes back, the entry goes.
+    end: bool,
+    limits: &'a Limits,
+    group_budget: Option<Budget>,
+}
+
+fn times(m: Money, n: u64) -> Money {
+    Money::from_units(m.units().saturating_mul(n as i128))
+}
+
+fn money(s: &str) -> Money {
+    Money::from_units(s.parse::<i128>().unwrap_or(0))
+}
+
+impl Store {
+    /// Admits request `id` of `key` from the key's allotment on this instance, taking or renewing the
+    /// allotment first when it is used up or over (one call): the store's answer as admission gives it. None:
+    /// no allotment for this request (the key is not busy, has a rate limit, is close to its limits, or
+    /// the store refused or did not answer): it is asked of the store as before, which judges and answers.
+    pub fn draw(
+        &self,
+        key: &str,
+        id: &str,
+        cost: Money,
+        limits: &Limits,
+        group_budget: Option<Budget>,
+    ) -> Option<Admission> {
+        let allot = self.settings.allot;
+        if allot.is_zero()
+            || limits.rpm.is_some()
+            || limits.tpm.is_some()
+            || limits.max_concurrent.is_some_and(|c| c < MIN_CONCURRENT)
+        {
+            return None;
+        }
+        let slot = limits.max_concurrent.is_some();
+        let cost = cost.max(Money::ZERO);
+        let now = Instant::now();
+        let mut keys = lock(&self.allots.keys);
+        let a = keys
+            .entry(key.to_string())
+            .or_insert_with(|| Allot::new(now));
+        if a.take(cost, slot, now) {
+            let admission = a.admission();
+            let allot_id = a.id.clone();
+            drop(keys);
+            self.note_drawn(id, key, allot_id, cost, slot);
+            return Some(admission);
+        }
+        if a.asking || (a.dry && now < a.until) || (!a.live && !a.busy(now)) {
+            return None;
+        }
+        // Give back what is left and take a slice for what the last one drew in its time, at least.
+        let n = (a.draws * 2).clamp(FIRST_SLICE, MAX_SLICE);
+        let wanted_slots = (a.running * 2).clamp(MIN_SLICE, 256);
+        let held = a.live;
+        if !held {
+            a.id = crate::util::new_id(&format!("allot:{}:", self.instance));
+        }
+        let ask_id = a.id.clone();
+        let (give, give_slots) = if held {
+            (a.free, a.slots)
+        } else {
+            (Money::ZERO, 0)
+        };
+        a.free = Money::ZERO;
+        a.slots = 0;
+        a.asking = true;
+        drop(keys);
+        let reply = self.allot_call(&Ask {
+            key,
+            id: &ask_id,
+            held,
+            give,
+            give_slots,
+            want: times(cost, n),
+            want_slots: wanted_slots,
+            least: times(cost, MIN_SLICE),
+            end: false,
+            limits,
+            group_budget,
+        });
+        let mut keys = lock(&self.allots.keys);
+        let a = keys.get_mut(key)?;
+        a.asking = false;
+        let r = match reply {
+            Ok(r) if r.code != 8 => r,
+            Ok(_) => {
+                a.live = false;
+                return None;
+            }
+            Err(e) => {
+                // Whether the call reached the store is not known: the allotment is not used again, and its
+                // lease gives back whatever it holds.
+                a.live = false;
+                log::warn!("store: an allotment of key {key:?} is left to its lease ({e})");
+                return None;
+            }
+        };
+        a.live = held || r.money != Money::ZERO || r.slots > 0;
+        a.money = r.credit.is_some() || r.budget.is_some();
+        a.conc = slot;
+        a.free += r.money;
+        a.slots += r.slots;
+        a.spent = r.spent;
+        a.period_spent = r.period_spent;
+        a.credit = r.credit;
+        a.budget = r.budget;
+        a.draws = 0;
+        a.until = now + allot;
+        // Refused (revoked, expired) or nothing to take: the key's requests are asked of the store one by
+        // one until `until`, this one too (the store judges it and says why).
+        a.dry = r.code != 0 || !a.take(cost, slot, now);
+        if a.dry {
+            return None;
+        }
+        let admission = a.admission();
+        let allot_id = a.id.clone();
+        drop(keys);
+        self.note_drawn(id, key, allot_id, cost, slot);
+        Some(admission)
+    }
+
+    fn note_drawn(&self, id: &str, key: &str, allot: String, cost: Money, slot: bool) {
+        lock(&self.allots.drawn).insert(
+            id.to_string(),
+            Drawn {
+                key: key.to_string(),
+                allot,
+                cost,
+                slot,
+            },
+        );
+    }
+
+    /// The end of a request drawn from an allotment: what its worst case did not spend (`actual`; None: it
+    /// ended without a record, nothing spent) goes back to the slice, and its slot. Its record, shipped,
+    /// counts the cost in the store.
+    pub fn end_drawn(&self, id: &str, actual: Option<Money>) {
+        let mut drawn = lock(&self.allots.drawn);
+        let (key, allot, cost, slot) = match drawn.get(id) {
+            Some(d) => (d.key.clone(), d.allot.clone(), d.cost, d.slot),
+            None => return,
+        };
+        if actual.is_none() {
+            drawn.remove(id);
+        }
+        drop(drawn);
+        let mut keys = lock(&self.allots.keys);
+        let Some(a) = keys.get_mut(&key).filter(|a| a.id == allot) else {
+            return;
+        };
+        a.running = a.running.saturating_sub(1);
+        if actual.is_none() {
+            a.unshipped = a.unshipped.saturating_sub(1);
+        }
+        if a.live {
+            if a.money {
+                let spent = actual.unwrap_or(Money::ZERO).max(Money::ZERO);
+                a.free = (a.free + cost - spent).max(Money::ZERO);
+            }
+            if slot {
+                a.slots += 1;
+            }
+        }
+    }
+
+    /// The allotment request `id` was drawn from, while its record is not shipped.
+    pub(super) fn allotment_of(&self, id: &str) -> Option<String> {
+        lock(&self.allots.drawn).get(id).map(|d| d.allot.clone())
+    }
+
+    /// The records of requests `ids` are shipped: their costs are out of their allotments.
+    pub(super) fn records_shipped<'a>(&self, ids: impl Iterator<Item = &'a str>) {
+        let mut done: Vec<Drawn> = Vec::new();
+        {
+            let mut drawn = lock(&self.allots.drawn);
+            if drawn.is_empty() {
+                return;
+            }
+            done.extend(ids.filter_map(|id| drawn.remove(id)));
+        }
+        if done.is_empty() {
+            return;
+        }
+        let mut keys = lock(&self.allots.keys);
+        for d in done {
+            if let Some(a) = keys.get_mut(&d.key).filter(|a| a.id == d.allot) {
+                a.unshipped = a.unshipped.saturating_sub(1);
+            }
+        }
+    }
+
+    /// The allotments this instance holds, for their leases' renewal: (id, key name).
+    pub(super) fn allotments_held(&self) -> Vec<(String, String)> {
+        lock(&self.allots.keys)
+            .iter()
+            .filter(|(_, a)| a.live)
+            .map(|(key, a)| (a.id.clone(), key.clone()))
+            .collect()
+    }
+
+    /// Allotments another instance's look for dead leases gave back (this one could not renew them in
+    /// time): not used again; the next busy moment of their key takes a new one.
+    pub(super) fn allotments_gone(&self, ids: &[String]) {
+        let mut keys = lock(&self.allots.keys);
+        for a in keys.values_mut() {
+            if ids.contains(&a.id) {
+                a.live = false;
+            }
+        }
+    }
+
+    /// Gives back what allotments over their time no longer need (the store thread, at each look; `all`:
+    /// every allotment, at shutdown): an allotment none of whose requests runs or waits for its record to
+    /// ship ends, the others give back what is not drawn. Keys neither busy nor allotted are forgotten.
+    pub fn return_allotments(&self, all: bool) {
+        let now = Instant::now();
+        let mut todo = Vec::new();
+        {
+            let mut keys = lock(&self.allots.keys);
+            keys.retain(|_, a| a.live || a.asking || now.duration_since(a.burst_at) <= BUSY_WITHIN);
+            for (key, a) in keys.iter_mut() {
+                if !a.live || a.asking || (now < a.until && !all) {
+                    continue;
+                }
+                let end = a.running == 0 && a.unshipped == 0;
+                if !end && a.free == Money::ZERO && a.slots == 0 {
+                    continue;
+                }
+                todo.push((key.clone(), a.id.clone(), a.free, a.slots, end));
+                a.free = Money::ZERO;
+                a.slots = 0;
+                a.until = now;
+                a.asking = true;
+            }
+        }
+        for (key, id, give, give_slots, end) in todo {
+            // Only what the call sends matters here: no limit is judged when nothing is asked for.
+            let limits = Limits {
+                rpm: None,
+                tpm: None,
+                max_concurrent: None,
+                credit: None,
+                budget: None,
+                tokens: 0,
+                now: crate::util::unix_now(),
+            };
+            let reply = self.allot_call(&Ask {
+                key: &key,
+                id: &id,
+                held: true,
+                give,
+                give_slots,
+                want: Money::ZERO,
+                want_slots: 0,
+                least: Money::ZERO,
+                end,
+                limits: &limits,
+                group_budget: None,
+            });
+            let mut keys = lock(&self.allots.keys);
+            if let Some(a) = keys.get_mut(&key) {
+                a.asking = false;
+                match reply {
+                    Ok(r) if r.code != 8 && !end => {}
+                    Ok(_) => {
+                        keys.remove(&key);
+                    }
+                    Err(e) => {
+                        a.live = false;
+                        log::warn!("store: an allotment of key {key:?} is left to its lease ({e})");
+                    }
+                }
+            }
+        }
+    }
+
+    /// One `allot.lua` call, in the request path's pipeline (a replica waited for with `replica_wait =
+    /// "all"`).
+    fn allot_call(&self, ask: &Ask) -> Result<Reply, StoreError> {
+        let k = self.account_keys(ask.key);
+        let limits = ask.limits;
+        let (budget, letter) = match ask.group_budget {
+            Some(b) => (units(b.amount), b.period.letter().to_string()),
+            None => (String::new(), String::new()),
+        };
+        let field = |p| period_field(p, limits.now);
+        let flag = |b: bool| if b { "1" } else { "" }.to_string();
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.scripts.allot.get_hash())
+            .arg(5)
+            .arg(&[k.acct, k.res, k.lease, k.per, self.k("terms")])
+            .arg(&[
+                ask.id.to_string(),
+                self.settings.lease.as_millis().to_string(),
+                ask.key.to_string(),
+                budget,
+                letter,
+                limits.now.to_string(),
+                field(Period::Daily),
+                field(Period::Weekly),
+                field(Period::Monthly),
+                flag(limits.credit.is_some() || limits.budget.is_some()),
+                limits
+                    .max_concurrent
+                    .map_or_else(String::new, |n| n.to_string()),
+                flag(ask.held),
+                units(ask.give),
+                ask.give_slots.to_string(),
+                units(ask.want),
+                ask.want_slots.to_string(),
+                units(ask.least),
+                flag(ask.end),
+            ]);
+        let reply = self
+            .send(vec![(cmd, Carried::new(Vec::new(), &self.pending))])
+            .pop()
+            .unwrap_or_else(|| {
+                Err(StoreError {
+                    unavailable: false,
+                    message: "no answer".into(),
+                })
+            })?;
+        let bad = |e: &dyn std::fmt::Display| StoreError {
+            unavailable: false,
+            message: format!("the allotment script's answer: {e}"),
+        };
+        let v: Vec<Value> = FromRedisValue::from_redis_value(reply).map_err(|e| bad(&e))?;
+        if v.len() != 8 {
+            return Err(bad(&format!("{} values", v.len())));
+        }
+        let int = |i: usize| i64::from_redis_value(v[i].clone()).map_err(|e| bad(&e));
+        let text = |i: usize| String::from_redis_value(v[i].clone()).map_err(|e| bad(&e));
+        let credit = text(4)?;
+        let amount = text(5)?;
+        let budget = Period::from_letter(&text(6)?)
+            .filter(|_| !amount.is_empty())
+            .map(|period| Budget {
+                amount: money(&amount),
+                period,
+            });
+        Ok(Reply {
+            code: int(0)?,
+            money: money(&text(1)?),
+            slots: int(2)?.max(0) as u64,
+            spent: money(&text(3)?),
+            credit: (!credit.is_empty()).then(|| money(&credit)),
+            budget,
+            period_spent: money(&text(7)?),
+        })
+    }
+}
