@@ -1122,43 +1122,52 @@ fn a_reservation_is_held_again_only_while_it_is_the_marker_d() {
 
 /// A busy key is admitted from its allotment: eight clients at once make a few script calls, not one per
 /// request, and once the records are shipped and the allotment has ended, the store holds nothing for the
-/// key and its spend is the sum of its records.
+/// key and its spend is the sum of its records. Twice: a key with a credit; and one with a credit and a
+/// concurrency limit on an instance whose ledger is strict (a record is synced, and may be shipped, before
+/// its request's end is counted: the allotment still ends, holding nothing).
 #[test]
 fn a_busy_key_is_admitted_from_an_allotment_and_each_request_counted_once() {
-    let redis = Redis::start(false);
-    let dir = TempDir::new("store-path-allot");
-    let c = config(dir.path(), &redis, "gw-allot", "");
-    let gw = Arc::new(Gateway::start_with(dir, &c));
-    let key = gw.add_key("busy", "default", Some(1000.0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let seen = monitor(&redis, stop.clone());
-    let sent = burst(&gw, &key, 8, 40);
-    let data = gw.dir.path().join("data");
-    wait_for(
-        || {
-            redis.hget("t:acct:busy", "reserved") == "0"
-                && redis.hget("t:acct:busy", "inflight") == "0"
-                && redis.int(&["HLEN", "t:res:busy"]) == 0
-                && stream(&redis).len() >= ledger_lines(&data).len()
-        },
-        "every record shipped and the allotment ended",
-    );
-    stop.store(true, Ordering::Relaxed);
-    let c = calls(&seen.lock().unwrap(), "busy");
-    assert!(c.allot_calls >= 1, "no allotment taken: {c:?}");
-    assert!(
-        c.admissions.len() + c.allot_calls < sent / 2,
-        "{} admissions and {} allotment calls for {sent} requests",
-        c.admissions.len(),
-        c.allot_calls
-    );
-    let lines: Vec<String> = ledger_lines(&data)
-        .into_iter()
-        .filter(|l| l.contains("\"busy\""))
-        .collect();
-    assert_eq!(lines.len(), sent);
-    assert_eq!(stream(&redis), ledger_lines(&data));
-    assert_spent_is_the_ledgers_sum(&gw, "busy", &lines);
+    for (name, top, group) in [
+        ("busy", "", "default"),
+        ("busy-strict", "ledger_strict = true", "wide"),
+    ] {
+        let redis = Redis::start(false);
+        let dir = TempDir::new("store-path-allot");
+        let mut c = config(dir.path(), &redis, "gw-allot", top);
+        c.push_str("\n[[groups]]\nname = \"wide\"\nmodels = [\"*\"]\nmax_concurrent = 64\n");
+        let gw = Arc::new(Gateway::start_with(dir, &c));
+        let key = gw.add_key(name, group, Some(1000.0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let seen = monitor(&redis, stop.clone());
+        let sent = burst(&gw, &key, 8, 40);
+        let data = gw.dir.path().join("data");
+        let acct = format!("t:acct:{name}");
+        wait_for(
+            || {
+                redis.hget(&acct, "reserved") == "0"
+                    && redis.hget(&acct, "inflight") == "0"
+                    && redis.int(&["HLEN", &format!("t:res:{name}")]) == 0
+                    && stream(&redis).len() >= ledger_lines(&data).len()
+            },
+            "every record shipped and the allotment ended",
+        );
+        stop.store(true, Ordering::Relaxed);
+        let c = calls(&seen.lock().unwrap(), name);
+        assert!(c.allot_calls >= 1, "{name}: no allotment taken: {c:?}");
+        assert!(
+            c.admissions.len() + c.allot_calls < sent / 2,
+            "{name}: {} admissions and {} allotment calls for {sent} requests",
+            c.admissions.len(),
+            c.allot_calls
+        );
+        let lines: Vec<String> = ledger_lines(&data)
+            .into_iter()
+            .filter(|l| l.contains(&format!("\"{name}\"")))
+            .collect();
+        assert_eq!(lines.len(), sent, "{name}");
+        assert_eq!(stream(&redis), ledger_lines(&data), "{name}");
+        assert_spent_is_the_ledgers_sum(&gw, name, &lines);
+    }
 }
 
 /// `allot.lua` takes at most half of what is left of a key's credit and of its slots, gives back what the
@@ -1180,8 +1189,8 @@ fn an_allotment_takes_half_of_what_is_left_and_shipped_records_take_their_cost_o
     ] {
         assert!(redis.command(&cmd).is_some(), "{cmd:?}");
     }
-    // held, give, give slots, want, want slots, least, end
-    let call = |a: [&str; 7]| {
+    // id, then held, give, give slots, want, want slots, least, end
+    let call_on = |id: &str, a: [&str; 7]| {
         let mut args = vec![
             "EVAL",
             &allot,
@@ -1191,7 +1200,7 @@ fn an_allotment_takes_half_of_what_is_left_and_shipped_records_take_their_cost_o
             "t:lease:k",
             "t:per:k",
             "t:terms",
-            "a1",
+            id,
             "30000",
             "k",
             "",
@@ -1207,6 +1216,7 @@ fn an_allotment_takes_half_of_what_is_left_and_shipped_records_take_their_cost_o
         let reply = redis.command(&args);
         assert_eq!(reply.as_deref(), Some("*8"), "{a:?}");
     };
+    let call = |a: [&str; 7]| call_on("a1", a);
     let held = |entry: &str, reserved: &str, inflight: &str| {
         assert_eq!(redis.hget("t:res:k", "a1"), entry);
         assert_eq!(redis.hget("t:acct:k", "reserved"), reserved);
@@ -1269,4 +1279,18 @@ fn an_allotment_takes_half_of_what_is_left_and_shipped_records_take_their_cost_o
     assert_eq!(redis.hget("t:acct:k", "spent"), "1500");
     held("", "1000", "2");
     assert_eq!(redis.int(&["XLEN", "t:usage"]), 2);
+    // An allotment whose lease ran out (its instance could not renew it), asked for by its instance: the
+    // call's own look gives it back, and says it is gone; what the look gave back is written.
+    for cmd in [
+        vec!["HSET", "t:res:k", "a2", "500 0 3"],
+        vec!["ZADD", "t:lease:k", "1", "a2"],
+        vec![
+            "HSET", "t:acct:k", "reserved", "1500", "inflight", "5", "swept", "0",
+        ],
+    ] {
+        assert!(redis.command(&cmd).is_some(), "{cmd:?}");
+    }
+    call_on("a2", ["1", "100", "1", "1000", "4", "100", ""]);
+    assert_eq!(redis.hget("t:res:k", "a2"), "d");
+    held("", "1000", "2");
 }

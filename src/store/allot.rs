@@ -45,6 +45,10 @@ const MIN_CONCURRENT: u64 = 16;
 const MIN_SLICE: u64 = 4;
 const FIRST_SLICE: u64 = 16;
 const MAX_SLICE: u64 = 4096;
+/// An allotment whose requests have ended ends this long after its time even while some of their records
+/// are not known to be shipped (a shipping call that failed after the records went through does not say
+/// which did): what it still holds for them goes back, and those records, shipped, count their costs alone.
+const END_AFTER: Duration = Duration::from_secs(5);
 
 /// This instance's allotments, per key name, and the requests drawn from them whose records are not
 /// shipped yet.
@@ -58,8 +62,13 @@ pub(super) struct Allotments {
 struct Drawn {
     key: String,
     allot: String,
+    /// The worst case drawn from the slice's money (zero when money did not count).
     cost: Money,
     slot: bool,
+    /// The request ended (its worst case went back to the slice), and its record was shipped: each may
+    /// come first (the record is written before the request's end is counted).
+    ended: bool,
+    shipped: bool,
 }
 
 /// One key's allotment on this instance.
@@ -70,6 +79,10 @@ struct Allot {
     live: bool,
     /// A call for this key is under way: nobody else asks meanwhile.
     asking: bool,
+    /// The slice was taken for requests held to the key's balance (`Limits::credit` or `budget` set, what
+    /// admission's flag says); only such requests draw from it (and the others only from a slice taken
+    /// for their kind: a cached answer's or a token count's admission holds no money).
+    for_balance: bool,
     /// Money counts (the key has a credit or a budget in the store): `free` is what is not drawn yet.
     money: bool,
     free: Money,
@@ -101,6 +114,7 @@ impl Allot {
             id: String::new(),
             live: false,
             asking: false,
+            for_balance: false,
             money: false,
             free: Money::ZERO,
             conc: false,
@@ -120,8 +134,8 @@ impl Allot {
     }
 
     /// Draws one request of worst case `cost` from the slice, if it has room and is still in force.
-    fn take(&mut self, cost: Money, slot: bool, now: Instant) -> bool {
-        if !self.live || self.asking || now >= self.until {
+    fn take(&mut self, cost: Money, slot: bool, for_balance: bool, now: Instant) -> bool {
+        if !self.live || self.asking || now >= self.until || for_balance != self.for_balance {
             return false;
         }
         if (self.money && self.free < cost) || (slot && (!self.conc || self.slots == 0)) {
@@ -225,20 +239,27 @@ impl Store {
             return None;
         }
         let slot = limits.max_concurrent.is_some();
+        let for_balance = limits.credit.is_some() || limits.budget.is_some();
         let cost = cost.max(Money::ZERO);
         let now = Instant::now();
         let mut keys = lock(&self.allots.keys);
         let a = keys
             .entry(key.to_string())
             .or_insert_with(|| Allot::new(now));
-        if a.take(cost, slot, now) {
+        if a.take(cost, slot, for_balance, now) {
             let admission = a.admission();
             let allot_id = a.id.clone();
+            let drawn = if a.money { cost } else { Money::ZERO };
             drop(keys);
-            self.note_drawn(id, key, allot_id, cost, slot);
+            self.note_drawn(id, key, allot_id, drawn, slot);
             return Some(admission);
         }
-        if a.asking || (a.dry && now < a.until) || (!a.live && !a.busy(now)) {
+        // A request of the other kind than the slice's (held to the balance or not) is asked of the store.
+        if a.asking
+            || (a.dry && now < a.until)
+            || (a.live && now < a.until && for_balance != a.for_balance)
+            || (!a.live && !a.busy(now))
+        {
             return None;
         }
         // Give back what is left and take a slice for what the last one drew in its time, at least.
@@ -246,7 +267,12 @@ impl Store {
         let wanted_slots = (a.running * 2).clamp(MIN_SLICE, 256);
         let held = a.live;
         if !held {
+            // A new slice: the requests of one before it (its call failed, or it was given back) are no
+            // longer counted here.
             a.id = crate::util::new_id(&format!("allot:{}:", self.instance));
+            a.running = 0;
+            a.unshipped = 0;
+            a.draws = 0;
         }
         let ask_id = a.id.clone();
         let (give, give_slots) = if held {
@@ -289,6 +315,7 @@ impl Store {
             }
         };
         a.live = held || r.money != Money::ZERO || r.slots > 0;
+        a.for_balance = for_balance;
         a.money = r.credit.is_some() || r.budget.is_some();
         a.conc = slot;
         a.free += r.money;
@@ -301,14 +328,15 @@ impl Store {
         a.until = now + allot;
         // Refused (revoked, expired) or nothing to take: the key's requests are asked of the store one by
         // one until `until`, this one too (the store judges it and says why).
-        a.dry = r.code != 0 || !a.take(cost, slot, now);
+        a.dry = r.code != 0 || !a.take(cost, slot, for_balance, now);
         if a.dry {
             return None;
         }
         let admission = a.admission();
         let allot_id = a.id.clone();
+        let drawn = if a.money { cost } else { Money::ZERO };
         drop(keys);
-        self.note_drawn(id, key, allot_id, cost, slot);
+        self.note_drawn(id, key, allot_id, drawn, slot);
         Some(admission)
     }
 
@@ -320,6 +348,8 @@ impl Store {
                 allot,
                 cost,
                 slot,
+                ended: false,
+                shipped: false,
             },
         );
     }
@@ -329,11 +359,13 @@ impl Store {
     /// counts the cost in the store.
     pub fn end_drawn(&self, id: &str, actual: Option<Money>) {
         let mut drawn = lock(&self.allots.drawn);
-        let (key, allot, cost, slot) = match drawn.get(id) {
-            Some(d) => (d.key.clone(), d.allot.clone(), d.cost, d.slot),
-            None => return,
+        let Some(d) = drawn.get_mut(id) else {
+            return;
         };
-        if actual.is_none() {
+        let (key, allot, cost, slot) = (d.key.clone(), d.allot.clone(), d.cost, d.slot);
+        d.ended = true;
+        // Without a record (released), or with its record shipped already: nothing more to follow.
+        if actual.is_none() || d.shipped {
             drawn.remove(id);
         }
         drop(drawn);
@@ -346,7 +378,7 @@ impl Store {
             a.unshipped = a.unshipped.saturating_sub(1);
         }
         if a.live {
-            if a.money {
+            if cost > Money::ZERO {
                 let spent = actual.unwrap_or(Money::ZERO).max(Money::ZERO);
                 a.free = (a.free + cost - spent).max(Money::ZERO);
             }
@@ -363,20 +395,33 @@ impl Store {
 
     /// The records of requests `ids` are shipped: their costs are out of their allotments.
     pub(super) fn records_shipped<'a>(&self, ids: impl Iterator<Item = &'a str>) {
-        let mut done: Vec<Drawn> = Vec::new();
+        let mut done: Vec<(String, String)> = Vec::new();
         {
             let mut drawn = lock(&self.allots.drawn);
             if drawn.is_empty() {
                 return;
             }
-            done.extend(ids.filter_map(|id| drawn.remove(id)));
+            for id in ids {
+                let Some(d) = drawn.get_mut(id) else {
+                    continue;
+                };
+                if d.shipped {
+                    continue;
+                }
+                d.shipped = true;
+                done.push((d.key.clone(), d.allot.clone()));
+                // A request whose end is not counted yet keeps its entry until it is (`end_drawn`).
+                if d.ended {
+                    drawn.remove(id);
+                }
+            }
         }
         if done.is_empty() {
             return;
         }
         let mut keys = lock(&self.allots.keys);
-        for d in done {
-            if let Some(a) = keys.get_mut(&d.key).filter(|a| a.id == d.allot) {
+        for (key, allot) in done {
+            if let Some(a) = keys.get_mut(&key).filter(|a| a.id == allot) {
                 a.unshipped = a.unshipped.saturating_sub(1);
             }
         }
@@ -415,7 +460,8 @@ impl Store {
                 if !a.live || a.asking || (now < a.until && !all) {
                     continue;
                 }
-                let end = a.running == 0 && a.unshipped == 0;
+                let end = a.running == 0
+                    && (a.unshipped == 0 || all || now.duration_since(a.until) >= END_AFTER);
                 if !end && a.free == Money::ZERO && a.slots == 0 {
                     continue;
                 }
@@ -457,6 +503,9 @@ impl Store {
                     Ok(r) if r.code != 8 && !end => {}
                     Ok(_) => {
                         keys.remove(&key);
+                        drop(keys);
+                        // Its records still to ship (if any) count their costs alone.
+                        lock(&self.allots.drawn).retain(|_, d| d.allot != id);
                     }
                     Err(e) => {
                         a.live = false;

@@ -54,7 +54,11 @@ end
 local held, slots = {0, 0}, 0
 if ARGV[12] == '1' then
   local e = redis.call('HGET', res, id)
-  if not live(e) then return answer(8, {0, 0}, 0) end
+  if not live(e) then
+    -- Gone; what the look above gave back (perhaps this very entry) is written all the same.
+    redis.call('HSET', acct, 'reserved', ms(reserved), 'inflight', inflight, 'swept', swept)
+    return answer(8, {0, 0}, 0)
+  end
   local c, _, s = entry(e)
   held, slots = m(c), tonumber(s)
   local give = m(ARGV[13])
