@@ -143,7 +143,7 @@ fn calls(seen: &[Vec<String>], name: &str) -> Calls {
                 .extend((0..count).map(|i| args[13 + 3 * i].clone()));
             c.carried
                 .extend(args[13 + 3 * count..].chunks(6).map(|s| s[0].clone()));
-        } else if n == 5 && keys[0] == acct && keys[4] == "t:terms" {
+        } else if n == 7 && keys[0] == acct && keys[4] == "t:terms" {
             c.allot_calls += 1;
         } else if n % 5 == 0 && keys.first().is_some_and(|k| k.starts_with("t:acct:")) {
             c.settle_calls += 1;
@@ -1122,14 +1122,16 @@ fn a_reservation_is_held_again_only_while_it_is_the_marker_d() {
 
 /// A busy key is admitted from its allotment: eight clients at once make a few script calls, not one per
 /// request, and once the records are shipped and the allotment has ended, the store holds nothing for the
-/// key and its spend is the sum of its records. Twice: a key with a credit; and one with a credit and a
+/// key and its spend is the sum of its records. Three times: a key with a credit; one with a credit and a
 /// concurrency limit on an instance whose ledger is strict (a record is synced, and may be shipped, before
-/// its request's end is counted: the allotment still ends, holding nothing).
+/// its request's end is counted: the allotment still ends, holding nothing); and one with rate limits too,
+/// whose window then counts every request, and exactly their real tokens.
 #[test]
 fn a_busy_key_is_admitted_from_an_allotment_and_each_request_counted_once() {
     for (name, top, group) in [
         ("busy", "", "default"),
         ("busy-strict", "ledger_strict = true", "wide"),
+        ("busy-limited", "", "limited"),
     ] {
         let redis = Redis::start(false);
         let dir = TempDir::new("store-path-allot");
@@ -1167,6 +1169,28 @@ fn a_busy_key_is_admitted_from_an_allotment_and_each_request_counted_once() {
         assert_eq!(lines.len(), sent, "{name}");
         assert_eq!(stream(&redis), ledger_lines(&data), "{name}");
         assert_spent_is_the_ledgers_sum(&gw, name, &lines);
+        if group == "limited" {
+            // Each request is in the window once, and a slice whose requests were all drawn elsewhere
+            // keeps its first entry at most.
+            let card = redis.int(&["ZCARD", &format!("t:win:{name}")]) as usize;
+            assert!(
+                card >= sent && card <= sent + c.allot_calls,
+                "{name}: {card} window entries for {sent} requests and {} slices",
+                c.allot_calls
+            );
+            let real: u64 = lines
+                .iter()
+                .map(|l| {
+                    let v: Value = serde_json::from_str(l).unwrap();
+                    v["input_tokens"].as_u64().unwrap() + v["output_tokens"].as_u64().unwrap()
+                })
+                .sum();
+            assert_eq!(
+                redis.hget(&format!("t:winv:{name}"), "_total"),
+                real.to_string(),
+                "{name}: the window's tokens are the requests' real ones"
+            );
+        }
     }
 }
 
@@ -1194,12 +1218,14 @@ fn an_allotment_takes_half_of_what_is_left_and_shipped_records_take_their_cost_o
         let mut args = vec![
             "EVAL",
             &allot,
-            "5",
+            "7",
             "t:acct:k",
             "t:res:k",
             "t:lease:k",
             "t:per:k",
             "t:terms",
+            "t:win:k",
+            "t:winv:k",
             id,
             "30000",
             "k",
@@ -1213,8 +1239,10 @@ fn an_allotment_takes_half_of_what_is_left_and_shipped_records_take_their_cost_o
             "20",
         ];
         args.extend(a);
+        // No rate limits: nothing in the window.
+        args.extend(["", "", "1", "0", "0", "0", "", "0", "0", "50"]);
         let reply = redis.command(&args);
-        assert_eq!(reply.as_deref(), Some("*8"), "{a:?}");
+        assert_eq!(reply.as_deref(), Some("*13"), "{a:?}");
     };
     let call = |a: [&str; 7]| call_on("a1", a);
     let held = |entry: &str, reserved: &str, inflight: &str| {
@@ -1293,4 +1321,108 @@ fn an_allotment_takes_half_of_what_is_left_and_shipped_records_take_their_cost_o
     call_on("a2", ["1", "100", "1", "1000", "4", "100", ""]);
     assert_eq!(redis.hget("t:res:k", "a2"), "d");
     held("", "1000", "2");
+}
+
+/// `allot.lua` in the rate window: a slice takes half of the requests and tokens the window has room for at
+/// most, as entries (the first carrying the tokens); the next call gives back the entries of the requests
+/// not drawn and sets the slice's tokens to what its requests stand for, then takes the next slice; the end
+/// gives back the last one's.
+#[test]
+fn an_allotment_takes_its_requests_and_tokens_as_window_entries_and_gives_back_the_unused() {
+    let redis = Redis::start(false);
+    let money = include_str!("../src/store/lua/money.lua");
+    let allot = format!("{money}\n{}", include_str!("../src/store/lua/allot.lua"));
+    // Ten admissions of other requests in the window, 100 tokens each.
+    let mut seed = vec!["ZADD", "t:win:k"];
+    let names: Vec<String> = (1..=10).map(|i| format!("e{i}")).collect();
+    for n in &names {
+        seed.extend(["9999999999999", n.as_str()]);
+    }
+    let mut tokens = vec!["HSET", "t:winv:k", "_total", "1000"];
+    for n in &names {
+        tokens.extend([n.as_str(), "100"]);
+    }
+    for cmd in [vec!["HSET", "t:terms", "k", "||||a"], seed, tokens] {
+        assert!(redis.command(&cmd).is_some(), "{cmd:?}");
+    }
+    // held, end, slice number, requests asked, tokens asked, fewest tokens, slice before, its taken and
+    // unused requests, then the slices' tokens now
+    let call =
+        |held: &str, end: &str, k: &str, want: [&str; 3], prev: [&str; 3], fixes: &[&str]| {
+            let mut args = vec![
+                "EVAL",
+                &allot,
+                "7",
+                "t:acct:k",
+                "t:res:k",
+                "t:lease:k",
+                "t:per:k",
+                "t:terms",
+                "t:win:k",
+                "t:winv:k",
+                "a3",
+                "30000",
+                "k",
+                "",
+                "",
+                "1700000000",
+                "d1",
+                "w1",
+                "m1",
+                "",
+                "",
+                held,
+                "0",
+                "0",
+                "0",
+                "0",
+                "0",
+                end,
+                "100",
+                "10000",
+                k,
+            ];
+            args.extend(want);
+            args.extend(prev);
+            args.push("50");
+            args.extend(fixes);
+            assert_eq!(redis.command(&args).as_deref(), Some("*13"));
+        };
+    let window = |card: i64, total: &str| {
+        assert_eq!(redis.int(&["ZCARD", "t:win:k"]), card);
+        assert_eq!(redis.hget("t:winv:k", "_total"), total);
+    };
+    // 90 requests and 9000 tokens of room: 45 (of 60 asked) and 4500 (of 8000).
+    call("", "", "1", ["60", "8000", "400"], ["", "0", "0"], &[]);
+    window(55, "5500");
+    assert_eq!(redis.hget("t:winv:k", "a3:1:1"), "4500");
+    assert_eq!(redis.hget("t:res:k", "a3"), "0 0 0");
+    // Five requests drawn, at 100 tokens each estimated, three of them ended with 10 real tokens: the 40
+    // entries not drawn go, the slice stands for 230 tokens; then 20 requests and 2000 tokens more.
+    call(
+        "1",
+        "",
+        "2",
+        ["20", "2000", "400"],
+        ["1", "45", "40"],
+        &["a3:1:1", "230"],
+    );
+    window(35, "3230");
+    assert_eq!(redis.hget("t:winv:k", "a3:1:1"), "230");
+    assert_eq!(redis.hget("t:winv:k", "a3:2:1"), "2000");
+    assert_ne!(
+        redis.command(&["ZSCORE", "t:win:k", "a3:2:20"]).as_deref(),
+        Some("")
+    );
+    // The end, nothing drawn from the second slice: its entries go but the first, which stands for none.
+    call(
+        "1",
+        "1",
+        "3",
+        ["0", "0", "0"],
+        ["2", "20", "20"],
+        &["a3:2:1", "0"],
+    );
+    window(16, "1230");
+    assert_eq!(redis.hget("t:res:k", "a3"), "");
 }

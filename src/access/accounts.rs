@@ -542,7 +542,7 @@ impl Accounts {
                     // A failure leaves the reservation to the request's record, which settles it when shipped
                     // (or, without a record, to its lease).
                     if *drawn {
-                        store.end_drawn(id, charged.then_some(actual_cost));
+                        store.end_drawn(id, charged.then_some((actual_cost, actual_tokens)));
                     } else if charged {
                         store.settle(&r.key, id, actual_cost, actual_tokens, *at);
                     } else {

@@ -8,11 +8,15 @@
 //! what another instance changes in the store (a credit cut, a revocation, an expiry) holds here within
 //! `allot_ms`.
 //!
-//! Which keys: those with a credit, a budget or a concurrency limit and no rpm or tpm limit (a rate window
-//! is judged request by request), once they are busy here (8 admissions within 100 ms), with
-//! `max_concurrent` at 16 or more if they have one. A slice is at most half of what is left and at least
-//! four worst cases of the request asking: a key close to its credit is judged by the store request by
-//! request, exactly as before.
+//! Which keys: those with a credit, a budget, a concurrency limit or rate limits, once they are busy here
+//! (8 admissions within 100 ms), with `max_concurrent` at 16 or more if they have one. A slice is at most
+//! half of what is left (of the credit, the budget, the free slots, the requests and tokens the rate
+//! window still has room for) and at least four times what the request asking needs: a key close to any
+//! of its limits is judged by the store request by request, exactly as before. A slice's requests and
+//! tokens are entries in the key's rate window, stamped with the end of the slice's time, so that each
+//! counts for at least a minute after its request's admission, as an admission's own entry would; those
+//! not drawn go when the slice ends, and the tokens become those of the requests drawn (their real ones
+//! once they end).
 //!
 //! The money: the entry holds what is not drawn yet, the worst cases of the drawn requests still running,
 //! and the costs of the ended ones whose records are not shipped yet. A drawn request's end gives its
@@ -24,7 +28,7 @@
 //! (this one could not renew it) is replaced by a new one, and its requests still running are unheld until
 //! they end (their records count them).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -65,6 +69,9 @@ struct Drawn {
     /// The worst case drawn from the slice's money (zero when money did not count).
     cost: Money,
     slot: bool,
+    /// The slice it was drawn from, and its token estimate counted there (0 without a tpm limit).
+    grant: u64,
+    tokens: u64,
     /// The request ended (its worst case went back to the slice), and its record was shipped: each may
     /// come first (the record is written before the request's end is counted).
     ended: bool,
@@ -79,16 +86,31 @@ struct Allot {
     live: bool,
     /// A call for this key is under way: nobody else asks meanwhile.
     asking: bool,
-    /// The slice was taken for requests held to the key's balance (`Limits::credit` or `budget` set, what
-    /// admission's flag says); only such requests draw from it (and the others only from a slice taken
-    /// for their kind: a cached answer's or a token count's admission holds no money).
-    for_balance: bool,
+    /// What the slice was taken for: requests held to the key's balance or not (`Limits::credit` or
+    /// `budget` set, what admission's flag says: a cached answer's or a token count's admission holds no
+    /// money), with an rpm limit or not, with a tpm limit or not. Only requests of that kind draw from it.
+    kind: Kind,
     /// Money counts (the key has a credit or a budget in the store): `free` is what is not drawn yet.
     money: bool,
     free: Money,
     /// Slots count (the key has a concurrency limit): `slots` are those not drawn yet.
     conc: bool,
     slots: u64,
+    /// The rate window's requests and tokens of the current slice not drawn yet (counted with an rpm,
+    /// and with a tpm limit).
+    requests: u64,
+    tokens: u64,
+    /// The current slice's number (its window entries are `<id>:<number>:<i>`), how many requests it took
+    /// in the window and how many were drawn.
+    grant: u64,
+    grant_taken: u64,
+    grant_drawn: u64,
+    /// The slices of the last minute whose first window entry carries their tokens.
+    grants: VecDeque<Grant>,
+    /// The window as the last call left it, without the current slice (for the `x-ratelimit-*` headers).
+    rpm_base: u64,
+    tpm_base: u64,
+    reset: Duration,
     /// Drawn from until then.
     until: Instant,
     /// Requests drawn since the slice was taken.
@@ -114,11 +136,20 @@ impl Allot {
             id: String::new(),
             live: false,
             asking: false,
-            for_balance: false,
+            kind: Kind::default(),
             money: false,
             free: Money::ZERO,
             conc: false,
             slots: 0,
+            requests: 0,
+            tokens: 0,
+            grant: 0,
+            grant_taken: 0,
+            grant_drawn: 0,
+            grants: VecDeque::new(),
+            rpm_base: 0,
+            tpm_base: 0,
+            reset: Duration::ZERO,
             until: now,
             draws: 0,
             dry: false,
@@ -133,13 +164,29 @@ impl Allot {
         }
     }
 
-    /// Draws one request of worst case `cost` from the slice, if it has room and is still in force.
-    fn take(&mut self, cost: Money, slot: bool, for_balance: bool, now: Instant) -> bool {
-        if !self.live || self.asking || now >= self.until || for_balance != self.for_balance {
+    /// Draws one request of worst case `cost` (and `tokens`, estimated) from the slice, if it has room and
+    /// is still in force.
+    fn take(&mut self, cost: Money, tokens: u64, slot: bool, kind: Kind, now: Instant) -> bool {
+        if !self.live || self.asking || now >= self.until || kind != self.kind {
             return false;
         }
         if (self.money && self.free < cost) || (slot && (!self.conc || self.slots == 0)) {
             return false;
+        }
+        if (kind.rpm && self.requests == 0) || (kind.tpm && self.tokens < tokens) {
+            return false;
+        }
+        if kind.rpm {
+            self.requests -= 1;
+        }
+        if kind.tpm {
+            self.tokens -= tokens;
+            if let Some(g) = self.grants.back_mut().filter(|g| g.k == self.grant) {
+                g.tokens += tokens;
+            }
+        }
+        if kind.rpm || kind.tpm {
+            self.grant_drawn += 1;
         }
         if self.money {
             self.free = self.free - cost;
@@ -163,14 +210,58 @@ impl Allot {
         self.burst >= BUSY
     }
 
+    /// What the slice's window part gives back at the next call: the current slice's entries of requests
+    /// not drawn (its number, how many it took, how many were not drawn) and what each slice's first entry
+    /// stands for now (the current one's, which ends, and those whose requests ended since). The slices
+    /// older than the window are forgotten.
+    fn window_back(&mut self, now: Instant) -> (Option<Ended>, Vec<(String, u64)>) {
+        let prev = (self.grant_taken > 0).then(|| {
+            (
+                self.grant,
+                self.grant_taken,
+                self.grant_taken.saturating_sub(self.grant_drawn),
+            )
+        });
+        self.grant_taken = 0;
+        self.grant_drawn = 0;
+        self.requests = 0;
+        self.tokens = 0;
+        let mut fixes = Vec::new();
+        for g in self.grants.iter_mut() {
+            if g.current || g.dirty {
+                fixes.push((format!("{}:{}:1", self.id, g.k), g.tokens));
+            }
+            g.current = false;
+            g.dirty = false;
+        }
+        while self
+            .grants
+            .front()
+            .is_some_and(|g| now.duration_since(g.at) > WINDOW_KEPT)
+        {
+            self.grants.pop_front();
+        }
+        (prev, fixes)
+    }
+
+    /// Whether the window part has something to give back.
+    fn window_owed(&self) -> bool {
+        self.grant_taken > 0 || self.grants.iter().any(|g| g.dirty)
+    }
+
     fn admission(&self) -> Admission {
+        let drawn_tokens = self
+            .grants
+            .back()
+            .filter(|g| g.current)
+            .map_or(0, |g| g.tokens);
         Admission {
             standing: Standing {
                 verdict: Verdict::Admitted,
-                rpm_used: 0,
-                rpm_reset: Duration::ZERO,
-                tpm_used: 0,
-                tpm_reset: Duration::ZERO,
+                rpm_used: self.rpm_base + self.grant_drawn,
+                rpm_reset: self.reset,
+                tpm_used: self.tpm_base + drawn_tokens,
+                tpm_reset: self.reset,
                 tpm_wait: Duration::ZERO,
                 spent: self.spent,
                 period_spent: self.period_spent,
@@ -181,11 +272,42 @@ impl Allot {
     }
 }
 
+/// What a slice was taken for (`Allot::kind`).
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+struct Kind {
+    for_balance: bool,
+    rpm: bool,
+    tpm: bool,
+}
+
+/// A slice's tokens in the rate window: what its first entry is to stand for (the estimates of its
+/// requests drawn, the real tokens of those that ended), sent when the slice ends (`current`) and when it
+/// changed since (`dirty`).
+struct Grant {
+    k: u64,
+    tokens: u64,
+    current: bool,
+    dirty: bool,
+    at: Instant,
+}
+
+/// A slice whose time ended: its number, the requests it took in the window, those not drawn.
+type Ended = (u64, u64, u64);
+
+/// How long a slice's tokens are followed: the window's minute and the slice's time.
+const WINDOW_KEPT: Duration = Duration::from_secs(62);
+
 /// What `allot.lua` answered.
 struct Reply {
     code: i64,
     money: Money,
     slots: u64,
+    /// Requests and tokens taken in the rate window, and the window after the call.
+    requests: u64,
+    tokens: u64,
+    rpm_used: u64,
+    reset: Duration,
+    tpm_used: u64,
     spent: Money,
     credit: Option<Money>,
     budget: Option<Budget>,
@@ -203,6 +325,15 @@ struct Ask<'a> {
     want: Money,
     want_slots: u64,
     least: Money,
+    /// The new slice's number, the requests and tokens asked for in the window, the fewest tokens worth
+    /// taking; the slice before's window entries to give back, and the slices' tokens now
+    /// (`Allot::window_back`).
+    grant: u64,
+    want_requests: u64,
+    want_tokens: u64,
+    least_tokens: u64,
+    prev: Option<Ended>,
+    fixes: Vec<(String, u64)>,
     /// End it: everything it holds goes back, the entry goes.
     end: bool,
     limits: &'a Limits,
@@ -220,7 +351,7 @@ fn money(s: &str) -> Money {
 impl Store {
     /// Admits request `id` of `key` from the key's allotment on this instance, taking or renewing the
     /// allotment first when it is used up or over (one call): the store's answer as admission gives it. None:
-    /// no allotment for this request (the key is not busy, has a rate limit, is close to its limits, or
+    /// no allotment for this request (the key is not busy, is close to its limits, or
     /// the store refused or did not answer): it is asked of the store as before, which judges and answers.
     pub fn draw(
         &self,
@@ -231,33 +362,33 @@ impl Store {
         group_budget: Option<Budget>,
     ) -> Option<Admission> {
         let allot = self.settings.allot;
-        if allot.is_zero()
-            || limits.rpm.is_some()
-            || limits.tpm.is_some()
-            || limits.max_concurrent.is_some_and(|c| c < MIN_CONCURRENT)
-        {
+        if allot.is_zero() || limits.max_concurrent.is_some_and(|c| c < MIN_CONCURRENT) {
             return None;
         }
         let slot = limits.max_concurrent.is_some();
-        let for_balance = limits.credit.is_some() || limits.budget.is_some();
+        let kind = Kind {
+            for_balance: limits.credit.is_some() || limits.budget.is_some(),
+            rpm: limits.rpm.is_some(),
+            tpm: limits.tpm.is_some(),
+        };
+        let est = super::accounts::script_tokens(limits.tokens);
         let cost = cost.max(Money::ZERO);
         let now = Instant::now();
         let mut keys = lock(&self.allots.keys);
         let a = keys
             .entry(key.to_string())
             .or_insert_with(|| Allot::new(now));
-        if a.take(cost, slot, for_balance, now) {
+        if a.take(cost, est, slot, kind, now) {
             let admission = a.admission();
-            let allot_id = a.id.clone();
-            let drawn = if a.money { cost } else { Money::ZERO };
+            let drawn = self.drawn_of(key, a, cost, est, slot);
             drop(keys);
-            self.note_drawn(id, key, allot_id, drawn, slot);
+            self.note_drawn(id, drawn);
             return Some(admission);
         }
-        // A request of the other kind than the slice's (held to the balance or not) is asked of the store.
+        // A request of another kind than the slice's is asked of the store.
         if a.asking
             || (a.dry && now < a.until)
-            || (a.live && now < a.until && for_balance != a.for_balance)
+            || (a.live && now < a.until && kind != a.kind)
             || (!a.live && !a.busy(now))
         {
             return None;
@@ -273,7 +404,17 @@ impl Store {
             a.running = 0;
             a.unshipped = 0;
             a.draws = 0;
+            a.grant = 0;
+            a.grant_taken = 0;
+            a.grant_drawn = 0;
+            a.grants.clear();
         }
+        let (prev, fixes) = if held {
+            a.window_back(now)
+        } else {
+            (None, Vec::new())
+        };
+        let grant = a.grant + 1;
         let ask_id = a.id.clone();
         let (give, give_slots) = if held {
             (a.free, a.slots)
@@ -293,6 +434,12 @@ impl Store {
             want: times(cost, n),
             want_slots: wanted_slots,
             least: times(cost, MIN_SLICE),
+            grant,
+            want_requests: n,
+            want_tokens: est.saturating_mul(n),
+            least_tokens: est.saturating_mul(MIN_SLICE),
+            prev,
+            fixes,
             end: false,
             limits,
             group_budget,
@@ -314,8 +461,25 @@ impl Store {
                 return None;
             }
         };
-        a.live = held || r.money != Money::ZERO || r.slots > 0;
-        a.for_balance = for_balance;
+        a.live = held || r.money != Money::ZERO || r.slots > 0 || r.requests > 0;
+        a.kind = kind;
+        a.requests = if kind.rpm { r.requests } else { 0 };
+        a.tokens = r.tokens;
+        if r.requests > 0 {
+            a.grant = grant;
+            a.grant_taken = r.requests;
+            a.grant_drawn = 0;
+            a.grants.push_back(Grant {
+                k: grant,
+                tokens: 0,
+                current: true,
+                dirty: false,
+                at: now,
+            });
+        }
+        a.rpm_base = r.rpm_used.saturating_sub(r.requests);
+        a.tpm_base = r.tpm_used.saturating_sub(r.tokens);
+        a.reset = r.reset;
         a.money = r.credit.is_some() || r.budget.is_some();
         a.conc = slot;
         a.free += r.money;
@@ -328,41 +492,45 @@ impl Store {
         a.until = now + allot;
         // Refused (revoked, expired) or nothing to take: the key's requests are asked of the store one by
         // one until `until`, this one too (the store judges it and says why).
-        a.dry = r.code != 0 || !a.take(cost, slot, for_balance, now);
+        a.dry = r.code != 0 || !a.take(cost, est, slot, kind, now);
         if a.dry {
             return None;
         }
         let admission = a.admission();
-        let allot_id = a.id.clone();
-        let drawn = if a.money { cost } else { Money::ZERO };
+        let drawn = self.drawn_of(key, a, cost, est, slot);
         drop(keys);
-        self.note_drawn(id, key, allot_id, drawn, slot);
+        self.note_drawn(id, drawn);
         Some(admission)
     }
 
-    fn note_drawn(&self, id: &str, key: &str, allot: String, cost: Money, slot: bool) {
-        lock(&self.allots.drawn).insert(
-            id.to_string(),
-            Drawn {
-                key: key.to_string(),
-                allot,
-                cost,
-                slot,
-                ended: false,
-                shipped: false,
-            },
-        );
+    /// What is followed of a request just drawn from `a`.
+    fn drawn_of(&self, key: &str, a: &Allot, cost: Money, est: u64, slot: bool) -> Drawn {
+        Drawn {
+            key: key.to_string(),
+            allot: a.id.clone(),
+            cost: if a.money { cost } else { Money::ZERO },
+            slot,
+            grant: a.grant,
+            tokens: if a.kind.tpm { est } else { 0 },
+            ended: false,
+            shipped: false,
+        }
+    }
+
+    fn note_drawn(&self, id: &str, drawn: Drawn) {
+        lock(&self.allots.drawn).insert(id.to_string(), drawn);
     }
 
     /// The end of a request drawn from an allotment: what its worst case did not spend (`actual`; None: it
     /// ended without a record, nothing spent) goes back to the slice, and its slot. Its record, shipped,
     /// counts the cost in the store.
-    pub fn end_drawn(&self, id: &str, actual: Option<Money>) {
+    pub fn end_drawn(&self, id: &str, actual: Option<(Money, u64)>) {
         let mut drawn = lock(&self.allots.drawn);
         let Some(d) = drawn.get_mut(id) else {
             return;
         };
         let (key, allot, cost, slot) = (d.key.clone(), d.allot.clone(), d.cost, d.slot);
+        let (grant, est) = (d.grant, d.tokens);
         d.ended = true;
         // Without a record (released), or with its record shipped already: nothing more to follow.
         if actual.is_none() || d.shipped {
@@ -377,9 +545,17 @@ impl Store {
         if actual.is_none() {
             a.unshipped = a.unshipped.saturating_sub(1);
         }
+        // Its tokens in the window become the real ones (none without a record), sent with the next call.
+        if est > 0 {
+            let real = actual.map_or(0, |(_, t)| super::accounts::script_tokens(t));
+            if let Some(g) = a.grants.iter_mut().find(|g| g.k == grant) {
+                g.tokens = g.tokens.saturating_sub(est).saturating_add(real);
+                g.dirty |= !g.current;
+            }
+        }
         if a.live {
             if cost > Money::ZERO {
-                let spent = actual.unwrap_or(Money::ZERO).max(Money::ZERO);
+                let spent = actual.map_or(Money::ZERO, |(m, _)| m).max(Money::ZERO);
                 a.free = (a.free + cost - spent).max(Money::ZERO);
             }
             if slot {
@@ -462,17 +638,18 @@ impl Store {
                 }
                 let end = a.running == 0
                     && (a.unshipped == 0 || all || now.duration_since(a.until) >= END_AFTER);
-                if !end && a.free == Money::ZERO && a.slots == 0 {
+                if !end && a.free == Money::ZERO && a.slots == 0 && !a.window_owed() {
                     continue;
                 }
-                todo.push((key.clone(), a.id.clone(), a.free, a.slots, end));
+                let (prev, fixes) = a.window_back(now);
+                todo.push((key.clone(), a.id.clone(), a.free, a.slots, end, prev, fixes));
                 a.free = Money::ZERO;
                 a.slots = 0;
                 a.until = now;
                 a.asking = true;
             }
         }
-        for (key, id, give, give_slots, end) in todo {
+        for (key, id, give, give_slots, end, prev, fixes) in todo {
             // Only what the call sends matters here: no limit is judged when nothing is asked for.
             let limits = Limits {
                 rpm: None,
@@ -492,6 +669,12 @@ impl Store {
                 want: Money::ZERO,
                 want_slots: 0,
                 least: Money::ZERO,
+                grant: 0,
+                want_requests: 0,
+                want_tokens: 0,
+                least_tokens: 0,
+                prev,
+                fixes,
                 end,
                 limits: &limits,
                 group_budget: None,
@@ -527,10 +710,23 @@ impl Store {
         };
         let field = |p| period_field(p, limits.now);
         let flag = |b: bool| if b { "1" } else { "" }.to_string();
+        let opt = |v: Option<u64>| v.map_or_else(String::new, |n| n.to_string());
+        let (prev, taken, unused) = match ask.prev {
+            Some((g, t, u)) => (g.to_string(), t.to_string(), u.to_string()),
+            None => (String::new(), "0".into(), "0".into()),
+        };
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(self.scripts.allot.get_hash())
-            .arg(5)
-            .arg(&[k.acct, k.res, k.lease, k.per, self.k("terms")])
+            .arg(7)
+            .arg(&[
+                k.acct,
+                k.res,
+                k.lease,
+                k.per,
+                self.k("terms"),
+                k.win,
+                k.winv,
+            ])
             .arg(&[
                 ask.id.to_string(),
                 self.settings.lease.as_millis().to_string(),
@@ -552,7 +748,20 @@ impl Store {
                 ask.want_slots.to_string(),
                 units(ask.least),
                 flag(ask.end),
+                opt(limits.rpm),
+                opt(limits.tpm),
+                ask.grant.to_string(),
+                ask.want_requests.to_string(),
+                ask.want_tokens.to_string(),
+                ask.least_tokens.to_string(),
+                prev,
+                taken,
+                unused,
+                self.settings.allot.as_millis().to_string(),
             ]);
+        for (member, tokens) in &ask.fixes {
+            cmd.arg(member).arg(tokens);
+        }
         let reply = self
             .send(vec![(cmd, Carried::new(Vec::new(), &self.pending))])
             .pop()
@@ -567,7 +776,7 @@ impl Store {
             message: format!("the allotment script's answer: {e}"),
         };
         let v: Vec<Value> = FromRedisValue::from_redis_value(reply).map_err(|e| bad(&e))?;
-        if v.len() != 8 {
+        if v.len() != 13 {
             return Err(bad(&format!("{} values", v.len())));
         }
         let int = |i: usize| i64::from_redis_value(v[i].clone()).map_err(|e| bad(&e));
@@ -588,6 +797,11 @@ impl Store {
             credit: (!credit.is_empty()).then(|| money(&credit)),
             budget,
             period_spent: money(&text(7)?),
+            requests: int(8)?.max(0) as u64,
+            tokens: int(9)?.max(0) as u64,
+            rpm_used: int(10)?.max(0) as u64,
+            reset: Duration::from_millis(int(11)?.max(0) as u64),
+            tpm_used: int(12)?.max(0) as u64,
         })
     }
 }
