@@ -173,6 +173,9 @@ impl Allot {
         if (self.money && self.free < cost) || (slot && (!self.conc || self.slots == 0)) {
             return false;
         }
+        if (kind.rpm || kind.tpm) && self.grant_taken == 0 {
+            return false;
+        }
         if (kind.rpm && self.requests == 0) || (kind.tpm && self.tokens < tokens) {
             return false;
         }
@@ -373,13 +376,15 @@ impl Store {
         };
         let est = super::accounts::script_tokens(limits.tokens);
         let cost = cost.max(Money::ZERO);
-        let now = Instant::now();
         let mut keys = lock(&self.allots.keys);
+        // Read with the lock held: a draw is never later than the slice's time.
+        let now = Instant::now();
         let a = keys
             .entry(key.to_string())
             .or_insert_with(|| Allot::new(now));
+        // The key's numbers before this request counts, as admission reports them.
+        let admission = a.admission();
         if a.take(cost, est, slot, kind, now) {
-            let admission = a.admission();
             let drawn = self.drawn_of(key, a, cost, est, slot);
             drop(keys);
             self.note_drawn(id, drawn);
@@ -492,11 +497,11 @@ impl Store {
         a.until = now + allot;
         // Refused (revoked, expired) or nothing to take: the key's requests are asked of the store one by
         // one until `until`, this one too (the store judges it and says why).
+        let admission = a.admission();
         a.dry = r.code != 0 || !a.take(cost, est, slot, kind, now);
         if a.dry {
             return None;
         }
-        let admission = a.admission();
         let drawn = self.drawn_of(key, a, cost, est, slot);
         drop(keys);
         self.note_drawn(id, drawn);

@@ -65,31 +65,9 @@ local function answer(code, money, slots, r, t)
   return {code, ms(money), slots, ms(spent), credit, bamount, bperiod, ms(pspent), r, t, used, reset, total}
 end
 
--- What the entry holds now.
-local held, slots = {0, 0}, 0
-if ARGV[12] == '1' then
-  local e = redis.call('HGET', res, id)
-  if not live(e) then
-    -- Gone; what the look above gave back (perhaps this very entry) is written all the same.
-    redis.call('HSET', acct, 'reserved', ms(reserved), 'inflight', inflight, 'swept', swept)
-    return answer(8, {0, 0}, 0, 0, 0)
-  end
-  local c, _, s = entry(e)
-  held, slots = m(c), tonumber(s)
-  local give = m(ARGV[13])
-  local gs = tonumber(ARGV[14])
-  if ARGV[18] == '1' then give, gs = held, slots end
-  if mlt(held, give) then give = held end
-  if gs > slots then gs = slots end
-  held = msub(held, give)
-  reserved = msub(reserved, give)
-  slots = slots - gs
-  inflight = inflight - gs
-  if inflight < 0 then inflight = 0 end
-end
-
 -- The rate window: the entries that left it go with their tokens (as in admit.lua), the slice before gives
--- back the requests it did not draw, and earlier slices' tokens become what their requests stand for now.
+-- back the requests it did not draw, and earlier slices' tokens become what their requests stand for now;
+-- whatever became of the allotment's entry (these are the window's own).
 local rpm, tpm = tonumber(ARGV[19]), tonumber(ARGV[20])
 local windowed = rpm ~= nil or tpm ~= nil or ARGV[25] ~= '' or #ARGV > 28
 local fresh = false
@@ -120,8 +98,19 @@ if windowed then
   end
   if ARGV[25] ~= '' then
     local taken, unused = tonumber(ARGV[26]), tonumber(ARGV[27])
+    local first = id .. ':' .. ARGV[25] .. ':1'
+    -- The first entry carries the slice's tokens: it stays while a request was drawn from the slice.
+    local from = math.max(2, taken - unused + 1)
+    if unused >= taken then
+      from = 1
+      local was = redis.call('HGET', winv, first)
+      if was then
+        total = total - tonumber(was)
+        redis.call('HDEL', winv, first)
+      end
+    end
     local back = {}
-    for i = math.max(2, taken - unused + 1), taken do back[#back + 1] = id .. ':' .. ARGV[25] .. ':' .. i end
+    for i = from, taken do back[#back + 1] = id .. ':' .. ARGV[25] .. ':' .. i end
     for i = 1, #back, 1000 do redis.call('ZREM', win, unpack(back, i, math.min(i + 999, #back))) end
   end
   for i = 29, #ARGV - 1, 2 do
@@ -142,6 +131,32 @@ if windowed then
   fresh = used == 0 or read == 0
   local first = redis.call('ZRANGE', win, 0, 0, 'WITHSCORES')
   if first[2] then first_at = tonumber(first[2]) end
+end
+
+
+-- What the entry holds now.
+local held, slots = {0, 0}, 0
+if ARGV[12] == '1' then
+  local e = redis.call('HGET', res, id)
+  if not live(e) then
+    -- Gone; what the look above gave back (perhaps this very entry), and the window, are written all the
+    -- same.
+    redis.call('HSET', acct, 'reserved', ms(reserved), 'inflight', inflight, 'swept', swept)
+    if windowed and total ~= stored then redis.call('HSET', winv, '_total', total) end
+    return answer(8, {0, 0}, 0, 0, 0)
+  end
+  local c, _, s = entry(e)
+  held, slots = m(c), tonumber(s)
+  local give = m(ARGV[13])
+  local gs = tonumber(ARGV[14])
+  if ARGV[18] == '1' then give, gs = held, slots end
+  if mlt(held, give) then give = held end
+  if gs > slots then gs = slots end
+  held = msub(held, give)
+  reserved = msub(reserved, give)
+  slots = slots - gs
+  inflight = inflight - gs
+  if inflight < 0 then inflight = 0 end
 end
 
 local code = 0
@@ -174,8 +189,8 @@ if code == 0 and ARGV[18] ~= '1' then
     more = tonumber(ARGV[16])
     if more > math.ceil(free / 2) then more = math.ceil(free / 2) end
     if more < 0 then more = 0 end
-    -- A slice with no slot admits nothing.
-    take = more > 0 or slots > 0
+    -- A slice with no slot admits nothing (those it holds are its running requests').
+    take = more > 0
   end
   if take and (rpm or tpm) then
     -- One entry at least, to carry the tokens.
