@@ -98,7 +98,7 @@ enum Held {
     /// In the shared store, under the request's id; `at`: when it was admitted (Unix seconds). With the
     /// local fallback, its worst case `cost` is also held in this process's accounts until it ends, so that
     /// admission without the store counts what this instance's requests still running may spend. `drawn`:
-    /// admitted from this instance's allotment of the key (`store/allot.rs`), not by a call of its own.
+    /// admitted from this instance's allotment of the key (`store/allot/`), not by a call of its own.
     Shared {
         id: String,
         at: u64,

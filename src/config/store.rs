@@ -96,7 +96,7 @@ pub struct StoreSettings {
     /// concurrency slot.
     pub lease: Duration,
     /// How long an allotment (a slice of a busy key's credit and concurrency slots that this instance takes
-    /// in one call and admits from without a round trip, `store/allot.rs`) may be drawn from before the
+    /// in one call and admits from without a round trip, `store/allot/`) may be drawn from before the
     /// store is asked again: the most a credit cut, a revocation or an expiry on another instance waits to
     /// hold here. Zero: every admission asks the store.
     pub allot: Duration,

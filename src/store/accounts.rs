@@ -414,7 +414,7 @@ impl Store {
             .iter()
             .map(|(id, h)| (id.clone(), h.key.clone()))
             .collect();
-        // And the allotments (`allot.rs`): one given back is not held again but replaced.
+        // And the allotments (`allot/`): one given back is not held again but replaced.
         let requests = held.len();
         held.extend(self.allotments_held());
         let mut gone = Vec::new();

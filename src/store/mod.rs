@@ -180,7 +180,7 @@ pub struct Store {
     instance: String,
     /// Reservations this instance holds in the store (request id → key name), renewed until settled.
     leases: Mutex<std::collections::HashMap<String, accounts::Held>>,
-    /// Busy keys' slices of credit and slots, admitted from here (`allot.rs`).
+    /// Busy keys' slices of credit and slots, admitted from here (`allot/`).
     allots: allot::Allotments,
     /// Held by a shipping call and by a lease renewal: one runs at a time (`renew_leases` says why).
     shipping: Mutex<()>,

@@ -247,7 +247,7 @@ impl Store {
                 ts.to_string(),
                 json.to_string(),
                 // The allotment its request was drawn from, while this process knows it (not after a
-                // restart: that allotment is given back whole by its lease, see `allot.rs`).
+                // restart: that allotment is given back whole by its lease, see `allot/`).
                 self.allotment_of(id).unwrap_or_default(),
             ],
             id: Some(id.to_string()),

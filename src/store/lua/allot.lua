@@ -1,6 +1,6 @@
 -- An allotment: a slice of a busy key's credit (and budget) and of its concurrency slots that one instance
 -- holds in the store under one reservation entry, and admits that key's requests from by itself, without a
--- round trip each (store/allot.rs). This call gives back what the instance no longer needs of it, then
+-- round trip each (store/allot/). This call gives back what the instance no longer needs of it, then
 -- takes what it asks for, judged as admission judges (admit.lua): the key's terms (credit, own budget,
 -- expiry, state) are the store's. The entry holds, at every moment, what the instance has not drawn yet,
 -- the worst cases of the requests drawn and still running, and the costs of the drawn requests whose

@@ -28,21 +28,22 @@
 //! (this one could not renew it) is replaced by a new one, and its requests still running are unheld until
 //! they end (their records count them).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use redis::{FromRedisValue, Value};
 
+mod slice;
+
+use slice::{Allot, Ended, Grant, Kind, BUSY_WITHIN};
+
 use super::accounts::{period_field, units, Admission, Carried};
 use super::{lock, Store, StoreError};
 use crate::budget::{Budget, Period};
 use crate::money::Money;
-use crate::standing::{Limits, Standing, Verdict};
+use crate::standing::Limits;
 
-/// Admissions within `BUSY_WITHIN` that make a key busy enough for an allotment.
-const BUSY: u32 = 8;
-const BUSY_WITHIN: Duration = Duration::from_millis(100);
 /// The smallest `max_concurrent` shared out in slices: below it, every admission asks the store.
 const MIN_CONCURRENT: u64 = 16;
 /// Worst cases of the asking request a slice is worth at least, and asked for at least.
@@ -77,228 +78,6 @@ struct Drawn {
     ended: bool,
     shipped: bool,
 }
-
-/// One key's allotment on this instance.
-struct Allot {
-    /// The entry's id in the key's `res` hash ("" before the first).
-    id: String,
-    /// The store holds the entry under `id`.
-    live: bool,
-    /// A call for this key is under way: nobody else asks meanwhile.
-    asking: bool,
-    /// What the slice was taken for: requests held to the key's balance or not (`Limits::credit` or
-    /// `budget` set, what admission's flag says: a cached answer's or a token count's admission holds no
-    /// money), with an rpm limit or not, with a tpm limit or not. Only requests of that kind draw from it.
-    kind: Kind,
-    /// Money counts (the key has a credit or a budget in the store): `free` is what is not drawn yet.
-    money: bool,
-    free: Money,
-    /// Slots count (the key has a concurrency limit): `slots` are those not drawn yet.
-    conc: bool,
-    slots: u64,
-    /// The rate window's requests and tokens of the current slice not drawn yet (counted with an rpm,
-    /// and with a tpm limit).
-    requests: u64,
-    tokens: u64,
-    /// The current slice's number (its window entries are `<id>:<number>:<i>`), how many requests it took
-    /// in the window and how many were drawn.
-    grant: u64,
-    grant_taken: u64,
-    grant_drawn: u64,
-    /// The slices of the last minute whose first window entry carries their tokens.
-    grants: VecDeque<Grant>,
-    /// The window as the last call left it, without the current slice (for the `x-ratelimit-*` headers).
-    rpm_base: u64,
-    tpm_base: u64,
-    reset: Duration,
-    /// Drawn from until then.
-    until: Instant,
-    /// Requests drawn since the slice was taken.
-    draws: u64,
-    /// The last call left nothing to draw from: until `until`, every admission asks the store.
-    dry: bool,
-    /// Drawn requests still running, and those whose record is not shipped (nor released) yet.
-    running: u64,
-    unshipped: u64,
-    /// Admissions counted for `BUSY`.
-    burst: u32,
-    burst_at: Instant,
-    /// What the store said at the last call.
-    spent: Money,
-    period_spent: Money,
-    credit: Option<Money>,
-    budget: Option<Budget>,
-}
-
-impl Allot {
-    fn new(now: Instant) -> Allot {
-        Allot {
-            id: String::new(),
-            live: false,
-            asking: false,
-            kind: Kind::default(),
-            money: false,
-            free: Money::ZERO,
-            conc: false,
-            slots: 0,
-            requests: 0,
-            tokens: 0,
-            grant: 0,
-            grant_taken: 0,
-            grant_drawn: 0,
-            grants: VecDeque::new(),
-            rpm_base: 0,
-            tpm_base: 0,
-            reset: Duration::ZERO,
-            until: now,
-            draws: 0,
-            dry: false,
-            running: 0,
-            unshipped: 0,
-            burst: 0,
-            burst_at: now,
-            spent: Money::ZERO,
-            period_spent: Money::ZERO,
-            credit: None,
-            budget: None,
-        }
-    }
-
-    /// Draws one request of worst case `cost` (and `tokens`, estimated) from the slice, if it has room and
-    /// is still in force.
-    fn take(&mut self, cost: Money, tokens: u64, slot: bool, kind: Kind, now: Instant) -> bool {
-        if !self.live || self.asking || now >= self.until || kind != self.kind {
-            return false;
-        }
-        if (self.money && self.free < cost) || (slot && (!self.conc || self.slots == 0)) {
-            return false;
-        }
-        if (kind.rpm || kind.tpm) && self.grant_taken == 0 {
-            return false;
-        }
-        if (kind.rpm && self.requests == 0) || (kind.tpm && self.tokens < tokens) {
-            return false;
-        }
-        if kind.rpm {
-            self.requests -= 1;
-        }
-        if kind.tpm {
-            self.tokens -= tokens;
-            if let Some(g) = self.grants.back_mut().filter(|g| g.k == self.grant) {
-                g.tokens += tokens;
-            }
-        }
-        if kind.rpm || kind.tpm {
-            self.grant_drawn += 1;
-        }
-        if self.money {
-            self.free = self.free - cost;
-        }
-        if slot {
-            self.slots -= 1;
-        }
-        self.draws += 1;
-        self.running += 1;
-        self.unshipped += 1;
-        true
-    }
-
-    /// Counts an admission asked of the store; whether the key is now busy enough for an allotment.
-    fn busy(&mut self, now: Instant) -> bool {
-        if now.duration_since(self.burst_at) > BUSY_WITHIN {
-            self.burst_at = now;
-            self.burst = 0;
-        }
-        self.burst += 1;
-        self.burst >= BUSY
-    }
-
-    /// What the slice's window part gives back at the next call: the current slice's entries of requests
-    /// not drawn (its number, how many it took, how many were not drawn) and what each slice's first entry
-    /// stands for now (the current one's, which ends, and those whose requests ended since). The slices
-    /// older than the window are forgotten.
-    fn window_back(&mut self, now: Instant) -> (Option<Ended>, Vec<(String, u64)>) {
-        let prev = (self.grant_taken > 0).then(|| {
-            (
-                self.grant,
-                self.grant_taken,
-                self.grant_taken.saturating_sub(self.grant_drawn),
-            )
-        });
-        self.grant_taken = 0;
-        self.grant_drawn = 0;
-        self.requests = 0;
-        self.tokens = 0;
-        let mut fixes = Vec::new();
-        for g in self.grants.iter_mut() {
-            if g.current || g.dirty {
-                fixes.push((format!("{}:{}:1", self.id, g.k), g.tokens));
-            }
-            g.current = false;
-            g.dirty = false;
-        }
-        while self
-            .grants
-            .front()
-            .is_some_and(|g| now.duration_since(g.at) > WINDOW_KEPT)
-        {
-            self.grants.pop_front();
-        }
-        (prev, fixes)
-    }
-
-    /// Whether the window part has something to give back.
-    fn window_owed(&self) -> bool {
-        self.grant_taken > 0 || self.grants.iter().any(|g| g.dirty)
-    }
-
-    fn admission(&self) -> Admission {
-        let drawn_tokens = self
-            .grants
-            .back()
-            .filter(|g| g.current)
-            .map_or(0, |g| g.tokens);
-        Admission {
-            standing: Standing {
-                verdict: Verdict::Admitted,
-                rpm_used: self.rpm_base + self.grant_drawn,
-                rpm_reset: self.reset,
-                tpm_used: self.tpm_base + drawn_tokens,
-                tpm_reset: self.reset,
-                tpm_wait: Duration::ZERO,
-                spent: self.spent,
-                period_spent: self.period_spent,
-            },
-            credit: self.credit,
-            budget: self.budget,
-        }
-    }
-}
-
-/// What a slice was taken for (`Allot::kind`).
-#[derive(Clone, Copy, Default, PartialEq, Eq)]
-struct Kind {
-    for_balance: bool,
-    rpm: bool,
-    tpm: bool,
-}
-
-/// A slice's tokens in the rate window: what its first entry is to stand for (the estimates of its
-/// requests drawn, the real tokens of those that ended), sent when the slice ends (`current`) and when it
-/// changed since (`dirty`).
-struct Grant {
-    k: u64,
-    tokens: u64,
-    current: bool,
-    dirty: bool,
-    at: Instant,
-}
-
-/// A slice whose time ended: its number, the requests it took in the window, those not drawn.
-type Ended = (u64, u64, u64);
-
-/// How long a slice's tokens are followed: the window's minute and the slice's time.
-const WINDOW_KEPT: Duration = Duration::from_secs(62);
 
 /// What `allot.lua` answered.
 struct Reply {
