@@ -422,10 +422,11 @@ impl Accounts {
         let group_budget = ask.group.and_then(|g| g.budget);
         // A busy key is admitted from this instance's slice of it when it has one (no round trip).
         let drawn = store.draw(ask.key, ask.id, ask.cost, &limits, group_budget);
-        let is_drawn = drawn.is_some();
+        let is_drawn = matches!(drawn, Ok(Some(_)));
         let admitted = match drawn {
-            Some(admission) => Ok(admission),
-            None => store.admit(ask.key, ask.id, ask.cost, &limits, group_budget),
+            Ok(Some(admission)) => Ok(admission),
+            Ok(None) => store.admit(ask.key, ask.id, ask.cost, &limits, group_budget),
+            Err(e) => Err(e),
         };
         match admitted {
             Ok(admission) => {

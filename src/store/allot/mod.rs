@@ -142,10 +142,10 @@ impl Store {
         cost: Money,
         limits: &Limits,
         group_budget: Option<Budget>,
-    ) -> Option<Admission> {
+    ) -> Result<Option<Admission>, StoreError> {
         let allot = self.settings.allot;
         if allot.is_zero() || limits.max_concurrent.is_some_and(|c| c < MIN_CONCURRENT) {
-            return None;
+            return Ok(None);
         }
         let slot = limits.max_concurrent.is_some();
         let kind = Kind {
@@ -167,7 +167,7 @@ impl Store {
             let drawn = self.drawn_of(key, a, cost, est, slot);
             drop(keys);
             self.note_drawn(id, drawn);
-            return Some(admission);
+            return Ok(Some(admission));
         }
         // A request of another kind than the slice's is asked of the store.
         if a.asking
@@ -175,7 +175,7 @@ impl Store {
             || (a.live && now < a.until && kind != a.kind)
             || (!a.live && !a.busy(now))
         {
-            return None;
+            return Ok(None);
         }
         // Give back what is left and take a slice for what the last one drew in its time, at least.
         let n = (a.draws * 2).clamp(FIRST_SLICE, MAX_SLICE);
@@ -229,20 +229,23 @@ impl Store {
             group_budget,
         });
         let mut keys = lock(&self.allots.keys);
-        let a = keys.get_mut(key)?;
+        let Some(a) = keys.get_mut(key) else {
+            return Ok(None);
+        };
         a.asking = false;
         let r = match reply {
             Ok(r) if r.code != 8 => r,
             Ok(_) => {
                 a.live = false;
-                return None;
+                return Ok(None);
             }
             Err(e) => {
                 // Whether the call reached the store is not known: the allotment is not used again, and its
-                // lease gives back whatever it holds.
+                // lease gives back whatever it holds. A store that did not answer is not asked again for
+                // this request (it has had its time): it is answered as admission answers then.
                 a.live = false;
                 log::warn!("store: an allotment of key {key:?} is left to its lease ({e})");
-                return None;
+                return if e.unavailable { Err(e) } else { Ok(None) };
             }
         };
         a.live = held || r.money != Money::ZERO || r.slots > 0 || r.requests > 0;
@@ -279,12 +282,12 @@ impl Store {
         let admission = a.admission();
         a.dry = r.code != 0 || !a.take(cost, est, slot, kind, now);
         if a.dry {
-            return None;
+            return Ok(None);
         }
         let drawn = self.drawn_of(key, a, cost, est, slot);
         drop(keys);
         self.note_drawn(id, drawn);
-        Some(admission)
+        Ok(Some(admission))
     }
 
     /// What is followed of a request just drawn from `a`.
