@@ -862,3 +862,105 @@ fn a_redis_that_stops_answering_holds_no_worker_past_the_timeout() {
         "admitting again once Redis answers",
     );
 }
+
+/// A credit large enough to be shared out in allotments, spent through both instances at once: most
+/// requests are admitted from slices (far fewer script calls than requests), and still the spend ends
+/// within one request's worst case of the credit, and is the ledgers' sum.
+#[test]
+fn a_credit_spent_through_both_instances_from_allotments_stays_within_the_bound() {
+    let redis = Redis::start(true);
+    let a = start_a(&redis, "", "");
+    let b = start_other(&redis, "gw-b", &a.key, "", "");
+    let credit = 60.0;
+    let key = a.add_key("purse", "default", Some(credit));
+    wait_for(
+        || {
+            b.request(
+                "GET",
+                "/v1/models",
+                &[("authorization", &format!("Bearer {key}"))],
+                b"",
+            )
+            .status
+                == 200
+        },
+        "the key on B",
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen = redis.monitor_scripts(stop.clone());
+    let gws = [Arc::new(a), Arc::new(b)];
+    let threads: Vec<_> = (0..8)
+        .map(|i| {
+            let (gw, key) = (gws[i % 2].clone(), key.clone());
+            std::thread::spawn(move || {
+                let mut ok = 0u64;
+                loop {
+                    let r = gw.post_as(&key, "/v1/chat/completions", &chat("mock"));
+                    match r.status {
+                        200 => ok += 1,
+                        429 => {
+                            assert!(r.text().contains("insufficient_quota"), "{}", r.text());
+                            return ok;
+                        }
+                        s => panic!("unexpected {s}: {}", r.text()),
+                    }
+                }
+            })
+        })
+        .collect();
+    let ok: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    stop.store(true, Ordering::Relaxed);
+    // Admission calls (7 keys, the last `t:terms`) admit one request each at most here; allotments' calls
+    // (7 keys, the fifth `t:terms`) a slice each.
+    let (mut admissions, mut allotments) = (0, 0);
+    for args in seen.lock().unwrap().iter() {
+        let keys = &args[3..];
+        if args.get(2).map(String::as_str) == Some("7") && keys.len() >= 7 {
+            if keys[6] == "t:terms" {
+                admissions += 1;
+            } else if keys[4] == "t:terms" {
+                allotments += 1;
+            }
+        }
+    }
+    assert!(allotments >= 2, "{allotments} allotment calls");
+    assert!(
+        admissions + allotments < ok / 2,
+        "{admissions} admission and {allotments} allotment calls for {ok} requests"
+    );
+    let (a, b) = (&gws[0], &gws[1]);
+    // A slice whose clients stopped holds what it did not draw until its instance gives it back (at its
+    // next look): once nothing is held, one request at a time spends what is left, until a refusal.
+    wait_for(
+        || redis.hget("t:acct:purse", "reserved") == "0",
+        "the slices given back",
+    );
+    for i in 0.. {
+        let r = a.post_as(&key, "/v1/chat/completions", &chat("mock"));
+        if r.status == 429 {
+            break;
+        }
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert!(i < 200, "the credit never ran out");
+        wait_for(
+            || redis.hget("t:acct:purse", "reserved") == "0",
+            "the request settled",
+        );
+    }
+    all_shipped(a, &[a, b]);
+    let spent = spent(a, "purse");
+    assert!(
+        (spent - ledger_cost(&[a, b], "purse")).abs() < 1e-9,
+        "the store's spend {spent} is not the ledgers' sum {}",
+        ledger_cost(&[a, b], "purse")
+    );
+    let worst = 50.0 * 10000.0 / 1e6 + 200.0 * 1000.0 / 1e6;
+    assert!(
+        spent <= credit + worst,
+        "overspent: {spent} of a credit of {credit} ({ok} requests; one worst case {worst})"
+    );
+    assert!(
+        spent >= credit,
+        "refused before the credit was used up: {spent} of {credit}"
+    );
+}

@@ -7,8 +7,6 @@
 mod common;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -45,69 +43,6 @@ max_concurrent = 64
 
 fn chat() -> Value {
     json!({"model": "mock", "max_tokens": 50, "messages": [{"role": "user", "content": "hi"}]})
-}
-
-/// The arguments of one command as `MONITOR` prints them (`"EVALSHA" "ab12…" "7" "t:acct:k" …`).
-fn monitor_args(line: &str) -> Vec<String> {
-    let Some(start) = line.find("] ") else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    let mut cur: Option<String> = None;
-    let mut chars = line[start + 2..].chars();
-    while let Some(c) = chars.next() {
-        match (&mut cur, c) {
-            (None, '"') => cur = Some(String::new()),
-            (Some(s), '\\') => {
-                if let Some(n) = chars.next() {
-                    s.push(n);
-                }
-            }
-            (Some(_), '"') => out.extend(cur.take()),
-            (Some(s), c) => s.push(c),
-            (None, _) => {}
-        }
-    }
-    out
-}
-
-/// Every command the server runs from now on (`MONITOR`), on a thread, until `stop`; the EVALSHA calls
-/// made by clients (not the commands inside scripts) are kept, each as its arguments.
-fn monitor(redis: &Redis, stop: Arc<AtomicBool>) -> Arc<Mutex<Vec<Vec<String>>>> {
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let mut s = TcpStream::connect(("127.0.0.1", redis.port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
-    s.write_all(b"*1\r\n$7\r\nMONITOR\r\n").unwrap();
-    let mut r = BufReader::new(s);
-    let mut ok = String::new();
-    r.read_line(&mut ok).unwrap();
-    assert_eq!(ok.trim_end(), "+OK");
-    let out = seen.clone();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        while !stop.load(Ordering::Relaxed) {
-            line.clear();
-            match r.read_line(&mut line) {
-                Ok(0) => break,
-                Ok(_) => {
-                    // Commands a script runs say `[0 lua]`; a client's say its address.
-                    if line.contains(" lua] ") {
-                        continue;
-                    }
-                    let args = monitor_args(line.trim_end());
-                    if args
-                        .first()
-                        .is_some_and(|c| c.eq_ignore_ascii_case("EVALSHA"))
-                    {
-                        out.lock().unwrap().push(args);
-                    }
-                }
-                Err(_) => {}
-            }
-        }
-    });
-    seen
 }
 
 /// The script calls that touched key `name`'s account: admissions (7 keys, the last `t:terms`; each call
@@ -250,7 +185,7 @@ fn a_key_with_a_credit_costs_at_most_one_script_call_per_request() {
             "the first request settled",
         );
         let stop = Arc::new(AtomicBool::new(false));
-        let seen = monitor(&redis, stop.clone());
+        let seen = redis.monitor_scripts(stop.clone());
         let mut sent = 0;
         // Concurrent clients of one key: settlements meet the next admission of the key (polled for, with
         // a generous deadline, not assumed from timing).
@@ -350,7 +285,7 @@ max_concurrent = 3
         "the first request settled",
     );
     let stop = Arc::new(AtomicBool::new(false));
-    let seen = monitor(&redis, stop.clone());
+    let seen = redis.monitor_scripts(stop.clone());
     let (tx, rx) = std::sync::mpsc::channel();
     let clients: Vec<_> = (0..8)
         .map(|_| {
@@ -1140,7 +1075,7 @@ fn a_busy_key_is_admitted_from_an_allotment_and_each_request_counted_once() {
         let gw = Arc::new(Gateway::start_with(dir, &c));
         let key = gw.add_key(name, group, Some(1000.0));
         let stop = Arc::new(AtomicBool::new(false));
-        let seen = monitor(&redis, stop.clone());
+        let seen = redis.monitor_scripts(stop.clone());
         let sent = burst(&gw, &key, 8, 40);
         let data = gw.dir.path().join("data");
         let acct = format!("t:acct:{name}");

@@ -5,6 +5,8 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::TempDir;
@@ -137,6 +139,45 @@ impl Redis {
             return Some(String::from_utf8_lossy(&buf).into_owned());
         }
         Some(line)
+    }
+
+    /// Every command the server runs from now on (`MONITOR`), on a thread, until `stop`; the EVALSHA calls
+    /// made by clients (not the commands inside scripts) are kept, each as its arguments.
+    pub fn monitor_scripts(&self, stop: Arc<AtomicBool>) -> Arc<Mutex<Vec<Vec<String>>>> {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        s.write_all(b"*1\r\n$7\r\nMONITOR\r\n").unwrap();
+        let mut r = BufReader::new(s);
+        let mut ok = String::new();
+        r.read_line(&mut ok).unwrap();
+        assert_eq!(ok.trim_end(), "+OK");
+        let out = seen.clone();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            while !stop.load(Ordering::Relaxed) {
+                line.clear();
+                match r.read_line(&mut line) {
+                    Ok(0) => break,
+                    Ok(_) => {
+                        // Commands a script runs say `[0 lua]`; a client's say its address.
+                        if line.contains(" lua] ") {
+                            continue;
+                        }
+                        let args = monitor_args(line.trim_end());
+                        if args
+                            .first()
+                            .is_some_and(|c| c.eq_ignore_ascii_case("EVALSHA"))
+                        {
+                            out.lock().unwrap().push(args);
+                        }
+                    }
+                    Err(_) => {}
+                }
+            }
+        });
+        seen
     }
 
     /// A hash field's value ("" when absent).
@@ -476,4 +517,28 @@ fn read_value(r: &mut impl BufRead) -> Option<Vec<String>> {
         }
         _ => None,
     }
+}
+
+/// The arguments of one command as `MONITOR` prints them (`"EVALSHA" "ab12…" "7" "t:acct:k" …`).
+fn monitor_args(line: &str) -> Vec<String> {
+    let Some(start) = line.find("] ") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut cur: Option<String> = None;
+    let mut chars = line[start + 2..].chars();
+    while let Some(c) = chars.next() {
+        match (&mut cur, c) {
+            (None, '"') => cur = Some(String::new()),
+            (Some(s), '\\') => {
+                if let Some(n) = chars.next() {
+                    s.push(n);
+                }
+            }
+            (Some(_), '"') => out.extend(cur.take()),
+            (Some(s), c) => s.push(c),
+            (None, _) => {}
+        }
+    }
+    out
 }
