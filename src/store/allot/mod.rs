@@ -133,8 +133,9 @@ fn money(s: &str) -> Money {
 impl Store {
     /// Admits request `id` of `key` from the key's allotment on this instance, taking or renewing the
     /// allotment first when it is used up or over (one call): the store's answer as admission gives it. None:
-    /// no allotment for this request (the key is not busy, is close to its limits, or
-    /// the store refused or did not answer): it is asked of the store as before, which judges and answers.
+    /// no allotment for this request (the key is not busy, is close to its limits, or the store refused
+    /// it): it is asked of the store as before, which judges and answers. An error: the store did not
+    /// answer the allotment's call, and the request is answered as when admission's call fails.
     pub fn draw(
         &self,
         key: &str,
