@@ -964,3 +964,40 @@ fn a_credit_spent_through_both_instances_from_allotments_stays_within_the_bound(
         "refused before the credit was used up: {spent} of {credit}"
     );
 }
+
+/// A store a newer tollgate wrote (its format above this version's) is refused at start, saying what to do:
+/// this version would misread what the newer one writes. The format this version writes is set on a store
+/// that had none.
+#[test]
+fn a_store_a_newer_tollgate_wrote_is_refused_at_start() {
+    let redis = Redis::start(true);
+    let a = start_a(&redis, "", "");
+    assert_eq!(redis.command(&["GET", "t:format"]).as_deref(), Some("2"));
+    drop(a);
+    assert!(redis.command(&["SET", "t:format", "99"]).is_some());
+    let dir = TempDir::new("gw-newer");
+    let cfg = dir.path().join("tollgate.toml");
+    std::fs::write(&cfg, config(dir.path(), &redis, "gw-newer", "", "")).unwrap();
+    let mut child = std::process::Command::new(common::bin())
+        .args(["serve", "--config"])
+        .arg(&cfg)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // It exits at once; one that serves instead is stopped (and the test fails) after a generous wait.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("newer tollgate") && text.contains("store format 99"),
+        "{text}"
+    );
+    assert_eq!(redis.command(&["GET", "t:format"]).as_deref(), Some("99"));
+}

@@ -77,12 +77,20 @@ pub enum ClusterError {
     Overrides(ConfigError),
     /// The overrides do not serialize.
     Json(serde_json::Error),
+    /// The store holds data of a newer tollgate than this one (its format).
+    Newer { store: String, format: u64 },
 }
 
 impl std::fmt::Display for ClusterError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ClusterError::Setup(e) => write!(f, "{e}"),
+            ClusterError::Newer { store, format } => write!(
+                f,
+                "store: {store} holds data a newer tollgate wrote (store format {format}; this one knows \
+                 format {} and would misread it): upgrade this instance to the version of the others",
+                crate::store::STORE_FORMAT
+            ),
             ClusterError::NameHeld {
                 instance,
                 holder,
@@ -216,6 +224,24 @@ pub fn join(config: &Config, store: &Store) -> Result<Joined, ClusterError> {
                 remember_epoch(dir, e)?;
             }
         }
+    }
+    // A store a newer tollgate wrote is not for this one; one an older tollgate used may still have such
+    // instances running beside this one.
+    let format = store.claim_format()?;
+    if format > crate::store::STORE_FORMAT {
+        return Err(ClusterError::Newer {
+            store: store.describe(),
+            format,
+        });
+    }
+    if format < crate::store::STORE_FORMAT && versions.epoch.is_some() {
+        log::warn!(
+            "store: {} was used by an older tollgate (store format {format}; this one writes {}): instances of \
+             that version still running beside this one misread some of what it writes; upgrade them together \
+             (docs/CLUSTER.md)",
+            store.describe(),
+            crate::store::STORE_FORMAT
+        );
     }
     // What admission reads of each key is kept with its record; a store whose terms are not those of its
     // records (set up before they were kept) gets them now.

@@ -33,6 +33,8 @@ pub mod cache;
 mod calls;
 pub mod sentinel;
 mod shared;
+
+pub use shared::STORE_FORMAT;
 pub mod ship;
 pub mod shipper;
 
@@ -107,6 +109,7 @@ struct Scripts {
     keys_write: redis::Script,
     terms_sync: redis::Script,
     claim: redis::Script,
+    format: redis::Script,
     cursor_move: redis::Script,
     cache_get: redis::Script,
     cache_put: redis::Script,
@@ -141,6 +144,7 @@ impl Scripts {
             keys_write: script(include_str!("lua/keys_write.lua")),
             terms_sync: script(include_str!("lua/terms_sync.lua")),
             claim: script(include_str!("lua/claim.lua")),
+            format: script(include_str!("lua/format.lua")),
             cursor_move: script(include_str!("lua/cursor_move.lua")),
             cache_get: script(include_str!("lua/cache_get.lua")),
             cache_put: script(include_str!("lua/cache_put.lua")),

@@ -1,12 +1,18 @@
 //! What the instances share besides the accounts: the store's epoch (so a store that lost its data is
 //! noticed), the claims on instance names, the versioned maps (`keys` with the keys' terms, the console's
-//! `overrides`), the shared usage stream's pages, the audit list, and what the server says of itself.
+//! `overrides`), the shared usage stream's pages, the audit list, the store's format (which layout of its
+//! data the instances write), and what the server says of itself.
 
 use std::time::Duration;
 
 use redis::{FromRedisValue, Value};
 
 use super::{Claim, Store, StoreError};
+
+/// The layout of the store's data this version writes (`claim_format`). 2: allotments (an allotment's
+/// reservation holds several concurrency slots, `lua/allot.lua`); 1 is never written (the versions before
+/// formats wrote none). Raise it with any change of layout that an older version would misread.
+pub const STORE_FORMAT: u64 = 2;
 
 impl Store {
     /// Sets the epoch if the store has none; returns the epoch in force.
@@ -47,6 +53,17 @@ impl Store {
         } else {
             Claim::HeldBy(got)
         })
+    }
+
+    /// Raises the store's format to this version's (`STORE_FORMAT`, `lua/format.lua`) and says what it was
+    /// (0: none yet).
+    pub fn claim_format(&self) -> Result<u64, StoreError> {
+        let was: i64 = self.run(
+            |s| &s.format,
+            &[self.k("format")],
+            &[STORE_FORMAT.to_string()],
+        )?;
+        Ok(was.max(0) as u64)
     }
 
     /// The names of the instances running on this store (each holds its name's claim while it runs; an
