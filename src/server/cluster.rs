@@ -225,24 +225,7 @@ pub fn join(config: &Config, store: &Store) -> Result<Joined, ClusterError> {
             }
         }
     }
-    // A store a newer tollgate wrote is not for this one; one an older tollgate used may still have such
-    // instances running beside this one.
-    let format = store.claim_format()?;
-    if format > crate::store::STORE_FORMAT {
-        return Err(ClusterError::Newer {
-            store: store.describe(),
-            format,
-        });
-    }
-    if format < crate::store::STORE_FORMAT && versions.epoch.is_some() {
-        log::warn!(
-            "store: {} was used by an older tollgate (store format {format}; this one writes {}): instances of \
-             that version still running beside this one misread some of what it writes; upgrade them together \
-             (docs/CLUSTER.md)",
-            store.describe(),
-            crate::store::STORE_FORMAT
-        );
-    }
+    check_format(store, versions.epoch.is_some())?;
     // What admission reads of each key is kept with its record; a store whose terms are not those of its
     // records (set up before they were kept) gets them now.
     if key_ops::sync_terms(store)? {
@@ -347,6 +330,29 @@ fn import_local(config: &Config, store: &Store) -> Result<(), ClusterError> {
             let doc = serde_json::to_string(&local)?;
             store.write_map(OVERRIDES_MAP, version, &[("doc".to_string(), doc)], &[])?;
         }
+    }
+    Ok(())
+}
+
+/// The store's format raised to this version's: a store a newer tollgate wrote is not for this one (an
+/// error); one an older tollgate used (`used`: it was not new) may still have such instances running beside
+/// this one (a warning).
+fn check_format(store: &Store, used: bool) -> Result<(), ClusterError> {
+    let format = store.claim_format()?;
+    if format > crate::store::STORE_FORMAT {
+        return Err(ClusterError::Newer {
+            store: store.describe(),
+            format,
+        });
+    }
+    if format < crate::store::STORE_FORMAT && used {
+        log::warn!(
+            "store: {} was used by an older tollgate (store format {format}; this one writes {}): instances of \
+             that version still running beside this one misread some of what it writes; upgrade them together \
+             (docs/CLUSTER.md)",
+            store.describe(),
+            crate::store::STORE_FORMAT
+        );
     }
     Ok(())
 }
