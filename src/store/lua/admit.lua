@@ -70,27 +70,8 @@ local fresh = false
 if rpm or tpm then
   -- The window's total is read with the tokens of the entries that leave it, and written once, at the end,
   -- as it then stands (theirs, the settlements' and the admissions' changes in it).
-  local old = redis.call('ZRANGEBYSCORE', win, '-inf', cutoff)
-  local read = nil
-  if #old > 0 then
-    local gone = 0
-    for i = 1, #old, 500 do
-      local part = {unpack(old, i, math.min(i + 499, #old))}
-      if i == 1 then part[#part + 1] = '_total' end
-      local got = redis.call('HMGET', winv, unpack(part))
-      if i == 1 then
-        read = num(got[#got])
-        got[#got] = nil
-        part[#part] = nil
-      end
-      for _, v in ipairs(got) do gone = gone + num(v) end
-      redis.call('HDEL', winv, unpack(part))
-    end
-    redis.call('ZREMRANGEBYSCORE', win, '-inf', cutoff)
-    added = added - gone
-  else
-    read = num(redis.call('HGET', winv, '_total'))
-  end
+  local read, gone = shed(win, winv, cutoff)
+  added = added - gone
   used = redis.call('ZCARD', win)
   if used == 0 then
     -- An empty window holds no tokens: whatever its hash still holds (it outlived the set, or the key's

@@ -74,28 +74,8 @@ local fresh = false
 -- The window's total as stored (written back only when it changed).
 local stored = 0
 if windowed then
-  local old = redis.call('ZRANGEBYSCORE', win, '-inf', now - window)
-  local read = 0
-  if #old > 0 then
-    local gone = 0
-    for i = 1, #old, 500 do
-      local part = {unpack(old, i, math.min(i + 499, #old))}
-      if i == 1 then part[#part + 1] = '_total' end
-      local got = redis.call('HMGET', winv, unpack(part))
-      if i == 1 then
-        read = num(got[#got])
-        got[#got] = nil
-        part[#part] = nil
-      end
-      for _, v in ipairs(got) do gone = gone + num(v) end
-      redis.call('HDEL', winv, unpack(part))
-    end
-    redis.call('ZREMRANGEBYSCORE', win, '-inf', now - window)
-    total = read - gone
-  else
-    read = num(redis.call('HGET', winv, '_total'))
-    total = read
-  end
+  local read, gone = shed(win, winv, now - window)
+  total = read - gone
   if ARGV[25] ~= '' then
     local taken, unused = tonumber(ARGV[26]), tonumber(ARGV[27])
     local first = id .. ':' .. ARGV[25] .. ':1'

@@ -99,3 +99,25 @@ local function sweep(res, lease, now, lease_ms, swept, held)
   end
   return swept, #dead > 0
 end
+-- The entries of a rate window (zset win, their tokens in hash winv, whose _total is their sum) admitted at
+-- `cutoff` or before leave it, with their tokens. Returns the window's total as stored, and the tokens that
+-- left (the caller writes the total once, with its own changes).
+local function shed(win, winv, cutoff)
+  local old = redis.call('ZRANGEBYSCORE', win, '-inf', cutoff)
+  if #old == 0 then return num(redis.call('HGET', winv, '_total')), 0 end
+  local read, gone = 0, 0
+  for i = 1, #old, 500 do
+    local part = {unpack(old, i, math.min(i + 499, #old))}
+    if i == 1 then part[#part + 1] = '_total' end
+    local got = redis.call('HMGET', winv, unpack(part))
+    if i == 1 then
+      read = num(got[#got])
+      got[#got] = nil
+      part[#part] = nil
+    end
+    for _, v in ipairs(got) do gone = gone + num(v) end
+    redis.call('HDEL', winv, unpack(part))
+  end
+  redis.call('ZREMRANGEBYSCORE', win, '-inf', cutoff)
+  return read, gone
+end
