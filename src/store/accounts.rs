@@ -139,6 +139,77 @@ pub struct Admission {
     pub budget: Option<Budget>,
 }
 
+/// A script's answer: its values, read by position (an amount as decimal text, '' for none).
+pub(super) struct Answer {
+    values: Vec<Value>,
+    script: &'static str,
+}
+
+impl Answer {
+    /// `reply` as `n` values of script `script` (named in errors).
+    pub(super) fn read(reply: Value, n: usize, script: &'static str) -> Result<Answer, StoreError> {
+        let a = Answer {
+            values: Vec::new(),
+            script,
+        };
+        let values: Vec<Value> = FromRedisValue::from_redis_value(reply).map_err(|e| a.bad(&e))?;
+        if values.len() != n {
+            return Err(a.bad(&format!("{} values", values.len())));
+        }
+        Ok(Answer { values, script })
+    }
+
+    fn bad(&self, e: &dyn std::fmt::Display) -> StoreError {
+        StoreError {
+            unavailable: false,
+            message: format!("the {} script's answer: {e}", self.script),
+        }
+    }
+
+    pub(super) fn int(&self, i: usize) -> Result<i64, StoreError> {
+        i64::from_redis_value(self.values[i].clone()).map_err(|e| self.bad(&e))
+    }
+
+    /// A count (never below zero).
+    pub(super) fn count(&self, i: usize) -> Result<u64, StoreError> {
+        Ok(self.int(i)?.max(0) as u64)
+    }
+
+    /// Milliseconds.
+    pub(super) fn ms(&self, i: usize) -> Result<Duration, StoreError> {
+        Ok(Duration::from_millis(self.count(i)?))
+    }
+
+    fn text(&self, i: usize) -> Result<String, StoreError> {
+        String::from_redis_value(self.values[i].clone()).map_err(|e| self.bad(&e))
+    }
+
+    pub(super) fn money(&self, i: usize) -> Result<Money, StoreError> {
+        Ok(money(&self.text(i)?))
+    }
+
+    /// A credit ('' none).
+    pub(super) fn credit(&self, i: usize) -> Result<Option<Money>, StoreError> {
+        let c = self.text(i)?;
+        Ok((!c.is_empty()).then(|| money(&c)))
+    }
+
+    /// A budget: its amount ('' none) and its period's letter.
+    pub(super) fn budget(
+        &self,
+        amount: usize,
+        period: usize,
+    ) -> Result<Option<Budget>, StoreError> {
+        let amount = self.text(amount)?;
+        Ok(Period::from_letter(&self.text(period)?)
+            .filter(|_| !amount.is_empty())
+            .map(|period| Budget {
+                amount: money(&amount),
+                period,
+            }))
+    }
+}
+
 /// The largest whole number a script's Lua double holds exactly (2^53 - 1).
 const SCRIPT_MAX: u64 = (1 << 53) - 1;
 
@@ -256,35 +327,17 @@ impl Store {
                 }),
             },
         )?;
-        let bad = |e: &dyn std::fmt::Display| StoreError {
-            unavailable: false,
-            message: format!("the admission script's answer: {e}"),
-        };
-        let v: Vec<Value> = FromRedisValue::from_redis_value(reply).map_err(|e| bad(&e))?;
-        if v.len() != 13 {
-            return Err(bad(&format!("{} values", v.len())));
-        }
-        let int = |i: usize| i64::from_redis_value(v[i].clone()).map_err(|e| bad(&e));
-        let text = |i: usize| String::from_redis_value(v[i].clone()).map_err(|e| bad(&e));
-        let ms = |v: i64| Duration::from_millis(v.max(0) as u64);
-        let verdict = Verdict::from_code(int(0)?);
-        let amount = text(11)?;
-        let budget = Period::from_letter(&text(12)?)
-            .filter(|_| !amount.is_empty())
-            .map(|period| Budget {
-                amount: money(&amount),
-                period,
-            });
-        let credit = text(10)?;
+        let a = Answer::read(reply, 13, "admission")?;
+        let verdict = Verdict::from_code(a.int(0)?);
         let standing = Standing {
             verdict,
-            rpm_used: int(1)?.max(0) as u64,
-            rpm_reset: ms(int(2)?),
-            tpm_used: int(3)?.max(0) as u64,
-            tpm_reset: ms(int(4)?),
-            tpm_wait: ms(int(5)?),
-            spent: money(&text(7)?),
-            period_spent: money(&text(9)?),
+            rpm_used: a.count(1)?,
+            rpm_reset: a.ms(2)?,
+            tpm_used: a.count(3)?,
+            tpm_reset: a.ms(4)?,
+            tpm_wait: a.ms(5)?,
+            spent: a.money(7)?,
+            period_spent: a.money(9)?,
         };
         // Renewed from here until the request ends (only once the whole answer was read: a reservation
         // with no `Reservation` to end it would be renewed for ever).
@@ -299,8 +352,8 @@ impl Store {
         }
         Ok(Admission {
             standing,
-            credit: (!credit.is_empty()).then(|| money(&credit)),
-            budget,
+            credit: a.credit(10)?,
+            budget: a.budget(11, 12)?,
         })
     }
 

@@ -32,13 +32,11 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use redis::{FromRedisValue, Value};
-
 mod slice;
 
 use slice::{Allot, Ended, Grant, Kind, BUSY_WITHIN};
 
-use super::accounts::{period_field, units, Admission, Carried};
+use super::accounts::{period_field, units, Admission, Answer, Carried};
 use super::{lock, Store, StoreError};
 use crate::budget::{Budget, Period};
 use crate::money::Money;
@@ -124,10 +122,6 @@ struct Ask<'a> {
 
 fn times(m: Money, n: u64) -> Money {
     Money::from_units(m.units().saturating_mul(n as i128))
-}
-
-fn money(s: &str) -> Money {
-    Money::from_units(s.parse::<i128>().unwrap_or(0))
 }
 
 impl Store {
@@ -559,37 +553,20 @@ impl Store {
                     message: "no answer".into(),
                 })
             })?;
-        let bad = |e: &dyn std::fmt::Display| StoreError {
-            unavailable: false,
-            message: format!("the allotment script's answer: {e}"),
-        };
-        let v: Vec<Value> = FromRedisValue::from_redis_value(reply).map_err(|e| bad(&e))?;
-        if v.len() != 13 {
-            return Err(bad(&format!("{} values", v.len())));
-        }
-        let int = |i: usize| i64::from_redis_value(v[i].clone()).map_err(|e| bad(&e));
-        let text = |i: usize| String::from_redis_value(v[i].clone()).map_err(|e| bad(&e));
-        let credit = text(4)?;
-        let amount = text(5)?;
-        let budget = Period::from_letter(&text(6)?)
-            .filter(|_| !amount.is_empty())
-            .map(|period| Budget {
-                amount: money(&amount),
-                period,
-            });
+        let a = Answer::read(reply, 13, "allotment")?;
         Ok(Reply {
-            code: int(0)?,
-            money: money(&text(1)?),
-            slots: int(2)?.max(0) as u64,
-            spent: money(&text(3)?),
-            credit: (!credit.is_empty()).then(|| money(&credit)),
-            budget,
-            period_spent: money(&text(7)?),
-            requests: int(8)?.max(0) as u64,
-            tokens: int(9)?.max(0) as u64,
-            rpm_used: int(10)?.max(0) as u64,
-            reset: Duration::from_millis(int(11)?.max(0) as u64),
-            tpm_used: int(12)?.max(0) as u64,
+            code: a.int(0)?,
+            money: a.money(1)?,
+            slots: a.count(2)?,
+            spent: a.money(3)?,
+            credit: a.credit(4)?,
+            budget: a.budget(5, 6)?,
+            period_spent: a.money(7)?,
+            requests: a.count(8)?,
+            tokens: a.count(9)?,
+            rpm_used: a.count(10)?,
+            reset: a.ms(11)?,
+            tpm_used: a.count(12)?,
         })
     }
 }
