@@ -85,6 +85,23 @@ fn start_other(redis: &Redis, name: &str, key: &str, top: &str, store: &str) -> 
     Gateway::restart(dir, &c, key)
 }
 
+/// Waits until `gw` knows `key` (made on another instance).
+fn key_on(gw: &Gateway, key: &str) {
+    wait_for(
+        || {
+            gw.request(
+                "GET",
+                "/v1/models",
+                &[("authorization", &format!("Bearer {key}"))],
+                b"",
+            )
+            .status
+                == 200
+        },
+        "the key on B",
+    );
+}
+
 fn chat(model: &str) -> Value {
     json!({"model": model, "max_tokens": 50, "messages": [{"role": "user", "content": "hi"}]})
 }
@@ -278,19 +295,7 @@ fn a_credit_spent_through_both_instances_at_once_stays_within_the_bound() {
     let a = start_a(&redis, "", "");
     let b = start_other(&redis, "gw-b", &a.key, "", "");
     let key = a.add_key("wallet", "default", Some(2.0));
-    wait_for(
-        || {
-            b.request(
-                "GET",
-                "/v1/models",
-                &[("authorization", &format!("Bearer {key}"))],
-                b"",
-            )
-            .status
-                == 200
-        },
-        "the key on B",
-    );
+    key_on(&b, &key);
     // Four clients on each instance spend the credit at once until both refuse.
     let gws = [Arc::new(a), Arc::new(b)];
     let mut threads = Vec::new();
@@ -479,19 +484,7 @@ fn an_instance_killed_with_kill_9_loses_nothing_the_other_or_redis_needs() {
     let mut a = spawn_a(&redis, "ledger_strict = true", "");
     let b = start_other(&redis, "gw-b", &a.key, "", "");
     let one = a.add_key("single", "one", Some(100.0));
-    wait_for(
-        || {
-            b.request(
-                "GET",
-                "/v1/models",
-                &[("authorization", &format!("Bearer {one}"))],
-                b"",
-            )
-            .status
-                == 200
-        },
-        "the key on B",
-    );
+    key_on(&b, &one);
     for _ in 0..5 {
         assert_eq!(a.post("/v1/chat/completions", &chat("mock")).status, 200);
     }
@@ -565,19 +558,7 @@ fn a_redis_that_lost_its_data_is_refused_then_rebuilt_from_the_ledgers() {
     let a = start_a(&redis, "", "");
     let b = start_other(&redis, "gw-b", &a.key, "", "");
     let wallet = a.add_key("wallet", "default", Some(50.0));
-    wait_for(
-        || {
-            b.request(
-                "GET",
-                "/v1/models",
-                &[("authorization", &format!("Bearer {wallet}"))],
-                b"",
-            )
-            .status
-                == 200
-        },
-        "the key on B",
-    );
+    key_on(&b, &wallet);
     for gw in [&a, &b] {
         for _ in 0..4 {
             assert_eq!(
@@ -873,19 +854,7 @@ fn a_credit_spent_through_both_instances_from_allotments_stays_within_the_bound(
     let b = start_other(&redis, "gw-b", &a.key, "", "");
     let credit = 60.0;
     let key = a.add_key("purse", "default", Some(credit));
-    wait_for(
-        || {
-            b.request(
-                "GET",
-                "/v1/models",
-                &[("authorization", &format!("Bearer {key}"))],
-                b"",
-            )
-            .status
-                == 200
-        },
-        "the key on B",
-    );
+    key_on(&b, &key);
     let stop = Arc::new(AtomicBool::new(false));
     let seen = redis.monitor_scripts(stop.clone());
     let gws = [Arc::new(a), Arc::new(b)];
