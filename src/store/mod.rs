@@ -28,6 +28,7 @@
 
 pub mod accounts;
 mod allot;
+mod answer;
 mod batch;
 pub mod cache;
 mod calls;

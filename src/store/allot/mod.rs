@@ -36,7 +36,8 @@ mod slice;
 
 use slice::{Allot, Ended, Grant, Kind, BUSY_WITHIN};
 
-use super::accounts::{period_field, units, Admission, Answer, Carried};
+use super::accounts::{period_field, units, Admission, Carried};
+use super::answer::Answer;
 use super::{lock, Store, StoreError};
 use crate::budget::{Budget, Period};
 use crate::money::Money;
