@@ -1,7 +1,8 @@
 //! The suite's load generator as a command, for ad-hoc runs and profiling sessions.
 //!
 //! ```text
-//! loadgen --addr 127.0.0.1:8080 [--key tg_…] [--api chat|messages] [--model bench] [--marker in=10,out=5]
+//! loadgen --addr 127.0.0.1:8080 [--key tg_…] [--api chat|messages] [--model bench] [--path /v1/…]
+//!         [--marker in=10,out=5]
 //!         [--conns 16] [--duration 5] [--warmup 0.5] [--rate 2000] [--pid PID]…
 //!         [--stream --events 200 --gap-us 1000 --streams 25]
 //! ```
@@ -33,6 +34,10 @@ struct Args {
     /// the model asked for (default bench)
     #[argh(option, default = "String::from(\"bench\")")]
     model: String,
+    /// the request path (default: the --api's own, /v1/chat/completions or /v1/messages); for another
+    /// gateway's routes, e.g. a peer's provider prefix
+    #[argh(option)]
+    path: Option<String>,
     /// the fake upstream's marker (in=10,out=5,…)
     #[argh(option, default = "String::new()")]
     marker: String,
@@ -72,6 +77,7 @@ fn main() {
         key,
         api,
         model,
+        path,
         mut marker,
         conns,
         duration,
@@ -94,13 +100,13 @@ fn main() {
     let request = Arc::new(match api.as_str() {
         "chat" => client::post(
             addr,
-            "/v1/chat/completions",
+            path.as_deref().unwrap_or("/v1/chat/completions"),
             &[("authorization", &auth)],
             &body,
         ),
         "messages" => client::post(
             addr,
-            "/v1/messages",
+            path.as_deref().unwrap_or("/v1/messages"),
             &[
                 ("authorization", &auth),
                 ("anthropic-version", "2023-06-01"),
