@@ -537,6 +537,74 @@ fn the_one_limit_and_the_operators_account() {
     );
 }
 
+/// Google reads a field by its proto name too (`generation_config.max_output_tokens`, `google_search`): every
+/// rule sees those spellings as the JSON names, and the upstream is sent the JSON names it was judged by.
+#[test]
+fn proto_spellings_are_judged_as_the_json_names() {
+    let b = bench();
+    let gw = &b.gw;
+    let credit = gw.add_key("credit", "default", Some(5.0));
+    b.queue
+        .lock()
+        .unwrap()
+        .push_back(Reply::json(200, &answer("ok", 3, 1)));
+    let body = json!({"contents": [{"parts": [{"text": "hi"}]}], "model": "models/other-model",
+                      "system_instruction": {"parts": [{"text": "be brief"}]},
+                      "generation_config": {"max_output_tokens": 99999, "temperature": 0.5}});
+    let r = post_as(gw, &credit, "/v1beta/models/m-gemini:generateContent", &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let sent = b.fake.last();
+    assert!(sent.path.contains("real-gemini-model"), "{}", sent.path);
+    let sent = sent.json();
+    assert_eq!(
+        sent,
+        json!({"contents": [{"parts": [{"text": "hi"}]}],
+               "systemInstruction": {"parts": [{"text": "be brief"}]},
+               "generationConfig": {"maxOutputTokens": 99999, "temperature": 0.5}}),
+        "one spelling (the client's limit, reserved), no model but the path's"
+    );
+
+    let calls = b.fake.received().len();
+    for (body, status, says) in [
+        (
+            json!({"contents": [{"parts": [{"text": "hi"}]}], "generation_config": {"candidate_count": 8}}),
+            400,
+            "candidateCount",
+        ),
+        (
+            json!({"contents": [{"parts": [{"text": "news?"}]}], "tools": [{"google_search": {}}]}),
+            400,
+            "google_search",
+        ),
+        (
+            json!({"contents": [{"parts": [{"text": "hi"}]}], "tools": [{"some_future_tool": {}}]}),
+            400,
+            "someFutureTool",
+        ),
+        (
+            json!({"contents": [{"parts": [{"text": "hi"}]}], "cached_content": "cachedContents/x"}),
+            400,
+            "cachedContent",
+        ),
+        (
+            json!({"contents": [{"parts": [{"file_data": {"mime_type": "application/pdf", "file_uri": "files/abc"}}]}]}),
+            400,
+            "fileUri",
+        ),
+        (
+            json!({"contents": [{"parts": [{"text": "hi"}]}],
+                   "generationConfig": {"maxOutputTokens": 5, "max_output_tokens": 99999}}),
+            400,
+            "given twice",
+        ),
+    ] {
+        let r = post_as(gw, &credit, "/v1beta/models/m-gemini:generateContent", &body);
+        assert_eq!(r.status, status, "{body}: {}", r.text());
+        assert!(r.text().contains(says), "{body}: {}", r.text());
+    }
+    assert_eq!(b.fake.received().len(), calls, "nothing reached the upstream");
+}
+
 /// A Gemini client of another protocol's upstream: translated both ways, streamed as SSE or as a JSON
 /// array; `countTokens` estimated there (forwarded only to a Gemini upstream).
 #[test]

@@ -185,6 +185,12 @@ pub trait Codec: Sync + Send {
     fn check_headers(&self, _req: &Request) -> Result<(), ApiError> {
         Ok(())
     }
+    /// Puts a client's body in the one form every rule and the decoder read, before anything reads it (a
+    /// wire that takes two spellings of a field gets one; what the path already says leaves the body).
+    /// `counts`: a token-counting request. What is sent upstream is this body, with the attempt's edits.
+    fn read_as_one(&self, _body: &mut Value, _counts: bool) -> Result<(), ApiError> {
+        Ok(())
+    }
     /// Checks the fields this protocol's requests must have before anything else (the envelope's `model`
     /// and `stream` are checked by `request.rs` for every protocol).
     fn validate(&self, body: &Value) -> Result<(), ApiError>;

@@ -188,7 +188,8 @@ fn read<'a>(
     asked.key = Some(identity.name.clone());
     asked.group = Some(identity.group.clone());
     protocol.check_headers(&ex.request)?;
-    let body = parse_body(&ex.request.body)?;
+    let mut body = parse_body(&ex.request.body)?;
+    protocol.read_as_one(&mut body, endpoint.counts_tokens())?;
     let path = ex.request.path.as_str();
     let (requested_output, choices) = envelope(endpoint, path, &body, asked)?;
     let requested = protocol.requested_model(path, &body).into_owned();

@@ -9,6 +9,7 @@
 
 mod client;
 mod decode;
+mod names;
 mod relay;
 mod reply;
 mod route;
@@ -50,13 +51,14 @@ const HOSTED: Rules = Rules {
     capped: &[],
 };
 
-/// The hosted family of a Gemini `Tool` object: its first key that is a hosted tool (None: only function
-/// declarations, which the client runs).
+/// The hosted family of a Gemini `Tool` object: its first key that is not `functionDeclarations` (which the
+/// client runs), by the name the rules give it; a key not known here is a tool Google runs too, named as it
+/// came (so a model allows it only by that name). None: only function declarations.
 fn tool_family(t: &Map<String, Value>) -> Option<Cow<'_, str>> {
     t.iter()
-        .filter(|(_, v)| !v.is_null())
-        .find_map(|(k, _)| decode::hosted_family(k))
-        .map(Cow::Borrowed)
+        .filter(|(k, v)| !v.is_null() && *k != "functionDeclarations")
+        .map(|(k, _)| decode::hosted_family(k).map_or(Cow::Borrowed(k.as_str()), Cow::Borrowed))
+        .next()
 }
 
 /// A model name as a path segment: characters outside `[A-Za-z0-9._-]` percent-encoded.
@@ -170,6 +172,20 @@ impl Codec for Gemini {
             .with_cause(super::Cause::AccountFeatureRefused)),
             _ => Ok(()),
         }
+    }
+    /// Proto field names become JSON names (`names.rs`), and a `model` in the body goes: the path names
+    /// the model, and the upstream is sent its own in the path (a count's whole `generateContentRequest`
+    /// names it too, `count_model_edit`).
+    fn read_as_one(&self, body: &mut Value, counts: bool) -> Result<(), ApiError> {
+        if counts {
+            names::count(body)?;
+        } else {
+            names::generate(body)?;
+        }
+        if let Value::Object(o) = body {
+            o.remove("model");
+        }
+        Ok(())
     }
     fn validate(&self, body: &Value) -> Result<(), ApiError> {
         decode::validate(body)
