@@ -551,7 +551,12 @@ fn proto_spellings_are_judged_as_the_json_names() {
     let body = json!({"contents": [{"parts": [{"text": "hi"}]}], "model": "models/other-model",
                       "system_instruction": {"parts": [{"text": "be brief"}]},
                       "generation_config": {"max_output_tokens": 99999, "temperature": 0.5}});
-    let r = post_as(gw, &credit, "/v1beta/models/m-gemini:generateContent", &body);
+    let r = post_as(
+        gw,
+        &credit,
+        "/v1beta/models/m-gemini:generateContent",
+        &body,
+    );
     assert_eq!(r.status, 200, "{}", r.text());
     let sent = b.fake.last();
     assert!(sent.path.contains("real-gemini-model"), "{}", sent.path);
@@ -598,11 +603,20 @@ fn proto_spellings_are_judged_as_the_json_names() {
             "given twice",
         ),
     ] {
-        let r = post_as(gw, &credit, "/v1beta/models/m-gemini:generateContent", &body);
+        let r = post_as(
+            gw,
+            &credit,
+            "/v1beta/models/m-gemini:generateContent",
+            &body,
+        );
         assert_eq!(r.status, status, "{body}: {}", r.text());
         assert!(r.text().contains(says), "{body}: {}", r.text());
     }
-    assert_eq!(b.fake.received().len(), calls, "nothing reached the upstream");
+    assert_eq!(
+        b.fake.received().len(),
+        calls,
+        "nothing reached the upstream"
+    );
 }
 
 /// A Gemini client of another protocol's upstream: translated both ways, streamed as SSE or as a JSON

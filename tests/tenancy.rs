@@ -86,6 +86,7 @@ fn account_state_is_refused_on_every_path() {
             "input[0]",
             json!({"input": [{"type": "item_reference", "id": "msg_1"}]}),
         ),
+        ("input[0]", json!({"input": [{"id": "msg_1"}]})),
         (
             "input[0].content[0].file_id",
             json!({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file_1"}]}]}),
@@ -104,6 +105,19 @@ fn account_state_is_refused_on_every_path() {
             assert_eq!(r.json()["error"]["code"], "account_feature_refused");
         }
     }
+    // A reasoning item without its encrypted content is looked up by id where it goes as it came; translated,
+    // it is its summary.
+    let reasoning = json!([{"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "t"}]},
+        {"role": "user", "content": "hi"}]);
+    let r = post_with(
+        &gw,
+        "/v1/responses",
+        &json!({"model": "m-responses", "input": reasoning}),
+        None,
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["error"]["param"], "input[0]");
+    assert!(r.text().contains("encrypted_content"), "{}", r.text());
     let messages: Vec<(&str, Value, Option<&str>)> = vec![
         ("container", json!({"container": "container_1"}), None),
         (
@@ -145,6 +159,18 @@ fn account_state_is_refused_on_every_path() {
     );
     assert_eq!(r.status, 400, "{}", r.text());
     assert!(fake.received().is_empty(), "nothing reached the upstream");
+    let r = post_with(
+        &gw,
+        "/v1/responses",
+        &json!({"model": "m-chat", "input": reasoning}),
+        None,
+    );
+    assert_ne!(
+        r.json()["error"]["code"],
+        "account_feature_refused",
+        "{}",
+        r.text()
+    );
 }
 
 #[test]

@@ -392,6 +392,15 @@ impl Config {
         self.upstreams.iter().find(|u| u.name == name)
     }
 
+    /// Whether one of `model`'s upstreams speaks `protocol`: a request of it may go upstream as it came.
+    pub fn passes_through(&self, model: &Model, protocol: crate::protocol::Protocol) -> bool {
+        model
+            .upstreams
+            .iter()
+            .filter_map(|n| self.upstream(n))
+            .any(|u| u.kind.protocol() == Some(protocol))
+    }
+
     /// The admin token from the environment variable `admin_token_env` names, as it was when the config
     /// was read (None: admin API closed).
     pub fn admin_token(&self) -> Option<String> {

@@ -113,8 +113,9 @@ fn child<'a>(at: Option<&'a At<'a>>, step: Step<'a>) -> At<'a> {
 }
 
 /// Refuses what a request's body would make reach the operator's upstream account (its headers are its
-/// codec's to check: `Codec::refuse_account_headers`).
-pub fn refuse_account_features(body: &Value) -> Result<(), ApiError> {
+/// codec's to check: `Codec::refuse_account_headers`). `passthrough`: the request may go upstream as it came
+/// (what only an upstream of its own protocol would look up is refused then too).
+pub fn refuse_account_features(body: &Value, passthrough: bool) -> Result<(), ApiError> {
     let Some(o) = body.as_object() else {
         return Ok(());
     };
@@ -124,15 +125,15 @@ pub fn refuse_account_features(body: &Value) -> Result<(), ApiError> {
             "a background response (stored, to be fetched later)",
         ));
     }
-    walk_object(o, None)
+    walk_object(o, None, passthrough)
 }
 
-fn walk(v: &Value, at: &At) -> Result<(), ApiError> {
+fn walk(v: &Value, at: &At, pass: bool) -> Result<(), ApiError> {
     match v {
-        Value::Object(o) => walk_object(o, Some(at)),
+        Value::Object(o) => walk_object(o, Some(at), pass),
         Value::Array(items) => {
             for (i, item) in items.iter().enumerate() {
-                walk(item, &child(Some(at), Step::Index(i)))?;
+                walk(item, &child(Some(at), Step::Index(i)), pass)?;
             }
             Ok(())
         }
@@ -140,9 +141,9 @@ fn walk(v: &Value, at: &At) -> Result<(), ApiError> {
     }
 }
 
-fn walk_object(o: &Map<String, Value>, at: Option<&At>) -> Result<(), ApiError> {
+fn walk_object(o: &Map<String, Value>, at: Option<&At>, pass: bool) -> Result<(), ApiError> {
     let ty = o.get("type").and_then(Value::as_str).unwrap_or("");
-    if let Some(what) = typed_reference(ty, at) {
+    if let Some(what) = typed_reference(ty, at).or_else(|| by_id(o, ty, at, pass)) {
         return Err(refused(&path(at), what));
     }
     // A tool call's input is the client's own data (Messages `tool_use`).
@@ -155,7 +156,7 @@ fn walk_object(o: &Map<String, Value>, at: Option<&At>) -> Result<(), ApiError> 
         if let Some(what) = keyed_reference(k, v) {
             return Err(refused(&path(Some(&here)), what));
         }
-        walk(v, &here)?;
+        walk(v, &here, pass)?;
     }
     Ok(())
 }
@@ -184,6 +185,27 @@ fn typed_reference(ty: &str, at: Option<&At>) -> Option<&'static str> {
         }
         _ => None,
     }
+}
+
+/// A Responses input item given by its `id` alone, which the upstream looks up among the items stored in the
+/// account: one with no type (an item reference may leave out its `type`), or, where the request may go
+/// upstream as it came, a reasoning item without its `encrypted_content` (with it, the item is sent whole and
+/// nothing is looked up; translated, a reasoning item is its summary text).
+fn by_id(o: &Map<String, Value>, ty: &str, at: Option<&At>, pass: bool) -> Option<&'static str> {
+    let input_item =
+        at.is_some_and(|a| a.array_key() == Some("input") && a.up.and_then(|u| u.up).is_none());
+    if !input_item || o.get("id").is_none_or(Value::is_null) {
+        return None;
+    }
+    let typed = o.get("type").is_some_and(|t| !t.is_null());
+    if !typed {
+        return Some("an item given by its id alone (an item reference: a stored item)");
+    }
+    let inline = o.get("encrypted_content").is_some_and(|c| !c.is_null());
+    (pass && ty == "reasoning" && !inline).then_some(
+        "a reasoning item without its encrypted_content (looked up by its id among stored items; ask for \
+         `include: [\"reasoning.encrypted_content\"]` and send it back whole)",
+    )
 }
 
 /// What the (non-null) field `k` refers to in the account, if anything.
@@ -249,7 +271,7 @@ mod tests {
     /// The body's check, then (as the codec's) the betas' check.
     fn param(p: Protocol, body: Value, betas: &[&str]) -> Option<String> {
         let headers = || refuse_betas(betas.iter().copied());
-        refuse_account_features(&body)
+        refuse_account_features(&body, true)
             .and_then(|()| {
                 if p == Protocol::Messages {
                     headers()
@@ -303,6 +325,15 @@ mod tests {
                 json!({"input": [{"type": "item_reference", "id": "msg_1"}]}),
                 "input[0]",
             ),
+            (json!({"input": [{"id": "msg_1"}]}), "input[0]"),
+            (
+                json!({"input": [{"role": "user", "content": "hi"}, {"id": "msg_1", "type": null}]}),
+                "input[1]",
+            ),
+            (
+                json!({"input": [{"type": "reasoning", "id": "rs_1", "summary": []}]}),
+                "input[0]",
+            ),
             (
                 json!({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file_1"}]}]}),
                 "input[0].content[0].file_id",
@@ -325,6 +356,20 @@ mod tests {
         ] {
             assert_eq!(param(r, body.clone(), &[]).as_deref(), Some(path), "{body}");
         }
+    }
+
+    #[test]
+    fn items_sent_whole_pass() {
+        let whole = json!({"input": [
+            {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAA"},
+            {"type": "message", "id": "msg_1", "role": "assistant", "content": [{"type": "output_text", "text": "x"}]},
+            {"type": "function_call", "id": "fc_1", "call_id": "c", "name": "f", "arguments": "{}"},
+            {"role": "user", "content": "hi"}]});
+        assert!(refuse_account_features(&whole, true).is_ok());
+        // Translated, a reasoning item is its summary: nothing is looked up.
+        let summary = json!({"input": [{"type": "reasoning", "id": "rs_1", "summary": []}]});
+        assert!(refuse_account_features(&summary, false).is_ok());
+        assert!(refuse_account_features(&json!({"input": [{"id": "msg_1"}]}), false).is_err());
     }
 
     #[test]
@@ -352,7 +397,7 @@ mod tests {
                 "generateContentRequest.model",
             ),
         ] {
-            let e = refuse_account_features(&body).unwrap_err();
+            let e = refuse_account_features(&body, true).unwrap_err();
             assert_eq!(e.param(), Some(path), "{body}");
         }
         // Public URLs, function arguments and results, schemas: the client's own.
@@ -361,7 +406,7 @@ mod tests {
             {"fileData": {"mimeType": "video/mp4", "fileUri": "https://www.youtube.com/watch?v=x"}}]}],
             "generationConfig": {"responseJsonSchema": {"properties": {"file_id": {}}}},
             "tools": [{"functionDeclarations": [{"name": "f", "parametersJsonSchema": {"properties": {"container": {}}}}]}]});
-        assert!(refuse_account_features(&fine).is_ok());
+        assert!(refuse_account_features(&fine, true).is_ok());
     }
 
     #[test]

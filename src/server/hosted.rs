@@ -28,7 +28,7 @@ use crate::config::{Config, Model};
 use crate::money::Money;
 use crate::protocol::hosted::{self as wire, TierAsk, ToolAsk, Uses};
 use crate::protocol::request::Endpoint;
-use crate::protocol::{ApiError, ErrorKind, Origin, Protocol};
+use crate::protocol::{ApiError, ErrorKind, Origin};
 
 /// What paid features an attempt set running upstream, as far as the gateway knows.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -181,7 +181,7 @@ pub fn plan(
         return Ok(Plan::default());
     }
     let asks = protocol.hosted_asks(body)?;
-    if asks.is_empty() || !runs_hosted(config, model, protocol) {
+    if asks.is_empty() || !config.passes_through(model, protocol) {
         return Ok(Plan::default());
     }
     let allowed = config.hosted_prices(&model.name);
@@ -229,14 +229,6 @@ pub fn plan(
 }
 
 /// Whether some upstream of `model` speaks `protocol`, so a request's hosted tools and tier would reach it.
-fn runs_hosted(config: &Config, model: &Model, protocol: Protocol) -> bool {
-    model
-        .upstreams
-        .iter()
-        .filter_map(|n| config.upstream(n))
-        .any(|u| u.kind.protocol() == Some(protocol))
-}
-
 fn tool_refused(t: &ToolAsk, model: &str) -> ApiError {
     let (param, family) = (&t.param, &t.family);
     ApiError::invalid_param(
@@ -278,6 +270,7 @@ fn tier_refused(t: &TierAsk, model: &str) -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::Protocol;
     use serde_json::json;
 
     fn config() -> Config {

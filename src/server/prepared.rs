@@ -210,7 +210,7 @@ fn read<'a>(
     }
     // The operator's upstream account is shared by every key: nothing may reach state kept in it.
     if !model.account_features {
-        account::refuse_account_features(&body)?;
+        account::refuse_account_features(&body, config.passes_through(model, protocol))?;
         protocol.refuse_account_headers(&ex.request)?;
     }
     asked.hosted = hosted::plan(config, model, endpoint, &body)?;
