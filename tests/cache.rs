@@ -489,6 +489,28 @@ fn a_key_scope_keeps_entries_to_the_key_and_a_group_scope_to_its_group() {
     assert_eq!(up.calls(), 5);
 }
 
+/// An answer made without an output limit is not served to a key held to one (a key with a credit goes
+/// upstream with the model's limit where the client gave none): the limit sent is part of the entry.
+#[test]
+fn an_answer_made_without_a_limit_is_not_served_to_a_key_held_to_one() {
+    let up = Upstream::start();
+    let gw = start(&up, "");
+    let credit = gw.add_key("b", "default", Some(100.0));
+    let other_credit = gw.add_key("c", "default", Some(100.0));
+    let unlimited =
+        json!({"model": "cached-group", "messages": [{"role": "user", "content": "q"}]});
+    let ask = |key: &str| gw.post_as(key, "/v1/chat/completions", &unlimited);
+    assert_eq!(cache_header(&ask(&gw.key)), "miss");
+    assert_eq!(cache_header(&ask(&gw.key)), "hit");
+    let r = ask(&credit);
+    assert_eq!(cache_header(&r), "miss", "{}", r.text());
+    assert_eq!(chat_text(&r), "answer #2");
+    let r = ask(&other_credit);
+    assert_eq!(cache_header(&r), "hit", "keys held to the same limit share");
+    assert_eq!(chat_text(&r), "answer #2");
+    assert_eq!(up.calls(), 2);
+}
+
 #[test]
 fn no_store_neither_reads_nor_writes_and_no_cache_stores_the_fresh_answer() {
     let up = Upstream::start();
@@ -1013,6 +1035,7 @@ fn in_process_costs() {
         model: "cached",
         upstream_model: "up",
         scope: "key:default",
+        limit: Some(64),
     };
     let rounds = 200_000u32;
     let time = |f: &mut dyn FnMut(u32)| {

@@ -39,6 +39,10 @@ pub struct Target<'a> {
     pub upstream_model: &'a str,
     /// Who shares the entry: `key:NAME`, `group:NAME` or `all`.
     pub scope: &'a str,
+    /// The output limit the request goes upstream with: the client's, or the one a key with a spending limit
+    /// is held to where the client gave none (None: no limit). An answer made under another limit is another
+    /// entry, so no key is served a longer answer than its own request could have had.
+    pub limit: Option<u64>,
 }
 
 /// What of the canonical request the key holds (its `model`, `stream` and `user` are not).
@@ -75,7 +79,7 @@ pub fn of(protocol: Protocol, body: &Value, req: &Request, target: &Target) -> F
         _ => Vec::new(),
     };
     let keyed = Keyed {
-        v: 1,
+        v: 2,
         target: (target.model, target.upstream_model, target.scope),
         system: &req.system,
         messages: &req.messages,
@@ -83,7 +87,7 @@ pub fn of(protocol: Protocol, body: &Value, req: &Request, target: &Target) -> F
         namespaced_tools: &req.namespaced_tools,
         tool_choice: &req.tool_choice,
         parallel_tool_calls: req.parallel_tool_calls,
-        max_tokens: req.max_tokens,
+        max_tokens: target.limit,
         temperature: req.temperature,
         top_p: req.top_p,
         stop: &req.stop,
@@ -110,6 +114,7 @@ mod tests {
             model: "m",
             upstream_model: "up",
             scope: "all",
+            limit: req.max_tokens,
         };
         of(p, &body, &req, &target)
     }
@@ -166,6 +171,7 @@ mod tests {
                 model: "m",
                 upstream_model: "up",
                 scope: "key:k1",
+                limit: req.max_tokens,
             };
             of(Protocol::Chat, &base, &req, &t)
         };

@@ -144,6 +144,7 @@ fn fingerprint(p: &Prepared, scope: CacheScope) -> Option<(Request, Fingerprint)
         model: &p.model.name,
         upstream_model: &p.upstream_model,
         scope: &scope,
+        limit: p.limit_for_upstream(),
     };
     let fp = fingerprint::of(p.endpoint.protocol(), &p.body, &req, &target);
     Some((req, fp))
