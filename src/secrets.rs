@@ -23,9 +23,15 @@
 //!   each event adds (text, reasoning, tool arguments) before the event goes out. It runs one
 //!   Knuth–Morris–Pratt automaton per real secret over the concatenated text, so it knows at every byte how
 //!   many of a secret's first bytes the text so far ends with. An event is held back only while that is at
-//!   least [`HOLD_FROM`] bytes (so ordinary text is practically never held, and at most `HOLD_FROM - 1` of
-//!   a secret's first bytes can have left before it is recognised); the events after it wait behind it, in
-//!   order. On a full match, the secret's bytes in the held events and the current one are cut from their
+//!   least the secret's [`hold_from`] (half its length, 8 to 24 bytes), so ordinary text is practically
+//!   never held and at most that many bytes less one can have left before it is recognised; the events
+//!   after it wait behind it, in order. Why not fewer: a hold is seen (an event arrives late, with the next
+//!   one), so a client that has a model write guesses could learn from it, byte by byte, how much of a key
+//!   it has guessed. A key's first bytes are often public (`sk-proj-`, `sk-ant-api03-`: up to 13), so a
+//!   hold that began at the eighth byte would answer guesses from the first secret one. Past half the key,
+//!   or 24 bytes, at least 11 bytes nobody knows must be guessed blind before any hold can tell anything,
+//!   and at least half the key (and, for the longer ones, nearly all of it) has not left when the rest is
+//!   replaced. On a full match, the secret's bytes in the held events and the current one are cut from their
 //!   text and `[redacted]` is put where the first held part began ([`Edit`]); the events go out (rewritten)
 //!   once no partial match is long enough to hold them, or when the stream ends (before its closing events).
 //!   Events that repeat the whole text (a Responses `response.completed`, an `output_text.done`) carry the
@@ -34,7 +40,7 @@
 //!
 //! Cost: with no real secret registered (local servers with placeholder keys), a `Redactor` holds nothing
 //! and every event passes with one comparison; with some, each event's text is scanned once per secret, one
-//! automaton step per byte, and nothing is allocated until a secret's first [`HOLD_FROM`] bytes actually
+//! automaton step per byte, and nothing is allocated until a secret's first [`hold_from`] bytes actually
 //! appear at an event's end. The set is read once per stream (an `Arc`), not per event.
 
 use std::borrow::Cow;
@@ -47,8 +53,11 @@ pub const REDACTED: &str = "[redacted]";
 /// The shortest credential that counts as a real secret, searched for in answers.
 pub const ANSWER_MIN: usize = 16;
 
-/// A stream event is held back while the text so far ends in at least this many of a secret's first bytes.
-pub const HOLD_FROM: usize = 8;
+/// A stream event is held back while the text so far ends in at least this many of the first bytes of a
+/// secret `len` bytes long: half of them, 8 at least and 24 at most (see the module documentation).
+pub fn hold_from(len: usize) -> usize {
+    (len / 2).clamp(8, 24)
+}
 
 /// Upstream keys shorter than this are placeholders.
 const SCRUB_MIN: usize = 8;
@@ -96,6 +105,8 @@ struct Pattern {
     fail: Box<[usize]>,
     /// The other ways a JSON encoder may write it inside a string (`\"`, `\\`, `\/`), when they differ.
     escaped: Vec<Box<[u8]>>,
+    /// [`hold_from`] its length.
+    hold_from: usize,
 }
 
 impl Pattern {
@@ -122,6 +133,7 @@ impl Pattern {
             escaped.push(json.replace('/', "\\/").into_bytes().into());
         }
         Pattern {
+            hold_from: hold_from(bytes.len()),
             bytes,
             fail: fail.into(),
             escaped,
@@ -394,7 +406,7 @@ pub struct Redactor<E> {
     read: usize,
     /// Events not yet sent, in order.
     queue: VecDeque<Held<E>>,
-    /// A partial match of at least `HOLD_FROM` bytes is open: nothing may go out.
+    /// A partial match of at least its secret's `hold_from` bytes is open: nothing may go out.
     holding: bool,
     /// The event last read, until it is handed over with [`Redactor::hold`].
     current: Held<()>,
@@ -453,7 +465,10 @@ impl<E> Redactor<E> {
             }
         }
         self.read += text.len();
-        self.holding = self.states.iter().any(|&s| s >= HOLD_FROM);
+        self.holding = patterns
+            .iter()
+            .zip(&self.states)
+            .any(|(p, &s)| s >= p.hold_from);
         !self.holding && self.queue.is_empty() && self.current.edits.is_empty()
     }
 
@@ -647,16 +662,20 @@ mod tests {
             let got = stream(&mut r, &events).concat();
             assert!(!got.contains(KEY), "{cuts:?}: {got}");
             assert!(got.starts_with("before ") && got.ends_with("[redacted] after"));
-            // At most the first HOLD_FROM - 1 bytes left before the secret was recognised.
+            // At most the first hold_from - 1 bytes left before the secret was recognised.
             let leaked = got.len() - "before [redacted] after".len();
-            assert!(leaked < HOLD_FROM, "{cuts:?}: {got}");
+            assert!(leaked < hold_from(KEY.len()), "{cuts:?}: {got}");
         }
     }
 
     #[test]
     fn held_events_go_out_in_order_when_the_match_breaks_or_the_stream_ends() {
         let mut r = redactor(&[KEY]);
-        assert!(!r.read("use sk-proj-ABC"));
+        assert!(
+            r.read("use sk-proj-ABCDEFGHIJKL"),
+            "20 bytes of 42: not yet held"
+        );
+        assert!(!r.read("M"));
         r.hold(0);
         assert!(r.ready().is_none(), "held while it may be the key");
         assert!(!r.read(""), "a text-less event waits behind");
@@ -668,10 +687,28 @@ mod tests {
         assert_eq!(order, [(0, vec![]), (1, vec![]), (2, vec![])]);
         assert!(r.read("next"));
         // The stream ends inside a partial match: the held text goes out as written.
-        assert!(!r.read("sk-proj-ABCDEF"));
+        assert!(!r.read("sk-proj-ABCDEFGHIJKLMN"));
         r.hold(3);
         r.release();
         assert_eq!(r.ready(), Some((3, vec![])));
+    }
+
+    /// A hold is seen by the client (an event arrives late): a right guess of the key's next byte after its
+    /// public start must look like a wrong one, until half the key is written.
+    #[test]
+    fn a_hold_says_nothing_until_half_the_key_is_written() {
+        let hold = hold_from(KEY.len());
+        for n in 9..hold {
+            let (right, wrong) = (&KEY[..n], format!("{}#", &KEY[..n - 1]));
+            for guess in [right, wrong.as_str()] {
+                let mut r = redactor(&[KEY]);
+                assert!(r.read("say "), "{guess}");
+                assert!(r.read(guess), "{n}: {guess} is held");
+            }
+        }
+        let mut r = redactor(&[KEY]);
+        assert!(!r.read(&KEY[..hold]));
+        assert_eq!((hold_from(16), hold_from(42), hold_from(108)), (8, 21, 24));
     }
 
     #[test]
@@ -707,7 +744,7 @@ mod tests {
         let key = "abababXY12cdefgh";
         let mut r = redactor(&[key]);
         let got = stream(&mut r, &["abababab", "abXY12cd", "efgh!"]).concat();
-        // The key began 4 bytes before the first event ended (under HOLD_FROM: that event went out).
+        // The key began 4 bytes before the first event ended (under its hold_from, 8: that event went out).
         assert_eq!(got, "abababab[redacted]!");
         assert!(!got.contains(key));
     }
