@@ -550,6 +550,59 @@ fn upstream_connections_are_reused() {
     );
 }
 
+/// An HTTP/1.0 client's stream has no chunked framing, its keepalives included: the body is the events
+/// and the keepalive comments as they are, until the connection closes.
+#[test]
+fn an_http_1_0_streams_keepalives_carry_no_chunk_framing() {
+    use std::io::{Read, Write};
+    let dir = fixtures().join("translate/stream_text");
+    let events = common::upstream::split_sse_blocks(
+        &std::fs::read_to_string(dir.join("chat.upstream.sse")).unwrap(),
+    );
+    let (gate_tx, gate_rx) = std::sync::mpsc::channel::<()>();
+    let gate = Mutex::new(Some(gate_rx));
+    let fake = FakeUpstream::start(move |_| Reply::Sse {
+        events: events.clone(),
+        gate: gate.lock().unwrap().take().map(|rx| (1, rx)),
+        abort: false,
+    });
+    let gw = Gateway::start_with_fake(fake.addr, "keepalive_secs = 1");
+    let body =
+        json!({"model": "m-chat", "stream": true, "messages": [{"role": "user", "content": "hi"}]})
+            .to_string();
+    let mut s = gw.connect();
+    write!(
+        s,
+        "POST /v1/chat/completions HTTP/1.0\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        gw.key,
+        body.len()
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&raw).contains(": keepalive") {
+        let n = s.read(&mut buf).unwrap();
+        assert!(
+            n > 0,
+            "closed before a keepalive: {}",
+            String::from_utf8_lossy(&raw)
+        );
+        raw.extend_from_slice(&buf[..n]);
+    }
+    gate_tx.send(()).unwrap();
+    s.read_to_end(&mut raw).unwrap();
+    let raw = String::from_utf8(raw).unwrap();
+    let (head, rest) = raw.split_once("\r\n\r\n").unwrap();
+    assert!(
+        !head.to_ascii_lowercase().contains("transfer-encoding"),
+        "{head}"
+    );
+    assert!(rest.starts_with("data: "), "{rest:?}");
+    assert!(rest.contains("\n\n: keepalive\n\n"), "{rest:?}");
+    assert!(!rest.contains('\r'), "no chunk framing anywhere: {rest:?}");
+    assert!(rest.trim_end().ends_with("data: [DONE]"), "{rest:?}");
+}
+
 /// While the upstream is silent, the client gets keepalives (an SSE comment, or `ping` for Messages
 /// clients), and the stream then completes normally. The fake upstream stays silent until the test has
 /// seen a keepalive through the gateway.

@@ -30,6 +30,8 @@ struct SharedInner {
     stream: Arc<TcpStream>,
     last_write: Instant,
     open: bool,
+    /// The body is chunked (HTTP/1.1); an HTTP/1.0 stream's bytes are written as they are.
+    chunked: bool,
 }
 
 impl SharedStream {
@@ -54,10 +56,14 @@ impl SharedStream {
             return false;
         }
         if g.last_write.elapsed() >= idle {
-            let framed = frame_chunk(chunk);
+            let framed = if g.chunked {
+                frame_chunk(chunk)
+            } else {
+                chunk.to_vec()
+            };
             let sent = match send_nonblocking(&g.stream, &framed) {
                 Ok(0) => return true,
-                // A chunk once begun must be finished, or the framing breaks: the rest (a few bytes at most,
+                // A write once begun must be finished, or the framing breaks: the rest (a few bytes at most,
                 // since the buffer had room for the start) is written normally.
                 Ok(n) => (&*g.stream).write_all(&framed[n..]),
                 Err(e) => Err(e),
@@ -406,6 +412,7 @@ impl ResponseWriter {
                 stream: self.stream.clone(),
                 last_write: Instant::now(),
                 open: true,
+                chunked: !self.http10,
             }),
         });
         self.shared = Some(shared.clone());
