@@ -546,6 +546,9 @@ impl Inner {
                 if conn.started() && conn.deadline <= now {
                     if let Some(w) = conn.writer.as_mut() {
                         w.reset(false, false);
+                        // One thread keeps time for every connection: a client that reads nothing must
+                        // not stop it (its 408 is dropped if its socket buffer is full).
+                        w.never_wait();
                         let msg = "request not received in time";
                         send_rendered(w, None, 408, msg, &*self.render_error, &[]);
                     }

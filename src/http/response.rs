@@ -394,6 +394,13 @@ impl ResponseWriter {
         self.status = status;
     }
 
+    /// From now on no write waits for the client: what its socket buffer has no room for is dropped and the
+    /// write fails. For an answer sent just before the connection closes by a thread that must never wait
+    /// (the HTTP timer's 408): a client that reads nothing cannot hold it.
+    pub(crate) fn never_wait(&mut self) {
+        let _ = self.stream.set_nonblocking(true);
+    }
+
     /// A second handle on the client's socket (for watching whether the client is still there).
     pub fn socket(&self) -> Arc<TcpStream> {
         self.stream.clone()
@@ -680,6 +687,22 @@ mod tests {
         });
         let (stream, _) = listener.accept().unwrap();
         (ResponseWriter::new(stream), reader)
+    }
+
+    /// A writer that must never wait gives up at once on a client whose socket buffer is full.
+    #[test]
+    fn a_writer_that_never_waits_gives_up_on_a_full_socket() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (stream, _) = listener.accept().unwrap();
+        stream.set_nonblocking(true).unwrap();
+        let chunk = [b'x'; 64 * 1024];
+        while send_nonblocking(&stream, &chunk).unwrap() > 0 {}
+        stream.set_nonblocking(false).unwrap();
+        let mut w = ResponseWriter::new(stream);
+        w.never_wait();
+        assert!(w.send(408, &[], b"request not received in time").is_err());
+        drop(client);
     }
 
     /// A large answer held back and then written goes out whole, and the idle connection does not keep
