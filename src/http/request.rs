@@ -517,6 +517,13 @@ impl ChunkedDecoder {
                         }
                         return Ok((pos, false));
                     };
+                    let line = &input[pos..pos + line_end];
+                    if line_end > 0 && !trailer_field(line) {
+                        return Err(HttpError::BadRequest(format!(
+                            "invalid trailer field {:?}",
+                            String::from_utf8_lossy(line)
+                        )));
+                    }
                     pos += line_end + 2;
                     if line_end == 0 {
                         self.state = ChunkState::Done;
@@ -538,6 +545,11 @@ fn chunk_size(line: &[u8]) -> Result<u64, HttpError> {
         ))
     };
     let body = &line[..line.len() - 2];
+    // A CR or LF (or another control byte) inside the line: something in front of tollgate may have ended
+    // the line there, and read the body differently.
+    if body.iter().any(|&b| control(b)) {
+        return Err(bad());
+    }
     let (size, ext) = match body.iter().position(|&b| b == b';') {
         Some(i) => (&body[..i], true),
         None => (body, false),
@@ -551,6 +563,22 @@ fn chunk_size(line: &[u8]) -> Result<u64, HttpError> {
     match httparse::parse_chunk_size(line) {
         Ok(httparse::Status::Complete((_, n))) => Ok(n),
         _ => Err(bad()),
+    }
+}
+
+/// A control byte other than HTAB (RFC 9110 allows none in a field or a chunk extension).
+fn control(b: u8) -> bool {
+    (b < 0x20 && b != b'\t') || b == 0x7f
+}
+
+/// Whether a trailer line (without its CRLF) is a field: a token, a colon, a value without control bytes.
+fn trailer_field(line: &[u8]) -> bool {
+    let tchar = |b: &u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b);
+    match line.iter().position(|&b| b == b':') {
+        Some(colon) if colon > 0 => {
+            line[..colon].iter().all(tchar) && !line[colon + 1..].iter().any(|&b| control(b))
+        }
+        _ => false,
     }
 }
 
@@ -678,6 +706,34 @@ mod tests {
             assert_eq!(&pending[used..], b"NEXT");
             assert_eq!(out, b"hello world");
         }
+    }
+
+    /// A bare LF or CR inside a size line or a trailer (where a proxy in front might end the line, and
+    /// read a different body) is refused, not read past.
+    #[test]
+    fn control_bytes_inside_chunk_lines_are_refused() {
+        for body in [
+            &b"2;\nxx\r\n45\r\n0\r\n\r\n"[..],
+            b"2;a\rb\r\nxx\r\n0\r\n\r\n",
+            b"2;a\x00\r\nxx\r\n0\r\n\r\n",
+            b"0\r\nX\n\r\n\r\n",
+            b"0\r\nno colon\r\n\r\n",
+            b"0\r\n: no name\r\n\r\n",
+            b"0\r\nName: a\rb\r\n\r\n",
+        ] {
+            let mut out = Vec::new();
+            let err = ChunkedDecoder::default()
+                .feed(body, &mut out, 1000)
+                .unwrap_err();
+            assert_eq!(err.status(), 400, "{:?}", String::from_utf8_lossy(body));
+        }
+        let mut out = Vec::new();
+        let ok = b"2;name=\"v\"\t\r\nxx\r\n0\r\nName: a\tb\r\n\r\n";
+        assert_eq!(
+            ChunkedDecoder::default().feed(ok, &mut out, 1000).unwrap(),
+            (ok.len(), true)
+        );
+        assert_eq!(out, b"xx");
     }
 
     #[test]
