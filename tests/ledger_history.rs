@@ -399,6 +399,12 @@ fn a_kill_during_a_checkpoint_write_loses_nothing() {
         "{\"version\":1,\"seq\":9,\"offset\":99999,\"tot",
     )
     .unwrap();
+    // A compression of a rotated file cut short, and a temporary file that is not the ledger's.
+    let gz_temp = data_dir
+        .join(".usage-00000001-20260101T000000Z-20260102T000000Z.jsonl.gz.Ab3dEf9hIj2kLm4n.tmp");
+    std::fs::write(&gz_temp, [0x1f, 0x8b, 8]).unwrap();
+    let not_ours = data_dir.join(".notes.txt.Ab3dEf9hIj2kLm4n.tmp");
+    std::fs::write(&not_ours, "mine").unwrap();
     let still: Value = serde_json::from_slice(&std::fs::read(&cp_path).unwrap()).unwrap();
     assert_eq!(
         still["totals"]["records"], covered,
@@ -410,6 +416,8 @@ fn a_kill_during_a_checkpoint_write_loses_nothing() {
     assert_eq!(number_before(&l, "records replayed"), made - covered, "{l}");
     assert_eq!(number_before(&l, "records in all"), made, "{l}");
     assert!(temps(&data_dir).is_empty(), "cut-short checkpoints removed");
+    assert!(!gz_temp.exists(), "a cut-short compression removed");
+    assert!(not_ours.exists(), "what is not the ledger's is left alone");
     let (spent2, _, _) = balance(&gw, "default");
     assert!(close(spent2, spent), "{spent2} vs {spent}");
     let records = all_records(&data_dir);
