@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
+use super::checkpoint::CHECKPOINT_FILE;
 use super::totals::Totals;
 use super::LEDGER_FILE;
 
@@ -100,6 +101,42 @@ pub fn parse_name(name: &str) -> Option<(u64, u64, u64, bool)> {
         return None;
     }
     Some((seq.parse().ok()?, from, to, compressed))
+}
+
+/// Removes the temporary files a crash cut short (they are never read): of checkpoints, of compressions of
+/// rotated files, of the active file made again. Their names are `.{name}.{random}.tmp`
+/// (`util::create_filled`), `name` one of the ledger's own; nothing else in the directory is touched.
+pub fn remove_temps(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        let Some(of) = temp_of(&name) else {
+            continue;
+        };
+        let what = if of == CHECKPOINT_FILE {
+            "a checkpoint a stop cut short (the previous one is used)"
+        } else if of.ends_with(".gz") {
+            "a compression a stop cut short (the plain file is kept, and compressed again)"
+        } else {
+            "a copy of the ledger a stop cut short"
+        };
+        match std::fs::remove_file(e.path()) {
+            Ok(()) => log::info!("usage ledger: removed {name}, {what}"),
+            Err(err) => log::warn!("usage ledger: cannot remove {name}: {err}"),
+        }
+    }
+}
+
+/// The ledger file a temporary file's name stands for (`.usage.jsonl.Ab3….tmp` → `usage.jsonl`), if it is
+/// one of the ledger's own.
+fn temp_of(name: &str) -> Option<&str> {
+    let inner = name.strip_prefix('.')?.strip_suffix(".tmp")?;
+    let (of, random) = inner.rsplit_once('.')?;
+    let ours = of == CHECKPOINT_FILE || of == LEDGER_FILE || parse_name(of).is_some();
+    (ours && !random.is_empty() && random.bytes().all(|b| b.is_ascii_alphanumeric())).then_some(of)
 }
 
 /// The rotated files in `dir`, oldest first. A file both plain and compressed (a compression cut short

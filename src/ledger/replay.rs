@@ -39,7 +39,7 @@ struct From {
 /// changed (for `tollgate keys list` next to a running server).
 pub(super) fn start(dir: &Path, repair: bool, now: u64) -> io::Result<Start> {
     if repair {
-        checkpoint::remove_temps(dir);
+        files::remove_temps(dir);
     }
     let segments = files::segments(dir)?;
     let cp = match checkpoint::read(dir) {
