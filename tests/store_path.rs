@@ -1357,3 +1357,70 @@ fn an_allotment_takes_its_requests_and_tokens_as_window_entries_and_gives_back_t
     assert_eq!(redis.hget("t:winv:k", "a3:2:1"), "");
     assert_eq!(redis.hget("t:res:k", "a3"), "");
 }
+
+/// An instance that drains (SIGTERM) keeps renewing the leases of the requests still running, so no other
+/// instance sweeps their reservations as a dead instance's: a running request's lease deadline moves on
+/// after the drain began, and the request then ends with its answer.
+#[test]
+fn a_draining_instance_keeps_renewing_the_leases_of_its_running_requests() {
+    let redis = Redis::start(false);
+    let held = Held::start();
+    let dir = TempDir::new("store-path-drain");
+    let mut c = config(dir.path(), &redis, "gw-drain", "shutdown_grace_secs = 120");
+    c.push_str(&held.config());
+    let mut gw = Gateway::spawn_with(dir, &c);
+    let key = gw.add_key("draining", "limited", Some(1000.0));
+    let mut s = std::net::TcpStream::connect(gw.addr).unwrap();
+    let body =
+        json!({"model": "held", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]});
+    let auth = format!("Bearer {key}");
+    common::send_request(
+        &mut s,
+        "POST",
+        "/v1/chat/completions",
+        &[
+            ("authorization", &auth),
+            ("content-type", "application/json"),
+        ],
+        body.to_string().as_bytes(),
+        false,
+    );
+    let client =
+        std::thread::spawn(move || common::read_response(&mut std::io::BufReader::new(s)).status);
+    wait_for(
+        || held.fake.received().len() == 1,
+        "the request at the upstream",
+    );
+    let lease_key = "t:lease:draining";
+    let live_past = |ms: u128| {
+        common::redis::resp(
+            redis.port,
+            None,
+            &["ZCOUNT", lease_key, &ms.to_string(), "+inf"],
+        )
+        .and_then(|r| r.first().cloned())
+            == Some("1".to_string())
+    };
+    let now_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis()
+    };
+    assert!(live_past(now_ms()), "the request's lease is held");
+    let drain_began = now_ms();
+    common::signal(gw.pid(), "TERM");
+    wait_for(|| gw.all_logs().contains("draining"), "the drain began");
+    // A lease of 5 s renewed after the drain began ends 5 s after that at the earliest.
+    wait_for(
+        || live_past(drain_began + 5_000),
+        "the lease renewed while draining",
+    );
+    held.open();
+    assert_eq!(client.join().unwrap(), 200);
+    assert_eq!(
+        common::wait_exit(gw.child(), Duration::from_secs(60)),
+        Some(0),
+        "the drain ends once the request is done"
+    );
+}

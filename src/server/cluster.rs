@@ -17,7 +17,6 @@
 //! ledger's records as they are synced.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -446,7 +445,10 @@ fn look_loop(gw: &Gateway, store: &Store, keys: u64, overrides: u64) {
     let mut last_renew = Instant::now();
     let mut renew_failed = false;
     let renew_every = (store.settings().lease / 3).min(CLAIM_TTL / 3);
-    while !gw.state.shutting_down.load(Ordering::SeqCst) {
+    // Until the instance leaves the store (`leave`, after the drain), not only until the drain begins: the
+    // requests still running while it drains keep their leases, or another instance would sweep their
+    // reservations and concurrency slots as a dead instance's.
+    while !store.stopping() {
         std::thread::sleep(LOOK_EVERY);
         let Ok(v) = store.versions() else { continue };
         if !epoch_ok(store, &mut seen, v.epoch.as_deref(), &dir) {
