@@ -71,18 +71,18 @@ fn calls(seen: &[Vec<String>], name: &str) -> Calls {
         let keys = &a[3..3 + n];
         let args = &a[3 + n..];
         if n == 7 && keys[0] == acct && keys[6] == "t:terms" {
-            // n, 12 values the admissions share, 3 of each admission, then 6 of each settlement.
+            // n, 12 values the admissions share, 3 of each admission, then 7 of each settlement.
             let count: usize = args[0].parse().unwrap();
             c.admission_calls.push(count);
             c.admissions
                 .extend((0..count).map(|i| args[13 + 3 * i].clone()));
             c.carried
-                .extend(args[13 + 3 * count..].chunks(6).map(|s| s[0].clone()));
+                .extend(args[13 + 3 * count..].chunks(7).map(|s| s[0].clone()));
         } else if n == 7 && keys[0] == acct && keys[4] == "t:terms" {
             c.allot_calls += 1;
         } else if n % 5 == 0 && keys.first().is_some_and(|k| k.starts_with("t:acct:")) {
             c.settle_calls += 1;
-            for (k, s) in keys.chunks(5).zip(args.chunks(6)) {
+            for (k, s) in keys.chunks(5).zip(args.chunks(7)) {
                 if k[0] == acct {
                     c.alone.push(s[0].clone());
                 }
@@ -1024,6 +1024,7 @@ fn a_reservation_is_held_again_only_while_it_is_the_marker_d() {
         "d1",
         "w1",
         "m1",
+        "",
     ]);
     assert_eq!(settled.as_deref(), Some(":1"));
     assert_eq!(redis.hget("t:res:k", "settling"), "s");
@@ -1104,6 +1105,15 @@ fn a_busy_key_is_admitted_from_an_allotment_and_each_request_counted_once() {
         assert_eq!(lines.len(), sent, "{name}");
         assert_eq!(stream(&redis), ledger_lines(&data), "{name}");
         assert_spent_is_the_ledgers_sum(&gw, name, &lines);
+        // Every request, drawn or admitted, was settled by a settlement (its cost counted at its end), not
+        // left to its record's shipping.
+        let settled: std::collections::HashSet<&String> =
+            c.carried.iter().chain(&c.alone).collect();
+        for l in &lines {
+            let v: Value = serde_json::from_str(l).unwrap();
+            let id = v["request_id"].as_str().unwrap().to_string();
+            assert!(settled.contains(&id), "{name}: {id} was not settled");
+        }
         if group == "limited" {
             // Each request is in the window once: a slice's entries of requests not drawn went.
             let card = redis.int(&["ZCARD", &format!("t:win:{name}")]) as usize;
@@ -1212,19 +1222,61 @@ fn an_allotment_takes_half_of_what_is_left_and_shipped_records_take_their_cost_o
         ]);
         assert_eq!(reply.as_deref(), Some("*2"));
     };
-    // A drawn request's record: its cost counts, and leaves the allotment.
+    // A drawn request's record, shipped before its settlement: its cost counts, and leaves the allotment;
+    // the marker 'p' makes the settlement, when it comes, count nothing (and go).
     ship_one("0", "10", "r1", "300");
     assert_eq!(redis.hget("t:acct:k", "spent"), "1300");
     held("3700 0 9", "4700", "11");
+    assert_eq!(redis.hget("t:res:k", "r1"), "p");
+    let settle = format!(
+        "{money}\n{}\n{}",
+        include_str!("../src/store/lua/settle_many.lua"),
+        include_str!("../src/store/lua/settle.lua")
+    );
+    let settle_drawn = |id: &str, cost: &str| {
+        redis.command(&[
+            "EVAL",
+            &settle,
+            "5",
+            "t:acct:k",
+            "t:res:k",
+            "t:lease:k",
+            "t:winv:k",
+            "t:per:k",
+            id,
+            cost,
+            "5",
+            "d1",
+            "w1",
+            "m1",
+            "a1",
+        ])
+    };
+    assert_eq!(settle_drawn("r1", "300").as_deref(), Some(":0"));
+    assert_eq!(redis.hget("t:acct:k", "spent"), "1300");
+    assert_eq!(redis.hget("t:res:k", "r1"), "");
+    held("3700 0 9", "4700", "11");
+    // One settled first (the usual order): its cost counts then, out of the allotment, and leaves 's'; its
+    // record, shipped, counts nothing and takes the marker away. Sent twice, the settlement counts once.
+    assert_eq!(settle_drawn("r3", "250").as_deref(), Some(":1"));
+    assert_eq!(settle_drawn("r3", "250").as_deref(), Some(":0"));
+    assert_eq!(redis.hget("t:acct:k", "spent"), "1550");
+    assert_eq!(redis.hget("t:per:k", "d1"), "550");
+    held("3450 0 9", "4450", "11");
+    assert_eq!(redis.hget("t:res:k", "r3"), "s");
+    ship_one("10", "15", "r3", "250");
+    assert_eq!(redis.hget("t:acct:k", "spent"), "1550");
+    assert_eq!(redis.hget("t:res:k", "r3"), "");
+    held("3450 0 9", "4450", "11");
     // Given back: 2000 and four slots.
     call(["1", "2000", "4", "0", "0", "0", ""]);
-    held("1700 0 5", "2700", "7");
+    held("1450 0 5", "2450", "7");
     // The credit cut below what is spent and held: nothing more is taken, nothing is lost.
     assert!(redis
         .command(&["HSET", "t:terms", "k", "2000||||a"])
         .is_some());
     call(["1", "0", "0", "1000", "0", "100", ""]);
-    held("1700 0 5", "2700", "7");
+    held("1450 0 5", "2450", "7");
     // Ended: all it holds goes back, the entry with it.
     call(["1", "0", "0", "0", "0", "0", "1"]);
     held("", "1000", "2");
@@ -1233,10 +1285,10 @@ fn an_allotment_takes_half_of_what_is_left_and_shipped_records_take_their_cost_o
         Some("")
     );
     // A record of it shipped after that counts its cost alone.
-    ship_one("10", "20", "r2", "200");
-    assert_eq!(redis.hget("t:acct:k", "spent"), "1500");
+    ship_one("15", "20", "r2", "200");
+    assert_eq!(redis.hget("t:acct:k", "spent"), "1750");
     held("", "1000", "2");
-    assert_eq!(redis.int(&["XLEN", "t:usage"]), 2);
+    assert_eq!(redis.int(&["XLEN", "t:usage"]), 3);
     // An allotment whose lease ran out (its instance could not renew it), asked for by its instance: the
     // call's own look gives it back, and says it is gone; what the look gave back is written.
     for cmd in [

@@ -111,6 +111,8 @@ pub(super) struct Pending {
     pub(super) tokens: u64,
     pub(super) admitted_at: u64,
     pub(super) since: Instant,
+    /// The allotment the request was drawn from (empty: it was admitted with a reservation of its own).
+    pub(super) allot: String,
 }
 
 /// A key's balance as the store has it.
@@ -289,14 +291,20 @@ impl Store {
     /// sent, the reservation stays held and renewed; if it never is (a crash), the request's record settles
     /// it when shipped.
     pub fn settle(&self, key: &str, id: &str, cost: Money, tokens: u64, admitted_at: u64) {
-        lock(&self.pending).push(Pending {
+        self.queue_settlement(Pending {
             key: key.to_string(),
             id: id.to_string(),
             cost,
             tokens,
             admitted_at,
             since: Instant::now(),
+            allot: String::new(),
         });
+    }
+
+    /// Queues a settlement (see [`Store::settle`]; a drawn request's: `allot/`).
+    pub(super) fn queue_settlement(&self, p: Pending) {
+        lock(&self.pending).push(p);
         let _ = self.settle_wake.0.try_send(());
     }
 
@@ -312,8 +320,8 @@ impl Store {
     }
 
     /// What a settlement sends (see `lua/settle_many.lua`): id, cost, tokens, the period fields of its
-    /// admission.
-    pub(super) fn settle_args(p: &Pending) -> [String; 6] {
+    /// admission, the allotment it was drawn from.
+    pub(super) fn settle_args(p: &Pending) -> [String; 7] {
         let field = |per| period_field(per, p.admitted_at);
         [
             p.id.clone(),
@@ -322,6 +330,7 @@ impl Store {
             field(Period::Daily),
             field(Period::Weekly),
             field(Period::Monthly),
+            p.allot.clone(),
         ]
     }
 
@@ -525,6 +534,7 @@ mod tests {
             tokens: 0,
             admitted_at: 0,
             since: Instant::now(),
+            allot: String::new(),
         }
     }
 

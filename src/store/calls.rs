@@ -175,10 +175,13 @@ impl Store {
                 });
                 match &answer {
                     Ok(_) => {
+                        let sent = settles.sent();
                         let mut leases = lock(&self.leases);
-                        for p in settles.sent() {
+                        for p in &sent {
                             leases.remove(&p.id);
                         }
+                        drop(leases);
+                        self.drawn_settled(sent.iter().filter(|p| !p.allot.is_empty()));
                     }
                     Err(e) => {
                         let n = settles.items().len();
@@ -198,7 +201,7 @@ impl Store {
     pub(super) fn settle_call(&self, settles: Carried) -> Call {
         let n = settles.items().len();
         let mut keys = Vec::with_capacity(n * 5);
-        let mut args = Vec::with_capacity(n * 6);
+        let mut args = Vec::with_capacity(n * 7);
         for p in settles.items() {
             let k = self.account_keys(&p.key);
             keys.extend([k.acct, k.res, k.lease, k.winv, k.per]);

@@ -10,9 +10,11 @@ use redis::{FromRedisValue, Value};
 use super::{Claim, Store, StoreError};
 
 /// The layout of the store's data this version writes (`claim_format`). 2: allotments (an allotment's
-/// reservation holds several concurrency slots, `lua/allot.lua`); 1 is never written (the versions before
-/// formats wrote none). Raise it with any change of layout that an older version would misread.
-pub const STORE_FORMAT: u64 = 2;
+/// reservation holds several concurrency slots, `lua/allot.lua`); 3: requests drawn from an allotment are
+/// settled like the others, and a record that counted one first leaves the marker 'p' (`lua/money.lua`);
+/// 1 is never written (the versions before formats wrote none). Raise it with any change of layout that an
+/// older version would misread.
+pub const STORE_FORMAT: u64 = 3;
 
 impl Store {
     /// Sets the epoch if the store has none; returns the epoch in force.

@@ -246,8 +246,10 @@ impl Store {
                 field(Period::Monthly),
                 ts.to_string(),
                 json.to_string(),
-                // The allotment its request was drawn from, while this process knows it (not after a
-                // restart: that allotment is given back whole by its lease, see `allot/`).
+                // The allotment its request was drawn from, while it is not settled (a record shipped
+                // first counts its cost, out of the allotment; after a restart none is known, and an
+                // unsettled request's record counts its cost alone: its allotment's lease gave back what it
+                // held).
                 self.allotment_of(id).unwrap_or_default(),
             ],
             id: Some(id.to_string()),
@@ -351,12 +353,6 @@ impl Store {
             if let Some(id) = &it.id {
                 self.shipped(id);
             }
-        }
-        // The shipped records' costs are out of their allotments now; a batch that failed (or found the
-        // cursor elsewhere) is sent again with them.
-        if matches!(&result, Ok((reply,)) if reply.first().is_some_and(|v| matches!(String::from_redis_value(v.clone()).as_deref(), Ok("1"))))
-        {
-            self.records_shipped(batch.iter().filter_map(|it| it.id.as_deref()));
         }
         let reply = match result {
             Ok((reply,)) => reply,

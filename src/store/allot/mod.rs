@@ -19,14 +19,17 @@
 //! once they end).
 //!
 //! The money: the entry holds what is not drawn yet, the worst cases of the drawn requests still running,
-//! and the costs of the ended ones whose records are not shipped yet. A drawn request's end gives its
-//! unused worst case back to the slice here; its record, shipped (`lua/ship.lua`, which is told the
-//! allotment of each record drawn from one), counts its cost into the spend and takes it out of the entry.
-//! The key's spend in the store so grows when the records ship (about `ledger_sync_ms` after the answers),
-//! and until then the costs are held, so no other admission can spend them. A slice whose call failed is
-//! not used again (its lease gives it back); one given back by another instance's look for dead leases
-//! (this one could not renew it) is replaced by a new one, and its requests still running are unheld until
-//! they end (their records count them).
+//! and the costs of the ended ones whose settlements have not reached the store yet. A drawn request's end
+//! gives its unused worst case back to the slice here, and settles it as any request is settled (with the
+//! settler thread, within `SETTLE_AFTER`; `lua/settle_many.lua`, told the allotment): its cost counts into
+//! the spend and leaves the entry, and its record, when shipped, counts nothing. So the store counts a drawn
+//! request's cost as soon as an admitted one's, whatever the ledger and the shipper do (a full disk, a
+//! shipper behind, a crash before the last records were synced), and an allotment ends once its requests
+//! have ended and are settled. A record shipped before its request's settlement (`lua/ship.lua`, told the
+//! allotment of each record drawn from one) counts the cost and takes it out of the entry instead, and the
+//! settlement then counts nothing. A slice whose call failed is not used again (its lease gives it back);
+//! one given back by another instance's look for dead leases (this one could not renew it) is replaced by a
+//! new one, and its requests still running are unheld until they end (their settlements count them).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -49,13 +52,8 @@ const MIN_CONCURRENT: u64 = 16;
 const MIN_SLICE: u64 = 4;
 const FIRST_SLICE: u64 = 16;
 const MAX_SLICE: u64 = 4096;
-/// An allotment whose requests have ended ends this long after its time even while some of their records
-/// are not known to be shipped (a shipping call that failed after the records went through does not say
-/// which did): what it still holds for them goes back, and those records, shipped, count their costs alone.
-const END_AFTER: Duration = Duration::from_secs(5);
 
-/// This instance's allotments, per key name, and the requests drawn from them whose records are not
-/// shipped yet.
+/// This instance's allotments, per key name, and the requests drawn from them that are not settled yet.
 #[derive(Default)]
 pub(super) struct Allotments {
     keys: Mutex<HashMap<String, Allot>>,
@@ -72,10 +70,8 @@ struct Drawn {
     /// The slice it was drawn from, and its token estimate counted there (0 without a tpm limit).
     grant: u64,
     tokens: u64,
-    /// The request ended (its worst case went back to the slice), and its record was shipped: each may
-    /// come first (the record is written before the request's end is counted).
-    ended: bool,
-    shipped: bool,
+    /// When it was admitted (Unix seconds): the budget periods its cost counts in.
+    at: u64,
 }
 
 /// What `allot.lua` answered.
@@ -160,7 +156,7 @@ impl Store {
         // The key's numbers before this request counts, as admission reports them.
         let admission = a.admission();
         if a.take(cost, est, slot, kind, now) {
-            let drawn = self.drawn_of(key, a, cost, est, slot);
+            let drawn = self.drawn_of(key, a, cost, est, slot, limits.now);
             drop(keys);
             self.note_drawn(id, drawn);
             return Ok(Some(admission));
@@ -182,7 +178,7 @@ impl Store {
             // longer counted here.
             a.id = crate::util::new_id(&format!("allot:{}:", self.instance));
             a.running = 0;
-            a.unshipped = 0;
+            a.unsettled = 0;
             a.draws = 0;
             a.grant = 0;
             a.grant_taken = 0;
@@ -280,14 +276,14 @@ impl Store {
         if a.dry {
             return Ok(None);
         }
-        let drawn = self.drawn_of(key, a, cost, est, slot);
+        let drawn = self.drawn_of(key, a, cost, est, slot, limits.now);
         drop(keys);
         self.note_drawn(id, drawn);
         Ok(Some(admission))
     }
 
     /// What is followed of a request just drawn from `a`.
-    fn drawn_of(&self, key: &str, a: &Allot, cost: Money, est: u64, slot: bool) -> Drawn {
+    fn drawn_of(&self, key: &str, a: &Allot, cost: Money, est: u64, slot: bool, at: u64) -> Drawn {
         Drawn {
             key: key.to_string(),
             allot: a.id.clone(),
@@ -295,8 +291,7 @@ impl Store {
             slot,
             grant: a.grant,
             tokens: if a.kind.tpm { est } else { 0 },
-            ended: false,
-            shipped: false,
+            at,
         }
     }
 
@@ -305,28 +300,39 @@ impl Store {
     }
 
     /// The end of a request drawn from an allotment: what its worst case did not spend (`actual`; None: it
-    /// ended without a record, nothing spent) goes back to the slice, and its slot. Its record, shipped,
-    /// counts the cost in the store.
+    /// ended without a record, nothing spent) goes back to the slice, and its slot; with a record, it is
+    /// settled (queued for the settler: its cost counts in the store, out of the allotment's entry).
     pub fn end_drawn(&self, id: &str, actual: Option<(Money, u64)>) {
         let mut drawn = lock(&self.allots.drawn);
-        let Some(d) = drawn.get_mut(id) else {
+        let Some(d) = drawn.get(id) else {
             return;
         };
         let (key, allot, cost, slot) = (d.key.clone(), d.allot.clone(), d.cost, d.slot);
-        let (grant, est) = (d.grant, d.tokens);
-        d.ended = true;
-        // Without a record (released), or with its record shipped already: nothing more to follow.
-        if actual.is_none() || d.shipped {
+        let (grant, est, at) = (d.grant, d.tokens, d.at);
+        // Without a record (released): nothing more to follow. With one, followed until it is settled (its
+        // record, shipped meanwhile, is told its allotment).
+        if actual.is_none() {
             drawn.remove(id);
         }
         drop(drawn);
+        if let Some((spent, tokens)) = actual {
+            self.queue_settlement(super::accounts::Pending {
+                key: key.clone(),
+                id: id.to_string(),
+                cost: spent,
+                tokens,
+                admitted_at: at,
+                since: Instant::now(),
+                allot: allot.clone(),
+            });
+        }
         let mut keys = lock(&self.allots.keys);
         let Some(a) = keys.get_mut(&key).filter(|a| a.id == allot) else {
             return;
         };
         a.running = a.running.saturating_sub(1);
-        if actual.is_none() {
-            a.unshipped = a.unshipped.saturating_sub(1);
+        if actual.is_some() {
+            a.unsettled += 1;
         }
         // Its tokens in the window become the real ones (none without a record), sent with the next call.
         if est > 0 {
@@ -347,31 +353,22 @@ impl Store {
         }
     }
 
-    /// The allotment request `id` was drawn from, while its record is not shipped.
+    /// The allotment request `id` was drawn from, while it is not settled.
     pub(super) fn allotment_of(&self, id: &str) -> Option<String> {
         lock(&self.allots.drawn).get(id).map(|d| d.allot.clone())
     }
 
-    /// The records of requests `ids` are shipped: their costs are out of their allotments.
-    pub(super) fn records_shipped<'a>(&self, ids: impl Iterator<Item = &'a str>) {
-        let mut done: Vec<(String, String)> = Vec::new();
+    /// Settlements of drawn requests reached the store: they are settled, and their allotments may end.
+    pub(super) fn drawn_settled<'a>(
+        &self,
+        settled: impl Iterator<Item = &'a super::accounts::Pending>,
+    ) {
+        let mut done: Vec<(&str, &str)> = Vec::new();
         {
             let mut drawn = lock(&self.allots.drawn);
-            if drawn.is_empty() {
-                return;
-            }
-            for id in ids {
-                let Some(d) = drawn.get_mut(id) else {
-                    continue;
-                };
-                if d.shipped {
-                    continue;
-                }
-                d.shipped = true;
-                done.push((d.key.clone(), d.allot.clone()));
-                // A request whose end is not counted yet keeps its entry until it is (`end_drawn`).
-                if d.ended {
-                    drawn.remove(id);
+            for p in settled {
+                if drawn.remove(&p.id).is_some() {
+                    done.push((&p.key, &p.allot));
                 }
             }
         }
@@ -380,8 +377,8 @@ impl Store {
         }
         let mut keys = lock(&self.allots.keys);
         for (key, allot) in done {
-            if let Some(a) = keys.get_mut(&key).filter(|a| a.id == allot) {
-                a.unshipped = a.unshipped.saturating_sub(1);
+            if let Some(a) = keys.get_mut(key).filter(|a| a.id == allot) {
+                a.unsettled = a.unsettled.saturating_sub(1);
             }
         }
     }
@@ -407,8 +404,9 @@ impl Store {
     }
 
     /// Gives back what allotments over their time no longer need (the store thread, at each look; `all`:
-    /// every allotment, at shutdown): an allotment none of whose requests runs or waits for its record to
-    /// ship ends, the others give back what is not drawn. Keys neither busy nor allotted are forgotten.
+    /// every allotment, at shutdown, after the settlements were sent): an allotment none of whose requests
+    /// runs or waits for its settlement ends, the others give back what is not drawn. Keys neither busy nor
+    /// allotted are forgotten.
     pub fn return_allotments(&self, all: bool) {
         let now = Instant::now();
         let mut todo = Vec::new();
@@ -419,8 +417,9 @@ impl Store {
                 if !a.live || a.asking || (now < a.until && !all) {
                     continue;
                 }
-                let end = a.running == 0
-                    && (a.unshipped == 0 || all || now.duration_since(a.until) >= END_AFTER);
+                // At shutdown, settlements that could not be sent are left to their records (each counts
+                // its cost when shipped, now or at the next start): what the entry holds for them goes back.
+                let end = a.running == 0 && (a.unsettled == 0 || all);
                 if !end && a.free == Money::ZERO && a.slots == 0 && !a.window_owed() {
                     continue;
                 }
@@ -470,7 +469,7 @@ impl Store {
                     Ok(_) => {
                         keys.remove(&key);
                         drop(keys);
-                        // Its records still to ship (if any) count their costs alone.
+                        // Its requests still to settle (if any: at shutdown) are left to their records.
                         lock(&self.allots.drawn).retain(|_, d| d.allot != id);
                     }
                     Err(e) => {

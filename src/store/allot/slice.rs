@@ -52,9 +52,9 @@ pub(super) struct Allot {
     pub(super) draws: u64,
     /// The last call left nothing to draw from: until `until`, every admission asks the store.
     pub(super) dry: bool,
-    /// Drawn requests still running, and those whose record is not shipped (nor released) yet.
+    /// Drawn requests still running, and those ended whose settlement has not reached the store yet.
     pub(super) running: u64,
-    pub(super) unshipped: u64,
+    pub(super) unsettled: u64,
     /// Admissions counted for `BUSY`.
     pub(super) burst: u32,
     pub(super) burst_at: Instant,
@@ -89,7 +89,7 @@ impl Allot {
             draws: 0,
             dry: false,
             running: 0,
-            unshipped: 0,
+            unsettled: 0,
             burst: 0,
             burst_at: now,
             spent: Money::ZERO,
@@ -141,7 +141,6 @@ impl Allot {
         }
         self.draws += 1;
         self.running += 1;
-        self.unshipped += 1;
         true
     }
 

@@ -3,8 +3,9 @@
 -- round trip each (store/allot/). This call gives back what the instance no longer needs of it, then
 -- takes what it asks for, judged as admission judges (admit.lua): the key's terms (credit, own budget,
 -- expiry, state) are the store's. The entry holds, at every moment, what the instance has not drawn yet,
--- the worst cases of the requests drawn and still running, and the costs of the drawn requests whose
--- records are not shipped yet; each shipped record takes its cost out of it (ship.lua) and into the spend.
+-- the worst cases of the requests drawn and still running, and the costs of the drawn requests that ended
+-- and whose settlements have not come yet; each settlement (settle_many.lua), or a record that comes
+-- before it (ship.lua), takes its cost out of it and into the spend.
 -- An allotment takes at most half of what is left of the key's credit, budget, slots, requests or tokens in
 -- the rate window, so other instances always find room; nothing (and admission asks the store again for
 -- each request) when that half is less than the instance's smallest useful slice.
@@ -21,8 +22,8 @@
 --       12 '1' when the instance holds the allotment already (then 13 and 14 are given back from it),
 --       13 money given back, 14 slots given back, 15 money asked for, 16 slots asked for, 17 the smallest
 --       money slice worth taking, 18 '1' to end the allotment: whatever its entry still holds is given back
---       and the entry goes (the instance ends it only when none of its requests runs and every record of
---       them is shipped), 19 rpm ('' none), 20 tpm ('' none), 21 the new slice's number, 22 requests asked
+--       and the entry goes (the instance ends it only when none of its requests runs and every one of them
+--       is settled), 19 rpm ('' none), 20 tpm ('' none), 21 the new slice's number, 22 requests asked
 --       for, 23 tokens asked for, 24 the smallest tokens slice worth taking, 25 the number of the slice
 --       before ('' none, or it gave its window entries back already), 26 how many requests it took, 27 how
 --       many of them were not drawn, 28 allot ms (how long the new slice is drawn from), then pairs:

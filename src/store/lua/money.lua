@@ -51,13 +51,14 @@ local function hadd(key, field, s, a)
 end
 -- A reservation entry: "<cost> <tokens> <slots>", the concurrency slots it holds (a request's: 0 or 1; an
 -- allotment's, allot.lua: any number). Beside entries,
--- res holds markers: 's', a request settled (its record, when shipped, counts nothing), and 'd', a
+-- res holds markers: 's', a request settled (its record, when shipped, counts nothing), 'd', a
 -- reservation given back by a look for dead leases (its instance may still run the request and hold it
--- again, `rehold.lua`). A 'd' keeps a lease of its own and goes at the first look after that runs out; the
--- request's settlement makes it 's', and its release or its shipped record (which then counts the cost)
--- removes it.
+-- again, `rehold.lua`), and 'p', a request drawn from an allotment whose record was shipped (and counted its
+-- cost) before its settlement came (which then counts nothing, and removes it). A 'd' keeps a lease of its
+-- own and goes at the first look after that runs out; the request's settlement makes it 's', and its
+-- release or its shipped record (which then counts the cost) removes it.
 local function live(e)
-  return e ~= nil and e ~= false and e ~= 's' and e ~= 'd'
+  return e ~= nil and e ~= false and e ~= 's' and e ~= 'd' and e ~= 'p'
 end
 local function entry(e)
   local c, t, s = string.match(e, '^(%d+) (%d+) (%d+)$')

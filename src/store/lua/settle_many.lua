@@ -3,9 +3,15 @@
 -- Each one's actual cost counts (in all, and in the budget periods of its admission), its reservation and
 -- concurrency slot are given back, its tokens in the tpm window become the real ones, and its entry becomes
 -- the marker 's', so that its record, when shipped (ship.lua), does not count the cost again.
--- The settlements are args[from], args[from + 6], ... (count of them), 6 values each: id, cost, tokens used,
--- the day/week/month period fields of its admission. Their reads and writes go in a few calls for all of
--- them (500 at a time), not a few per settlement: a call from a script costs far more than what it does.
+-- The settlements are args[from], args[from + 7], ... (count of them), 7 values each: id, cost, tokens used,
+-- the day/week/month period fields of its admission, and the allotment it was drawn from ('' none). Their
+-- reads and writes go in a few calls for all of them (500 at a time), not a few per settlement: a call from
+-- a script costs far more than what it does.
+-- A request drawn from an allotment (store/allot/) has no reservation entry of its own: its worst case was
+-- held in the allotment's. Its settlement counts its cost and takes it out of what the allotment's entry
+-- holds (while that is there: one given back by a look for dead leases holds nothing), and leaves 's' for
+-- its record; unless its record came first ('p': it counted the cost and took it out), when the marker
+-- only goes.
 -- st is the key's {spent, reserved, inflight} as read from its acct hash, changed here; the caller writes it,
 -- and the change of the tpm window's total (winv's _total), which it adds to its own.
 -- Returns how many had a reservation to settle (one that had none, or was settled already, is left to its
@@ -16,36 +22,77 @@ local function settle_many(res, lease, winv, per, st, args, from, count)
   for c0 = 0, count - 1, 500 do
     local c1 = math.min(c0 + 499, count - 1)
     local ids = {}
-    for j = c0, c1 do ids[#ids + 1] = args[from + 6 * j] end
+    for j = c0, c1 do ids[#ids + 1] = args[from + 7 * j] end
     local entries = redis.call('HMGET', res, unpack(ids))
     local ests = redis.call('HMGET', winv, unpack(ids))
-    local sums, fields = {}, {}
-    local marks, gone, tokens = {}, {}, {}
+    -- The allotments the drawn ones came from.
+    local allots, allot_ids = {}, {}
     for j = c0, c1 do
-      local a = from + 6 * j
-      local id, e = args[a], entries[j - c0 + 1]
+      local allot = args[from + 7 * j + 6]
+      if allot ~= '' and allots[allot] == nil then
+        allots[allot] = false
+        allot_ids[#allot_ids + 1] = allot
+      end
+    end
+    if #allot_ids > 0 then
+      local got = redis.call('HMGET', res, unpack(allot_ids))
+      for i, allot in ipairs(allot_ids) do allots[allot] = got[i] end
+    end
+    local changed = {}
+    local sums, fields = {}, {}
+    local marks, gone, tokens, unmarked = {}, {}, {}, {}
+    local function count(a)
+      local cost = m(args[a + 1])
+      st[1] = madd(st[1], cost)
+      if not mzero(cost) then
+        for f = a + 3, a + 5 do
+          local field = args[f]
+          if sums[field] then
+            sums[field] = madd(sums[field], cost)
+          else
+            sums[field] = cost
+            fields[#fields + 1] = field
+          end
+        end
+      end
+      return cost
+    end
+    for j = c0, c1 do
+      local a = from + 7 * j
+      local id, e, allot = args[a], entries[j - c0 + 1], args[a + 6]
+      if allot ~= '' then
+        if (e == nil or e == false) and not seen[id] then
+          seen[id] = true
+          local cost = count(a)
+          local ae = allots[allot]
+          if live(ae) then
+            local c, t, slots = entry(ae)
+            local take = cost
+            if mlt(m(c), take) then take = m(c) end
+            st[2] = msub(st[2], take)
+            allots[allot] = ms(msub(m(c), take)) .. ' ' .. t .. ' ' .. slots
+            if not changed[allot] then
+              changed[allot] = true
+              changed[#changed + 1] = allot
+            end
+          end
+          marks[#marks + 1] = id
+          marks[#marks + 1] = 's'
+          done = done + 1
+        elseif e == 'p' and not seen[id] then
+          seen[id] = true
+          unmarked[#unmarked + 1] = id
+        end
       -- A reservation a look for dead leases gave back ('d') is settled too, its amount and slot already
       -- given back: the marker 's' then keeps it from being held again, and its record from counting again.
-      if (live(e) or e == 'd') and not seen[id] then
+      elseif (live(e) or e == 'd') and not seen[id] then
         seen[id] = true
         if e ~= 'd' then
           local c, _, slot = entry(e)
           st[2] = msub(st[2], m(c))
           st[3] = math.max(st[3] - tonumber(slot), 0)
         end
-        local cost = m(args[a + 1])
-        st[1] = madd(st[1], cost)
-        if not mzero(cost) then
-          for f = a + 3, a + 5 do
-            local field = args[f]
-            if sums[field] then
-              sums[field] = madd(sums[field], cost)
-            else
-              sums[field] = cost
-              fields[#fields + 1] = field
-            end
-          end
-        end
+        count(a)
         local est = ests[j - c0 + 1]
         if est then
           local d = tonumber(args[a + 2]) - tonumber(est)
@@ -66,10 +113,10 @@ local function settle_many(res, lease, winv, per, st, args, from, count)
       hadd(per, field, ms(sum), sum)
     end
     if #tokens > 0 then redis.call('HSET', winv, unpack(tokens)) end
-    if #gone > 0 then
-      redis.call('HSET', res, unpack(marks))
-      redis.call('ZREM', lease, unpack(gone))
-    end
+    for _, allot in ipairs(changed) do redis.call('HSET', res, allot, allots[allot]) end
+    if #marks > 0 then redis.call('HSET', res, unpack(marks)) end
+    if #gone > 0 then redis.call('ZREM', lease, unpack(gone)) end
+    if #unmarked > 0 then redis.call('HDEL', res, unpack(unmarked)) end
   end
   return done, delta
 end

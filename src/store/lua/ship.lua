@@ -20,9 +20,11 @@
 --       than this start are dropped, then per record 10 values: offset after it, request id ('' for a line
 --       that is no record), cost, tokens used, day/week/month period fields, ts, the record's JSON, the id of
 --       the allotment its request was admitted from ('' none, or not known: allot.lua)
--- A record of a request admitted from an allotment counts its cost here, and takes it out of what the
--- allotment's entry holds (the entry held it from the request's end until now); an allotment that is gone
--- (given back by a look for dead leases, or ended) holds nothing to take it from.
+-- A request admitted from an allotment is settled at its end like any other (settle_many.lua: its marker
+-- 's' makes its record count nothing). A record of one that comes before its settlement (the ledger syncs a
+-- record before its request's end is counted) counts its cost here and takes it out of what the
+-- allotment's entry holds (an allotment that is gone, given back by a look for dead leases, holds nothing
+-- to take it from), and leaves the marker 'p' so that the settlement counts nothing.
 -- A record whose reservation was given back by a look for dead leases (the marker 'd', money.lua) counts its
 -- cost and removes the marker.
 -- Returns {1, offset after the last record} (and a third value, the first error of the writes of the sums,
@@ -78,6 +80,7 @@ local unleased, unleased_keys = {}, {}   -- lease -> those ids
 local accts, acct_keys = {}, {}          -- acct -> {spent, reserved, inflight, last_used} (read, then changed)
 local last_of, last_keys = {}, {}        -- acct -> newest ts of its settled records
 local allots, allot_keys, allot_seen = {}, {}, {} -- res -> allotments whose entry changed
+local counted_first, counted_first_keys = {}, {} -- res -> drawn requests whose record counted first ('p')
 local sums, sum_keys = {}, {}            -- per -> {field -> amount}, and the fields in order
 local deltas, tokens, winv_keys = {}, {}, {} -- winv -> change of _total, and {id, tokens, ...}
 local after = ARGV[1]
@@ -140,7 +143,10 @@ local ok, err = pcall(function()
       st[1] = madd(st[1], cost)
       local allot = ARGV[a + 9]
       local ae = nil
-      if allot ~= '' then ae = entries[res .. ' ' .. allot] end
+      if allot ~= '' then
+        ae = entries[res .. ' ' .. allot]
+        if not e then add_to(counted_first, counted_first_keys, res, id) end
+      end
       if live(ae) then
         local c, t, slots = entry(ae)
         local held = m(c)
@@ -213,6 +219,16 @@ local function remove_all(command, lists, order)
   end
 end
 remove_all('HDEL', markers, marker_keys)
+for _, res in ipairs(counted_first_keys) do
+  guarded(res, function()
+    local ids, marks = counted_first[res], {}
+    for _, id in ipairs(ids) do
+      marks[#marks + 1] = id
+      marks[#marks + 1] = 'p'
+    end
+    for i = 1, #marks, 1000 do redis.call('HSET', res, unpack(marks, i, math.min(i + 999, #marks))) end
+  end)
+end
 for _, res in ipairs(allot_keys) do
   guarded(res, function()
     for _, allot in ipairs(allots[res]) do redis.call('HSET', res, allot, entries[res .. ' ' .. allot]) end
