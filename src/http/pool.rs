@@ -368,9 +368,10 @@ impl Inner {
         if self.try_acquire() {
             return self.serve_with_permit(p);
         }
+        // Counted before it is in the queue, so a worker that takes it at once never counts below zero.
+        self.state.queued.fetch_add(1, Ordering::SeqCst);
         match self.queue_tx.try_send(p) {
             Ok(()) => {
-                self.state.queued.fetch_add(1, Ordering::SeqCst);
                 // A worker may have finished between the failed acquire and the push, and looked at an empty
                 // queue: take the request back up if a permit is free now.
                 if self.try_acquire() {
@@ -380,7 +381,10 @@ impl Inner {
                     }
                 }
             }
-            Err(TrySendError::Full(p)) | Err(TrySendError::Disconnected(p)) => self.overloaded(p),
+            Err(TrySendError::Full(p)) | Err(TrySendError::Disconnected(p)) => {
+                self.state.queued.fetch_sub(1, Ordering::SeqCst);
+                self.overloaded(p)
+            }
         }
     }
 
