@@ -451,6 +451,17 @@ fn http11_details() {
     s.read_to_string(&mut all).unwrap();
     assert!(all.starts_with("HTTP/1.1 200"), "{all}");
     assert!(all.to_ascii_lowercase().contains("connection: close"));
+
+    // HTTP/1.0 asking for keep-alive is told it is kept (else it waits for the close), and served again.
+    let mut s = gw.connect();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    for _ in 0..2 {
+        s.write_all(b"GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+            .unwrap();
+        let resp = read_response(&mut r);
+        assert_eq!(resp.status, 200);
+        assert_eq!(resp.header("connection"), Some("keep-alive"));
+    }
 }
 
 /// Malformed heads: garbage is 400, too many headers 431, both in JSON, and the server lives on.

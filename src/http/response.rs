@@ -389,6 +389,9 @@ impl ResponseWriter {
         }
         if !self.keep_alive {
             self.buf.extend_from_slice(b"connection: close\r\n");
+        } else if self.http10 {
+            // HTTP/1.0 closes after each answer unless it is told the connection stays.
+            self.buf.extend_from_slice(b"connection: keep-alive\r\n");
         }
         self.buf.extend_from_slice(b"\r\n");
         self.status = status;
