@@ -223,3 +223,73 @@ fn strict_mode_turns_a_streams_end_into_an_error() {
     std::fs::remove_file(&filler).unwrap();
     wait_for(|| backlog(&gw) == 0, "the backlog to be written");
 }
+
+/// Retention frees a full disk: the checkpoint it must write before it deletes anything finds no room, so
+/// the space kept for it (`.ledger-reserve`) is deleted to make room; the old files then go, the record
+/// waiting is written, and the reserve is made again once there is room. (Strict: each record is written on
+/// its own, so rotation by size does not depend on how requests fall into syncs.)
+#[test]
+fn retention_frees_a_full_disk_through_the_space_kept_for_its_checkpoint() {
+    let dir = TempDir::new("disk-retention");
+    let Some(disk) = Tmpfs::mount(dir.path(), "2m") else {
+        return;
+    };
+    let clock = dir.path().join("clock");
+    std::fs::write(&clock, "0").unwrap();
+    let data = disk.0.join("data");
+    let cfg_dir = TempDir::new("disk-retention-cfg");
+    let cfg = cfg_dir.path().join("tollgate.toml");
+    let extra = "ledger_strict = true\nledger_max_file_mb = 0.005\nledger_retention_days = 3\n\
+                 ledger_checkpoint_records = 1000000";
+    std::fs::write(&cfg, config(&disk.0, extra)).unwrap();
+    let mut cmd = std::process::Command::new(bin());
+    cmd.args(["serve", "--config"])
+        .arg(&cfg)
+        .env("TOLLGATE_TEST_CLOCK_FILE", &clock);
+    let gw = Gateway::start_command(cfg_dir, &mut cmd);
+    for i in 0..60 {
+        assert_eq!(post(&gw, &format!("old-{i}"), false).status, 200);
+    }
+    let rotated = || {
+        std::fs::read_dir(&data)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("usage-"))
+            .count()
+    };
+    assert!(rotated() >= 3, "rotated by size");
+    let reserve = data.join(".ledger-reserve");
+    let kept = || std::fs::metadata(&reserve).is_ok_and(|m| m.len() >= 64 * 1024);
+    wait_for(kept, "the reserve made");
+    let filler = disk.fill();
+    // Five days later (the ledger's clock): the next request rotates the file, and every rotated file is past
+    // retention; their totals must be in a checkpoint before they go, and the disk has no room for one.
+    std::fs::write(&clock, (5 * 86_400).to_string()).unwrap();
+    let r = post(&gw, "day-5", false);
+    assert!(r.status == 200 || r.status == 503, "{}", r.text());
+    wait_for(|| rotated() == 0, "the files past retention deleted");
+    wait_for(|| backlog(&gw) == 0, "the waiting record written");
+    assert!(
+        ledger_lines(&disk.0)
+            .iter()
+            .any(|r| r["client_request_id"] == "day-5"),
+        "the record that waited"
+    );
+    assert!(
+        gw.all_logs().contains("the space kept for this"),
+        "the operator is told"
+    );
+    let cp: Value =
+        serde_json::from_slice(&std::fs::read(data.join("ledger-checkpoint.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        cp["retired"]["records"], 60,
+        "what the deleted files held is kept"
+    );
+    // Room again: the next rotation's look makes the reserve again.
+    std::fs::remove_file(&filler).unwrap();
+    for i in 0..20 {
+        assert_eq!(post(&gw, &format!("new-{i}"), false).status, 200);
+    }
+    wait_for(kept, "the reserve made again once there is room");
+}

@@ -27,6 +27,13 @@ const MAINTAIN_EVERY: Duration = Duration::from_secs(30);
 /// While the disk stays low, the WARN is repeated this often.
 const WARN_EVERY: Duration = Duration::from_secs(600);
 
+/// Space kept beside the ledger (a file of zeros) for the one write retention must make before it deletes
+/// anything, its checkpoint: on a full disk it is deleted to make room for that checkpoint, so retention can
+/// still free the disk, and it is made again once there is room (four times its size free).
+pub(super) const RESERVE_FILE: &str = ".ledger-reserve";
+/// Its size: twice the checkpoint's, 64 KiB at least.
+const RESERVE_MIN: u64 = 64 * 1024;
+
 const DAY: u64 = 86_400;
 
 /// A position of the ledger (everything before byte `offset` of file `seq`) and what the records written
@@ -217,6 +224,46 @@ impl Keeper {
                 Err(e) => log::warn!("usage ledger: cannot compress {}: {e}", s.name()),
             }
         }
+        self.keep_reserve();
+    }
+
+    /// Makes the reserve (`RESERVE_FILE`) as large as it should be, when the disk has room for it four
+    /// times over (never the last space the ledger could write its records in).
+    fn keep_reserve(&self) {
+        use std::io::Write;
+        let path = self.dir.join(RESERVE_FILE);
+        let checkpoint =
+            std::fs::metadata(self.dir.join(checkpoint::CHECKPOINT_FILE)).map_or(0, |m| m.len());
+        let want = (2 * checkpoint).max(RESERVE_MIN);
+        let have = std::fs::metadata(&path).map_or(0, |m| m.len());
+        if have >= want || free_bytes(&self.dir).is_none_or(|f| f < 4 * (want - have)) {
+            return;
+        }
+        let grown = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| {
+                let zeros = vec![0u8; (want - have) as usize];
+                f.write_all(&zeros)?;
+                f.sync_all()
+            });
+        if let Err(e) = grown {
+            log::warn!("usage ledger: cannot keep {RESERVE_FILE}, the space retention needs on a full disk: {e}");
+        }
+    }
+
+    /// Deletes the reserve to make room for a checkpoint the disk had no room for; whether there was one.
+    fn use_reserve(&self) -> bool {
+        let path = self.dir.join(RESERVE_FILE);
+        if std::fs::remove_file(&path).is_err() {
+            return false;
+        }
+        log::warn!(
+            "usage ledger: the disk is full; deleted {RESERVE_FILE} (the space kept for this) to write the \
+             checkpoint retention needs before it deletes old files"
+        );
+        true
     }
 
     /// Deletes `expired` (the oldest rotated files, in order) once a checkpoint holds what they held.
@@ -237,7 +284,11 @@ impl Keeper {
             return;
         }
         retired.prune(crate::util::unix_now());
-        if !self.write_checkpoint(Some((through, &retired))) {
+        // On a full disk the checkpoint has no room until files go, and they go only after it: the reserve
+        // makes the room.
+        let written = self.write_checkpoint(Some((through, &retired)))
+            || (self.use_reserve() && self.write_checkpoint(Some((through, &retired))));
+        if !written {
             return;
         }
         self.retired = retired;
