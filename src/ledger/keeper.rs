@@ -231,6 +231,7 @@ impl Keeper {
     /// times over (never the last space the ledger could write its records in).
     fn keep_reserve(&self) {
         use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
         let path = self.dir.join(RESERVE_FILE);
         let checkpoint =
             std::fs::metadata(self.dir.join(checkpoint::CHECKPOINT_FILE)).map_or(0, |m| m.len());
@@ -242,6 +243,7 @@ impl Keeper {
         let grown = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
+            .mode(0o600)
             .open(&path)
             .and_then(|mut f| {
                 let zeros = vec![0u8; (want - have) as usize];
