@@ -71,25 +71,41 @@ fn calls(seen: &[Vec<String>], name: &str) -> Calls {
         let keys = &a[3..3 + n];
         let args = &a[3 + n..];
         if n == 7 && keys[0] == acct && keys[6] == "t:terms" {
-            // n, 12 values the admissions share, 3 of each admission, then 7 of each settlement.
+            // n, 12 values the admissions share, 3 of each admission, then the settlements' groups.
             let count: usize = args[0].parse().unwrap();
             c.admission_calls.push(count);
             c.admissions
                 .extend((0..count).map(|i| args[13 + 3 * i].clone()));
-            c.carried
-                .extend(args[13 + 3 * count..].chunks(7).map(|s| s[0].clone()));
+            c.carried.extend(settlement_ids(&args[13 + 3 * count..]));
         } else if n == 7 && keys[0] == acct && keys[4] == "t:terms" {
             c.allot_calls += 1;
         } else if n % 5 == 0 && keys.first().is_some_and(|k| k.starts_with("t:acct:")) {
             c.settle_calls += 1;
-            for (k, s) in keys.chunks(5).zip(args.chunks(7)) {
+            // Per key its 5 keys, and in the arguments how many values follow for it, then its groups.
+            let mut at = 0;
+            for k in keys.chunks(5) {
+                let len: usize = args[at].parse().unwrap();
                 if k[0] == acct {
-                    c.alone.push(s[0].clone());
+                    c.alone.extend(settlement_ids(&args[at + 1..at + 1 + len]));
                 }
+                at += 1 + len;
             }
         }
     }
     c
+}
+
+/// The ids of settlements as `settle_many.lua` takes them: groups of n, three period fields, the
+/// allotment, then n times id, cost, tokens.
+fn settlement_ids(args: &[String]) -> Vec<String> {
+    let mut ids = Vec::new();
+    let mut at = 0;
+    while at < args.len() {
+        let n: usize = args[at].parse().unwrap();
+        ids.extend((0..n).map(|j| args[at + 5 + 3 * j].clone()));
+        at += 5 + 3 * n;
+    }
+    ids
 }
 
 /// Sends requests of `key` from `threads` clients at once, `each` per client; all must be answered 200.
@@ -1018,13 +1034,15 @@ fn a_reservation_is_held_again_only_while_it_is_the_marker_d() {
         "t:lease:k",
         "t:winv:k",
         "t:per:k",
-        "settling",
-        "3000",
-        "7",
+        "8",
+        "1",
         "d1",
         "w1",
         "m1",
         "",
+        "settling",
+        "3000",
+        "7",
     ]);
     assert_eq!(settled.as_deref(), Some(":1"));
     assert_eq!(redis.hget("t:res:k", "settling"), "s");
@@ -1243,13 +1261,15 @@ fn an_allotment_takes_half_of_what_is_left_and_shipped_records_take_their_cost_o
             "t:lease:k",
             "t:winv:k",
             "t:per:k",
-            id,
-            cost,
-            "5",
+            "8",
+            "1",
             "d1",
             "w1",
             "m1",
             "a1",
+            id,
+            cost,
+            "5",
         ])
     };
     assert_eq!(settle_drawn("r1", "300").as_deref(), Some(":0"));

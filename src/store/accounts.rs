@@ -319,27 +319,56 @@ impl Store {
         Carried::new(taken, &self.pending)
     }
 
-    /// What a settlement sends (see `lua/settle_many.lua`): id, cost, tokens, the period fields of its
-    /// admission, the allotment it was drawn from.
-    pub(super) fn settle_args(p: &Pending) -> [String; 7] {
-        let field = |per| period_field(per, p.admitted_at);
-        [
-            p.id.clone(),
-            units(p.cost.max(Money::ZERO)),
-            script_tokens(p.tokens).to_string(),
-            field(Period::Daily),
-            field(Period::Weekly),
-            field(Period::Monthly),
-            p.allot.clone(),
-        ]
+    /// What settlements of one key send (see `lua/settle_many.lua`): in groups of those that share the
+    /// periods of their admission and their allotment, each group its count, the period fields and the
+    /// allotment, then each settlement's id, cost and tokens.
+    pub(super) fn settle_groups<'a>(items: impl Iterator<Item = &'a Pending>) -> Vec<String> {
+        // (day, week and month starts, allotment) -> the group's settlements
+        let mut groups: Vec<([u64; 3], &str, Vec<&Pending>)> = Vec::new();
+        for p in items {
+            let starts = [Period::Daily, Period::Weekly, Period::Monthly]
+                .map(|per| per.start_of(p.admitted_at));
+            match groups
+                .iter_mut()
+                .find(|(s, a, _)| *s == starts && *a == p.allot)
+            {
+                Some((_, _, g)) => g.push(p),
+                None => groups.push((starts, &p.allot, vec![p])),
+            }
+        }
+        let mut args = Vec::new();
+        for (starts, allot, g) in groups {
+            args.push(g.len().to_string());
+            for (per, start) in [Period::Daily, Period::Weekly, Period::Monthly]
+                .into_iter()
+                .zip(starts)
+            {
+                args.push(format!("{}{start}", per.letter()));
+            }
+            args.push(allot.to_string());
+            for p in g {
+                args.push(p.id.clone());
+                args.push(units(p.cost.max(Money::ZERO)));
+                args.push(script_tokens(p.tokens).to_string());
+            }
+        }
+        args
     }
 
-    /// Sends the settlements that have waited `SETTLE_AFTER` (all of them when `all`); the settler thread
-    /// calls this. Returns how long until the oldest of those left is due (None: none left).
+    /// Once the oldest settlement has waited `SETTLE_AFTER` (or `all`), sends every one waiting: those not
+    /// due yet go in the same calls rather than in calls of their own a moment later (a busy key drawn from
+    /// an allotment makes no admission call for its settlements to ride in). The settler thread calls this.
+    /// Returns how long until the oldest of those left is due (None: none left).
     pub fn settle_due(&self, all: bool) -> Result<Option<Duration>, StoreError> {
-        let mut due = self
-            .take_pending(|p| all || p.since.elapsed() >= SETTLE_AFTER)
-            .into_items();
+        let due_now = all
+            || lock(&self.pending)
+                .iter()
+                .any(|p| p.since.elapsed() >= SETTLE_AFTER);
+        let mut due = if due_now {
+            self.take_pending(|_| true).into_items()
+        } else {
+            Vec::new()
+        };
         while !due.is_empty() {
             let rest = due.split_off(due.len().min(SETTLE_BATCH));
             // Those not sent yet go back if this call fails (or unwinds).
@@ -559,6 +588,51 @@ mod tests {
         let sent = Carried::new(items, &queue).sent();
         assert_eq!(sent.len(), 2);
         assert!(lock(&queue).is_empty());
+    }
+
+    /// Settlements of one key go in groups that share their admission's periods and their allotment.
+    #[test]
+    fn settlements_go_in_groups_of_the_same_periods_and_allotment() {
+        let t = crate::util::parse_rfc3339("2026-11-25T13:00:00Z").unwrap();
+        let at = |id: &str, admitted_at: u64, allot: &str| Pending {
+            admitted_at,
+            allot: allot.into(),
+            cost: Money::from_units(5),
+            ..pending(id)
+        };
+        let items = [
+            at("a", t, ""),
+            at("b", t + 60, "x"),
+            at("c", t + 7200, ""),
+            at("d", t + 86_400, ""),
+        ];
+        let args = Store::settle_groups(items.iter());
+        let day = |s: u64| period_field(Period::Daily, s);
+        let (week, month) = (
+            period_field(Period::Weekly, t),
+            period_field(Period::Monthly, t),
+        );
+        let group = |n: &str, d: String, allot: &str| {
+            vec![
+                n.to_string(),
+                d,
+                week.clone(),
+                month.clone(),
+                allot.to_string(),
+            ]
+        };
+        let one = |id: &str| vec![id.to_string(), units(Money::from_units(5)), "0".to_string()];
+        let want: Vec<String> = [
+            group("2", day(t), ""),
+            one("a"),
+            one("c"),
+            group("1", day(t), "x"),
+            one("b"),
+            group("1", day(t + 86_400), ""),
+            one("d"),
+        ]
+        .concat();
+        assert_eq!(args, want);
     }
 
     #[test]

@@ -48,9 +48,7 @@ impl Store {
                 cmd.arg(&asks[i].own);
                 settles.append(&mut asks[i].settles);
             }
-            for p in settles.items() {
-                cmd.arg(&Self::settle_args(p));
-            }
+            cmd.arg(Self::settle_groups(settles.items().iter()));
             sent.push((cmd, settles));
             members_of.push(members);
         }
@@ -197,15 +195,22 @@ impl Store {
             .collect()
     }
 
-    /// The settler's script call: `settles` (any keys) in one call.
+    /// The settler's script call: `settles` (any keys) in one call, each key's together.
     pub(super) fn settle_call(&self, settles: Carried) -> Call {
-        let n = settles.items().len();
-        let mut keys = Vec::with_capacity(n * 5);
-        let mut args = Vec::with_capacity(n * 7);
+        let mut order: Vec<&str> = Vec::new();
         for p in settles.items() {
-            let k = self.account_keys(&p.key);
+            if !order.contains(&p.key.as_str()) {
+                order.push(&p.key);
+            }
+        }
+        let mut keys = Vec::with_capacity(order.len() * 5);
+        let mut args = Vec::new();
+        for key in order {
+            let k = self.account_keys(key);
             keys.extend([k.acct, k.res, k.lease, k.winv, k.per]);
-            args.extend(Self::settle_args(p));
+            let groups = Self::settle_groups(settles.items().iter().filter(|p| p.key == key));
+            args.push(groups.len().to_string());
+            args.extend(groups);
         }
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(self.scripts.settle.get_hash())

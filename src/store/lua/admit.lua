@@ -16,8 +16,9 @@
 --       the key's balance ('' for token counting, and for a key the instance holds to no credit or budget:
 --       it sends no output limit upstream), then n admissions of 3 values each: id, cost (worst case),
 --       tokens (estimate); then the key's settlements this call carries (settle_many.lua, applied first: a
---       client's next request is judged after its last one ended), 7 values each: id, cost, tokens used,
---       day/week/month period fields of its admission, the allotment it was drawn from ('' none)
+--       client's next request is judged after its last one ended), in settle_many's groups: n, the
+--       day/week/month period fields of their admission, the allotment they were drawn from ('' none), then
+--       n times id, cost, tokens used
 -- Returns one answer per admission, in order: {verdict, rpm used, rpm reset ms, tpm used, tpm reset ms, tpm
 --          wait ms, in flight, spent, '' (the reserved amount is not written out: nothing reads it, and
 --          money text costs a script more than most of an admission), spent in the budget period, credit
@@ -49,7 +50,7 @@ local changed = false
 -- window's total is written with the admissions' change, in one call.
 local settled = {spent, reserved, inflight}
 local first_settle = 14 + 3 * n
-local done, added = settle_many(res, lease, winv, per, settled, ARGV, first_settle, (#ARGV - first_settle + 1) / 7)
+local done, added = settle_many(res, lease, winv, per, settled, ARGV, first_settle, #ARGV + 1)
 if done > 0 then changed = true end
 spent, reserved, inflight = settled[1], settled[2], settled[3]
 

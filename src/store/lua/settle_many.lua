@@ -3,10 +3,11 @@
 -- Each one's actual cost counts (in all, and in the budget periods of its admission), its reservation and
 -- concurrency slot are given back, its tokens in the tpm window become the real ones, and its entry becomes
 -- the marker 's', so that its record, when shipped (ship.lua), does not count the cost again.
--- The settlements are args[from], args[from + 7], ... (count of them), 7 values each: id, cost, tokens used,
--- the day/week/month period fields of its admission, and the allotment it was drawn from ('' none). Their
--- reads and writes go in a few calls for all of them (500 at a time), not a few per settlement: a call from
--- a script costs far more than what it does.
+-- The settlements are args[from] to args[stop - 1], in groups of those that share the period fields of
+-- their admission and the allotment they were drawn from: per group n, the day/week/month period fields,
+-- the allotment ('' none), then n times 3 values: id, cost, tokens used. Their reads and writes go in a few
+-- calls for all of them (500 at a time), not a few per settlement: a call from a script costs far more than
+-- what it does.
 -- A request drawn from an allotment (store/allot/) has no reservation entry of its own: its worst case was
 -- held in the allotment's. Its settlement counts its cost and takes it out of what the allotment's entry
 -- holds (while that is there: one given back by a look for dead leases holds nothing), and leaves 's' for
@@ -16,19 +17,36 @@
 -- and the change of the tpm window's total (winv's _total), which it adds to its own.
 -- Returns how many had a reservation to settle (one that had none, or was settled already, is left to its
 -- record, which settles it when shipped), and that change.
-local function settle_many(res, lease, winv, per, st, args, from, count)
+local function settle_many(res, lease, winv, per, st, args, from, stop)
   local done, delta = 0, 0
   local seen = {}
-  for c0 = 0, count - 1, 500 do
-    local c1 = math.min(c0 + 499, count - 1)
-    local ids = {}
-    for j = c0, c1 do ids[#ids + 1] = args[from + 7 * j] end
+  -- The settlements, in order: {index of the id in args, index of the group's first period field}.
+  local all = {}
+  local i = from
+  while i < stop do
+    local n = tonumber(args[i])
+    for j = 0, n - 1 do all[#all + 1] = {i + 5 + 3 * j, i + 1} end
+    i = i + 5 + 3 * n
+  end
+  for c0 = 1, #all, 500 do
+    local c1 = math.min(c0 + 499, #all)
+    local ids, owned = {}, {}
+    for j = c0, c1 do
+      local id = args[all[j][1]]
+      ids[#ids + 1] = id
+      if args[all[j][2] + 3] == '' then owned[#owned + 1] = id end
+    end
     local entries = redis.call('HMGET', res, unpack(ids))
-    local ests = redis.call('HMGET', winv, unpack(ids))
+    -- Only a request with an entry of its own has a tpm window entry (a drawn one's is its slice's).
+    local ests = {}
+    if #owned > 0 then
+      local got = redis.call('HMGET', winv, unpack(owned))
+      for k, id in ipairs(owned) do ests[id] = got[k] end
+    end
     -- The allotments the drawn ones came from.
     local allots, allot_ids = {}, {}
     for j = c0, c1 do
-      local allot = args[from + 7 * j + 6]
+      local allot = args[all[j][2] + 3]
       if allot ~= '' and allots[allot] == nil then
         allots[allot] = false
         allot_ids[#allot_ids + 1] = allot
@@ -36,16 +54,16 @@ local function settle_many(res, lease, winv, per, st, args, from, count)
     end
     if #allot_ids > 0 then
       local got = redis.call('HMGET', res, unpack(allot_ids))
-      for i, allot in ipairs(allot_ids) do allots[allot] = got[i] end
+      for k, allot in ipairs(allot_ids) do allots[allot] = got[k] end
     end
     local changed = {}
     local sums, fields = {}, {}
     local marks, gone, tokens, unmarked = {}, {}, {}, {}
-    local function count(a)
+    local function count(a, g)
       local cost = m(args[a + 1])
       st[1] = madd(st[1], cost)
       if not mzero(cost) then
-        for f = a + 3, a + 5 do
+        for f = g, g + 2 do
           local field = args[f]
           if sums[field] then
             sums[field] = madd(sums[field], cost)
@@ -58,12 +76,12 @@ local function settle_many(res, lease, winv, per, st, args, from, count)
       return cost
     end
     for j = c0, c1 do
-      local a = from + 7 * j
-      local id, e, allot = args[a], entries[j - c0 + 1], args[a + 6]
+      local a, g = all[j][1], all[j][2]
+      local id, e, allot = args[a], entries[j - c0 + 1], args[g + 3]
       if allot ~= '' then
         if (e == nil or e == false) and not seen[id] then
           seen[id] = true
-          local cost = count(a)
+          local cost = count(a, g)
           local ae = allots[allot]
           if live(ae) then
             local c, t, slots = entry(ae)
@@ -92,8 +110,8 @@ local function settle_many(res, lease, winv, per, st, args, from, count)
           st[2] = msub(st[2], m(c))
           st[3] = math.max(st[3] - tonumber(slot), 0)
         end
-        count(a)
-        local est = ests[j - c0 + 1]
+        count(a, g)
+        local est = ests[id]
         if est then
           local d = tonumber(args[a + 2]) - tonumber(est)
           if d ~= 0 then
