@@ -20,21 +20,24 @@
 local function settle_many(res, lease, winv, per, st, args, from, stop)
   local done, delta = 0, 0
   local seen = {}
-  -- The settlements, in order: {index of the id in args, index of the group's first period field}.
-  local all = {}
+  -- The settlements, in order: where each one's id is in args, and where its group's first period field is.
+  local at, group = {}, {}
   local i = from
   while i < stop do
     local n = tonumber(args[i])
-    for j = 0, n - 1 do all[#all + 1] = {i + 5 + 3 * j, i + 1} end
+    for j = 0, n - 1 do
+      at[#at + 1] = i + 5 + 3 * j
+      group[#group + 1] = i + 1
+    end
     i = i + 5 + 3 * n
   end
-  for c0 = 1, #all, 500 do
-    local c1 = math.min(c0 + 499, #all)
+  for c0 = 1, #at, 500 do
+    local c1 = math.min(c0 + 499, #at)
     local ids, owned = {}, {}
     for j = c0, c1 do
-      local id = args[all[j][1]]
+      local id = args[at[j]]
       ids[#ids + 1] = id
-      if args[all[j][2] + 3] == '' then owned[#owned + 1] = id end
+      if args[group[j] + 3] == '' then owned[#owned + 1] = id end
     end
     local entries = redis.call('HMGET', res, unpack(ids))
     -- Only a request with an entry of its own has a tpm window entry (a drawn one's is its slice's).
@@ -43,10 +46,10 @@ local function settle_many(res, lease, winv, per, st, args, from, stop)
       local got = redis.call('HMGET', winv, unpack(owned))
       for k, id in ipairs(owned) do ests[id] = got[k] end
     end
-    -- The allotments the drawn ones came from.
+    -- The allotments the drawn ones came from, read once: {held, tokens, slots} while live, false if not.
     local allots, allot_ids = {}, {}
     for j = c0, c1 do
-      local allot = args[all[j][2] + 3]
+      local allot = args[group[j] + 3]
       if allot ~= '' and allots[allot] == nil then
         allots[allot] = false
         allot_ids[#allot_ids + 1] = allot
@@ -54,45 +57,41 @@ local function settle_many(res, lease, winv, per, st, args, from, stop)
     end
     if #allot_ids > 0 then
       local got = redis.call('HMGET', res, unpack(allot_ids))
-      for k, allot in ipairs(allot_ids) do allots[allot] = got[k] end
+      for k, allot in ipairs(allot_ids) do
+        if live(got[k]) then
+          local c, t, slots = entry(got[k])
+          allots[allot] = {m(c), t, slots, false}
+        end
+      end
     end
-    local changed = {}
-    local sums, fields = {}, {}
+    -- What the counted costs add up to per group (the budget periods are the group's), written once.
+    local totals, order = {}, {}
     local marks, gone, tokens, unmarked = {}, {}, {}, {}
     local function count(a, g)
       local cost = m(args[a + 1])
-      st[1] = madd(st[1], cost)
-      if not mzero(cost) then
-        for f = g, g + 2 do
-          local field = args[f]
-          if sums[field] then
-            sums[field] = madd(sums[field], cost)
-          else
-            sums[field] = cost
-            fields[#fields + 1] = field
-          end
-        end
+      local t = totals[g]
+      if t then
+        totals[g] = madd(t, cost)
+      else
+        totals[g] = cost
+        order[#order + 1] = g
       end
       return cost
     end
     for j = c0, c1 do
-      local a, g = all[j][1], all[j][2]
+      local a, g = at[j], group[j]
       local id, e, allot = args[a], entries[j - c0 + 1], args[g + 3]
       if allot ~= '' then
         if (e == nil or e == false) and not seen[id] then
           seen[id] = true
           local cost = count(a, g)
-          local ae = allots[allot]
-          if live(ae) then
-            local c, t, slots = entry(ae)
+          local held = allots[allot]
+          if held then
             local take = cost
-            if mlt(m(c), take) then take = m(c) end
+            if mlt(held[1], take) then take = held[1] end
+            held[1] = msub(held[1], take)
+            held[4] = true
             st[2] = msub(st[2], take)
-            allots[allot] = ms(msub(m(c), take)) .. ' ' .. t .. ' ' .. slots
-            if not changed[allot] then
-              changed[allot] = true
-              changed[#changed + 1] = allot
-            end
           end
           marks[#marks + 1] = id
           marks[#marks + 1] = 's'
@@ -126,12 +125,34 @@ local function settle_many(res, lease, winv, per, st, args, from, stop)
         done = done + 1
       end
     end
+    -- Each group's total into the spend and its budget periods' (groups of the same periods add up first).
+    local sums, fields = {}, {}
+    for _, g in ipairs(order) do
+      local total = totals[g]
+      st[1] = madd(st[1], total)
+      if not mzero(total) then
+        for f = g, g + 2 do
+          local field = args[f]
+          if sums[field] then
+            sums[field] = madd(sums[field], total)
+          else
+            sums[field] = total
+            fields[#fields + 1] = field
+          end
+        end
+      end
+    end
     for _, field in ipairs(fields) do
       local sum = sums[field]
       hadd(per, field, ms(sum), sum)
     end
     if #tokens > 0 then redis.call('HSET', winv, unpack(tokens)) end
-    for _, allot in ipairs(changed) do redis.call('HSET', res, allot, allots[allot]) end
+    for _, allot in ipairs(allot_ids) do
+      local held = allots[allot]
+      if held and held[4] then
+        redis.call('HSET', res, allot, ms(held[1]) .. ' ' .. held[2] .. ' ' .. held[3])
+      end
+    end
     if #marks > 0 then redis.call('HSET', res, unpack(marks)) end
     if #gone > 0 then redis.call('ZREM', lease, unpack(gone)) end
     if #unmarked > 0 then redis.call('HDEL', res, unpack(unmarked)) end
