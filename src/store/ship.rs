@@ -312,7 +312,8 @@ impl Store {
         Ok(moved == 1)
     }
 
-    /// One round trip: the script loaded (a restarted Redis has forgotten it), then one call for the batch.
+    /// One round trip: one call for the batch (and, when Redis has forgotten the script, a second one that
+    /// loads it first).
     fn ship_batch(
         &self,
         instance: &str,
@@ -334,21 +335,37 @@ impl Store {
             keys.extend(it.keys.iter().cloned());
             args.extend(it.args.iter().cloned());
         }
-        let mut pipe = redis::pipe();
-        pipe.cmd("SCRIPT")
-            .arg("LOAD")
-            .arg(&self.scripts.ship_source)
-            .ignore();
-        pipe.cmd("EVALSHA")
-            .arg(self.scripts.ship.get_hash())
-            .arg(keys.len())
-            .arg(&keys)
-            .arg(&args);
+        let call = |pipe: &mut redis::Pipeline| {
+            pipe.cmd("EVALSHA")
+                .arg(self.scripts.ship.get_hash())
+                .arg(keys.len())
+                .arg(&keys)
+                .arg(&args);
+        };
         // A lease renewal waits meanwhile: these records' requests have ended, so whatever this call does
         // they leave `leases` in the same step (below), and none whose record counted its cost is held again
         // (`Store::renew_leases`; its settlement would count the cost a second time).
         let _renewals = lock(&self.shipping);
-        let result = self.with(|con| pipe.query::<(Vec<redis::Value>,)>(con));
+        let result = self.with(|con| {
+            let mut pipe = redis::pipe();
+            call(&mut pipe);
+            match pipe.query::<(Vec<redis::Value>,)>(con) {
+                // A Redis that forgot the script (restarted) ran nothing: loaded, and the call made again.
+                Err(e)
+                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                {
+                    let mut again = redis::pipe();
+                    again
+                        .cmd("SCRIPT")
+                        .arg("LOAD")
+                        .arg(&self.scripts.ship_source)
+                        .ignore();
+                    call(&mut again);
+                    again.query(con)
+                }
+                other => other,
+            }
+        });
         for it in batch {
             if let Some(id) = &it.id {
                 self.shipped(id);
