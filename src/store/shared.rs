@@ -17,10 +17,12 @@ use super::{Claim, Store, StoreError};
 pub const STORE_FORMAT: u64 = 3;
 
 impl Store {
-    /// Sets the epoch if the store has none; returns the epoch in force.
+    /// Sets the epoch if the store has none; returns the epoch in force. A store set up here (by an
+    /// instance or by a `keys` command) gets this version's format too, so that the first instance to
+    /// join it does not take it for one an older version used.
     pub fn init_epoch(&self, fresh: &str) -> Result<String, StoreError> {
         let key = self.k("epoch");
-        self.with(|con| {
+        let (epoch, new): (String, bool) = self.with(|con| {
             let set: Value = redis::cmd("SET")
                 .arg(&key)
                 .arg(fresh)
@@ -29,8 +31,12 @@ impl Store {
             if set != Value::Nil {
                 self.confirm(con, "the store's epoch")?;
             }
-            redis::cmd("GET").arg(&key).query(con)
-        })
+            Ok((redis::cmd("GET").arg(&key).query(con)?, set != Value::Nil))
+        })?;
+        if new {
+            self.claim_format()?;
+        }
+        Ok(epoch)
     }
 
     /// Sets a new epoch (after a rebuild).
