@@ -81,7 +81,8 @@ fn calls(seen: &[Vec<String>], name: &str) -> Calls {
             c.allot_calls += 1;
         } else if n % 5 == 0 && keys.first().is_some_and(|k| k.starts_with("t:acct:")) {
             c.settle_calls += 1;
-            // Per key its 5 keys, and in the arguments how many values follow for it, then its groups.
+            // Per key its 5 keys, and in the arguments how many values its settlements take, then its
+            // groups, then how many markers go, then their ids.
             let mut at = 0;
             for k in keys.chunks(5) {
                 let len: usize = args[at].parse().unwrap();
@@ -89,6 +90,8 @@ fn calls(seen: &[Vec<String>], name: &str) -> Calls {
                     c.alone.extend(settlement_ids(&args[at + 1..at + 1 + len]));
                 }
                 at += 1 + len;
+                let forgets: usize = args[at].parse().unwrap();
+                at += 1 + forgets;
             }
         }
     }
@@ -1043,6 +1046,7 @@ fn a_reservation_is_held_again_only_while_it_is_the_marker_d() {
         "settling",
         "3000",
         "7",
+        "0",
     ]);
     assert_eq!(settled.as_deref(), Some(":1"));
     assert_eq!(redis.hget("t:res:k", "settling"), "s");
@@ -1270,11 +1274,39 @@ fn an_allotment_takes_half_of_what_is_left_and_shipped_records_take_their_cost_o
             id,
             cost,
             "5",
+            "0",
         ])
     };
+    // The markers of drawn requests this instance knows settled and shipped, removed.
+    let forget = |ids: &[&str]| {
+        let n = ids.len().to_string();
+        let mut args = vec![
+            "EVAL",
+            &settle,
+            "5",
+            "t:acct:k",
+            "t:res:k",
+            "t:lease:k",
+            "t:winv:k",
+            "t:per:k",
+            "0",
+            &n,
+        ];
+        args.extend(ids);
+        redis.command(&args)
+    };
     assert_eq!(settle_drawn("r1", "300").as_deref(), Some(":0"));
+    assert_eq!(
+        settle_drawn("r1", "300").as_deref(),
+        Some(":0"),
+        "sent again"
+    );
     assert_eq!(redis.hget("t:acct:k", "spent"), "1300");
-    assert_eq!(redis.hget("t:res:k", "r1"), "");
+    assert_eq!(
+        redis.hget("t:res:k", "r1"),
+        "p",
+        "kept until this instance says"
+    );
     held("3700 0 9", "4700", "11");
     // One settled first (the usual order): its cost counts then, out of the allotment, and leaves 's'; its
     // record, shipped, counts nothing and takes the marker away. Sent twice, the settlement counts once.
@@ -1286,8 +1318,15 @@ fn an_allotment_takes_half_of_what_is_left_and_shipped_records_take_their_cost_o
     assert_eq!(redis.hget("t:res:k", "r3"), "s");
     ship_one("10", "15", "r3", "250");
     assert_eq!(redis.hget("t:acct:k", "spent"), "1550");
-    assert_eq!(redis.hget("t:res:k", "r3"), "");
+    // Shipped naming its allotment (its settlement not yet known applied here): the marker stays, so the
+    // settlement, sent again after a lost answer, still counts nothing.
+    assert_eq!(redis.hget("t:res:k", "r3"), "s");
+    assert_eq!(settle_drawn("r3", "250").as_deref(), Some(":0"));
+    assert_eq!(redis.hget("t:acct:k", "spent"), "1550");
     held("3450 0 9", "4450", "11");
+    assert_eq!(forget(&["r1", "r3"]).as_deref(), Some(":0"));
+    assert_eq!(redis.hget("t:res:k", "r1"), "");
+    assert_eq!(redis.hget("t:res:k", "r3"), "");
     // Given back: 2000 and four slots.
     call(["1", "2000", "4", "0", "0", "0", ""]);
     held("1450 0 5", "2450", "7");

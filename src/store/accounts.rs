@@ -30,6 +30,10 @@ pub const SETTLE_AFTER: Duration = Duration::from_millis(2);
 /// Settlements sent in one script call by the settler thread at most.
 const SETTLE_BATCH: usize = 200;
 
+/// How long the markers of drawn requests that may go wait for a settler's call, when no settlement makes
+/// one sooner.
+const FORGET_AFTER: Duration = Duration::from_millis(50);
+
 /// An admission waiting for its round trip (`Store::admit`, `batch.rs`): its key, what it shares with the
 /// admissions of the same key asked with it (see `lua/admit.lua`: ARGV 2 to 13), its own id, cost and tokens,
 /// and the key's waiting settlements it carries.
@@ -360,7 +364,18 @@ impl Store {
     /// an allotment makes no admission call for its settlements to ride in). The settler thread calls this.
     /// Returns how long until the oldest of those left is due (None: none left).
     pub fn settle_due(&self, all: bool) -> Result<Option<Duration>, StoreError> {
+        let forgets_due = {
+            let mut f = lock(&self.forget_since);
+            match *f {
+                Some(t) if all || t.elapsed() >= FORGET_AFTER => {
+                    *f = None;
+                    true
+                }
+                _ => false,
+            }
+        };
         let due_now = all
+            || forgets_due
             || lock(&self.pending)
                 .iter()
                 .any(|p| p.since.elapsed() >= SETTLE_AFTER);
@@ -369,20 +384,43 @@ impl Store {
         } else {
             Vec::new()
         };
-        while !due.is_empty() {
+        let mut forgets = if due_now {
+            std::mem::take(&mut *lock(&self.forgets))
+        } else {
+            Vec::new()
+        };
+        while !due.is_empty() || !forgets.is_empty() {
             let rest = due.split_off(due.len().min(SETTLE_BATCH));
+            let later = forgets.split_off(forgets.len().min(4 * SETTLE_BATCH));
             // Those not sent yet go back if this call fails (or unwinds).
             let rest = Carried::new(rest, &self.pending);
-            let call = self.settle_call(Carried::new(due, &self.pending));
+            let call = self.settle_call(Carried::new(due, &self.pending), &forgets);
             if let Some(Err(e)) = self.send(vec![call]).pop() {
+                self.forget_later(forgets.into_iter().chain(later));
                 return Err(e);
             }
             due = rest.into_items();
+            forgets = later;
         }
+        let forget_wait =
+            lock(&self.forget_since).map(|t| FORGET_AFTER.saturating_sub(t.elapsed()));
         Ok(lock(&self.pending)
             .iter()
             .map(|p| SETTLE_AFTER.saturating_sub(p.since.elapsed()))
+            .chain(forget_wait)
             .min())
+    }
+
+    /// Drawn requests whose markers may go (`allot/`), sent with the settler's next call.
+    pub(super) fn forget_later(&self, ids: impl Iterator<Item = (String, String)>) {
+        let mut f = lock(&self.forgets);
+        let was = f.len();
+        f.extend(ids);
+        if f.len() > was {
+            lock(&self.forget_since).get_or_insert_with(Instant::now);
+            drop(f);
+            let _ = self.settle_wake.0.try_send(());
+        }
     }
 
     /// The settler thread: sends due settlements until the store is told to stop (`cluster::leave` sends

@@ -195,12 +195,18 @@ impl Store {
             .collect()
     }
 
-    /// The settler's script call: `settles` (any keys) in one call, each key's together.
-    pub(super) fn settle_call(&self, settles: Carried) -> Call {
+    /// The settler's script call: `settles` (any keys) in one call, each key's together, with the markers
+    /// of drawn requests that may go (`forgets`: key name, request id).
+    pub(super) fn settle_call(&self, settles: Carried, forgets: &[(String, String)]) -> Call {
         let mut order: Vec<&str> = Vec::new();
-        for p in settles.items() {
-            if !order.contains(&p.key.as_str()) {
-                order.push(&p.key);
+        for key in settles
+            .items()
+            .iter()
+            .map(|p| &p.key)
+            .chain(forgets.iter().map(|(k, _)| k))
+        {
+            if !order.contains(&key.as_str()) {
+                order.push(key);
             }
         }
         let mut keys = Vec::with_capacity(order.len() * 5);
@@ -211,6 +217,13 @@ impl Store {
             let groups = Self::settle_groups(settles.items().iter().filter(|p| p.key == key));
             args.push(groups.len().to_string());
             args.extend(groups);
+            let ids: Vec<&String> = forgets
+                .iter()
+                .filter(|(k, _)| k == key)
+                .map(|(_, id)| id)
+                .collect();
+            args.push(ids.len().to_string());
+            args.extend(ids.into_iter().cloned());
         }
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(self.scripts.settle.get_hash())

@@ -191,6 +191,10 @@ pub struct Store {
     shipping: Mutex<()>,
     /// Settlements not yet sent (see `accounts.rs`).
     pending: accounts::Queue,
+    /// Drawn requests whose markers may go (key name, request id): sent with the settler's next call, and
+    /// since when the oldest of them waits.
+    forgets: Mutex<Vec<(String, String)>>,
+    forget_since: Mutex<Option<std::time::Instant>>,
     /// Admissions waiting for a round trip (group commit, `batch.rs`).
     admissions: batch::Group<accounts::Ask, Result<Value, StoreError>>,
     /// Wakes the settler thread.
@@ -245,6 +249,8 @@ impl Store {
             allots: allot::Allotments::default(),
             shipping: Mutex::new(()),
             pending: Arc::new(Mutex::new(Vec::new())),
+            forgets: Mutex::new(Vec::new()),
+            forget_since: Mutex::new(None),
             admissions: batch::Group::new(),
             settle_wake: crossbeam_channel::bounded(1),
         })

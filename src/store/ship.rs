@@ -58,6 +58,8 @@ pub(super) struct Item {
     args: [String; 10],
     /// The request id whose reservation the record settles.
     id: Option<String>,
+    /// Its key's name, when the record names the allotment its request was drawn from (`allot/`).
+    drawn_key: Option<String>,
 }
 
 /// What an item is made of: a record's key, request id (none: the line only moves the cursor), cost,
@@ -227,9 +229,11 @@ impl Store {
                     String::new(),
                 ],
                 id: None,
+                drawn_key: None,
             };
         }
         let k = self.account_keys(key);
+        let allot = self.allotment_of(id);
         let at = crate::util::parse_rfc3339_millis(ts)
             .map_or(crate::util::unix_now(), |ms| (ms / 1000).max(0) as u64);
         let field = |p| super::accounts::period_field(p, at);
@@ -250,9 +254,10 @@ impl Store {
                 // first counts its cost, out of the allotment; after a restart none is known, and an
                 // unsettled request's record counts its cost alone: its allotment's lease gave back what it
                 // held).
-                self.allotment_of(id).unwrap_or_default(),
+                allot.clone().unwrap_or_default(),
             ],
             id: Some(id.to_string()),
+            drawn_key: allot.map(|_| key.to_string()),
         }
     }
 
@@ -392,6 +397,12 @@ impl Store {
         if ok != "1" {
             return Ok(Shipped::Moved);
         }
+        // Records of drawn requests sent naming their allotment kept their markers (`allot/`).
+        self.records_shipped(
+            batch
+                .iter()
+                .filter_map(|it| Some((it.drawn_key.as_deref()?, it.id.as_deref()?))),
+        );
         let late = texts.next().unwrap_or_default();
         if !late.is_empty() {
             // The records are shipped and the cursor is after them: shipping them again would count again

@@ -72,6 +72,9 @@ struct Drawn {
     tokens: u64,
     /// When it was admitted (Unix seconds): the budget periods its cost counts in.
     at: u64,
+    /// Its record was shipped while its settlement was not known to be applied: its marker stays until it is
+    /// (then this instance has it removed).
+    shipped: bool,
 }
 
 /// What `allot.lua` answered.
@@ -292,6 +295,7 @@ impl Store {
             grant: a.grant,
             tokens: if a.kind.tpm { est } else { 0 },
             at,
+            shipped: false,
         }
     }
 
@@ -315,19 +319,32 @@ impl Store {
             drawn.remove(id);
         }
         drop(drawn);
+        // Counted before the settlement is queued: its answer may come at once.
+        self.drawn_ended(&key, &allot, (cost, slot, grant, est), actual);
         if let Some((spent, tokens)) = actual {
             self.queue_settlement(super::accounts::Pending {
-                key: key.clone(),
+                key,
                 id: id.to_string(),
                 cost: spent,
                 tokens,
                 admitted_at: at,
                 since: Instant::now(),
-                allot: allot.clone(),
+                allot,
             });
         }
+    }
+
+    /// What a drawn request's end gives back to its slice (see `end_drawn`): its worst case, slot, slice and
+    /// token estimate as drawn, and what it spent and used.
+    fn drawn_ended(
+        &self,
+        key: &str,
+        allot: &str,
+        (cost, slot, grant, est): (Money, bool, u64, u64),
+        actual: Option<(Money, u64)>,
+    ) {
         let mut keys = lock(&self.allots.keys);
-        let Some(a) = keys.get_mut(&key).filter(|a| a.id == allot) else {
+        let Some(a) = keys.get_mut(key).filter(|a| a.id == allot) else {
             return;
         };
         a.running = a.running.saturating_sub(1);
@@ -358,29 +375,55 @@ impl Store {
         lock(&self.allots.drawn).get(id).map(|d| d.allot.clone())
     }
 
-    /// Settlements of drawn requests reached the store: they are settled, and their allotments may end.
+    /// Settlements of drawn requests reached the store: they are settled, and their allotments may end. A
+    /// record shipped meanwhile kept its marker (a settlement sent again had to find it): it may go now.
     pub(super) fn drawn_settled<'a>(
         &self,
         settled: impl Iterator<Item = &'a super::accounts::Pending>,
     ) {
         let mut done: Vec<(&str, &str)> = Vec::new();
+        let mut forget = Vec::new();
         {
             let mut drawn = lock(&self.allots.drawn);
             for p in settled {
-                if drawn.remove(&p.id).is_some() {
+                if let Some(d) = drawn.remove(&p.id) {
                     done.push((&p.key, &p.allot));
+                    if d.shipped {
+                        forget.push((p.key.clone(), p.id.clone()));
+                    }
                 }
             }
         }
         if done.is_empty() {
             return;
         }
-        let mut keys = lock(&self.allots.keys);
-        for (key, allot) in done {
-            if let Some(a) = keys.get_mut(key).filter(|a| a.id == allot) {
-                a.unsettled = a.unsettled.saturating_sub(1);
+        {
+            let mut keys = lock(&self.allots.keys);
+            for (key, allot) in done {
+                if let Some(a) = keys.get_mut(key).filter(|a| a.id == allot) {
+                    a.unsettled = a.unsettled.saturating_sub(1);
+                }
             }
         }
+        self.forget_later(forget.into_iter());
+    }
+
+    /// The records of drawn requests `ids` are shipped, naming their allotments (the store answered the
+    /// batch), so their markers stayed: those still to be known settled keep them until they are
+    /// (`drawn_settled`); those settled meanwhile may lose them now. A batch whose answer was lost says
+    /// nothing here: those markers stay (a settlement sent again never counts twice for it).
+    pub(super) fn records_shipped<'a>(&self, ids: impl Iterator<Item = (&'a str, &'a str)>) {
+        let mut forget = Vec::new();
+        {
+            let mut drawn = lock(&self.allots.drawn);
+            for (key, id) in ids {
+                match drawn.get_mut(id) {
+                    Some(d) => d.shipped = true,
+                    None => forget.push((key.to_string(), id.to_string())),
+                }
+            }
+        }
+        self.forget_later(forget.into_iter());
     }
 
     /// The allotments this instance holds, for their leases' renewal: (id, key name).
@@ -466,6 +509,11 @@ impl Store {
                 a.asking = false;
                 match reply {
                     Ok(r) if r.code != 8 && !end => {}
+                    // Gone (a look for dead leases gave it back): its requests' settlements, still to come,
+                    // count their costs (from nothing it holds).
+                    Ok(_) if !end => {
+                        keys.remove(&key);
+                    }
                     Ok(_) => {
                         keys.remove(&key);
                         drop(keys);

@@ -10,9 +10,12 @@
 -- what it does.
 -- A request drawn from an allotment (store/allot/) has no reservation entry of its own: its worst case was
 -- held in the allotment's. Its settlement counts its cost and takes it out of what the allotment's entry
--- holds (while that is there: one given back by a look for dead leases holds nothing), and leaves 's' for
--- its record; unless its record came first ('p': it counted the cost and took it out), when the marker
--- only goes.
+-- holds (while that is there: one given back by a look for dead leases holds nothing), and leaves 's';
+-- unless its record came first ('p': it counted the cost and took it out), or the settlement was applied
+-- already (a call whose answer was lost, sent again: 's'), when it counts nothing. A drawn request's
+-- marker stays until its instance, knowing the settlement applied and the record shipped, removes it
+-- (settle.lua's forgotten ids): a settlement sent again after its record removed the marker would count
+-- the cost a second time.
 -- st is the key's {spent, reserved, inflight} as read from its acct hash, changed here; the caller writes it,
 -- and the change of the tpm window's total (winv's _total), which it adds to its own.
 -- Returns how many had a reservation to settle (one that had none, or was settled already, is left to its
@@ -66,7 +69,7 @@ local function settle_many(res, lease, winv, per, st, args, from, stop)
     end
     -- What the counted costs add up to per group (the budget periods are the group's), written once.
     local totals, order = {}, {}
-    local marks, gone, tokens, unmarked = {}, {}, {}, {}
+    local marks, gone, tokens = {}, {}, {}
     local function count(a, g)
       local cost = m(args[a + 1])
       local t = totals[g]
@@ -96,9 +99,6 @@ local function settle_many(res, lease, winv, per, st, args, from, stop)
           marks[#marks + 1] = id
           marks[#marks + 1] = 's'
           done = done + 1
-        elseif e == 'p' and not seen[id] then
-          seen[id] = true
-          unmarked[#unmarked + 1] = id
         end
       -- A reservation a look for dead leases gave back ('d') is settled too, its amount and slot already
       -- given back: the marker 's' then keeps it from being held again, and its record from counting again.
@@ -155,7 +155,6 @@ local function settle_many(res, lease, winv, per, st, args, from, stop)
     end
     if #marks > 0 then redis.call('HSET', res, unpack(marks)) end
     if #gone > 0 then redis.call('ZREM', lease, unpack(gone)) end
-    if #unmarked > 0 then redis.call('HDEL', res, unpack(unmarked)) end
   end
   return done, delta
 end

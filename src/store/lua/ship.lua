@@ -24,7 +24,9 @@
 -- 's' makes its record count nothing). A record of one that comes before its settlement (the ledger syncs a
 -- record before its request's end is counted) counts its cost here and takes it out of what the
 -- allotment's entry holds (an allotment that is gone, given back by a look for dead leases, holds nothing
--- to take it from), and leaves the marker 'p' so that the settlement counts nothing.
+-- to take it from), and leaves the marker 'p' so that the settlement counts nothing. While the instance
+-- does not know the settlement applied, it names the allotment (ARGV's tenth value), and the marker, 's'
+-- or 'p', stays for the instance to remove (settle.lua): a settlement sent again must find it.
 -- A record whose reservation was given back by a look for dead leases (the marker 'd', money.lua) counts its
 -- cost and removes the marker.
 -- Returns {1, offset after the last record} (and a third value, the first error of the writes of the sums,
@@ -121,7 +123,7 @@ local ok, err = pcall(function()
     -- The record is done: its effects join what is written at the end.
     local ts = ARGV[a + 7]
     if settled then
-      add_to(markers, marker_keys, res, id)
+      if ARGV[a + 9] == '' then add_to(markers, marker_keys, res, id) end
       if not last_of[acct] then
         last_keys[#last_keys + 1] = acct
         last_of[acct] = ts
