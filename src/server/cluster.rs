@@ -450,6 +450,10 @@ fn look_loop(gw: &Gateway, store: &Store, keys: u64, overrides: u64) {
     // reservations and concurrency slots as a dead instance's.
     while !store.stopping() {
         std::thread::sleep(LOOK_EVERY);
+        // `leave` may have begun meanwhile: it gives the allotments back and the name up itself.
+        if store.stopping() {
+            break;
+        }
         let Ok(v) = store.versions() else { continue };
         if !epoch_ok(store, &mut seen, v.epoch.as_deref(), &dir) {
             continue;
