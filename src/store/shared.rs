@@ -34,7 +34,9 @@ impl Store {
             Ok((redis::cmd("GET").arg(&key).query(con)?, set != Value::Nil))
         })?;
         if new {
-            self.claim_format()?;
+            if let Err(e) = self.claim_format() {
+                log::warn!("store: the format of the store just set up is not written ({e}); the first instance writes it");
+            }
         }
         Ok(epoch)
     }
