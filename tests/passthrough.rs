@@ -550,14 +550,12 @@ fn upstream_connections_are_reused() {
     );
 }
 
-/// An HTTP/1.0 client's stream has no chunked framing, its keepalives included: the body is the events
-/// and the keepalive comments as they are, until the connection closes.
-#[test]
-fn an_http_1_0_streams_keepalives_carry_no_chunk_framing() {
-    use std::io::{Read, Write};
+/// A fake upstream that streams the `stream_text` fixture of `upstream`'s protocol, silent after its first
+/// event until the test sends on the returned gate; and a gateway on it that sends keepalives after 1 s.
+fn silent_upstream(upstream: &str) -> (FakeUpstream, std::sync::mpsc::Sender<()>, Gateway) {
     let dir = fixtures().join("translate/stream_text");
     let events = common::upstream::split_sse_blocks(
-        &std::fs::read_to_string(dir.join("chat.upstream.sse")).unwrap(),
+        &std::fs::read_to_string(dir.join(format!("{upstream}.upstream.sse"))).unwrap(),
     );
     let (gate_tx, gate_rx) = std::sync::mpsc::channel::<()>();
     let gate = Mutex::new(Some(gate_rx));
@@ -567,6 +565,15 @@ fn an_http_1_0_streams_keepalives_carry_no_chunk_framing() {
         abort: false,
     });
     let gw = Gateway::start_with_fake(fake.addr, "keepalive_secs = 1");
+    (fake, gate_tx, gw)
+}
+
+/// An HTTP/1.0 client's stream has no chunked framing, its keepalives included: the body is the events
+/// and the keepalive comments as they are, until the connection closes.
+#[test]
+fn an_http_1_0_streams_keepalives_carry_no_chunk_framing() {
+    use std::io::{Read, Write};
+    let (_fake, gate_tx, gw) = silent_upstream("chat");
     let body =
         json!({"model": "m-chat", "stream": true, "messages": [{"role": "user", "content": "hi"}]})
             .to_string();
@@ -615,17 +622,7 @@ fn keepalives_flow_while_the_upstream_is_silent() {
     ];
     for (client, upstream, marker) in cases {
         let dir = fixtures().join("translate/stream_text");
-        let events = common::upstream::split_sse_blocks(
-            &std::fs::read_to_string(dir.join(format!("{upstream}.upstream.sse"))).unwrap(),
-        );
-        let (gate_tx, gate_rx) = std::sync::mpsc::channel::<()>();
-        let gate = Mutex::new(Some(gate_rx));
-        let fake = FakeUpstream::start(move |_| Reply::Sse {
-            events: events.clone(),
-            gate: gate.lock().unwrap().take().map(|rx| (1, rx)),
-            abort: false,
-        });
-        let gw = Gateway::start_with_fake(fake.addr, "keepalive_secs = 1");
+        let (_fake, gate_tx, gw) = silent_upstream(upstream);
         let mut body: Value = serde_json::from_str(
             &std::fs::read_to_string(dir.join(format!("{client}.request.json"))).unwrap(),
         )

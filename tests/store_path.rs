@@ -111,6 +111,53 @@ fn settlement_ids(args: &[String]) -> Vec<String> {
     ids
 }
 
+/// `settle.lua` (with the functions it is put after) called for key `k` of prefix `t:`: its settlements
+/// `(id, cost, tokens)` in one group of period fields `d1`/`w1`/`m1` and allotment `allot` (none: ''), and
+/// the drawn requests' markers `forget`. Its answer's first line.
+fn settle_k(
+    redis: &Redis,
+    settles: &[(&str, &str, &str)],
+    allot: &str,
+    forget: &[&str],
+) -> Option<String> {
+    let script = format!(
+        "{}\n{}\n{}",
+        include_str!("../src/store/lua/money.lua"),
+        include_str!("../src/store/lua/settle_many.lua"),
+        include_str!("../src/store/lua/settle.lua")
+    );
+    let mut groups: Vec<String> = Vec::new();
+    if !settles.is_empty() {
+        groups.extend([
+            settles.len().to_string(),
+            "d1".into(),
+            "w1".into(),
+            "m1".into(),
+            allot.into(),
+        ]);
+        for (id, cost, tokens) in settles {
+            groups.extend([id.to_string(), cost.to_string(), tokens.to_string()]);
+        }
+    }
+    let mut args: Vec<String> = [
+        "EVAL",
+        &script,
+        "5",
+        "t:acct:k",
+        "t:res:k",
+        "t:lease:k",
+        "t:winv:k",
+        "t:per:k",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.push(groups.len().to_string());
+    args.extend(groups);
+    args.push(forget.len().to_string());
+    args.extend(forget.iter().map(|id| id.to_string()));
+    redis.command(&args.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
 /// Sends requests of `key` from `threads` clients at once, `each` per client; all must be answered 200.
 fn burst(gw: &Arc<Gateway>, key: &str, threads: usize, each: usize) -> usize {
     let hs: Vec<_> = (0..threads)
@@ -1015,11 +1062,6 @@ fn a_reservation_is_held_again_only_while_it_is_the_marker_d() {
     // A settlement that finds the 'd' counts the cost (the amount and slot were given back already) and
     // leaves 's': the reservation is not held again, and its record counts nothing more.
     let money = include_str!("../src/store/lua/money.lua");
-    let settle = format!(
-        "{money}\n{}\n{}",
-        include_str!("../src/store/lua/settle_many.lua"),
-        include_str!("../src/store/lua/settle.lua")
-    );
     let later = "99999999999999";
     for cmd in [
         vec!["HSET", "t:res:k", "settling", "d"],
@@ -1028,26 +1070,7 @@ fn a_reservation_is_held_again_only_while_it_is_the_marker_d() {
     ] {
         assert!(redis.command(&cmd).is_some(), "{cmd:?}");
     }
-    let settled = redis.command(&[
-        "EVAL",
-        &settle,
-        "5",
-        "t:acct:k",
-        "t:res:k",
-        "t:lease:k",
-        "t:winv:k",
-        "t:per:k",
-        "8",
-        "1",
-        "d1",
-        "w1",
-        "m1",
-        "",
-        "settling",
-        "3000",
-        "7",
-        "0",
-    ]);
+    let settled = settle_k(&redis, &[("settling", "3000", "7")], "", &[]);
     assert_eq!(settled.as_deref(), Some(":1"));
     assert_eq!(redis.hget("t:res:k", "settling"), "s");
     assert_eq!(redis.hget("t:acct:k", "spent"), "3000");
@@ -1250,51 +1273,9 @@ fn an_allotment_takes_half_of_what_is_left_and_shipped_records_take_their_cost_o
     assert_eq!(redis.hget("t:acct:k", "spent"), "1300");
     held("3700 0 9", "4700", "11");
     assert_eq!(redis.hget("t:res:k", "r1"), "p");
-    let settle = format!(
-        "{money}\n{}\n{}",
-        include_str!("../src/store/lua/settle_many.lua"),
-        include_str!("../src/store/lua/settle.lua")
-    );
-    let settle_drawn = |id: &str, cost: &str| {
-        redis.command(&[
-            "EVAL",
-            &settle,
-            "5",
-            "t:acct:k",
-            "t:res:k",
-            "t:lease:k",
-            "t:winv:k",
-            "t:per:k",
-            "8",
-            "1",
-            "d1",
-            "w1",
-            "m1",
-            "a1",
-            id,
-            cost,
-            "5",
-            "0",
-        ])
-    };
+    let settle_drawn = |id: &str, cost: &str| settle_k(&redis, &[(id, cost, "5")], "a1", &[]);
     // The markers of drawn requests this instance knows settled and shipped, removed.
-    let forget = |ids: &[&str]| {
-        let n = ids.len().to_string();
-        let mut args = vec![
-            "EVAL",
-            &settle,
-            "5",
-            "t:acct:k",
-            "t:res:k",
-            "t:lease:k",
-            "t:winv:k",
-            "t:per:k",
-            "0",
-            &n,
-        ];
-        args.extend(ids);
-        redis.command(&args)
-    };
+    let forget = |ids: &[&str]| settle_k(&redis, &[], "", ids);
     assert_eq!(settle_drawn("r1", "300").as_deref(), Some(":0"));
     assert_eq!(
         settle_drawn("r1", "300").as_deref(),
