@@ -5,7 +5,8 @@
 
 use redis::{FromRedisValue, Value};
 
-use super::accounts::{Ask, Call, Carried};
+use super::accounts::{Ask, Call};
+use super::settle::Carried;
 use super::{lock, Store, StoreError};
 
 impl Store {

@@ -29,10 +29,12 @@
 pub mod accounts;
 mod allot;
 mod answer;
+mod args;
 mod batch;
 pub mod cache;
 mod calls;
 pub mod sentinel;
+mod settle;
 mod shared;
 
 pub use shared::STORE_FORMAT;
@@ -190,7 +192,7 @@ pub struct Store {
     /// Held by a shipping call and by a lease renewal: one runs at a time (`renew_leases` says why).
     shipping: Mutex<()>,
     /// Settlements not yet sent (see `accounts.rs`).
-    pending: accounts::Queue,
+    pending: settle::Queue,
     /// Drawn requests whose markers may go (key name, request id): sent with the settler's next call, and
     /// since when the oldest of them waits.
     forgets: Mutex<Vec<(String, String)>>,

@@ -236,15 +236,15 @@ impl Store {
         let allot = self.allotment_of(id);
         let at = crate::util::parse_rfc3339_millis(ts)
             .map_or(crate::util::unix_now(), |ms| (ms / 1000).max(0) as u64);
-        let field = |p| super::accounts::period_field(p, at);
+        let field = |p| super::args::period_field(p, at);
         Item {
             next,
             keys: [k.acct, k.res, k.lease, k.winv, k.per],
             args: [
                 next.to_string(),
                 id.to_string(),
-                super::accounts::units(cost.max(crate::money::Money::ZERO)),
-                super::accounts::script_tokens(tokens).to_string(),
+                super::args::units(cost.max(crate::money::Money::ZERO)),
+                super::args::script_tokens(tokens).to_string(),
                 field(Period::Daily),
                 field(Period::Weekly),
                 field(Period::Monthly),
