@@ -183,7 +183,9 @@ impl Store {
             Vec::new()
         };
         let mut forgets = if due_now {
-            std::mem::take(&mut *lock(&self.forgets))
+            let mut f = lock(&self.forgets);
+            *lock(&self.forget_since) = None;
+            std::mem::take(&mut *f)
         } else {
             Vec::new()
         };
