@@ -522,16 +522,7 @@ fn two_credentials_in_one_request_are_refused() {
 #[test]
 fn an_http_1_0_stream_is_close_delimited() {
     let gw = Gateway::start_mock("");
-    let body = json!({"model": "mock", "stream": true, "messages": [{"role": "user", "content": "old client"}]})
-        .to_string();
-    let mut s = gw.connect();
-    write!(
-        s,
-        "POST /v1/chat/completions HTTP/1.0\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        gw.key,
-        body.len()
-    )
-    .unwrap();
+    let mut s = gw.post_http10_stream("mock");
     let mut raw = String::new();
     s.read_to_string(&mut raw).unwrap();
     let (head, rest) = raw.split_once("\r\n\r\n").unwrap();

@@ -572,19 +572,9 @@ fn silent_upstream(upstream: &str) -> (FakeUpstream, std::sync::mpsc::Sender<()>
 /// and the keepalive comments as they are, until the connection closes.
 #[test]
 fn an_http_1_0_streams_keepalives_carry_no_chunk_framing() {
-    use std::io::{Read, Write};
+    use std::io::Read;
     let (_fake, gate_tx, gw) = silent_upstream("chat");
-    let body =
-        json!({"model": "m-chat", "stream": true, "messages": [{"role": "user", "content": "hi"}]})
-            .to_string();
-    let mut s = gw.connect();
-    write!(
-        s,
-        "POST /v1/chat/completions HTTP/1.0\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        gw.key,
-        body.len()
-    )
-    .unwrap();
+    let mut s = gw.post_http10_stream("m-chat");
     let mut raw = Vec::new();
     let mut buf = [0u8; 4096];
     while !String::from_utf8_lossy(&raw).contains(": keepalive") {

@@ -332,6 +332,24 @@ impl Gateway {
         s
     }
 
+    /// A streamed Chat request for `model` sent as HTTP/1.0 (no chunked coding for its answer) with this
+    /// gateway's key, on a new connection: the connection, to read the answer from.
+    pub fn post_http10_stream(&self, model: &str) -> TcpStream {
+        use std::io::Write;
+        let body = serde_json::json!({"model": model, "stream": true,
+            "messages": [{"role": "user", "content": "old client"}]})
+        .to_string();
+        let mut s = self.connect();
+        write!(
+            s,
+            "POST /v1/chat/completions HTTP/1.0\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            self.key,
+            body.len()
+        )
+        .unwrap();
+        s
+    }
+
     /// One request on a new connection.
     pub fn request(
         &self,
