@@ -42,7 +42,8 @@ fn start() -> (FakeUpstream, Gateway) {
     let mut config = standard_config(dir.path(), Some(fake.addr), "");
     config.push_str(
         "\n[[models]]\nname = \"open-responses\"\nupstream = \"responses-up\"\naccount_features = true\n\n\
-         [[models]]\nname = \"open-messages\"\nupstream = \"anthropic-up\"\naccount_features = true\n",
+         [[models]]\nname = \"open-messages\"\nupstream = \"anthropic-up\"\naccount_features = true\n\n\
+         [[models]]\nname = \"thinker\"\nupstream = \"responses-up\"\nreasoning = true\n",
     );
     let gw = Gateway::start_with(dir, &config);
     (fake, gw)
@@ -193,6 +194,44 @@ fn agent_betas_flow_and_nothing_is_stored() {
         false,
         "stored responses could never be read back"
     );
+}
+
+/// With nothing stored, a reasoning item could come back only by its id, which would name nothing: a model
+/// set to reason is asked for its reasoning whole (`include`), so the client can send it back as it came.
+/// A model without reasoning would refuse that `include`, and gets none.
+#[test]
+fn a_reasoning_model_answers_with_its_reasoning_whole() {
+    let (fake, gw) = start();
+    let asked =
+        json!({"model": "thinker", "input": "hi", "include": ["message.output_text.logprobs"]});
+    let r = post_with(&gw, "/v1/responses", &asked, None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let sent = fake.last().json();
+    assert_eq!(sent["store"], false);
+    assert_eq!(
+        sent["include"],
+        json!([
+            "message.output_text.logprobs",
+            "reasoning.encrypted_content"
+        ])
+    );
+    // The next turn sends the reasoning item back whole: it goes as it came.
+    let item =
+        json!({"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAA"});
+    let next = json!({"model": "thinker", "input": [item, {"role": "user", "content": "and?"}]});
+    let r = post_with(&gw, "/v1/responses", &next, None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let sent = fake.last().json();
+    assert_eq!(sent["input"][0], item);
+    assert_eq!(sent["include"], json!(["reasoning.encrypted_content"]));
+    let r = post_with(
+        &gw,
+        "/v1/responses",
+        &json!({"model": "m-responses", "input": "hi"}),
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(fake.last().json().get("include").is_none());
 }
 
 #[test]

@@ -15,7 +15,9 @@
 //!
 //! `store`: a stored response or completion could only be read back by id, which tollgate never serves, so
 //! storing would only leave tenants' prompts in the operator's account: requests go upstream with
-//! `store: false` (each codec's `store_nothing` edit).
+//! `store: false` (each codec's `store_nothing` edit), and to a model set to reason with its reasoning asked
+//! for whole (`reasoning_inline`: Responses' `include: ["reasoning.encrypted_content"]`), so a client's next
+//! turn can send it back.
 
 use serde_json::{Map, Value};
 

@@ -268,6 +268,11 @@ pub trait Codec: Sync + Send {
     fn store_nothing(&self) -> Option<(&'static str, Edit<'static>)> {
         None
     }
+    /// Where nothing is stored: the edit that makes a reasoning model's answers carry their reasoning
+    /// whole, so that a client can send it back on its next turn (an id alone would name nothing).
+    fn reasoning_inline(&self) -> Option<(&'static str, Edit<'static>)> {
+        None
+    }
     /// The paid hosted tools and service tiers a request asks for.
     fn hosted_asks(&self, body: &Value) -> Result<Asks, ApiError>;
     /// The edit that writes the use limit `cap` where the client gave none (`tools`: the positions of the

@@ -33,6 +33,9 @@ pub enum Edit<'a> {
     ReplaceIn(&'static str, Put<'a>),
     /// An array whose objects at these positions get `key` filled in (see [`Edit::Fill`]).
     FillIn(&'a [usize], &'static str, Put<'a>),
+    /// An array with this string among its items: appended where the array lacks it, a new array of it
+    /// where the field is absent or null; anything else left as it is.
+    Join(&'static str),
 }
 
 /// Room for what the edits add to a body (a model's name, a limit, `stream_options`).
@@ -173,6 +176,13 @@ fn present<M: SerializeMap>(
             ),
             _ => map.serialize_entry(key, value),
         },
+        Edit::Join(item) if value.is_null() => map.serialize_entry(key, &[item]),
+        Edit::Join(item) => match value {
+            Value::Array(items) if !items.iter().any(|v| v == item) => {
+                map.serialize_entry(key, &Joined { items, item })
+            }
+            _ => map.serialize_entry(key, value),
+        },
     }
 }
 
@@ -181,6 +191,7 @@ fn absent<M: SerializeMap>(map: &mut M, key: &str, edit: &Edit) -> Result<(), M:
     match *edit {
         Edit::Set(p) | Edit::Fill(p) => map.serialize_entry(key, &p),
         Edit::SetIn(inner, p) => map.serialize_entry(key, &One(inner, p)),
+        Edit::Join(item) => map.serialize_entry(key, &[item]),
         Edit::Remove | Edit::Replace(_) | Edit::ReplaceIn(..) | Edit::FillIn(..) => Ok(()),
     }
 }
@@ -193,6 +204,23 @@ impl Serialize for One<'_> {
         let mut map = s.serialize_map(Some(1))?;
         map.serialize_entry(self.0, &self.1)?;
         map.end()
+    }
+}
+
+/// An array with one string appended.
+struct Joined<'e> {
+    items: &'e [Value],
+    item: &'static str,
+}
+
+impl Serialize for Joined<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(self.items.len() + 1))?;
+        for v in self.items {
+            seq.serialize_element(v)?;
+        }
+        seq.serialize_element(self.item)?;
+        seq.end()
     }
 }
 
@@ -258,6 +286,24 @@ mod tests {
             &e,
             json!({"a": 1, "max_completion_tokens": 50, "store": false, "zeta": 3}),
         );
+    }
+
+    #[test]
+    fn a_string_joins_an_array_once() {
+        let mut e = Edits::default();
+        e.put("include", Edit::Join("reasoning.encrypted_content"));
+        let joined = json!({"include": ["reasoning.encrypted_content"]});
+        same(json!({}), &e, joined.clone());
+        same(json!({"include": null}), &e, joined.clone());
+        same(json!({"include": []}), &e, joined.clone());
+        same(joined.clone(), &e, joined);
+        same(
+            json!({"include": ["message.output_text.logprobs"]}),
+            &e,
+            json!({"include": ["message.output_text.logprobs", "reasoning.encrypted_content"]}),
+        );
+        // Not an array: the upstream says what is wrong with it.
+        same(json!({"include": "x"}), &e, json!({"include": "x"}));
     }
 
     #[test]

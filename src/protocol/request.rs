@@ -116,11 +116,14 @@ impl Protocol {
             }
         }
         let store = f.store_nothing.then(|| self.store_nothing()).flatten();
+        let inline = (f.store_nothing && f.reasoning)
+            .then(|| self.reasoning_inline())
+            .flatten();
         let usage = f.stream.then(|| self.stream_usage_on()).flatten();
         let cap = f
             .hosted_cap
             .and_then(|(cap, tools)| self.hosted_cap(cap, tools));
-        for (field, edit) in [store, usage, cap].into_iter().flatten() {
+        for (field, edit) in [store, inline, usage, cap].into_iter().flatten() {
             e.put(field, edit);
         }
         e
@@ -143,6 +146,8 @@ pub struct Forward<'a> {
     pub stream: bool,
     /// Nothing may be stored in the operator's account.
     pub store_nothing: bool,
+    /// The model reasons (its `reasoning` setting): with nothing stored, its reasoning is asked for whole.
+    pub reasoning: bool,
     /// The use limit of paid hosted tools, and the positions of the tools it is written into.
     pub hosted_cap: Option<(u64, &'a [usize])>,
 }
@@ -160,6 +165,7 @@ mod tests {
             max_completion_tokens: false,
             stream: false,
             store_nothing: false,
+            reasoning: false,
             hosted_cap: None,
         }
     }
@@ -286,5 +292,33 @@ mod tests {
         assert_eq!(out["tools"][0]["max_uses"], 5);
         assert_eq!(out["tools"][1]["max_uses"], 3);
         assert!(out["tools"][2].get("max_uses").is_none());
+    }
+
+    /// With nothing stored, a reasoning model's answer must carry its reasoning whole: a client sends it
+    /// back on the next turn, and an id alone names nothing. Models without reasoning refuse the `include`
+    /// ("Encrypted content is not supported with this model"), so it goes only to a model set to reason.
+    #[test]
+    fn a_reasoning_model_with_nothing_stored_is_asked_for_its_reasoning_whole() {
+        let f = |store_nothing, reasoning| Forward {
+            store_nothing,
+            reasoning,
+            ..forward("m")
+        };
+        let b = json!({"include": ["file_search_call.results"], "store": true});
+        assert_eq!(
+            sent(Protocol::Responses, b.clone(), &f(true, true)),
+            json!({"model": "m", "store": false,
+                   "include": ["file_search_call.results", "reasoning.encrypted_content"]})
+        );
+        assert_eq!(
+            sent(Protocol::Responses, b.clone(), &f(true, false))["include"],
+            json!(["file_search_call.results"])
+        );
+        assert_eq!(
+            sent(Protocol::Responses, b, &f(false, true))["include"],
+            json!(["file_search_call.results"])
+        );
+        let chat = sent(Protocol::Chat, json!({"messages": []}), &f(true, true));
+        assert!(chat.get("include").is_none(), "{chat}");
     }
 }

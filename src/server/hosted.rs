@@ -300,6 +300,7 @@ mod tests {
             max_completion_tokens: false,
             stream: false,
             store_nothing: false,
+            reasoning: false,
             hosted_cap: p.cap(),
         };
         let sent = endpoint.protocol().upstream_edits(&f).apply(&body).unwrap();

@@ -104,6 +104,7 @@ impl Prepared<'_> {
             max_completion_tokens: upstream.max_completion_tokens,
             stream,
             store_nothing: self.store_nothing,
+            reasoning: self.model.reasoning,
             hosted_cap: self.asked.hosted.cap(),
         }
     }

@@ -408,6 +408,7 @@ mod tests {
             max_completion_tokens: false,
             stream: true,
             store_nothing: true,
+            reasoning: true,
             hosted_cap: None,
         };
         let sent: Value = serde_json::from_slice(&gemini.upstream_edits(&f).apply(&body).unwrap()).unwrap();

@@ -116,6 +116,10 @@ impl Codec for Responses {
     fn store_nothing(&self) -> Option<(&'static str, Edit<'static>)> {
         Some(("store", Edit::Set(Put::Bool(false))))
     }
+    /// A reasoning item comes back with its `encrypted_content` only when `include` asks for it.
+    fn reasoning_inline(&self) -> Option<(&'static str, Edit<'static>)> {
+        Some(("include", Edit::Join("reasoning.encrypted_content")))
+    }
     fn hosted_asks(&self, body: &Value) -> Result<Asks, ApiError> {
         hosted::asks(body, &HOSTED)
     }
