@@ -213,6 +213,29 @@ fn an_early_answer_before_the_body_closes_and_leaves_other_connections_alone() {
     expect(&mut r2, 200, &other, "other connection");
 }
 
+/// A HEAD the screen answers gets the answer's head alone: its length announced, no body, then the close.
+#[test]
+fn a_screened_head_request_gets_no_body() {
+    let addr = server();
+    let (mut s, mut r) = connect(addr);
+    s.write_all(&req("HEAD", "/deny", "", &body(500, 12)))
+        .unwrap();
+    let (status, headers) = read_head(&mut r);
+    assert_eq!(status, 401);
+    let cl = headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+        .map(|(_, v)| v.as_str());
+    assert_eq!(cl, Some("6"), "the length of the answer a GET would get");
+    let mut rest = Vec::new();
+    let _ = r.read_to_end(&mut rest);
+    assert!(
+        rest.is_empty(),
+        "a body after a HEAD's head: {:?}",
+        String::from_utf8_lossy(&rest)
+    );
+}
+
 #[test]
 fn http10_with_a_body_is_answered_and_closed() {
     let addr = server();

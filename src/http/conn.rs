@@ -71,7 +71,8 @@ pub(super) enum Step {
 
 pub(super) enum Refusal {
     Framing(Option<String>, HttpError),
-    Screened(Early),
+    /// The screen's answer, and whether the request was a HEAD (its answer is then a head alone).
+    Screened(Early, bool),
     OverBudget(Option<String>),
 }
 
@@ -252,7 +253,7 @@ impl Conn {
                 has_body: head.body != BodyKind::None,
             };
             if let Some(early) = screen(&incoming) {
-                return Err(Refusal::Screened(early));
+                return Err(Refusal::Screened(early, head.request.method == "HEAD"));
             }
         }
         let length = match head.body {

@@ -314,10 +314,11 @@ impl Inner {
         let Some(w) = conn.writer.as_mut() else {
             return;
         };
-        w.reset(false, false);
+        let head_only = matches!(refusal, Refusal::Screened(_, true));
+        w.reset(false, head_only);
         let render = &*self.render_error;
         match refusal {
-            Refusal::Screened(early) => {
+            Refusal::Screened(early, _) => {
                 let headers: Vec<(&str, &str)> = early
                     .headers
                     .iter()
