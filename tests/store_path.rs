@@ -1179,6 +1179,54 @@ fn a_busy_key_is_admitted_from_an_allotment_and_each_request_counted_once() {
     }
 }
 
+/// A shipping call whose answer is lost (the connection broke after Redis applied it) is sent again, finds
+/// the cursor past its records and ships nothing twice; its drawn requests' markers still go, because the
+/// cursor of the same file past them says they were shipped. The test hooks hold settlements for 300 ms (on
+/// a strict ledger, records then ship first, naming their allotments) and lose the answers of the first
+/// three shipping calls that applied to such records.
+#[test]
+fn markers_go_when_a_shipping_calls_answer_is_lost() {
+    let redis = Redis::start(false);
+    let dir = TempDir::new("store-path-lost-reply");
+    // A strict ledger syncs a record before its request's end is counted: records may ship naming their
+    // allotment.
+    let c = config(dir.path(), &redis, "gw-lost", "ledger_strict = true");
+    let cfg = dir.path().join("tollgate.toml");
+    std::fs::write(&cfg, &c).unwrap();
+    let mut cmd = std::process::Command::new(common::bin());
+    cmd.args(["serve", "--config"])
+        .arg(&cfg)
+        .env("TOLLGATE_TEST_SHIP_LOSE_REPLIES", "3")
+        .env("TOLLGATE_TEST_SETTLE_AFTER_MS", "300");
+    let gw = Arc::new(Gateway::start_command(dir, &mut cmd));
+    let key = gw.add_key("lost", "default", Some(1000.0));
+    let sent = burst(&gw, &key, 4, 10);
+    let data = gw.dir.path().join("data");
+    wait_for(
+        || {
+            redis.hget("t:acct:lost", "reserved") == "0"
+                && redis.hget("t:acct:lost", "inflight") == "0"
+                && stream(&redis).len() >= ledger_lines(&data).len()
+        },
+        "every request settled and its record shipped",
+    );
+    wait_for(
+        || redis.int(&["HLEN", "t:res:lost"]) == 0,
+        "no marker left of a record whose shipping call's answer was lost",
+    );
+    assert_eq!(
+        stream(&redis),
+        ledger_lines(&data),
+        "each record shipped once"
+    );
+    let lines: Vec<String> = ledger_lines(&data)
+        .into_iter()
+        .filter(|l| l.contains("\"lost\""))
+        .collect();
+    assert_eq!(lines.len(), sent);
+    assert_spent_is_the_ledgers_sum(&gw, "lost", &lines);
+}
+
 /// `allot.lua` takes at most half of what is left of a key's credit and of its slots, gives back what the
 /// instance returns, takes nothing once the credit is cut below what is spent and held, and ends, giving
 /// back all it holds; `ship.lua` takes a drawn request's cost out of its allotment as it counts it, and

@@ -191,6 +191,8 @@ pub struct Store {
     allots: allot::Allotments,
     /// Held by a shipping call and by a lease renewal: one runs at a time (`renew_leases` says why).
     shipping: Mutex<()>,
+    /// Records of drawn requests in a shipping call whose answer did not come (`ship.rs`).
+    unsure: Mutex<Vec<ship::Unsure>>,
     /// Settlements not yet sent (see `accounts.rs`).
     pending: settle::Queue,
     /// Drawn requests whose markers may go (key name, request id): sent with the settler's next call, and
@@ -250,6 +252,7 @@ impl Store {
             leases: Mutex::new(std::collections::HashMap::new()),
             allots: allot::Allotments::default(),
             shipping: Mutex::new(()),
+            unsure: Mutex::new(Vec::new()),
             pending: Arc::new(Mutex::new(Vec::new())),
             forgets: Mutex::new(Vec::new()),
             forget_since: Mutex::new(None),

@@ -17,6 +17,20 @@ use crate::money::Money;
 /// How long a settlement may wait for the next admission of its key before the settler thread sends it.
 pub const SETTLE_AFTER: Duration = Duration::from_millis(2);
 
+/// Test hook: with `TOLLGATE_TEST_SETTLE_AFTER_MS=N`, the settler thread waits N ms instead of
+/// `SETTLE_AFTER` (a record then ships before its request's settlement, on a strict ledger).
+pub const SETTLE_AFTER_ENV: &str = "TOLLGATE_TEST_SETTLE_AFTER_MS";
+
+fn settle_after() -> Duration {
+    static AFTER: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *AFTER.get_or_init(|| {
+        std::env::var(SETTLE_AFTER_ENV)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(SETTLE_AFTER, Duration::from_millis)
+    })
+}
+
 /// Settlements sent in one script call by the settler thread at most.
 const SETTLE_BATCH: usize = 200;
 
@@ -176,7 +190,7 @@ impl Store {
             || forgets_due
             || lock(&self.pending)
                 .iter()
-                .any(|p| p.since.elapsed() >= SETTLE_AFTER);
+                .any(|p| p.since.elapsed() >= settle_after());
         let mut due = if due_now {
             self.take_pending(|_| true).into_items()
         } else {
@@ -206,7 +220,7 @@ impl Store {
             lock(&self.forget_since).map(|t| FORGET_AFTER.saturating_sub(t.elapsed()));
         Ok(lock(&self.pending)
             .iter()
-            .map(|p| SETTLE_AFTER.saturating_sub(p.since.elapsed()))
+            .map(|p| settle_after().saturating_sub(p.since.elapsed()))
             .chain(forget_wait)
             .min())
     }

@@ -37,6 +37,41 @@ pub(super) const BATCH: usize = 200;
 /// Bytes of the ledger read at once at most.
 pub(super) const READ_MAX: usize = 4 << 20;
 
+/// Test hook: with `TOLLGATE_TEST_SHIP_LOSE_REPLIES=N`, the answers of the first N shipping calls that
+/// applied and shipped a record naming its allotment are taken as lost (the connection broke after the
+/// call reached Redis): the shipper tries again.
+pub const SHIP_LOSE_ENV: &str = "TOLLGATE_TEST_SHIP_LOSE_REPLIES";
+
+fn lose_a_reply_for_a_test(batch: &[Item]) -> bool {
+    if !batch.iter().any(|it| it.drawn_key.is_some()) {
+        return false;
+    }
+    static LEFT: std::sync::OnceLock<std::sync::atomic::AtomicU64> = std::sync::OnceLock::new();
+    let left = LEFT.get_or_init(|| {
+        let n = std::env::var(SHIP_LOSE_ENV)
+            .ok()
+            .and_then(|v| v.parse().ok());
+        std::sync::atomic::AtomicU64::new(n.unwrap_or(0))
+    });
+    use std::sync::atomic::Ordering::SeqCst;
+    let lost = left
+        .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+        .is_ok();
+    if lost {
+        log::warn!("test hook: the answer of a shipping call is taken as lost");
+    }
+    lost
+}
+
+/// The record of a drawn request in a shipping call whose answer did not come.
+pub(super) struct Unsure {
+    /// The ledger file's fingerprint and where the line after the record begins.
+    fp: String,
+    next: u64,
+    key: String,
+    id: String,
+}
+
 /// Where this instance's shipping stands in the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cursor {
@@ -98,7 +133,7 @@ impl Store {
                 .arg("fp")
                 .query(con)
         })?;
-        Ok(Cursor {
+        let c = Cursor {
             offset: v
                 .first()
                 .cloned()
@@ -106,7 +141,43 @@ impl Store {
                 .and_then(|s| s.parse().ok())
                 .unwrap_or(0),
             fingerprint: v.get(1).cloned().flatten().unwrap_or_default(),
-        })
+        };
+        self.cursor_seen(&c);
+        Ok(c)
+    }
+
+    /// A shipping call whose answer did not come may have applied: its drawn requests' records are
+    /// followed until the cursor says.
+    fn unsure_of(&self, fp: &str, batch: &[Item]) {
+        let mut unsure = lock(&self.unsure);
+        for it in batch {
+            if let (Some(key), Some(id)) = (&it.drawn_key, &it.id) {
+                unsure.push(Unsure {
+                    fp: fp.to_string(),
+                    next: it.next,
+                    key: key.clone(),
+                    id: id.clone(),
+                });
+            }
+        }
+    }
+
+    /// The cursor as this instance's store holds it: the records of a call whose answer did not come that
+    /// are before it in the same file were shipped (the call applied, or another shipper of this instance
+    /// shipped them), so their drawn requests' markers may go. Those after it are shipped again, and said
+    /// so by that call's answer; those of another file are no longer followed.
+    fn cursor_seen(&self, c: &Cursor) {
+        let shipped: Vec<Unsure> = {
+            let mut unsure = lock(&self.unsure);
+            if unsure.is_empty() {
+                return;
+            }
+            std::mem::take(&mut *unsure)
+                .into_iter()
+                .filter(|u| u.fp == c.fingerprint && u.next <= c.offset)
+                .collect()
+        };
+        self.records_shipped(shipped.iter().map(|u| (u.key.as_str(), u.id.as_str())));
     }
 
     /// Ships the complete lines of `bytes` (read from a ledger file at `start`) for `instance`, in batches.
@@ -379,6 +450,7 @@ impl Store {
         let reply = match result {
             Ok((reply,)) => reply,
             Err(e) => {
+                self.unsure_of(fp, batch);
                 if !e.unavailable {
                     log::error!(
                         "store: shipping the usage records from ledger offset {start} failed: {e}"
@@ -390,11 +462,22 @@ impl Store {
         let mut texts = reply
             .into_iter()
             .map(|v| String::from_redis_value(v).unwrap_or_default());
+        if lose_a_reply_for_a_test(batch) {
+            self.unsure_of(fp, batch);
+            return Err(StoreError {
+                unavailable: true,
+                message: "the shipping call's answer was lost (test hook)".into(),
+            });
+        }
         let (ok, at) = (
             texts.next().unwrap_or_default(),
             texts.next().unwrap_or_default(),
         );
         if ok != "1" {
+            self.cursor_seen(&Cursor {
+                offset: at.parse().unwrap_or(0),
+                fingerprint: texts.next().unwrap_or_default(),
+            });
             return Ok(Shipped::Moved);
         }
         // Records of drawn requests sent naming their allotment kept their markers (`allot/`).

@@ -30,11 +30,11 @@
 -- A record whose reservation was given back by a look for dead leases (the marker 'd', money.lua) counts its
 -- cost and removes the marker.
 -- Returns {1, offset after the last record} (and a third value, the first error of the writes of the sums,
--- when one failed) or {0, the cursor's offset} when the cursor is elsewhere.
+-- when one failed) or {0, the cursor's offset, its fingerprint} when the cursor is elsewhere.
 local cur = redis.call('HMGET', KEYS[1], 'offset', 'fp')
 local off, fp = cur[1] or '0', cur[2] or ''
 -- The same offset of another file (a cursor restored from a snapshot taken before a rotation) is elsewhere.
-if off ~= ARGV[1] or (fp ~= '' and fp ~= ARGV[2]) then return {0, off} end
+if off ~= ARGV[1] or (fp ~= '' and fp ~= ARGV[2]) then return {0, off, fp} end
 local n = (#KEYS - 2) / 5
 local cut = tonumber(ARGV[4])
 
