@@ -361,6 +361,9 @@ impl StreamDecoder for MessagesStreamDecoder {
                     .and_then(|u| usage_update(self.usage, u))
                 {
                     self.usage = u;
+                    // Reported now: a stream cut before its `message_delta` is billed this input (its
+                    // cache reads and writes as such), not an estimate of it.
+                    out.push(StreamEvent::Usage(self.usage));
                 }
             }
             "content_block_start" => self.block_start(&v, index, out),
@@ -601,5 +604,54 @@ mod tests {
         .unwrap();
         assert_eq!(resp.content, vec![Part::Text("{\"a\":1}".into())]);
         assert_eq!(resp.stop, StopReason::EndTurn);
+    }
+
+    /// The input `message_start` reports is the stream's usage from then on: a stream cut before its
+    /// `message_delta` (the client gone, the output limit, a broken upstream) is billed it, cache reads and
+    /// writes as such, with the output produced estimated, not an estimate of the whole input as uncached.
+    #[test]
+    fn a_stream_cut_before_its_message_delta_keeps_the_input_reported_at_its_start() {
+        let ev = |event: &str, data: Value| SseEvent {
+            event: Some(event.to_string()),
+            data: data.to_string(),
+            has_data: true,
+            raw: Vec::new(),
+            terminated: true,
+        };
+        let mut d = MessagesStreamDecoder::new(false);
+        let mut out = Vec::new();
+        d.feed(
+            &ev(
+                "message_start",
+                json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
+                       "content": [], "usage": {"input_tokens": 200, "cache_read_input_tokens": 100_000,
+                       "cache_creation_input_tokens": 0, "output_tokens": 1}}}),
+            ),
+            &mut out,
+        );
+        d.feed(
+            &ev(
+                "content_block_start",
+                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+            ),
+            &mut out,
+        );
+        d.feed(
+            &ev(
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hello there, how are you doing today?"}}),
+            ),
+            &mut out,
+        );
+        let reported = out.iter().rev().find_map(|e| match e {
+            StreamEvent::Usage(u) => Some(*u),
+            _ => None,
+        });
+        let (u, estimated) =
+            crate::protocol::estimate::stream_usage(reported, false, "Hello there, how are you doing today?", 9);
+        assert!(estimated, "the output is estimated");
+        assert_eq!(u.input_tokens, 100_200);
+        assert_eq!(u.cached_input_tokens, 100_000);
+        assert!(u.output_tokens > 1);
     }
 }
