@@ -100,6 +100,9 @@ pub enum ToolChoice {
     Required,
     /// Must call this tool.
     Function(String),
+    /// Must use this hosted tool (a Responses `tool_choice` of its type): sent as it came to a Responses
+    /// upstream; another vendor's runs no hosted tool of OpenAI's, and gets `auto`.
+    Hosted(String),
 }
 
 /// Requested shape of the text output.

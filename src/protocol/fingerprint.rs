@@ -177,4 +177,27 @@ mod tests {
         };
         assert_ne!(scoped, first);
     }
+
+    /// A Responses request forcing a custom tool or a hosted one, or offering some tools only, asks for
+    /// another answer than one that leaves the choice to the model.
+    #[test]
+    fn every_tool_choice_is_its_own_entry() {
+        let with = |choice: Value| {
+            print(
+                Protocol::Responses,
+                json!({"model": "a", "input": "patch it", "tool_choice": choice,
+                       "tools": [{"type": "custom", "name": "apply_patch"}, {"type": "function", "name": "f"}]}),
+            )
+        };
+        let auto = with(json!("auto"));
+        let custom = with(json!({"type": "custom", "name": "apply_patch"}));
+        let hosted = with(json!({"type": "image_generation"}));
+        let allowed = with(
+            json!({"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "f"}]}),
+        );
+        for other in [custom, hosted, allowed] {
+            assert_ne!(auto, other);
+        }
+        assert_ne!(custom, with(json!({"type": "function", "name": "f"})));
+    }
 }

@@ -74,43 +74,110 @@ pub fn decode_function(f: &Map<String, Value>, path: &str) -> Result<Tool, ApiEr
     })
 }
 
-/// `tool_choice`: `"auto"`, `"none"`, `"required"`, or a function in `shape`. A Responses choice of another
-/// type (a hosted tool) means `auto`.
-pub fn decode_tool_choice(v: &Value, shape: Shape) -> Result<Option<ToolChoice>, ApiError> {
-    match v {
-        Value::Null => Ok(None),
-        Value::String(s) => match s.as_str() {
-            "auto" => Ok(Some(ToolChoice::Auto)),
-            "none" => Ok(Some(ToolChoice::None)),
-            "required" => Ok(Some(ToolChoice::Required)),
-            _ => Err(fields::bad_value(
-                "tool_choice",
-                "\"auto\", \"none\", \"required\" or a function",
-            )),
-        },
-        Value::Object(o) => match shape {
-            Shape::Nested => {
-                let f = fields::object(
-                    o.get("function").unwrap_or(&Value::Null),
-                    "tool_choice.function",
-                )?;
-                let name = fields::req_str(f, "name", "tool_choice.function")?;
-                Ok(Some(ToolChoice::Function(name.to_string())))
+/// `tool_choice`: `"auto"`, `"none"`, `"required"`, a function (or custom tool) in `shape`, a Responses
+/// hosted tool's type, or `allowed_tools`: only the tools it names are offered (`tools` is narrowed to them,
+/// as Gemini's `allowedFunctionNames` is), to be called when its `mode` is `required`.
+pub fn decode_tool_choice(
+    v: &Value,
+    shape: Shape,
+    tools: &mut Vec<Tool>,
+) -> Result<Option<ToolChoice>, ApiError> {
+    let o = match v {
+        Value::Null => return Ok(None),
+        Value::String(s) => {
+            return match s.as_str() {
+                "auto" => Ok(Some(ToolChoice::Auto)),
+                "none" => Ok(Some(ToolChoice::None)),
+                "required" => Ok(Some(ToolChoice::Required)),
+                _ => Err(fields::bad_value(
+                    "tool_choice",
+                    "\"auto\", \"none\", \"required\" or a tool",
+                )),
             }
-            Shape::Flat => match opt_str(o, "type", "tool_choice")? {
-                Some("function") => {
-                    let name = fields::req_str(o, "name", "tool_choice")?;
-                    Ok(Some(ToolChoice::Function(name.to_string())))
-                }
-                _ => Ok(Some(ToolChoice::Auto)),
-            },
-        },
-        other => Err(fields::wrong_type(
-            "tool_choice",
-            "a string or an object",
-            other,
-        )),
+        }
+        Value::Object(o) => o,
+        other => {
+            return Err(fields::wrong_type(
+                "tool_choice",
+                "a string or an object",
+                other,
+            ))
+        }
+    };
+    let ty = opt_str(o, "type", "tool_choice")?;
+    let named = |inner: &str| -> Result<ToolChoice, ApiError> {
+        let path = format!("tool_choice.{inner}");
+        let f = fields::object(o.get(inner).unwrap_or(&Value::Null), &path)?;
+        Ok(ToolChoice::Function(
+            fields::req_str(f, "name", &path)?.to_string(),
+        ))
+    };
+    let choice = match (shape, ty) {
+        (_, Some("allowed_tools")) => {
+            let (a, path) = match shape {
+                Shape::Nested => (
+                    fields::object(
+                        o.get("allowed_tools").unwrap_or(&Value::Null),
+                        "tool_choice.allowed_tools",
+                    )?,
+                    "tool_choice.allowed_tools",
+                ),
+                Shape::Flat => (o, "tool_choice"),
+            };
+            allowed_tools(a, path, shape, tools)?
+        }
+        (Shape::Nested, Some("custom")) => named("custom")?,
+        (Shape::Nested, _) => named("function")?,
+        (Shape::Flat, Some("function" | "custom")) => {
+            ToolChoice::Function(fields::req_str(o, "name", "tool_choice")?.to_string())
+        }
+        (Shape::Flat, Some(hosted)) => ToolChoice::Hosted(hosted.to_string()),
+        (Shape::Flat, None) => return Err(fields::bad_value("tool_choice.type", "a tool's type")),
+    };
+    Ok(Some(choice))
+}
+
+/// An `allowed_tools` choice (`a`, at `path`): `tools` narrowed to the functions and custom tools it names
+/// (the hosted tools it names are not among them), and its mode.
+fn allowed_tools(
+    a: &Map<String, Value>,
+    path: &str,
+    shape: Shape,
+    tools: &mut Vec<Tool>,
+) -> Result<ToolChoice, ApiError> {
+    let choice = match opt_str(a, "mode", path)?.unwrap_or("auto") {
+        "auto" => ToolChoice::Auto,
+        "required" => ToolChoice::Required,
+        _ => {
+            return Err(fields::bad_value(
+                &format!("{path}.mode"),
+                "\"auto\" or \"required\"",
+            ))
+        }
+    };
+    let listed = fields::opt_array(a, "tools", path)?
+        .ok_or_else(|| fields::missing(&fields::join(path, "tools")))?;
+    let mut names = Vec::with_capacity(listed.len());
+    for (i, t) in listed.iter().enumerate() {
+        let tpath = format!("{path}.tools[{i}]");
+        let t = fields::object(t, &tpath)?;
+        let name = match (shape, opt_str(t, "type", &tpath)?) {
+            (Shape::Nested, Some("function") | None) => {
+                let f = fields::object(
+                    t.get("function").unwrap_or(&Value::Null),
+                    &format!("{tpath}.function"),
+                )?;
+                fields::req_str(f, "name", &format!("{tpath}.function"))?
+            }
+            (Shape::Flat, Some("function" | "custom") | None) => {
+                fields::req_str(t, "name", &tpath)?
+            }
+            _ => continue,
+        };
+        names.push(name);
     }
+    tools.retain(|t| names.contains(&t.name.as_str()));
+    Ok(choice)
 }
 
 /// A function tool in `shape`. Chat leaves out what is unset; Responses always says `description` and
@@ -142,6 +209,8 @@ pub fn encode_tool_choice(choice: &ToolChoice, shape: Shape) -> Value {
             json!({"type": "function", "function": {"name": n}})
         }
         (ToolChoice::Function(n), Shape::Flat) => json!({"type": "function", "name": n}),
+        (ToolChoice::Hosted(t), Shape::Flat) => json!({"type": t}),
+        (ToolChoice::Hosted(_), Shape::Nested) => json!("auto"),
     }
 }
 
@@ -280,22 +349,31 @@ mod tests {
     fn functions_and_choices_in_both_shapes() {
         let choice = json!({"type": "function", "function": {"name": "f"}});
         assert_eq!(
-            decode_tool_choice(&choice, Shape::Nested).unwrap(),
+            decode_tool_choice(&choice, Shape::Nested, &mut vec![]).unwrap(),
             Some(ToolChoice::Function("f".into()))
         );
         let flat = json!({"type": "function", "name": "f"});
         assert_eq!(
-            decode_tool_choice(&flat, Shape::Flat).unwrap(),
+            decode_tool_choice(&flat, Shape::Flat, &mut vec![]).unwrap(),
             Some(ToolChoice::Function("f".into()))
         );
         assert_eq!(
-            decode_tool_choice(&json!({"type": "web_search"}), Shape::Flat).unwrap(),
-            Some(ToolChoice::Auto)
+            decode_tool_choice(&json!({"type": "web_search"}), Shape::Flat, &mut vec![]).unwrap(),
+            Some(ToolChoice::Hosted("web_search".into()))
+        );
+        assert_eq!(
+            decode_tool_choice(
+                &json!({"type": "custom", "name": "apply_patch"}),
+                Shape::Flat,
+                &mut vec![]
+            )
+            .unwrap(),
+            Some(ToolChoice::Function("apply_patch".into()))
         );
         let f = ToolChoice::Function("f".into());
         assert_eq!(encode_tool_choice(&f, Shape::Nested), choice);
         assert_eq!(encode_tool_choice(&f, Shape::Flat), flat);
-        assert!(decode_tool_choice(&json!("sometimes"), Shape::Nested).is_err());
+        assert!(decode_tool_choice(&json!("sometimes"), Shape::Nested, &mut vec![]).is_err());
     }
 
     #[test]
@@ -327,5 +405,38 @@ mod tests {
         for url in ["https://x/y.png", "data:image/png;base64,AAAA"] {
             assert_eq!(image_url_string(&parse_image_url(url)), url);
         }
+    }
+
+    /// `allowed_tools` offers only the tools it names (in either shape), to be called when `required`.
+    #[test]
+    fn allowed_tools_narrow_the_tools_offered() {
+        let tool = |n: &str| Tool {
+            custom: false,
+            name: n.into(),
+            description: None,
+            parameters: json!({"type": "object"}),
+            strict: None,
+        };
+        let all = || vec![tool("a"), tool("b"), tool("c")];
+        let mut tools = all();
+        let flat = json!({"type": "allowed_tools", "mode": "required",
+                          "tools": [{"type": "function", "name": "a"}, {"type": "web_search"}, {"type": "custom", "name": "c"}]});
+        assert_eq!(
+            decode_tool_choice(&flat, Shape::Flat, &mut tools).unwrap(),
+            Some(ToolChoice::Required)
+        );
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["a", "c"]);
+        let mut tools = all();
+        let nested = json!({"type": "allowed_tools", "allowed_tools": {"mode": "auto",
+                            "tools": [{"type": "function", "function": {"name": "b"}}]}});
+        assert_eq!(
+            decode_tool_choice(&nested, Shape::Nested, &mut tools).unwrap(),
+            Some(ToolChoice::Auto)
+        );
+        assert_eq!(tools, vec![tool("b")]);
+        let bad = json!({"type": "allowed_tools", "mode": "sometimes", "tools": []});
+        let e = decode_tool_choice(&bad, Shape::Flat, &mut all()).unwrap_err();
+        assert_eq!(e.param(), Some("tool_choice.mode"));
     }
 }

@@ -52,7 +52,7 @@ pub fn decode_request(body: &Value) -> Result<Request, ApiError> {
     }
     req.tool_choice = match o.get("tool_choice") {
         None => None,
-        Some(v) => openai::decode_tool_choice(v, Shape::Nested)?,
+        Some(v) => openai::decode_tool_choice(v, Shape::Nested, &mut req.tools)?,
     };
     req.parallel_tool_calls = opt_bool(o, "parallel_tool_calls", "")?;
     req.max_tokens = match opt_u64(o, "max_completion_tokens", "")? {

@@ -147,7 +147,7 @@ fn encode_tools(req: &Request, body: &mut Map<String, Value>) {
     }
     let config = match &req.tool_choice {
         None => return,
-        Some(ToolChoice::Auto) => json!({"mode": "AUTO"}),
+        Some(ToolChoice::Auto | ToolChoice::Hosted(_)) => json!({"mode": "AUTO"}),
         Some(ToolChoice::None) => json!({"mode": "NONE"}),
         Some(ToolChoice::Required) => json!({"mode": "ANY"}),
         Some(ToolChoice::Function(n)) => json!({"mode": "ANY", "allowedFunctionNames": [n]}),

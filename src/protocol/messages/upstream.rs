@@ -166,7 +166,7 @@ fn encode_tools(
         .collect();
     let mut tool_choice = match &req.tool_choice {
         None => None,
-        Some(ToolChoice::Auto) => Some(json!({"type": "auto"})),
+        Some(ToolChoice::Auto | ToolChoice::Hosted(_)) => Some(json!({"type": "auto"})),
         Some(ToolChoice::None) => Some(json!({"type": "none"})),
         Some(ToolChoice::Required) => Some(json!({"type": "any"})),
         Some(ToolChoice::Function(n)) => Some(json!({"type": "tool", "name": n})),

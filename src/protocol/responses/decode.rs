@@ -77,7 +77,7 @@ pub fn decode_request(body: &Value) -> Result<Request, ApiError> {
     }
     req.tool_choice = match o.get("tool_choice") {
         None => None,
-        Some(v) => openai::decode_tool_choice(v, Shape::Flat)?,
+        Some(v) => openai::decode_tool_choice(v, Shape::Flat, &mut req.tools)?,
     };
     req.parallel_tool_calls = opt_bool(o, "parallel_tool_calls", "")?;
     req.max_tokens = opt_u64(o, "max_output_tokens", "")?;
