@@ -31,6 +31,8 @@ enum Mode {
     Length,
     /// A stream of many deltas (more output than a small limit allows).
     Long,
+    /// An answer a compatible server ended with `finish_reason: error` (no natural end).
+    Errored,
 }
 
 /// A Chat (and Anthropic) upstream that numbers its answers: `answer #N`.
@@ -74,10 +76,10 @@ fn chunk(delta: Value, finish: Option<&str>) -> Vec<u8> {
 fn chat_reply(r: &Recorded, n: usize, mode: Mode) -> Reply {
     let text = format!("answer #{n}");
     let usage = json!({"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18});
-    let finish = if mode == Mode::Length {
-        "length"
-    } else {
-        "stop"
+    let finish = match mode {
+        Mode::Length => "length",
+        Mode::Errored => "error",
+        _ => "stop",
     };
     if mode == Mode::Fail {
         return Reply::json(
@@ -592,6 +594,14 @@ fn errors_cut_streams_and_incomplete_answers_are_not_stored() {
     let r = ask(&streamed(chat("cached", "c")));
     assert_eq!(cache_header(&r), "miss");
     assert!(chat_stream_text(&r).1);
+    // Answers a compatible server ended with an error of its own (`finish_reason: error`), whole or
+    // streamed.
+    up.set(Mode::Errored);
+    assert_eq!(cache_header(&ask(&chat("cached", "x"))), "miss");
+    assert_eq!(cache_header(&ask(&streamed(chat("cached", "y")))), "miss");
+    up.set(Mode::Answer);
+    assert_eq!(cache_header(&ask(&chat("cached", "x"))), "miss");
+    assert_eq!(cache_header(&ask(&streamed(chat("cached", "y")))), "miss");
     // An answer the upstream stopped at the output limit (and marked so).
     up.set(Mode::Length);
     assert_eq!(cache_header(&ask(&chat("cached", "l"))), "miss");
@@ -609,7 +619,7 @@ fn errors_cut_streams_and_incomplete_answers_are_not_stored() {
     );
     up.set(Mode::Answer);
     assert_eq!(cache_header(&ask(&small)), "miss");
-    assert_eq!(up.calls(), 8, "nothing incomplete was served again");
+    assert_eq!(up.calls(), 12, "nothing incomplete was served again");
     // What completed was kept.
     assert_eq!(cache_header(&ask(&small)), "hit");
     assert_eq!(cache_header(&ask(&chat("cached", "e"))), "hit");

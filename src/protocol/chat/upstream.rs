@@ -125,13 +125,17 @@ fn encode_message(m: &Message, out: &mut Vec<Value>) {
     }
 }
 
-/// Canonical stop reason for a `finish_reason`.
+/// Canonical stop reason for a `finish_reason`. What compatible servers say besides OpenAI's own (TGI's
+/// `eos_token` and `stop_sequence`) is read as such; anything else (`error`, `abort`, …) is no natural end,
+/// and kept as it came (such an answer is never stored in the answer cache).
 pub fn stop_from_finish(reason: &str) -> StopReason {
     match reason {
+        "stop" | "eos_token" | "eos" => StopReason::EndTurn,
+        "stop_sequence" => StopReason::StopSequence(None),
         "length" => StopReason::MaxTokens,
         "tool_calls" | "function_call" => StopReason::ToolUse,
         "content_filter" => StopReason::ContentFilter,
-        _ => StopReason::EndTurn,
+        other => StopReason::Other(other.to_string()),
     }
 }
 
@@ -325,7 +329,11 @@ impl StreamDecoder for ChatStreamDecoder {
             {
                 self.tool_delta(tc, out);
             }
-            if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+            if let Some(reason) = choice
+                .get("finish_reason")
+                .and_then(Value::as_str)
+                .filter(|r| !r.is_empty())
+            {
                 let mut stop = stop_from_finish(reason);
                 if self.next_call > 0 && stop == StopReason::EndTurn {
                     stop = StopReason::ToolUse;
@@ -448,5 +456,14 @@ mod tests {
                 }),
             ]
         );
+    }
+
+    #[test]
+    fn a_finish_reason_that_is_no_natural_end_stays_what_it_is() {
+        assert_eq!(stop_from_finish("stop"), StopReason::EndTurn);
+        assert_eq!(stop_from_finish("eos_token"), StopReason::EndTurn);
+        assert_eq!(stop_from_finish("stop_sequence"), StopReason::StopSequence(None));
+        assert_eq!(stop_from_finish("error"), StopReason::Other("error".into()));
+        assert_eq!(stop_from_finish("abort"), StopReason::Other("abort".into()));
     }
 }
