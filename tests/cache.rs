@@ -464,6 +464,46 @@ fn a_messages_client_is_served_what_a_chat_client_cached() {
     assert_eq!(up.calls(), 2);
 }
 
+/// A beta passed on upstream (`anthropic-beta`) can change the answer: another set of betas is another
+/// entry, the same set (in any order or case) the same one. A request for what the cache cannot hold (log
+/// probabilities, audio) is never answered from it nor kept.
+#[test]
+fn betas_are_part_of_the_key_and_log_probabilities_are_never_cached() {
+    let up = Upstream::start();
+    let gw = start(&up, "");
+    let ask = json!({"model": "translated", "max_tokens": 50, "messages": [{"role": "user", "content": "beta?"}]});
+    let msg = |betas: &[(&str, &str)]| {
+        let mut h = vec![("anthropic-version", "2023-06-01")];
+        h.extend_from_slice(betas);
+        post_with(&gw, "/v1/messages", &ask, &h)
+    };
+    let plain = msg(&[]);
+    assert_eq!(cache_header(&plain), "miss", "{}", plain.text());
+    let beta = "interleaved-thinking-2025-05-14,token-efficient-tools-2025-02-19";
+    let r = msg(&[("anthropic-beta", beta)]);
+    assert_eq!(cache_header(&r), "miss", "another set of betas");
+    let same = " Token-Efficient-Tools-2025-02-19 , interleaved-thinking-2025-05-14";
+    let r = msg(&[("anthropic-beta", same)]);
+    assert_eq!(cache_header(&r), "hit", "the same betas");
+    assert_eq!(cache_header(&msg(&[])), "hit");
+    assert_eq!(up.calls(), 2);
+    let mut logprobs = chat("cached", "probable?");
+    logprobs["logprobs"] = json!(true);
+    for _ in 0..2 {
+        assert_eq!(
+            cache_header(&gw.post("/v1/chat/completions", &logprobs)),
+            "bypass"
+        );
+    }
+    let mut audio = chat("cached", "say it");
+    audio["modalities"] = json!(["text", "audio"]);
+    assert_eq!(
+        cache_header(&gw.post("/v1/chat/completions", &audio)),
+        "bypass"
+    );
+    assert_eq!(up.calls(), 5);
+}
+
 #[test]
 fn a_key_scope_keeps_entries_to_the_key_and_a_group_scope_to_its_group() {
     let up = Upstream::start();
@@ -1046,6 +1086,7 @@ fn in_process_costs() {
         upstream_model: "up",
         scope: "key:default",
         limit: Some(64),
+        passed_on: "",
     };
     let rounds = 200_000u32;
     let time = |f: &mut dyn FnMut(u32)| {

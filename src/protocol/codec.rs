@@ -275,6 +275,11 @@ pub trait Codec: Sync + Send {
     }
     /// The paid hosted tools and service tiers a request asks for.
     fn hosted_asks(&self, body: &Value) -> Result<Asks, ApiError>;
+    /// The request asks for parts of an answer the canonical form does not hold (log probabilities,
+    /// audio): its answers are never kept in the answer cache, whose replay would lack them.
+    fn asks_beyond_canon(&self, _body: &Value) -> bool {
+        false
+    }
     /// The edit that writes the use limit `cap` where the client gave none (`tools`: the positions of the
     /// tools it limits).
     fn hosted_cap<'a>(&self, _cap: u64, _tools: &'a [usize]) -> Option<(&'static str, Edit<'a>)> {

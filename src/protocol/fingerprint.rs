@@ -43,13 +43,16 @@ pub struct Target<'a> {
     /// is held to where the client gave none (None: no limit). An answer made under another limit is another
     /// entry, so no key is served a longer answer than its own request could have had.
     pub limit: Option<u64>,
+    /// The header the protocol passes on upstream (`anthropic-beta`), its values sorted ("" none): a beta can
+    /// change the answer.
+    pub passed_on: &'a str,
 }
 
 /// What of the canonical request the key holds (its `model`, `stream` and `user` are not).
 #[derive(Serialize)]
 struct Keyed<'a> {
     v: u8,
-    target: (&'a str, &'a str, &'a str),
+    target: (&'a str, &'a str, &'a str, &'a str),
     system: &'a [String],
     messages: &'a [Message],
     tools: &'a [Tool],
@@ -79,8 +82,13 @@ pub fn of(protocol: Protocol, body: &Value, req: &Request, target: &Target) -> F
         _ => Vec::new(),
     };
     let keyed = Keyed {
-        v: 2,
-        target: (target.model, target.upstream_model, target.scope),
+        v: 3,
+        target: (
+            target.model,
+            target.upstream_model,
+            target.scope,
+            target.passed_on,
+        ),
         system: &req.system,
         messages: &req.messages,
         tools: &req.tools,
@@ -115,6 +123,7 @@ mod tests {
             upstream_model: "up",
             scope: "all",
             limit: req.max_tokens,
+            passed_on: "",
         };
         of(p, &body, &req, &target)
     }
@@ -172,6 +181,7 @@ mod tests {
                 upstream_model: "up",
                 scope: "key:k1",
                 limit: req.max_tokens,
+                passed_on: "",
             };
             of(Protocol::Chat, &base, &req, &t)
         };

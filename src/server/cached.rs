@@ -104,7 +104,13 @@ pub fn look(gw: &Gateway, ex: &Exchange, p: &Prepared) -> Lookup {
     if said.no_store {
         return bypass(None);
     }
-    let Some((req, fp)) = fingerprint(p, caching.scope) else {
+    let passed_on = p
+        .endpoint
+        .protocol()
+        .passed_on(&ex.request)
+        .map(|(_, v)| sorted_values(&v))
+        .unwrap_or_default();
+    let Some((req, fp)) = fingerprint(p, caching.scope, &passed_on) else {
         return bypass(None);
     };
     let keep = Keep {
@@ -126,9 +132,26 @@ pub fn look(gw: &Gateway, ex: &Exchange, p: &Prepared) -> Lookup {
     }
 }
 
+/// A header's comma-separated values, trimmed, in lower case, sorted and each once.
+fn sorted_values(v: &str) -> String {
+    let mut all: Vec<String> = v
+        .split(',')
+        .map(|s| s.trim().to_ascii_lowercase())
+        .filter(|s| !s.is_empty())
+        .collect();
+    all.sort();
+    all.dedup();
+    all.join(",")
+}
+
 /// The request in canonical form and its fingerprint, if it is one the cache keeps.
-fn fingerprint(p: &Prepared, scope: CacheScope) -> Option<(Request, Fingerprint)> {
-    if !p.asked.hosted.is_empty() || p.model.account_features || p.choices != 1 {
+fn fingerprint(p: &Prepared, scope: CacheScope, passed_on: &str) -> Option<(Request, Fingerprint)> {
+    let protocol = p.endpoint.protocol();
+    if !p.asked.hosted.is_empty()
+        || p.model.account_features
+        || p.choices != 1
+        || protocol.asks_beyond_canon(&p.body)
+    {
         return None;
     }
     let req = p.canonical().ok()?;
@@ -145,8 +168,9 @@ fn fingerprint(p: &Prepared, scope: CacheScope) -> Option<(Request, Fingerprint)
         upstream_model: &p.upstream_model,
         scope: &scope,
         limit: p.limit_for_upstream(),
+        passed_on,
     };
-    let fp = fingerprint::of(p.endpoint.protocol(), &p.body, &req, &target);
+    let fp = fingerprint::of(protocol, &p.body, &req, &target);
     Some((req, fp))
 }
 

@@ -128,6 +128,15 @@ impl Codec for Chat {
     fn store_nothing(&self) -> Option<(&'static str, Edit<'static>)> {
         Some(("store", Edit::Replace(Put::Bool(false))))
     }
+    /// Log probabilities, and audio out.
+    fn asks_beyond_canon(&self, body: &Value) -> bool {
+        let set = |k: &str| body.get(k).is_some_and(|v| !v.is_null() && v != false);
+        let audio = body
+            .get("modalities")
+            .and_then(Value::as_array)
+            .is_some_and(|m| m.iter().any(|v| v == "audio"));
+        set("logprobs") || set("top_logprobs") || set("audio") || audio
+    }
     fn hosted_asks(&self, body: &Value) -> Result<Asks, ApiError> {
         hosted::asks(body, &HOSTED)
     }

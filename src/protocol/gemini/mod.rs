@@ -236,6 +236,21 @@ impl Codec for Gemini {
     fn limit_parent(&self) -> Option<&'static str> {
         Some("generationConfig")
     }
+    /// Log probabilities, and audio or images out (`generationConfig`, in its JSON names: `read_as_one`
+    /// rewrote the proto ones).
+    fn asks_beyond_canon(&self, body: &Value) -> bool {
+        let Some(g) = body.get("generationConfig") else {
+            return false;
+        };
+        let media = g
+            .get("responseModalities")
+            .and_then(Value::as_array)
+            .is_some_and(|m| m.iter().any(|v| v != "TEXT"));
+        g.get("responseLogprobs") == Some(&Value::Bool(true))
+            || g.get("logprobs").is_some_and(|v| !v.is_null())
+            || g.get("speechConfig").is_some_and(|v| !v.is_null())
+            || media
+    }
     fn hosted_asks(&self, body: &Value) -> Result<Asks, ApiError> {
         hosted::asks(body, &HOSTED)
     }

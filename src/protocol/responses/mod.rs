@@ -120,6 +120,14 @@ impl Codec for Responses {
     fn reasoning_inline(&self) -> Option<(&'static str, Edit<'static>)> {
         Some(("include", Edit::Join("reasoning.encrypted_content")))
     }
+    /// Log probabilities.
+    fn asks_beyond_canon(&self, body: &Value) -> bool {
+        let included = body
+            .get("include")
+            .and_then(Value::as_array)
+            .is_some_and(|i| i.iter().any(|v| v == "message.output_text.logprobs"));
+        included || body.get("top_logprobs").is_some_and(|v| !v.is_null())
+    }
     fn hosted_asks(&self, body: &Value) -> Result<Asks, ApiError> {
         hosted::asks(body, &HOSTED)
     }
