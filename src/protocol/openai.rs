@@ -214,6 +214,32 @@ pub fn encode_tool_choice(choice: &ToolChoice, shape: Shape) -> Value {
     }
 }
 
+/// The system prompt of an OpenAI upstream's request: the request's, joined, and the instruction JSON mode
+/// needs where nothing the request says names JSON.
+pub fn system_text(req: &Request) -> String {
+    let mut system = req.system.join("\n\n");
+    if let Some(line) = json_mode_instruction(req) {
+        if !system.is_empty() {
+            system.push_str("\n\n");
+        }
+        system.push_str(line);
+    }
+    system
+}
+
+/// The instruction an OpenAI upstream needs for JSON mode (`json_object`), which it refuses unless the
+/// messages mention JSON: the request's format is JSON mode and nothing it says names it (a Gemini client's
+/// `responseMimeType` needs no such words).
+fn json_mode_instruction(req: &Request) -> Option<&'static str> {
+    if req.output_format != Some(OutputFormat::JsonObject) {
+        return None;
+    }
+    let names = |t: &str| t.to_ascii_lowercase().contains("json");
+    let said =
+        req.system.iter().any(|s| names(s)) || req.messages.iter().any(|m| names(&m.joined_text()));
+    (!said).then_some("Respond with a single valid JSON object and nothing else.")
+}
+
 /// Puts a request's tools, `parallel_tool_calls` and `tool_choice` into an upstream body of `shape`.
 pub fn encode_tools(req: &Request, shape: Shape, body: &mut Map<String, Value>) {
     if !req.tools.is_empty() {
@@ -438,5 +464,32 @@ mod tests {
         let bad = json!({"type": "allowed_tools", "mode": "sometimes", "tools": []});
         let e = decode_tool_choice(&bad, Shape::Flat, &mut all()).unwrap_err();
         assert_eq!(e.param(), Some("tool_choice.mode"));
+    }
+
+    /// OpenAI refuses JSON mode unless the messages mention JSON: the instruction is added where nothing
+    /// the request says does.
+    #[test]
+    fn json_mode_is_named_where_the_request_does_not_name_it() {
+        let mut req = Request {
+            system: vec!["Be brief.".into()],
+            messages: vec![crate::protocol::canon::Message::text(
+                crate::protocol::canon::Role::User,
+                "List three colours.",
+            )],
+            output_format: Some(OutputFormat::JsonObject),
+            ..Request::default()
+        };
+        assert_eq!(
+            system_text(&req),
+            "Be brief.\n\nRespond with a single valid JSON object and nothing else."
+        );
+        req.messages[0] = crate::protocol::canon::Message::text(
+            crate::protocol::canon::Role::User,
+            "List three colours as JSON.",
+        );
+        assert_eq!(system_text(&req), "Be brief.");
+        req.output_format = None;
+        req.system.clear();
+        assert_eq!(system_text(&req), "");
     }
 }

@@ -16,8 +16,9 @@ use crate::protocol::{ApiError, EgressOptions, StreamDecoder};
 pub fn encode_request(req: &Request, opts: &EgressOptions) -> Result<Value, ApiError> {
     // One leading system message: many local chat templates accept no more than one, and only first.
     let mut messages: Vec<Value> = Vec::new();
-    if !req.system.is_empty() {
-        messages.push(json!({"role": "system", "content": req.system.join("\n\n")}));
+    let system = openai::system_text(req);
+    if !system.is_empty() {
+        messages.push(json!({"role": "system", "content": system}));
     }
     for m in &req.messages {
         encode_message(m, &mut messages);

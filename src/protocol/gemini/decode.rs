@@ -101,15 +101,14 @@ fn decode_system(o: &Obj, req: &mut Request) -> Result<(), ApiError> {
         None | Some(Value::Null) => {}
         Some(Value::String(s)) => req.system.push(s.clone()),
         Some(v) => {
+            // Each part its own instruction (the SDKs make one of each string in a list).
             let so = fields::object(v, "systemInstruction")?;
-            let mut text = String::new();
             for (i, p) in opt_array(so, "parts", "systemInstruction")?.into_iter().flatten().enumerate() {
                 let path = format!("systemInstruction.parts[{i}]");
                 if let Some(t) = opt_str(fields::object(p, &path)?, "text", &path)? {
-                    text.push_str(t);
+                    req.system.push(t.to_string());
                 }
             }
-            req.system.push(text);
         }
     }
     Ok(())
@@ -352,10 +351,12 @@ fn decode_generation(g: &Obj, req: &mut Request) -> Result<(), ApiError> {
     };
     let json_mime = opt_str(g, "responseMimeType", path)? == Some("application/json");
     req.output_format = match schema {
+        // Not strict: a Gemini schema leaves optional properties out of `required` and says nothing of
+        // `additionalProperties`, which OpenAI's strict mode refuses.
         Some(schema) => Some(OutputFormat::JsonSchema {
             name: "response".into(),
             schema,
-            strict: Some(true),
+            strict: None,
             description: None,
         }),
         None if json_mime => Some(OutputFormat::JsonObject),
@@ -464,8 +465,14 @@ mod tests {
             "generationConfig": {"responseMimeType": "application/json",
                 "responseSchema": {"type": "OBJECT", "properties": {"a": {"type": "INTEGER"}}}}}))
         .unwrap();
-        let Some(OutputFormat::JsonSchema { schema, .. }) = r.output_format else { panic!() };
+        let Some(OutputFormat::JsonSchema { schema, strict, .. }) = r.output_format else { panic!() };
         assert_eq!(schema["properties"]["a"]["type"], "integer");
+        // Not strict: OpenAI's strict mode would refuse a schema with optional properties.
+        assert_eq!(strict, None);
+        let two = decode_request(&json!({"contents": [{"parts": [{"text": "x"}]}],
+            "systemInstruction": {"parts": [{"text": "Be brief."}, {"text": "Answer in French."}]}}))
+        .unwrap();
+        assert_eq!(two.system, vec!["Be brief.", "Answer in French."]);
         let e = decode_request(&json!({"contents": [{"parts": [{"inlineData": {"mimeType": "audio/wav", "data": "AA"}}]}]}))
             .unwrap_err();
         assert_eq!(e.param(), Some("contents[0].parts[0].inlineData"));

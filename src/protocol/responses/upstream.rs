@@ -24,8 +24,9 @@ pub fn encode_request(req: &Request, opts: &EgressOptions) -> Result<Value, ApiE
     let input = encode_input(req);
     let mut body = Map::new();
     body.insert("model".into(), json!(opts.model));
-    if !req.system.is_empty() {
-        body.insert("instructions".into(), json!(req.system.join("\n\n")));
+    let system = openai::system_text(req);
+    if !system.is_empty() {
+        body.insert("instructions".into(), json!(system));
     }
     body.insert("input".into(), Value::Array(input));
     openai::encode_tools(req, Shape::Flat, &mut body);
