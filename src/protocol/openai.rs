@@ -214,6 +214,21 @@ pub fn encode_tool_choice(choice: &ToolChoice, shape: Shape) -> Value {
     }
 }
 
+/// A tool call's id as a Chat upstream takes it: OpenAI refuses ids over 40 characters (gemini-cli makes
+/// `name__id` ones), so a longer id becomes `call_` and 35 hex digits of its SHA-256, the same wherever it
+/// appears (the call and its result still pair up).
+pub fn chat_call_id(id: &str) -> Cow<'_, str> {
+    if id.len() <= 40 {
+        return Cow::Borrowed(id);
+    }
+    use sha2::{Digest, Sha256};
+    let hex: String = Sha256::digest(id.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    Cow::Owned(format!("call_{}", &hex[..35]))
+}
+
 /// The system prompt of an OpenAI upstream's request: the request's, joined, and the instruction JSON mode
 /// needs where nothing the request says names JSON.
 pub fn system_text(req: &Request) -> String {
@@ -491,5 +506,19 @@ mod tests {
         req.output_format = None;
         req.system.clear();
         assert_eq!(system_text(&req), "");
+    }
+
+    #[test]
+    fn long_call_ids_are_shortened_alike() {
+        assert_eq!(chat_call_id("call_abc"), "call_abc");
+        let long = "run_shell_command__call_0123456789abcdefghijklmn";
+        let short = chat_call_id(long);
+        assert_eq!(short.len(), 40);
+        assert!(short.starts_with("call_"));
+        assert_eq!(short, chat_call_id(long), "the same wherever it appears");
+        assert_ne!(
+            short,
+            chat_call_id("read_file__call_0123456789abcdefghijklmnopq")
+        );
     }
 }

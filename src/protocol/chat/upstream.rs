@@ -65,7 +65,8 @@ fn encode_message(m: &Message, out: &mut Vec<Value>) {
             for p in &m.content {
                 match p {
                     Part::ToolResult { call_id, content, is_error } => out.push(json!({
-                        "role": "tool", "tool_call_id": call_id, "content": tool_result_text(content, *is_error)
+                        "role": "tool", "tool_call_id": openai::chat_call_id(call_id),
+                        "content": tool_result_text(content, *is_error)
                     })),
                     other => rest.push(other),
                 }
@@ -112,7 +113,8 @@ fn encode_message(m: &Message, out: &mut Vec<Value>) {
                 .iter()
                 .filter_map(|p| match p {
                     Part::ToolCall { id, name, arguments } => Some(json!({
-                        "id": id, "type": "function", "function": {"name": name, "arguments": arguments}
+                        "id": openai::chat_call_id(id), "type": "function",
+                        "function": {"name": name, "arguments": arguments}
                     })),
                     _ => None,
                 })
