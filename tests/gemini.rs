@@ -56,6 +56,10 @@ reasoning = true
 name = "x-secret"
 upstream = "mock"
 
+[[models]]
+name = "m-org/model"
+upstream = "mock"
+
 [[groups]]
 name = "default"
 models = ["m-*", "mock"]
@@ -255,6 +259,9 @@ fn endpoints_and_keys() {
         "/v1beta/models/mock:generateContent",
         "/v1/models/mock:generateContent",
         "/v1beta/models/models/mock:generateContent",
+        "/v1alpha/models/mock:generateContent",
+        // A name with a `/` (as vLLM names its models), in the path as the SDKs put it.
+        "/v1beta/models/m-org/model:generateContent",
     ] {
         let r = post_as(gw, &gw.key, path, &hello());
         assert_eq!(r.status, 200, "{path}: {}", r.text());

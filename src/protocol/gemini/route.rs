@@ -4,8 +4,9 @@
 
 use std::borrow::Cow;
 
-/// The API versions a path may start with (the SDKs' default is `v1beta`).
-const VERSIONS: [&str; 2] = ["/v1beta/", "/v1/"];
+/// The API versions a path may start with (the SDKs' default is `v1beta`; `v1alpha` is theirs to choose
+/// too).
+const VERSIONS: [&str; 3] = ["/v1beta/", "/v1/", "/v1alpha/"];
 
 /// The methods the gateway serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,7 +45,9 @@ pub fn target(path: &str) -> Option<Target<'_>> {
     let (model, method) = rest.rsplit_once(':')?;
     let method = Method::named(method)?;
     let model = model.strip_prefix("models/").unwrap_or(model);
-    if model.is_empty() || (model.contains('/') && collection.is_empty()) {
+    // A model's name may hold a `/` (`Qwen/Qwen2.5-7B-Instruct`, as vLLM names them: the SDKs put it in the
+    // path as it is); one holding another endpoint's path is a base URL's mistake (see `hint`).
+    if model.is_empty() || model.contains("models/") || model.contains("/v1") {
         return None;
     }
     let decoded = if model.contains('%') {
@@ -105,13 +108,17 @@ mod tests {
         assert_eq!(t.model, "g");
         let t = target("/v1beta/tunedModels/mine:generateContent").unwrap();
         assert_eq!(t.model, "tunedModels/mine");
+        let t = target("/v1beta/models/Qwen/Qwen2.5-7B-Instruct:generateContent").unwrap();
+        assert_eq!(t.model, "Qwen/Qwen2.5-7B-Instruct");
+        let t = target("/v1alpha/models/hf.co/org/m:Q4_K_M:streamGenerateContent").unwrap();
+        assert_eq!((t.model.as_ref(), t.method), ("hf.co/org/m:Q4_K_M", Method::Stream));
         for bad in [
             "/v1beta/models/g:embedContent",
             "/v1beta/models/:generateContent",
             "/v1beta/models",
             "/v2/models/g:generateContent",
             "/v1/chat/completions",
-            "/v1beta/models/a/b:generateContent",
+            "/v1beta/models/g:generateContent/v1beta/models/g:generateContent",
         ] {
             assert!(target(bad).is_none(), "{bad}");
         }
