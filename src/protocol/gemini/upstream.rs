@@ -69,7 +69,10 @@ fn parts_of(content: &[Part], names: &mut Vec<(String, String)>) -> Vec<Value> {
         match p {
             Part::Text(t) if !t.is_empty() => out.push(json!({"text": t})),
             Part::Image(src) => out.push(image_part(src)),
-            Part::Reasoning { signature: s, .. } => signature = s.as_deref().or(signature),
+            // An empty signature is none (the placeholder goes instead: Gemini refuses an empty one).
+            Part::Reasoning { signature: s, .. } => {
+                signature = s.as_deref().filter(|s| !s.is_empty()).or(signature)
+            }
             Part::ToolCall { id, name, arguments } => {
                 names.push((id.clone(), name.clone()));
                 let mut part = json!({"functionCall": {"id": id, "name": name, "args": args_object(arguments)}});
@@ -208,15 +211,37 @@ fn thinking(req: &Request) -> Option<Value> {
     Some(json!({"thinkingBudget": budget, "includeThoughts": shown}))
 }
 
-/// The canonical parts of a candidate's content; `calls`: whether any is a function call.
+/// A part's `thoughtSignature`, if it has one.
+fn signature_of(p: &Value) -> Option<&str> {
+    p.get("thoughtSignature")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+}
+
+/// The canonical parts of a candidate's content; `calls`: whether any is a function call. A thought
+/// signature (Gemini puts it on a thought, on the first function call of a turn, or on its last text) is the
+/// signature of the reasoning before it, or of an empty reasoning part: clients send it back with their
+/// next turn, which the upstream then takes as its own.
 fn decode_parts(parts: &[Value], content: &mut Vec<Part>) -> bool {
     let mut calls = false;
     for p in parts {
+        let thought = p.get("thought").and_then(Value::as_bool) == Some(true);
+        if let Some(sig) = signature_of(p).filter(|_| !thought) {
+            match content.last_mut() {
+                Some(Part::Reasoning { signature, .. }) if signature.is_none() => {
+                    *signature = Some(sig.to_string())
+                }
+                _ => content.push(Part::Reasoning {
+                    text: String::new(),
+                    signature: Some(sig.to_string()),
+                }),
+            }
+        }
         if let Some(t) = p.get("text").and_then(Value::as_str) {
-            if p.get("thought").and_then(Value::as_bool) == Some(true) {
+            if thought {
                 content.push(Part::Reasoning {
                     text: t.to_string(),
-                    signature: None,
+                    signature: signature_of(p).map(str::to_string),
                 });
             } else if !t.is_empty() {
                 content.push(Part::Text(t.to_string()));
@@ -323,9 +348,17 @@ impl StreamDecoder for GeminiStreamDecoder {
 
 impl GeminiStreamDecoder {
     fn part(&mut self, p: &Value, out: &mut Vec<StreamEvent>) {
+        let thought = p.get("thought").and_then(Value::as_bool) == Some(true);
+        // A signature on anything but a thought signs the reasoning before it (see `decode_parts`).
+        if let Some(sig) = signature_of(p).filter(|_| !thought) {
+            out.push(StreamEvent::ReasoningSignature(sig.to_string()));
+        }
         if let Some(t) = p.get("text").and_then(Value::as_str).filter(|t| !t.is_empty()) {
-            if p.get("thought").and_then(Value::as_bool) == Some(true) {
+            if thought {
                 out.push(StreamEvent::ReasoningDelta(t.to_string()));
+                if let Some(sig) = signature_of(p) {
+                    out.push(StreamEvent::ReasoningSignature(sig.to_string()));
+                }
             } else {
                 out.push(StreamEvent::TextDelta(t.to_string()));
             }
@@ -442,5 +475,49 @@ mod tests {
         let mut out = Vec::new();
         assert!(d.feed(&ev(r#"{"error":{"code":503,"message":"overloaded","status":"UNAVAILABLE"}}"#), &mut out));
         assert!(matches!(&out[0], StreamEvent::Error(e) if e.google_status() == "UNAVAILABLE"));
+    }
+
+    /// Gemini's thought signature reaches the client on the reasoning it signs (an empty one where the
+    /// thoughts were not shown), and comes back on the turn's first call; an empty signature is none.
+    #[test]
+    fn thought_signatures_go_around() {
+        let body = json!({"candidates": [{"content": {"role": "model", "parts": [
+            {"functionCall": {"name": "w", "args": {"c": 1}}, "thoughtSignature": "sig-1"}]},
+            "finishReason": "STOP"}]});
+        let resp = decode_response(&body, &opts()).unwrap();
+        assert_eq!(
+            resp.content[0],
+            Part::Reasoning { text: String::new(), signature: Some("sig-1".into()) }
+        );
+        assert!(matches!(resp.content[1], Part::ToolCall { .. }));
+        let turn = |signature: Option<&str>| {
+            let req = Request {
+                messages: vec![
+                    Message::text(Role::User, "weather?"),
+                    Message {
+                        role: Role::Assistant,
+                        content: vec![
+                            Part::Reasoning { text: String::new(), signature: signature.map(str::to_string) },
+                            Part::ToolCall { id: "c1".into(), name: "w".into(), arguments: "{}".into() },
+                        ],
+                    },
+                ],
+                ..Request::default()
+            };
+            encode_request(&req, &opts()).unwrap()["contents"][1]["parts"][0]["thoughtSignature"].clone()
+        };
+        assert_eq!(turn(Some("sig-1")), "sig-1");
+        assert_eq!(turn(Some("")), NO_SIGNATURE);
+        let mut d = GeminiStreamDecoder::default();
+        let mut out = Vec::new();
+        let chunk = json!({"candidates": [{"content": {"role": "model", "parts": [
+            {"text": "hmm", "thought": true}, {"functionCall": {"name": "w", "args": {}}, "thoughtSignature": "sig-2"}]}}]});
+        d.feed(
+            &SseEvent { event: None, data: chunk.to_string(), has_data: true, raw: Vec::new(), terminated: true },
+            &mut out,
+        );
+        assert_eq!(out[0], StreamEvent::ReasoningDelta("hmm".into()));
+        assert_eq!(out[1], StreamEvent::ReasoningSignature("sig-2".into()));
+        assert!(matches!(out[2], StreamEvent::ToolCallStart { .. }));
     }
 }

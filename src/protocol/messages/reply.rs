@@ -247,7 +247,14 @@ impl StreamEncoder for MessagesStreamEncoder {
                 let d = json!({"index": index, "delta": {"type": "thinking_delta", "thinking": t}});
                 Self::emit(out, "content_block_delta", d);
             }
-            StreamEvent::ReasoningSignature(s) => self.signature = Some(s.clone()),
+            // A signature of reasoning not shown: an empty thinking block carries it.
+            StreamEvent::ReasoningSignature(s) => {
+                if !matches!(self.open, Some((_, Block::Thinking))) {
+                    let start = json!({"type": "thinking", "thinking": "", "signature": ""});
+                    self.ensure(out, Block::Thinking, start);
+                }
+                self.signature = Some(s.clone());
+            }
             StreamEvent::ToolCallStart { index, id, name } => {
                 self.close(out);
                 let start = json!({"type": "tool_use", "id": id, "name": name, "input": {}});
@@ -396,5 +403,27 @@ mod tests {
         assert!(text.contains("\"stop_reason\":\"tool_use\""));
         assert!(text.contains("\"output_tokens\":9"));
         assert!(text.trim_end().ends_with("{\"type\":\"message_stop\"}"));
+    }
+
+    /// A signature of reasoning that was not shown (Gemini's, on a function call) reaches the client on an
+    /// empty thinking block, which it sends back with its next turn.
+    #[test]
+    fn a_signature_alone_is_an_empty_thinking_block() {
+        let mut enc = MessagesStreamEncoder::new();
+        let mut out = Vec::new();
+        enc.encode(&StreamEvent::ReasoningSignature("sig".into()), &mut out);
+        enc.encode(
+            &StreamEvent::ToolCallStart {
+                index: 0,
+                id: "t".into(),
+                name: "f".into(),
+            },
+            &mut out,
+        );
+        let text = String::from_utf8(out).unwrap();
+        let thinking = text.find("\"type\":\"thinking\"").expect(&text);
+        let signed = text.find("\"signature\":\"sig\"").expect(&text);
+        let tool = text.find("\"type\":\"tool_use\"").expect(&text);
+        assert!(thinking < signed && signed < tool, "{text}");
     }
 }

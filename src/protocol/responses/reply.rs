@@ -183,7 +183,8 @@ pub fn encode_response(resp: &Response, req: &Request) -> Value {
                     "completed",
                 ));
             }
-            Part::Reasoning { text: r, .. } => {
+            // A signature alone (from another vendor's upstream) is nothing to a Responses client.
+            Part::Reasoning { text: r, .. } if !r.is_empty() => {
                 flush_text(&mut text, &mut output);
                 output.push(reasoning_item(&new_id("rs_"), r));
             }
