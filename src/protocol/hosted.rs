@@ -244,14 +244,15 @@ impl Tally {
         self.tier = Some(tier.to_string());
     }
 
-    /// The uses, each family at the larger of what was seen and what was stated (by family name).
-    /// `tools`: the protocol's answers count hosted uses; `tier`: the tier they name is the rate billed.
+    /// The uses, each family at what the upstream stated where it did (the count it bills: Anthropic bills
+    /// no web search that failed, though its block was seen), else at what was seen (a stream cut before
+    /// its usage). `tools`: the protocol's answers count hosted uses; `tier`: the tier they name is the rate
+    /// billed.
     pub fn uses(&self, counted: bool, tier: bool) -> Uses {
         let mut tools = self.stated.clone();
         for (f, n) in &self.seen {
-            match tools.iter_mut().find(|(g, _)| g == f) {
-                Some((_, c)) => *c = (*c).max(*n),
-                None => tools.push((f.clone(), *n)),
+            if !tools.iter().any(|(g, _)| g == f) {
+                tools.push((f.clone(), *n));
             }
         }
         tools.sort();
@@ -439,9 +440,12 @@ mod tests {
             None,
         );
         assert_eq!((u.tools, u.tier.as_deref()), (None, Some("priority")));
-        // A stream: blocks seen one by one, and the total stated at the end; each family at the larger.
+        // A stream: blocks seen one by one, and the total stated at the end; each family at what was stated
+        // where it was (three searches seen, one failed: two billed), else at what was seen.
         let mut t = Tally::default();
-        t.item("server_tool_use", Some("web_search"));
+        for _ in 0..3 {
+            t.item("server_tool_use", Some("web_search"));
+        }
         t.item("server_tool_use", Some("web_fetch"));
         t.usage(&json!({"server_tool_use": {"web_search_requests": 2}}));
         assert_eq!(
