@@ -33,6 +33,8 @@ enum Mode {
     Long,
     /// An answer a compatible server ended with `finish_reason: error` (no natural end).
     Errored,
+    /// A refusal (Chat's `refusal`, not `content`).
+    Refused,
 }
 
 /// A Chat (and Anthropic) upstream that numbers its answers: `answer #N`.
@@ -87,19 +89,25 @@ fn chat_reply(r: &Recorded, n: usize, mode: Mode) -> Reply {
             &json!({"error": {"message": "boom", "type": "server_error"}}),
         );
     }
+    let refused = mode == Mode::Refused;
     if r.json()["stream"] != json!(true) {
+        let message = if refused {
+            json!({"role": "assistant", "content": null, "refusal": text})
+        } else {
+            json!({"role": "assistant", "content": text})
+        };
         return Reply::json(
             200,
             &json!({"id": "chatcmpl-up", "object": "chat.completion", "created": 1, "model": "up",
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                                 "finish_reason": finish}],
+                    "choices": [{"index": 0, "message": message, "finish_reason": finish}],
                     "usage": usage}),
         );
     }
     let mut events = vec![chunk(json!({"role": "assistant", "content": ""}), None)];
     let parts = if mode == Mode::Long { 200 } else { 1 };
     for _ in 0..parts {
-        events.push(chunk(json!({"content": text}), None));
+        let key = if refused { "refusal" } else { "content" };
+        events.push(chunk(json!({ key: text }), None));
     }
     events.push(chunk(json!({}), Some(finish)));
     let u = json!({"id": "chatcmpl-up", "object": "chat.completion.chunk", "created": 1, "model": "up",
@@ -642,6 +650,19 @@ fn errors_cut_streams_and_incomplete_answers_are_not_stored() {
     up.set(Mode::Answer);
     assert_eq!(cache_header(&ask(&chat("cached", "x"))), "miss");
     assert_eq!(cache_header(&ask(&streamed(chat("cached", "y")))), "miss");
+    // A refusal: a replay, in the canonical form, would give it as content.
+    up.set(Mode::Refused);
+    let r = ask(&chat("cached", "r"));
+    assert_eq!(
+        r.json()["choices"][0]["message"]["refusal"],
+        "answer #9",
+        "{}",
+        r.text()
+    );
+    assert_eq!(cache_header(&ask(&streamed(chat("cached", "rs")))), "miss");
+    up.set(Mode::Answer);
+    assert_eq!(cache_header(&ask(&chat("cached", "r"))), "miss");
+    assert_eq!(cache_header(&ask(&streamed(chat("cached", "rs")))), "miss");
     // An answer the upstream stopped at the output limit (and marked so).
     up.set(Mode::Length);
     assert_eq!(cache_header(&ask(&chat("cached", "l"))), "miss");
@@ -659,7 +680,7 @@ fn errors_cut_streams_and_incomplete_answers_are_not_stored() {
     );
     up.set(Mode::Answer);
     assert_eq!(cache_header(&ask(&small)), "miss");
-    assert_eq!(up.calls(), 12, "nothing incomplete was served again");
+    assert_eq!(up.calls(), 16, "nothing incomplete was served again");
     // What completed was kept.
     assert_eq!(cache_header(&ask(&small)), "hit");
     assert_eq!(cache_header(&ask(&chat("cached", "e"))), "hit");

@@ -283,6 +283,10 @@ pub struct Response {
     pub stop: StopReason,
     pub usage: Usage,
     pub created: u64,
+    /// The upstream's answer held what the canonical form leaves out (a refusal, redacted thinking,
+    /// citations, audio or images): a replay would alter it, so it is never kept in the answer cache.
+    #[serde(skip)]
+    pub unkept: bool,
 }
 
 impl Response {
@@ -326,4 +330,7 @@ pub enum StreamEvent {
     Finish(StopReason),
     /// The stream failed after it started.
     Error(ApiError),
+    /// The upstream's stream held what the canonical form leaves out (see `Response::unkept`): the answer
+    /// is not kept in the answer cache. Nothing is written for it.
+    Unkept,
 }

@@ -60,7 +60,7 @@ impl Collector {
             }
             StreamEvent::Usage(u) => self.usage = Some(*u),
             StreamEvent::Finish(r) => self.stop = Some(r.clone()),
-            StreamEvent::Error(_) => self.failed = true,
+            StreamEvent::Error(_) | StreamEvent::Unkept => self.failed = true,
             StreamEvent::Start { .. } => {}
         }
     }
@@ -79,6 +79,7 @@ impl Collector {
             stop,
             usage: self.usage.unwrap_or_default(),
             created: 0,
+            unkept: false,
         })
     }
 }
@@ -147,12 +148,13 @@ mod tests {
                 ..Usage::default()
             },
             created: 0,
+            unkept: false,
         };
         let mut c = Collector::default();
         for ev in events_from_response(&resp) {
             c.feed(&ev);
         }
-        assert_eq!(c.finish(), Some(resp));
+        assert_eq!(c.finish(), Some(resp.clone()));
         // Deltas join; an error or a missing finish keeps nothing.
         let mut c = Collector::default();
         c.feed(&StreamEvent::TextDelta("a".into()));
@@ -165,6 +167,16 @@ mod tests {
         let mut c = Collector::default();
         c.feed(&StreamEvent::Finish(StopReason::EndTurn));
         c.feed(&StreamEvent::Error(ApiError::bad_gateway("cut")));
+        assert_eq!(c.finish(), None);
+        // An answer holding what the canonical form does not (a refusal, redacted thinking) keeps nothing.
+        let unkept = Response {
+            unkept: true,
+            ..resp
+        };
+        let mut c = Collector::default();
+        for ev in events_from_response(&unkept) {
+            c.feed(&ev);
+        }
         assert_eq!(c.finish(), None);
     }
 }

@@ -39,6 +39,9 @@ pub fn thinking_budget(effort: &str) -> Option<u64> {
 /// one JSON body). Without the leading `Start`.
 pub fn events_from_response(resp: &Response) -> Vec<StreamEvent> {
     let mut events = Vec::new();
+    if resp.unkept {
+        events.push(StreamEvent::Unkept);
+    }
     let mut index = 0;
     for p in &resp.content {
         match p {

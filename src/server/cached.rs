@@ -263,7 +263,7 @@ pub fn store(
         kept.stop,
         StopReason::EndTurn | StopReason::StopSequence(_) | StopReason::ToolUse
     );
-    if whole && finished {
+    if whole && finished && !kept.unkept {
         // The replay gives its own id, name and time.
         (kept.id, kept.model, kept.created) = (String::new(), String::new(), 0);
         kept.usage = answer.usage.unwrap_or(kept.usage);

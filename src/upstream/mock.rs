@@ -141,6 +141,7 @@ pub fn reply(req: &Request, model: &str) -> MockReply {
             stop,
             usage,
             created: unix_now(),
+            unkept: false,
         },
     }
 }

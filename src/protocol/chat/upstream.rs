@@ -173,11 +173,16 @@ pub fn decode_response(body: &Value) -> Result<Response, ApiError> {
         });
     }
     let text = content_text(msg.get("content").unwrap_or(&Value::Null));
+    let refusal = msg
+        .get("refusal")
+        .and_then(Value::as_str)
+        .filter(|r| !r.is_empty());
     if !text.is_empty() {
         content.push(Part::Text(text));
-    } else if let Some(r) = msg.get("refusal").and_then(Value::as_str) {
+    } else if let Some(r) = refusal {
         content.push(Part::Text(r.to_string()));
     }
+    let unkept = refusal.is_some() || msg.get("audio").is_some_and(|a| !a.is_null());
     let mut calls = 0;
     for c in msg
         .get("tool_calls")
@@ -209,6 +214,7 @@ pub fn decode_response(body: &Value) -> Result<Response, ApiError> {
         stop,
         usage: body.get("usage").and_then(usage_from).unwrap_or_default(),
         created: body.get("created").and_then(Value::as_u64).unwrap_or(0),
+        unkept,
     })
 }
 
@@ -322,7 +328,11 @@ impl StreamDecoder for ChatStreamDecoder {
                 .and_then(Value::as_str)
                 .filter(|t| !t.is_empty())
             {
+                out.push(StreamEvent::Unkept);
                 out.push(StreamEvent::TextDelta(r.to_string()));
+            }
+            if delta.get("audio").is_some_and(|a| !a.is_null()) {
+                out.push(StreamEvent::Unkept);
             }
             for tc in delta
                 .get("tool_calls")

@@ -226,7 +226,9 @@ impl StreamEncoder for GeminiStreamEncoder {
                 self.flush_calls(out);
                 self.chunk(out, vec![json!({"text": t, "thought": true})], false);
             }
-            StreamEvent::ReasoningDelta(_) | StreamEvent::ReasoningSignature(_) => {}
+            StreamEvent::ReasoningDelta(_)
+            | StreamEvent::ReasoningSignature(_)
+            | StreamEvent::Unkept => {}
             StreamEvent::ToolCallStart { index, id, name } => {
                 self.made_calls = true;
                 self.calls.push((*index, id.clone(), name.clone(), String::new()));

@@ -211,6 +211,13 @@ fn thinking(req: &Request) -> Option<Value> {
     Some(json!({"thinkingBudget": budget, "includeThoughts": shown}))
 }
 
+/// A part the canonical form does not hold (an image or audio out, code the model ran, its result).
+fn beyond_canon(p: &Value) -> bool {
+    ["inlineData", "fileData", "executableCode", "codeExecutionResult"]
+        .iter()
+        .any(|k| p.get(k).is_some())
+}
+
 /// A part's `thoughtSignature`, if it has one.
 fn signature_of(p: &Value) -> Option<&str> {
     p.get("thoughtSignature")
@@ -294,6 +301,7 @@ pub fn decode_response(body: &Value, _opts: &EgressOptions) -> Result<Response, 
         stop,
         usage: body.get("usageMetadata").and_then(usage_from).unwrap_or_default(),
         created: 0,
+        unkept: parts.is_some_and(|p| p.iter().any(beyond_canon)),
     })
 }
 
@@ -348,6 +356,9 @@ impl StreamDecoder for GeminiStreamDecoder {
 
 impl GeminiStreamDecoder {
     fn part(&mut self, p: &Value, out: &mut Vec<StreamEvent>) {
+        if beyond_canon(p) {
+            out.push(StreamEvent::Unkept);
+        }
         let thought = p.get("thought").and_then(Value::as_bool) == Some(true);
         // A signature on anything but a thought signs the reasoning before it (see `decode_parts`).
         if let Some(sig) = signature_of(p).filter(|_| !thought) {

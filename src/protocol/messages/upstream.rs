@@ -255,14 +255,18 @@ pub fn decode_response(body: &Value, opts: &EgressOptions) -> Result<Response, A
     }
     let mut content = Vec::new();
     let mut structured = false;
+    let mut unkept = false;
     for b in body
         .get("content")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
     {
+        // Citations and redacted thinking: no other form holds them.
+        unkept |= b.get("citations").is_some_and(|c| !c.is_null());
         match b.get("type").and_then(Value::as_str) {
             Some("text") => content.push(Part::Text(str_or(b, "text", ""))),
+            Some("redacted_thinking") => unkept = true,
             Some("thinking") => content.push(Part::Reasoning {
                 text: str_or(b, "thinking", ""),
                 signature: b
@@ -303,6 +307,7 @@ pub fn decode_response(body: &Value, opts: &EgressOptions) -> Result<Response, A
         stop,
         usage: body.get("usage").and_then(usage_from).unwrap_or_default(),
         created: 0,
+        unkept,
     })
 }
 
@@ -395,6 +400,10 @@ impl MessagesStreamDecoder {
                 Block::Text
             }
             Some("thinking") => Block::Thinking,
+            Some("redacted_thinking") => {
+                out.push(StreamEvent::Unkept);
+                Block::Other
+            }
             Some("tool_use") => {
                 let name = cb.get("name").and_then(Value::as_str).unwrap_or_default();
                 if self.structured_via_tool && name == STRUCTURED_TOOL {
@@ -431,6 +440,7 @@ impl MessagesStreamDecoder {
         };
         match (d.get("type").and_then(Value::as_str), block) {
             (Some("text_delta"), _) => out.push(StreamEvent::TextDelta(s("text"))),
+            (Some("citations_delta"), _) => out.push(StreamEvent::Unkept),
             (Some("thinking_delta"), _) => out.push(StreamEvent::ReasoningDelta(s("thinking"))),
             (Some("signature_delta"), _) => {
                 out.push(StreamEvent::ReasoningSignature(s("signature")))

@@ -96,7 +96,7 @@ fn encode_input(req: &Request) -> Vec<Value> {
 }
 
 /// Output items of a `response` as canonical parts; returns also whether there were function calls.
-fn decode_output(output: &Value) -> (Vec<Part>, bool) {
+fn decode_output(output: &Value, unkept: &mut bool) -> (Vec<Part>, bool) {
     let mut content = Vec::new();
     let mut calls = false;
     for item in output.as_array().into_iter().flatten() {
@@ -108,6 +108,7 @@ fn decode_output(output: &Value) -> (Vec<Part>, bool) {
                     .into_iter()
                     .flatten()
                 {
+                    *unkept |= c.get("type").and_then(Value::as_str) == Some("refusal");
                     let text = c
                         .get("text")
                         .or_else(|| c.get("refusal"))
@@ -126,6 +127,8 @@ fn decode_output(output: &Value) -> (Vec<Part>, bool) {
                 });
             }
             Some("reasoning") => {
+                // Its encrypted content is the client's to send back, and no other form holds it.
+                *unkept |= item.get("encrypted_content").is_some_and(|c| !c.is_null());
                 let text: Vec<&str> = item
                     .get("summary")
                     .and_then(Value::as_array)
@@ -177,7 +180,8 @@ pub fn decode_response(body: &Value) -> Result<Response, ApiError> {
             "upstream answer is not a Responses `response` object (no `output`)",
         ));
     };
-    let (content, calls) = decode_output(output);
+    let mut unkept = false;
+    let (content, calls) = decode_output(output, &mut unkept);
     Ok(Response {
         id: str_at(body, "id"),
         model: str_at(body, "model"),
@@ -185,6 +189,7 @@ pub fn decode_response(body: &Value) -> Result<Response, ApiError> {
         content,
         usage: body.get("usage").and_then(usage_from).unwrap_or_default(),
         created: body.get("created_at").and_then(Value::as_u64).unwrap_or(0),
+        unkept,
     })
 }
 
@@ -220,7 +225,9 @@ impl StreamDecoder for ResponsesStreamDecoder {
         };
         match ty {
             "response.output_item.added" => self.item_added(&v, output_index, out),
-            "response.output_text.delta" | "response.refusal.delta" => {
+            "response.output_text.delta" => out.extend(delta().map(StreamEvent::TextDelta)),
+            "response.refusal.delta" => {
+                out.push(StreamEvent::Unkept);
                 out.extend(delta().map(StreamEvent::TextDelta));
             }
             "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
@@ -293,6 +300,13 @@ impl ResponsesStreamDecoder {
 
     /// An item done: arguments that arrived only whole, at the end.
     fn item_done(&mut self, v: &Value, output_index: u64, out: &mut Vec<StreamEvent>) {
+        // A reasoning item's encrypted content: see `decode_output`.
+        let item = v.get("item").unwrap_or(&Value::Null);
+        if item.get("type").and_then(Value::as_str) == Some("reasoning")
+            && item.get("encrypted_content").is_some_and(|c| !c.is_null())
+        {
+            out.push(StreamEvent::Unkept);
+        }
         if let Some(call) = self.calls.iter_mut().find(|c| c.0 == output_index && !c.2) {
             call.2 = true;
             if let Some(a) = v.at("item/arguments").and_then(Value::as_str) {
