@@ -14,7 +14,8 @@ use std::time::Duration;
 use common::redis::Redis;
 use common::upstream::{FakeUpstream, Recorded, Reply};
 use common::{
-    base_config, parse_sse, wait_for, Gateway, Response, TempDir, ADMIN_TOKEN_ENV, UPSTREAM_KEY_ENV,
+    base_config, parse_sse, wait_for, Gateway, Response, TempDir, ADMIN_TOKEN_ENV, UPSTREAM_KEY,
+    UPSTREAM_KEY_ENV,
 };
 use serde_json::{json, Value};
 
@@ -35,6 +36,8 @@ enum Mode {
     Errored,
     /// A refusal (Chat's `refusal`, not `content`).
     Refused,
+    /// An answer that writes the upstream's own credential.
+    Leaks,
 }
 
 /// A Chat (and Anthropic) upstream that numbers its answers: `answer #N`.
@@ -76,7 +79,11 @@ fn chunk(delta: Value, finish: Option<&str>) -> Vec<u8> {
 }
 
 fn chat_reply(r: &Recorded, n: usize, mode: Mode) -> Reply {
-    let text = format!("answer #{n}");
+    let text = if mode == Mode::Leaks {
+        format!("answer #{n}: the key is {UPSTREAM_KEY}")
+    } else {
+        format!("answer #{n}")
+    };
     let usage = json!({"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18});
     let finish = match mode {
         Mode::Length => "length",
@@ -663,6 +670,13 @@ fn errors_cut_streams_and_incomplete_answers_are_not_stored() {
     up.set(Mode::Answer);
     assert_eq!(cache_header(&ask(&chat("cached", "r"))), "miss");
     assert_eq!(cache_header(&ask(&streamed(chat("cached", "rs")))), "miss");
+    // An answer holding a real secret (the client got `[redacted]`): no store keeps it.
+    up.set(Mode::Leaks);
+    let r = ask(&chat("cached", "k"));
+    assert!(chat_text(&r).contains("[redacted]"), "{}", r.text());
+    assert!(!r.text().contains(UPSTREAM_KEY));
+    up.set(Mode::Answer);
+    assert_eq!(cache_header(&ask(&chat("cached", "k"))), "miss");
     // An answer the upstream stopped at the output limit (and marked so).
     up.set(Mode::Length);
     assert_eq!(cache_header(&ask(&chat("cached", "l"))), "miss");
@@ -680,7 +694,7 @@ fn errors_cut_streams_and_incomplete_answers_are_not_stored() {
     );
     up.set(Mode::Answer);
     assert_eq!(cache_header(&ask(&small)), "miss");
-    assert_eq!(up.calls(), 16, "nothing incomplete was served again");
+    assert_eq!(up.calls(), 18, "nothing incomplete was served again");
     // What completed was kept.
     assert_eq!(cache_header(&ask(&small)), "hit");
     assert_eq!(cache_header(&ask(&chat("cached", "e"))), "hit");

@@ -11,6 +11,7 @@
 //! are errors, streams cut (by the upstream, the client, the output limit or shutdown), and answers the
 //! upstream marked incomplete (stopped at the output limit, filtered, paused).
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use super::events::EventWriter;
@@ -23,7 +24,7 @@ use crate::cache::Entry;
 use crate::config::CacheScope;
 use crate::http::{Exchange, Request as HttpRequest};
 use crate::ledger::CacheUse;
-use crate::protocol::canon::{Request, Response, StopReason, StreamEvent};
+use crate::protocol::canon::{Part, Request, Response, StopReason, StreamEvent};
 use crate::protocol::egress::events_from_response;
 use crate::protocol::fingerprint::{self, Fingerprint, Target};
 use crate::protocol::ApiError;
@@ -130,6 +131,21 @@ pub fn look(gw: &Gateway, ex: &Exchange, p: &Prepared) -> Lookup {
             keep: Some(keep),
         },
     }
+}
+
+/// Whether an answer holds a real secret (one the client got `[redacted]` in its place): never kept, so
+/// no store holds it and no replay depends on the secret still being known then (a rotated credential is
+/// not).
+fn holds_secret(resp: &Response) -> bool {
+    let found = |t: &str| matches!(crate::secrets::redact(t.as_bytes()), Cow::Owned(_));
+    resp.content.iter().any(|p| match p {
+        Part::Text(t) => found(t),
+        Part::Reasoning { text, .. } => found(text),
+        Part::ToolCall {
+            name, arguments, ..
+        } => found(name) || found(arguments),
+        Part::Image(_) | Part::ToolResult { .. } => false,
+    })
 }
 
 /// A header's comma-separated values, trimmed, in lower case, sorted and each once.
@@ -263,7 +279,7 @@ pub fn store(
         kept.stop,
         StopReason::EndTurn | StopReason::StopSequence(_) | StopReason::ToolUse
     );
-    if whole && finished && !kept.unkept {
+    if whole && finished && !kept.unkept && !holds_secret(&kept) {
         // The replay gives its own id, name and time.
         (kept.id, kept.model, kept.created) = (String::new(), String::new(), 0);
         kept.usage = answer.usage.unwrap_or(kept.usage);
