@@ -274,6 +274,59 @@ impl ChatStreamDecoder {
     }
 }
 
+impl ChatStreamDecoder {
+    /// One choice of a chunk: its deltas (reasoning, text, a refusal, tool calls) and its finish reason.
+    fn choice(&mut self, choice: &Value, out: &mut Vec<StreamEvent>) {
+        let delta = choice.get("delta").unwrap_or(&Value::Null);
+        for key in ["reasoning_content", "reasoning"] {
+            if let Some(r) = delta
+                .get(key)
+                .and_then(Value::as_str)
+                .filter(|r| !r.is_empty())
+            {
+                out.push(StreamEvent::ReasoningDelta(r.to_string()));
+            }
+        }
+        if let Some(t) = delta
+            .get("content")
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+        {
+            out.push(StreamEvent::TextDelta(t.to_string()));
+        }
+        if let Some(r) = delta
+            .get("refusal")
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+        {
+            out.push(StreamEvent::Unkept);
+            out.push(StreamEvent::TextDelta(r.to_string()));
+        }
+        if delta.get("audio").is_some_and(|a| !a.is_null()) {
+            out.push(StreamEvent::Unkept);
+        }
+        for tc in delta
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            self.tool_delta(tc, out);
+        }
+        if let Some(reason) = choice
+            .get("finish_reason")
+            .and_then(Value::as_str)
+            .filter(|r| !r.is_empty())
+        {
+            let mut stop = stop_from_finish(reason);
+            if self.next_call > 0 && stop == StopReason::EndTurn {
+                stop = StopReason::ToolUse;
+            }
+            out.push(StreamEvent::Finish(stop));
+        }
+    }
+}
+
 impl StreamDecoder for ChatStreamDecoder {
     fn feed(&mut self, ev: &SseEvent, out: &mut Vec<StreamEvent>) -> bool {
         let data = ev.data.trim();
@@ -306,53 +359,7 @@ impl StreamDecoder for ChatStreamDecoder {
             .into_iter()
             .flatten()
         {
-            let delta = choice.get("delta").unwrap_or(&Value::Null);
-            for key in ["reasoning_content", "reasoning"] {
-                if let Some(r) = delta
-                    .get(key)
-                    .and_then(Value::as_str)
-                    .filter(|r| !r.is_empty())
-                {
-                    out.push(StreamEvent::ReasoningDelta(r.to_string()));
-                }
-            }
-            if let Some(t) = delta
-                .get("content")
-                .and_then(Value::as_str)
-                .filter(|t| !t.is_empty())
-            {
-                out.push(StreamEvent::TextDelta(t.to_string()));
-            }
-            if let Some(r) = delta
-                .get("refusal")
-                .and_then(Value::as_str)
-                .filter(|t| !t.is_empty())
-            {
-                out.push(StreamEvent::Unkept);
-                out.push(StreamEvent::TextDelta(r.to_string()));
-            }
-            if delta.get("audio").is_some_and(|a| !a.is_null()) {
-                out.push(StreamEvent::Unkept);
-            }
-            for tc in delta
-                .get("tool_calls")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                self.tool_delta(tc, out);
-            }
-            if let Some(reason) = choice
-                .get("finish_reason")
-                .and_then(Value::as_str)
-                .filter(|r| !r.is_empty())
-            {
-                let mut stop = stop_from_finish(reason);
-                if self.next_call > 0 && stop == StopReason::EndTurn {
-                    stop = StopReason::ToolUse;
-                }
-                out.push(StreamEvent::Finish(stop));
-            }
+            self.choice(choice, out);
         }
         if let Some(u) = v.get("usage").and_then(usage_from) {
             out.push(StreamEvent::Usage(u));
