@@ -600,6 +600,24 @@ fn assert_spent_is_the_ledgers_sum(gw: &Gateway, name: &str, lines: &[String]) {
     );
 }
 
+/// An instance on `redis`, run as a `tollgate serve` process with test hooks in its environment.
+fn spawn_hooked(
+    dir: TempDir,
+    redis: &Redis,
+    instance: &str,
+    top: &str,
+    hooks: &[(&str, &str)],
+) -> Gateway {
+    let c = config(dir.path(), redis, instance, top);
+    let cfg = dir.path().join("tollgate.toml");
+    std::fs::write(&cfg, &c).unwrap();
+    let mut cmd = std::process::Command::new(common::bin());
+    cmd.args(["serve", "--config"])
+        .arg(&cfg)
+        .envs(hooks.iter().copied());
+    Gateway::start_command(dir, &mut cmd)
+}
+
 /// Restarts the killed store (on its data) and says how many records it holds.
 fn stream_len_before_restart(redis: &mut Redis) -> usize {
     redis.restart();
@@ -615,14 +633,8 @@ fn stream_len_before_restart(redis: &mut Redis) -> usize {
 fn a_usage_query_beside_the_shipper_ships_each_record_once() {
     let redis = Redis::start(false);
     let dir = TempDir::new("store-path-once");
-    let c = config(dir.path(), &redis, "gw-once", "");
-    let cfg = dir.path().join("tollgate.toml");
-    std::fs::write(&cfg, &c).unwrap();
-    let mut cmd = std::process::Command::new(common::bin());
-    cmd.args(["serve", "--config"])
-        .arg(&cfg)
-        .env("TOLLGATE_TEST_SHIP_PAUSE_MS", "400");
-    let gw = Gateway::start_command(dir, &mut cmd);
+    let hooks = [("TOLLGATE_TEST_SHIP_PAUSE_MS", "400")];
+    let gw = spawn_hooked(dir, &redis, "gw-once", "", &hooks);
     for _ in 0..8 {
         assert_eq!(gw.post("/v1/chat/completions", &chat()).status, 200);
     }
@@ -1190,15 +1202,17 @@ fn markers_go_when_a_shipping_calls_answer_is_lost() {
     let dir = TempDir::new("store-path-lost-reply");
     // A strict ledger syncs a record before its request's end is counted: records may ship naming their
     // allotment.
-    let c = config(dir.path(), &redis, "gw-lost", "ledger_strict = true");
-    let cfg = dir.path().join("tollgate.toml");
-    std::fs::write(&cfg, &c).unwrap();
-    let mut cmd = std::process::Command::new(common::bin());
-    cmd.args(["serve", "--config"])
-        .arg(&cfg)
-        .env("TOLLGATE_TEST_SHIP_LOSE_REPLIES", "3")
-        .env("TOLLGATE_TEST_SETTLE_AFTER_MS", "300");
-    let gw = Arc::new(Gateway::start_command(dir, &mut cmd));
+    let hooks = [
+        ("TOLLGATE_TEST_SHIP_LOSE_REPLIES", "3"),
+        ("TOLLGATE_TEST_SETTLE_AFTER_MS", "300"),
+    ];
+    let gw = Arc::new(spawn_hooked(
+        dir,
+        &redis,
+        "gw-lost",
+        "ledger_strict = true",
+        &hooks,
+    ));
     let key = gw.add_key("lost", "default", Some(1000.0));
     let sent = burst(&gw, &key, 4, 10);
     let data = gw.dir.path().join("data");

@@ -1,7 +1,8 @@
 //! `tollgate serve`, as named steps: the configuration (the file or the embedded defaults, `TOLLGATE_LISTEN`,
-//! `--log-format`), logging, the listener, the first key (the embedded defaults only), the server
-//! (`server::run`: the data directory, the store, the keys, the ledger, the threads), then the signals: the
-//! first SIGTERM or SIGINT asks the server to stop and drain, a second one exits at once.
+//! `--log-format`), logging, the listener, the first key (the embedded defaults only), the signal handlers,
+//! the server (`server::run`: the data directory, the store, the keys, the ledger, the threads), then the
+//! signals: the first SIGTERM or SIGINT (one that came during the start too) asks the server to stop and
+//! drain, a second one exits at once.
 
 use std::io::Write;
 use std::net::TcpListener;
@@ -23,6 +24,16 @@ pub fn serve(a: ServeArgs) -> i32 {
     if config.path.is_none() && first_key(&config).is_err() {
         return 1;
     }
+    // The handlers before the start: a SIGTERM that comes as soon as the gateway answers (a supervisor's,
+    // a test's) waits for them instead of killing the process with its default action, grace and all.
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let signals = match signal_hook::iterator::Signals::new([SIGTERM, SIGINT]) {
+        Ok(s) => s,
+        Err(e) => {
+            log::error!("could not install signal handlers: {e}");
+            return 1;
+        }
+    };
     let shutdown = Shutdown::new();
     let running = match crate::server::run(listener, config, shutdown.clone()) {
         Ok(r) => r,
@@ -31,12 +42,7 @@ pub fn serve(a: ServeArgs) -> i32 {
             return 1;
         }
     };
-    if let Err(e) = stop_on_signals(&shutdown) {
-        log::error!("{e}");
-        running.shutdown().request_now("a start that failed");
-        running.join();
-        return 1;
-    }
+    stop_on_signals(signals, &shutdown);
     running.join()
 }
 
@@ -47,11 +53,10 @@ fn log_start_error(e: &StartError) {
     }
 }
 
-/// Waits for SIGTERM or SIGINT and asks the server to stop; a second signal exits at once.
-fn stop_on_signals(shutdown: &Shutdown) -> Result<(), String> {
+/// Waits for SIGTERM or SIGINT (one that came during the start included) and asks the server to stop; a
+/// second signal exits at once.
+fn stop_on_signals(mut signals: signal_hook::iterator::Signals, shutdown: &Shutdown) {
     use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
-        .map_err(|e| format!("could not install signal handlers: {e}"))?;
     let first = signals.forever().next();
     shutdown.request(match first {
         Some(SIGTERM) => "SIGTERM",
@@ -66,7 +71,6 @@ fn stop_on_signals(shutdown: &Shutdown) -> Result<(), String> {
             std::process::exit(1);
         }
     });
-    Ok(())
 }
 
 /// Binds the listen address; when it is taken, says how to choose another one.
