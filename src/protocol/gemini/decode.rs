@@ -220,9 +220,18 @@ fn decode_part(po: &Obj, path: &str, role: Role, calls: &mut Calls) -> Result<Op
         let call_id = calls.answer(opt_str(f, "id", &fpath)?, name);
         let response = f.get("response").cloned().unwrap_or(Value::Null);
         let (text, is_error) = response_text(&response);
+        let mut content = vec![Part::Text(text)];
+        // Media the function returned (gemini-cli's images, for Gemini 3 models) go with its result.
+        for (i, p) in opt_array(f, "parts", &fpath)?.into_iter().flatten().enumerate() {
+            let ppath = format!("{fpath}.parts[{i}]");
+            let po = fields::object(p, &ppath)?;
+            if let Some(image @ Part::Image(_)) = decode_part(po, &ppath, Role::User, calls)? {
+                content.push(image);
+            }
+        }
         return Ok(Some(Part::ToolResult {
             call_id,
-            content: vec![Part::Text(text)],
+            content,
             is_error,
         }));
     }
@@ -482,5 +491,24 @@ mod tests {
         let c = decode_count_request(&json!({"contents": [{"parts": [{"text": "count me"}]}]})).unwrap();
         assert_eq!(c.messages.len(), 1);
         assert!(decode_count_request(&json!({})).is_err());
+    }
+
+    /// Media a function returned in its `functionResponse.parts` (gemini-cli's, for Gemini 3 models) goes
+    /// with its result; media no other protocol carries is refused naming where it is.
+    #[test]
+    fn media_in_a_function_response_goes_with_its_result() {
+        let body = |mime: &str| {
+            json!({"contents": [
+                {"role": "user", "parts": [{"text": "look"}]},
+                {"role": "model", "parts": [{"functionCall": {"id": "c1", "name": "read_file", "args": {}}}]},
+                {"role": "user", "parts": [{"functionResponse": {"id": "c1", "name": "read_file",
+                    "response": {"output": "an image"}, "parts": [{"inlineData": {"mimeType": mime, "data": "AA"}}]}}]}]})
+        };
+        let r = decode_request(&body("image/png")).unwrap();
+        let Part::ToolResult { content, .. } = &r.messages[2].content[0] else { panic!("{:?}", r.messages[2]) };
+        assert_eq!(content.len(), 2);
+        assert!(matches!(content[1], Part::Image(_)));
+        let e = decode_request(&body("application/pdf")).unwrap_err();
+        assert_eq!(e.param(), Some("contents[2].parts[0].functionResponse.parts[0].inlineData"));
     }
 }
