@@ -815,7 +815,19 @@ fn a_redis_that_stops_answering_holds_no_worker_past_the_timeout() {
         let mut buf = [0u8; 16];
         let _ = std::io::Read::read(&mut s, &mut buf);
     });
-    std::thread::sleep(Duration::from_millis(100));
+    // Until Redis is seen asleep: a PING on a connection of its own gets no answer for a while.
+    wait_for(
+        || {
+            let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+                return false;
+            };
+            let _ = s.set_read_timeout(Some(Duration::from_millis(300)));
+            let _ = std::io::Write::write_all(&mut s, b"PING\r\n");
+            let mut buf = [0u8; 16];
+            std::io::Read::read(&mut s, &mut buf).is_err()
+        },
+        "Redis asleep",
+    );
     let began = Instant::now();
     let r = a.post_as(&wallet, "/v1/chat/completions", &chat("mock"));
     let took = began.elapsed();
