@@ -157,7 +157,13 @@ fn audit_target(ex: &Exchange) -> Option<(&'static str, Option<String>)> {
     if ex.request.method == "GET" || ex.request.method == "HEAD" {
         return None;
     }
-    let rest = ex.request.path.trim_start_matches("/admin/");
+    // As `route` reads the path: a trailing `/` names nothing (`POST /admin/keys/` creates a key, named
+    // in the answer).
+    let rest = ex
+        .request
+        .path
+        .trim_start_matches("/admin/")
+        .trim_end_matches('/');
     let mut parts = rest.split('/');
     let kind = match parts.next()? {
         "keys" => "key",
@@ -167,6 +173,7 @@ fn audit_target(ex: &Exchange) -> Option<(&'static str, Option<String>)> {
     };
     let name = parts
         .next()
+        .filter(|p| !p.is_empty())
         .and_then(|p| crate::http::decode_path_segment(p).ok());
     Some((kind, name))
 }
