@@ -219,13 +219,19 @@ pub fn csv(gw: &Gateway, ex: &Exchange) -> Result<String, ApiError> {
     Ok(out)
 }
 
-/// One CSV field: quoted when needed, and defused when a spreadsheet would read it as a formula.
+/// What starts a formula in a spreadsheet's cell: the ASCII signs, and the full-width ones East Asian
+/// versions of Excel read alike.
+const FORMULA_STARTS: [char; 10] = ['=', '+', '-', '@', '\t', '\r', '＝', '＋', '－', '＠'];
+
+/// One CSV field: quoted when needed, and defused when a spreadsheet would read it as a formula. A `;` is
+/// quoted too: where it is the list separator (German or French Excel), a field holding one would be split
+/// into cells, the second of which could start a formula.
 fn csv_field(s: &str) -> String {
     let mut v = s.to_string();
-    if v.starts_with(['=', '+', '-', '@', '\t', '\r']) && v.parse::<f64>().is_err() {
+    if v.starts_with(FORMULA_STARTS) && v.parse::<f64>().is_err() {
         v.insert(0, '\'');
     }
-    if v.contains([',', '"', '\n', '\r']) {
+    if v.contains([',', '"', '\n', '\r', ';']) {
         format!("\"{}\"", v.replace('"', "\"\""))
     } else {
         v
@@ -428,5 +434,11 @@ mod tests {
         assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
         assert_eq!(csv_field("=HYPERLINK(1)"), "'=HYPERLINK(1)");
         assert_eq!(csv_field("-0.5"), "-0.5");
+        // A `;` list separator would split the field, and its second cell would be a formula.
+        assert_eq!(
+            csv_field("a;=cmd|' /c calc'!A0;b"),
+            "\"a;=cmd|' /c calc'!A0;b\""
+        );
+        assert_eq!(csv_field("＝1+1"), "'＝1+1");
     }
 }
