@@ -278,14 +278,12 @@ impl ChatStreamDecoder {
     /// One choice of a chunk: its deltas (reasoning, text, a refusal, tool calls) and its finish reason.
     fn choice(&mut self, choice: &Value, out: &mut Vec<StreamEvent>) {
         let delta = choice.get("delta").unwrap_or(&Value::Null);
-        for key in ["reasoning_content", "reasoning"] {
-            if let Some(r) = delta
-                .get(key)
-                .and_then(Value::as_str)
-                .filter(|r| !r.is_empty())
-            {
-                out.push(StreamEvent::ReasoningDelta(r.to_string()));
-            }
+        // The first of the two names a server uses (some send both, alike): as a whole answer is read.
+        let reasoning = ["reasoning_content", "reasoning"]
+            .iter()
+            .find_map(|k| delta.get(*k).and_then(Value::as_str).filter(|r| !r.is_empty()));
+        if let Some(r) = reasoning {
+            out.push(StreamEvent::ReasoningDelta(r.to_string()));
         }
         if let Some(t) = delta
             .get("content")
@@ -485,5 +483,23 @@ mod tests {
         assert_eq!(stop_from_finish("stop_sequence"), StopReason::StopSequence(None));
         assert_eq!(stop_from_finish("error"), StopReason::Other("error".into()));
         assert_eq!(stop_from_finish("abort"), StopReason::Other("abort".into()));
+    }
+
+    #[test]
+    fn reasoning_under_both_names_comes_once() {
+        let mut d = ChatStreamDecoder::default();
+        let mut out = Vec::new();
+        let chunk = json!({"choices": [{"index": 0, "delta": {"reasoning_content": "hmm", "reasoning": "hmm"}}]});
+        d.feed(
+            &SseEvent {
+                event: None,
+                data: chunk.to_string(),
+                has_data: true,
+                raw: Vec::new(),
+                terminated: true,
+            },
+            &mut out,
+        );
+        assert_eq!(out, [StreamEvent::ReasoningDelta("hmm".into())]);
     }
 }

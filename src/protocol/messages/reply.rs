@@ -15,9 +15,23 @@ pub fn stop_reason(stop: &StopReason) -> (String, Value) {
         StopReason::StopSequence(s) => ("stop_sequence".into(), json!(s)),
         StopReason::ToolUse => ("tool_use".into(), Value::Null),
         StopReason::ContentFilter => ("refusal".into(), Value::Null),
-        StopReason::Other(o) => (o.clone(), Value::Null),
+        // Anthropic's own (`pause_turn`, from an Anthropic upstream) as they came; another vendor's reason
+        // that is none of them (`abort`, `MALFORMED_FUNCTION_CALL`) is no value the SDKs know: the turn ended.
+        StopReason::Other(o) if ANTHROPIC_STOPS.contains(&o.as_str()) => (o.clone(), Value::Null),
+        StopReason::Other(_) => ("end_turn".into(), Value::Null),
     }
 }
+
+/// The `stop_reason` values of the Messages API.
+const ANTHROPIC_STOPS: [&str; 7] = [
+    "end_turn",
+    "max_tokens",
+    "stop_sequence",
+    "tool_use",
+    "pause_turn",
+    "refusal",
+    "model_context_window_exceeded",
+];
 
 /// The Messages usage object: the input in its three buckets (`input_tokens` is only the uncached part),
 /// and the writes split by lifetime in `cache_creation` when there were any (writes of a lifetime the
@@ -426,5 +440,11 @@ mod tests {
         let signed = text.find("\"signature\":\"sig\"").expect(&text);
         let tool = text.find("\"type\":\"tool_use\"").expect(&text);
         assert!(thinking < signed && signed < tool, "{text}");
+    }
+
+    #[test]
+    fn a_stop_reason_the_sdks_do_not_know_is_the_end_of_the_turn() {
+        assert_eq!(stop_reason(&StopReason::Other("pause_turn".into())).0, "pause_turn");
+        assert_eq!(stop_reason(&StopReason::Other("abort".into())).0, "end_turn");
     }
 }

@@ -328,11 +328,14 @@ pub struct MessagesStreamDecoder {
     next_call: usize,
     usage: crate::protocol::canon::Usage,
     structured: bool,
+    /// Calls whose arguments have come (some of them): a call with none gets `{}` at its block's end.
+    argued: Vec<usize>,
 }
 
 impl MessagesStreamDecoder {
     pub fn new(structured_via_tool: bool) -> Self {
         MessagesStreamDecoder {
+            argued: Vec::new(),
             structured_via_tool,
             blocks: Vec::new(),
             next_call: 0,
@@ -373,6 +376,7 @@ impl StreamDecoder for MessagesStreamDecoder {
             }
             "content_block_start" => self.block_start(&v, index, out),
             "content_block_delta" => self.block_delta(&v, index, out),
+            "content_block_stop" => self.block_stop(index, out),
             "message_delta" => self.message_delta(&v, out),
             "message_stop" => return true,
             "error" => {
@@ -418,6 +422,17 @@ impl MessagesStreamDecoder {
                         id,
                         name: name.to_string(),
                     });
+                    // Input sent whole in the start (compatible servers may): it is the arguments.
+                    if let Some(input) = cb
+                        .get("input")
+                        .filter(|i| i.as_object().is_some_and(|o| !o.is_empty()))
+                    {
+                        self.argued.push(i);
+                        out.push(StreamEvent::ToolArgsDelta {
+                            index: i,
+                            delta: input.to_string(),
+                        });
+                    }
                     Block::Tool(i)
                 }
             }
@@ -445,14 +460,34 @@ impl MessagesStreamDecoder {
             (Some("signature_delta"), _) => {
                 out.push(StreamEvent::ReasoningSignature(s("signature")))
             }
-            (Some("input_json_delta"), Block::Tool(i)) => out.push(StreamEvent::ToolArgsDelta {
-                index: i,
-                delta: s("partial_json"),
-            }),
+            (Some("input_json_delta"), Block::Tool(i)) => {
+                let delta = s("partial_json");
+                if delta.is_empty() {
+                    return;
+                }
+                if !self.argued.contains(&i) {
+                    self.argued.push(i);
+                }
+                out.push(StreamEvent::ToolArgsDelta { index: i, delta })
+            }
             (Some("input_json_delta"), Block::Structured) => {
                 out.push(StreamEvent::TextDelta(s("partial_json")))
             }
             _ => {}
+        }
+    }
+
+    /// A block's end: a call that got no arguments has `{}` (as a complete answer's `input` says), not an
+    /// empty string no client parses.
+    fn block_stop(&mut self, index: usize, out: &mut Vec<StreamEvent>) {
+        if let Some(Block::Tool(i)) = self.blocks.get(index).copied() {
+            if !self.argued.contains(&i) {
+                self.argued.push(i);
+                out.push(StreamEvent::ToolArgsDelta {
+                    index: i,
+                    delta: "{}".into(),
+                });
+            }
         }
     }
 
@@ -663,5 +698,37 @@ mod tests {
         assert_eq!(u.input_tokens, 100_200);
         assert_eq!(u.cached_input_tokens, 100_000);
         assert!(u.output_tokens > 1);
+    }
+
+    /// A call with no arguments streams `{}` (as a complete answer's `input` says), not an empty string;
+    /// input sent whole in the block's start is the arguments.
+    #[test]
+    fn a_calls_arguments_are_never_empty() {
+        let ev = |data: Value| SseEvent {
+            event: data["type"].as_str().map(str::to_string),
+            data: data.to_string(),
+            has_data: true,
+            raw: Vec::new(),
+            terminated: true,
+        };
+        let mut d = MessagesStreamDecoder::new(false);
+        let mut out = Vec::new();
+        for data in [
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "t0", "name": "now", "input": {}}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": ""}}),
+            json!({"type": "content_block_stop", "index": 0}),
+            json!({"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", "id": "t1", "name": "read", "input": {"path": "a"}}}),
+            json!({"type": "content_block_stop", "index": 1}),
+        ] {
+            d.feed(&ev(data), &mut out);
+        }
+        let args: Vec<(usize, String)> = out
+            .iter()
+            .filter_map(|e| match e {
+                StreamEvent::ToolArgsDelta { index, delta } => Some((*index, delta.clone())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(args, [(0, "{}".to_string()), (1, "{\"path\":\"a\"}".to_string())]);
     }
 }
