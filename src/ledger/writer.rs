@@ -507,17 +507,18 @@ impl Writer {
         self.feed_pending();
         self.good_len += self.pending_bytes as u64;
         self.pending_bytes = 0;
-        for e in self.pending.drain(..) {
-            if let Some((ack, _)) = e.waiting {
-                let _ = ack.send(Ok(()));
-            }
-        }
+        // The counts first: a strict-mode caller told its record is synced finds it out of the backlog.
         self.shared.backlog.fetch_sub(n, Ordering::Relaxed);
         self.shared.healthy.store(true, Ordering::Relaxed);
         self.shared.set_problem(None);
         self.shared
             .synced_len
             .store(self.good_len, Ordering::Release);
+        for e in self.pending.drain(..) {
+            if let Some((ack, _)) = e.waiting {
+                let _ = ack.send(Ok(()));
+            }
+        }
         if let Ok(g) = self.shared.synced.lock() {
             if let Some(tx) = g.as_ref() {
                 let _ = tx.try_send(());
