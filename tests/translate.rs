@@ -848,7 +848,12 @@ fn text_cases() {
 
 #[test]
 fn tool_cases() {
-    run_matrix(&["tool_call", "stream_tool_call", "tool_round_trip"]);
+    run_matrix(&[
+        "tool_call",
+        "stream_tool_call",
+        "stream_parallel_tool_calls",
+        "tool_round_trip",
+    ]);
 }
 
 #[test]

@@ -324,6 +324,10 @@ pub enum StreamEvent {
         index: usize,
         delta: String,
     },
+    /// The call's arguments are complete (where the upstream's stream says so: see `contiguous.rs`).
+    ToolCallEnd {
+        index: usize,
+    },
     /// Usage so far (cumulative); the last one wins.
     Usage(Usage),
     /// Generation ended for this reason; usage may still follow.

@@ -61,7 +61,7 @@ impl Collector {
             StreamEvent::Usage(u) => self.usage = Some(*u),
             StreamEvent::Finish(r) => self.stop = Some(r.clone()),
             StreamEvent::Error(_) | StreamEvent::Unkept => self.failed = true,
-            StreamEvent::Start { .. } => {}
+            StreamEvent::Start { .. } | StreamEvent::ToolCallEnd { .. } => {}
         }
     }
 

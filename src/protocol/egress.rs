@@ -66,6 +66,7 @@ pub fn events_from_response(resp: &Response) -> Vec<StreamEvent> {
                     index,
                     delta: arguments.clone(),
                 });
+                events.push(StreamEvent::ToolCallEnd { index });
                 index += 1;
             }
             _ => {}

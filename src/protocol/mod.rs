@@ -16,6 +16,7 @@ pub mod canon;
 pub mod client;
 pub mod codec;
 pub mod collect;
+pub mod contiguous;
 pub mod edit;
 pub mod egress;
 mod error;

@@ -12,6 +12,7 @@ use super::watchdog::WatchGuard;
 use crate::http::ResponseWriter;
 use crate::protocol::canon::{StreamEvent, Usage};
 use crate::protocol::collect::Collector;
+use crate::protocol::contiguous::Contiguous;
 use crate::protocol::estimate;
 use crate::protocol::{ApiError, StreamEncoder};
 use crate::secrets::{self, Edit, Redactor};
@@ -36,6 +37,9 @@ pub struct EventWriter<'a> {
     pub error: Option<ApiError>,
     /// Events held back while an upstream credential may be arriving in their text.
     redactor: Redactor<StreamEvent>,
+    /// Each tool call's events together (`protocol::contiguous`), and the events it let go.
+    order: Contiguous,
+    ordered: Vec<StreamEvent>,
     /// The answer folded back together, for the answer cache (see [`EventWriter::keep`]).
     kept: Option<Collector>,
 }
@@ -70,6 +74,8 @@ impl<'a> EventWriter<'a> {
             finished: false,
             error: None,
             redactor: Redactor::new(),
+            order: Contiguous::default(),
+            ordered: Vec::new(),
             kept: None,
         };
         ew.emit(&start)?;
@@ -82,19 +88,38 @@ impl<'a> EventWriter<'a> {
         self.kept = Some(Collector::default());
     }
 
-    /// Takes one event: counted at once, encoded and written as one chunk as soon as the redactor lets it
-    /// go (at once, unless its text may be the start of an upstream credential).
+    /// Takes one event: counted at once, put in order (each tool call's events together), then encoded and
+    /// written as one chunk as soon as the redactor lets it go (at once, unless its text may be the start of
+    /// an upstream credential).
     pub fn emit(&mut self, ev: &StreamEvent) -> Result<(), ClientGone> {
         if let StreamEvent::Error(e) = ev {
             // Upstream texts reach the client here: never with an upstream credential in them.
             let clean = StreamEvent::Error(e.clone().scrub_secrets());
-            return self.accept(&clean);
+            self.note(&clean);
+            return self.in_order(clean);
         }
-        self.accept(ev)
+        self.note(ev);
+        if self.order.passes(ev) {
+            return self.accept(ev);
+        }
+        self.in_order(ev.clone())
+    }
+
+    /// Sends what the order lets go of `ev` and what it held.
+    fn in_order(&mut self, ev: StreamEvent) -> Result<(), ClientGone> {
+        let mut ready = std::mem::take(&mut self.ordered);
+        self.order.push(ev, &mut ready);
+        let mut sent = Ok(());
+        for ev in ready.drain(..) {
+            if sent.is_ok() {
+                sent = self.accept(&ev);
+            }
+        }
+        self.ordered = ready;
+        sent
     }
 
     fn accept(&mut self, ev: &StreamEvent) -> Result<(), ClientGone> {
-        self.note(ev);
         if self.redactor.read(answer_text(ev)) {
             return self.send(ev);
         }
@@ -203,6 +228,12 @@ impl<'a> EventWriter<'a> {
     /// Closes the stream: when no usage came, an estimate is sent first; then the protocol's closing
     /// events and the end of the chunked body.
     pub fn finish(mut self) -> Result<(Usage, bool), ClientGone> {
+        // What the order still holds (a stream that ended with neither a finish nor an error).
+        let mut held = std::mem::take(&mut self.ordered);
+        self.order.flush(&mut held);
+        for ev in held.drain(..) {
+            self.accept(&ev)?;
+        }
         self.redactor.release();
         self.send_released()?;
         let (usage, estimated) = self.usage();

@@ -181,7 +181,9 @@ impl StreamEncoder for ChatStreamEncoder {
             StreamEvent::ReasoningDelta(t) => {
                 self.chunk(out, json!({"reasoning_content": t}), None)
             }
-            StreamEvent::ReasoningSignature(_) | StreamEvent::Unkept => {}
+            StreamEvent::ReasoningSignature(_)
+            | StreamEvent::Unkept
+            | StreamEvent::ToolCallEnd { .. } => {}
             StreamEvent::ToolCallStart { index, id, name } => {
                 self.saw_tool_call = true;
                 self.chunk(

@@ -228,7 +228,8 @@ impl StreamEncoder for GeminiStreamEncoder {
             }
             StreamEvent::ReasoningDelta(_)
             | StreamEvent::ReasoningSignature(_)
-            | StreamEvent::Unkept => {}
+            | StreamEvent::Unkept
+            | StreamEvent::ToolCallEnd { .. } => {}
             StreamEvent::ToolCallStart { index, id, name } => {
                 self.made_calls = true;
                 self.calls.push((*index, id.clone(), name.clone(), String::new()));

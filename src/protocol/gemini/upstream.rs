@@ -387,6 +387,7 @@ impl GeminiStreamDecoder {
                 index,
                 delta: args.to_string(),
             });
+            out.push(StreamEvent::ToolCallEnd { index });
         }
     }
 }

@@ -261,7 +261,7 @@ impl StreamEncoder for MessagesStreamEncoder {
                 let d = json!({"index": index, "delta": {"type": "thinking_delta", "thinking": t}});
                 Self::emit(out, "content_block_delta", d);
             }
-            StreamEvent::Unkept => {}
+            StreamEvent::Unkept | StreamEvent::ToolCallEnd { .. } => {}
             // A signature of reasoning not shown: an empty thinking block carries it.
             StreamEvent::ReasoningSignature(s) => {
                 if !matches!(self.open, Some((_, Block::Thinking))) {

@@ -478,7 +478,7 @@ impl MessagesStreamDecoder {
     }
 
     /// A block's end: a call that got no arguments has `{}` (as a complete answer's `input` says), not an
-    /// empty string no client parses.
+    /// empty string no client parses; a call's end is said (`ToolCallEnd`).
     fn block_stop(&mut self, index: usize, out: &mut Vec<StreamEvent>) {
         if let Some(Block::Tool(i)) = self.blocks.get(index).copied() {
             if !self.argued.contains(&i) {
@@ -488,6 +488,7 @@ impl MessagesStreamDecoder {
                     delta: "{}".into(),
                 });
             }
+            out.push(StreamEvent::ToolCallEnd { index: i });
         }
     }
 

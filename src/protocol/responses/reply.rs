@@ -459,7 +459,9 @@ impl StreamEncoder for ResponsesStreamEncoder {
             }
             StreamEvent::TextDelta(t) => self.text_delta(t, out),
             StreamEvent::ReasoningDelta(t) => self.reasoning_delta(t, out),
-            StreamEvent::ReasoningSignature(_) | StreamEvent::Unkept => {}
+            StreamEvent::ReasoningSignature(_)
+            | StreamEvent::Unkept
+            | StreamEvent::ToolCallEnd { .. } => {}
             StreamEvent::ToolCallStart { index, id, name } => {
                 let item = Item::Call {
                     id: new_id("fc_"),

@@ -316,6 +316,9 @@ impl ResponsesStreamDecoder {
                 });
             }
         }
+        if let Some(call) = self.calls.iter().find(|c| c.0 == output_index) {
+            out.push(StreamEvent::ToolCallEnd { index: call.1 });
+        }
     }
 }
 
