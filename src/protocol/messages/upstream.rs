@@ -652,41 +652,36 @@ mod tests {
         assert_eq!(resp.stop, StopReason::EndTurn);
     }
 
+    /// An upstream's event, named by its `type` as Anthropic names them.
+    fn event(data: Value) -> SseEvent {
+        SseEvent {
+            event: data["type"].as_str().map(str::to_string),
+            data: data.to_string(),
+            has_data: true,
+            raw: Vec::new(),
+            terminated: true,
+        }
+    }
+
     /// The input `message_start` reports is the stream's usage from then on: a stream cut before its
     /// `message_delta` (the client gone, the output limit, a broken upstream) is billed it, cache reads and
     /// writes as such, with the output produced estimated, not an estimate of the whole input as uncached.
     #[test]
     fn a_stream_cut_before_its_message_delta_keeps_the_input_reported_at_its_start() {
-        let ev = |event: &str, data: Value| SseEvent {
-            event: Some(event.to_string()),
-            data: data.to_string(),
-            has_data: true,
-            raw: Vec::new(),
-            terminated: true,
-        };
         let mut d = MessagesStreamDecoder::new(false);
         let mut out = Vec::new();
         d.feed(
-            &ev(
-                "message_start",
-                json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
+            &event(json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
                        "content": [], "usage": {"input_tokens": 200, "cache_read_input_tokens": 100_000,
-                       "cache_creation_input_tokens": 0, "output_tokens": 1}}}),
-            ),
+                       "cache_creation_input_tokens": 0, "output_tokens": 1}}})),
             &mut out,
         );
         d.feed(
-            &ev(
-                "content_block_start",
-                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
-            ),
+            &event(json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})),
             &mut out,
         );
         d.feed(
-            &ev(
-                "content_block_delta",
-                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hello there, how are you doing today?"}}),
-            ),
+            &event(json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hello there, how are you doing today?"}})),
             &mut out,
         );
         let reported = out.iter().rev().find_map(|e| match e {
@@ -705,13 +700,6 @@ mod tests {
     /// input sent whole in the block's start is the arguments.
     #[test]
     fn a_calls_arguments_are_never_empty() {
-        let ev = |data: Value| SseEvent {
-            event: data["type"].as_str().map(str::to_string),
-            data: data.to_string(),
-            has_data: true,
-            raw: Vec::new(),
-            terminated: true,
-        };
         let mut d = MessagesStreamDecoder::new(false);
         let mut out = Vec::new();
         for data in [
@@ -721,7 +709,7 @@ mod tests {
             json!({"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", "id": "t1", "name": "read", "input": {"path": "a"}}}),
             json!({"type": "content_block_stop", "index": 1}),
         ] {
-            d.feed(&ev(data), &mut out);
+            d.feed(&event(data), &mut out);
         }
         let args: Vec<(usize, String)> = out
             .iter()
