@@ -1,6 +1,7 @@
 //! Slowing down admin-token guessing, per client address.
 //!
-//! Each address has a count of wrong admin tokens within the last minute. From the fifth, the address is
+//! Each address (an IPv6 one by its /64: one host is given a whole /64 to pick from) has a count of wrong
+//! admin tokens within the last minute. From the fifth, the address is
 //! held off: for 1 s, then 2, 4, … up to 60 s as failures go on, every admin request from it gets 429 with
 //! `retry-after` without its token being compared. A correct token resets the address. Other addresses are
 //! never affected, the table is bounded (the oldest entries go first), and the command line (`tollgate keys
@@ -30,6 +31,21 @@ pub struct Guard {
     addresses: Mutex<HashMap<IpAddr, Entry>>,
 }
 
+/// The address counted for `addr`: an IPv4 one (IPv4-mapped IPv6 included) as it is, an IPv6 one by its
+/// /64, so that a host cannot get four free guesses from each of its addresses.
+fn counted(addr: IpAddr) -> IpAddr {
+    match addr {
+        IpAddr::V4(_) => addr,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let s = v6.segments();
+                IpAddr::V6(std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+            }
+        },
+    }
+}
+
 impl Guard {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, Entry>> {
         match self.addresses.lock() {
@@ -40,12 +56,14 @@ impl Guard {
 
     /// How long `addr` is still held off (None: its token may be checked).
     pub fn held(&self, addr: IpAddr, now: Instant) -> Option<Duration> {
+        let addr = counted(addr);
         let until = self.lock().get(&addr)?.held_until?;
         (now < until).then(|| until - now)
     }
 
     /// A wrong token from `addr`.
     pub fn failed(&self, addr: IpAddr, now: Instant) {
+        let addr = counted(addr);
         let mut map = self.lock();
         if map.len() >= MAX_ADDRESSES && !map.contains_key(&addr) {
             map.retain(|_, e| {
@@ -79,7 +97,7 @@ impl Guard {
 
     /// A correct token from `addr`: it starts afresh.
     pub fn succeeded(&self, addr: IpAddr) {
-        self.lock().remove(&addr);
+        self.lock().remove(&counted(addr));
     }
 }
 
@@ -119,5 +137,27 @@ mod tests {
             g.failed(IpAddr::from(i.to_be_bytes()), t);
         }
         assert!(g.lock().len() <= MAX_ADDRESSES);
+    }
+
+    #[test]
+    fn an_ipv6_host_is_counted_by_its_64() {
+        let g = Guard::default();
+        let t = Instant::now();
+        for i in 1..=5u16 {
+            let a = IpAddr::V6(std::net::Ipv6Addr::new(0x2001, 0xdb8, 1, 2, 0, 0, 0, i));
+            g.failed(a, t);
+        }
+        let other_in_64: IpAddr = "2001:db8:1:2:ffff::9".parse().unwrap();
+        assert_eq!(g.held(other_in_64, t), Some(Duration::from_secs(1)));
+        let other_64: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        assert_eq!(g.held(other_64, t), None);
+        let mapped: IpAddr = "::ffff:10.0.0.1".parse().unwrap();
+        g.failed(mapped, t);
+        assert_eq!(
+            g.lock()
+                .get(&"10.0.0.1".parse::<IpAddr>().unwrap())
+                .map(|e| e.failures),
+            Some(1)
+        );
     }
 }
