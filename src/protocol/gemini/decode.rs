@@ -358,7 +358,27 @@ fn decode_generation(g: &Obj, req: &mut Request) -> Result<(), ApiError> {
         (_, Some(s)) if !s.is_null() => Some(to_json_schema(s)),
         _ => None,
     };
-    let json_mime = opt_str(g, "responseMimeType", path)? == Some("application/json");
+    let mime = opt_str(g, "responseMimeType", path)?;
+    let json_mime = mime == Some("application/json");
+    // Enum mode answers one of the values as plain text, which no JSON schema gives: another vendor's model
+    // is told the values instead.
+    if mime == Some("text/x.enum") {
+        let values: Vec<&str> = schema
+            .as_ref()
+            .and_then(|s| s.get("enum"))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        if !values.is_empty() {
+            req.system.push(format!(
+                "Answer with exactly one of these values, written as it is here and nothing else: {}.",
+                values.join(", ")
+            ));
+            return decode_thinking_of(g, req);
+        }
+    }
     req.output_format = match schema {
         // Not strict: a Gemini schema leaves optional properties out of `required` and says nothing of
         // `additionalProperties`, which OpenAI's strict mode refuses.
@@ -371,6 +391,11 @@ fn decode_generation(g: &Obj, req: &mut Request) -> Result<(), ApiError> {
         None if json_mime => Some(OutputFormat::JsonObject),
         None => None,
     };
+    decode_thinking_of(g, req)
+}
+
+/// `generationConfig.thinkingConfig`, if given.
+fn decode_thinking_of(g: &Obj, req: &mut Request) -> Result<(), ApiError> {
     if let Some(t) = g.get("thinkingConfig").filter(|t| !t.is_null()) {
         decode_thinking(fields::object(t, "generationConfig.thinkingConfig")?, req)?;
     }
@@ -482,6 +507,13 @@ mod tests {
             "systemInstruction": {"parts": [{"text": "Be brief."}, {"text": "Answer in French."}]}}))
         .unwrap();
         assert_eq!(two.system, vec!["Be brief.", "Answer in French."]);
+        // Enum mode: the values told, no JSON schema (whose answer would be a quoted string).
+        let e = decode_request(&json!({"contents": [{"parts": [{"text": "x"}]}],
+            "generationConfig": {"responseMimeType": "text/x.enum",
+                "responseSchema": {"type": "STRING", "enum": ["Percussion", "String"]}}}))
+        .unwrap();
+        assert_eq!(e.output_format, None);
+        assert!(e.system[0].ends_with("nothing else: Percussion, String."), "{:?}", e.system);
         let e = decode_request(&json!({"contents": [{"parts": [{"inlineData": {"mimeType": "audio/wav", "data": "AA"}}]}]}))
             .unwrap_err();
         assert_eq!(e.param(), Some("contents[0].parts[0].inlineData"));
