@@ -249,11 +249,12 @@ pub trait Codec: Sync + Send {
     fn choices_field(&self) -> Option<&'static str> {
         None
     }
-    /// The top-level request fields whose meaning the canonical request carries whole, or that cannot change
-    /// an answer (the stream flag, the end user's id, metadata). The answer cache keys on the canonical
-    /// request and on every other field as sent (`protocol/fingerprint.rs`), so a field left off this list
-    /// only makes entries more particular, never shared wrongly.
-    fn canonical_fields(&self) -> &'static [&'static str] {
+    /// The top-level request fields the canonical request carries whole, each with the shape of the values
+    /// it carries (`protocol/carried.rs`), and those that only frame the answer (the stream flag, the end
+    /// user's id, metadata). The answer cache keys on the canonical request and on every other field, or
+    /// value of another shape, as sent (`protocol/fingerprint.rs`): a field left off only makes entries more
+    /// particular, never shared wrongly.
+    fn carried(&self) -> &'static [(&'static str, super::carried::Shape)] {
         &[]
     }
     /// Whether an upstream of this protocol needs an output limit on every request.

@@ -13,6 +13,7 @@ pub mod account;
 pub mod answer;
 pub mod auth;
 pub mod canon;
+pub mod carried;
 pub mod client;
 pub mod codec;
 pub mod collect;

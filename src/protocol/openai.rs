@@ -9,6 +9,7 @@ use std::borrow::Cow;
 use serde_json::{json, Map, Value};
 
 use super::canon::{ImageSource, OutputFormat, Request, Tool, ToolChoice};
+use super::carried::Shape as Carried;
 use super::codec::Listed;
 use super::fields::{self, opt_bool, opt_str};
 use super::ApiError;
@@ -49,6 +50,26 @@ pub fn tool_family(t: &Map<String, Value>) -> Option<Cow<'_, str>> {
         other => Some(Cow::Borrowed(other)),
     }
 }
+
+/// A function's definition as `decode_function` carries it whole (the members of the object holding its
+/// `name`).
+pub const FUNCTION: &[(&str, Carried)] = &[
+    ("name", Carried::Str),
+    ("description", Carried::Str),
+    ("parameters", Carried::Any),
+    ("strict", Carried::Bool),
+];
+
+/// A JSON schema format's fields as `decode_schema` carries them.
+pub const SCHEMA: &[(&str, Carried)] = &[
+    ("name", Carried::Str),
+    ("schema", Carried::Any),
+    ("strict", Carried::Bool),
+    ("description", Carried::Str),
+];
+
+/// The `tool_choice` words.
+pub const CHOICE_WORDS: Carried = Carried::Word(&["auto", "none", "required"]);
 
 /// How a function appears in a tool list or a `tool_choice`, and a JSON schema in an output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

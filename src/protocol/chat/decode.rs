@@ -3,10 +3,73 @@
 use serde_json::{Map, Value};
 
 use crate::protocol::canon::{Message, Part, Request, Role, Tool};
+use crate::protocol::carried::Shape as C;
 use crate::protocol::fields::{self, join, missing, opt_array, opt_bool, opt_f64, opt_str, opt_u64};
 use crate::protocol::openai::{self, Shape};
 use crate::protocol::ApiError;
 
+/// A text part.
+const TEXT: C = C::Obj(&[("type", C::Word(&["text"])), ("text", C::Str)]);
+/// Text as `text_of` carries it: a string or one text part (several are joined, refusals read as text).
+const ONE_TEXT: C = C::Either(&[C::Str, C::Single(&TEXT)]);
+/// An image by URL (`detail` is not carried).
+const IMAGE: C = C::Obj(&[
+    ("type", C::Word(&["image_url"])),
+    ("image_url", C::Either(&[C::Str, C::Obj(&[("url", C::Str)])])),
+]);
+const MESSAGE: C = C::Either(&[
+    C::Obj(&[("role", C::Word(&["system", "developer"])), ("content", ONE_TEXT)]),
+    C::Obj(&[
+        ("role", C::Word(&["user"])),
+        ("content", C::Either(&[C::Str, C::List(&C::Either(&[TEXT, IMAGE]))])),
+    ]),
+    C::Obj(&[
+        ("role", C::Word(&["assistant"])),
+        ("content", ONE_TEXT),
+        ("reasoning_content", C::Str),
+        ("tool_calls", C::List(&C::Obj(&[
+            ("id", C::Str),
+            ("type", C::Word(&["function"])),
+            ("function", C::Obj(&[("name", C::Str), ("arguments", C::Str)])),
+        ]))),
+    ]),
+    C::Obj(&[("role", C::Word(&["tool"])), ("tool_call_id", C::Str), ("content", ONE_TEXT)]),
+]);
+
+/// The fields `decode_request` carries into the canonical request, and those that only frame the answer
+/// (`n` above 1 is never cached). A message's `name`, an image's `detail`, custom tools, `allowed_tools` are
+/// not carried: a body holding them is keyed on them as sent.
+pub static CARRIED: &[(&str, C)] = &[
+    ("model", C::Frame),
+    ("stream", C::Frame),
+    ("stream_options", C::Frame),
+    ("user", C::Frame),
+    ("metadata", C::Frame),
+    ("store", C::Frame),
+    ("safety_identifier", C::Frame),
+    ("prompt_cache_key", C::Frame),
+    ("n", C::Frame),
+    ("messages", C::List(&MESSAGE)),
+    ("tools", C::List(&C::Obj(&[
+        ("type", C::Word(&["function"])),
+        ("function", C::Obj(openai::FUNCTION)),
+    ]))),
+    ("tool_choice", C::Either(&[
+        openai::CHOICE_WORDS,
+        C::Obj(&[("type", C::Word(&["function"])), ("function", C::Obj(&[("name", C::Str)]))]),
+    ])),
+    ("parallel_tool_calls", C::Bool),
+    ("max_tokens", C::Num),
+    ("max_completion_tokens", C::Num),
+    ("temperature", C::Num),
+    ("top_p", C::Num),
+    ("stop", C::Either(&[C::Str, C::List(&C::Str)])),
+    ("response_format", C::Either(&[
+        C::Obj(&[("type", C::Word(&["text", "json_object"]))]),
+        C::Obj(&[("type", C::Word(&["json_schema"])), ("json_schema", C::Obj(openai::SCHEMA))]),
+    ])),
+    ("reasoning_effort", C::Str),
+];
 
 /// Checks that a Chat Completions body has `messages` (pointing at `input` when that was sent instead).
 pub fn validate(body: &Value) -> Result<(), ApiError> {

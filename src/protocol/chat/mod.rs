@@ -108,8 +108,8 @@ impl Codec for Chat {
         openai::model_entry(model, created)
     }
 
-    fn canonical_fields(&self) -> &'static [&'static str] {
-        &["model", "messages", "tools", "tool_choice", "parallel_tool_calls", "max_tokens", "max_completion_tokens", "temperature", "top_p", "stop", "response_format", "reasoning_effort", "n", "stream", "stream_options", "user", "metadata", "store", "safety_identifier", "prompt_cache_key"]
+    fn carried(&self) -> &'static [(&'static str, super::carried::Shape)] {
+        decode::CARRIED
     }
     fn limit_fields(&self) -> &'static [&'static str] {
         &["max_completion_tokens", "max_tokens"]

@@ -3,9 +3,59 @@
 use serde_json::{json, Value};
 
 use crate::protocol::canon::{ImageSource, Message, OutputFormat, Part, Request, Role, Tool, ToolChoice};
+use crate::protocol::carried::Shape as C;
 use crate::protocol::fields::{self, join, missing, opt_array, opt_f64, opt_str, opt_u64};
 use crate::protocol::ApiError;
 
+const TEXT: C = C::Obj(&[("type", C::Word(&["text"])), ("text", C::Str)]);
+const IMAGE: C = C::Obj(&[
+    ("type", C::Word(&["image"])),
+    ("source", C::Either(&[
+        C::Obj(&[("type", C::Word(&["base64"])), ("media_type", C::Str), ("data", C::Str)]),
+        C::Obj(&[("type", C::Word(&["url"])), ("url", C::Str)]),
+    ])),
+]);
+/// A content block as `decode_block` carries it. Redacted thinking, citations, documents and
+/// `cache_control` are not carried.
+const BLOCK: C = C::Either(&[
+    TEXT,
+    IMAGE,
+    C::Obj(&[("type", C::Word(&["tool_use"])), ("id", C::Str), ("name", C::Str), ("input", C::Any)]),
+    C::Obj(&[
+        ("type", C::Word(&["tool_result"])),
+        ("tool_use_id", C::Str),
+        ("content", C::Either(&[C::Str, C::List(&C::Either(&[TEXT, IMAGE]))])),
+        ("is_error", C::Bool),
+    ]),
+    C::Obj(&[("type", C::Word(&["thinking"])), ("thinking", C::Str), ("signature", C::Str)]),
+]);
+
+/// The fields `decode_request` carries into the canonical request, and those that only frame the answer.
+/// Deferred tools, server tools, `thinking`, `top_k` and `output_config` are keyed as sent.
+pub static CARRIED: &[(&str, C)] = &[
+    ("model", C::Frame),
+    ("stream", C::Frame),
+    ("metadata", C::Frame),
+    ("system", C::Either(&[C::Str, C::List(&TEXT)])),
+    ("messages", C::List(&C::Obj(&[
+        ("role", C::Word(&["user", "assistant"])),
+        ("content", C::Either(&[C::Str, C::List(&BLOCK)])),
+    ]))),
+    ("tools", C::List(&C::Obj(&[
+        ("type", C::Word(&["custom"])),
+        ("name", C::Str),
+        ("description", C::Str),
+        ("input_schema", C::Any),
+    ]))),
+    ("tool_choice", C::Either(&[
+        C::Obj(&[("type", C::Word(&["auto", "any", "none"])), ("disable_parallel_tool_use", C::Bool)]),
+        C::Obj(&[("type", C::Word(&["tool"])), ("name", C::Str), ("disable_parallel_tool_use", C::Bool)]),
+    ])),
+    ("max_tokens", C::Num),
+    ("temperature", C::Num),
+    ("top_p", C::Num),
+    ("stop_sequences", C::List(&C::Str)),
+];
 
 /// Checks the fields Messages requires before anything else: `max_tokens` (an integer) and `messages`.
 pub fn validate(body: &Value) -> Result<(), ApiError> {

@@ -160,8 +160,8 @@ impl Codec for Messages {
                "created_at": crate::util::rfc3339(created)})
     }
 
-    fn canonical_fields(&self) -> &'static [&'static str] {
-        &["model", "messages", "system", "tools", "tool_choice", "max_tokens", "temperature", "top_p", "stop_sequences", "stream", "metadata"]
+    fn carried(&self) -> &'static [(&'static str, super::carried::Shape)] {
+        decode::CARRIED
     }
     fn limit_fields(&self) -> &'static [&'static str] {
         &["max_tokens"]

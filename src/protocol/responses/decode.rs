@@ -3,10 +3,75 @@
 use serde_json::{json, Value};
 
 use crate::protocol::canon::{Message, Part, Request, Role, Tool};
+use crate::protocol::carried::Shape as C;
 use crate::protocol::fields::{self, join, missing, opt_array, opt_bool, opt_f64, opt_str, opt_u64};
 use crate::protocol::openai::{self, Shape};
 use crate::protocol::ApiError;
 
+/// A text part (any of the three names `decode_content` reads as text).
+const TEXT: C = C::Obj(&[("type", C::Word(&["input_text", "output_text", "text"])), ("text", C::Str)]);
+/// An image by URL (`detail` and `file_id` are not carried).
+const IMAGE: C = C::Obj(&[("type", C::Word(&["input_image"])), ("image_url", C::Str)]);
+const CONTENT: C = C::Either(&[C::Str, C::List(&C::Either(&[TEXT, IMAGE]))]);
+/// An input item as `decode_item` carries it. A system or developer message carries its text only (a
+/// leading one joins the system prompt, and its parts are joined): one text part at most. Reasoning items
+/// (their summary only is carried), custom tool calls and namespaced calls are not carried.
+const ITEM: C = C::Either(&[
+    C::Obj(&[
+        ("type", C::Word(&["message"])),
+        ("role", C::Word(&["user", "assistant"])),
+        ("content", CONTENT),
+    ]),
+    C::Obj(&[
+        ("type", C::Word(&["message"])),
+        ("role", C::Word(&["system", "developer"])),
+        ("content", C::Either(&[C::Str, C::Single(&TEXT)])),
+    ]),
+    C::Obj(&[
+        ("type", C::Word(&["function_call"])),
+        ("call_id", C::Str),
+        ("name", C::Str),
+        ("arguments", C::Str),
+    ]),
+    C::Obj(&[
+        ("type", C::Word(&["function_call_output"])),
+        ("call_id", C::Str),
+        ("output", CONTENT),
+    ]),
+]);
+
+/// The fields `decode_request` carries into the canonical request, and those that only frame the answer.
+/// `text`, `reasoning` and `include` are keyed as sent; so are custom tools with a `format` and namespaces.
+pub static CARRIED: &[(&str, C)] = &[
+    ("model", C::Frame),
+    ("stream", C::Frame),
+    ("stream_options", C::Frame),
+    ("user", C::Frame),
+    ("metadata", C::Frame),
+    ("store", C::Frame),
+    ("safety_identifier", C::Frame),
+    ("prompt_cache_key", C::Frame),
+    ("instructions", C::Str),
+    ("input", C::Either(&[C::Str, C::List(&ITEM)])),
+    ("tools", C::List(&C::Either(&[
+        C::Obj(&[
+            ("type", C::Word(&["function"])),
+            ("name", C::Str),
+            ("description", C::Str),
+            ("parameters", C::Any),
+            ("strict", C::Bool),
+        ]),
+        C::Obj(&[("type", C::Word(&["custom"])), ("name", C::Str), ("description", C::Str)]),
+    ]))),
+    ("tool_choice", C::Either(&[
+        openai::CHOICE_WORDS,
+        C::Obj(&[("type", C::Word(&["function"])), ("name", C::Str)]),
+    ])),
+    ("parallel_tool_calls", C::Bool),
+    ("max_output_tokens", C::Num),
+    ("temperature", C::Num),
+    ("top_p", C::Num),
+];
 
 /// Checks that a Responses body has `input` (pointing at `messages` when that was sent instead).
 pub fn validate(body: &Value) -> Result<(), ApiError> {

@@ -106,8 +106,8 @@ impl Codec for Responses {
         openai::model_entry(model, created)
     }
 
-    fn canonical_fields(&self) -> &'static [&'static str] {
-        &["model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "max_output_tokens", "temperature", "top_p", "stream", "stream_options", "user", "metadata", "store", "safety_identifier", "prompt_cache_key"]
+    fn carried(&self) -> &'static [(&'static str, super::carried::Shape)] {
+        decode::CARRIED
     }
     fn limit_fields(&self) -> &'static [&'static str] {
         &["max_output_tokens"]
