@@ -546,6 +546,78 @@ fn images_are_reserved_at_their_cost() {
     assert_eq!(r.status, 200, "{}", r.text());
 }
 
+/// Third review, 2: whatever the upstream fetches is reserved at its provider's worst case, on every
+/// protocol: a Gemini `fileData` of text is a document (its size is not its URL's), remote audio and video
+/// at the longest a request may hold, a remote file of no stated type at the largest bound, the video and
+/// audio URLs OpenAI-compatible servers fetch too. A tpm of 500,000 refuses each (a document's bound is
+/// 680,000); a request of text passes.
+#[test]
+fn what_the_upstream_fetches_is_reserved_at_its_worst_case() {
+    let dir = TempDir::new("bill-remote");
+    let cfg = config(
+        &dir,
+        "",
+        "",
+        "[[groups]]\nname = \"t\"\nmodels = [\"*\"]\ntpm = 500000\n",
+    );
+    let gw = Gateway::start_with(dir, &cfg);
+    let t = gw.add_key("t", "t", None);
+    let gemini = "/v1beta/models/mock:generateContent";
+    let file = |mime: Option<&str>| {
+        let mut data = json!({"fileUri": "https://example.com/f"});
+        if let Some(m) = mime {
+            data["mimeType"] = json!(m);
+        }
+        json!({"contents": [{"role": "user", "parts": [{"text": "read it"}, {"fileData": data}]}]})
+    };
+    let chat_part =
+        |part: Value| json!({"model": "mock", "messages": [{"role": "user", "content": [part]}]});
+    let cases = [
+        (gemini, file(Some("text/plain"))),
+        (gemini, file(Some("text/html"))),
+        (gemini, file(Some("audio/mpeg"))),
+        (gemini, file(Some("video/mp4"))),
+        (gemini, file(None)),
+        (
+            "/v1/chat/completions",
+            chat_part(
+                json!({"type": "video_url", "video_url": {"url": "https://example.com/v.mp4"}}),
+            ),
+        ),
+        (
+            "/v1/chat/completions",
+            chat_part(
+                json!({"type": "audio_url", "audio_url": {"url": "https://example.com/a.mp3"}}),
+            ),
+        ),
+        (
+            "/v1/responses",
+            json!({"model": "mock", "input": [{"role": "user", "content": [
+                {"type": "input_file", "file_url": "https://example.com/notes.txt"}]}]}),
+        ),
+        (
+            "/v1/messages",
+            json!({"model": "mock", "max_tokens": 10, "messages": [{"role": "user", "content": [
+                {"type": "document", "source": {"type": "url", "url": "https://example.com/a.pdf"}}]}]}),
+        ),
+    ];
+    for (path, body) in cases {
+        let r = gw.post_as(&t, path, &body);
+        assert_eq!(r.status, 429, "{path} {body}: {}", r.text());
+        assert!(
+            r.text().contains("tokens-per-minute"),
+            "{path}: {}",
+            r.text()
+        );
+    }
+    let r = gw.post_as(
+        &t,
+        gemini,
+        &json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
 /// Break 10. A limit of 2^64 - 1 is a huge request, never a small one by wrap-around: a tpm of 1,000
 /// refuses it in every protocol before any upstream call; and an upstream reporting usage near 2^64 is
 /// recorded saturated, with the gateway still standing and the key's balance gone.

@@ -23,6 +23,21 @@ pub const DOCUMENT_PAGES: u64 = 100;
 /// the model as an image.
 pub const PAGE_TEXT_TOKENS: u64 = 3_000;
 
+/// Input tokens of a second of audio, at most (Gemini: 32; OpenAI about 10).
+pub const AUDIO_TOKENS_PER_SECOND: u64 = 32;
+
+/// The longest audio a request may hold, in seconds (Gemini: 9.5 hours in one prompt): a remote audio
+/// file, whose length is unknown before the upstream fetches it, is reserved at this length.
+pub const AUDIO_SECONDS: u64 = 34_200;
+
+/// Input tokens of a second of video, at most (Gemini at its default media resolution: 258 a frame at one
+/// frame a second, and 32 for the sound: about 300).
+pub const VIDEO_TOKENS_PER_SECOND: u64 = 300;
+
+/// The longest video a request may hold, in seconds (Gemini: an hour at the default media resolution, which
+/// fills its 1M-token context window): every video, remote or inline, is reserved at this length.
+pub const VIDEO_SECONDS: u64 = 3_600;
+
 /// Bytes of encoded audio per input token, at most: audio input costs up to 32 tokens a second (Gemini;
 /// OpenAI about 10), and the smallest encoding a client may send (8 kbit/s MP3) carries 1,000 bytes a
 /// second: 31.25 bytes a token, rounded down so that the estimate errs high.
@@ -50,11 +65,12 @@ pub fn tokens(text: &str) -> u64 {
 
 /// The input of a request estimated from its body before any decoding (admission reserves with it, and a
 /// request its upstream worked on without reporting usage is billed it): about four bytes of JSON per
-/// token, generous for text, and every image, document and audio part at its providers' cost instead of
-/// its inline bytes: an image at `image_tokens` (see [`IMAGE_TOKENS`]), a document (PDF or any file) at
-/// [`DOCUMENT_PAGES`] pages of [`PAGE_TEXT_TOKENS`] plus an image each, audio by its size (see
-/// [`AUDIO_BYTES_PER_TOKEN`]). Parts are found at any depth (tool results, function call outputs,
-/// documents made of content blocks). Saturating.
+/// token, generous for text, and every image, document, audio and video part at its providers' cost
+/// instead of its inline bytes: an image at `image_tokens` (see [`IMAGE_TOKENS`]), a document (PDF or any
+/// file, and text the upstream fetches) at [`DOCUMENT_PAGES`] pages of [`PAGE_TEXT_TOKENS`] plus an image
+/// each, inline audio by its size (see [`AUDIO_BYTES_PER_TOKEN`]), remote audio at [`AUDIO_SECONDS`] and
+/// video at [`VIDEO_SECONDS`] (a remote file of no stated type at the largest of these bounds). Parts are
+/// found at any depth (tool results, function call outputs, documents made of content blocks). Saturating.
 pub fn input(body: &Value, body_len: usize, image_tokens: u64) -> u64 {
     let mut media = Media {
         image: image_tokens,
@@ -75,35 +91,48 @@ struct Media {
     inline_bytes: u64,
 }
 
+#[derive(Clone, Copy)]
 enum Kind {
     Image,
     Audio,
+    Video,
     Document,
+    /// A remote file whose type is not stated (a Gemini `fileData` without `mimeType`, a YouTube URL): the
+    /// largest bound.
+    Unknown,
 }
 
 /// The media kind of a content part, by its `type` in any protocol: Chat `image_url`, `input_audio`,
 /// `file`; Responses `input_image`, `input_audio`, `input_file` (and `computer_screenshot` outputs);
-/// Messages `image`, `document`.
+/// Messages `image`, `document`; the `video_url` and `audio_url` parts OpenAI-compatible servers (vLLM)
+/// fetch.
 fn kind_of(part_type: &str) -> Option<Kind> {
     match part_type {
         "image_url" | "input_image" | "image" | "computer_screenshot" => Some(Kind::Image),
-        "input_audio" => Some(Kind::Audio),
+        "input_audio" | "audio_url" => Some(Kind::Audio),
+        "video_url" | "input_video" => Some(Kind::Video),
         "file" | "input_file" | "document" => Some(Kind::Document),
         _ => None,
     }
 }
 
-/// The media kind of a Gemini `inlineData` / `fileData` part, by its MIME type (None: text, which counts by
-/// its size).
-fn kind_of_mime(mime: &str) -> Option<Kind> {
+/// The media kind of a Gemini `inlineData` / `fileData` part, by its MIME type; `remote`: the upstream
+/// fetches it (`fileData`). None: inline text, which counts by its size (remote text is a document: its
+/// size is unknown until it is fetched).
+fn kind_of_mime(mime: &str, remote: bool) -> Option<Kind> {
+    let mime = mime.trim().to_ascii_lowercase();
     if mime.starts_with("image/") {
         Some(Kind::Image)
     } else if mime.starts_with("audio/") {
         Some(Kind::Audio)
+    } else if mime.starts_with("video/") {
+        Some(Kind::Video)
     } else if mime.starts_with("text/") {
-        None
+        remote.then_some(Kind::Document)
+    } else if mime.is_empty() && remote {
+        Some(Kind::Unknown)
     } else {
-        // PDFs and video: at a document's bound.
+        // PDFs and any other file: at a document's bound.
         Some(Kind::Document)
     }
 }
@@ -144,12 +173,18 @@ impl Media {
         }
         let inline = inline_bytes(o);
         self.inline_bytes = self.inline_bytes.saturating_add(inline);
-        match kind {
-            Kind::Image => self.add(self.image),
+        let tokens = match kind {
+            Kind::Image => self.image,
             // Base64: three bytes of audio in four characters.
-            Kind::Audio if inline > 0 => self.add((inline / 4 * 3).div_ceil(AUDIO_BYTES_PER_TOKEN)),
-            Kind::Audio | Kind::Document => self.add(self.document()),
-        }
+            Kind::Audio if inline > 0 => (inline / 4 * 3)
+                .div_ceil(AUDIO_BYTES_PER_TOKEN)
+                .min(audio()),
+            Kind::Audio => audio(),
+            Kind::Video => video(),
+            Kind::Document => self.document(),
+            Kind::Unknown => self.document().max(audio()).max(video()),
+        };
+        self.add(tokens);
     }
 
     /// The documented bound of one document: every page as text and as an image.
@@ -158,14 +193,25 @@ impl Media {
     }
 }
 
+/// The bound of one audio input: the longest a request may hold.
+fn audio() -> u64 {
+    AUDIO_SECONDS * AUDIO_TOKENS_PER_SECOND
+}
+
+/// The bound of one video input: the longest a request may hold.
+fn video() -> u64 {
+    VIDEO_SECONDS * VIDEO_TOKENS_PER_SECOND
+}
+
 /// A Gemini part's media (`inlineData` or `fileData`, by its `mimeType`) and the object holding its data.
 fn gemini_media(o: &Map<String, Value>) -> Option<(Kind, &Map<String, Value>)> {
-    let data = o
-        .get("inlineData")
-        .or_else(|| o.get("fileData"))?
-        .as_object()?;
+    let (data, remote) = match (o.get("inlineData"), o.get("fileData")) {
+        (Some(inline), _) => (inline.as_object()?, false),
+        (None, Some(file)) => (file.as_object()?, true),
+        (None, None) => return None,
+    };
     let mime = data.get("mimeType").and_then(Value::as_str).unwrap_or("");
-    Some((kind_of_mime(mime)?, data))
+    Some((kind_of_mime(mime, remote)?, data))
 }
 
 /// Bytes of inline media data in a part: base64 under `data` or `file_data`, and data URLs anywhere in it.
