@@ -7,6 +7,8 @@
 #   scripts/agent-tests.sh claude:messages codex:responses gemini:gemini   only these (the passthrough pairs)
 #   scripts/agent-tests.sh claude codex:tool            claude's four plain runs, codex's four tool runs
 #   scripts/agent-tests.sh --list                       every run name
+#   scripts/agent-tests.sh --latest codex               the newest published versions instead of the pinned
+#                                                        ones (also AGENTS_LATEST=1)
 #
 # Run names are AGENT:KIND, AGENT:KIND:tool or codex:KIND:ns, AGENT claude, codex or gemini, KIND one of
 #   messages | chat | responses | gemini   the agent talks to tollgate, whose model agent-KIND points at the
@@ -31,8 +33,11 @@
 # Runs go one at a time. The script prints a summary table and "N passed, N failed"; it exits 1 if any run
 # failed, 2 on a usage or setup error.
 #
-# Installs tests/agents/node_modules with `npm ci` when missing or when package-lock.json changed; builds
-# tollgate (cargo build) unless TOLLGATE_BIN names a binary. Needs node/npm and python3.
+# Installs tests/agents/node_modules with `npm ci` when missing or when package-lock.json changed (the
+# pinned versions of package.json, which keep CI reproducible); with --latest, the newest published
+# versions instead, with `npm install` into tests/agents/latest (not committed; agents move weekly, so run
+# this before a release). Builds tollgate (cargo build) unless TOLLGATE_BIN names a binary. Needs node/npm
+# and python3.
 #
 # Environment:
 #   TOLLGATE_BIN          tollgate binary to test (default: cargo build, then target/debug/tollgate)
@@ -46,9 +51,13 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 agents_dir="$root/tests/agents"
-claude_bin="$agents_dir/node_modules/.bin/claude"
-codex_bin="$agents_dir/node_modules/.bin/codex"
-gemini_bin="$agents_dir/node_modules/.bin/gemini"
+latest="${AGENTS_LATEST:-0}"
+for arg in "$@"; do [ "$arg" = --latest ] && latest=1; done
+modules_dir="$agents_dir"
+[ "$latest" = 1 ] && modules_dir="$agents_dir/latest"
+claude_bin="$modules_dir/node_modules/.bin/claude"
+codex_bin="$modules_dir/node_modules/.bin/codex"
+gemini_bin="$modules_dir/node_modules/.bin/gemini"
 
 timeout_secs="${AGENT_TIMEOUT:-120}"
 max_retries="${AGENT_MAX_RETRIES:-1}"
@@ -83,6 +92,7 @@ for arg in "$@"; do
         sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
         exit 0
         ;;
+    --latest) ;;
     --list)
         printf '%s\n' "${default_runs[@]}" claude:mock codex:mock gemini:mock claude:direct codex:direct \
             gemini:direct claude:direct:tool codex:direct:tool gemini:direct:tool codex:direct:ns
@@ -121,14 +131,23 @@ command -v node >/dev/null || die "node is needed (the agents' npm wrappers)"
 
 # ------------------------------------------------------------------------------------- install agents
 
-force=0
-if [ ! -x "$claude_bin" ] || [ ! -x "$codex_bin" ] || [ ! -x "$gemini_bin" ]; then force=1; fi
-npm_ci_if_changed "$agents_dir" "the agents" "$force"
+if [ "$latest" = 1 ]; then
+    command -v npm >/dev/null || die "npm is needed to install the newest agents"
+    mkdir -p "$modules_dir"
+    [ -f "$modules_dir/package.json" ] || echo '{"name": "tollgate-agent-tests-latest", "private": true}' >"$modules_dir/package.json"
+    say "installing the newest published agents into $modules_dir"
+    npm install --prefix "$modules_dir" --no-audit --no-fund --loglevel=error \
+        @anthropic-ai/claude-code@latest @openai/codex@latest @google/gemini-cli@latest >&2
+else
+    force=0
+    if [ ! -x "$claude_bin" ] || [ ! -x "$codex_bin" ] || [ ! -x "$gemini_bin" ]; then force=1; fi
+    npm_ci_if_changed "$agents_dir" "the agents" "$force"
+fi
 # Claude Code's postinstall copies the native binary over a placeholder; npm versions that skip install
 # scripts leave the placeholder, so run it by hand then.
 if ! "$claude_bin" --version >/dev/null 2>&1; then
     say "claude does not start; running its postinstall"
-    (cd "$agents_dir/node_modules/@anthropic-ai/claude-code" && node install.cjs) >&2 || true
+    (cd "$modules_dir/node_modules/@anthropic-ai/claude-code" && node install.cjs) >&2 || true
 fi
 claude_version="$("$claude_bin" --version 2>/dev/null | head -1)" || die "claude does not start: $claude_bin"
 codex_version="$("$codex_bin" --version 2>/dev/null | head -1)" || die "codex does not start: $codex_bin"

@@ -27,6 +27,12 @@ allow_hosted_tools = { web_search = 10, web_fetch = 2 }
 allow_service_tiers = { fast = 1 }
 
 [[models]]
+name = "paid-gemini"
+upstream = "gemini-up"
+max_hosted_uses = 4
+allow_hosted_tools = { code_execution = 1 }
+
+[[models]]
 name = "paid-chat"
 upstream = "chat-up"
 allow_hosted_tools = { web_search = 10 }
@@ -200,7 +206,14 @@ fn answer(rec: &Recorded) -> Reply {
         }
         _ => {}
     }
-    if rec.path.ends_with("/count_tokens") {
+    if rec.path.ends_with(":generateContent") {
+        Reply::json(
+            200,
+            &json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "ok"}]},
+            "finishReason": "STOP"}], "usageMetadata": {"promptTokenCount": 5, "candidatesTokenCount": 1,
+            "totalTokenCount": 6}}),
+        )
+    } else if rec.path.ends_with("/count_tokens") {
         Reply::json(200, &json!({"input_tokens": 5}))
     } else if rec.path.ends_with("/responses") {
         if stream {
@@ -224,7 +237,10 @@ fn answer(rec: &Recorded) -> Reply {
 fn start() -> (FakeUpstream, Gateway) {
     let fake = FakeUpstream::start(answer);
     let dir = TempDir::new("hosted");
-    let top = format!("admin_token_env = \"{ADMIN_TOKEN_ENV}\"\nledger_sync_ms = 50");
+    let top = format!(
+        "admin_token_env = \"{ADMIN_TOKEN_ENV}\"\nledger_sync_ms = 50\n{}",
+        gemini_upstream(fake.addr)
+    );
     let mut config = standard_config(dir.path(), Some(fake.addr), &top);
     config.push_str(PAID_MODELS);
     let gw = Gateway::start_with(dir, &config);
@@ -358,28 +374,47 @@ fn account_references_at_any_depth_are_refused_on_every_path() {
     assert!(fake.received().is_empty(), "nothing reached the upstream");
 }
 
+/// The tools of the body the upstream last received.
+fn sent_tools(fake: &FakeUpstream) -> Value {
+    let body: Value = serde_json::from_slice(&fake.last().body).unwrap();
+    body
+}
+
+/// One rule for hosted tools a model does not allow, on every path (third review, 10): left out of the
+/// request and named in `x-tollgate-dropped-tools`, never a 400, unless `tool_choice` forces that tool.
+/// Paid tiers the model does not allow are still refused.
 #[test]
-fn hosted_tools_and_tiers_are_refused_by_default() {
+fn hosted_tools_a_model_does_not_allow_are_left_out_and_tiers_refused() {
     let (fake, gw) = start();
-    let responses: Vec<(&str, Value)> = vec![
-        ("tools[0]", json!({"tools": [{"type": "web_search"}]})),
+    let responses: Vec<(&str, Value, Value)> = vec![
         (
-            "tools[1]",
+            "web_search",
+            json!({"tools": [{"type": "web_search"}]}),
+            json!(null),
+        ),
+        (
+            "web_search",
             json!({"tools": [{"type": "function", "name": "f"}, {"type": "web_search_preview"}]}),
+            json!([{"type": "function", "name": "f"}]),
         ),
         (
-            "tools[0]",
-            json!({"tools": [{"type": "web_search_preview_2025_03_11"}]}),
+            "web_search",
+            json!({"tools": [{"type": "web_search_preview_2025_03_11"}], "tool_choice": "auto",
+                   "max_tool_calls": 3}),
+            json!(null),
         ),
-        ("tools[0]", json!({"tools": [{"type": "image_generation"}]})),
         (
-            "tools[0]",
+            "image_generation",
+            json!({"tools": [{"type": "image_generation"}]}),
+            json!(null),
+        ),
+        (
+            "computer_use",
             json!({"tools": [{"type": "computer_use_preview", "display_width": 1024, "display_height": 768, "environment": "linux"}]}),
+            json!(null),
         ),
-        ("service_tier", json!({"service_tier": "priority"})),
-        ("service_tier", json!({"service_tier": "scale"})),
     ];
-    for (path, extra) in &responses {
+    for (family, extra, left) in &responses {
         let r = post_beta(
             &gw,
             &gw.key,
@@ -387,56 +422,105 @@ fn hosted_tools_and_tiers_are_refused_by_default() {
             &responses_body("m-responses", extra),
             None,
         );
-        assert_eq!(r.status, 400, "{path}: {}", r.text());
-        assert_eq!(named(&r), *path, "{}", r.text());
-        let code = r.json()["error"]["code"].as_str().unwrap().to_string();
-        assert!(
-            ["hosted_tool_refused", "service_tier_refused"].contains(&code.as_str()),
-            "{code}"
+        assert_eq!(r.status, 200, "{extra}: {}", r.text());
+        assert_eq!(
+            r.header("x-tollgate-dropped-tools"),
+            Some(*family),
+            "{extra}"
         );
-        assert!(
-            r.text().contains("allow_"),
-            "the error says how to allow it: {}",
-            r.text()
-        );
+        let sent = sent_tools(&fake);
+        assert_eq!(sent["tools"], *left, "{extra}: {sent}");
+        if left.is_null() {
+            assert!(
+                sent.get("tool_choice").is_none() && sent.get("max_tool_calls").is_none(),
+                "{sent}"
+            );
+        }
+        assert_eq!(record(&gw, &r)["status"], 200);
     }
-    let messages: Vec<(&str, Value)> = vec![
-        (
-            "tools[0]",
-            json!({"tools": [{"type": "web_search_20250305", "name": "web_search", "max_uses": 99}]}),
-        ),
-        (
-            "tools[1]",
-            json!({"tools": [{"name": "f", "input_schema": {"type": "object"}}, {"type": "web_fetch_20250910", "name": "web_fetch", "max_uses": 99}]}),
-        ),
-        ("speed", json!({"speed": "fast"})),
-    ];
-    for (path, extra) in &messages {
+    let before = fake.received().len();
+    // Forced: the request would ask for a tool it no longer has.
+    let forced = json!({"tools": [{"type": "web_search"}], "tool_choice": {"type": "web_search"}});
+    let r = post_beta(
+        &gw,
+        &gw.key,
+        "/v1/responses",
+        &responses_body("m-responses", &forced),
+        None,
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(named(&r), "tools[0]");
+    assert_eq!(r.json()["error"]["code"], "hosted_tool_refused");
+    assert!(r.text().contains("allow_hosted_tools"), "{}", r.text());
+    for tier in ["priority", "scale"] {
         let r = post_beta(
             &gw,
             &gw.key,
-            "/v1/messages",
-            &messages_body("m-messages", extra),
+            "/v1/responses",
+            &responses_body("m-responses", &json!({"service_tier": tier})),
             None,
         );
-        assert_eq!(r.status, 400, "{path}: {}", r.text());
-        assert_eq!(named(&r), *path, "{}", r.text());
+        assert_eq!(r.status, 400, "{tier}: {}", r.text());
+        assert_eq!(named(&r), "service_tier");
+        assert_eq!(r.json()["error"]["code"], "service_tier_refused");
     }
+    let search = json!({"type": "web_search_20250305", "name": "web_search", "max_uses": 99});
+    let custom = json!({"name": "f", "input_schema": {"type": "object"}});
+    let r = post_beta(
+        &gw,
+        &gw.key,
+        "/v1/messages",
+        &messages_body("m-messages", &json!({"tools": [custom, search]})),
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-tollgate-dropped-tools"), Some("web_search"));
+    assert_eq!(sent_tools(&fake)["tools"], json!([custom]));
+    let r = post_beta(
+        &gw,
+        &gw.key,
+        "/v1/messages",
+        &messages_body(
+            "m-messages",
+            &json!({"tools": [search], "tool_choice": {"type": "tool", "name": "web_search"}}),
+        ),
+        None,
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(named(&r), "tools[0]");
+    let r = post_beta(
+        &gw,
+        &gw.key,
+        "/v1/messages",
+        &messages_body("m-messages", &json!({"speed": "fast"})),
+        None,
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(named(&r), "speed");
     let chat = |extra: Value| {
         with(
             json!({"model": "m-chat", "messages": [{"role": "user", "content": "hi"}]}),
             &extra,
         )
     };
-    for (path, extra) in [
-        ("web_search_options", json!({"web_search_options": {}})),
-        ("service_tier", json!({"service_tier": "priority"})),
-    ] {
-        let r = gw.post("/v1/chat/completions", &chat(extra));
-        assert_eq!(r.status, 400, "{path}: {}", r.text());
-        assert_eq!(named(&r), path, "{}", r.text());
-    }
-    assert!(fake.received().is_empty(), "nothing reached the upstream");
+    let r = gw.post(
+        "/v1/chat/completions",
+        &chat(json!({"web_search_options": {}})),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-tollgate-dropped-tools"), Some("web_search"));
+    assert!(sent_tools(&fake).get("web_search_options").is_none());
+    let r = gw.post(
+        "/v1/chat/completions",
+        &chat(json!({"service_tier": "priority"})),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(named(&r), "service_tier");
+    assert_eq!(
+        fake.received().len(),
+        before + 2,
+        "what was refused never reached the upstream"
+    );
 
     // Standard and cheaper tiers, and tools the client runs itself, need nothing.
     for tier in ["auto", "default", "flex"] {
@@ -485,6 +569,44 @@ fn hosted_tools_and_tiers_are_refused_by_default() {
         None,
     );
     assert_eq!(r.status, 200, "{}", r.text());
+}
+
+/// Every hosted tool of a Gemini `Tool` object is seen (third review, 3): one object asking for code
+/// execution and Google Search on a model that allows code execution only keeps the one (reserved and
+/// billed at its worst case: Gemini reports no uses) and leaves the other out.
+#[test]
+fn every_hosted_tool_of_a_gemini_tool_object_is_seen() {
+    let (fake, gw) = start();
+    let body = |tools: Value| json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}], "tools": tools});
+    let path = |m: &str| format!("/v1beta/models/{m}:generateContent");
+    let r = post_beta(
+        &gw,
+        &gw.key,
+        &path("paid-gemini"),
+        &body(json!([{"codeExecution": {}, "googleSearch": {}}])),
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-tollgate-dropped-tools"), Some("google_search"));
+    assert_eq!(sent_tools(&fake)["tools"], json!([{"codeExecution": {}}]));
+    let rec = record(&gw, &r);
+    assert_eq!(rec["hosted_uses"]["code_execution"], 4, "{rec}");
+    assert!(rec["hosted_uses"].get("google_search").is_none(), "{rec}");
+    // A model that allows none: the function declarations stay, and a tool object left empty goes.
+    let decl = json!({"functionDeclarations": [{"name": "f", "parameters": {"type": "object"}}]});
+    let r = post_beta(
+        &gw,
+        &gw.key,
+        &path("m-gemini"),
+        &body(json!([{"googleSearch": {}, "urlContext": {}}, decl])),
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.header("x-tollgate-dropped-tools"),
+        Some("google_search, url_context")
+    );
+    assert_eq!(sent_tools(&fake)["tools"], json!([decl]));
 }
 
 #[test]

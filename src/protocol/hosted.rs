@@ -21,8 +21,15 @@ use super::{fields, ApiError};
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolAsk {
     pub family: String,
-    /// Where it is (`tools[2]`, `web_search_options`).
+    /// Where it is (`tools[2]`, `tools[0].googleSearch`, `web_search_options`).
     pub param: String,
+    /// Its position in `tools` (None: a field of its own, `web_search_options`).
+    pub at: Option<usize>,
+    /// The member of the tool definition that asks for it, where one definition holds several tools (a
+    /// Gemini `Tool` object); None: the whole definition is the tool.
+    pub member: Option<String>,
+    /// The client forces the model to use it (`tool_choice` naming it).
+    pub forced: bool,
     /// The most uses the client allowed (None: it set no limit).
     pub max_uses: Option<u64>,
     /// Where that limit is written (`tools[2].max_uses`, `max_tool_calls`).
@@ -45,6 +52,8 @@ pub struct Asks {
     pub shared_limit: bool,
     /// The positions (in `tools`) of the tools whose own use limit is written in where the client gave none.
     pub capped: Vec<usize>,
+    /// The fields that go with tools only (left out with `tools` when no tool is left).
+    pub with_tools: &'static [&'static str],
 }
 
 impl Asks {
@@ -61,10 +70,22 @@ pub fn free_tier(tier: &str) -> bool {
     FREE_TIERS.contains(&tier)
 }
 
+/// The hosted tools one tool definition holds: each one's family and, where the definition holds several
+/// (a Gemini `Tool` object), the member that asks for it.
+pub type Families<'a> = Vec<(Cow<'a, str>, Option<&'a str>)>;
+
+/// Whether a request's `tool_choice` (the body is the first argument) forces the tool defined by the second,
+/// of the family given.
+pub type Forced = fn(&Map<String, Value>, &Map<String, Value>, &str) -> bool;
+
 /// How one protocol's requests ask for paid features (its codec's `hosted_asks` passes these to [`asks`]).
 pub struct Rules {
-    /// The hosted family of a tool definition, or None for a tool the client runs.
-    pub family: fn(&Map<String, Value>) -> Option<Cow<'_, str>>,
+    /// The hosted tools of a tool definition (none for a tool the client runs).
+    pub families: fn(&Map<String, Value>) -> Families<'_>,
+    /// Whether the request's `tool_choice` forces a tool.
+    pub forced: Forced,
+    /// The fields that go with tools only (`tool_choice`, ...): left out with `tools` when every tool is.
+    pub with_tools: &'static [&'static str],
     /// The one field that limits every hosted call (Responses `max_tool_calls`), if there is one; else each
     /// tool has its own `max_uses`.
     pub shared_limit: Option<&'static str>,
@@ -88,6 +109,7 @@ pub fn asks(body: &Value, rules: &Rules) -> Result<Asks, ApiError> {
         Some(field) => Some(fields::opt_u64(o, field, "")?),
         None => None,
     };
+    out.with_tools = rules.with_tools;
     for (i, t) in o
         .get("tools")
         .and_then(Value::as_array)
@@ -96,26 +118,31 @@ pub fn asks(body: &Value, rules: &Rules) -> Result<Asks, ApiError> {
         .enumerate()
     {
         let Some(to) = t.as_object() else { continue };
-        let Some(family) = (rules.family)(to) else {
-            continue;
-        };
-        let param = format!("tools[{i}]");
-        let (max_uses, limit_param) = match (shared, rules.shared_limit) {
-            (Some(limit), Some(field)) => (limit, field.to_string()),
-            _ => (
-                fields::opt_u64(to, "max_uses", &param)?,
-                format!("{param}.max_uses"),
-            ),
-        };
-        if rules.capped.contains(&family.as_ref()) {
-            out.capped.push(i);
+        for (family, member) in (rules.families)(to) {
+            let param = match member {
+                Some(m) => format!("tools[{i}].{m}"),
+                None => format!("tools[{i}]"),
+            };
+            let (max_uses, limit_param) = match (shared, rules.shared_limit) {
+                (Some(limit), Some(field)) => (limit, field.to_string()),
+                _ => (
+                    fields::opt_u64(to, "max_uses", &param)?,
+                    format!("{param}.max_uses"),
+                ),
+            };
+            if rules.capped.contains(&family.as_ref()) && !out.capped.contains(&i) {
+                out.capped.push(i);
+            }
+            out.tools.push(ToolAsk {
+                forced: (rules.forced)(o, to, &family),
+                family: family.into_owned(),
+                param,
+                at: Some(i),
+                member: member.map(str::to_string),
+                max_uses,
+                limit_param,
+            });
         }
-        out.tools.push(ToolAsk {
-            family: family.into_owned(),
-            param,
-            max_uses,
-            limit_param,
-        });
     }
     out.shared_limit = shared.is_some();
     if let Some(field) = rules.search_option {
@@ -124,6 +151,9 @@ pub fn asks(body: &Value, rules: &Rules) -> Result<Asks, ApiError> {
             out.tools.push(ToolAsk {
                 family: "web_search".into(),
                 param: field.into(),
+                at: None,
+                member: None,
+                forced: false,
                 max_uses: Some(1),
                 limit_param: field.into(),
             });
@@ -144,6 +174,51 @@ fn tier(o: &Map<String, Value>, param: &'static str, out: &mut Asks) -> Result<(
         _ => {}
     }
     Ok(())
+}
+
+/// Leaves the hosted tools `dropped` out of `body` (asked for by it, as [`asks`] found them): a tool
+/// definition, or the member of one that holds several (the definition too once nothing is left in it), or
+/// a field of its own; `tools` and the fields that go with it (`with_tools`) when no tool is left.
+pub fn leave_out(body: &mut Value, dropped: &[&ToolAsk], with_tools: &[&str]) {
+    let Some(o) = body.as_object_mut() else {
+        return;
+    };
+    let mut gone: Vec<usize> = Vec::new();
+    if let Some(Value::Array(tools)) = o.get_mut("tools") {
+        for t in dropped {
+            let Some(i) = t.at else { continue };
+            match (&t.member, tools.get_mut(i)) {
+                (Some(m), Some(Value::Object(def))) => {
+                    def.remove(m);
+                    if def.values().all(Value::is_null) {
+                        gone.push(i);
+                    }
+                }
+                _ => gone.push(i),
+            }
+        }
+        gone.sort_unstable();
+        gone.dedup();
+        for i in gone.iter().rev() {
+            if *i < tools.len() {
+                tools.remove(*i);
+            }
+        }
+        if tools.is_empty() && !gone.is_empty() {
+            o.remove("tools");
+            for f in with_tools {
+                o.remove(*f);
+            }
+        }
+    }
+    for t in dropped.iter().filter(|t| t.at.is_none()) {
+        o.remove(&t.param);
+    }
+}
+
+/// Never: the protocol's `tool_choice` cannot force a hosted tool.
+pub fn never_forced(_body: &Map<String, Value>, _tool: &Map<String, Value>, _family: &str) -> bool {
+    false
 }
 
 /// A tool type without its version date (`web_search_20250305` → `web_search`).

@@ -71,6 +71,19 @@ pub const SCHEMA: &[(&str, Carried)] = &[
 /// The `tool_choice` words.
 pub const CHOICE_WORDS: Carried = Carried::Word(&["auto", "none", "required"]);
 
+/// The hosted tool of an OpenAI tool definition, if it is one (see [`tool_family`]).
+pub fn families(t: &Map<String, Value>) -> super::hosted::Families<'_> {
+    tool_family(t).map(|f| (f, None)).into_iter().collect()
+}
+
+/// Whether a Responses `tool_choice` forces a hosted tool of `family` (`{"type": "web_search_preview"}`).
+pub fn forced(body: &Map<String, Value>, _tool: &Map<String, Value>, family: &str) -> bool {
+    body.get("tool_choice")
+        .and_then(Value::as_object)
+        .and_then(tool_family)
+        .is_some_and(|f| f == family)
+}
+
 /// How a function appears in a tool list or a `tool_choice`, and a JSON schema in an output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shape {

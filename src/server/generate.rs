@@ -55,6 +55,10 @@ pub fn handle(gw: &Gateway, ex: &mut Exchange, endpoint: Endpoint) {
     let _ = ex.response().release_held();
 }
 
+/// The header naming the hosted tools left out of a request (the model does not allow them, or its
+/// upstream, of another vendor, cannot run them).
+pub const DROPPED_HEADER: &str = "x-tollgate-dropped-tools";
+
 /// The cache's look-up (cached models), admission, then (admitted) the answer: from the cache, or from the
 /// attempts.
 fn admitted(
@@ -77,6 +81,17 @@ fn admitted(
         trace
             .extra
             .push((cached::HEADER.to_string(), used.name().to_string()));
+    }
+    let dropped = p.asked.hosted.dropped();
+    if !dropped.is_empty() {
+        let dropped = dropped.join(", ");
+        log::info!(
+            "{}: left out hosted tools the model `{}` does not allow: {}",
+            trace.request_id,
+            p.model.name,
+            crate::logging::field(&dropped)
+        );
+        trace.extra.push((DROPPED_HEADER.to_string(), dropped));
     }
     let (answer, upstream_calls, reservation) = match admission.reservation {
         Ok(r) => {

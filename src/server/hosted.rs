@@ -1,7 +1,11 @@
 //! Paid hosted features at the operator's prices (`allow_hosted_tools`, `allow_service_tiers` and
 //! `max_hosted_uses` on `[[models]]`: `config/hosted.rs`). A request's [`Plan`] is made once, in `prepare`:
-//! what it asks for (found by `protocol/hosted.rs`) is refused with 400 naming the field unless the model
-//! allows it at a price, and the use limit is written into the body where the client gave none. Admission
+//! what it asks for (found by `protocol/hosted.rs`, every hosted tool wherever a definition holds it) is
+//! kept where the model allows it at a price. A hosted tool the model does not allow is left out of the body
+//! (named in `x-tollgate-dropped-tools` and logged, as a translated request leaves out what another vendor
+//! cannot run), unless the client forces it with `tool_choice`: that, a paid tier the model does not allow
+//! and more uses than it allows are refused with 400 naming the field. The use limit is written into the
+//! body where the client gave none. Admission
 //! reserves the plan's worst case (and refuses a key whose balance or budget cannot cover it); settlement
 //! bills what the upstream reported ([`Ran`] → [`Bill`]).
 //!
@@ -56,6 +60,8 @@ pub struct Plan {
     /// is written into (where each tool has its own).
     cap: Option<u64>,
     capped: Vec<usize>,
+    /// The hosted tools left out of the body because the model does not allow them (families, each once).
+    dropped: Vec<String>,
 }
 
 /// What a request is billed for its paid features.
@@ -75,6 +81,11 @@ fn times(price: Money, n: u64) -> Money {
 impl Plan {
     pub fn is_empty(&self) -> bool {
         self.prices.is_empty() && self.tiers.is_empty()
+    }
+
+    /// The hosted tools left out of the body (the model does not allow them), families each once.
+    pub fn dropped(&self) -> &[String] {
+        &self.dropped
     }
 
     /// The use limit a request going upstream as it came carries where the client gave none, and the
@@ -168,24 +179,47 @@ fn short(worst: Money, left: Money, of: &str) -> ApiError {
     .with_origin(Origin::Quota)
 }
 
-/// The plan of a request to `model` (refusing what the model does not allow), with the use limit its body
-/// is to carry upstream where the client gave none.
+/// The plan of a request to `model` (refusing what the model does not allow and the client forces), with
+/// the use limit its body is to carry upstream where the client gave none; the hosted tools the model does
+/// not allow are left out of `body`.
 pub fn plan(
     config: &Config,
     model: &Model,
     endpoint: Endpoint,
-    body: &Value,
+    body: &mut Value,
 ) -> Result<Plan, ApiError> {
     let protocol = endpoint.protocol();
     if endpoint.counts_tokens() {
         return Ok(Plan::default());
     }
-    let asks = protocol.hosted_asks(body)?;
+    let mut asks = protocol.hosted_asks(body)?;
     if asks.is_empty() || !config.passes_through(model, protocol) {
         return Ok(Plan::default());
     }
     let allowed = config.hosted_prices(&model.name);
-    let mut plan = Plan::default();
+    let mut dropped: Vec<String> = Vec::new();
+    let refused: Vec<&ToolAsk> = asks
+        .tools
+        .iter()
+        .filter(|t| !allowed.tools.contains_key(&t.family))
+        .collect();
+    if let Some(t) = refused.iter().find(|t| t.forced) {
+        return Err(tool_refused(t, &model.name));
+    }
+    if !refused.is_empty() {
+        for t in &refused {
+            if !dropped.contains(&t.family) {
+                dropped.push(t.family.clone());
+            }
+        }
+        crate::protocol::hosted::leave_out(body, &refused, asks.with_tools);
+        // What is left, where it now is.
+        asks = protocol.hosted_asks(body)?;
+    }
+    let mut plan = Plan {
+        dropped,
+        ..Plan::default()
+    };
     // Where one limit covers every hosted call: the dearest tool, that many times.
     let mut shared: Option<(&str, Money, u64)> = None;
     for t in &asks.tools {
@@ -228,14 +262,16 @@ pub fn plan(
     Ok(plan)
 }
 
-/// Whether some upstream of `model` speaks `protocol`, so a request's hosted tools and tier would reach it.
+/// A hosted tool the model does not allow, forced by the client's `tool_choice` (leaving it out would
+/// leave the request asking for a tool it no longer has).
 fn tool_refused(t: &ToolAsk, model: &str) -> ApiError {
     let (param, family) = (&t.param, &t.family);
     ApiError::invalid_param(
         param,
         format!(
-            "`{param}` is not accepted here: the hosted tool `{family}` runs in the operator's upstream account at a \
-             price per use, and the model `{model}` does not allow it. The operator can allow it on the model with \
+            "`{param}` is not accepted here: `tool_choice` forces the hosted tool `{family}`, which runs in the \
+             operator's upstream account at a price per use, and the model `{model}` does not allow it (unforced, it \
+             would be left out). The operator can allow it on the model with \
              `allow_hosted_tools = {{ {family} = <credits per use> }}`."
         ),
     )
@@ -291,8 +327,9 @@ mod tests {
     fn plan_for(model: &str, endpoint: Endpoint, body: Value) -> Result<(Plan, Value), String> {
         let c = config();
         let m = c.model(model).unwrap();
-        let p =
-            plan(&c, m, endpoint, &body).map_err(|e| e.param().unwrap_or_default().to_string())?;
+        let mut body = body;
+        let p = plan(&c, m, endpoint, &mut body)
+            .map_err(|e| e.param().unwrap_or_default().to_string())?;
         let f = crate::protocol::request::Forward {
             model,
             generation: true,
@@ -311,13 +348,17 @@ mod tests {
     const MESSAGES: Endpoint = Endpoint::Generate(Protocol::Messages);
 
     #[test]
-    fn refused_unless_allowed_and_only_where_it_would_run() {
-        let search = json!({"tools": [{"type": "web_search"}]});
+    fn left_out_unless_allowed_refused_when_forced_and_only_where_it_would_run() {
+        let search = json!({"tools": [{"type": "function", "name": "f"}, {"type": "web_search"}]});
+        let (p, sent) = plan_for("plain", RESPONSES, search.clone()).unwrap();
+        assert!(p.is_empty());
+        assert_eq!(p.dropped(), ["web_search"]);
+        assert_eq!(sent["tools"], json!([{"type": "function", "name": "f"}]));
+        let mut forced = search.clone();
+        forced["tool_choice"] = json!({"type": "web_search_preview"});
         assert_eq!(
-            plan_for("plain", RESPONSES, search.clone())
-                .err()
-                .as_deref(),
-            Some("tools[0]")
+            plan_for("plain", RESPONSES, forced).err().as_deref(),
+            Some("tools[1]")
         );
         let tier = json!({"service_tier": "priority"});
         assert_eq!(
@@ -335,9 +376,10 @@ mod tests {
             .unwrap()
             .0
             .is_empty());
+        let (p, sent) = plan_for("claude", MESSAGES, fetch).unwrap();
         assert_eq!(
-            plan_for("claude", MESSAGES, fetch).err().as_deref(),
-            Some("tools[0]")
+            (p.dropped(), sent.get("tools")),
+            (&["web_fetch".to_string()][..], None)
         );
         let many = json!({"tools": [{"type": "web_search_20250305", "name": "web_search", "max_uses": 99}]});
         assert_eq!(

@@ -214,7 +214,7 @@ fn read<'a>(
         account::refuse_account_features(&body, config.passes_through(model, protocol))?;
         protocol.refuse_account_headers(&ex.request)?;
     }
-    asked.hosted = hosted::plan(config, model, endpoint, &body)?;
+    asked.hosted = hosted::plan(config, model, endpoint, &mut body)?;
     asked.input_estimate = estimate::input(&body, ex.request.body.len(), model.image_tokens);
     Ok(Read {
         config,

@@ -29,7 +29,9 @@ pub struct Chat;
 /// Paid features in Chat requests: OpenAI's hosted tools, a search model's `web_search_options`, a
 /// `service_tier`.
 const HOSTED: Rules = Rules {
-    family: openai::tool_family,
+    families: openai::families,
+    forced: hosted::never_forced,
+    with_tools: &["tool_choice", "parallel_tool_calls"],
     shared_limit: None,
     search_option: Some("web_search_options"),
     tiers: &["service_tier"],

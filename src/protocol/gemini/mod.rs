@@ -44,21 +44,26 @@ const HOW: &str = "`x-goog-api-key: <key>` (or the `key` query parameter, or `Au
 /// execution, computer use), each a key of a `Tool` object. Their uses are not counted in answers in a way
 /// that prices them, so a request that offers one is billed its worst case. No tiers.
 const HOSTED: Rules = Rules {
-    family: tool_family,
+    families,
+    forced: hosted::never_forced,
+    with_tools: &["toolConfig"],
     shared_limit: None,
     search_option: None,
     tiers: &[],
     capped: &[],
 };
 
-/// The hosted family of a Gemini `Tool` object: its first key that is not `functionDeclarations` (which the
-/// client runs), by the name the rules give it; a key not known here is a tool Google runs too, named as it
-/// came (so a model allows it only by that name). None: only function declarations.
-fn tool_family(t: &Map<String, Value>) -> Option<Cow<'_, str>> {
+/// The hosted tools of a Gemini `Tool` object: every key that is not `functionDeclarations` (which the
+/// client runs), each by the name the rules give it; a key not known here is a tool Google runs too, named
+/// as it came (so a model allows it only by that name).
+fn families(t: &Map<String, Value>) -> hosted::Families<'_> {
     t.iter()
         .filter(|(k, v)| !v.is_null() && *k != "functionDeclarations")
-        .map(|(k, _)| decode::hosted_family(k).map_or(Cow::Borrowed(k.as_str()), Cow::Borrowed))
-        .next()
+        .map(|(k, _)| {
+            let family = decode::hosted_family(k).map_or(Cow::Borrowed(k.as_str()), Cow::Borrowed);
+            (family, Some(k.as_str()))
+        })
+        .collect()
 }
 
 /// A model name as a path segment: characters outside `[A-Za-z0-9._-]` percent-encoded.

@@ -33,12 +33,21 @@ const VERSION: &str = "2023-06-01";
 /// Paid features in Messages requests: server tools (each with its own `max_uses`; web search and web fetch
 /// get one written in), a `service_tier`, and fast mode (`speed`, a premium rate on every token).
 const HOSTED: Rules = Rules {
-    family: tool_family,
+    families: |t| tool_family(t).map(|f| (f, None)).into_iter().collect(),
+    forced,
+    with_tools: &["tool_choice"],
     shared_limit: None,
     search_option: None,
     tiers: &["service_tier", "speed"],
     capped: &["web_search", "web_fetch"],
 };
+
+/// Whether `tool_choice` forces the server tool `tool` (`{"type": "tool", "name": ...}` naming it).
+fn forced(body: &Map<String, Value>, tool: &Map<String, Value>, _family: &str) -> bool {
+    let choice = body.get("tool_choice");
+    choice.and_then(|c| c.get("type")).and_then(Value::as_str) == Some("tool")
+        && choice.and_then(|c| c.get("name")).is_some_and(|n| Some(n) == tool.get("name"))
+}
 
 /// The hosted family of a Messages tool (its type without the date; `mcp_toolset` → `mcp`), or None for a
 /// tool the client runs (custom tools, `bash`, `text_editor`, `computer`, `memory`, tool search).

@@ -27,7 +27,9 @@ pub struct Responses;
 
 /// Paid features in Responses requests: OpenAI's hosted tools under one `max_tool_calls`, a `service_tier`.
 const HOSTED: Rules = Rules {
-    family: openai::tool_family,
+    families: openai::families,
+    forced: openai::forced,
+    with_tools: &["tool_choice", "parallel_tool_calls", "max_tool_calls"],
     shared_limit: Some("max_tool_calls"),
     search_option: None,
     tiers: &["service_tier"],
