@@ -246,8 +246,8 @@ upstream_model = "fake-chat-model"
 name = "agent-responses"
 upstream = "fake-responses"
 upstream_model = "fake-responses-model"
-# Codex CLI sends the hosted "web_search" tool on every request: allowed (at no price) on the passthrough.
-allow_hosted_tools = { web_search = 0 }
+# Codex CLI sends the hosted "web_search" tool on every request: this model, like a default one, does not
+# allow it, so tollgate leaves it out (x-tollgate-dropped-tools) and check_upstream.py sees it never arrive.
 
 [[models]]
 name = "agent-messages"

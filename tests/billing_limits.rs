@@ -618,6 +618,52 @@ fn what_the_upstream_fetches_is_reserved_at_its_worst_case() {
     assert_eq!(r.status, 200, "{}", r.text());
 }
 
+/// Third review, 5: an output limit of 0 in the client protocol's own field is refused with 400 naming
+/// it, on every protocol (sent as it was, an upstream that reads 0 as "no limit" answered whole, billed 0
+/// output tokens); Gemini's `maxOutputTokens: 0` is Google's JSON for unset and is served as absent.
+#[test]
+fn an_output_limit_of_zero_is_refused_naming_its_field() {
+    let dir = TempDir::new("bill-zero");
+    let cfg = config(&dir, "", "", "");
+    let gw = Gateway::start_with(dir, &cfg);
+    let key = gw.add_key("k", "default", Some(5.0));
+    let msgs = json!([{"role": "user", "content": "hi"}]);
+    for (path, body, field) in [
+        (
+            "/v1/chat/completions",
+            json!({"model": "mock", "messages": msgs, "max_tokens": 0}),
+            "max_tokens",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"model": "mock", "messages": msgs, "max_completion_tokens": 0}),
+            "max_completion_tokens",
+        ),
+        (
+            "/v1/responses",
+            json!({"model": "mock", "input": "hi", "max_output_tokens": 0}),
+            "max_output_tokens",
+        ),
+        (
+            "/v1/messages",
+            json!({"model": "mock", "messages": msgs, "max_tokens": 0}),
+            "max_tokens",
+        ),
+    ] {
+        let r = gw.post_as(&key, path, &body);
+        assert_eq!(r.status, 400, "{path}: {}", r.text());
+        assert!(
+            r.text().contains(field) && r.text().contains("at least 1"),
+            "{path}: {}",
+            r.text()
+        );
+    }
+    let gemini = json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+                        "generationConfig": {"maxOutputTokens": 0}});
+    let r = gw.post_as(&key, "/v1beta/models/mock:generateContent", &gemini);
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
 /// Break 10. A limit of 2^64 - 1 is a huge request, never a small one by wrap-around: a tpm of 1,000
 /// refuses it in every protocol before any upstream call; and an upstream reporting usage near 2^64 is
 /// recorded saturated, with the gateway still standing and the key's balance gone.

@@ -30,13 +30,22 @@ fn read_field(
     parent: Option<&str>,
     field: &str,
 ) -> Result<Option<u64>, ApiError> {
+    let path = || parent.map_or_else(|| field.to_string(), |p| format!("{p}.{field}"));
     match o.get(field) {
         None | Some(Value::Null) => Ok(None),
+        // An upstream may read 0 as "no limit": the answer would be whole and the limit billed, 0.
+        Some(v) if v.as_u64() == Some(0) => {
+            let path = path();
+            Err(ApiError::invalid_param(
+                &path,
+                format!("{path}: must be at least 1, got 0 (leave it out for the model's default)"),
+            ))
+        }
         Some(v) => v.as_u64().map(Some).ok_or_else(|| {
-            let path = parent.map_or_else(|| field.to_string(), |p| format!("{p}.{field}"));
+            let path = path();
             ApiError::invalid_param(
                 &path,
-                format!("{path}: expected a non-negative integer, got {v}"),
+                format!("{path}: expected a positive integer, got {v}"),
             )
         }),
     }
@@ -102,6 +111,40 @@ mod tests {
         assert_eq!(read(Protocol::Messages, &b).unwrap(), Some(8192));
         let b = json!({"max_tokens": 0, "max_output_tokens": 8192});
         assert_eq!(read(Protocol::Responses, &b).unwrap(), Some(8192));
+    }
+
+    /// Third review, 5: a limit of 0 in the protocol's own field is refused, naming it (an upstream that reads
+    /// 0 as "no limit" would answer whole, billed 0); Gemini's 0 is its JSON for unset.
+    #[test]
+    fn a_limit_of_zero_is_refused_in_the_protocols_own_field() {
+        for (p, body, field) in [
+            (Protocol::Chat, json!({"max_tokens": 0}), "max_tokens"),
+            (
+                Protocol::Chat,
+                json!({"max_completion_tokens": 0, "max_tokens": 9}),
+                "max_completion_tokens",
+            ),
+            (
+                Protocol::Responses,
+                json!({"max_output_tokens": 0}),
+                "max_output_tokens",
+            ),
+            (Protocol::Messages, json!({"max_tokens": 0}), "max_tokens"),
+            (
+                Protocol::Gemini,
+                json!({"generationConfig": {"maxOutputTokens": 0}}),
+                "generationConfig.maxOutputTokens",
+            ),
+        ] {
+            let e = read(p, &body).unwrap_err();
+            assert_eq!(e.param(), Some(field), "{p:?}");
+            assert!(e.message().contains("at least 1"), "{}", e.message());
+        }
+        let mut gemini =
+            json!({"contents": [], "generationConfig": {"max_output_tokens": 0, "temperature": 1}});
+        Protocol::Gemini.read_as_one(&mut gemini, false).unwrap();
+        assert_eq!(gemini["generationConfig"], json!({"temperature": 1}));
+        assert_eq!(read(Protocol::Gemini, &gemini).unwrap(), None);
     }
 
     #[test]

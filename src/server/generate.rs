@@ -55,10 +55,6 @@ pub fn handle(gw: &Gateway, ex: &mut Exchange, endpoint: Endpoint) {
     let _ = ex.response().release_held();
 }
 
-/// The header naming the hosted tools left out of a request (the model does not allow them, or its
-/// upstream, of another vendor, cannot run them).
-pub const DROPPED_HEADER: &str = "x-tollgate-dropped-tools";
-
 /// The cache's look-up (cached models), admission, then (admitted) the answer: from the cache, or from the
 /// attempts.
 fn admitted(
@@ -91,7 +87,9 @@ fn admitted(
             p.model.name,
             crate::logging::field(&dropped)
         );
-        trace.extra.push((DROPPED_HEADER.to_string(), dropped));
+        trace
+            .extra
+            .push((super::hosted::DROPPED_HEADER.to_string(), dropped));
     }
     let (answer, upstream_calls, reservation) = match admission.reservation {
         Ok(r) => {

@@ -34,6 +34,10 @@ use crate::protocol::hosted::{self as wire, TierAsk, ToolAsk, Uses};
 use crate::protocol::request::Endpoint;
 use crate::protocol::{ApiError, ErrorKind, Origin};
 
+/// The header naming the hosted tools left out of a request (the model does not allow them, or its
+/// upstream, of another vendor, cannot run them).
+pub const DROPPED_HEADER: &str = "x-tollgate-dropped-tools";
+
 /// What paid features an attempt set running upstream, as far as the gateway knows.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub enum Ran {

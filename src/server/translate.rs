@@ -109,7 +109,7 @@ fn dropped_header(dropped: &str) -> Vec<(&str, &str)> {
     if dropped.is_empty() {
         Vec::new()
     } else {
-        vec![(super::generate::DROPPED_HEADER, dropped)]
+        vec![(super::hosted::DROPPED_HEADER, dropped)]
     }
 }
 

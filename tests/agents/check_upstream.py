@@ -95,6 +95,15 @@ def main():
             body = e.get("body") if isinstance(e.get("body"), dict) else {}
             headers = e.get("headers") or {}
             model = GEMINI.match(e["path"]).group(1) if a.kind == "gemini" else body.get("model")
+            # No model of the agent tests allows a hosted tool: tollgate leaves every one out (Codex offers
+            # web_search on every request), so none may reach the upstream.
+            hosted = [
+                t.get("type")
+                for t in body.get("tools") or []
+                if isinstance(t, dict) and str(t.get("type", "")).startswith(("web_search", "image_generation"))
+            ]
+            if a.kind != "direct" and hosted:
+                problems.append("hosted tools the model does not allow reached the upstream: %s" % hosted)
             if a.upstream_model and model != a.upstream_model:
                 problems.append("upstream was sent model %r, not %r" % (model, a.upstream_model))
             if a.kind == "gemini" and e.get("path", "").endswith(":streamGenerateContent") and "alt=sse" not in (

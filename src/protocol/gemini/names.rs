@@ -87,8 +87,16 @@ impl Msg {
 }
 
 /// Rewrites a generation request's field names to their JSON names (see the module's comment).
+/// A `maxOutputTokens` of 0 is Google's JSON for a field not set (proto3's default): it goes, so the limit
+/// is read, reserved and sent as for a request that gave none.
 pub fn generate(body: &mut Value) -> Result<(), ApiError> {
-    walk(body, Msg::Generate, "")
+    walk(body, Msg::Generate, "")?;
+    if let Some(Value::Object(config)) = body.get_mut("generationConfig") {
+        if config.get("maxOutputTokens").and_then(Value::as_u64) == Some(0) {
+            config.remove("maxOutputTokens");
+        }
+    }
+    Ok(())
 }
 
 /// The same for a `countTokens` request.
