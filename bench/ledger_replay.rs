@@ -69,6 +69,7 @@ fn main() {
                 instance: None,
                 hosted_uses: Default::default(),
                 service_tier: None,
+                surcharge: None,
                 cache: None,
             };
             serde_json::to_writer(&mut out, &rec).unwrap();

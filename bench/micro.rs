@@ -202,6 +202,7 @@ fn main() {
             instance: None,
             hosted_uses: Default::default(),
             service_tier: None,
+            surcharge: None,
             cache: None,
         });
     }

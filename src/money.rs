@@ -142,6 +142,13 @@ impl Money {
         Money(self.0.saturating_mul(tokens as i128) / 1_000_000)
     }
 
+    /// This amount times `factor` (a multiplier, such as a surcharge's 1.1), rounded up to the unit so a
+    /// surcharge never bills less than it says. Saturating.
+    pub fn times(self, factor: Money) -> Money {
+        let product = self.0.saturating_mul(factor.0);
+        Money(product / UNITS_PER_CREDIT + i128::from(product % UNITS_PER_CREDIT > 0))
+    }
+
     /// Whether this price is fine enough for exact costs (at most `PRICE_DECIMALS` decimals).
     pub fn is_exact_price(self) -> bool {
         self.0 % 1_000_000 == 0
@@ -306,6 +313,14 @@ mod tests {
         assert_eq!(Money::parse("0.0000333").unwrap().to_string(), "0.0000333");
         assert_eq!(Money::parse("-0.5").unwrap().to_string(), "-0.5");
         assert_eq!(Money::credits(7).to_string(), "7");
+    }
+
+    #[test]
+    fn a_multiplier_rounds_up_to_the_unit() {
+        let m = |t: &str| Money::parse(t).unwrap();
+        assert_eq!(m("2.5").times(m("1.1")), m("2.75"));
+        assert_eq!(m("0.000000000001").times(m("1.1")), m("0.000000000002"));
+        assert_eq!(m("3").times(m("1")), m("3"));
     }
 
     #[test]

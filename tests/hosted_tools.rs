@@ -27,6 +27,13 @@ allow_hosted_tools = { web_search = 10, web_fetch = 2 }
 allow_service_tiers = { fast = 1 }
 
 [[models]]
+name = "geo-messages"
+upstream = "anthropic-up"
+input_price = 1000000
+output_price = 2000000
+allow_inference_geo = 1.1
+
+[[models]]
 name = "paid-gemini"
 upstream = "gemini-up"
 max_hosted_uses = 4
@@ -607,6 +614,61 @@ fn every_hosted_tool_of_a_gemini_tool_object_is_seen() {
         Some("google_search, url_context")
     );
     assert_eq!(sent_tools(&fake)["tools"], json!([decl]));
+}
+
+/// Third review, 7: Anthropic's `inference_geo` (US-only inference, 1.1× every token at Anthropic) is
+/// refused with 400 naming it unless the model allows it, and then billed at the model's multiplier; its
+/// standard value `global` needs nothing.
+#[test]
+fn inference_geo_is_refused_unless_allowed_and_billed_at_its_multiplier() {
+    let (fake, gw) = start();
+    let geo = |v: &str| json!({"inference_geo": v});
+    let before = fake.received().len();
+    let r = post_beta(
+        &gw,
+        &gw.key,
+        "/v1/messages",
+        &messages_body("m-messages", &geo("us")),
+        None,
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(named(&r), "inference_geo");
+    assert!(r.text().contains("allow_inference_geo"), "{}", r.text());
+    assert_eq!(
+        fake.received().len(),
+        before,
+        "nothing reached the upstream"
+    );
+    let r = post_beta(
+        &gw,
+        &gw.key,
+        "/v1/messages",
+        &messages_body("m-messages", &geo("global")),
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    // 1 input token at 1 credit and 1 output token at 2: 3 credits, 3.3 at US-only inference.
+    let r = post_beta(
+        &gw,
+        &gw.key,
+        "/v1/messages",
+        &messages_body("geo-messages", &geo("us")),
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let rec = record(&gw, &r);
+    assert_eq!(rec["cost"].as_f64(), Some(3.3), "{rec}");
+    assert_eq!(rec["surcharge"], "inference_geo=us", "{rec}");
+    let r = post_beta(
+        &gw,
+        &gw.key,
+        "/v1/messages",
+        &messages_body("geo-messages", &json!({})),
+        None,
+    );
+    let rec = record(&gw, &r);
+    assert_eq!(rec["cost"].as_f64(), Some(3.0), "{rec}");
+    assert!(rec.get("surcharge").is_none(), "{rec}");
 }
 
 #[test]

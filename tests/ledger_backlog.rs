@@ -64,6 +64,7 @@ fn record(n: u64) -> Record {
         instance: Some("gw-1".into()),
         hosted_uses: Default::default(),
         service_tier: None,
+        surcharge: None,
         cache: None,
     }
 }

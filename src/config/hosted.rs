@@ -1,6 +1,7 @@
 //! Paid hosted features a model allows: `allow_hosted_tools` (tool family → credits per use),
-//! `allow_service_tiers` (tier → credits per request served at it) and `max_hosted_uses` (the most hosted-tool
-//! uses one request may ask for) on `[[models]]`. Kept beside the models, by entry name, so that models found
+//! `allow_service_tiers` (tier → credits per request served at it), `max_hosted_uses` (the most hosted-tool
+//! uses one request may ask for) and `allow_inference_geo` (the multiplier on a request's token cost when it
+//! asks Anthropic for inference in one geography, 1.1 at Anthropic) on `[[models]]`. Kept beside the models, by entry name, so that models found
 //! on local servers (which allow none) need nothing of it.
 
 use std::collections::BTreeMap;
@@ -36,6 +37,8 @@ pub struct HostedPrices {
     pub tiers: BTreeMap<String, Money>,
     /// The most hosted-tool uses one request may ask for.
     pub max_uses: u64,
+    /// Surcharge field (`inference_geo`) → the multiplier on the token cost of a request that sets it.
+    pub surcharges: BTreeMap<String, Money>,
 }
 
 /// A model that allows nothing.
@@ -43,7 +46,19 @@ pub static NOTHING_ALLOWED: HostedPrices = HostedPrices {
     tools: BTreeMap::new(),
     tiers: BTreeMap::new(),
     max_uses: DEFAULT_MAX_HOSTED_USES,
+    surcharges: BTreeMap::new(),
 };
+
+/// The keys of one `[[models]]` entry that allow paid features, as the file has them.
+pub(super) struct Allowed {
+    pub tools: Option<BTreeMap<String, Money>>,
+    pub tiers: Option<BTreeMap<String, Money>>,
+    pub max_uses: Option<u64>,
+    pub inference_geo: Option<Money>,
+}
+
+/// The largest surcharge multiplier accepted (a typo such as 11 for 1.1 is caught).
+const MAX_SURCHARGE: i64 = 10;
 
 impl super::Config {
     /// What the model entry `name` allows (nothing, unless its `[[models]]` entry says).
@@ -52,18 +67,36 @@ impl super::Config {
     }
 }
 
-/// Validates the three keys of `models[i]`; None when none is set. Unknown tool names are warned about.
+/// Validates the keys of `models[i]` that allow paid features; None when none is set. Unknown tool names
+/// are warned about.
 pub(super) fn validate(
     i: usize,
-    tools: Option<BTreeMap<String, Money>>,
-    tiers: Option<BTreeMap<String, Money>>,
-    max_uses: Option<u64>,
+    allowed: Allowed,
     warnings: &mut Vec<String>,
 ) -> Result<Option<HostedPrices>, ConfigError> {
-    if tools.is_none() && tiers.is_none() && max_uses.is_none() {
+    let Allowed {
+        tools,
+        tiers,
+        max_uses,
+        inference_geo,
+    } = allowed;
+    if tools.is_none() && tiers.is_none() && max_uses.is_none() && inference_geo.is_none() {
         return Ok(None);
     }
     let f = |k: &str| format!("models[{i}].{k}");
+    let mut surcharges = BTreeMap::new();
+    if let Some(m) = inference_geo {
+        if m <= Money::ZERO || m > Money::credits(MAX_SURCHARGE) {
+            return Err(err(
+                f("allow_inference_geo"),
+                format!(
+                    "expected the multiplier on the token cost (Anthropic charges 1.1), above 0 and at most \
+                     {MAX_SURCHARGE}, got {m}"
+                ),
+            ));
+        }
+        surcharges.insert("inference_geo".to_string(), m);
+    }
     let tools = tools.unwrap_or_default();
     let tiers = tiers.unwrap_or_default();
     for (key, map) in [
@@ -108,6 +141,7 @@ pub(super) fn validate(
         tools,
         tiers,
         max_uses,
+        surcharges,
     }))
 }
 
@@ -143,6 +177,15 @@ mod tests {
         assert_eq!(e.field, "models[0].allow_service_tiers.Priority");
         let e = config("max_hosted_uses = 0").unwrap_err();
         assert_eq!(e.field, "models[0].max_hosted_uses");
+        let c = config("allow_inference_geo = 1.1").unwrap();
+        assert_eq!(
+            c.hosted_prices("m").surcharges["inference_geo"].to_string(),
+            "1.1"
+        );
+        for bad in ["0", "-1", "11"] {
+            let e = config(&format!("allow_inference_geo = {bad}")).unwrap_err();
+            assert_eq!(e.field, "models[0].allow_inference_geo");
+        }
         let c = config("allow_hosted_tools = { websearch = 1 }").unwrap();
         assert!(
             c.warnings.iter().any(|w| w.contains("websearch")),

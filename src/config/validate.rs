@@ -105,6 +105,7 @@ struct RawModel {
     allow_hosted_tools: Option<std::collections::BTreeMap<String, Money>>,
     allow_service_tiers: Option<std::collections::BTreeMap<String, Money>>,
     max_hosted_uses: Option<u64>,
+    allow_inference_geo: Option<Money>,
     route: Option<String>,
     weights: Option<Vec<u32>>,
     #[serde(default)]
@@ -463,8 +464,13 @@ fn validate_models(
     let mut models = Vec::new();
     let mut hosted = HashMap::new();
     for (i, mut m) in raw.into_iter().enumerate() {
-        let (tools, tiers) = (m.allow_hosted_tools.take(), m.allow_service_tiers.take());
-        let prices = super::hosted::validate(i, tools, tiers, m.max_hosted_uses, &mut p.warnings);
+        let asked = super::hosted::Allowed {
+            tools: m.allow_hosted_tools.take(),
+            tiers: m.allow_service_tiers.take(),
+            max_uses: m.max_hosted_uses,
+            inference_geo: m.allow_inference_geo.take(),
+        };
+        let prices = super::hosted::validate(i, asked, &mut p.warnings);
         let prices = p.take(prices, None);
         if let Some(m) = p.take(validate_model(i, m, upstreams, &mut seen).map(Some), None) {
             if let Some(h) = prices {

@@ -160,6 +160,9 @@ pub struct Record {
     /// The paid service tier billed (`priority`); its price is in `cost`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_tier: Option<String>,
+    /// A field that raised the rate of every token (`inference_geo=us`); its multiplier is in `cost`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub surcharge: Option<String>,
     /// A request to a model whose answers are cached: `hit` (answered from the cache, at no cost), `miss`
     /// or `bypass` (not looked up).
     #[serde(default, skip_serializing_if = "Option::is_none")]

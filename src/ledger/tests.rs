@@ -35,6 +35,7 @@ fn record(key: &str, cost: f64, n: u64) -> Record {
         instance: None,
         hosted_uses: Default::default(),
         service_tier: None,
+        surcharge: None,
         cache: None,
     }
 }

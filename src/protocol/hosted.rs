@@ -43,11 +43,19 @@ pub struct TierAsk {
     pub param: &'static str,
 }
 
+/// A field that raises the rate of every token (Anthropic's `inference_geo` other than `global`: 1.1×).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SurchargeAsk {
+    pub param: &'static str,
+    pub value: String,
+}
+
 /// The paid features one request asks for.
 #[derive(Debug, Default, PartialEq)]
 pub struct Asks {
     pub tools: Vec<ToolAsk>,
     pub tiers: Vec<TierAsk>,
+    pub surcharges: Vec<SurchargeAsk>,
     /// The tools share one limit (Responses `max_tool_calls` counts every hosted call), rather than one each.
     pub shared_limit: bool,
     /// The positions (in `tools`) of the tools whose own use limit is written in where the client gave none.
@@ -58,7 +66,7 @@ pub struct Asks {
 
 impl Asks {
     pub fn is_empty(&self) -> bool {
-        self.tools.is_empty() && self.tiers.is_empty()
+        self.tools.is_empty() && self.tiers.is_empty() && self.surcharges.is_empty()
     }
 }
 
@@ -93,6 +101,9 @@ pub struct Rules {
     pub search_option: Option<&'static str>,
     /// The fields that name a service tier (or a rate like it).
     pub tiers: &'static [&'static str],
+    /// The fields that raise the rate of every token, each with the values that do not (Messages
+    /// `inference_geo`, whose `global` is the standard rate).
+    pub surcharges: &'static [(&'static str, &'static [&'static str])],
     /// The families whose tools the use limit is written into where the client gave none (see
     /// [`Asks::capped`]).
     pub capped: &'static [&'static str],
@@ -161,6 +172,15 @@ pub fn asks(body: &Value, rules: &Rules) -> Result<Asks, ApiError> {
     }
     for field in rules.tiers {
         tier(o, field, &mut out)?;
+    }
+    for (field, standard) in rules.surcharges {
+        match fields::opt_str(o, field, "")? {
+            Some(v) if !standard.contains(&v) => out.surcharges.push(SurchargeAsk {
+                param: field,
+                value: v.to_string(),
+            }),
+            _ => {}
+        }
     }
     Ok(out)
 }

@@ -66,7 +66,11 @@ pub fn settle(
     let model = out.asked.model.as_deref().and_then(|m| config.model_any(m));
     let hosted = out.asked.hosted.charge(&out.answer.hosted);
     let bill = match model {
-        Some(m) if !out.asked.unbilled && !hit => Some(cost(m, &usage)),
+        Some(m) if !out.asked.unbilled && !hit => {
+            let mut b = cost(m, &usage);
+            b.cost = out.asked.hosted.surcharged(b.cost);
+            Some(b)
+        }
         _ => None,
     };
     let mut charged = bill.map_or(Money::ZERO, |b| b.cost + hosted.cost);
@@ -74,6 +78,7 @@ pub fn settle(
     let rec_tier = bill.and_then(|b| b.tier);
     rec.tier_above_input_tokens = rec_tier;
     (rec.hosted_uses, rec.service_tier) = (hosted.uses, hosted.tier);
+    rec.surcharge = bill.and(out.asked.hosted.surcharge()).map(str::to_string);
     if let Err(rec) = gw.ledger.try_append(rec) {
         let mut rec = *rec;
         let (whole, withheld) = withhold_answer(ex, trace, out.asked.stream);
@@ -266,6 +271,7 @@ fn usage_record(
         instance,
         hosted_uses: Default::default(),
         service_tier: None,
+        surcharge: None,
         cache: out.cache,
     }
 }

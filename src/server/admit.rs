@@ -101,6 +101,7 @@ fn ask<'p>(p: &'p Prepared, id: &'p str) -> Ask<'p> {
     // The worst case: at the tier the estimated input falls in, every input token at the dearest input
     // kind (a request may write all of it to a cache).
     let worst = p.model.prices.worst_case(input, p.reserved_output(), now);
+    let worst = p.asked.hosted.surcharged(worst);
     // Token counts saturate: a limit near 2^64 is a huge request, never a small one by wrap-around.
     let requested = p.requested_output.unwrap_or(0).saturating_mul(p.choices);
     Ask {

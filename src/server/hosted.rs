@@ -30,7 +30,7 @@ use crate::access::Identity;
 use crate::budget::Budget;
 use crate::config::{Config, Model};
 use crate::money::Money;
-use crate::protocol::hosted::{self as wire, TierAsk, ToolAsk, Uses};
+use crate::protocol::hosted::{self as wire, SurchargeAsk, TierAsk, ToolAsk, Uses};
 use crate::protocol::request::Endpoint;
 use crate::protocol::{ApiError, ErrorKind, Origin};
 
@@ -66,6 +66,8 @@ pub struct Plan {
     capped: Vec<usize>,
     /// The hosted tools left out of the body because the model does not allow them (families, each once).
     dropped: Vec<String>,
+    /// A field that raises the rate of every token (`inference_geo=us`), and the multiplier it costs.
+    surcharge: Option<(String, Money)>,
 }
 
 /// What a request is billed for its paid features.
@@ -84,7 +86,21 @@ fn times(price: Money, n: u64) -> Money {
 
 impl Plan {
     pub fn is_empty(&self) -> bool {
-        self.prices.is_empty() && self.tiers.is_empty()
+        self.prices.is_empty() && self.tiers.is_empty() && self.surcharge.is_none()
+    }
+
+    /// The request's token cost at its surcharge (Anthropic's `inference_geo`: the model's
+    /// `allow_inference_geo`, 1.1 at Anthropic), and what it is (`inference_geo=us`).
+    pub fn surcharged(&self, tokens: Money) -> Money {
+        match &self.surcharge {
+            Some((_, factor)) => tokens.times(*factor),
+            None => tokens,
+        }
+    }
+
+    /// The surcharge the request is billed at (`inference_geo=us`), for its record.
+    pub fn surcharge(&self) -> Option<&str> {
+        self.surcharge.as_ref().map(|(what, _)| what.as_str())
     }
 
     /// The hosted tools left out of the body (the model does not allow them), families each once.
@@ -259,6 +275,15 @@ pub fn plan(
         };
         plan.tiers.push((t.tier.clone(), price));
     }
+    for t in &asks.surcharges {
+        let Some(&factor) = allowed.surcharges.get(t.param) else {
+            return Err(surcharge_refused(t, &model.name));
+        };
+        let what = format!("{}={}", t.param, t.value);
+        if plan.surcharge.as_ref().is_none_or(|(_, f)| factor > *f) {
+            plan.surcharge = Some((what, factor));
+        }
+    }
     if !asks.tools.is_empty() {
         plan.cap = Some(allowed.max_uses);
         plan.capped = asks.capped;
@@ -292,6 +317,20 @@ fn over_limit(t: &ToolAsk, asked: u64, cap: u64, model: &str) -> ApiError {
         ),
     )
     .with_cause(crate::protocol::Cause::HostedUsesOverLimit)
+}
+
+fn surcharge_refused(t: &SurchargeAsk, model: &str) -> ApiError {
+    let (param, value) = (t.param, &t.value);
+    ApiError::invalid_param(
+        param,
+        format!(
+            "`{param}` `{value}` is not accepted here: the upstream bills every token of such a request above the \
+             standard rate (Anthropic: 1.1 times), and the model `{model}` does not allow it. The operator can allow \
+             it on the model with `allow_{param} = <multiplier>`; leave the field out (or send `global`) for the \
+             standard rate."
+        ),
+    )
+    .with_cause(crate::protocol::Cause::ServiceTierRefused)
 }
 
 fn tier_refused(t: &TierAsk, model: &str) -> ApiError {

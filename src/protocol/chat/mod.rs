@@ -35,6 +35,7 @@ const HOSTED: Rules = Rules {
     shared_limit: None,
     search_option: Some("web_search_options"),
     tiers: &["service_tier"],
+    surcharges: &[],
     capped: &[],
 };
 

@@ -50,6 +50,7 @@ const HOSTED: Rules = Rules {
     shared_limit: None,
     search_option: None,
     tiers: &[],
+    surcharges: &[],
     capped: &[],
 };
 

@@ -39,6 +39,7 @@ const HOSTED: Rules = Rules {
     shared_limit: None,
     search_option: None,
     tiers: &["service_tier", "speed"],
+    surcharges: &[("inference_geo", &["global"])],
     capped: &["web_search", "web_fetch"],
 };
 

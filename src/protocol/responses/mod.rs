@@ -33,6 +33,7 @@ const HOSTED: Rules = Rules {
     shared_limit: Some("max_tool_calls"),
     search_option: None,
     tiers: &["service_tier"],
+    surcharges: &[],
     capped: &[],
 };
 
