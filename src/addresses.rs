@@ -7,6 +7,12 @@
 //!
 //! Each address becomes `[internal address N]`, numbered in the order they were registered, so two hidden
 //! addresses stay apart (a metric label per upstream) without saying where either is.
+//!
+//! The identifiers of the operator's upstream accounts that vendors write into their error texts go the same
+//! way ([`accounts`], part of [`hide`]): OpenAI organization and project ids (`org-…`, `proj_…`), Google
+//! project numbers and ids (`projects/987654321`, `project_number:987654321`), AWS account ids (twelve
+//! digits, in an ARN or alone) and Azure resource names (`RESOURCE.openai.azure.com`, `subscriptions/…`,
+//! `resourceGroups/…`); each becomes `[redacted]`, the rest of the vendor's message stays.
 
 use std::borrow::Cow;
 use std::sync::RwLock;
@@ -41,6 +47,153 @@ fn authority(url: &str) -> Option<String> {
 /// `text` with every registered address (and the URL around it: scheme, user, path) replaced by
 /// `[internal address N]`.
 pub fn hide(text: &str) -> Cow<'_, str> {
+    match hide_addresses(text) {
+        Cow::Borrowed(t) => accounts(t),
+        Cow::Owned(t) => Cow::Owned(accounts(&t).into_owned()),
+    }
+}
+
+/// What replaces an account identifier.
+const REDACTED: &str = "[redacted]";
+
+/// Azure host names whose first label is the operator's resource.
+const AZURE_HOSTS: [&str; 4] = [
+    ".openai.azure.com",
+    ".cognitiveservices.azure.com",
+    ".services.ai.azure.com",
+    ".azure-api.net",
+];
+
+/// Path segments after which the next one names the operator's account (compared ignoring case).
+const ACCOUNT_SEGMENTS: [&str; 4] = [
+    "projects",
+    "subscriptions",
+    "resourcegroups",
+    "organizations",
+];
+
+/// Prefixes of identifiers that name an account (`project_number:123`).
+const ACCOUNT_PREFIXES: [&str; 3] = ["project_number:", "project_number=", "project:"];
+
+/// `text` with the identifiers of the operator's upstream accounts replaced (see the module documentation).
+pub fn accounts(text: &str) -> Cow<'_, str> {
+    let sep = |c: char| c.is_whitespace() || "\"'`,;()[]{}<>|".contains(c);
+    let mut out = String::new();
+    let mut copied = 0;
+    let mut start = None;
+    for (i, c) in text.char_indices().chain([(text.len(), ' ')]) {
+        match (sep(c), start) {
+            (false, None) => start = Some(i),
+            (true, Some(s)) => {
+                start = None;
+                if let Some(w) = account_word(&text[s..i]) {
+                    out.push_str(&text[copied..s]);
+                    out.push_str(&w);
+                    copied = i;
+                }
+            }
+            _ => {}
+        }
+    }
+    if copied == 0 {
+        return Cow::Borrowed(text);
+    }
+    out.push_str(&text[copied..]);
+    Cow::Owned(out)
+}
+
+/// One word (no spaces or quotes in it) with its account identifiers replaced; None: it has none.
+fn account_word(word: &str) -> Option<String> {
+    let lower = word.to_ascii_lowercase();
+    let mut out = word.to_string();
+    let mut changed = false;
+    // `RESOURCE.openai.azure.com`: the labels before the suffix.
+    for host in AZURE_HOSTS {
+        if let Some(at) = lower.find(host) {
+            let from = lower[..at].rfind(['/', '@', ':']).map_or(0, |i| i + 1);
+            if from < at {
+                out.replace_range(from..at, REDACTED);
+                changed = true;
+                break;
+            }
+        }
+    }
+    // `projects/123/...`, `subscriptions/<id>`, `resourceGroups/<name>`.
+    let segments: Vec<&str> = out.split('/').collect();
+    if segments.len() > 1 {
+        let mut rebuilt: Vec<String> = Vec::with_capacity(segments.len());
+        for (i, seg) in segments.iter().enumerate() {
+            let after_account = i > 0
+                && ACCOUNT_SEGMENTS.contains(&segments[i - 1].to_ascii_lowercase().as_str())
+                && !seg.is_empty();
+            if after_account {
+                // Sentence punctuation after the id stays.
+                let bare = seg.trim_end_matches(['.', ':', '!', '?']);
+                rebuilt.push(format!("{REDACTED}{}", &seg[bare.len()..]));
+                changed = true;
+            } else {
+                rebuilt.push(seg.to_string());
+            }
+        }
+        out = rebuilt.join("/");
+    }
+    let lower = out.to_ascii_lowercase();
+    for prefix in ACCOUNT_PREFIXES {
+        if let Some(at) = lower.find(prefix) {
+            let from = at + prefix.len();
+            let len = out[from..]
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+                .unwrap_or(out.len() - from);
+            if len > 0 {
+                out.replace_range(from..from + len, REDACTED);
+                changed = true;
+            }
+        }
+    }
+    // `org-…` and `proj_…`: an identifier of at least eight letters and digits after its prefix.
+    for prefix in ["org-", "proj_"] {
+        let mut from = 0;
+        while let Some(at) = out[from..].find(prefix).map(|i| from + i) {
+            let boundary = at == 0 || !out.as_bytes()[at - 1].is_ascii_alphanumeric();
+            let id = at + prefix.len();
+            let len = out[id..]
+                .find(|c: char| !c.is_ascii_alphanumeric())
+                .unwrap_or(out.len() - id);
+            if boundary && len >= 8 {
+                out.replace_range(id..id + len, REDACTED);
+                changed = true;
+            }
+            from = id;
+        }
+    }
+    // AWS account ids: a run of exactly twelve digits.
+    let bytes = out.as_bytes().to_vec();
+    let mut i = 0;
+    let mut spans = Vec::new();
+    while i < bytes.len() {
+        if bytes[i].is_ascii_digit() {
+            let run = bytes[i..].iter().take_while(|b| b.is_ascii_digit()).count();
+            let alone = (i == 0 || !bytes[i - 1].is_ascii_alphanumeric())
+                && bytes
+                    .get(i + run)
+                    .is_none_or(|b| !b.is_ascii_alphanumeric());
+            if run == 12 && alone {
+                spans.push(i);
+            }
+            i += run;
+        } else {
+            i += 1;
+        }
+    }
+    for at in spans.into_iter().rev() {
+        out.replace_range(at..at + 12, REDACTED);
+        changed = true;
+    }
+    changed.then_some(out)
+}
+
+/// `text` with every registered address (and the URL around it) replaced.
+fn hide_addresses(text: &str) -> Cow<'_, str> {
     let known = match ADDRESSES.read() {
         Ok(g) => g,
         Err(p) => p.into_inner(),
@@ -191,6 +344,51 @@ mod tests {
             "nothing here",
         ] {
             assert_eq!(hide(same), same);
+        }
+    }
+
+    /// Third review, 8: what names the operator's accounts in a vendor's error goes, the message stays.
+    #[test]
+    fn account_identifiers_are_replaced() {
+        let cases = [
+            (
+                "Rate limit reached for gpt-4o in organization org-AbCdEf0123456789xYz on tokens per min (TPM).",
+                "Rate limit reached for gpt-4o in organization org-[redacted] on tokens per min (TPM).",
+            ),
+            (
+                "You exceeded your quota for project proj_9aZk2LmN4pQrS7tU (usage tier 1).",
+                "You exceeded your quota for project proj_[redacted] (usage tier 1).",
+            ),
+            (
+                "Quota exceeded for consumer 'project_number:987654321012' on service generativelanguage.",
+                "Quota exceeded for consumer 'project_number:[redacted]' on service generativelanguage.",
+            ),
+            (
+                "Permission denied on resource projects/987654321/locations/us-central1.",
+                "Permission denied on resource projects/[redacted]/locations/us-central1.",
+            ),
+            (
+                "User: arn:aws:iam::123456789012:user/gw is not authorized to perform: bedrock:InvokeModel",
+                "User: arn:aws:iam::[redacted]:user/gw is not authorized to perform: bedrock:InvokeModel",
+            ),
+            (
+                "Resource https://acme-prod-eastus.openai.azure.com/openai/deployments/gpt4 not found; see \
+                 /subscriptions/0f1e2d3c-aaaa-bbbb-cccc-1234567890ab/resourceGroups/rg-ai/providers/x.",
+                "Resource https://[redacted].openai.azure.com/openai/deployments/gpt4 not found; see \
+                 /subscriptions/[redacted]/resourceGroups/[redacted]/providers/x.",
+            ),
+        ];
+        for (said, shown) in cases {
+            assert_eq!(accounts(said), shown);
+        }
+        for same in [
+            "org-wide settings",
+            "an org- prefix",
+            "max_tokens is 4096, you asked for 1234567890123 tokens",
+            "projects are not supported",
+            "nothing here",
+        ] {
+            assert_eq!(accounts(same), same);
         }
     }
 

@@ -1,18 +1,19 @@
 //! Upstream credentials never leave, and answers are never altered: the two rules meet here.
 //!
 //! **What is a secret.** The credentials registered at start ([`register`]: the upstreams' keys;
-//! [`register_own`]: the admin token and the store's password) are sorted once. An upstream key that is a
-//! *placeholder* is no secret and is never searched for anywhere: a known one (llama.cpp's
-//! `sk-no-key-required`, `ollama`, `EMPTY`, `none`, `lm-studio`, ...), anything shorter than 8 characters,
-//! one made only of lowercase letters and separators (`your-api-key-here`: a generated key has digits or
-//! mixed case), or one character repeated for half of it (`sk-xxxx…`, `sk-ant-api03-XXXX…`). A *real
-//! secret* is a key of at least [`ANSWER_MIN`] (16) characters that is not a placeholder, or an operator's
-//! secret of that length; shorter ones (an operator's secret is never a placeholder) are scrubbed from error
-//! texts and logs only.
+//! [`register_own`]: the admin token and the store's password) are sorted once. A *public* value is no
+//! secret and is never searched for anywhere: a known placeholder of local servers and their documentation
+//! (llama.cpp's `sk-no-key-required`, `ollama`, `EMPTY`, `none`, `lm-studio`, ...). Every other credential,
+//! whatever its length or shape, is scrubbed from error texts, records and log lines. A *real secret*, also
+//! searched for in answers, is a key of at least [`ANSWER_MIN`] (16) characters that does not look written
+//! by hand (only lowercase letters and separators, `your-api-key-here`: a generated key has digits or mixed
+//! case; or one character repeated for half of it, `sk-xxxx…`), or an operator's secret of that length.
 //!
 //! **Error texts, records and log lines** ([`scrub`]): every registered credential is replaced by
-//! `[redacted]`, and so is every word that looks like a masked echo of one (`sk-proj-****…abcd`: a word that
-//! starts like the key or ends with its last four characters), as upstreams write them in their errors.
+//! `[redacted]` (one under 8 characters only as a whole word, so a short one does not cut words apart), and
+//! so is every word that looks like a masked echo of one (`sk-proj-****…abcd`: a word that starts like the
+//! key or ends with its last four characters), as upstreams write them in their errors; and so are the
+//! identifiers of the operator's upstream accounts ([`account_ids`]).
 //!
 //! **Answers** (what the model wrote, plain or streamed, on every path) are never searched with those
 //! heuristics: only an exact real secret is replaced, wherever it appears.
@@ -59,8 +60,8 @@ pub fn hold_from(len: usize) -> usize {
     (len / 2).clamp(8, 24)
 }
 
-/// Upstream keys shorter than this are placeholders.
-const SCRUB_MIN: usize = 8;
+/// Credentials shorter than this are replaced in error texts only where they stand as a whole word.
+const WORD_MIN: usize = 8;
 
 /// Placeholder credentials that local servers and their documentation use (compared ignoring case).
 const PLACEHOLDERS: [&str; 18] = [
@@ -158,9 +159,9 @@ impl Pattern {
 /// How a registered credential is treated.
 #[derive(Debug, PartialEq, Eq)]
 enum Kind {
-    /// Not a secret: never searched for.
+    /// Not a secret (a value local servers' documentation publishes): never searched for.
     Placeholder,
-    /// Scrubbed from error texts and logs.
+    /// Scrubbed from error texts and logs (with its masked echoes), not searched for in answers.
     Short,
     /// Also replaced in answers.
     Real,
@@ -169,12 +170,10 @@ enum Kind {
 fn kind(c: &str, chosen_by_operator: bool) -> Kind {
     let len = c.chars().count();
     let lower = c.to_ascii_lowercase();
-    let placeholder =
-        len < SCRUB_MIN || PLACEHOLDERS.contains(&lower.as_str()) || placeholder_shaped(c);
-    if len == 0 || (placeholder && !chosen_by_operator) {
+    if len == 0 || (!chosen_by_operator && PLACEHOLDERS.contains(&lower.as_str())) {
         return Kind::Placeholder;
     }
-    if len < ANSWER_MIN {
+    if len < ANSWER_MIN || (!chosen_by_operator && placeholder_shaped(c)) {
         Kind::Short
     } else {
         Kind::Real
@@ -197,7 +196,7 @@ fn placeholder_shaped(c: &str) -> bool {
     most * 2 >= alnum.len()
 }
 
-/// Registers upstream credentials (adds to those registered before); placeholders are left out.
+/// Registers upstream credentials (adds to those registered before); public placeholders are left out.
 pub fn register<'a>(credentials: impl IntoIterator<Item = &'a str>) {
     for c in credentials {
         add(c, kind(c, false));
@@ -221,9 +220,12 @@ fn add(c: &str, kind: Kind) {
         return;
     }
     let chars: Vec<char> = c.chars().collect();
-    let (head, tail) = if chars.len() >= 12 {
+    // A masked echo keeps a key's first characters, or its last four: 8 of them where the key has 12 or
+    // more, fewer (but never more than it leaves hidden) where it is shorter.
+    let (head, tail) = if chars.len() >= WORD_MIN {
+        let head = chars.len().saturating_sub(4).min(8);
         (
-            chars[..8].iter().collect(),
+            chars[..head].iter().collect(),
             chars[chars.len() - 4..].iter().collect(),
         )
     } else {
@@ -264,20 +266,22 @@ pub fn scrub(text: &str) -> Cow<'_, str> {
     }
     let mut out = text.to_string();
     for s in set.iter() {
-        if out.contains(&s.full) {
+        if s.full.chars().count() >= WORD_MIN && out.contains(&s.full) {
             out = out.replace(&s.full, REDACTED);
         }
     }
-    // Masked echoes: a word (between separators) that starts like a key or ends with its last characters.
+    // Masked echoes: a word (between separators) that starts like a key or ends with its last characters;
+    // and a short credential standing as a word.
     let is_sep = |c: char| c.is_whitespace() || "\"'`,;:()[]{}<>=".contains(c);
     let mut result = String::with_capacity(out.len());
     let mut word = String::new();
     let flush = |word: &mut String, result: &mut String| {
         let bare = word.trim_end_matches(['.', '!', '?']);
         let masked = set.iter().any(|s| {
-            !s.tail.is_empty()
-                && bare.len() >= 8
-                && (bare.ends_with(&s.tail) || bare.starts_with(&s.head))
+            bare == s.full
+                || (!s.tail.is_empty()
+                    && bare.len() >= 8
+                    && (bare.ends_with(&s.tail) || bare.starts_with(&s.head)))
         });
         if masked {
             result.push_str(REDACTED);
@@ -573,21 +577,50 @@ mod tests {
             "dummy",
             "lm-studio",
             "your-api-key-here",
+        ] {
+            assert_eq!(kind(p, false), Kind::Placeholder, "{p}");
+        }
+        // Written by hand, or short: scrubbed from error texts and logs, never searched for in answers.
+        for short in [
             "sk-xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
             "sk-XXXXXXXXXXXXXXXXXXXXXXXXXXXX",
             "sk-ant-api03-xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+            "upstream-secret",
             "short1A",
+            "Abc123def4",
         ] {
-            assert_eq!(kind(p, false), Kind::Placeholder, "{p}");
+            assert_eq!(kind(short, false), Kind::Short, "{short}");
         }
         for real in [KEY, "sk-upstream-secret-0123456789", "0f3a9c2b7e1d4a6f"] {
             assert_eq!(kind(real, false), Kind::Real, "{real}");
         }
-        assert_eq!(kind("Abc123def4", false), Kind::Short);
         // The operator's own secrets are secrets whatever they look like; their length decides where.
         assert_eq!(kind("correcthorsebattery", true), Kind::Real);
         assert_eq!(kind("hunter2", true), Kind::Short);
         assert_eq!(kind("", true), Kind::Placeholder);
+    }
+
+    /// Third review, 11: an upstream that echoes a credential shorter than 16 characters in an error text
+    /// (or a masked echo of it) is scrubbed again, whatever the credential's length or look; a short one
+    /// only as a whole word, so words it is part of stay.
+    #[test]
+    fn short_credentials_are_scrubbed_from_error_texts() {
+        register(["upstream-secret", "k3Y9"]);
+        assert_eq!(
+            scrub("headers seen: authorization=Bearer upstream-secret"),
+            "headers seen: authorization=Bearer [redacted]"
+        );
+        assert_eq!(
+            scrub("key 'upstr****cret' is invalid"),
+            "key '[redacted]' is invalid"
+        );
+        assert_eq!(
+            scrub("Bearer k3Y9 refused; k3Y9x is another"),
+            "Bearer [redacted] refused; k3Y9x is another"
+        );
+        // Answers keep their rule: only exact real secrets.
+        let said = b"the upstream-secret of k3Y9";
+        assert_eq!(&redact(said)[..], &said[..]);
     }
 
     /// A redactor for `secrets` (whatever is registered globally by other tests).

@@ -115,6 +115,60 @@ fn an_upstream_echoing_its_credential_leaks_it_nowhere() {
     assert_clean("the log at trace level", &gw.all_logs(), &gw.key);
 }
 
+/// Third review, 8 and 11: a provider's 429 naming the operator's organization and project, and an upstream
+/// echoing a short hand-written credential (`upstream-secret`, under 16 characters), reach the tenant with
+/// those replaced and the vendor's message otherwise whole.
+#[test]
+fn account_ids_and_short_credentials_never_reach_the_tenant() {
+    let fake = FakeUpstream::start(|rec| {
+        let sent = rec.header("authorization").unwrap_or_default().to_string();
+        let text = format!(
+            "Rate limit reached for gpt-x in organization org-AbCdEf0123456789xYz, project \
+             proj_9aZk2LmN4pQrS7tU, consumer projects/987654321 (account 123456789012). headers seen: \
+             authorization={sent}"
+        );
+        Reply::json(
+            429,
+            &json!({"error": {"message": text, "type": "requests", "code": "rate_limit_exceeded"}}),
+        )
+    });
+    let dir = TempDir::new("sec-accounts");
+    let config = format!(
+        "listen = \"127.0.0.1:0\"\ndata_dir = \"{}\"\nadmin_token_env = \"{ADMIN_TOKEN_ENV}\"\n\
+         [[upstreams]]\nname = \"up\"\nkind = \"openai-chat\"\nbase_url = \"http://{}/v1\"\n\
+         api_key_env = \"TG_TEST_SHORT_KEY\"\n\
+         [[models]]\nname = \"m\"\nupstream = \"up\"\n[[groups]]\nname = \"default\"\nmodels = [\"*\"]\n",
+        dir.path().display(),
+        fake.addr
+    );
+    let gw = Gateway::start_with_env(
+        dir,
+        &config,
+        &[("TG_TEST_SHORT_KEY", "upstream-secret")],
+        None,
+    );
+    let r = gw.post(
+        "/v1/chat/completions",
+        &json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}),
+    );
+    assert_eq!(r.status, 429, "{}", r.text());
+    let text = r.json()["error"]["message"].as_str().unwrap().to_string();
+    for leak in [
+        "AbCdEf0123456789xYz",
+        "9aZk2LmN4pQrS7tU",
+        "987654321",
+        "123456789012",
+        "upstream-secret",
+    ] {
+        assert!(!text.contains(leak), "{leak} reached the tenant: {text}");
+    }
+    assert!(
+        text.contains("Rate limit reached for gpt-x in organization org-[redacted]"),
+        "the vendor's message stays: {text}"
+    );
+    assert!(text.contains("authorization=Bearer [redacted]"), "{text}");
+}
+
 /// A model name (or client request id) with a line break cannot forge a log line in the text format.
 #[test]
 fn client_strings_cannot_forge_log_lines() {
