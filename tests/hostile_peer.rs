@@ -391,7 +391,11 @@ fn discovered_servers_are_not_named_by_address() {
                 return Reply::Close;
             }
             if rec.method == "GET" {
-                return Reply::json(200, &json!({"data": [{"id": "peer-local-model"}]}));
+                // `mock` collides with the embedded config's model: served as `mock@host:port`, never listed.
+                return Reply::json(
+                    200,
+                    &json!({"data": [{"id": "peer-local-model"}, {"id": "mock"}]}),
+                );
             }
             Reply::json(
                 200,
@@ -421,6 +425,10 @@ fn discovered_servers_are_not_named_by_address() {
         assert_eq!(r.status, 200);
         assert!(!r.text().contains(&port), "{path}: {}", r.text());
     }
+    let r = gw.request("GET", "/v1beta/models", &[("x-goog-api-key", &gw.key)], b"");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("peer-local-model"), "{}", r.text());
+    assert!(!r.text().contains(&port), "/v1beta/models: {}", r.text());
     let one = list("/v1/models/peer-local-model").json();
     assert_eq!(one["owned_by"], "local");
     let metrics = gw.request("GET", "/metrics", &[], b"").text();

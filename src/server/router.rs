@@ -287,11 +287,14 @@ fn models(gw: &Gateway, ex: &mut Exchange, trace: &Trace, id: Option<String>) {
         Err(e) => return respond::error(ex.response(), trace, &e),
     };
     let config = gw.config();
-    // Names and aliases the group may use (patterns cannot be listed), in config order.
+    // Names and aliases the group may use (patterns cannot be listed), in config order. A discovered model
+    // whose id a configured name already serves is named after its server's address (`id@host:port`): not
+    // listed, so no address reaches a tenant (the configured name is listed).
     let visible: Vec<(&str, String, u64)> = config
         .models
         .iter()
         .filter(|m| !m.disabled && !crate::config::names::is_pattern(&m.name))
+        .filter(|m| m.discovered.is_none() || m.name == m.upstream_model)
         .filter(|m| access::group_allows(&config, &identity.group, &m.name, &m.name))
         .flat_map(|m| {
             let owner = owned_by(m);
