@@ -15,6 +15,7 @@ pub mod http;
 pub mod ledger;
 pub mod logging;
 pub mod money;
+pub mod peer;
 pub mod pricing;
 pub mod protocol;
 pub mod secrets;

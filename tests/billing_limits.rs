@@ -221,6 +221,153 @@ fn a_request_its_upstream_took_is_billed_when_the_client_leaves_first() {
     }
 }
 
+/// A Chat stream that writes a short answer, pauses after its finish chunk (until the test lets it go on),
+/// then reports its usage (20,000 output tokens, nearly all hidden reasoning) and ends; or, `report` false,
+/// ends after the pause without any usage.
+fn reasoning_stream(report: bool, go_on: mpsc::Receiver<()>) -> Reply {
+    let chunk = |delta: Value, finish: Value| {
+        let c = json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "up",
+                       "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+        format!("data: {c}\n\n").into_bytes()
+    };
+    let mut events = vec![
+        chunk(
+            json!({"role": "assistant", "content": "The answer is 42."}),
+            Value::Null,
+        ),
+        chunk(json!({}), json!("stop")),
+    ];
+    if report {
+        let usage = json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "up",
+            "choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 20000, "total_tokens": 20012,
+            "completion_tokens_details": {"reasoning_tokens": 19990}}});
+        events.push(format!("data: {usage}\n\n").into_bytes());
+        events.push(b"data: [DONE]\n\n".to_vec());
+    } else {
+        // Something after the pause, then the connection drops.
+        events.push(b": still here\n\n".to_vec());
+    }
+    Reply::Sse {
+        events,
+        gate: Some((2, go_on)),
+        abort: !report,
+    }
+}
+
+/// Third review, 4: what the upstream did is billed however the client leaves. A client that reads the
+/// answer to its end (the finish) and closes before the usage report: the gateway reads the upstream's
+/// stream on to its usage and bills the hidden reasoning (20,000 output tokens, not the visible text's
+/// few), on passthrough and on translation; a stream that then ends without any usage is billed the output
+/// limit, not the visible text.
+#[test]
+fn hidden_reasoning_is_billed_when_the_client_leaves_before_the_usage() {
+    let gates: Arc<Mutex<Vec<mpsc::Receiver<()>>>> = Arc::new(Mutex::new(Vec::new()));
+    let report = Arc::new(Mutex::new(true));
+    let (g, rep) = (gates.clone(), report.clone());
+    let fake = FakeUpstream::start(move |_| {
+        let go_on = g.lock().unwrap().remove(0);
+        reasoning_stream(*rep.lock().unwrap(), go_on)
+    });
+    let dir = TempDir::new("bill-reasoning");
+    let cfg = format!(
+        "log_level = \"debug\"\n{}",
+        config(
+            &dir,
+            &chat_upstream("up", fake.addr, ""),
+            "[[models]]\nname = \"m\"\nupstream = \"up\"\ninput_price = 1.0\noutput_price = 1.0\n\
+             max_output_tokens = 32000\n\n",
+            "",
+        )
+    );
+    let gw = Gateway::start_with(dir, &cfg);
+    let key = gw.add_key("thinker", "default", Some(100.0));
+    let auth = format!("Bearer {key}");
+    let cases = [
+        (
+            "/v1/chat/completions",
+            json!({"model": "m", "stream": true, "max_tokens": 30000,
+                   "messages": [{"role": "user", "content": "think"}]}),
+            "\"finish_reason\":\"stop\"",
+            true,
+        ),
+        (
+            "/v1/messages",
+            json!({"model": "m", "stream": true, "max_tokens": 30000,
+                   "messages": [{"role": "user", "content": "think"}]}),
+            // The Messages stream's closing events wait for the usage: the client has read the text.
+            "The answer is 42.",
+            true,
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"model": "m", "stream": true, "max_tokens": 30000,
+                   "messages": [{"role": "user", "content": "think"}]}),
+            "\"finish_reason\":\"stop\"",
+            false,
+        ),
+    ];
+    for (i, (path, body, end, reports)) in cases.into_iter().enumerate() {
+        *report.lock().unwrap() = reports;
+        let (go, go_on) = mpsc::channel();
+        gates.lock().unwrap().push(go_on);
+        let mut s = TcpStream::connect(gw.addr).unwrap();
+        let headers = [
+            ("authorization", auth.as_str()),
+            ("anthropic-version", "2023-06-01"),
+        ];
+        send_request(
+            &mut s,
+            "POST",
+            path,
+            &headers,
+            body.to_string().as_bytes(),
+            false,
+        );
+        // The client reads its answer to the end of the text, and leaves.
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !String::from_utf8_lossy(&seen).contains(end) {
+            let n = std::io::Read::read(&mut s, &mut buf).unwrap();
+            assert!(
+                n > 0,
+                "{path}: the stream ended early: {}",
+                String::from_utf8_lossy(&seen)
+            );
+            seen.extend_from_slice(&buf[..n]);
+        }
+        s.shutdown(std::net::Shutdown::Both).unwrap();
+        drop(s);
+        // The upstream goes on once the gateway has seen the client leave.
+        let head = String::from_utf8_lossy(&seen).to_string();
+        let at = head.to_ascii_lowercase().find("x-request-id: ").unwrap() + "x-request-id: ".len();
+        let id = head[at..].split("\r\n").next().unwrap().to_string();
+        let left = format!("{id}: the client left");
+        wait_for(
+            || gw.all_logs().contains(&left),
+            "the gateway to see its client leave",
+        );
+        // Longer than the upstream wait's slice: a gateway that gave up the call when its client left has
+        // given it up by now (passing does not depend on it: the drain lasts 30 s).
+        std::thread::sleep(Duration::from_millis(600));
+        go.send(()).unwrap();
+        wait_for(|| records(&gw, "thinker").len() > i, "the usage record");
+        let rec = records(&gw, "thinker")[0].clone();
+        assert_eq!(rec["status"], "client_closed", "{path}: {rec}");
+        if reports {
+            assert_eq!(rec["output_tokens"], 20000, "{path}: {rec}");
+            assert_eq!(rec["reasoning_tokens"], 19990, "{path}: {rec}");
+            assert_eq!(rec["input_tokens"], 12, "{path}: {rec}");
+            assert_eq!(rec["estimated"], false, "{path}: {rec}");
+        } else {
+            assert_eq!(
+                rec["output_tokens"], 30000,
+                "no usage came: the limit is billed: {rec}"
+            );
+            assert_eq!(rec["estimated"], true, "{rec}");
+        }
+    }
+}
+
 /// Break 3, `n`. On Chat passthrough `n` is honoured and paid for: the reservation is the limit times
 /// `n` (a tpm limit that one choice fits but eight do not refuses eight), and the answer is billed up to
 /// the limit times `n`. Paths that cannot give several choices (translation, the built-in model) refuse

@@ -521,3 +521,94 @@ fn the_store_address_stays_with_the_operator() {
         overview.text()
     );
 }
+
+/// A TCP connection to `to` from the loopback address `from` (127.0.0.2: another client on this host).
+fn connect_from(from: std::net::Ipv4Addr, to: std::net::SocketAddr) -> TcpStream {
+    use std::os::fd::FromRawFd;
+    let std::net::SocketAddr::V4(to) = to else {
+        panic!("an IPv4 gateway address")
+    };
+    let addr = |ip: std::net::Ipv4Addr, port: u16| libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(ip).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    let (src, dst) = (addr(from, 0), addr(*to.ip(), to.port()));
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: a new socket this function owns; bind and connect are given pointers to sockaddr_in values
+    // that live on this stack frame for the calls, with their true length; the descriptor is handed to a
+    // TcpStream (which closes it) only once connected, and closed here otherwise.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+        assert!(fd >= 0, "socket");
+        let bound = libc::bind(fd, (&src as *const libc::sockaddr_in).cast(), len);
+        let connected =
+            bound == 0 && libc::connect(fd, (&dst as *const libc::sockaddr_in).cast(), len) == 0;
+        if !connected {
+            libc::close(fd);
+            panic!(
+                "could not connect from {from}: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        TcpStream::from_raw_fd(fd)
+    }
+}
+
+/// A `GET /healthz` on `s` (kept open): its status.
+fn health(s: &mut TcpStream) -> u16 {
+    s.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        .unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let mut buf = [0u8; 4096];
+    let n = s.read(&mut buf).unwrap();
+    let head = String::from_utf8_lossy(&buf[..n]).to_string();
+    head.split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Third review, 6: one keyless peer cannot take every connection slot. Once more than half of
+/// `max_connections` are open, an address holding its share (`max_connections_per_client`) gets 503 for
+/// another, so another client still gets in; an address named in `exempt_clients` (a reverse proxy, a load
+/// test) is not held to the share.
+#[test]
+fn one_peer_cannot_hold_every_connection_slot() {
+    let run = |exempt: &str| {
+        let dir = TempDir::new("peer-share");
+        let top = format!("max_connections = 40\nmax_connections_per_client = 5\n{exempt}");
+        let config = standard_config(dir.path(), None, &top);
+        let gw = Gateway::start_with(dir, &config);
+        let mut held = Vec::new();
+        let mut refused = None;
+        for _ in 0..40 {
+            let mut s = TcpStream::connect(gw.addr).unwrap();
+            match health(&mut s) {
+                200 => held.push(s),
+                other => {
+                    refused = Some(other);
+                    break;
+                }
+            }
+        }
+        let mut other = connect_from(std::net::Ipv4Addr::new(127, 0, 0, 2), gw.addr);
+        let other_status = health(&mut other);
+        (held.len(), refused, other_status)
+    };
+    let (held, refused, other) = run("");
+    assert_eq!(held, 20, "the peer keeps half the slots, no more");
+    assert_eq!(refused, Some(503));
+    assert_eq!(other, 200, "another client still gets in");
+    let (held, refused, other) = run("exempt_clients = [\"127.0.0.1/32\"]\n");
+    assert_eq!(
+        (held, refused),
+        (40, None),
+        "an exempt address is held to the total only"
+    );
+    assert_eq!(other, 503, "and the total holds");
+}

@@ -23,6 +23,7 @@ fn echo_server() -> std::net::SocketAddr {
         read_timeout: Duration::from_secs(30),
         write_timeout: Duration::from_secs(30),
         max_connections: 100,
+        per_client: Default::default(),
         max_buffered_body_bytes: 1 << 30,
         workers: 2,
         queue_size: 16,

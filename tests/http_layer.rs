@@ -176,6 +176,7 @@ fn nodelay_is_set_on_every_accepted_socket() {
         read_timeout: Duration::from_secs(10),
         write_timeout: Duration::from_secs(10),
         max_connections: 100,
+        per_client: Default::default(),
         max_buffered_body_bytes: 1 << 30,
         workers: 4,
         queue_size: 16,

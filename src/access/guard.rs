@@ -31,21 +31,6 @@ pub struct Guard {
     addresses: Mutex<HashMap<IpAddr, Entry>>,
 }
 
-/// The address counted for `addr`: an IPv4 one (IPv4-mapped IPv6 included) as it is, an IPv6 one by its
-/// /64, so that a host cannot get four free guesses from each of its addresses.
-fn counted(addr: IpAddr) -> IpAddr {
-    match addr {
-        IpAddr::V4(_) => addr,
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => {
-                let s = v6.segments();
-                IpAddr::V6(std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
-            }
-        },
-    }
-}
-
 impl Guard {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, Entry>> {
         match self.addresses.lock() {
@@ -56,14 +41,14 @@ impl Guard {
 
     /// How long `addr` is still held off (None: its token may be checked).
     pub fn held(&self, addr: IpAddr, now: Instant) -> Option<Duration> {
-        let addr = counted(addr);
+        let addr = crate::peer::counted(addr);
         let until = self.lock().get(&addr)?.held_until?;
         (now < until).then(|| until - now)
     }
 
     /// A wrong token from `addr`.
     pub fn failed(&self, addr: IpAddr, now: Instant) {
-        let addr = counted(addr);
+        let addr = crate::peer::counted(addr);
         let mut map = self.lock();
         if map.len() >= MAX_ADDRESSES && !map.contains_key(&addr) {
             map.retain(|_, e| {
@@ -97,7 +82,7 @@ impl Guard {
 
     /// A correct token from `addr`: it starts afresh.
     pub fn succeeded(&self, addr: IpAddr) {
-        self.lock().remove(&counted(addr));
+        self.lock().remove(&crate::peer::counted(addr));
     }
 }
 

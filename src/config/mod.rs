@@ -274,6 +274,10 @@ pub struct Config {
     pub workers: usize,
     pub queue_size: usize,
     pub max_connections: usize,
+    /// A client address's share of the connections once more than half are open
+    /// (`max_connections_per_client`, default an eighth of them), and the addresses exempt from it
+    /// (`exempt_clients`).
+    pub per_client: crate::http::PerClient,
     pub max_body_bytes: u64,
     /// Request-body bytes held at once across all connections (beyond: 503).
     pub max_buffered_body_bytes: u64,

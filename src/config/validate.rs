@@ -25,6 +25,9 @@ pub(super) struct RawConfig {
     workers: Option<usize>,
     queue_size: Option<usize>,
     max_connections: Option<usize>,
+    max_connections_per_client: Option<usize>,
+    #[serde(default)]
+    exempt_clients: Vec<String>,
     max_body_bytes: Option<u64>,
     max_buffered_body_bytes: Option<u64>,
     read_timeout_secs: Option<u64>,
@@ -199,6 +202,23 @@ pub(super) fn validate(raw: RawConfig, env: &Env) -> Result<Config, ConfigError>
     coverage_warnings(&models, &groups, &mut p.warnings);
     let currency = p.take(currency(raw.currency), String::new());
     super::prices::warnings(&models, &upstreams, &currency, &mut p.warnings);
+    let max_connections = p.positive("max_connections", raw.max_connections, 4096);
+    let per_client = p.positive(
+        "max_connections_per_client",
+        raw.max_connections_per_client,
+        (max_connections / 8).max(1),
+    );
+    let mut exempt_clients = Vec::new();
+    for (i, r) in raw.exempt_clients.iter().enumerate() {
+        if let Some(range) = p.take(
+            crate::peer::Range::parse(r)
+                .map(Some)
+                .map_err(|m| err(format!("exempt_clients[{i}]"), m.0)),
+            None,
+        ) {
+            exempt_clients.push(range);
+        }
+    }
     let config = Config {
         path: None,
         admin_token: env.var(&admin_token_env).filter(|t| !t.is_empty()),
@@ -207,7 +227,11 @@ pub(super) fn validate(raw: RawConfig, env: &Env) -> Result<Config, ConfigError>
         admin_token_env,
         workers: p.positive("workers", raw.workers, 256),
         queue_size: p.positive("queue_size", raw.queue_size, 1024),
-        max_connections: p.positive("max_connections", raw.max_connections, 4096),
+        max_connections,
+        per_client: crate::http::PerClient {
+            max: per_client,
+            exempt: exempt_clients,
+        },
         max_body_bytes: p.bytes("max_body_bytes", raw.max_body_bytes, 32 << 20),
         max_buffered_body_bytes: p.bytes(
             "max_buffered_body_bytes",

@@ -33,6 +33,8 @@ pub type Cut = Arc<AtomicU8>;
 
 /// One request being watched.
 pub struct Watch {
+    /// The request's id, for the log.
+    id: String,
     client: Arc<TcpStream>,
     upstream: Arc<UpstreamSlot>,
     stream: Mutex<Option<(Arc<SharedStream>, &'static [u8])>>,
@@ -42,6 +44,10 @@ pub struct Watch {
 impl Watch {
     /// Cuts the request for `reason`: its upstream wait ends and its stream takes no more keepalives.
     fn cut(&self, reason: u8) {
+        // At the shutdown deadline nothing waits, a request draining after its client left included.
+        if reason == CUT_SHUTDOWN {
+            self.upstream.cancel();
+        }
         if self
             .cut
             .compare_exchange(CUT_NONE, reason, Ordering::SeqCst, Ordering::SeqCst)
@@ -53,8 +59,10 @@ impl Watch {
             if let Some((s, _)) = self.stream.lock().ok().and_then(|s| s.clone()) {
                 s.close();
             }
+            // The upstream's answer may still be read to its usage for the drain time its worker allowed.
+            self.upstream.client_left();
+            log::debug!("{}: the client left", self.id);
         }
-        self.upstream.cancel();
     }
 }
 
@@ -100,9 +108,9 @@ impl Watchdog {
         self.stopped.store(true, Ordering::SeqCst);
     }
 
-    /// Watches the request the current thread is handling, whose client is on `client`; `cut` is the
+    /// Watches the request `id` the current thread is handling, whose client is on `client`; `cut` is the
     /// request's flag. Upstream waits on this thread end when the watchdog cuts the request.
-    pub fn watch(&self, client: Arc<TcpStream>, cut: Cut) -> WatchGuard {
+    pub fn watch(&self, id: &str, client: Arc<TcpStream>, cut: Cut) -> WatchGuard {
         let upstream = Arc::new(UpstreamSlot::default());
         if self.shutdown.load(Ordering::SeqCst) {
             let _ =
@@ -110,6 +118,7 @@ impl Watchdog {
             upstream.cancel();
         }
         let w = Arc::new(Watch {
+            id: id.to_string(),
             client,
             upstream: upstream.clone(),
             stream: Mutex::new(None),

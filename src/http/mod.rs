@@ -21,6 +21,6 @@ pub use request::{
 pub use response::{reason, Reframe, ResponseWriter, SharedStream, Withheld};
 pub use server::{start, Server};
 pub use shared::{
-    Early, ErrorRenderer, Exchange, Handler, HttpConfig, Incoming, Overloaded, Screen, ServerState,
-    StartError,
+    Early, ErrorRenderer, Exchange, Handler, HttpConfig, Incoming, Overloaded, PerClient, Screen,
+    ServerState, StartError,
 };

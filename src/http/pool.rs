@@ -304,6 +304,7 @@ impl Inner {
     fn finish_conn(&self, conn: Box<Conn>) {
         self.state.release_body(conn.reserved);
         let _ = conn.sock.shutdown(Shutdown::Both);
+        self.state.give_share(conn.peer.ip());
         self.state.open_connections.fetch_sub(1, Ordering::SeqCst);
     }
 

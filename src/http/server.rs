@@ -120,6 +120,17 @@ fn accept_loop(
             reject_overloaded(stream, render_error, "too many open connections");
             continue;
         }
+        if !state.take_share(peer.ip(), open, config.max_connections, &config.per_client) {
+            state.open_connections.fetch_sub(1, Ordering::SeqCst);
+            state.rejected.fetch_add(1, Ordering::Relaxed);
+            reject_overloaded(
+                stream,
+                render_error,
+                "too many open connections from this address: the gateway's connections run short, and each \
+                 client address gets its share",
+            );
+            continue;
+        }
         pool.admit(stream, peer);
     }
 }

@@ -19,6 +19,8 @@ pub struct HttpConfig {
     pub write_timeout: Duration,
     /// Open connections above this get 503 and are closed.
     pub max_connections: usize,
+    /// Each client's share of the connections once they run short.
+    pub per_client: PerClient,
     /// Request-body bytes buffered at once across all connections, counted as they arrive; a body that would
     /// go beyond gets 503.
     pub max_buffered_body_bytes: u64,
@@ -32,6 +34,26 @@ pub struct HttpConfig {
     /// Answers a request refused because every worker is busy and the queue is full; false leaves it to the
     /// layer's own 503.
     pub overloaded: Option<Arc<Overloaded>>,
+}
+
+/// A client's fair share of the connection slots: once more than half of `max_connections` are open, a
+/// client address (an IPv6 one by its /64, `peer::counted`) that holds `max` of them already gets 503 for
+/// another, so that one peer can never hold them all; the addresses in `exempt` (a reverse proxy that
+/// carries every client, a load test on loopback) are not held to it.
+#[derive(Clone, Debug)]
+pub struct PerClient {
+    pub max: usize,
+    pub exempt: Vec<crate::peer::Range>,
+}
+
+impl Default for PerClient {
+    /// No share: every client may take every slot.
+    fn default() -> Self {
+        PerClient {
+            max: usize::MAX,
+            exempt: Vec::new(),
+        }
+    }
 }
 
 /// An answer given to a request from its head alone.
@@ -72,6 +94,8 @@ impl std::fmt::Debug for Early {
 pub struct ServerState {
     pub shutting_down: AtomicBool,
     pub open_connections: AtomicUsize,
+    /// Open connections by client address (`peer::counted`).
+    pub(super) per_client: std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>,
     /// Requests complete and not yet answered (served or waiting for a worker).
     pub in_flight: AtomicUsize,
     /// Requests waiting for a worker.
@@ -85,6 +109,47 @@ pub struct ServerState {
 }
 
 impl ServerState {
+    /// Counts a new connection from `peer`, unless the connections run short (`open` of `max` are open,
+    /// this one included) and `peer` holds its share already: then false, nothing counted.
+    pub(super) fn take_share(
+        &self,
+        peer: std::net::IpAddr,
+        open: usize,
+        max: usize,
+        share: &PerClient,
+    ) -> bool {
+        let client = crate::peer::counted(peer);
+        let mut held = match self.per_client.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        let n = held.entry(client).or_insert(0);
+        let short = open > max / 2;
+        if short && *n >= share.max && !share.exempt.iter().any(|r| r.contains(peer)) {
+            if *n == 0 {
+                held.remove(&client);
+            }
+            return false;
+        }
+        *n += 1;
+        true
+    }
+
+    /// A connection from `peer` closed.
+    pub(super) fn give_share(&self, peer: std::net::IpAddr) {
+        let client = crate::peer::counted(peer);
+        let mut held = match self.per_client.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        if let Some(n) = held.get_mut(&client) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                held.remove(&client);
+            }
+        }
+    }
+
     /// Reserves `n` more body bytes within `max`; false (nothing reserved) when they would not fit.
     pub(super) fn reserve_body(&self, n: u64, max: u64) -> bool {
         let mut cur = self.buffered_body.load(Ordering::Relaxed);

@@ -82,6 +82,13 @@ impl StreamObserver {
         )
     }
 
+    /// The usage the upstream reported for the whole stream: it reached its end with no error and said
+    /// what it used (None: it did not, so what it did is not known).
+    pub fn reported_whole(&self) -> Option<Usage> {
+        let s = &self.seen;
+        s.usage.filter(|_| s.done && s.upstream_error.is_none())
+    }
+
     /// The usage to bill, by the one rule for streams (`estimate::stream_usage`), and whether it is an
     /// estimate.
     pub fn usage(&self) -> (Usage, bool) {

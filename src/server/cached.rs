@@ -212,7 +212,9 @@ pub fn replay(
         ..Answer::default()
     };
     if p.stream {
-        let watch = gw.watchdog.watch(ex.response().socket(), trace.cut.clone());
+        let watch = gw
+            .watchdog
+            .watch(&trace.request_id, ex.response().socket(), trace.cut.clone());
         let encoder = protocol.stream_encoder(req, p.wants_stream_usage, &trace.request_id);
         let start = StreamEvent::Start {
             id: resp.id.clone(),

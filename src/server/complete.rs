@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::attempt::Attempt;
 use super::events::EventWriter;
 use super::outcome::Delivered;
-use crate::protocol::canon::{Request, Response, StreamEvent};
+use crate::protocol::canon::{Request, Response, StreamEvent, Usage};
 use crate::protocol::egress::events_from_response;
 use crate::protocol::{estimate, ApiError, EgressOptions, Protocol};
 use crate::util::unix_now;
@@ -99,4 +99,26 @@ fn closed(status: u16) -> Delivered {
         client_closed: true,
         ..Delivered::default()
     }
+}
+
+/// The usage a stream whose client left is billed: what the upstream reported for the whole stream, read
+/// after the client left (`reported`); else the reserved output (`limit`, the most output this attempt may
+/// be billed, or the reservation's), not the text the client saw: the upstream may have reasoned at length
+/// before it, or gone on after. `seen`: the usage by the stream rule and whether it is an estimate.
+pub fn after_client_left(
+    p: &super::prepared::Prepared,
+    limit: Option<u64>,
+    seen: (Usage, bool),
+    reported: Option<Usage>,
+) -> (Usage, bool) {
+    if let Some(u) = reported {
+        return (u, false);
+    }
+    let (mut usage, _) = seen;
+    let worst = limit.unwrap_or_else(|| p.reserved_output());
+    usage.output_tokens = usage.output_tokens.max(worst);
+    if usage.input_tokens == 0 {
+        usage.input_tokens = p.input_estimate();
+    }
+    (usage, true)
 }

@@ -169,6 +169,11 @@ impl<'a> EventWriter<'a> {
     }
 
     /// The output the upstream reported so far (if any) and an estimate of what was produced.
+    /// The usage the upstream reported so far (cumulative), if any.
+    pub fn reported(&self) -> Option<Usage> {
+        self.usage
+    }
+
     pub fn output_so_far(&self) -> (Option<u64>, u64) {
         (self.usage.map(|u| u.output_tokens), self.produced_tokens)
     }
@@ -208,9 +213,10 @@ impl<'a> EventWriter<'a> {
     pub fn end(mut self) -> Delivered {
         let error = self.error.clone();
         let kept = self.kept.take();
-        let (usage, client_closed) = match self.finish() {
+        // A client gone at the very end is billed what was written all the same.
+        let (usage, client_closed) = match self.close() {
             Ok(u) => (Some(u), false),
-            Err(ClientGone) => (None, true),
+            Err(u) => (Some(u), true),
         };
         let kept = kept
             .filter(|_| error.is_none() && !client_closed)
@@ -227,27 +233,37 @@ impl<'a> EventWriter<'a> {
 
     /// Closes the stream: when no usage came, an estimate is sent first; then the protocol's closing
     /// events and the end of the chunked body.
-    pub fn finish(mut self) -> Result<(Usage, bool), ClientGone> {
+    pub fn finish(self) -> Result<(Usage, bool), ClientGone> {
+        self.close().map_err(|_| ClientGone)
+    }
+
+    /// [`finish`](Self::finish), with the usage of what was written when the client is gone.
+    fn close(mut self) -> Result<(Usage, bool), (Usage, bool)> {
         // What the order still holds (a stream that ended with neither a finish nor an error).
         let mut held = std::mem::take(&mut self.ordered);
         self.order.flush(&mut held);
         for ev in held.drain(..) {
-            self.accept(&ev)?;
+            if self.accept(&ev).is_err() {
+                return Err(self.usage());
+            }
         }
         self.redactor.release();
-        self.send_released()?;
+        if self.send_released().is_err() {
+            return Err(self.usage());
+        }
         let (usage, estimated) = self.usage();
+        let gone = |_| (usage, estimated);
         if self.trace.hold_tail {
             // Strict ledger: the closing events wait until the usage record is synced.
-            self.flush()?;
+            self.flush().map_err(gone)?;
             self.w.hold_rest();
         }
         if estimated && self.error.is_none() {
             self.enc.encode(&StreamEvent::Usage(usage), &mut self.buf);
         }
         self.enc.finish(&mut self.buf);
-        self.flush()?;
-        self.w.finish().map_err(|_| ClientGone)?;
+        self.flush().map_err(gone)?;
+        self.w.finish().map_err(|_| (usage, estimated))?;
         Ok((usage, estimated))
     }
 }

@@ -134,7 +134,9 @@ fn attempts(
     p: &Prepared,
     keep: bool,
 ) -> (Answer, u32) {
-    let watch = gw.watchdog.watch(ex.response().socket(), trace.cut.clone());
+    let watch = gw
+        .watchdog
+        .watch(&trace.request_id, ex.response().socket(), trace.cut.clone());
     let mut route = match Route::plan(gw, p) {
         Ok(r) => r,
         Err(e) => return (Answer::refused(e), 0),

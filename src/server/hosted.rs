@@ -217,22 +217,8 @@ pub fn plan(
         return Ok(Plan::default());
     }
     let allowed = config.hosted_prices(&model.name);
-    let mut dropped: Vec<String> = Vec::new();
-    let refused: Vec<&ToolAsk> = asks
-        .tools
-        .iter()
-        .filter(|t| !allowed.tools.contains_key(&t.family))
-        .collect();
-    if let Some(t) = refused.iter().find(|t| t.forced) {
-        return Err(tool_refused(t, &model.name));
-    }
-    if !refused.is_empty() {
-        for t in &refused {
-            if !dropped.contains(&t.family) {
-                dropped.push(t.family.clone());
-            }
-        }
-        crate::protocol::hosted::leave_out(body, &refused, asks.with_tools);
+    let dropped = leave_out_refused(body, &asks, allowed, &model.name)?;
+    if !dropped.is_empty() {
         // What is left, where it now is.
         asks = protocol.hosted_asks(body)?;
     }
@@ -289,6 +275,34 @@ pub fn plan(
         plan.capped = asks.capped;
     }
     Ok(plan)
+}
+
+/// Leaves the hosted tools `asks` found that the model does not allow out of `body` (refusing the request
+/// when the client forces one); returns their families, each once.
+fn leave_out_refused(
+    body: &mut Value,
+    asks: &wire::Asks,
+    allowed: &crate::config::hosted::HostedPrices,
+    model: &str,
+) -> Result<Vec<String>, ApiError> {
+    let refused: Vec<&ToolAsk> = asks
+        .tools
+        .iter()
+        .filter(|t| !allowed.tools.contains_key(&t.family))
+        .collect();
+    if let Some(t) = refused.iter().find(|t| t.forced) {
+        return Err(tool_refused(t, model));
+    }
+    let mut dropped: Vec<String> = Vec::new();
+    for t in &refused {
+        if !dropped.contains(&t.family) {
+            dropped.push(t.family.clone());
+        }
+    }
+    if !refused.is_empty() {
+        wire::leave_out(body, &refused, asks.with_tools);
+    }
+    Ok(dropped)
 }
 
 /// A hosted tool the model does not allow, forced by the client's `tool_choice` (leaving it out would

@@ -461,6 +461,7 @@ fn start(gw: &Arc<Gateway>, listener: TcpListener) -> Result<http::Server, Threa
         read_timeout: config.read_timeout,
         write_timeout: config.write_timeout,
         max_connections: config.max_connections,
+        per_client: config.per_client.clone(),
         max_buffered_body_bytes: config.max_buffered_body_bytes,
         workers: config.workers,
         queue_size: config.queue_size,

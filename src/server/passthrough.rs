@@ -124,8 +124,12 @@ fn relay_stream(
     mut kept: Option<FromRelay>,
 ) {
     let mut events = reply.into_sse();
+    // What the upstream does is billed however the client leaves: from here its stream is read on to the
+    // usage report for a while after the client left.
+    crate::upstream::tap::drain_after_client_leaves(super::attempt::DRAIN_AFTER_CLIENT_LEFT);
     if respond::start_sse(a.ex.response(), a.trace, &[]).is_err() {
         answer.client_closed = true;
+        after_client_left(a, answer, &mut events, &mut watch);
         return;
     }
     if let Ok(shared) = a.ex.response().share() {
@@ -151,13 +155,14 @@ fn relay_stream(
                 break None;
             }
             Err(_) if a.trace.cut_by_shutdown() => break Some(ApiError::shutting_down()),
+            Err(_) if a.trace.client_gone() => Step::ClientGone,
             Err(e) => break Some(uphttp::stream_read_error(&a.upstream.name, &e)),
         };
         match step {
             Step::Next => {}
             Step::ClientGone => {
                 answer.client_closed = true;
-                answer.set_usage(watch.usage());
+                after_client_left(a, answer, &mut events, &mut watch);
                 return;
             }
             Step::Stop(failure) => break failure,
@@ -185,6 +190,39 @@ fn relay_stream(
     if a.ex.response().finish().is_err() {
         answer.client_closed = true;
     }
+}
+
+/// The client left mid-stream: the upstream's stream is read on, nothing written, until it reports its
+/// usage and ends (or the drain time the watchdog allows, `attempt::DRAIN_AFTER_CLIENT_LEFT`, passes, or it
+/// goes past the output limit), so what the upstream did (its hidden reasoning too) is billed. A stream that
+/// reported no usage is billed the reserved output, not the text the client saw.
+fn after_client_left(
+    a: &mut Attempt,
+    answer: &mut Answer,
+    events: &mut crate::protocol::sse::SseReader<impl std::io::BufRead>,
+    watch: &mut StreamObserver,
+) {
+    let limit = answer.output_limit;
+    while !watch.done() {
+        match events.next_event() {
+            Ok(Some(ev)) => {
+                watch.observe(&ev);
+                let (reported, produced) = watch.output_so_far();
+                if limits::beyond(limit, reported, produced) {
+                    watch.cut();
+                    break;
+                }
+            }
+            Ok(None) | Err(_) => break,
+        }
+    }
+    let reported = watch.reported_whole();
+    answer.set_usage(complete::after_client_left(
+        a.p,
+        limit,
+        watch.usage(),
+        reported,
+    ));
 }
 
 enum Step {

@@ -126,18 +126,18 @@ fn relay_stream(a: &mut Attempt, t: &Translated, reply: Reply, limit: Option<u64
     };
     let extra = dropped_header(&t.dropped);
     let (w, trace) = (a.ex.response(), a.trace);
+    let name = &a.upstream.name;
+    let mut events = reply.into_sse();
+    let mut decoder = t.target.stream_decoder(&t.opts);
+    // What the upstream does is billed however the client leaves: from here its stream is read on to the
+    // usage report for a while after the client left.
+    crate::upstream::tap::drain_after_client_leaves(super::attempt::DRAIN_AFTER_CLIENT_LEFT);
     let Ok(mut writer) = EventWriter::start(w, trace, encoder, start, &extra, a.watch) else {
-        return Delivered {
-            client_closed: true,
-            ..Delivered::default()
-        };
+        return gone_at_once(a.p, limit, &mut events, &mut *decoder);
     };
     if a.keep {
         writer.keep();
     }
-    let name = &a.upstream.name;
-    let mut events = reply.into_sse();
-    let mut decoder = t.target.stream_decoder(&t.opts);
     let mut decoded = Vec::new();
     let failure = 'read: loop {
         let waiting = std::time::Instant::now();
@@ -147,13 +147,37 @@ fn relay_stream(a: &mut Attempt, t: &Translated, reply: Reply, limit: Option<u64
             Ok(Some(ev)) => ev,
             Ok(None) => break Some(ended_early(name)),
             Err(_) if trace.cut_by_shutdown() => break Some(ApiError::shutting_down()),
+            Err(_) if trace.client_gone() => {
+                let drained = Drained::after(&writer, &[]);
+                let gone = writer.gone();
+                return after_client_left(
+                    a.p,
+                    limit,
+                    gone,
+                    &mut events,
+                    &mut *decoder,
+                    false,
+                    drained,
+                );
+            }
             Err(e) => break Some(uphttp::stream_read_error(name, &e)),
         };
         decoded.clear();
         let done = decoder.feed(&ev, &mut decoded);
-        for e in &decoded {
+        for (i, e) in decoded.iter().enumerate() {
             if writer.emit(e).is_err() {
-                return writer.gone();
+                // What this event batch still says (a usage after the finish) counts too.
+                let drained = Drained::after(&writer, &decoded[i + 1..]);
+                let gone = writer.gone();
+                return after_client_left(
+                    a.p,
+                    limit,
+                    gone,
+                    &mut events,
+                    &mut *decoder,
+                    done,
+                    drained,
+                );
             }
             let (reported, produced) = writer.output_so_far();
             if limits::beyond(limit, reported, produced) {
@@ -168,6 +192,90 @@ fn relay_stream(a: &mut Attempt, t: &Translated, reply: Reply, limit: Option<u64
         let _ = writer.emit(&StreamEvent::Error(err));
     }
     writer.end()
+}
+
+/// The client left before its stream's head was written: the upstream's stream is read on all the same.
+fn gone_at_once(
+    p: &super::prepared::Prepared,
+    limit: Option<u64>,
+    events: &mut crate::protocol::sse::SseReader<impl std::io::BufRead>,
+    decoder: &mut dyn crate::protocol::StreamDecoder,
+) -> Delivered {
+    let drained = Drained {
+        usage: None,
+        failed: false,
+    };
+    let gone = Delivered {
+        client_closed: true,
+        status: 200,
+        ..Delivered::default()
+    };
+    after_client_left(p, limit, gone, events, decoder, false, drained)
+}
+
+/// What an upstream stream said by the time its client left and after.
+struct Drained {
+    usage: Option<crate::protocol::canon::Usage>,
+    failed: bool,
+}
+
+impl Drained {
+    /// What `writer` had been told, and the events of the same batch it was not.
+    fn after(writer: &EventWriter, rest: &[StreamEvent]) -> Drained {
+        let mut d = Drained {
+            usage: writer.reported(),
+            failed: false,
+        };
+        d.take(rest);
+        d
+    }
+
+    fn take(&mut self, events: &[StreamEvent]) {
+        for e in events {
+            match e {
+                StreamEvent::Usage(u) => self.usage = Some(*u),
+                StreamEvent::Error(_) => self.failed = true,
+                _ => {}
+            }
+        }
+    }
+}
+
+/// The client left mid-stream: the upstream's stream is read on, decoded and nothing written, until it ends
+/// (or the drain time the watchdog allows passes, `attempt::DRAIN_AFTER_CLIENT_LEFT`), so what the upstream
+/// did (its hidden reasoning too) is billed as it reports it; a stream that reports no usage for the whole
+/// of it is billed the reserved output, not the text the client saw. `done`: the stream had already ended.
+fn after_client_left(
+    p: &super::prepared::Prepared,
+    limit: Option<u64>,
+    mut gone: Delivered,
+    events: &mut crate::protocol::sse::SseReader<impl std::io::BufRead>,
+    decoder: &mut dyn crate::protocol::StreamDecoder,
+    mut done: bool,
+    mut drained: Drained,
+) -> Delivered {
+    let mut decoded = Vec::new();
+    while !done {
+        match events.next_event() {
+            Ok(Some(ev)) => {
+                decoded.clear();
+                done = decoder.feed(&ev, &mut decoded);
+                drained.take(&decoded);
+                let over = drained
+                    .usage
+                    .is_some_and(|u| limit.is_some_and(|l| u.output_tokens > l));
+                if over {
+                    drained.failed = true;
+                    break;
+                }
+            }
+            Ok(None) | Err(_) => break,
+        }
+    }
+    let reported = drained.usage.filter(|_| done && !drained.failed);
+    let seen = gone.usage.unwrap_or_default();
+    gone.usage = Some(super::complete::after_client_left(p, limit, seen, reported));
+    gone
 }
 
 fn ended_early(upstream: &str) -> ApiError {

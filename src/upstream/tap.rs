@@ -20,7 +20,7 @@
 use std::cell::RefCell;
 use std::fmt;
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -37,19 +37,69 @@ use ureq::unversioned::transport::{
 const SLICE: Duration = Duration::from_millis(250);
 
 /// The cancel flag of one request.
-#[derive(Default)]
 pub struct UpstreamSlot {
     cancelled: AtomicBool,
+    /// Cancelled because the client left (not at the shutdown deadline): the upstream's answer may still be
+    /// read for [`UpstreamSlot::drain`] from then on.
+    left: AtomicBool,
+    /// How long after the client left the upstream's answer is still read, in milliseconds (0: not at all).
+    drain_ms: AtomicU64,
+    /// When the client left, in milliseconds since `made`.
+    left_at_ms: AtomicU64,
+    made: Instant,
+}
+
+impl Default for UpstreamSlot {
+    fn default() -> Self {
+        UpstreamSlot {
+            cancelled: AtomicBool::new(false),
+            left: AtomicBool::new(false),
+            drain_ms: AtomicU64::new(0),
+            left_at_ms: AtomicU64::new(0),
+            made: Instant::now(),
+        }
+    }
 }
 
 impl UpstreamSlot {
-    /// Asks the thread serving this request to stop waiting on its upstream.
+    /// Asks the thread serving this request to stop waiting on its upstream, at once.
     pub fn cancel(&self) {
         self.cancelled.store(true, Ordering::SeqCst);
     }
 
+    /// The request's client left: the thread stops waiting on its upstream once the drain time allowed
+    /// (if any) has passed, so what the upstream did can still be read to its usage report.
+    pub fn client_left(&self) {
+        let now = self.made.elapsed().as_millis() as u64;
+        if !self.left.swap(true, Ordering::SeqCst) {
+            self.left_at_ms.store(now, Ordering::SeqCst);
+        }
+    }
+
+    /// Lets the upstream's answer be read for up to `grace` after the client leaves.
+    pub fn drain(&self, grace: Duration) {
+        self.drain_ms
+            .store(grace.as_millis() as u64, Ordering::SeqCst);
+    }
+
     pub fn is_cancelled(&self) -> bool {
-        self.cancelled.load(Ordering::SeqCst)
+        if self.cancelled.load(Ordering::SeqCst) {
+            return true;
+        }
+        if !self.left.load(Ordering::SeqCst) {
+            return false;
+        }
+        let since = self.made.elapsed().as_millis() as u64;
+        since.saturating_sub(self.left_at_ms.load(Ordering::SeqCst))
+            >= self.drain_ms.load(Ordering::SeqCst)
+    }
+}
+
+/// Lets the request this thread serves read its upstream's answer for up to `grace` after its client
+/// leaves (see [`UpstreamSlot::drain`]).
+pub fn drain_after_client_leaves(grace: Duration) {
+    if let Some(slot) = bound() {
+        slot.drain(grace);
     }
 }
 
