@@ -522,7 +522,16 @@ fn the_one_limit_and_the_operators_account() {
     );
     assert_eq!(r.status, 400, "{}", r.text());
     assert!(r.text().contains("tuned model"));
-    // A paid hosted tool the model does not allow (Google Search grounding) is refused by name.
+    assert_eq!(
+        b.fake.received().len(),
+        calls,
+        "nothing reached the upstream"
+    );
+    // A paid hosted tool the model does not allow (Google Search grounding) is left out, and named.
+    b.queue
+        .lock()
+        .unwrap()
+        .push_back(Reply::json(200, &answer("ok", 3, 1)));
     let search =
         json!({"contents": [{"parts": [{"text": "news?"}]}], "tools": [{"googleSearch": {}}]});
     let r = post_as(
@@ -531,17 +540,9 @@ fn the_one_limit_and_the_operators_account() {
         "/v1beta/models/m-gemini:generateContent",
         &search,
     );
-    assert_eq!(r.status, 400, "{}", r.text());
-    assert!(r.text().contains("google_search"), "{}", r.text());
-    assert_eq!(
-        r.json()["error"]["details"][0]["reason"],
-        "HOSTED_TOOL_REFUSED"
-    );
-    assert_eq!(
-        b.fake.received().len(),
-        calls,
-        "nothing reached the upstream"
-    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-tollgate-dropped-tools"), Some("google_search"));
+    assert!(b.fake.last().json().get("tools").is_none());
 }
 
 /// Google reads a field by its proto name too (`generation_config.max_output_tokens`, `google_search`): every
@@ -584,16 +585,6 @@ fn proto_spellings_are_judged_as_the_json_names() {
             "candidateCount",
         ),
         (
-            json!({"contents": [{"parts": [{"text": "news?"}]}], "tools": [{"google_search": {}}]}),
-            400,
-            "google_search",
-        ),
-        (
-            json!({"contents": [{"parts": [{"text": "hi"}]}], "tools": [{"some_future_tool": {}}]}),
-            400,
-            "someFutureTool",
-        ),
-        (
             json!({"contents": [{"parts": [{"text": "hi"}]}], "cached_content": "cachedContents/x"}),
             400,
             "cachedContent",
@@ -624,6 +615,37 @@ fn proto_spellings_are_judged_as_the_json_names() {
         calls,
         "nothing reached the upstream"
     );
+    // Hosted tools in proto spelling are seen by their JSON names, left out (with the tool config that goes
+    // with them) and named.
+    for (body, family) in [
+        (
+            json!({"contents": [{"parts": [{"text": "news?"}]}], "tools": [{"google_search": {}}],
+                   "tool_config": {"function_calling_config": {"mode": "AUTO"}}}),
+            "google_search",
+        ),
+        (
+            json!({"contents": [{"parts": [{"text": "hi"}]}], "tools": [{"some_future_tool": {}}]}),
+            "someFutureTool",
+        ),
+    ] {
+        b.queue
+            .lock()
+            .unwrap()
+            .push_back(Reply::json(200, &answer("ok", 3, 1)));
+        let r = post_as(
+            gw,
+            &credit,
+            "/v1beta/models/m-gemini:generateContent",
+            &body,
+        );
+        assert_eq!(r.status, 200, "{body}: {}", r.text());
+        assert_eq!(r.header("x-tollgate-dropped-tools"), Some(family), "{body}");
+        let sent = b.fake.last().json();
+        assert!(
+            sent.get("tools").is_none() && sent.get("toolConfig").is_none(),
+            "{sent}"
+        );
+    }
 }
 
 /// A Gemini client of another protocol's upstream: translated both ways, streamed as SSE or as a JSON

@@ -708,7 +708,10 @@ fn a_vanished_client_cuts_the_upstream_and_frees_the_worker() {
     let config = standard_config(
         dir.path(),
         Some(fake.addr),
-        &format!("workers = 1\nadmin_token_env = \"{ADMIN_TOKEN_ENV}\""),
+        // A stream is read on for a second after its client left (for its usage), then cut.
+        &format!(
+            "workers = 1\nclient_left_grace_secs = 1\nadmin_token_env = \"{ADMIN_TOKEN_ENV}\""
+        ),
     );
     let gw = Gateway::start_with(dir, &config);
     let auth = format!("Bearer {}", gw.key);

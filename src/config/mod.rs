@@ -275,7 +275,7 @@ pub struct Config {
     pub queue_size: usize,
     pub max_connections: usize,
     /// A client address's share of the connections once more than half are open
-    /// (`max_connections_per_client`, default an eighth of them), and the addresses exempt from it
+    /// (`max_connections_per_client`, default an eighth of them, at least 32), and the addresses exempt from it
     /// (`exempt_clients`).
     pub per_client: crate::http::PerClient,
     pub max_body_bytes: u64,
@@ -286,6 +286,10 @@ pub struct Config {
     pub shutdown_grace: Duration,
     /// A stream silent for this long gets a keepalive (SSE comment, or `ping` for Messages clients).
     pub keepalive: Duration,
+    /// How long a streamed answer is still read after its client left, for the usage report that bills
+    /// what the upstream did (`client_left_grace_secs`, 30; 0: the upstream call ends at once, and the
+    /// stream is billed its output limit).
+    pub client_left_grace: Duration,
     /// How often the usage ledger is synced to disk (at most this much is lost to a `kill -9`).
     pub ledger_sync: Duration,
     /// Sync each usage record before its response ends.

@@ -34,6 +34,7 @@ pub(super) struct RawConfig {
     write_timeout_secs: Option<u64>,
     shutdown_grace_secs: Option<u64>,
     keepalive_secs: Option<u64>,
+    client_left_grace_secs: Option<u64>,
     ledger_sync_ms: Option<u64>,
     ledger_strict: Option<bool>,
     ledger_backlog_records: Option<u64>,
@@ -206,7 +207,7 @@ pub(super) fn validate(raw: RawConfig, env: &Env) -> Result<Config, ConfigError>
     let per_client = p.positive(
         "max_connections_per_client",
         raw.max_connections_per_client,
-        (max_connections / 8).max(1),
+        (max_connections / 8).max(max_connections.min(32)),
     );
     let mut exempt_clients = Vec::new();
     for (i, r) in raw.exempt_clients.iter().enumerate() {
@@ -242,6 +243,7 @@ pub(super) fn validate(raw: RawConfig, env: &Env) -> Result<Config, ConfigError>
         write_timeout: p.secs("write_timeout_secs", raw.write_timeout_secs, 60),
         shutdown_grace: p.secs("shutdown_grace_secs", raw.shutdown_grace_secs, 30),
         keepalive: p.secs("keepalive_secs", raw.keepalive_secs, 15),
+        client_left_grace: Duration::from_secs(raw.client_left_grace_secs.unwrap_or(30)),
         ledger_sync: p.millis("ledger_sync_ms", raw.ledger_sync_ms, 200),
         ledger_strict: raw.ledger_strict.unwrap_or(false),
         ledger_backlog_records: p.take(backlog(raw.ledger_backlog_records), 0),

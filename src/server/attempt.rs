@@ -9,11 +9,6 @@ use super::watchdog::WatchGuard;
 use crate::config::Upstream;
 use crate::http::Exchange;
 
-/// How long a streamed answer is still read after its client left, for the usage report that bills what
-/// the upstream did (the hidden reasoning included): a stream that reports none within it is billed the
-/// reserved output (see `passthrough.rs` and `translate.rs`, `after_client_left`).
-pub const DRAIN_AFTER_CLIENT_LEFT: std::time::Duration = std::time::Duration::from_secs(30);
-
 pub struct Attempt<'r, 'c> {
     pub gw: &'r Gateway,
     /// The client's exchange (the answer is written to it).

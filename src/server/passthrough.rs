@@ -126,7 +126,7 @@ fn relay_stream(
     let mut events = reply.into_sse();
     // What the upstream does is billed however the client leaves: from here its stream is read on to the
     // usage report for a while after the client left.
-    crate::upstream::tap::drain_after_client_leaves(super::attempt::DRAIN_AFTER_CLIENT_LEFT);
+    crate::upstream::tap::drain_after_client_leaves(a.p.config.client_left_grace);
     if respond::start_sse(a.ex.response(), a.trace, &[]).is_err() {
         answer.client_closed = true;
         after_client_left(a, answer, &mut events, &mut watch);
@@ -193,7 +193,7 @@ fn relay_stream(
 }
 
 /// The client left mid-stream: the upstream's stream is read on, nothing written, until it reports its
-/// usage and ends (or the drain time the watchdog allows, `attempt::DRAIN_AFTER_CLIENT_LEFT`, passes, or it
+/// usage and ends (or the drain time the watchdog allows, `client_left_grace_secs`, passes, or it
 /// goes past the output limit), so what the upstream did (its hidden reasoning too) is billed. A stream that
 /// reported no usage is billed the reserved output, not the text the client saw.
 fn after_client_left(

@@ -131,7 +131,7 @@ fn relay_stream(a: &mut Attempt, t: &Translated, reply: Reply, limit: Option<u64
     let mut decoder = t.target.stream_decoder(&t.opts);
     // What the upstream does is billed however the client leaves: from here its stream is read on to the
     // usage report for a while after the client left.
-    crate::upstream::tap::drain_after_client_leaves(super::attempt::DRAIN_AFTER_CLIENT_LEFT);
+    crate::upstream::tap::drain_after_client_leaves(a.p.config.client_left_grace);
     let Ok(mut writer) = EventWriter::start(w, trace, encoder, start, &extra, a.watch) else {
         return gone_at_once(a.p, limit, &mut events, &mut *decoder);
     };
@@ -242,7 +242,7 @@ impl Drained {
 }
 
 /// The client left mid-stream: the upstream's stream is read on, decoded and nothing written, until it ends
-/// (or the drain time the watchdog allows passes, `attempt::DRAIN_AFTER_CLIENT_LEFT`), so what the upstream
+/// (or the drain time the watchdog allows passes, `client_left_grace_secs`), so what the upstream
 /// did (its hidden reasoning too) is billed as it reports it; a stream that reports no usage for the whole
 /// of it is billed the reserved output, not the text the client saw. `done`: the stream had already ended.
 fn after_client_left(
