@@ -298,6 +298,14 @@ struct Shared {
     /// Records of callers that do not wait (every record outside strict mode): taken by the writer at its
     /// next sync, so queueing one wakes no thread.
     inbox: std::sync::Mutex<Vec<Record>>,
+    /// The lines the writer holds and has not synced (its pending records, in order), for a query the
+    /// writer does not answer in time: a record is here before it leaves the inbox (moved under the inbox's
+    /// lock) and until the file's synced length counts it, so a reader that looks at the inbox, then this,
+    /// then the file never misses one.
+    unsynced: std::sync::Mutex<Vec<Arc<[u8]>>>,
+    /// Tests: the writer waits while this is set (a disk or a machine too slow to answer a query).
+    #[cfg(test)]
+    stall: AtomicBool,
     /// False once the writer thread has ended.
     writer_alive: AtomicBool,
     /// Why the last write attempt failed, while it does.
@@ -416,6 +424,9 @@ impl Ledger {
             feed: std::sync::Mutex::new(VecDeque::new()),
             feeding: AtomicBool::new(false),
             inbox: std::sync::Mutex::new(Vec::new()),
+            unsynced: std::sync::Mutex::new(Vec::new()),
+            #[cfg(test)]
+            stall: AtomicBool::new(false),
             writer_alive: AtomicBool::new(true),
             problem: std::sync::Mutex::new(None),
             active: Mutex::new((start.seq, file.clone())),
@@ -551,10 +562,12 @@ impl Ledger {
     /// Makes one attempt to write and sync everything queued so far; true when nothing is left unwritten.
     /// Returns after that one attempt even when the disk is failing.
     pub fn flush(&self) -> bool {
-        self.flush_within(FLUSH_WAIT, false).0
+        self.flush_within(FLUSH_WAIT, false).0 == Some(true)
     }
 
-    fn flush_within(&self, wait: Duration, snapshot: bool) -> (bool, Vec<Arc<[u8]>>) {
+    /// Asks the writer to write and sync what is queued, waiting up to `wait`: whether nothing is left
+    /// unwritten (None: the writer did not answer in time), and with `snapshot` the lines that are.
+    fn flush_within(&self, wait: Duration, snapshot: bool) -> (Option<bool>, Vec<Arc<[u8]>>) {
         let (ack_tx, ack_rx) = crossbeam_channel::bounded(1);
         if self
             .tx
@@ -564,9 +577,12 @@ impl Ledger {
             })
             .is_err()
         {
-            return (false, Vec::new());
+            return (None, Vec::new());
         }
-        ack_rx.recv_timeout(wait).unwrap_or((false, Vec::new()))
+        match ack_rx.recv_timeout(wait) {
+            Ok((done, lines)) => (Some(done), lines),
+            Err(_) => (None, Vec::new()),
+        }
     }
 
     /// At shutdown: keeps retrying the backlog for up to `within`; each record still unwritten then is
@@ -590,10 +606,34 @@ impl Ledger {
     }
 
     /// Records matching `filter`, newest first. Everything queued so far is flushed first; records the
-    /// disk does not take right now are found in memory.
+    /// disk does not take right now are found in memory. A writer that does not answer in time (a slow
+    /// disk, a busy machine) is not waited for: the records it has not synced, and those still queued, are
+    /// read from memory, so a record is found from the moment it was queued.
     pub fn query(&self, filter: &Filter) -> io::Result<Vec<Record>> {
-        let (_, unwritten) = self.flush_within(QUERY_FLUSH_WAIT, true);
-        query::scan_with_unwritten(&self.history()?, filter, &unwritten)
+        let (answered, unwritten) = self.flush_within(QUERY_FLUSH_WAIT, true);
+        if answered.is_some() {
+            return query::scan_with_unwritten(&self.history()?, filter, &unwritten);
+        }
+        let unwritten = self.in_memory();
+        let mut out = query::scan_with_unwritten(&self.history()?, filter, &unwritten)?;
+        // A record synced while this was read is in memory and in the file: once.
+        let mut seen = std::collections::HashSet::new();
+        out.retain(|r| seen.insert(r.request_id.clone()));
+        Ok(out)
+    }
+
+    /// The records not yet synced, oldest first: the writer's (in order), then those still queued. The
+    /// inbox's lock is held while both are read, as the writer holds it while it moves records out of it.
+    fn in_memory(&self) -> Vec<Arc<[u8]>> {
+        let inbox = lock(&self.shared.inbox);
+        let mut lines: Vec<Arc<[u8]>> = lock(&self.shared.unsynced).clone();
+        for rec in inbox.iter() {
+            if let Ok(mut line) = serde_json::to_vec(rec) {
+                line.push(b'\n');
+                lines.push(Arc::from(line));
+            }
+        }
+        lines
     }
 
     /// One look at every file of the ledger, oldest first, the active one read up to its synced length.

@@ -294,6 +294,27 @@ fn a_full_disk_keeps_records_in_memory_until_it_has_room_again() {
     assert!(ledger.flush());
 }
 
+/// Issue 39, 0: a record is found from the moment it is queued, also when the writer does not answer the
+/// query in time (a busy machine, a slow disk): what is queued and what the writer holds unsynced are read
+/// from memory, each record once.
+#[test]
+fn a_queued_record_is_found_when_the_writer_does_not_answer_in_time() {
+    let dir = temp_dir("ledger-stalled");
+    let (ledger, _) = Ledger::open(&dir, Duration::from_secs(3600), false).unwrap();
+    ledger.append(record("a", 1.0, 1));
+    assert!(ledger.flush());
+    ledger.append(record("a", 1.0, 2));
+    ledger.shared.stall.store(true, Ordering::SeqCst);
+    ledger.append(record("a", 1.0, 3));
+    let found = ledger.query(&Filter::default()).unwrap();
+    let ids: Vec<&str> = found.iter().map(|r| r.request_id.as_str()).collect();
+    assert_eq!(ids, ["req_3", "req_2", "req_1"]);
+    ledger.shared.stall.store(false, Ordering::SeqCst);
+    assert!(ledger.flush());
+    assert_eq!(ledger.in_memory().len(), 0, "nothing left unsynced");
+    assert_eq!(ledger.query(&Filter::default()).unwrap().len(), 3);
+}
+
 #[test]
 fn replay_refuses_impossible_records() {
     let dir = temp_dir("ledger-replay");

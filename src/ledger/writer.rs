@@ -200,6 +200,10 @@ impl Writer {
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => disconnected = true,
             }
+            #[cfg(test)]
+            while self.shared.stall.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
             self.take_inbox();
             // Whatever else is queued already goes into the same attempt.
             for _ in 0..MAX_DRAIN {
@@ -277,23 +281,57 @@ impl Writer {
         }
     }
 
-    /// Takes the records queued without a wake-up (they go before any later message's records).
+    /// Takes the records queued without a wake-up (they go before any later message's records). They move
+    /// into the unsynced lines readers see while the inbox's lock is held, so no reader misses them between.
     fn take_inbox(&mut self) {
-        let records = {
-            let mut inbox = match self.shared.inbox.lock() {
-                Ok(g) => g,
-                Err(p) => p.into_inner(),
-            };
-            std::mem::take(&mut *inbox)
-        };
-        let mut urgent = false;
-        for rec in records {
-            self.take(
-                Msg::Record(Box::new(rec), None),
-                &mut urgent,
-                &mut Vec::new(),
-            );
+        let shared = self.shared.clone();
+        let mut inbox = lock(&shared.inbox);
+        if inbox.is_empty() {
+            return;
         }
+        let records = std::mem::take(&mut *inbox);
+        let mut unsynced = lock(&shared.unsynced);
+        for rec in records {
+            if let Some(entry) = self.entry(Box::new(rec), None) {
+                unsynced.push(entry.line.clone());
+                self.pending.push_back(entry);
+            }
+        }
+    }
+
+    /// A record made into its pending line (None: it cannot be encoded, and is logged).
+    fn entry(&mut self, rec: Box<Record>, ack: Option<Ack>) -> Option<Entry> {
+        match serde_json::to_vec(&rec) {
+            Ok(mut line) => {
+                line.push(b'\n');
+                self.pending_bytes += line.len();
+                let facts = self
+                    .shared
+                    .feeding
+                    .load(Ordering::Relaxed)
+                    .then(|| super::RecordFacts::of(&rec).map(Box::new));
+                Some(Entry {
+                    line: Arc::from(line),
+                    waiting: ack.map(|a| (a, rec)),
+                    facts,
+                })
+            }
+            Err(e) => {
+                self.shared.backlog.fetch_sub(1, Ordering::Relaxed);
+                log::error!("usage ledger: cannot encode a record ({e}): {rec:?}");
+                if let Some(ack) = ack {
+                    let _ = ack.send(Err(rec));
+                }
+                None
+            }
+        }
+    }
+
+    /// The unsynced lines readers see, made again from what is pending (after some left out of order).
+    fn mirror_pending(&self) {
+        let mut unsynced = lock(&self.shared.unsynced);
+        unsynced.clear();
+        unsynced.extend(self.pending.iter().map(|e| e.line.clone()));
     }
 
     fn take(&mut self, msg: Msg, urgent: &mut bool, flushes: &mut Vec<(FlushAck, bool)>) {
@@ -301,28 +339,9 @@ impl Writer {
             Msg::Wake => {}
             Msg::Record(rec, ack) => {
                 *urgent |= ack.is_some();
-                match serde_json::to_vec(&rec) {
-                    Ok(mut line) => {
-                        line.push(b'\n');
-                        self.pending_bytes += line.len();
-                        let facts = self
-                            .shared
-                            .feeding
-                            .load(Ordering::Relaxed)
-                            .then(|| super::RecordFacts::of(&rec).map(Box::new));
-                        self.pending.push_back(Entry {
-                            line: Arc::from(line),
-                            waiting: ack.map(|a| (a, rec)),
-                            facts,
-                        });
-                    }
-                    Err(e) => {
-                        self.shared.backlog.fetch_sub(1, Ordering::Relaxed);
-                        log::error!("usage ledger: cannot encode a record ({e}): {rec:?}");
-                        if let Some(ack) = ack {
-                            let _ = ack.send(Err(rec));
-                        }
-                    }
+                if let Some(entry) = self.entry(rec, ack) {
+                    lock(&self.shared.unsynced).push(entry.line.clone());
+                    self.pending.push_back(entry);
                 }
             }
             Msg::Flush { ack, snapshot } => {
@@ -514,6 +533,8 @@ impl Writer {
         self.shared
             .synced_len
             .store(self.good_len, Ordering::Release);
+        // Readers find them in the file from here on.
+        lock(&self.shared.unsynced).clear();
         for e in self.pending.drain(..) {
             if let Some((ack, _)) = e.waiting {
                 let _ = ack.send(Ok(()));
@@ -665,6 +686,9 @@ impl Writer {
         self.shared
             .backlog
             .fetch_sub(handed_back, Ordering::Relaxed);
+        if handed_back > 0 {
+            self.mirror_pending();
+        }
         let handed = if handed_back > 0 {
             format!("; {handed_back} handed back to their callers")
         } else {
@@ -710,6 +734,7 @@ impl Writer {
         }
         self.pending_bytes = 0;
         self.shared.backlog.fetch_sub(n, Ordering::Relaxed);
+        lock(&self.shared.unsynced).clear();
         logged
     }
 }
