@@ -250,3 +250,102 @@ fn the_fake_upstream_of_the_readme_answers_through_the_gateway() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(r.json()["choices"][0]["message"]["content"].is_string());
 }
+
+/// Issue 40: the console works on the first run, with no restart. `tollgate serve` on the embedded defaults
+/// (no `admin_token_env`, no `TOLLGATE_ADMIN_TOKEN`) makes an admin token, keeps only its SHA-256 in the
+/// data directory, and prints it once with the console's address; it opens the admin API. `tollgate
+/// admin-token rotate` replaces it on the running server; a second start prints none.
+#[test]
+fn the_first_start_prints_an_admin_token_the_console_takes() {
+    let dir = TempDir::new("first-admin");
+    let start = |dir: &TempDir, run: &str, key: Option<&str>| {
+        let mut cmd = Command::new(bin());
+        cmd.arg("serve")
+            .current_dir(dir.path())
+            .env("TOLLGATE_LISTEN", "127.0.0.1:0")
+            .env("TOLLGATE_DISCOVER", "off");
+        // The gateway's own scratch directory (removed when it is dropped); the data stays in `dir`.
+        let scratch = dir.path().join(run);
+        std::fs::create_dir_all(&scratch).unwrap();
+        match key {
+            None => Gateway::start_command(TempDir(scratch), &mut cmd),
+            Some(k) => Gateway::restart_command(TempDir(scratch), &mut cmd, k),
+        }
+    };
+    let gw = start(&dir, "first", None);
+    wait_for(
+        || {
+            gw.printed
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|l| l.starts_with("tgadm_"))
+        },
+        "the admin token printed",
+    );
+    let printed = gw.printed.lock().unwrap().clone();
+    let at = printed
+        .iter()
+        .position(|l| l.starts_with("tgadm_"))
+        .unwrap();
+    let token = printed[at].clone();
+    assert!(
+        printed[at - 1].contains(&format!("http://{}/console", gw.addr)),
+        "{printed:?}"
+    );
+    let kept = std::fs::read_to_string(dir.path().join("tollgate-data/admin-token")).unwrap();
+    assert!(!kept.contains(&token), "only the hash is kept");
+    let admin = |t: &str| {
+        gw.request(
+            "GET",
+            "/admin/keys",
+            &[("authorization", &format!("Bearer {t}"))],
+            b"",
+        )
+        .status
+    };
+    assert_eq!(admin(&token), 200);
+    assert_eq!(admin(&gw.key), 401, "an API key is no admin token");
+    // Rotated with the server running: the new one works at once, the old one no more.
+    let out = Command::new(bin())
+        .args(["admin-token", "rotate"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let rotated = stdout.lines().last().unwrap().to_string();
+    assert!(
+        rotated.starts_with("tgadm_") && rotated != token,
+        "{stdout}"
+    );
+    assert_eq!(admin(&rotated), 200);
+    assert_eq!(admin(&token), 401);
+    let key = gw.key.clone();
+    drop(gw);
+    // A second start makes none.
+    let gw = start(&dir, "second", Some(&key));
+    assert_eq!(admin_status(&gw, &rotated), 200);
+    assert!(
+        !gw.printed
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.starts_with("tgadm_")),
+        "printed only once"
+    );
+}
+
+fn admin_status(gw: &Gateway, token: &str) -> u16 {
+    gw.request(
+        "GET",
+        "/admin/keys",
+        &[("authorization", &format!("Bearer {token}"))],
+        b"",
+    )
+    .status
+}

@@ -27,6 +27,8 @@ pub struct Gateway {
     pub key: String,
     pub dir: TempDir,
     pub logs: Arc<Mutex<Vec<String>>>,
+    /// What a `tollgate serve` process printed on stdout (nothing for one in this process).
+    pub printed: Arc<Mutex<Vec<String>>>,
 }
 
 /// The built-in mock model at a price (so that its requests cost something), and the group `default` with
@@ -221,6 +223,7 @@ impl Gateway {
             key,
             dir,
             logs,
+            printed: Arc::default(),
         }
     }
 
@@ -260,6 +263,7 @@ impl Gateway {
             key: known_key.or(s.key).expect("a key"),
             dir,
             logs: s.logs,
+            printed: s.printed,
         }
     }
 
@@ -390,6 +394,7 @@ impl Gateway {
             key,
             dir,
             logs,
+            printed: Arc::default(),
         }
     }
 

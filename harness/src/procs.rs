@@ -355,6 +355,8 @@ pub struct Serving {
     pub logs: Arc<Mutex<Vec<String>>>,
     /// The key a first start printed (`Output::Piped`, asked for with `want_key`).
     pub key: Option<String>,
+    /// Its stdout lines, as they come (`Output::Piped`).
+    pub printed: Arc<Mutex<Vec<String>>>,
     pub started: Instant,
     /// From spawn to listening.
     pub listening_after: Duration,
@@ -380,6 +382,7 @@ pub fn serve(cmd: &mut Command, output: Output, want_key: bool) -> Serving {
                         addr,
                         logs,
                         key: None,
+                        printed: Arc::default(),
                         started,
                         listening_after,
                     };
@@ -415,11 +418,14 @@ pub fn serve(cmd: &mut Command, output: Output, want_key: bool) -> Serving {
                 }
             });
             let stdout = child.stdout.take().expect("stdout piped");
+            let printed: Arc<Mutex<Vec<String>>> = Arc::default();
+            let printing = printed.clone();
             std::thread::spawn(move || {
                 for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                     if line.starts_with("tg_") {
                         let _ = tx.send(format!("key {line}"));
                     }
+                    printing.lock().unwrap().push(line);
                 }
             });
             let (mut addr, mut key) = (None, None);
@@ -440,6 +446,7 @@ pub fn serve(cmd: &mut Command, output: Output, want_key: bool) -> Serving {
                 addr: addr.expect("an address"),
                 logs,
                 key,
+                printed,
                 started,
                 listening_after: started.elapsed(),
             }

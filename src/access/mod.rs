@@ -1,6 +1,7 @@
 //! Who is calling and what they may use: API keys (hashed, from a flat file) and group model allow-lists.
 
 pub mod accounts;
+pub mod admin_token;
 pub mod guard;
 pub mod key_ops;
 pub mod keys;

@@ -22,6 +22,31 @@ pub enum Command {
     Models(ModelsArgs),
     Store(StoreArgs),
     Doctor(crate::doctor::DoctorArgs),
+    AdminToken(AdminTokenArgs),
+}
+
+#[derive(FromArgs)]
+/// The admin token kept in the data directory (when the config names no admin_token_env).
+#[argh(subcommand, name = "admin-token")]
+pub struct AdminTokenArgs {
+    #[argh(subcommand)]
+    pub command: AdminTokenCommand,
+}
+
+#[derive(FromArgs)]
+#[argh(subcommand)]
+pub enum AdminTokenCommand {
+    Rotate(AdminTokenRotateArgs),
+}
+
+#[derive(FromArgs)]
+/// Make a new admin token (printed once, as the last line); the old one stops working at once, also on a
+/// running server.
+#[argh(subcommand, name = "rotate")]
+pub struct AdminTokenRotateArgs {
+    /// config file (TOML); without it, the built-in defaults
+    #[argh(option)]
+    pub config: Option<PathBuf>,
 }
 
 #[derive(FromArgs)]

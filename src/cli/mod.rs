@@ -22,6 +22,50 @@ pub fn run(args: Args) -> i32 {
         Command::Store(a) => store::run(a),
         Command::Doctor(a) => crate::doctor::run(a),
         Command::Keys(k) => keys::run(k.command),
+        Command::AdminToken(a) => match a.command {
+            args::AdminTokenCommand::Rotate(r) => rotate_admin_token(r.config.as_deref()),
+        },
+    }
+}
+
+/// `tollgate admin-token rotate`: a new admin token in the data directory, printed once as the last line.
+fn rotate_admin_token(config: Option<&Path>) -> i32 {
+    use crate::access::admin_token::{self, Source};
+    let c = match load(config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{e}");
+            return 1;
+        }
+    };
+    let path = match admin_token::source(&c) {
+        Source::File(path) => path,
+        Source::Env(var) | Source::Closed(var) => {
+            eprintln!(
+                "the admin token comes from the environment variable {var} (admin_token_env): change it there and \
+                 restart tollgate; remove admin_token_env from the config (and leave TOLLGATE_ADMIN_TOKEN unset) \
+                 to keep one in the data directory instead"
+            );
+            return 1;
+        }
+    };
+    if let Err(e) = crate::util::create_private_dir_all(&c.data_dir) {
+        eprintln!("cannot create data_dir {}: {e}", c.data_dir.display());
+        return 1;
+    }
+    match admin_token::make(&path) {
+        Ok(token) => {
+            println!(
+                "New admin token (the old one no longer works; a running server takes it at its next admin \
+                 request). It is shown only this once:"
+            );
+            println!("{token}");
+            0
+        }
+        Err(e) => {
+            eprintln!("cannot write {}: {e}", path.display());
+            1
+        }
     }
 }
 

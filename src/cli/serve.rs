@@ -24,6 +24,9 @@ pub fn serve(a: ServeArgs) -> i32 {
     if config.path.is_none() && first_key(&config).is_err() {
         return 1;
     }
+    if first_admin_token(&config, &listener).is_err() {
+        return 1;
+    }
     // The handlers before the start: a SIGTERM that comes as soon as the gateway answers (a supervisor's,
     // a test's) waits for them instead of killing the process with its default action, grace and all.
     use signal_hook::consts::{SIGINT, SIGTERM};
@@ -124,6 +127,59 @@ fn configuration(a: &ServeArgs) -> Option<Config> {
         config.log_format = format.clone();
     }
     Some(config)
+}
+
+/// Where the console is, as the listener gives it (an address on every interface as this machine's own).
+fn console_url(listener: &TcpListener) -> String {
+    match listener.local_addr() {
+        Ok(mut a) => {
+            if a.ip().is_unspecified() {
+                a.set_ip(match a {
+                    std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                    std::net::SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+                });
+            }
+            format!("http://{a}/console")
+        }
+        Err(_) => "/console".into(),
+    }
+}
+
+/// When the admin token is the one kept in the data directory (the config names no `admin_token_env` and
+/// `TOLLGATE_ADMIN_TOKEN` is unset) and there is none yet, makes it and prints it once with the console's
+/// address: the console works on the first run, with no restart.
+fn first_admin_token(config: &Config, listener: &TcpListener) -> Result<(), ()> {
+    use crate::access::admin_token::{self, Source};
+    let Source::File(path) = admin_token::source(config) else {
+        return Ok(());
+    };
+    if std::fs::symlink_metadata(&path).is_ok() {
+        return Ok(());
+    }
+    if let Err(e) = crate::server::data_dir_ready(config) {
+        log_start_error(&e);
+        return Err(());
+    }
+    match admin_token::make(&path) {
+        Ok(token) => {
+            crate::secrets::register_own([token.as_str()]);
+            println!(
+                "First start: created the admin token for the console at {} (and the admin API). It is shown \
+                 only this once; `tollgate admin-token rotate` makes a new one:",
+                console_url(listener)
+            );
+            println!("{token}");
+            let _ = std::io::stdout().flush();
+            Ok(())
+        }
+        Err(e) => {
+            log::error!(
+                "could not create the admin token in {}: {e}",
+                path.display()
+            );
+            Err(())
+        }
+    }
 }
 
 /// Only the embedded defaults (a newcomer's first command) get a key minted for them, on the first start

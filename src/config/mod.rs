@@ -269,7 +269,10 @@ pub struct Config {
     pub listen: String,
     pub data_dir: PathBuf,
     pub admin_token_env: String,
-    /// The admin token, read from `admin_token_env` with the config (None or empty: admin API closed).
+    /// The file names `admin_token_env` (else: `TOLLGATE_ADMIN_TOKEN` when set, or the token kept in the data
+    /// directory, `access::admin_token`).
+    pub admin_token_env_named: bool,
+    /// The admin token, read from `admin_token_env` with the config (None or empty: not set).
     admin_token: Option<String>,
     pub workers: usize,
     pub queue_size: usize,

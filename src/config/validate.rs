@@ -183,6 +183,7 @@ pub(super) fn validate(raw: RawConfig, env: &Env) -> Result<Config, ConfigError>
     let ledger_files = ledger_files(&raw, &mut p);
     let listen = p.take(listen(raw.listen), String::new());
     let log_level = p.take(log_level(raw.log_level), String::new());
+    let admin_token_env_named = raw.admin_token_env.is_some();
     let admin_token_env = p.take(admin_token_env(raw.admin_token_env), String::new());
     let declared: Vec<String> = raw.upstreams.iter().map(|u| u.name.clone()).collect();
     let (upstreams, deployments) = validate_upstreams(raw.upstreams, env, &mut p);
@@ -223,6 +224,7 @@ pub(super) fn validate(raw: RawConfig, env: &Env) -> Result<Config, ConfigError>
     let config = Config {
         path: None,
         admin_token: env.var(&admin_token_env).filter(|t| !t.is_empty()),
+        admin_token_env_named,
         listen,
         data_dir: PathBuf::from(raw.data_dir.unwrap_or_else(|| "./tollgate-data".into())),
         admin_token_env,

@@ -29,15 +29,19 @@ pub fn authorize(gw: &Gateway, ex: &Exchange) -> Result<(), ApiError> {
 /// Checks the admin token of a request from `addr` (its head is enough: the head screen asks before a body
 /// is read), held off while the address is guessing.
 pub fn authorize_head(gw: &Gateway, request: &Request, addr: IpAddr) -> Result<(), ApiError> {
-    let Some(expected) = &gw.admin_token else {
+    let Some(expected) = &gw.admin_token.digest() else {
+        let how = if gw.admin_token.configured() {
+            "Make one with `tollgate admin-token rotate` (no restart needed).".to_string()
+        } else {
+            format!(
+                "Set the environment variable {} to a secret and restart tollgate.",
+                gw.config().admin_token_env
+            )
+        };
         return Err(ApiError::new(
             403,
             ErrorKind::Permission,
-            format!(
-                "The admin API is disabled: no admin token is configured. Set the environment variable {} to a \
-                 secret and restart tollgate.",
-                gw.config().admin_token_env
-            ),
+            format!("The admin API is disabled: no admin token is configured. {how}"),
         )
         .with_cause(Cause::AdminDisabled));
     };

@@ -35,7 +35,7 @@ pub struct Gateway {
     pub ledger: crate::ledger::Ledger,
     pub accounts: Arc<crate::access::accounts::Accounts>,
     /// SHA-256 of the admin token (None: the admin API refuses every call).
-    pub admin_token: Option<[u8; 32]>,
+    pub admin_token: crate::access::admin_token::AdminToken,
     /// Holds off addresses that keep presenting wrong admin tokens.
     pub admin_guard: crate::access::guard::Guard,
     /// Live per-model availability for the console.

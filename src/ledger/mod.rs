@@ -303,8 +303,7 @@ struct Shared {
     /// lock) and until the file's synced length counts it, so a reader that looks at the inbox, then this,
     /// then the file never misses one.
     unsynced: std::sync::Mutex<Vec<Arc<[u8]>>>,
-    /// Tests: the writer waits while this is set (a disk or a machine too slow to answer a query).
-    #[cfg(test)]
+    /// Set by tests only: the writer waits while it is (a disk or a machine too slow to answer a query).
     stall: AtomicBool,
     /// False once the writer thread has ended.
     writer_alive: AtomicBool,
@@ -425,7 +424,6 @@ impl Ledger {
             feeding: AtomicBool::new(false),
             inbox: std::sync::Mutex::new(Vec::new()),
             unsynced: std::sync::Mutex::new(Vec::new()),
-            #[cfg(test)]
             stall: AtomicBool::new(false),
             writer_alive: AtomicBool::new(true),
             problem: std::sync::Mutex::new(None),

@@ -200,8 +200,7 @@ impl Writer {
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => disconnected = true,
             }
-            #[cfg(test)]
-            while self.shared.stall.load(Ordering::SeqCst) {
+            while self.shared.stall.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(5));
             }
             self.take_inbox();

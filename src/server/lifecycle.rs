@@ -233,6 +233,7 @@ pub fn data_dir_ready(config: &Config) -> Result<(), StartError> {
         crate::audit::AUDIT_FILE,
         crate::access::keys::KEYS_FILE,
         crate::access::key_ops::KEYS_LOCK,
+        crate::access::admin_token::FILE,
         crate::config::OVERRIDES_FILE,
     ];
     names.extend(cluster::FILES);
@@ -354,11 +355,19 @@ fn build(
     replay: crate::ledger::Replay,
     shared: Option<Shared>,
 ) -> Result<Arc<Gateway>, StartError> {
-    let admin_token = config
-        .admin_token()
-        .map(|t| crate::access::token_digest(&t));
-    if admin_token.is_none() {
-        log::info!("admin API closed: {} is not set", config.admin_token_env);
+    let admin_token = crate::access::admin_token::AdminToken::for_config(&config);
+    match crate::access::admin_token::source(&config) {
+        crate::access::admin_token::Source::Closed(var) => {
+            log::info!("admin API closed: {var} (admin_token_env) is not set")
+        }
+        crate::access::admin_token::Source::File(path) if admin_token.digest().is_none() => {
+            log::info!(
+                "admin API closed until an admin token is made: `tollgate admin-token rotate` makes one ({} holds \
+                 its SHA-256)",
+                path.display()
+            )
+        }
+        _ => {}
     }
     // Where the upstreams and the store are is never told to clients (`addresses::hide`).
     for u in &config.upstreams {
