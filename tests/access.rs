@@ -559,8 +559,8 @@ fn the_ledger_survives_restarts_torn_lines_and_kill_9() {
 
 #[test]
 fn the_admin_api_needs_its_token_and_is_closed_without_one() {
-    // No admin token configured: every call refused.
-    let closed = Gateway::start_mock("");
+    // The config names a variable that is not set: every call refused, saying which variable.
+    let closed = Gateway::start_mock("admin_token_env = \"TG_TEST_UNSET_ADMIN\"");
     let auth = format!("Bearer {ADMIN_TOKEN}");
     for path in ["/admin/keys", "/admin/usage"] {
         let r = closed.request("GET", path, &[("authorization", &auth)], b"");
@@ -568,8 +568,18 @@ fn the_admin_api_needs_its_token_and_is_closed_without_one() {
         assert!(r.json()["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("TOLLGATE_ADMIN_TOKEN"));
+            .contains("TG_TEST_UNSET_ADMIN"));
     }
+    // It names none, and no token was made in the data directory yet (`serve` makes one at its first
+    // start; this gateway runs in the test's process): refused, saying how to make one.
+    let unmade = Gateway::start_mock("");
+    let r = unmade.request("GET", "/admin/keys", &[("authorization", &auth)], b"");
+    assert_eq!(r.status, 403);
+    assert!(
+        r.text().contains("tollgate admin-token rotate"),
+        "{}",
+        r.text()
+    );
     let gw = start("");
     assert_eq!(gw.request("GET", "/admin/keys", &[], b"").status, 401);
     assert_eq!(

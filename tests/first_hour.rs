@@ -49,7 +49,49 @@ fn check_reports_every_error_at_once() {
     ] {
         assert!(err.contains(field), "{field} not reported: {err}");
     }
-    assert!(err.contains("5 problems"), "{err}");
+    assert!(err.contains("5 errors"), "{err}");
+}
+
+/// Issue 40: one run names every problem of a file, in file order, each with its line: a misspelt field
+/// with the field it most likely meant (not "invalid TOML", and not hiding the rest), an unknown upstream,
+/// a negative price, a value of the wrong kind; errors before warnings. `serve` refuses with the same list.
+#[test]
+fn check_names_every_problem_in_file_order_with_its_line() {
+    let dir = TempDir::new("fh-lines");
+    let config = write_config(
+        &dir,
+        "listen = \"127.0.0.1:0\"\nadmin_token_env = \"X\"\n\n[[upstreams]]\nname = \"oa\"\nkind = \"openai-chat\"\n\
+         base_ulr = \"http://127.0.0.1:9001/v1\"\n\n[[models]]\nname = \"m\"\nupstream = \"nope\"\n\
+         upstream_modle = \"real\"\ninput_price = -1.0\nmax_output_tokens = \"lots\"\n\n\
+         [[groups]]\nname = \"default\"\nmodels = [\"m\"]\n",
+    );
+    let (code, _, err) = tollgate(&["check", "--config", &config], &[]);
+    assert_eq!(code, 1, "{err}");
+    let want = [
+        "line 7: upstreams[0].base_ulr: unknown field `base_ulr`; did you mean `base_url`?",
+        "line 11: models[0].upstream: unknown upstream \"nope\"",
+        "line 12: models[0].upstream_modle: unknown field `upstream_modle`; did you mean `upstream_model`?",
+        "line 13: models[0].input_price: expected a price of 0 or more",
+        "line 14: models[0].max_output_tokens: expected a whole number of 0 or more, got string",
+    ];
+    let mut at = 0;
+    for w in want {
+        let found = err[at..]
+            .find(w)
+            .unwrap_or_else(|| panic!("{w:?} not reported in order: {err}"));
+        at += found + w.len();
+    }
+    assert!(err.contains("5 errors"), "{err}");
+    assert!(!err.contains("invalid TOML"), "{err}");
+    assert!(
+        !err.contains("base_url: expected a URL"),
+        "the misspelling is told once: {err}"
+    );
+    let (code, _, serve_err) = tollgate(&["serve", "--config", &config], &[]);
+    assert_eq!(code, 1);
+    for w in want {
+        assert!(serve_err.contains(w), "serve: {serve_err}");
+    }
 }
 
 #[test]

@@ -14,21 +14,29 @@ pub mod ledger;
 pub mod names;
 mod overrides;
 mod prices;
+pub mod schema;
+mod shape;
 pub mod store;
 mod validate;
 pub use env::Env;
 pub use overrides::{GroupSpec, ModelChange, Overrides, OVERRIDES_FILE};
 pub use prices::list_price_lines;
 
-/// A configuration problem, naming the field.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A configuration problem, naming the field (and its line, where it comes from a file); or, from
+/// [`ConfigError::all`], every problem of a file at once.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ConfigError {
     pub field: String,
     pub message: String,
+    /// The line of the file the problem is on, where it is known.
+    pub line: Option<usize>,
 }
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(l) = self.line {
+            write!(f, "line {l}: ")?;
+        }
         if self.field.is_empty() {
             write!(f, "{}", self.message)
         } else {
@@ -40,15 +48,24 @@ impl fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 impl ConfigError {
-    /// One error standing for several: the first's field, and every problem on a line of its own.
-    pub fn all(mut errors: Vec<ConfigError>) -> ConfigError {
+    /// One error standing for several, in the order of the file's lines (those without a line last), each
+    /// on a line of its own, then the warnings.
+    pub fn all(mut errors: Vec<ConfigError>, warnings: Vec<String>) -> ConfigError {
+        errors.sort_by_key(|e| e.line.unwrap_or(usize::MAX));
         if errors.len() == 1 {
-            return errors.remove(0);
+            let mut e = errors.remove(0);
+            for w in warnings {
+                e.message.push_str(&format!("\n  warning: {w}"));
+            }
+            return e;
         }
-        let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        let mut lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        let count = crate::util::plural(errors.len(), "error");
+        lines.extend(warnings.iter().map(|w| format!("warning: {w}")));
         ConfigError {
             field: String::new(),
-            message: format!("{} problems:\n  {}", lines.len(), lines.join("\n  ")),
+            message: format!("{count}:\n  {}", lines.join("\n  ")),
+            line: None,
         }
     }
 }
@@ -57,6 +74,7 @@ fn err(field: impl Into<String>, message: impl Into<String>) -> ConfigError {
     ConfigError {
         field: field.into(),
         message: message.into(),
+        line: None,
     }
 }
 
@@ -371,20 +389,66 @@ impl Config {
         Config::from_toml_in(text, &Env::process())
     }
 
-    /// Parses and validates TOML text, its environment variables read from `env`.
+    /// Parses and validates TOML text, its environment variables read from `env`. Every problem is found in
+    /// one run (`shape.rs`, then validation), each with its line, in the order of the file.
     pub fn from_toml_in(text: &str, env: &Env) -> Result<Config, ConfigError> {
-        let raw: validate::RawConfig = toml::from_str(text).map_err(|e| {
-            let msg = e.message().to_string();
-            let at = e
-                .span()
-                .map(|s| {
-                    let line = text[..s.start.min(text.len())].matches('\n').count() + 1;
-                    format!(" (line {line})")
+        use serde::de::{Deserialize, IntoDeserializer};
+        let lines = shape::Lines::new(text);
+        let (mut table, syntax) = toml::de::DeTable::parse_recoverable(text);
+        if !syntax.is_empty() {
+            let errors = syntax
+                .iter()
+                .map(|e| ConfigError {
+                    field: String::new(),
+                    message: format!("invalid TOML: {}", e.message().trim_end()),
+                    line: e.span().map(|s| lines.of(s.start)),
                 })
-                .unwrap_or_default();
-            err("", format!("invalid TOML{at}: {msg}"))
-        })?;
-        validate::validate(raw, env)
+                .collect();
+            return Err(ConfigError::all(errors, Vec::new()));
+        }
+        let checked = shape::check(&mut table, schema::TOP, &lines);
+        let mut errors = checked.errors.clone();
+        let raw = match validate::RawConfig::deserialize(table.into_deserializer()) {
+            Ok(raw) => raw,
+            Err(e) => {
+                errors.push(ConfigError {
+                    field: String::new(),
+                    message: e.message().trim_end().to_string(),
+                    line: e.span().map(|s| lines.of(s.start)),
+                });
+                return Err(ConfigError::all(errors, Vec::new()));
+            }
+        };
+        let placed = |w: String| match w.split_once(": ") {
+            Some((path, _)) if !path.contains(' ') => match checked.line_of(path) {
+                Some(l) => format!("line {l}: {w}"),
+                None => w,
+            },
+            _ => w,
+        };
+        match validate::validate(raw, env) {
+            Ok(mut c) => {
+                c.warnings = c.warnings.into_iter().map(placed).collect();
+                if errors.is_empty() {
+                    Ok(c)
+                } else {
+                    Err(ConfigError::all(errors, c.warnings))
+                }
+            }
+            Err(invalid) => {
+                for mut e in invalid.errors {
+                    if checked.already_told(&e.field) {
+                        continue;
+                    }
+                    if e.line.is_none() {
+                        e.line = checked.line_of(&e.field);
+                    }
+                    errors.push(e);
+                }
+                let warnings = invalid.warnings.into_iter().map(placed).collect();
+                Err(ConfigError::all(errors, warnings))
+            }
+        }
     }
 
     /// A model clients may call (disabled models are treated as absent).

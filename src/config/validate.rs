@@ -178,7 +178,13 @@ impl Problems {
 
 /// The whole config: every problem is collected (in the order below, which is the order they are reported
 /// in) before the first one stops it.
-pub(super) fn validate(raw: RawConfig, env: &Env) -> Result<Config, ConfigError> {
+/// A config that cannot be used: its errors (each naming its field), and its warnings.
+pub(super) struct Invalid {
+    pub errors: Vec<ConfigError>,
+    pub warnings: Vec<String>,
+}
+
+pub(super) fn validate(raw: RawConfig, env: &Env) -> Result<Config, Invalid> {
     let mut p = Problems::default();
     let ledger_files = ledger_files(&raw, &mut p);
     let listen = p.take(listen(raw.listen), String::new());
@@ -267,7 +273,10 @@ pub(super) fn validate(raw: RawConfig, env: &Env) -> Result<Config, ConfigError>
         warnings: Vec::new(),
     };
     if !p.errors.is_empty() {
-        return Err(ConfigError::all(p.errors));
+        return Err(Invalid {
+            errors: p.errors,
+            warnings: p.warnings,
+        });
     }
     Ok(Config {
         warnings: p.warnings,
@@ -500,7 +509,8 @@ fn validate_models(
         };
         let prices = super::hosted::validate(i, asked, &mut p.warnings);
         let prices = p.take(prices, None);
-        if let Some(m) = p.take(validate_model(i, m, upstreams, &mut seen).map(Some), None) {
+        let checked = validate_model(i, m, upstreams, &mut seen);
+        if let Ok(m) = checked.map_err(|errs| p.errors.extend(errs)) {
             if let Some(h) = prices {
                 hosted.insert(m.name.clone(), h);
             }
@@ -567,21 +577,28 @@ fn validate_model(
     m: RawModel,
     upstreams: &[String],
     seen: &mut HashSet<String>,
-) -> Result<Model, ConfigError> {
+) -> Result<Model, Vec<ConfigError>> {
     let f = |k: &str| format!("models[{i}].{k}");
-    check_model_name(&m.name, seen, &f)?;
+    // Every problem of the entry, not only the first.
+    let mut errors = Vec::new();
+    let mut note = |r: Result<(), ConfigError>| {
+        if let Err(e) = r {
+            errors.push(e);
+        }
+    };
+    note(check_model_name(&m.name, seen, &f));
     let names = match m.upstream {
         OneOrMany::One(s) => vec![s],
         OneOrMany::Many(v) => v,
     };
     if names.is_empty() {
-        return Err(err(
+        note(Err(err(
             f("upstream"),
             "expected an upstream name or a non-empty list of them",
-        ));
+        )));
     }
-    let (route, weights) = route_of(m.route.as_deref(), m.weights, names.len(), &f)?;
-    check_upstreams_known(&names, upstreams, &f)?;
+    let routed = route_of(m.route.as_deref(), m.weights, names.len(), &f);
+    note(check_upstreams_known(&names, upstreams, &f));
     let upstream_model = m.upstream_model.unwrap_or_else(|| m.name.clone());
     let raw = super::prices::RawPrices {
         input_price: m.input_price,
@@ -590,14 +607,29 @@ fn validate_model(
         cache_write_1h_price: m.cache_write_1h_price,
         output_price: m.output_price,
     };
-    let prices = super::prices::sheet(raw, m.tiers, m.prices.as_deref(), &upstream_model, &f)?;
+    let prices = super::prices::sheet(raw, m.tiers, m.prices.as_deref(), &upstream_model, &f);
     if m.max_output_tokens == Some(0) {
-        return Err(err(
+        note(Err(err(
             f("max_output_tokens"),
             "expected a number greater than 0, got 0",
-        ));
+        )));
     }
+    let structured = structured_via_tool(m.structured_output.as_deref(), &f);
+    let cache = caching(m.cache_ttl_secs, m.cache_scope.as_deref(), &f);
     let listed_limit = crate::pricing::list::find(&upstream_model).and_then(|l| l.max_output);
+    let (route, weights, prices, structured_via_tool, cache) =
+        match (routed, prices, structured, cache) {
+            (Ok((route, weights)), Ok(prices), Ok(s), Ok(c)) if errors.is_empty() => {
+                (route, weights, prices, s, c)
+            }
+            (routed, prices, structured, cache) => {
+                errors.extend(routed.err());
+                errors.extend(prices.err());
+                errors.extend(structured.err());
+                errors.extend(cache.err());
+                return Err(errors);
+            }
+        };
     Ok(Model {
         upstream_model,
         name: m.name,
@@ -617,8 +649,8 @@ fn validate_model(
         weights,
         aliases: m.aliases,
         discovered: None,
-        structured_via_tool: structured_via_tool(m.structured_output.as_deref(), &f)?,
-        cache: caching(m.cache_ttl_secs, m.cache_scope.as_deref(), &f)?,
+        structured_via_tool,
+        cache,
     })
 }
 

@@ -169,6 +169,7 @@ impl Gateway {
         let save_error = |e: &dyn std::fmt::Display| crate::config::ConfigError {
             field: String::new(),
             message: format!("cannot save the overrides: {e}"),
+            ..Default::default()
         };
         let (next, config) = match &self.store {
             None => {
@@ -196,6 +197,7 @@ impl Gateway {
         let save_error = |e: &dyn std::fmt::Display| crate::config::ConfigError {
             field: String::new(),
             message: format!("cannot save the overrides in the store: {e}"),
+            ..Default::default()
         };
         for _ in 0..50 {
             let (version, mut next) = read_overrides(store).map_err(|e| save_error(&e))?;

@@ -21,8 +21,12 @@ pub(super) fn validate_upstreams(
     let mut deployments: HashMap<String, Vec<String>> = HashMap::new();
     for (i, u) in raw.into_iter().enumerate() {
         let envs = u.api_key_envs.clone();
-        let Some(u) = p.take(validate_upstream(i, u, env, &mut seen).map(Some), None) else {
-            continue;
+        let u = match validate_upstream(i, u, env, &mut seen) {
+            Ok(u) => u,
+            Err(errors) => {
+                p.errors.extend(errors);
+                continue;
+            }
         };
         upstream_warnings(i, &u, &mut p.warnings);
         match envs {
@@ -38,18 +42,57 @@ pub(super) fn validate_upstreams(
     (upstreams, deployments)
 }
 
-/// One `[[upstreams]]` entry (`seen`: the names so far).
+/// One `[[upstreams]]` entry (`seen`: the names so far), every problem of it.
 fn validate_upstream(
     i: usize,
     u: RawUpstream,
     env: &Env,
     seen: &mut HashSet<String>,
-) -> Result<Upstream, ConfigError> {
+) -> Result<Upstream, Vec<ConfigError>> {
     let f = |k: &str| format!("upstreams[{i}].{k}");
-    check_upstream_name(&u.name, seen, &f)?;
-    check_credentials(&u, &f)?;
-    let (kind, base_url) = kind_and_url(&u.kind, u.base_url, &f)?;
-    let is_openai = base_url.contains("://api.openai.com");
+    let mut p = Problems::default();
+    p.take(check_upstream_name(&u.name, seen, &f), ());
+    p.take(check_credentials(&u, &f), ());
+    let kind_url = kind_and_url(&u.kind, u.base_url, &f);
+    let is_openai = kind_url
+        .as_ref()
+        .is_ok_and(|(_, url)| url.contains("://api.openai.com"));
+    let connect_timeout = p.take(
+        secs(&f("connect_timeout_secs"), u.connect_timeout_secs, 10),
+        Duration::ZERO,
+    );
+    let first_byte_timeout = p.take(
+        secs(
+            &f("first_byte_timeout_secs"),
+            u.first_byte_timeout_secs,
+            600,
+        ),
+        Duration::ZERO,
+    );
+    let idle_timeout = p.take(
+        secs(&f("idle_timeout_secs"), u.idle_timeout_secs, 300),
+        Duration::ZERO,
+    );
+    let total_timeout = p.take(
+        secs(&f("total_timeout_secs"), u.total_timeout_secs, 3600),
+        Duration::ZERO,
+    );
+    let breaker_failures = p.take(breaker_failures(u.breaker_failures, &f), 0);
+    let breaker_cooldown = p.take(
+        secs(&f("breaker_cooldown_secs"), u.breaker_cooldown_secs, 30),
+        Duration::ZERO,
+    );
+    let max_completion_tokens = p.take(
+        max_completion_tokens(u.max_tokens_field.as_deref(), is_openai, &f),
+        false,
+    );
+    let (kind, base_url) = match kind_url {
+        Ok(k) if p.errors.is_empty() => k,
+        other => {
+            p.errors.extend(other.err());
+            return Err(p.errors);
+        }
+    };
     let (api_key, missing_key) = credential(env, u.api_key_env.as_deref());
     Ok(Upstream {
         name: u.name,
@@ -57,18 +100,14 @@ fn validate_upstream(
         base_url,
         api_key,
         missing_key,
-        connect_timeout: secs(&f("connect_timeout_secs"), u.connect_timeout_secs, 10)?,
-        first_byte_timeout: secs(
-            &f("first_byte_timeout_secs"),
-            u.first_byte_timeout_secs,
-            600,
-        )?,
-        idle_timeout: secs(&f("idle_timeout_secs"), u.idle_timeout_secs, 300)?,
+        connect_timeout,
+        first_byte_timeout,
+        idle_timeout,
         mock_delay: Duration::from_millis(u.mock_delay_ms.unwrap_or(0)),
-        total_timeout: secs(&f("total_timeout_secs"), u.total_timeout_secs, 3600)?,
-        breaker_failures: breaker_failures(u.breaker_failures, &f)?,
-        breaker_cooldown: secs(&f("breaker_cooldown_secs"), u.breaker_cooldown_secs, 30)?,
-        max_completion_tokens: max_completion_tokens(u.max_tokens_field.as_deref(), is_openai, &f)?,
+        total_timeout,
+        breaker_failures,
+        breaker_cooldown,
+        max_completion_tokens,
     })
 }
 
