@@ -33,7 +33,7 @@ use sha2::{Digest, Sha256};
 pub const KEYS_FILE: &str = "keys.jsonl";
 
 /// Length of the random part of a key.
-const KEY_RANDOM_LEN: usize = 40;
+pub const KEY_RANDOM_LEN: usize = 40;
 pub const KEY_PREFIX: &str = "tg_";
 
 /// One line of the keys file.

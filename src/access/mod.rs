@@ -42,13 +42,44 @@ pub fn authenticate(
         KeyCheck::Revoked(_) => Err(ApiError::unauthorized(
             "This API key has been revoked. Ask the operator for a new key.",
         )),
-        KeyCheck::Unknown => Err(ApiError::unauthorized(format!(
-            "Invalid API key. Check that it is complete (keys start with `{}` and are {} characters long) and \
-             that the client's base URL points at this gateway.",
-            keys::KEY_PREFIX,
-            keys::KEY_PREFIX.len() + 40
-        ))),
+        KeyCheck::Unknown => Err(ApiError::unauthorized(unknown_key(presented))),
     }
+}
+
+/// What is true of a key this gateway does not know, by its shape: one of the right shape is simply not
+/// one of this gateway's (keys belong to the data directory, or the shared store, they were made in); one
+/// of another shape is incomplete, or not a tollgate key at all (another provider's, the admin token).
+fn unknown_key(presented: &str) -> String {
+    let len = keys::KEY_PREFIX.len() + keys::KEY_RANDOM_LEN;
+    let shaped = presented.len() == len
+        && presented.starts_with(keys::KEY_PREFIX)
+        && presented[keys::KEY_PREFIX.len()..]
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric());
+    if shaped {
+        return "This is not a key of this gateway. Keys are made by its operator (`tollgate keys add`, or the \
+                console) and work only on the gateway whose data directory (or shared store) made them: this one may \
+                be from another gateway, or deleted. Check that the client's base URL points at this gateway, or \
+                ask its operator for a key."
+            .to_string();
+    }
+    let other = if presented.starts_with(admin_token::PREFIX) {
+        Some("This is the admin token (for the console and /admin/), not an API key.")
+    } else if presented.starts_with("sk-ant-") {
+        Some("This looks like an Anthropic API key: give the client a key of this gateway instead.")
+    } else if presented.starts_with("sk-") {
+        Some("This looks like an OpenAI API key: give the client a key of this gateway instead.")
+    } else if presented.starts_with("AIza") {
+        Some("This looks like a Google API key: give the client a key of this gateway instead.")
+    } else {
+        None
+    };
+    format!(
+        "Invalid API key. {}Keys of this gateway start with `{}` and are {len} characters long; check that it is \
+         complete and that the client's base URL points at this gateway.",
+        other.map(|o| format!("{o} ")).unwrap_or_default(),
+        keys::KEY_PREFIX,
+    )
 }
 
 /// Whether a group may use the model entry `model` when asked for it as `requested`. The group's globs are
@@ -89,4 +120,27 @@ pub fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
         .zip(b.iter())
         .fold(0u8, |acc, (x, y)| acc | (x ^ y))
         == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 40: a complete key this gateway does not know is not blamed on its length; other shapes keep
+    /// the hint, and say whose they look like.
+    #[test]
+    fn an_unknown_key_is_told_what_is_true_of_it() {
+        let complete = keys::generate_key();
+        let said = unknown_key(&complete);
+        assert!(
+            said.contains("not a key of this gateway") && !said.contains("characters long"),
+            "{said}"
+        );
+        let said = unknown_key(&complete[..20]);
+        assert!(said.contains("43 characters long"), "{said}");
+        assert!(unknown_key("sk-proj-abc").contains("OpenAI API key"));
+        assert!(unknown_key("sk-ant-api03-abc").contains("Anthropic API key"));
+        assert!(unknown_key("AIzaSyAbc").contains("Google API key"));
+        assert!(unknown_key("tgadm_abc").contains("admin token"));
+    }
 }

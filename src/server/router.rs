@@ -242,30 +242,55 @@ fn path_hint(path: &str) -> Option<String> {
     }
     if path.contains("/v1/v1/") {
         let fixed = path.replacen("/v1/v1/", "/v1/", 1);
+        // Whose endpoint follows says whose client it is.
+        let family = ALL.iter().find(|p| fixed.ends_with(p.path()));
+        let said = match family {
+            Some(p) if !p.base_url_has_v1() => format!(
+                "{} clients take the base URL `http://<host>` without `/v1`: they add `{}` themselves.",
+                p.title(),
+                p.sdk_path()
+            ),
+            Some(p) => format!(
+                "{} clients take the base URL `http://<host>/v1` (one `/v1`): they add `{}` themselves.",
+                p.title(),
+                p.sdk_path()
+            ),
+            None => "OpenAI clients (Chat Completions, Responses) take the base URL `http://<host>/v1`; Anthropic \
+                     clients take `http://<host>` without `/v1`, because they add `/v1/messages` themselves."
+                .to_string(),
+        };
         return Some(format!(
-            "The path has a doubled `/v1` (did you mean `{fixed}`?). OpenAI clients (Chat Completions, Responses) \
-             take the base URL `http://<host>/v1`; Anthropic clients take `http://<host>` without `/v1`, because \
-             they add `/v1/messages` themselves."
+            "The path has a doubled `/v1` (did you mean `{fixed}`?). {said}"
+        ));
+    }
+    // A base URL holding a full endpoint: the endpoint the client appended (at the end) names its family; one
+    // inside (at the start) only when none ends the path.
+    let inside = |p: &&crate::protocol::Protocol| {
+        let ep = p.path();
+        path.len() > ep.len() && path.ends_with(ep)
+    };
+    let started = |p: &&crate::protocol::Protocol| {
+        let ep = p.path();
+        let short = ep.strip_prefix("/v1").unwrap_or(ep);
+        path.len() > ep.len() && (path.starts_with(ep) || path.ends_with(short))
+    };
+    if let Some(p) = ALL.iter().find(inside).or_else(|| ALL.iter().find(started)) {
+        let ep = p.path();
+        let base = if p.base_url_has_v1() {
+            "`http://<host>/v1` (no endpoint path)"
+        } else {
+            "`http://<host>` (no `/v1`, no endpoint)"
+        };
+        return Some(format!(
+            "The path has the endpoint `{ep}` inside it: the client was given a base URL that already contains a \
+             full endpoint path and appended its own. The endpoint meant is `POST {ep}`. Set the client's base URL \
+             to {base}; the client appends `{}` itself.",
+            p.sdk_path()
         ));
     }
     for p in ALL {
         let ep = p.path();
         let short = ep.strip_prefix("/v1").unwrap_or(ep);
-        if path.len() > ep.len()
-            && (path.starts_with(ep) || path.ends_with(ep) || path.ends_with(short))
-        {
-            let base = if p.base_url_has_v1() {
-                "`http://<host>/v1` (no endpoint path)"
-            } else {
-                "`http://<host>` (no `/v1`, no endpoint)"
-            };
-            return Some(format!(
-                "The path has the endpoint `{ep}` inside it: the client was given a base URL that already \
-                 contains a full endpoint path and appended its own. The endpoint meant is `POST {ep}`. Set the \
-                 client's base URL to {base}; the client appends `{}` itself.",
-                p.sdk_path()
-            ));
-        }
         if path == short {
             return Some(format!(
                 "The path is missing `/v1`: use `{ep}`. OpenAI clients need the base URL `http://<host>/v1`."
@@ -358,5 +383,28 @@ mod tests {
             .unwrap()
             .contains("missing `/v1`"));
         assert!(path_hint("/v1/unknown").is_none());
+    }
+
+    /// Issue 40: each client family is told its own base URL: an Anthropic client given an OpenAI endpoint
+    /// as its base URL, or `/v1`; a Gemini client given `/v1`.
+    #[test]
+    fn each_family_gets_its_own_hint() {
+        let hint = path_hint("/v1/chat/completions/v1/messages").unwrap();
+        assert!(
+            hint.contains("`POST /v1/messages`") && hint.contains("`http://<host>` (no `/v1`"),
+            "{hint}"
+        );
+        let hint = path_hint("/v1/v1/messages").unwrap();
+        assert!(
+            hint.contains("without `/v1`") && hint.contains("/v1/messages"),
+            "{hint}"
+        );
+        let hint = path_hint("/v1/v1/responses").unwrap();
+        assert!(hint.contains("`http://<host>/v1` (one `/v1`)"), "{hint}");
+        let hint = path_hint("/v1/v1beta/models/gemini-2.5-flash:generateContent").unwrap();
+        assert!(
+            hint.contains("without a version") && hint.contains("/v1beta/models/gemini"),
+            "{hint}"
+        );
     }
 }

@@ -66,6 +66,17 @@ pub fn target(path: &str) -> Option<Target<'_>> {
 /// A hint for a path no endpoint serves that a Gemini client's base URL made: a doubled version
 /// (`/v1beta/v1beta/…`, the base URL given with its version) or an endpoint path inside the base URL.
 pub fn hint(path: &str) -> Option<String> {
+    // A Gemini client given an OpenAI-style base URL (`http://<host>/v1`) puts its own version after it.
+    for v in ["/v1beta/", "/v1alpha/"] {
+        if let Some(rest) = path.strip_prefix("/v1").filter(|r| r.starts_with(v)) {
+            return Some(format!(
+                "The path has `/v1` before the Gemini API's own `{}` (did you mean `{rest}`?): a Gemini client \
+                 (the google-genai SDKs, Gemini CLI's GOOGLE_GEMINI_BASE_URL) takes the base URL `http://<host>` \
+                 without a version, and adds `{v}models/…` itself.",
+                v.trim_end_matches('/')
+            ));
+        }
+    }
     for v in VERSIONS {
         let doubled = format!("{}{}", v.trim_end_matches('/'), v);
         let fixed = path.replacen(&doubled, v, 1);
