@@ -15,8 +15,11 @@
 //! Decisions where the issue left room:
 //!
 //! - **Base URL forms.** `http://host:port[/prefix]` and the same with `/v1` are both accepted: one trailing
-//!   `/v1` is removed to get the root, and the endpoints are `{root}/v1/chat/completions`,
-//!   `{root}/v1/responses` and `{root}/v1/messages`.
+//!   `/v1` is removed to get the root. Protocols of several families tested at once (the default, `all`):
+//!   each goes to the base URL its family takes, derived from the root (`{root}/v1/chat/completions`,
+//!   `{root}/v1/messages`, `{root}/v1beta/models/…`), so the obvious call passes a healthy gateway, and a
+//!   note says which form each family takes. One family tested alone: the base URL as given, as its client
+//!   would use it, so that client's mistake shows (a doubled `/v1`, 404).
 //! - **Shape problems are errors or notes.** Errors fail the shape step (exit 1) but the requests are still
 //!   sent whenever a URL can be derived, so the output shows what else is wrong: a doubled `/v1`, a full
 //!   endpoint path inside the base URL, a missing scheme (tried with `http://` for local hosts, `https://`
@@ -236,6 +239,14 @@ impl Check<'_> {
         let _ = writeln!(out);
     }
 
+    /// Whether each protocol's requests go to the base URL its family takes, derived from the one given:
+    /// when protocols of several families are tested at once (the default, `--protocol all`), one base URL
+    /// cannot be right for all of them, so it is taken as the gateway's address.
+    fn derive(&self) -> bool {
+        let first = self.protocols.first().map(|p| p.vendor());
+        self.protocols.iter().any(|p| Some(p.vendor()) != first)
+    }
+
     /// Step 1: its verdict, the endpoints the requests go to, which client family takes which form, and
     /// each finding (`setup`: errors first). Returns whether the step failed.
     fn print_setup(&self, out: &mut impl Write, setup: &[&Finding]) -> bool {
@@ -247,11 +258,14 @@ impl Check<'_> {
             if failed { "FAIL" } else { "PASS" }
         );
         match &self.shape.base {
-            Some(base) => {
+            Some(_) => {
                 let eps: Vec<String> = self
                     .protocols
                     .iter()
-                    .map(|p| format!("{base}{}", p.sdk_path()))
+                    .filter_map(|p| {
+                        let base = self.shape.base_of(*p, self.derive())?;
+                        Some(format!("{base}{}", p.sdk_path()))
+                    })
                     .collect();
                 field(out, "endpoints", &eps.join(", "));
                 if !self.shape.has_errors() {
@@ -306,9 +320,9 @@ impl Check<'_> {
                     proto.name(),
                     if stream { "stream" } else { "plain" }
                 );
-                let o = match &self.shape.base {
+                let o = match self.shape.base_of(proto, self.derive()) {
                     Some(base) => probe::run(
-                        &agent, proto, base, self.key, self.model, stream, &client_id,
+                        &agent, proto, &base, self.key, self.model, stream, &client_id,
                     ),
                     None => not_sent(proto, stream, &client_id),
                 };

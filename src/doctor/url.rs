@@ -40,6 +40,20 @@ impl Shape {
         self.findings.iter().any(|f| f.severity == Severity::Error)
     }
 
+    /// The base URL the requests of `proto` go to: with `derive` (several families tested at once, from one
+    /// base URL), the one its family of SDKs should be given (`{root}/v1` or `{root}`), so a healthy gateway
+    /// passes; without, the base URL as given, as a client given it would use it (one family tested: its
+    /// mistake shows as the client would see it). Not derived when the URL's shape has errors.
+    pub fn base_of(&self, proto: crate::protocol::Protocol, derive: bool) -> Option<String> {
+        match &self.root {
+            Some(r) if derive && !self.has_errors() => {
+                let v1 = if proto.base_url_has_v1() { "/v1" } else { "" };
+                Some(format!("{r}{v1}"))
+            }
+            _ => self.base.clone(),
+        }
+    }
+
     /// The base URL each family of SDKs should be given: `{root}/v1` or `{root}` (`Family::v1`).
     pub fn base_for(&self, family: &Family) -> Option<String> {
         let v1 = if family.v1 { "/v1" } else { "" };
