@@ -203,3 +203,156 @@ fn sigterm_and_sigint_drain_in_flight_streams() {
         assert!(std::net::TcpStream::connect(gw.addr).is_err());
     }
 }
+
+/// Issue 40: scripts read the CLI. `--version`, a `--help` naming the four protocols, and `--json` on the
+/// commands that print data, with the fields docs/CLI.md documents (checked here, type by type); `keys add`
+/// still prints the key alone as its last line; `tollgate usage` reads the records without a server.
+#[test]
+fn the_cli_speaks_json_to_scripts() {
+    let (code, out, _) = tollgate(&["--version"]);
+    assert_eq!(
+        (code, out.trim()),
+        (
+            0,
+            format!("tollgate {}", env!("CARGO_PKG_VERSION")).as_str()
+        )
+    );
+    let (_, help, _) = tollgate(&["--help"]);
+    for p in [
+        "Chat Completions",
+        "Responses",
+        "Anthropic Messages",
+        "Gemini API",
+    ] {
+        assert!(help.contains(p), "{help}");
+    }
+    let dir = TempDir::new("cli-json");
+    let config = dir.path().join("tollgate.toml");
+    std::fs::write(&config, standard_config(dir.path(), None, "")).unwrap();
+    let cfg = config.to_str().unwrap();
+    let (code, out, err) = tollgate(&[
+        "keys", "add", "--config", cfg, "--name", "app", "--credit", "5", "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let made: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let key = made["key"].as_str().unwrap().to_string();
+    assert!(key.starts_with("tg_"));
+    assert_eq!(
+        (
+            made["name"].as_str(),
+            made["group"].as_str(),
+            made["credit"].as_f64()
+        ),
+        (Some("app"), Some("default"), Some(5.0))
+    );
+    assert!(made["budget"].is_null() && made["expires"].is_null());
+    let (_, plain, _) = tollgate(&["keys", "add", "--config", cfg, "--name", "other"]);
+    assert!(
+        plain.lines().last().unwrap().starts_with("tg_"),
+        "the key alone as the last line: {plain}"
+    );
+
+    // A request, so that there is a record and a spend.
+    let gw = Gateway::restart(
+        TempDir(dir.path().to_path_buf()),
+        &std::fs::read_to_string(&config).unwrap(),
+        &key,
+    );
+    let r = gw.post_as(
+        &key,
+        "/v1/chat/completions",
+        &json!({"model": "mock", "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 5}),
+    );
+    assert_eq!(r.status, 200);
+    let id = r.header("x-request-id").unwrap().to_string();
+    let mut gw = gw;
+    gw.keep_dir();
+    drop(gw);
+
+    let (code, out, err) = tollgate(&["keys", "list", "--config", cfg, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let list: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let app = list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["name"] == "app")
+        .unwrap()
+        .clone();
+    for (field, ok) in [
+        ("group", app["group"].is_string()),
+        ("credit", app["credit"].is_number()),
+        ("spent", app["spent"].is_number()),
+        ("balance", app["balance"].is_number()),
+        ("disabled", app["disabled"].is_boolean()),
+        ("created", app["created"].is_string()),
+        ("expires", app["expires"].is_null()),
+        ("budget", app["budget"].is_null()),
+    ] {
+        assert!(ok, "keys list --json: `{field}` as documented: {app}");
+    }
+    let spent = app["spent"].as_f64().unwrap();
+    assert!(
+        (app["balance"].as_f64().unwrap() - (5.0 - spent)).abs() < 1e-9,
+        "{app}"
+    );
+    let (_, table, _) = tollgate(&["keys", "list", "--config", cfg]);
+    assert!(
+        table.lines().next().unwrap().contains("SPENT") && table.contains("BALANCE"),
+        "{table}"
+    );
+
+    let (code, out, _) = tollgate(&["usage", "--config", cfg, "--key", "app", "--json"]);
+    assert_eq!(code, 0);
+    let usage: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let recs = usage["data"].as_array().unwrap();
+    assert_eq!(recs.len(), 1, "{usage}");
+    assert_eq!(recs[0]["request_id"], id.as_str());
+    assert!(recs[0]["cost"].is_number() && recs[0]["input_tokens"].is_number());
+    let (_, csv, _) = tollgate(&["usage", "--config", cfg, "--request-id", &id, "--csv"]);
+    assert_eq!(csv.lines().count(), 2, "{csv}");
+    assert!(csv.starts_with("ts,request_id,"), "{csv}");
+    let (code, _, err) = tollgate(&["usage", "--config", cfg, "--since", "yesterday"]);
+    assert_eq!(code, 2, "{err}");
+
+    let (code, out, _) = tollgate(&["check", "--config", cfg, "--json"]);
+    assert_eq!(code, 0);
+    let checked: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(checked["ok"], true);
+    assert!(checked["errors"].as_array().unwrap().is_empty() && checked["models"].is_number());
+    std::fs::write(
+        &config,
+        "[[upstreams]]\nname = 'a'\nkind = 'mock'\nbase_ulr = 'x'\n",
+    )
+    .unwrap();
+    let (code, out, _) = tollgate(&["check", "--config", cfg, "--json"]);
+    assert_eq!(code, 1);
+    let checked: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(checked["ok"], false);
+    let e = &checked["errors"][0];
+    assert_eq!(
+        (e["line"].as_u64(), e["field"].as_str()),
+        (Some(4), Some("upstreams[0].base_ulr")),
+        "{checked}"
+    );
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("did you mean `base_url`"),
+        "{checked}"
+    );
+
+    let (code, out, _) = tollgate(&["models", "--json"]);
+    assert_eq!(code, 0);
+    let models: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let m = &models["data"][0];
+    assert!(
+        m["name"].is_string()
+            && m["upstreams"].is_array()
+            && m["prices"].is_object()
+            && m["price_source"].is_string(),
+        "{models}"
+    );
+}

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use argh::FromArgs;
 
 #[derive(FromArgs)]
-/// tollgate: one small binary that serves OpenAI Chat Completions, OpenAI Responses and Anthropic Messages
-/// clients in front of any upstream.
+/// tollgate: one small binary that serves OpenAI Chat Completions, OpenAI Responses, Anthropic Messages and
+/// Gemini API clients in front of any upstream, with keys, groups, limits, budgets and usage records.
 pub struct Args {
     #[argh(subcommand)]
     pub command: Command,
@@ -23,6 +23,46 @@ pub enum Command {
     Store(StoreArgs),
     Doctor(crate::doctor::DoctorArgs),
     AdminToken(AdminTokenArgs),
+    Usage(UsageArgs),
+}
+
+#[derive(FromArgs)]
+/// Usage records, newest first, read from the ledger (or the [store]): no admin token, no running server.
+#[argh(subcommand, name = "usage")]
+pub struct UsageArgs {
+    /// config file (TOML); without it, the built-in defaults
+    #[argh(option)]
+    pub config: Option<PathBuf>,
+    /// only this key's records
+    #[argh(option)]
+    pub key: Option<String>,
+    /// only this model's records (the serving entry's name)
+    #[argh(option)]
+    pub model: Option<String>,
+    /// a status (200), a class (4xx), client_closed, shutdown or error
+    #[argh(option)]
+    pub status: Option<String>,
+    /// the record of the request a client sent with this X-Client-Request-ID
+    #[argh(option)]
+    pub client_request_id: Option<String>,
+    /// the record of the request with this id (x-request-id)
+    #[argh(option)]
+    pub request_id: Option<String>,
+    /// records of requests from this time on (RFC 3339 or Unix seconds)
+    #[argh(option)]
+    pub since: Option<String>,
+    /// records of requests before this time (RFC 3339 or Unix seconds)
+    #[argh(option)]
+    pub until: Option<String>,
+    /// at most this many records (default 100)
+    #[argh(option)]
+    pub limit: Option<usize>,
+    /// print one JSON document ({"data": [records]})
+    #[argh(switch)]
+    pub json: bool,
+    /// print CSV (the columns of GET /admin/usage.csv)
+    #[argh(switch)]
+    pub csv: bool,
 }
 
 #[derive(FromArgs)]
@@ -109,6 +149,9 @@ pub struct KeysAddArgs {
     /// when the key stops working, in UTC (e.g. 2026-12-31T00:00:00Z)
     #[argh(option)]
     pub expires: Option<String>,
+    /// print one JSON document (name, group, credit, budget, expires, key) instead of text
+    #[argh(switch)]
+    pub json: bool,
 }
 
 #[derive(FromArgs)]
@@ -166,12 +209,15 @@ pub struct KeysMoveArgs {
 }
 
 #[derive(FromArgs)]
-/// List keys (names, groups, status; never the keys themselves).
+/// List keys (names, groups, credit, spent, balance, status, budget; never the keys themselves).
 #[argh(subcommand, name = "list")]
 pub struct KeysListArgs {
     /// config file (TOML); without it, the built-in defaults
     #[argh(option)]
     pub config: Option<PathBuf>,
+    /// print one JSON document ({"data": [...]}, the fields of GET /admin/keys) instead of a table
+    #[argh(switch)]
+    pub json: bool,
 }
 
 #[derive(FromArgs)]
@@ -244,7 +290,7 @@ pub struct KeysCreditArgs {
 }
 
 #[derive(FromArgs)]
-/// Validate a config file; exits 1 naming the bad field.
+/// Validate a config file: every problem at once, each with its line; exits 1 when any is an error.
 #[argh(subcommand, name = "check")]
 pub struct CheckArgs {
     /// config file (TOML)
@@ -253,6 +299,9 @@ pub struct CheckArgs {
     /// also connect to the [store] and say whether it answers
     #[argh(switch)]
     pub connect: bool,
+    /// print one JSON document (ok, errors with their lines, warnings, counts) instead of text
+    #[argh(switch)]
+    pub json: bool,
 }
 
 #[derive(FromArgs)]
@@ -265,6 +314,9 @@ pub struct ModelsArgs {
     /// print the built-in table of list prices (USD per 1M tokens), context windows and output limits
     #[argh(switch)]
     pub list_prices: bool,
+    /// print one JSON document ({"data": [...]}: each model's upstreams, prices and their source) instead
+    #[argh(switch)]
+    pub json: bool,
 }
 
 #[derive(FromArgs)]

@@ -174,6 +174,18 @@ fn add_command(a: KeysAddArgs) -> i32 {
         Ok(change)
     });
     match made {
+        Ok(Changed::Key(key)) if a.json => {
+            let v = serde_json::json!({
+                "name": a.name,
+                "group": a.group,
+                "credit": a.credit,
+                "budget": a.budget.map(|b| serde_json::json!({"amount": b, "period": a.period})),
+                "expires": a.expires,
+                "key": key,
+            });
+            println!("{v}");
+            0
+        }
         Ok(Changed::Key(key)) => {
             println!(
                 "Created key {:?} in group {:?} ({}). It is shown only this once; store it now:",
@@ -295,33 +307,93 @@ fn list(a: KeysListArgs) -> i32 {
     );
     let now = crate::util::unix_now();
     let local = match &place {
-        Place::Dir(d) => crate::ledger::period_spend(d, now),
+        Place::Dir(d) => crate::ledger::balances(d, now),
         Place::Store(_) => Default::default(),
+    };
+    let names: Vec<String> = records.iter().map(|r| r.name.clone()).collect();
+    let shared = match &place {
+        Place::Store(s) => s.balances(&names).unwrap_or_default(),
+        Place::Dir(_) => Default::default(),
+    };
+    let spent = |name: &str| match &place {
+        Place::Store(_) => shared
+            .get(name)
+            .map_or(crate::money::Money::ZERO, |b| b.spent),
+        Place::Dir(_) => local.spent.get(name).copied().unwrap_or_default(),
     };
     let spent_in = |name: &str, period: crate::budget::Period| match &place {
         Place::Store(s) => s.period_spent(name, period, now).unwrap_or_default(),
         Place::Dir(_) => local
+            .periods
             .get(name)
             .map_or(crate::money::Money::ZERO, |p| p.spent(period, now)),
     };
     let mut out = std::io::stdout().lock();
+    if a.json {
+        let data: Vec<serde_json::Value> = records
+            .iter()
+            .map(|r| {
+                let spent = spent(&r.name);
+                serde_json::json!({
+                    "name": r.name,
+                    "group": r.group,
+                    "credit": r.credit,
+                    "spent": spent,
+                    "balance": r.credit.map(|c| c - spent),
+                    "disabled": r.disabled,
+                    "created": r.created,
+                    "expires": r.expires,
+                    "budget": budget_json(&config, r, |p| spent_in(&r.name, p), now),
+                })
+            })
+            .collect();
+        let _ = writeln!(out, "{}", serde_json::json!({ "data": data }));
+        return 0;
+    }
     let _ = writeln!(
         out,
-        "{:<24} {:<16} {:>12} {:<8} {:<20} {:<20} BUDGET",
-        "NAME", "GROUP", "CREDIT", "STATUS", "CREATED", "EXPIRES"
+        "{:<24} {:<16} {:>12} {:>12} {:>12} {:<8} {:<20} {:<20} BUDGET",
+        "NAME", "GROUP", "CREDIT", "SPENT", "BALANCE", "STATUS", "CREATED", "EXPIRES"
     );
     for r in &records {
         let credit = r.credit.map_or("unlimited".to_string(), |c| format!("{c}"));
+        let spent = spent(&r.name);
+        let balance = r
+            .credit
+            .map_or("unlimited".to_string(), |c| format!("{}", c - spent));
         let status = if r.disabled { "revoked" } else { "active" };
         let expires = r.expires.as_deref().unwrap_or("never");
         let budget = budget_text(&config, r, |p| spent_in(&r.name, p), now);
         let _ = writeln!(
             out,
-            "{:<24} {:<16} {:>12} {:<8} {:<20} {:<20} {budget}",
-            r.name, r.group, credit, status, r.created, expires
+            "{:<24} {:<16} {credit:>12} {spent:>12} {balance:>12} {status:<8} {:<20} {expires:<20} {budget}",
+            r.name, r.group, r.created
         );
     }
     0
+}
+
+/// The budget in force for a key as JSON (`amount`, `period`, `from`, `spent`, `resets`), or null.
+fn budget_json(
+    config: &Config,
+    r: &keys::KeyRecord,
+    spent_in: impl Fn(crate::budget::Period) -> crate::money::Money,
+    now: u64,
+) -> serde_json::Value {
+    let group = config.group(&r.group).and_then(|g| g.budget);
+    let (b, from) = match (r.budget, group) {
+        (Some(b), _) => (b, "key"),
+        (None, Some(b)) => (b, "group"),
+        (None, None) => return serde_json::Value::Null,
+    };
+    let start = b.period.start_of(now);
+    serde_json::json!({
+        "amount": b.amount,
+        "period": b.period.name(),
+        "from": from,
+        "spent": spent_in(b.period),
+        "resets": crate::util::rfc3339(b.period.end_of(start)),
+    })
 }
 
 /// `10 daily (key): 2.5 spent, resets 2026-11-25T00:00:00Z`, or `none`.

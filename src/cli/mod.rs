@@ -6,6 +6,7 @@ pub mod args;
 pub mod keys;
 mod serve;
 mod store;
+mod usage;
 
 use std::path::Path;
 
@@ -17,11 +18,12 @@ use args::Command;
 pub fn run(args: Args) -> i32 {
     match args.command {
         Command::Serve(a) => serve::serve(a),
-        Command::Check(a) => check(&a.config, a.connect),
+        Command::Check(a) => check(&a),
         Command::Models(a) => models(&a),
         Command::Store(a) => store::run(a),
         Command::Doctor(a) => crate::doctor::run(a),
         Command::Keys(k) => keys::run(k.command),
+        Command::Usage(a) => usage::run(a),
         Command::AdminToken(a) => match a.command {
             args::AdminTokenCommand::Rotate(r) => rotate_admin_token(r.config.as_deref()),
         },
@@ -76,63 +78,132 @@ fn load(config: Option<&Path>) -> Result<Config, String> {
     }
 }
 
-fn check(path: &Path, connect: bool) -> i32 {
+/// What `check` found: the config (when it can be used), its errors (each with its line) and warnings.
+struct Checked {
+    config: Option<Config>,
+    errors: Vec<crate::config::ConfigError>,
+    warnings: Vec<String>,
+}
+
+fn checked(path: &Path) -> Checked {
     match Config::load(path) {
         Ok(c) => {
-            println!(
-                "{}: OK ({}, {}, {}; listens on {})",
-                path.display(),
-                crate::util::plural(c.upstreams.len(), "upstream"),
-                crate::util::plural(c.models.len(), "model"),
-                crate::util::plural(c.groups.len(), "group"),
-                c.listen
-            );
-            for w in &c.warnings {
-                println!("warning: {w}");
-            }
-            for l in crate::config::list_price_lines(&c.models) {
-                println!("list price: {l}");
-            }
+            let mut warnings = c.warnings.clone();
             for u in &c.upstreams {
                 if let Some(var) = &u.missing_key {
-                    println!(
-                        "warning: upstreams {:?}: the environment variable {var} (api_key_env) is not set here; \
-                         `serve` starts, but this upstream's requests get 502 until it is set",
+                    warnings.push(format!(
+                        "upstreams {:?}: the environment variable {var} (api_key_env) is not set here; `serve` \
+                         starts, but this upstream's requests get 502 until it is set",
                         u.name
-                    );
+                    ));
                 }
             }
             if let Some(w) = crate::util::data_dir_exposure(&c.data_dir) {
-                println!("warning: {w}");
+                warnings.push(w);
             }
             if let Some(s) = &c.store {
                 for (field, var) in s.missing_variables() {
-                    println!(
-                        "warning: {field}: the environment variable {var} is not set here; the store will refuse \
-                         this instance"
-                    );
+                    warnings.push(format!(
+                        "{field}: the environment variable {var} is not set here; the store will refuse this \
+                         instance"
+                    ));
                 }
             }
-            if !connect {
-                return 0;
-            }
-            match store::connect_check(&c) {
-                Ok(lines) => {
-                    for l in lines {
-                        println!("{l}");
-                    }
-                    0
-                }
-                Err(e) => {
-                    eprintln!("{}: {e}", path.display());
-                    1
-                }
+            Checked {
+                config: Some(c),
+                errors: Vec::new(),
+                warnings,
             }
         }
-        Err(e) => {
+        Err(e) => Checked {
+            config: None,
+            errors: if e.problems.is_empty() {
+                vec![e.clone()]
+            } else {
+                e.problems.clone()
+            },
+            warnings: e.warnings.clone(),
+        },
+    }
+}
+
+/// `tollgate check`: every problem of the file (errors, each with its line, then warnings); exit 1 when any
+/// error. With `--json`, one document on stdout.
+fn check(a: &args::CheckArgs) -> i32 {
+    let path = a.config.as_path();
+    let found = checked(path);
+    let mut connected: Option<Result<Vec<String>, String>> = None;
+    if let (Some(c), true) = (&found.config, a.connect) {
+        connected = Some(store::connect_check(c));
+    }
+    let failed = !found.errors.is_empty() || matches!(connected, Some(Err(_)));
+    if a.json {
+        let errors: Vec<serde_json::Value> = found
+            .errors
+            .iter()
+            .map(|e| serde_json::json!({"line": e.line, "field": e.field, "message": e.message}))
+            .collect();
+        let mut v = serde_json::json!({
+            "file": path.display().to_string(),
+            "ok": !failed,
+            "errors": errors,
+            "warnings": found.warnings,
+        });
+        if let Some(c) = &found.config {
+            v["listen"] = serde_json::json!(c.listen);
+            v["upstreams"] = serde_json::json!(c.upstreams.len());
+            v["models"] = serde_json::json!(c.models.len());
+            v["groups"] = serde_json::json!(c.groups.len());
+            v["list_prices"] = serde_json::json!(crate::config::list_price_lines(&c.models));
+        }
+        match &connected {
+            Some(Ok(lines)) => v["store"] = serde_json::json!({"ok": true, "said": lines}),
+            Some(Err(e)) => v["store"] = serde_json::json!({"ok": false, "error": e}),
+            None => {}
+        }
+        println!("{v}");
+        return i32::from(failed);
+    }
+    let Some(c) = &found.config else {
+        eprintln!(
+            "{}: {}:",
+            path.display(),
+            crate::util::plural(found.errors.len(), "error")
+        );
+        for e in &found.errors {
+            eprintln!("  {e}");
+        }
+        for w in &found.warnings {
+            eprintln!("  warning: {w}");
+        }
+        return 1;
+    };
+    println!(
+        "{}: OK ({}, {}, {}; listens on {})",
+        path.display(),
+        crate::util::plural(c.upstreams.len(), "upstream"),
+        crate::util::plural(c.models.len(), "model"),
+        crate::util::plural(c.groups.len(), "group"),
+        c.listen
+    );
+    for w in &found.warnings {
+        println!("warning: {w}");
+    }
+    for l in crate::config::list_price_lines(&c.models) {
+        println!("list price: {l}");
+    }
+    match connected {
+        Some(Ok(lines)) => {
+            for l in lines {
+                println!("{l}");
+            }
+            0
+        }
+        Some(Err(e)) => {
             eprintln!("{}: {e}", path.display());
             1
         }
+        None => 0,
     }
 }
 
@@ -150,6 +221,31 @@ fn models(a: &args::ModelsArgs) -> i32 {
             return 1;
         }
     };
+    if a.json {
+        let data: Vec<serde_json::Value> = c
+            .models
+            .iter()
+            .map(|m| {
+                let prices: serde_json::Map<String, serde_json::Value> = m
+                    .prices
+                    .all_prices()
+                    .into_iter()
+                    .map(|(k, v)| (k, serde_json::json!(v)))
+                    .collect();
+                serde_json::json!({
+                    "name": m.name,
+                    "aliases": m.aliases,
+                    "upstreams": m.upstreams,
+                    "upstream_model": m.upstream_model,
+                    "max_output_tokens": m.max_output_tokens,
+                    "prices": prices,
+                    "price_source": m.prices.source.name(),
+                })
+            })
+            .collect();
+        println!("{}", serde_json::json!({ "data": data }));
+        return 0;
+    }
     for m in &c.models {
         let source = match m.prices.source {
             crate::pricing::Source::List(row) => {

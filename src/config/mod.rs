@@ -30,6 +30,10 @@ pub struct ConfigError {
     pub message: String,
     /// The line of the file the problem is on, where it is known.
     pub line: Option<usize>,
+    /// From [`ConfigError::all`]: each problem (in file order) and the warnings, for a reader of their
+    /// own (`check --json`).
+    pub problems: Vec<ConfigError>,
+    pub warnings: Vec<String>,
 }
 
 impl fmt::Display for ConfigError {
@@ -53,10 +57,12 @@ impl ConfigError {
     pub fn all(mut errors: Vec<ConfigError>, warnings: Vec<String>) -> ConfigError {
         errors.sort_by_key(|e| e.line.unwrap_or(usize::MAX));
         if errors.len() == 1 {
-            let mut e = errors.remove(0);
-            for w in warnings {
+            let mut e = errors[0].clone();
+            for w in &warnings {
                 e.message.push_str(&format!("\n  warning: {w}"));
             }
+            e.problems = errors;
+            e.warnings = warnings;
             return e;
         }
         let mut lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
@@ -66,6 +72,8 @@ impl ConfigError {
             field: String::new(),
             message: format!("{count}:\n  {}", lines.join("\n  ")),
             line: None,
+            problems: errors,
+            warnings,
         }
     }
 }
@@ -74,7 +82,7 @@ fn err(field: impl Into<String>, message: impl Into<String>) -> ConfigError {
     ConfigError {
         field: field.into(),
         message: message.into(),
-        line: None,
+        ..ConfigError::default()
     }
 }
 
@@ -399,9 +407,9 @@ impl Config {
             let errors = syntax
                 .iter()
                 .map(|e| ConfigError {
-                    field: String::new(),
                     message: format!("invalid TOML: {}", e.message().trim_end()),
                     line: e.span().map(|s| lines.of(s.start)),
+                    ..ConfigError::default()
                 })
                 .collect();
             return Err(ConfigError::all(errors, Vec::new()));
@@ -412,9 +420,9 @@ impl Config {
             Ok(raw) => raw,
             Err(e) => {
                 errors.push(ConfigError {
-                    field: String::new(),
                     message: e.message().trim_end().to_string(),
                     line: e.span().map(|s| lines.of(s.start)),
+                    ..ConfigError::default()
                 });
                 return Err(ConfigError::all(errors, Vec::new()));
             }

@@ -5,7 +5,7 @@
 
 mod assets;
 mod manage;
-mod usage;
+pub mod usage;
 
 use std::net::IpAddr;
 

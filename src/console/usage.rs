@@ -109,8 +109,9 @@ fn query(gw: &Gateway, f: &Filter) -> Result<Vec<Record>, ApiError> {
 /// `since` ends the scan (as in the ledger's own scan).
 const STREAM_MARGIN_MS: i64 = 6 * 3600 * 1000;
 
-/// Records matching `f` from the shared usage stream, newest first.
-fn shared_query(
+/// Records matching `f` from the shared usage stream, newest first (also `tollgate usage`'s, with a
+/// `[store]`).
+pub fn shared_query(
     store: &crate::store::Store,
     f: &Filter,
 ) -> Result<Vec<Record>, crate::store::StoreError> {
@@ -173,12 +174,17 @@ pub fn records(gw: &Gateway, ex: &Exchange) -> Result<Value, ApiError> {
 /// `GET /admin/usage.csv`: the filtered records as CSV (up to 100,000).
 pub fn csv(gw: &Gateway, ex: &Exchange) -> Result<String, ApiError> {
     let f = filter(ex, 100_000, 100_000)?;
+    Ok(csv_of(query(gw, &f)?))
+}
+
+/// Records as CSV, with the header row (also `tollgate usage --csv`'s).
+pub fn csv_of(records: Vec<Record>) -> String {
     let mut out = String::from(
         "ts,request_id,client_request_id,key,group,model,protocol,upstream,stream,status,input_tokens,\
          cached_input_tokens,cache_write_5m_tokens,cache_write_1h_tokens,output_tokens,reasoning_tokens,\
          tier_above_input_tokens,estimated,cost,latency_ms,error,reason,instance,cache\n",
     );
-    for r in query(gw, &f)? {
+    for r in records {
         let status = match r.status {
             Status::Http(c) => c.to_string(),
             Status::ClientClosed => "client_closed".into(),
@@ -216,7 +222,7 @@ pub fn csv(gw: &Gateway, ex: &Exchange) -> Result<String, ApiError> {
         out.push_str(&line.join(","));
         out.push('\n');
     }
-    Ok(out)
+    out
 }
 
 /// What starts a formula in a spreadsheet's cell: the ASCII signs, and the full-width ones East Asian

@@ -26,7 +26,7 @@ mod keeper;
 pub mod options;
 mod query;
 mod replay;
-mod totals;
+pub mod totals;
 mod writer;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -771,9 +771,21 @@ fn open_for_append(path: &Path) -> io::Result<File> {
 /// changing it (for `tollgate keys list` next to a running server: the checkpoint, then the records after it;
 /// lines it cannot read are skipped).
 pub fn period_spend(data_dir: &Path, now: u64) -> HashMap<String, PeriodSpend> {
+    balances(data_dir, now).periods
+}
+
+/// Records matching `filter` in the ledger of `data_dir`, newest first, read from its files without a
+/// running server (`tollgate usage`): every line synced so far.
+pub fn read(data_dir: &Path, filter: &Filter) -> io::Result<Vec<Record>> {
+    query::scan(&History::at(data_dir)?, filter)
+}
+
+/// What each key spent, in all and in the periods holding `now`, as the ledger of `data_dir` has it (read
+/// without a running server: `tollgate keys list`).
+pub fn balances(data_dir: &Path, now: u64) -> totals::Balances {
     match replay::start(data_dir, false, now) {
-        Ok(s) => s.totals.balances(now).periods,
-        Err(_) => HashMap::new(),
+        Ok(s) => s.totals.balances(now),
+        Err(_) => totals::Balances::default(),
     }
 }
 
