@@ -375,3 +375,46 @@ fn the_readme_example_config_passes_check() {
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("OK ("), "{out}");
 }
+
+/// Issue 40: the front page fits a screen: at most 250 lines, the two commands first, a quick start per
+/// client family, and every document it points to exists.
+#[test]
+fn the_readme_fits_a_screen_and_points_to_what_exists() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    assert!(
+        readme.lines().count() <= 250,
+        "{} lines",
+        readme.lines().count()
+    );
+    let two = readme
+        .find("cargo run --release -- serve")
+        .expect("the command that runs the gateway");
+    let tests = readme
+        .find("scripts/test.sh")
+        .expect("the command that runs every test");
+    assert!(two < 2000 && tests < 3000, "the two commands come first");
+    for family in [
+        "/v1/chat/completions",
+        "/v1/responses",
+        "/v1/messages",
+        ":generateContent",
+        "claude",
+        "codex",
+        "gemini",
+    ] {
+        assert!(readme.contains(family), "no quick start for {family}");
+    }
+    let mut rest = readme.as_str();
+    while let Some(at) = rest.find("](") {
+        let tail = &rest[at + 2..];
+        let target = &tail[..tail.find(')').unwrap()];
+        if !target.starts_with("http") {
+            assert!(
+                root.join(target).exists(),
+                "README points to {target}, which does not exist"
+            );
+        }
+        rest = tail;
+    }
+}

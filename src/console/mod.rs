@@ -275,7 +275,7 @@ fn route(gw: &Gateway, ex: &Exchange) -> Result<Answer, ApiError> {
         ("GET", ["models"]) => Ok(Answer::Json(manage::models(gw, ex.request.query_param("probe").is_some()))),
         ("POST" | "PATCH", ["models", name]) => manage::change_model(gw, name, &body()?).map(Answer::Json),
         _ => Err(ApiError::not_found(format!(
-            "Unknown admin endpoint {method} {path}. See the README's admin API section for the list."
+            "Unknown admin endpoint {method} {path}. See docs/ACCESS.md (\"Admin API\") for the list."
         ))),
     }
 }

@@ -1,6 +1,6 @@
 //! The shared store of several tollgate instances: one Redis (or Valkey) server holding the keys, the
 //! console's overrides, the balances with their reservations, the rate windows and a bounded stream of usage
-//! records (see "Running several instances" in the README). This module is the only one that speaks to
+//! records (see docs/CLUSTER.md). This module is the only one that speaks to
 //! Redis; it knows key names, scripts and timeouts, not what a key or a group means.
 //!
 //! Every call has a deadline (`[store] timeout_ms`, connecting included), so a store that stops answering

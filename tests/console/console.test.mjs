@@ -690,6 +690,23 @@ step('the Audit view lists the changes made in this run, newest first, without a
   await screenshot('audit');
 });
 
+step('the overview\'s range links are separate controls, and the cost axis reads small amounts', async () => {
+  await open('overview');
+  const boxes = await page.$$eval('.range-picker a', (as) => as.map((a) => a.getBoundingClientRect()).map((r) => [r.left, r.right]));
+  check(boxes.length === 3, `${boxes.length} range links`);
+  for (let i = 1; i < boxes.length; i++) check(boxes[i][0] - boxes[i - 1][1] >= 4, `range links ${i - 1} and ${i} touch: ${JSON.stringify(boxes)}`);
+  check((await page.locator('.range-picker a.active').count()) === 1, 'no range marked as chosen');
+  // Costs below one credit an hour: the cost axis's ticks read apart, not 0, 0, 0.
+  const ticks = await page.evaluate(async () => {
+    const { seriesChart } = await import('/console/chart.js');
+    const hours = Array.from({ length: 24 }, (_, i) => ({ hour: 1796600000 + i * 3600, requests: i, errors: 0, tokens: 10, cost: 0.0004 * i }));
+    const fig = seriesChart(hours, 3600);
+    return Array.from(fig.querySelectorAll('text.axis-cost')).map((t) => t.textContent).filter((t) => t !== '');
+  });
+  const labels = ticks.filter((t) => /\d/.test(t));
+  check(new Set(labels).size === labels.length && labels.length === 5, `cost axis ticks ${JSON.stringify(ticks)}`);
+});
+
 step('signing out forgets the token', async () => {
   await page.click('#sign-out');
   await page.locator('#sign-in-form').waitFor();

@@ -1,5 +1,5 @@
 /**
- * tollgate operator console: a single page over the admin API (`/admin/...`, see the README's "Admin API").
+ * tollgate operator console: a single page over the admin API (`/admin/...`, see docs/ACCESS.md, "Admin API").
  *
  * Plain JavaScript modules with DOM APIs, no framework and no build step. The files are served by
  * src/console/assets.rs under a strict Content-Security-Policy (no inline scripts or styles, nothing from

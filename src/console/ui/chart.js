@@ -4,6 +4,16 @@
 import { el, svgEl } from './dom.js';
 import { currency, fmtCompact, fmtCredits, fmtHour, fmtInt, fmtTime } from './format.js';
 
+/**
+ * A tick's label: compact for whole steps (1.2K), else with the decimals the step needs, so ticks of small
+ * amounts (0.0025 credits) read apart instead of all as 0.
+ */
+export function fmtTick(v, step) {
+  if (!(step > 0) || step >= 1) return fmtCompact(v);
+  const decimals = Math.min(12, Math.ceil(-Math.log10(step) - 1e-9) + (String(step * 10 ** Math.ceil(-Math.log10(step))).includes('.') ? 1 : 0));
+  return v.toFixed(decimals);
+}
+
 /** "Nice" axis maximum: 1, 2, 2.5 or 5 times a power of ten, four ticks. */
 function niceMax(value, whole) {
   if (!(value > 0)) return whole ? 4 : 1;
@@ -41,8 +51,8 @@ export function seriesChart(hours, bucketSecs = 3600) {
     const yy = y((reqMax * i) / 4, reqMax);
     svg.append(
       svgEl('line', { class: 'grid', x1: L, x2: W - R, y1: yy, y2: yy }),
-      svgEl('text', { class: 'axis', x: L - 6, y: yy + 4, 'text-anchor': 'end' }, fmtCompact((reqMax * i) / 4)),
-      svgEl('text', { class: 'axis axis-cost', x: W - R + 6, y: yy + 4 }, fmtCompact((costMax * i) / 4)),
+      svgEl('text', { class: 'axis', x: L - 6, y: yy + 4, 'text-anchor': 'end' }, fmtTick((reqMax * i) / 4, reqMax / 4)),
+      svgEl('text', { class: 'axis axis-cost', x: W - R + 6, y: yy + 4 }, fmtTick((costMax * i) / 4, costMax / 4)),
     );
   }
   svg.append(

@@ -21,7 +21,17 @@ export async function viewOverview(frame, params) {
     'div',
     { class: 'range-picker', role: 'group', 'aria-label': 'Range' },
     Object.keys(RANGES).map((r) =>
-      el('a', { href: viewHash('overview', { range: r }), class: r === range ? 'active' : null, data: { range: r } }, r),
+      el(
+        'a',
+        {
+          href: viewHash('overview', { range: r }),
+          class: r === range ? 'active' : null,
+          'aria-current': r === range ? 'true' : null,
+          title: RANGES[r],
+          data: { range: r },
+        },
+        r,
+      ),
     ),
   );
   return [
