@@ -565,3 +565,54 @@ fn the_key_can_come_from_a_variable_and_its_shape_is_checked() {
         "{out}"
     );
 }
+
+/// Issue 40: `--json` prints one document a script can read (docs/CLI.md): the setup check, each step with
+/// its status, request id and latency, the result and the support report; no key in it.
+#[test]
+fn doctor_json_is_one_document() {
+    let gw = Gateway::start_mock("");
+    let mut cmd = Command::new(bin());
+    cmd.args([
+        "doctor",
+        "--base-url",
+        &format!("http://{}/v1", gw.addr),
+        "--key",
+        &gw.key,
+        "--model",
+        "mock",
+        "--json",
+    ]);
+    for v in [
+        "ALL_PROXY",
+        "all_proxy",
+        "HTTPS_PROXY",
+        "https_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+    ] {
+        cmd.env_remove(v);
+    }
+    let out = cmd.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert_eq!(text.trim().lines().count(), 1, "one document: {text}");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["total_steps"], 9);
+    let steps = v["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 8);
+    for s in steps {
+        assert_eq!(s["passed"], true, "{s}");
+        assert_eq!(s["status"], 200, "{s}");
+        assert!(s["request_id"].as_str().unwrap().starts_with("req_"), "{s}");
+        assert!(
+            s["total_ms"].is_number() && s["protocol"].is_string() && s["stream"].is_boolean(),
+            "{s}"
+        );
+    }
+    assert!(v["report"]
+        .as_str()
+        .unwrap()
+        .contains("BEGIN TOLLGATE DOCTOR REPORT"));
+    assert!(!text.contains(&gw.key), "the key is never printed");
+}

@@ -28,6 +28,9 @@ pub struct DoctorArgs {
     /// the config file of a tollgate on this machine: its data directory's permissions are checked too
     #[argh(option)]
     pub config: Option<PathBuf>,
+    /// print one JSON document (the setup check, each step, the result and the support report) instead
+    #[argh(switch)]
+    pub json: bool,
 }
 
 /// Arguments the doctor cannot use: it prints this and exits with 2.

@@ -126,7 +126,10 @@ pub fn run(args: DoctorArgs) -> i32 {
             prompt: false,
         },
     };
-    let mut out = std::io::stdout().lock();
+    // With --json the steps are written nowhere as they go, and one document closes the run.
+    let mut stdout = std::io::stdout().lock();
+    let mut sink = std::io::sink();
+    let mut out: &mut dyn Write = if args.json { &mut sink } else { &mut stdout };
     check.print_header(&mut out, args.config.as_deref());
 
     // Step 1: the base URL's shape and the key's and model's form.
@@ -158,8 +161,14 @@ pub fn run(args: DoctorArgs) -> i32 {
         causes: &causes,
         failed_steps,
     };
-    let _ = write!(out, "{}", check.report(&run));
-    let _ = out.flush();
+    let report = check.report(&run);
+    if args.json {
+        let doc = check.json(&setup, &run, &report);
+        let _ = writeln!(stdout, "{doc}");
+    } else {
+        let _ = write!(out, "{report}");
+    }
+    let _ = stdout.flush();
     if failed_steps == 0 {
         0
     } else {
@@ -237,6 +246,57 @@ impl Check<'_> {
             &local_servers(self.shape.base.as_deref()),
         );
         let _ = writeln!(out);
+    }
+
+    /// The run as one JSON document (`--json`): the setup check, each step, the result, the support report.
+    /// Keys are scrubbed as in the printed output.
+    fn json(&self, setup: &[&Finding], run: &Run, report: &str) -> serde_json::Value {
+        let ms = |d: Option<std::time::Duration>| d.map(|d| d.as_millis() as u64);
+        let notes: Vec<String> = setup
+            .iter()
+            .filter(|f| f.severity != Severity::Error)
+            .map(|f| self.scrub.clean(&f.text))
+            .collect();
+        let steps: Vec<serde_json::Value> = run
+            .outcomes
+            .iter()
+            .zip(run.causes)
+            .map(|(o, cause)| {
+                serde_json::json!({
+                    "protocol": o.proto.name(),
+                    "stream": o.stream,
+                    "passed": o.passed(),
+                    "url": o.url,
+                    "status": o.status,
+                    "request_id": o.request_id,
+                    "client_request_id": o.client_request_id,
+                    "head_ms": ms(o.headers_at),
+                    "first_byte_ms": ms(o.first_byte),
+                    "first_text_ms": ms(o.first_text),
+                    "total_ms": o.total.as_millis() as u64,
+                    "events": o.events,
+                    "text": self.scrub.clean(&o.text),
+                    "error": o.failure.as_ref().map(|f| self.scrub.clean(&f.detail)),
+                    "cause": cause.as_deref().map(|c| self.scrub.clean(c)),
+                    "notes": o.notes.iter().map(|n| self.scrub.clean(n)).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "ok": run.failed_steps == 0,
+            "base_url": self.shape.redacted,
+            "model": self.model,
+            "protocols": self.protocols.iter().map(|p| p.name()).collect::<Vec<_>>(),
+            "setup": {
+                "passed": run.setup_errors.is_empty(),
+                "errors": run.setup_errors.iter().map(|e| self.scrub.clean(e)).collect::<Vec<_>>(),
+                "notes": notes,
+            },
+            "steps": steps,
+            "failed_steps": run.failed_steps,
+            "total_steps": self.total_steps,
+            "report": report,
+        })
     }
 
     /// Whether each protocol's requests go to the base URL its family takes, derived from the one given:
