@@ -766,14 +766,14 @@ fn check_refuses_bad_prices_and_warns_of_unpriced_paid_traffic() {
     ));
     assert_eq!(code, 0, "{err}");
     assert!(
-        out.contains("warning: models[0]") && out.contains("below cache reads"),
+        out.contains("warning: line 15: models[0]: ") && out.contains("below cache reads"),
         "{out}"
     );
     // A paid upstream with no price: warned, naming the model and the upstream.
     let (code, out, err) = check(&model("upstream_model = \"our-own-model\""));
     assert_eq!(code, 0, "{err}");
     assert!(
-        out.contains("warning: models[0]: model \"m\" sends paid traffic to upstream \"paid\"")
+        out.contains("models[0]: model \"m\" sends paid traffic to upstream \"paid\"")
             && out.contains("no price"),
         "{out}"
     );
