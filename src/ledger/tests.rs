@@ -315,6 +315,35 @@ fn a_queued_record_is_found_when_the_writer_does_not_answer_in_time() {
     assert_eq!(ledger.query(&Filter::default()).unwrap().len(), 3);
 }
 
+/// The soak's missed look-up after the first fix: a query's flush drained in the same round as another
+/// message, after that round's first look at the inbox, was answered "all written" while the record its
+/// client had queued before asking still waited in the inbox; the file was read without it.
+#[test]
+fn a_flush_drained_later_in_a_round_covers_what_was_queued_before_it() {
+    let dir = temp_dir("ledger-drained-flush");
+    let (ledger, _) = Ledger::open(&dir, Duration::from_secs(3600), false).unwrap();
+    ledger.shared.stall.store(true, Ordering::SeqCst);
+    ledger.append(record("a", 1.0, 1));
+    std::thread::scope(|s| {
+        // A first flush: the writer takes it with the inbox (record 1), then is held.
+        s.spawn(|| ledger.flush_within(Duration::from_millis(1), false));
+        while lock(&ledger.shared.unsynced).is_empty() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // Record 2 is queued, then a query's flush waits in the channel behind the held round.
+        ledger.append(record("a", 1.0, 2));
+        let query = s.spawn(|| ledger.query(&Filter::default()).unwrap());
+        while ledger.tx.is_empty() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        ledger.shared.stall.store(false, Ordering::SeqCst);
+        let found = query.join().unwrap();
+        let ids: Vec<&str> = found.iter().map(|r| r.request_id.as_str()).collect();
+        assert_eq!(ids, ["req_2", "req_1"]);
+    });
+    assert!(ledger.flush());
+}
+
 #[test]
 fn replay_refuses_impossible_records() {
     let dir = temp_dir("ledger-replay");

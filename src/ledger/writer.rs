@@ -197,13 +197,15 @@ impl Writer {
             let mut disconnected = false;
             match rx.recv_timeout(self.next_wait()) {
                 Ok(msg) => self.take(msg, &mut urgent, &mut flushes),
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => disconnected = true,
+                Err(RecvTimeoutError::Timeout) => self.take_inbox(),
+                Err(RecvTimeoutError::Disconnected) => {
+                    disconnected = true;
+                    self.take_inbox();
+                }
             }
             while self.shared.stall.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(5));
             }
-            self.take_inbox();
             // Whatever else is queued already goes into the same attempt.
             for _ in 0..MAX_DRAIN {
                 if disconnected {
@@ -333,7 +335,11 @@ impl Writer {
         unsynced.extend(self.pending.iter().map(|e| e.line.clone()));
     }
 
+    /// Takes one message, after the records queued before it was sent: a flush or close then covers every
+    /// record its caller queued first, also when the message is drained after this round's first look at
+    /// the inbox (a query could miss a record its client already had the answer for).
     fn take(&mut self, msg: Msg, urgent: &mut bool, flushes: &mut Vec<(FlushAck, bool)>) {
+        self.take_inbox();
         match msg {
             Msg::Wake => {}
             Msg::Record(rec, ack) => {
