@@ -674,24 +674,33 @@ impl Writer {
         let path = self.path.display().to_string();
         self.shared
             .set_problem(Some(e.to_string().replace(&path, LEDGER_FILE)));
-        let mut handed_back = 0usize;
-        for mut entry in std::mem::take(&mut self.pending) {
+        // Strict-mode records go back to their callers. The backlog and the lines readers see are updated
+        // before a caller is told (it may look at either at once); one whose caller stopped waiting stays.
+        let (waiting, rest): (Vec<Entry>, Vec<Entry>) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|e| e.waiting.is_some());
+        self.pending.extend(rest);
+        let mut handed_back = waiting.len();
+        if handed_back > 0 {
+            self.shared.backlog.fetch_sub(handed_back, Ordering::Relaxed);
+            self.pending_bytes -= waiting.iter().map(|e| e.line.len()).sum::<usize>();
+            self.mirror_pending();
+        }
+        let mut stayed = false;
+        for mut entry in waiting {
             let Some((ack, rec)) = entry.waiting.take() else {
-                self.pending.push_back(entry);
                 continue;
             };
-            if ack.send(Err(rec)).is_ok() {
-                handed_back += 1;
-                self.pending_bytes -= entry.line.len();
-            } else {
+            if ack.send(Err(rec)).is_err() {
                 // Nobody waits for it any more: it stays with the others.
+                handed_back -= 1;
+                stayed = true;
+                self.shared.backlog.fetch_add(1, Ordering::Relaxed);
+                self.pending_bytes += entry.line.len();
                 self.pending.push_back(entry);
             }
         }
-        self.shared
-            .backlog
-            .fetch_sub(handed_back, Ordering::Relaxed);
-        if handed_back > 0 {
+        if stayed {
             self.mirror_pending();
         }
         let handed = if handed_back > 0 {
