@@ -630,7 +630,12 @@ fn functions_a_reader_can_hold() {
                     || t.starts_with("pub fn ")
                     || t.starts_with("pub(crate) fn ")
                     || t.starts_with("pub(super) fn ");
-                if !is_fn || t.ends_with(';') {
+                // A declaration without a body (a trait's) ends at `;` before any `{`.
+                let head_end = lines[i..]
+                    .iter()
+                    .map(|x| x.trim_end())
+                    .find(|x| x.ends_with(';') || x.ends_with('{'));
+                if !is_fn || head_end.is_none_or(|x| x.ends_with(';')) {
                     continue;
                 }
                 let indent = &l[..l.len() - t.len()];

@@ -1192,10 +1192,10 @@ fn in_process_costs() {
     };
     let mut prints = Vec::with_capacity(rounds as usize);
     let decode = time(&mut |_| {
-        let req = Protocol::Chat.decode_request(&body).unwrap();
+        let req = Protocol::Chat.request.decode_request(&body).unwrap();
         std::hint::black_box(req);
     });
-    let req = Protocol::Chat.decode_request(&body).unwrap();
+    let req = Protocol::Chat.request.decode_request(&body).unwrap();
     let print = time(&mut |i| {
         let mut t = Target { ..target };
         let scope = format!("key:{i}");
@@ -1204,9 +1204,12 @@ fn in_process_costs() {
     });
     let answer_decode = time(&mut |_| {
         let v: Value = serde_json::from_slice(&raw).unwrap();
-        std::hint::black_box(Protocol::Chat.decode_response(&v, &opts).unwrap());
+        std::hint::black_box(Protocol::Chat.upstream.decode_response(&v, &opts).unwrap());
     });
-    let resp = Protocol::Chat.decode_response(&answer, &opts).unwrap();
+    let resp = Protocol::Chat
+        .upstream
+        .decode_response(&answer, &opts)
+        .unwrap();
     let entry = Entry {
         response: resp,
         upstream: "chat-up".into(),

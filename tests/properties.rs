@@ -110,9 +110,9 @@ proptest! {
             o.insert("max_tokens".into(), json!(10));
         }
         for p in [Protocol::Chat, Protocol::Responses, Protocol::Messages] {
-            if let Ok(req) = p.decode_request(&v) {
+            if let Ok(req) = p.request.decode_request(&v) {
                 for target in [Protocol::Chat, Protocol::Responses, Protocol::Messages] {
-                    let _ = target.encode_request(&req, &opts());
+                    let _ = target.upstream.encode_request(&req, &opts());
                 }
             }
         }
@@ -122,8 +122,8 @@ proptest! {
     #[test]
     fn response_decoders_never_panic(v in json_value()) {
         for p in [Protocol::Chat, Protocol::Responses, Protocol::Messages] {
-            let _ = p.decode_response(&v, &opts());
-            let _ = p.usage_from(&v);
+            let _ = p.upstream.decode_response(&v, &opts());
+            let _ = p.upstream.usage_from(&v);
         }
     }
 
@@ -131,10 +131,10 @@ proptest! {
     #[test]
     fn stream_codecs_never_panic(events in prop::collection::vec((prop::option::of("[a-z_.]{1,30}"), json_value()), 0..12)) {
         for up in [Protocol::Chat, Protocol::Responses, Protocol::Messages] {
-            let mut dec = up.stream_decoder(&opts());
+            let mut dec = up.upstream.stream_decoder(&opts());
             let mut encs: Vec<_> = [Protocol::Chat, Protocol::Responses, Protocol::Messages]
                 .iter()
-                .map(|c| c.stream_encoder(&Request::default(), true, "req_test"))
+                .map(|c| c.reply.stream_encoder(&Request::default(), true, "req_test"))
                 .collect();
             let mut out = Vec::new();
             let mut bytes = Vec::new();

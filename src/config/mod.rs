@@ -98,7 +98,7 @@ impl UpstreamKind {
     /// The kind as config writes it.
     pub fn name(self) -> &'static str {
         match self {
-            UpstreamKind::Speaks(p) => p.upstream_kind(),
+            UpstreamKind::Speaks(p) => p.upstream_kind,
             UpstreamKind::Mock => "mock",
         }
     }
@@ -113,7 +113,7 @@ impl UpstreamKind {
 
     /// Every kind's name, for messages: `openai-chat, openai-responses, anthropic, mock`.
     pub fn names() -> String {
-        let kinds = crate::protocol::ALL.iter().map(|p| p.upstream_kind());
+        let kinds = crate::protocol::ALL.iter().map(|p| p.upstream_kind);
         kinds.chain(["mock"]).collect::<Vec<_>>().join(", ")
     }
 

@@ -11,12 +11,12 @@ pub use crate::protocol::client::error_fields;
 
 /// The text of a non-streaming answer, where the specification says it is.
 pub fn answer_text(proto: Protocol, v: &Value) -> Result<String, NoText> {
-    proto.answer_text(v)
+    proto.probe.answer_text(v)
 }
 
 /// The stop reason of an answer, for a message about missing text.
 pub fn stop_reason(proto: Protocol, v: &Value) -> String {
-    match proto.stop_reason(v) {
+    match proto.probe.stop_reason(v) {
         Some(r) => format!("stop reason `{r}`"),
         None => "no stop reason".to_string(),
     }

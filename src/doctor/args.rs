@@ -54,7 +54,7 @@ impl std::fmt::Display for ArgError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ArgError::UnknownProtocol(given) => {
-                let names: Vec<&str> = crate::protocol::ALL.iter().map(|p| p.name()).collect();
+                let names: Vec<&str> = crate::protocol::ALL.iter().map(|p| p.name).collect();
                 write!(
                     f,
                     "--protocol: unknown protocol {given:?}; expected {} or all",

@@ -48,7 +48,7 @@ pub fn likely_cause(
             "HTTP 2xx but not a usable {} answer: the base URL may point at a different service, or the \
              gateway cannot serve this model over this protocol (a reasoning model that spent the output \
              limit on thinking also answers without text).",
-            o.proto.title()
+            o.proto.title
         ),
         Kind::Status(s) => status_cause(s, f, o.proto, shape, model),
         // Stream-only kinds on a non-streaming request cannot happen.
@@ -146,7 +146,7 @@ fn status_cause(s: u16, f: &kinds::Failure, proto: Protocol, shape: &Shape, mode
             "{s}: wrong fields: the gateway refused the minimal request (Responses takes `input`, Chat \
              `messages`, Messages also `max_tokens`), so this endpoint or model may not support the {} \
              protocol. In a client, remove extra parameters.",
-            proto.title()
+            proto.title
         ),
         401 => format!(
             "401: the key is incomplete, has spaces, or is not sent as `Authorization: Bearer <key>`{}; or the \
@@ -203,7 +203,7 @@ fn status_cause(s: u16, f: &kinds::Failure, proto: Protocol, shape: &Shape, mode
 
 /// Whether the doctor sends the key of `proto` in `x-api-key` too (as its SDK does).
 fn sends_x_api_key(proto: Protocol) -> bool {
-    let headers = proto.client_headers("");
+    let headers = proto.probe.client_headers("");
     headers
         .iter()
         .flatten()
@@ -250,8 +250,8 @@ fn origin_of(u: &str) -> &str {
 fn family_mismatch(proto: Protocol, shape: &Shape) -> Option<String> {
     let (base, root) = (shape.base.as_deref()?, shape.root.as_deref()?);
     let with_v1 = base.to_ascii_lowercase().ends_with("/v1");
-    let (vendor, sdk, clients) = (proto.vendor(), proto.sdk_path(), proto.clients());
-    match (proto.base_url_has_v1(), with_v1) {
+    let (vendor, sdk, clients) = (proto.vendor, proto.sdk_path(), proto.clients);
+    match (proto.base_url_has_v1, with_v1) {
         (false, true) => Some(format!(
             "{vendor} SDKs append `{sdk}` to their base URL, so this one makes `{base}{sdk}`{}. Give {clients} \
              `{root}` without `/v1`.",

@@ -236,7 +236,7 @@ impl Check<'_> {
             &self
                 .protocols
                 .iter()
-                .map(|p| p.name())
+                .map(|p| p.name)
                 .collect::<Vec<_>>()
                 .join(", "),
         );
@@ -263,7 +263,7 @@ impl Check<'_> {
             .zip(run.causes)
             .map(|(o, cause)| {
                 serde_json::json!({
-                    "protocol": o.proto.name(),
+                    "protocol": o.proto.name,
                     "stream": o.stream,
                     "passed": o.passed(),
                     "url": o.url,
@@ -286,7 +286,7 @@ impl Check<'_> {
             "ok": run.failed_steps == 0,
             "base_url": self.shape.redacted,
             "model": self.model,
-            "protocols": self.protocols.iter().map(|p| p.name()).collect::<Vec<_>>(),
+            "protocols": self.protocols.iter().map(|p| p.name).collect::<Vec<_>>(),
             "setup": {
                 "passed": run.setup_errors.is_empty(),
                 "errors": run.setup_errors.iter().map(|e| self.scrub.clean(e)).collect::<Vec<_>>(),
@@ -303,8 +303,8 @@ impl Check<'_> {
     /// when protocols of several families are tested at once (the default, `--protocol all`), one base URL
     /// cannot be right for all of them, so it is taken as the gateway's address.
     fn derive(&self) -> bool {
-        let first = self.protocols.first().map(|p| p.vendor());
-        self.protocols.iter().any(|p| Some(p.vendor()) != first)
+        let first = self.protocols.first().map(|p| p.vendor);
+        self.protocols.iter().any(|p| Some(p.vendor) != first)
     }
 
     /// Step 1: its verdict, the endpoints the requests go to, which client family takes which form, and
@@ -371,13 +371,13 @@ impl Check<'_> {
                     out,
                     "[{step}/{}] {}, {}: ",
                     self.total_steps,
-                    proto.title(),
+                    proto.title,
                     if stream { "streaming" } else { "non-streaming" }
                 );
                 let _ = out.flush();
                 let client_id = format!(
                     "doctor-{run_id}-{}-{}",
-                    proto.name(),
+                    proto.name,
                     if stream { "stream" } else { "plain" }
                 );
                 let o = match self.shape.base_of(proto, self.derive()) {
@@ -635,7 +635,7 @@ fn print_outcome(out: &mut impl Write, o: &Outcome, cause: Option<&str>, scrub: 
             " ({} events{})",
             o.events,
             if o.passed() {
-                format!(", ended with `{}`", o.proto.stream_terminal())
+                format!(", ended with `{}`", o.proto.stream_terminal)
             } else {
                 String::new()
             }

@@ -40,7 +40,7 @@ pub fn run(
 ) -> Outcome {
     let url = format!("{base}{}", proto.sdk_request_path(model, stream));
     let mut out = Outcome::new(proto, stream, url.clone(), client_request_id);
-    let body = proto.probe_body(model, PROMPT, stream).to_string();
+    let body = proto.probe.probe_body(model, PROMPT, stream).to_string();
     let req = request(agent, &url, proto, key, stream, client_request_id);
     let start = Instant::now();
     let resp = match req.send(body.as_bytes()) {
@@ -102,7 +102,7 @@ fn request(
             },
         )
         .header("x-client-request-id", client_request_id);
-    for (name, value) in proto.client_headers(key).into_iter().flatten() {
+    for (name, value) in proto.probe.client_headers(key).into_iter().flatten() {
         req = req.header(name, value.as_ref());
     }
     req.config().timeout_global(Some(timeout(stream))).build()
@@ -322,16 +322,16 @@ mod tests {
 
     #[test]
     fn minimal_bodies() {
-        let b = Protocol::Chat.probe_body("m", PROMPT, false);
+        let b = Protocol::Chat.probe.probe_body("m", PROMPT, false);
         assert_eq!(b["messages"][0]["content"], PROMPT);
         assert!(b.get("stream").is_none());
-        let b = Protocol::Responses.probe_body("m", PROMPT, true);
+        let b = Protocol::Responses.probe.probe_body("m", PROMPT, true);
         assert_eq!(b["input"], PROMPT);
         assert_eq!(b["stream"], true);
-        let b = Protocol::Messages.probe_body("m", PROMPT, false);
+        let b = Protocol::Messages.probe.probe_body("m", PROMPT, false);
         assert_eq!(b["max_tokens"], 256);
         for p in ALL {
-            let b = p.probe_body("m", PROMPT, true);
+            let b = p.probe.probe_body("m", PROMPT, true);
             for field in [
                 "tools",
                 "reasoning",

@@ -265,7 +265,7 @@ fn facts_lines(r: &mut String, f: &Facts) {
         "Protocols",
         &f.protocols
             .iter()
-            .map(|p| p.name())
+            .map(|p| p.name)
             .collect::<Vec<_>>()
             .join(", "),
     );
@@ -297,7 +297,7 @@ fn requests_lines(r: &mut String, f: &Facts) {
         let _ = writeln!(
             r,
             "  {:<9}  stream={:<5}  {}  {:<14}  {:>8}  request id {}  client request id {}",
-            o.proto.name(),
+            o.proto.name,
             o.stream,
             if o.passed() { "PASS" } else { "FAIL" },
             match o.status {
@@ -326,7 +326,7 @@ fn plain_results_lines(r: &mut String, f: &Facts) {
             (Some(_), Some(s)) => format!("HTTP {s}, failed (see Errors)"),
             (_, None) => "no HTTP answer (see Errors)".to_string(),
         };
-        let _ = writeln!(r, "  {:<9}  {result}", p.name());
+        let _ = writeln!(r, "  {:<9}  {result}", p.name);
     }
 }
 
@@ -345,7 +345,7 @@ fn errors_lines(r: &mut String, f: &Facts, scrub: &Scrubber) {
         let _ = writeln!(
             r,
             "  {} stream={}: {}",
-            o.proto.name(),
+            o.proto.name,
             o.stream,
             one_line(&scrub.clean(&clip(&fail.detail, MAX_DETAIL)))
         );

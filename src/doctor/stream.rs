@@ -48,8 +48,7 @@ pub fn read_stream<R: BufRead>(proto: Protocol, reader: R, start: Instant) -> St
                 Kind::StreamCut,
                 format!(
                     "the stream ended in the middle of an event after {} events, without `{}`",
-                    r.events,
-                    proto.stream_terminal()
+                    r.events, proto.stream_terminal
                 ),
             ));
             return r;
@@ -99,7 +98,7 @@ fn ended(proto: Protocol, events: usize) -> Failure {
         Kind::StreamCut,
         format!(
             "the stream ended after {events} events without `{}`",
-            proto.stream_terminal()
+            proto.stream_terminal
         ),
     )
 }
@@ -114,7 +113,7 @@ fn broke(proto: Protocol, events: usize, at: Duration, e: std::io::Error) -> Fai
             format!(
                 "the overall timeout of {} s ran out after {events} events, before `{}` ({detail})",
                 STREAM_TIMEOUT.as_secs(),
-                proto.stream_terminal()
+                proto.stream_terminal
             ),
         )
     } else {
@@ -123,7 +122,7 @@ fn broke(proto: Protocol, events: usize, at: Duration, e: std::io::Error) -> Fai
             format!(
                 "the stream broke after {} and {events} events, without `{}`: {detail}",
                 fmt_duration(at),
-                proto.stream_terminal()
+                proto.stream_terminal
             ),
         )
     }
@@ -131,7 +130,7 @@ fn broke(proto: Protocol, events: usize, at: Duration, e: std::io::Error) -> Fai
 
 /// What one event of `proto`'s stream means (`first`: it is the stream's first event).
 fn event_step(proto: Protocol, event: Option<&str>, data: &str, first: bool) -> ClientEvent {
-    proto.client_event(event, data, first)
+    proto.probe.client_event(event, data, first)
 }
 
 #[cfg(test)]

@@ -47,7 +47,7 @@ impl Shape {
     pub fn base_of(&self, proto: crate::protocol::Protocol, derive: bool) -> Option<String> {
         match &self.root {
             Some(r) if derive && !self.has_errors() => {
-                let v1 = if proto.base_url_has_v1() { "/v1" } else { "" };
+                let v1 = if proto.base_url_has_v1 { "/v1" } else { "" };
                 Some(format!("{r}{v1}"))
             }
             _ => self.base.clone(),
@@ -77,15 +77,15 @@ pub struct Family {
 pub fn families() -> Vec<Family> {
     let mut out: Vec<Family> = Vec::new();
     for p in ALL {
-        match out.iter_mut().find(|f| f.vendor == p.vendor()) {
+        match out.iter_mut().find(|f| f.vendor == p.vendor) {
             Some(f) => {
-                f.titles = format!("{}, {}", f.titles, p.title());
+                f.titles = format!("{}, {}", f.titles, p.title);
                 f.paths = format!("{}, {}", f.paths, p.sdk_path());
             }
             None => out.push(Family {
-                vendor: p.vendor(),
-                v1: p.base_url_has_v1(),
-                titles: p.title().to_string(),
+                vendor: p.vendor,
+                v1: p.base_url_has_v1,
+                titles: p.title.to_string(),
                 paths: p.sdk_path().to_string(),
             }),
         }

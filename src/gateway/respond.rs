@@ -59,13 +59,13 @@ pub fn error(w: &mut ResponseWriter, trace: &Trace, err: &ApiError) {
 }
 
 pub fn error_with(w: &mut ResponseWriter, trace: &Trace, err: &ApiError, extra: &[(&str, &str)]) {
-    let body = trace.protocol.error_body(err, &trace.request_id);
+    let body = trace.protocol.reply.error_body(err, &trace.request_id);
     let retry = err.retry_after().map(|s| s.to_string());
     let mut headers: Vec<(&str, &str)> = Vec::new();
     if let Some(r) = &retry {
         headers.push(("retry-after", r));
     }
-    if let Some(challenge) = trace.protocol.challenge().filter(|_| err.status() == 401) {
+    if let Some(challenge) = trace.protocol.challenge.filter(|_| err.status() == 401) {
         headers.push(("www-authenticate", challenge));
     }
     if let Some(v) = should_retry(err.status()) {

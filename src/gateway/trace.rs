@@ -100,7 +100,7 @@ impl Trace {
     pub fn headers<'a>(&'a self, extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
         let mut h = Vec::with_capacity(4 + extra.len());
         h.push(("x-request-id", self.request_id.as_str()));
-        if let Some(name) = self.protocol.id_header() {
+        if let Some(name) = self.protocol.id_header {
             h.push((name, self.request_id.as_str()));
         }
         if let Some(c) = &self.client_request_id {

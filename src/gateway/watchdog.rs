@@ -73,7 +73,7 @@ impl WatchGuard {
     /// The request started streaming to its client on `stream`: it gets keepalives from now on.
     pub fn stream_started(&self, stream: Arc<SharedStream>, protocol: Protocol) {
         if let Ok(mut s) = self.0.stream.lock() {
-            *s = Some((stream, protocol.keepalive()));
+            *s = Some((stream, protocol.keepalive));
         }
     }
 }

@@ -682,7 +682,9 @@ impl Writer {
         self.pending.extend(rest);
         let mut handed_back = waiting.len();
         if handed_back > 0 {
-            self.shared.backlog.fetch_sub(handed_back, Ordering::Relaxed);
+            self.shared
+                .backlog
+                .fetch_sub(handed_back, Ordering::Relaxed);
             self.pending_bytes -= waiting.iter().map(|e| e.line.len()).sum::<usize>();
             self.mirror_pending();
         }

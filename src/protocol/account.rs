@@ -288,7 +288,7 @@ mod tests {
     /// The body as it goes upstream with the codec's `store` edit.
     fn store_nothing(p: Protocol, body: &mut Value) {
         let mut e = Edits::default();
-        if let Some((k, edit)) = p.store_nothing() {
+        if let Some((k, edit)) = p.store_nothing {
             e.put(k, edit);
         }
         *body = serde_json::from_slice(&e.apply(body).unwrap()).unwrap();

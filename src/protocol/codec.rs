@@ -1,26 +1,28 @@
-//! The one interface every wire protocol implements ([`Codec`]): everything the gateway, the doctor and the
-//! console must know about a protocol is asked here, and each protocol's directory (`chat/`, `responses/`,
-//! `messages/`, `gemini/`) answers it. What every protocol shares (walking JSON, SSE framing, the estimate rules, the
-//! passthrough edits' serializer) stays in the shared modules the codecs call.
+//! What a wire protocol is and does: one [`Codec`] value per protocol directory (`chat/`, `responses/`,
+//! `messages/`, `gemini/`), everything the gateway, the doctor and the console ask of a protocol.
 //!
-//! The methods come in five groups: who the protocol is (names, paths); its clients (recognising them,
-//! their key, their headers, decoding their requests, answering them: bodies, streams, errors, the models
-//! list); the request's fields the gateway governs (the output limit, account state, paid hosted features,
-//! token counting); its upstreams (encoding requests, decoding answers, streams, errors and usage in the
-//! vendor's semantics, the credential, the model list, passthrough edits, reading a relayed stream); and a
-//! client of some other gateway (the doctor's minimal request and how an SDK reads the answer). Beside it are
-//! what its methods hand out: the stream encoder and decoder traits, and how a canonical request goes to an
-//! upstream of another protocol (`EgressOptions`).
+//! A codec is data and a few small interfaces. The data says who the protocol is (names, paths, where its
+//! clients put their key, the fields that carry the output limit, the edits that keep state out of the
+//! operator's account). The interfaces do its work, each in the file of its directory that holds its code
+//! (as in `chat/`): [`RequestCodec`] (`chat/decode.rs`: a client's request read and decoded),
+//! [`ReplyCodec`] (`chat/reply.rs`: answers, streams and errors to clients), [`UpstreamCodec`]
+//! (`chat/upstream.rs`: requests to its upstreams, their answers and streams decoded), [`RelayReader`]
+//! (`chat/relay.rs`: a stream relayed as it came, read for usage and its end), [`DoctorProbe`]
+//! (`chat/client.rs`: the doctor's minimal request and how the SDK reads the answer), [`ModelList`]; and
+//! where a protocol has them, [`TokenCounting`] and [`ModelPaths`] (paths that name the
+//! model). What every protocol shares (walking JSON, SSE framing, the estimate rules, the passthrough
+//! edits' serializer) stays in the shared modules the codecs call.
 
 use std::borrow::Cow;
 
 use serde_json::Value;
 
 use super::canon::{self, Usage};
+use super::carried::Shape;
 use super::client::{ClientEvent, NoText};
-use super::edit::Edit;
+use super::edit::{Edit, Put};
 use super::error::ApiError;
-use super::hosted::Asks;
+use super::hosted::{Asks, Rules};
 use super::relay::Seen;
 use super::sse::SseEvent;
 use crate::http::Request;
@@ -88,120 +90,198 @@ pub enum Framing {
     JsonArray,
 }
 
-/// A wire protocol. Implemented once per protocol directory; reached through `Protocol` (which dereferences
-/// to its codec) from the registry in `protocol/mod.rs`.
-pub trait Codec: Sync + Send {
-    // --- Who it is.
+/// Where a protocol's clients put their key: its own header, a query parameter where it takes one, and
+/// always `Authorization: Bearer`; `how` tells them (in the error texts).
+pub struct KeyIn {
+    pub header: &'static str,
+    pub query: Option<&'static str>,
+    pub how: &'static str,
+}
 
+/// A check of a request's head (its headers) that refuses it with the client's error.
+pub type HeadCheck = fn(&Request) -> Result<(), ApiError>;
+/// A client's body put in one form (`counts`: a token-counting request).
+pub type BodyReading = fn(&mut Value, bool) -> Result<(), ApiError>;
+/// The number the first of some held stream bytes carries.
+pub type Numbering = fn(&[u8]) -> Option<u64>;
+/// What follows the in-stream error (`err`, for `request_id`, numbered `seq`) of a relayed stream.
+pub type FailedTail = fn(&ApiError, &str, u64, &mut Seen) -> Vec<u8>;
+
+/// What keeps an idle SSE stream open: a comment, which every SSE reader skips.
+pub const COMMENT_KEEPALIVE: &[u8] = b": keepalive\n\n";
+
+/// The ids of a models list of OpenAI's shape (`data[].id`), which Anthropic's shares.
+pub const DATA_IDS: IdsIn = IdsIn {
+    array: "data",
+    field: "id",
+    prefix: "",
+};
+
+/// How an upstream is sent its credential: in `header` (None: `Authorization: Bearer`), with the API
+/// version it speaks where it asks for one.
+pub struct Credential {
+    pub header: Option<&'static str>,
+    pub version: Option<(&'static str, &'static str)>,
+}
+
+/// Where an upstream's models list holds the ids: each object of the array `array`, its field `field`,
+/// without `prefix`.
+pub struct IdsIn {
+    pub array: &'static str,
+    pub field: &'static str,
+    pub prefix: &'static str,
+}
+
+/// The fields that carry a request's output limit.
+pub struct LimitFields {
+    /// The fields a client may send it in, preferred first (in `parent`, else at the top level).
+    pub fields: &'static [&'static str],
+    /// The object they sit in (Gemini's `generationConfig`), where they are not at the top level.
+    pub parent: Option<&'static str>,
+    /// The one field an upstream is sent it in: with OpenAI's current name (`max_completion_tokens`), and
+    /// without.
+    pub upstream: (&'static str, &'static str),
+    /// The field that asks for several answers, each up to the limit (None: one answer).
+    pub choices: Option<&'static str>,
+    /// Whether an upstream of this protocol needs a limit on every request.
+    pub required: bool,
+}
+
+/// Where the use limit of hosted tools is written when the client gave none.
+pub enum HostedCap {
+    /// One top-level field limits every hosted tool together (Responses' `max_tool_calls`).
+    Shared(&'static str),
+    /// Each limited tool of the list `.0` carries its own field `.1` (Messages' `tools[].max_uses`).
+    EachTool(&'static str, &'static str),
+}
+
+/// A protocol: who it is (data), and the interfaces that do its work. One per protocol directory
+/// (`chat::CODEC`, …), reached through `Protocol` (which dereferences to it) from the registry in
+/// `protocol/mod.rs`.
+pub struct Codec {
+    // --- Who it is.
     /// Short name in logs, usage records, metrics, config and the doctor's `--protocol`: `chat`.
-    fn name(&self) -> &'static str;
+    pub name: &'static str,
     /// The API's name as its vendor writes it: `Chat Completions`.
-    fn title(&self) -> &'static str;
+    pub title: &'static str,
     /// The vendor whose SDKs speak it: `OpenAI`.
-    fn vendor(&self) -> &'static str;
+    pub vendor: &'static str,
     /// Its clients, as hints name them: `OpenAI clients`.
-    fn clients(&self) -> &'static str;
+    pub clients: &'static str,
     /// The `kind` of an upstream that speaks it (config): `openai-chat`.
-    fn upstream_kind(&self) -> &'static str;
-    /// The gateway's endpoint: `/v1/chat/completions`.
-    fn path(&self) -> &'static str;
+    pub upstream_kind: &'static str,
+    /// The gateway's endpoint: `/v1/chat/completions` (a template where [`ModelPaths`] name the model).
+    pub path: &'static str,
     /// Whether the vendor's SDKs take a base URL that ends in `/v1` (and append the path without it); an
     /// upstream's base URL follows the same convention.
-    fn base_url_has_v1(&self) -> bool;
-    /// What the vendor's SDKs append to their base URL.
-    fn sdk_path(&self) -> &'static str {
-        let p = self.path();
-        if self.base_url_has_v1() {
-            p.strip_prefix("/v1").unwrap_or(p)
-        } else {
-            p
-        }
-    }
+    pub base_url_has_v1: bool,
     /// The gateway's token counting endpoint, if the protocol has one.
-    fn count_tokens_path(&self) -> Option<&'static str> {
-        None
-    }
-    /// Which endpoint of the protocol `path` is, if any: its `path` or its `count_tokens_path` (a protocol
-    /// whose paths name the model matches their pattern, and `path` is their template).
-    fn serves(&self, path: &str) -> Option<Serves> {
-        if path == self.path() {
-            Some(Serves::Generate)
-        } else if self.count_tokens_path() == Some(path) {
-            Some(Serves::CountTokens)
-        } else {
-            None
-        }
-    }
-    /// The model a request names in its path (protocols whose paths name it; None: its body's `model`).
-    fn path_model<'p>(&self, _path: &'p str) -> Option<Cow<'p, str>> {
-        None
-    }
-    /// Whether a request asks for a stream by its path (None: its body's `stream` says).
-    fn path_stream(&self, _path: &str) -> Option<bool> {
-        None
-    }
-    /// What the SDKs append to their base URL for a request to `model` (protocols whose paths name it).
-    fn sdk_request_path(&self, _model: &str, _stream: bool) -> Cow<'static, str> {
-        Cow::Borrowed(self.sdk_path())
-    }
+    pub count_tokens_path: Option<&'static str>,
     /// The path of the protocol's own models list besides `GET /v1/models`, if it has one.
-    fn models_list_path(&self) -> Option<&'static str> {
-        None
-    }
-    /// A hint for a path no endpoint serves that looks like a mistake this protocol's clients make (a doubled
-    /// version, an endpoint path in the base URL), if it is one.
-    fn path_hint(&self, _path: &str) -> Option<String> {
-        None
-    }
+    pub models_list_path: Option<&'static str>,
 
     // --- Its clients.
-
-    /// Whether an answer at `path` that nothing else decides takes this protocol's shape (errors the HTTP
-    /// layer gives before routing).
-    fn shapes_errors_at(&self, _path: &str) -> bool {
-        false
-    }
-    /// Whether a request outside the model endpoints comes from this protocol's SDK (it sends a header only
-    /// they send).
-    fn recognizes(&self, _req: &Request) -> bool {
-        false
-    }
-    /// The key a request presents, in the headers this protocol's clients send it in.
-    fn presented_key<'r>(&self, req: &'r Request) -> Result<&'r str, ApiError>;
-    /// How a stream to this request's client is framed.
-    fn framing(&self, _req: &Request) -> Framing {
-        Framing::Sse
-    }
-    /// The header that repeats the request id for this protocol's SDKs (besides `x-request-id`).
-    fn id_header(&self) -> Option<&'static str> {
-        None
-    }
-    /// The `www-authenticate` challenge of a 401 answer, where the protocol's clients expect one.
-    fn challenge(&self) -> Option<&'static str> {
-        None
-    }
-    /// A request whose head the protocol refuses (a header it requires missing, a path naming what the
-    /// gateway does not serve), as the client's error.
-    fn check_headers(&self, _req: &Request) -> Result<(), ApiError> {
-        Ok(())
-    }
+    /// Where its clients put their key.
+    pub key: KeyIn,
+    /// A header only its SDKs send (how a request outside the model endpoints is recognised as theirs).
+    pub sdk_header: Option<&'static str>,
+    /// A part of every path of its API (answers there that nothing else decides take its shape).
+    pub paths_contain: Option<&'static str>,
+    /// The header that repeats the request id for its SDKs (besides `x-request-id`).
+    pub id_header: Option<&'static str>,
+    /// The `www-authenticate` challenge of a 401 answer, where its clients expect one.
+    pub challenge: Option<&'static str>,
+    /// What keeps an idle stream open without disturbing its clients.
+    pub keepalive: &'static [u8],
+    /// What its answer ids start with.
+    pub response_id_prefix: &'static str,
+    /// A header every request must carry, and an example of its value (for the error text).
+    pub required_header: Option<(&'static str, &'static str)>,
+    /// Refuses headers that would open state kept in the operator's upstream account.
+    pub account_headers: Option<HeadCheck>,
     /// Puts a client's body in the one form every rule and the decoder read, before anything reads it (a
     /// wire that takes two spellings of a field gets one; what the path already says leaves the body).
     /// `counts`: a token-counting request. What is sent upstream is this body, with the attempt's edits.
-    fn read_as_one(&self, _body: &mut Value, _counts: bool) -> Result<(), ApiError> {
-        Ok(())
-    }
+    pub read_as_one: Option<BodyReading>,
+    /// Where a client asks for its stream's usage report (None: every stream carries one).
+    pub usage_asked_at: Option<&'static str>,
+    /// Where stream events are numbered: the number the first of some held stream bytes carries (the
+    /// event that replaces them takes it).
+    pub numbered: Option<Numbering>,
+    /// What follows the in-stream error of a relayed stream that broke (numbered `seq`), where something
+    /// must (a last event that says the answer failed).
+    pub failed_tail: Option<FailedTail>,
+
+    // --- The request's fields the gateway governs.
+    pub limit: LimitFields,
+    /// The top-level request fields the canonical request carries whole, each with the shape of the values
+    /// it carries (`protocol/carried.rs`), and those that only frame the answer. The answer cache keys on
+    /// the canonical request and on every other field, or value of another shape, as sent
+    /// (`protocol/fingerprint.rs`): a field left off only makes entries more particular, never shared
+    /// wrongly.
+    pub carried: &'static [(&'static str, Shape)],
+    /// Its paid hosted tools, tiers and surcharges.
+    pub hosted: &'static Rules,
+    /// Where the use limit of hosted tools goes, where it has one.
+    pub hosted_cap: Option<HostedCap>,
+    /// Whether its answers count the hosted tool uses they made.
+    pub reports_tool_uses: bool,
+    /// Whether the tier its answers name is the rate they are billed at.
+    pub reports_rate_tier: bool,
+    /// The edit that keeps an answer from being stored in the operator's account.
+    pub store_nothing: Option<(&'static str, Edit<'static>)>,
+    /// Where nothing is stored: the edit that makes a reasoning model's answers carry their reasoning whole,
+    /// so that a client can send it back on its next turn (an id alone would name nothing).
+    pub reasoning_inline: Option<(&'static str, Edit<'static>)>,
+    /// The edit that makes a passthrough stream report its usage (the gateway bills from it).
+    pub stream_usage_on: Option<(&'static str, Edit<'static>)>,
+    /// A header of the client's request passed on to an upstream of the same protocol (every value joined).
+    pub passed_on: Option<&'static str>,
+
+    // --- Its upstreams.
+    /// The generation endpoint under an upstream's base URL.
+    pub upstream_path: &'static str,
+    /// The token counting endpoint under an upstream's base URL, if it has one.
+    pub upstream_count_path: Option<&'static str>,
+    /// Whether a body sent upstream names its model (`model`); protocols whose paths name it leave it out.
+    pub model_in_body: bool,
+    /// The field of a complete answer that holds its usage.
+    pub usage_field: &'static str,
+    /// The model list under an upstream's base URL (what health probes and discovery ask for).
+    pub models_path: &'static str,
+    /// Where that list holds the ids.
+    pub ids_in: IdsIn,
+    /// How an upstream is sent its credential.
+    pub credential: Credential,
+    /// The event that ends a complete stream (as the doctor reports it).
+    pub stream_terminal: &'static str,
+
+    // --- What it does.
+    pub request: &'static dyn RequestCodec,
+    pub reply: &'static dyn ReplyCodec,
+    pub list: &'static dyn ModelList,
+    pub upstream: &'static dyn UpstreamCodec,
+    pub relay: &'static dyn RelayReader,
+    pub probe: &'static dyn DoctorProbe,
+    pub counting: Option<&'static dyn TokenCounting>,
+    /// Where the paths name the model (and the stream): how they are read and made.
+    pub model_paths: Option<&'static dyn ModelPaths>,
+}
+
+/// A client's request read: checked, put in one form, decoded.
+pub trait RequestCodec: Sync {
     /// Checks the fields this protocol's requests must have before anything else (the envelope's `model`
     /// and `stream` are checked by `request.rs` for every protocol).
     fn validate(&self, body: &Value) -> Result<(), ApiError>;
     /// Decodes (and so validates) a client's request body into the canonical request.
     fn decode_request(&self, body: &Value) -> Result<canon::Request, ApiError>;
-    /// Whether a client's stream is to carry a usage report.
-    fn wants_stream_usage(&self, _body: &Value) -> bool {
-        true
-    }
-    /// A fresh id for an answer.
-    fn new_response_id(&self) -> String;
+    /// The request asks for parts of an answer the canonical form does not hold (log probabilities,
+    /// audio): its answers are never kept in the answer cache, whose replay would lack them.
+    fn asks_beyond_canon(&self, body: &Value) -> bool;
+}
+
+/// Answers to a client: bodies, streams, errors.
+pub trait ReplyCodec: Sync {
     /// A complete canonical answer as this protocol's response body.
     fn encode_response(&self, resp: &canon::Response, req: &canon::Request) -> Value;
     /// An encoder of canonical stream events into this protocol's SSE lifecycle; its error events carry
@@ -212,158 +292,23 @@ pub trait Codec: Sync + Send {
         include_usage: bool,
         request_id: &str,
     ) -> Box<dyn StreamEncoder>;
-    /// What keeps an idle stream open without disturbing its clients.
-    fn keepalive(&self) -> &'static [u8] {
-        b": keepalive\n\n"
-    }
     /// The whole error body of an answer.
     fn error_body(&self, err: &ApiError, request_id: &str) -> Vec<u8>;
     /// The in-stream error event of a stream that fails after it started; it carries the request id.
     /// `next_seq`: the number the event takes where events are numbered.
     fn error_event(&self, err: &ApiError, request_id: &str, next_seq: Option<u64>) -> Vec<u8>;
-    /// The number the first of these held stream bytes carries, where events are numbered (the event that
-    /// replaces them takes it).
-    fn next_sequence(&self, _held: &[u8]) -> Option<u64> {
-        None
-    }
+}
+
+/// The models list a protocol's clients read (the two OpenAI protocols share one).
+pub trait ModelList: Sync {
     /// The models list.
     fn models_list(&self, models: &[Listed], created: u64) -> Value;
     /// One model of the list (`GET /v1/models/{id}`).
     fn model_entry(&self, model: &Listed, created: u64) -> Value;
+}
 
-    // --- The request's fields the gateway governs.
-
-    /// The fields that carry a request's output limit, preferred first (in the object `limit_parent` names,
-    /// else at the top level).
-    fn limit_fields(&self) -> &'static [&'static str];
-    /// The object the limit fields sit in (Gemini's `generationConfig`), where they are not at the top level.
-    fn limit_parent(&self) -> Option<&'static str> {
-        None
-    }
-    /// The one field an upstream of this protocol is sent the limit in (`max_completion_tokens`: the
-    /// upstream takes OpenAI's current name).
-    fn upstream_limit_field(&self, _max_completion_tokens: bool) -> &'static str {
-        self.limit_fields()[0]
-    }
-    /// The field that asks for several answers, each up to the limit (None: one answer).
-    fn choices_field(&self) -> Option<&'static str> {
-        None
-    }
-    /// The top-level request fields the canonical request carries whole, each with the shape of the values
-    /// it carries (`protocol/carried.rs`), and those that only frame the answer (the stream flag, the end
-    /// user's id, metadata). The answer cache keys on the canonical request and on every other field, or
-    /// value of another shape, as sent (`protocol/fingerprint.rs`): a field left off only makes entries more
-    /// particular, never shared wrongly.
-    fn carried(&self) -> &'static [(&'static str, super::carried::Shape)] {
-        &[]
-    }
-    /// Whether an upstream of this protocol needs an output limit on every request.
-    fn requires_output_limit(&self) -> bool {
-        false
-    }
-    /// Refuses headers that would open state kept in the operator's upstream account.
-    fn refuse_account_headers(&self, _req: &Request) -> Result<(), ApiError> {
-        Ok(())
-    }
-    /// The edit that keeps an answer from being stored in the operator's account.
-    fn store_nothing(&self) -> Option<(&'static str, Edit<'static>)> {
-        None
-    }
-    /// Where nothing is stored: the edit that makes a reasoning model's answers carry their reasoning
-    /// whole, so that a client can send it back on its next turn (an id alone would name nothing).
-    fn reasoning_inline(&self) -> Option<(&'static str, Edit<'static>)> {
-        None
-    }
-    /// The paid hosted tools and service tiers a request asks for.
-    fn hosted_asks(&self, body: &Value) -> Result<Asks, ApiError>;
-    /// The request asks for parts of an answer the canonical form does not hold (log probabilities,
-    /// audio): its answers are never kept in the answer cache, whose replay would lack them.
-    fn asks_beyond_canon(&self, _body: &Value) -> bool {
-        false
-    }
-    /// The edit that writes the use limit `cap` where the client gave none (`tools`: the positions of the
-    /// tools it limits).
-    fn hosted_cap<'a>(&self, _cap: u64, _tools: &'a [usize]) -> Option<(&'static str, Edit<'a>)> {
-        None
-    }
-    /// Whether its answers count the hosted tool uses they made.
-    fn reports_tool_uses(&self) -> bool {
-        true
-    }
-    /// Whether the tier its answers name is the rate they are billed at.
-    fn reports_rate_tier(&self) -> bool {
-        true
-    }
-    /// A token counting request decoded (and so validated) into the canonical request.
-    fn decode_count_request(&self, _body: &Value) -> Result<canon::Request, ApiError> {
-        Err(ApiError::not_found(
-            "This protocol has no token counting endpoint.",
-        ))
-    }
-    /// The token counting answer for `input_tokens`.
-    fn count_answer(&self, _input_tokens: u64) -> Vec<u8> {
-        Vec::new()
-    }
-    /// The tokens an upstream's token counting answer reports.
-    fn counted_tokens(&self, _raw: &[u8]) -> Option<u64> {
-        None
-    }
-    /// The edit that names `model`, the upstream's, where a token counting body names its model besides the
-    /// path (Gemini's `generateContentRequest.model`).
-    fn count_model_edit<'a>(&self, _model: &'a str) -> Option<(&'static str, Edit<'a>)> {
-        None
-    }
-
-    // --- Its upstreams.
-
-    /// The generation endpoint under an upstream's base URL.
-    fn upstream_path(&self) -> &'static str;
-    /// The token counting endpoint under an upstream's base URL, if it has one.
-    fn upstream_count_path(&self) -> Option<&'static str> {
-        None
-    }
-    /// The generation endpoint (and query) under an upstream's base URL for a request to `model`, streamed
-    /// or not (protocols whose paths name the model and the stream).
-    fn upstream_endpoint(&self, _model: &str, _stream: bool) -> Cow<'static, str> {
-        Cow::Borrowed(self.upstream_path())
-    }
-    /// The token counting endpoint under an upstream's base URL for `model`, if it has one.
-    fn upstream_count_endpoint(&self, _model: &str) -> Option<Cow<'static, str>> {
-        self.upstream_count_path().map(Cow::Borrowed)
-    }
-    /// Whether a body sent upstream names its model (`model`); protocols whose paths name it leave it out.
-    fn model_in_body(&self) -> bool {
-        true
-    }
-    /// The field of a complete answer that holds its usage.
-    fn usage_field(&self) -> &'static str {
-        "usage"
-    }
-    /// The model list under an upstream's base URL (what health probes and discovery ask for).
-    fn models_path(&self) -> &'static str {
-        "/models"
-    }
-    /// The model ids of an upstream's model list.
-    fn model_ids(&self, list: &Value) -> Option<Vec<String>> {
-        let items = list.get("data")?.as_array()?;
-        Some(
-            items
-                .iter()
-                .filter_map(|m| m.get("id").and_then(Value::as_str))
-                .map(str::to_string)
-                .collect(),
-        )
-    }
-    /// The headers that carry an upstream's credential (and the version it speaks).
-    fn credentials<'k>(&self, key: Option<&'k str>) -> Headers<'k>;
-    /// A header of the client's request passed on to an upstream of the same protocol.
-    fn passed_on(&self, _req: &Request) -> Option<(&'static str, String)> {
-        None
-    }
-    /// The edit that makes a passthrough stream report its usage (the gateway bills from it).
-    fn stream_usage_on(&self) -> Option<(&'static str, Edit<'static>)> {
-        None
-    }
+/// Its upstreams: requests encoded, answers and streams decoded in the vendor's semantics.
+pub trait UpstreamCodec: Sync {
     /// Encodes a canonical request for an upstream.
     fn encode_request(&self, req: &canon::Request, opts: &EgressOptions)
         -> Result<Value, ApiError>;
@@ -377,25 +322,19 @@ pub trait Codec: Sync + Send {
     fn stream_decoder(&self, opts: &EgressOptions) -> Box<dyn StreamDecoder>;
     /// Reads a `usage` object into the canonical usage, in the vendor's semantics.
     fn usage_from(&self, usage: &Value) -> Option<Usage>;
-    /// Reads one event of a stream relayed as it came (passthrough) into `seen`; returns whether to pass it
-    /// on. Comments never reach it.
+}
+
+/// A stream relayed to its client as it came (passthrough), read on the way.
+pub trait RelayReader: Sync {
+    /// Reads one event into `seen`; returns whether to pass it on. Comments never reach it.
     fn observe(&self, ev: &SseEvent, seen: &mut Seen) -> bool;
-    /// What follows the in-stream error of a relayed stream that broke (numbered `seq`), if anything.
-    fn failed_tail(
-        &self,
-        _err: &ApiError,
-        _request_id: &str,
-        _seq: u64,
-        _seen: &mut Seen,
-    ) -> Vec<u8> {
-        Vec::new()
-    }
-    /// Calls `edit` on each text field of a relayed event's data that `observe` reads text from, in the
-    /// order it reads them.
+    /// Calls `edit` on each text field of an event's data that `observe` reads text from, in the order it
+    /// reads them.
     fn text_fields(&self, data: &mut Value, edit: &mut dyn FnMut(Option<&mut Value>));
+}
 
-    // --- A client of some gateway (the doctor).
-
+/// A client of some gateway (the doctor): the minimal request and how the official SDK reads the answer.
+pub trait DoctorProbe: Sync {
     /// The minimal request: model plus one short text; no reasoning, tools or schema.
     fn probe_body(&self, model: &str, prompt: &str, stream: bool) -> Value;
     /// The headers its official SDK sends the key in (and the version it speaks).
@@ -404,8 +343,260 @@ pub trait Codec: Sync + Send {
     fn answer_text(&self, answer: &Value) -> Result<String, NoText>;
     /// The stop reason of a complete answer.
     fn stop_reason<'v>(&self, answer: &'v Value) -> Option<&'v str>;
-    /// The event that ends a complete stream.
-    fn stream_terminal(&self) -> &'static str;
     /// What one event of a stream means to the official SDK (`first`: the stream's first event).
     fn client_event(&self, event: Option<&str>, data: &str, first: bool) -> ClientEvent;
+}
+
+/// A protocol's token counting endpoint.
+pub trait TokenCounting: Sync {
+    /// A token counting request decoded (and so validated) into the canonical request.
+    fn decode_count_request(&self, body: &Value) -> Result<canon::Request, ApiError>;
+    /// The token counting answer for `input_tokens`.
+    fn count_answer(&self, input_tokens: u64) -> Vec<u8>;
+    /// The tokens an upstream's token counting answer reports.
+    fn counted_tokens(&self, raw: &[u8]) -> Option<u64>;
+    /// The edit that names `model`, the upstream's, where a token counting body names its model besides the
+    /// path (Gemini's `generateContentRequest.model`).
+    fn count_model_edit<'a>(&self, model: &'a str) -> Option<(&'static str, Edit<'a>)>;
+}
+
+/// Paths that name the model and the method (Gemini's `/v1beta/models/{model}:generateContent`): how the
+/// gateway reads them, and makes them for an SDK and an upstream.
+pub trait ModelPaths: Sync {
+    /// Which endpoint of the protocol `path` is, if any.
+    fn serves(&self, path: &str) -> Option<Serves>;
+    /// The model `path` names.
+    fn path_model<'p>(&self, path: &'p str) -> Option<Cow<'p, str>>;
+    /// Whether `path` asks for a stream.
+    fn path_stream(&self, path: &str) -> Option<bool>;
+    /// The path (and query) of a request to `model`, streamed or not, under a base URL.
+    fn request_path(&self, model: &str, stream: bool) -> Cow<'static, str>;
+    /// The token counting path for `model` under a base URL.
+    fn count_path(&self, model: &str) -> Cow<'static, str>;
+    /// A hint for a path no endpoint serves that looks like a mistake its clients make (a doubled version,
+    /// an endpoint path in the base URL), if it is one.
+    fn path_hint(&self, path: &str) -> Option<String>;
+    /// Whether an answer at `path` that nothing else decides takes this protocol's shape.
+    fn shapes_errors_at(&self, path: &str) -> bool;
+    /// Whether a request outside the model endpoints comes from its SDKs.
+    fn recognizes(&self, req: &Request) -> bool;
+    /// How a stream to this request's client is framed.
+    fn framing(&self, req: &Request) -> Framing;
+    /// Refuses a path that names what the gateway does not serve (a model kept in the operator's account).
+    fn refuse_path(&self, path: &str) -> Result<(), ApiError>;
+}
+
+/// What is asked of a protocol that its data answers, or its [`ModelPaths`] where it has them.
+impl Codec {
+    /// What the vendor's SDKs append to their base URL.
+    pub fn sdk_path(&self) -> &'static str {
+        let p = self.path;
+        if self.base_url_has_v1 {
+            p.strip_prefix("/v1").unwrap_or(p)
+        } else {
+            p
+        }
+    }
+
+    /// Which endpoint of the protocol `path` is, if any: its `path` or its `count_tokens_path`.
+    pub fn serves(&self, path: &str) -> Option<Serves> {
+        if let Some(m) = self.model_paths {
+            return m.serves(path);
+        }
+        if path == self.path {
+            Some(Serves::Generate)
+        } else if self.count_tokens_path == Some(path) {
+            Some(Serves::CountTokens)
+        } else {
+            None
+        }
+    }
+
+    /// The model a request names in its path (protocols whose paths name it; None: its body's `model`).
+    pub fn path_model<'p>(&self, path: &'p str) -> Option<Cow<'p, str>> {
+        self.model_paths.and_then(|m| m.path_model(path))
+    }
+
+    /// Whether a request asks for a stream by its path (None: its body's `stream` says).
+    pub fn path_stream(&self, path: &str) -> Option<bool> {
+        self.model_paths.and_then(|m| m.path_stream(path))
+    }
+
+    /// What the SDKs append to their base URL for a request to `model`.
+    pub fn sdk_request_path(&self, model: &str, stream: bool) -> Cow<'static, str> {
+        match self.model_paths {
+            Some(m) => m.request_path(model, stream),
+            None => Cow::Borrowed(self.sdk_path()),
+        }
+    }
+
+    /// A hint for a path no endpoint serves that looks like a mistake this protocol's clients make.
+    pub fn path_hint(&self, path: &str) -> Option<String> {
+        self.model_paths.and_then(|m| m.path_hint(path))
+    }
+
+    /// Whether an answer at `path` that nothing else decides takes this protocol's shape (errors the HTTP
+    /// layer gives before routing).
+    pub fn shapes_errors_at(&self, path: &str) -> bool {
+        match self.model_paths {
+            Some(m) => m.shapes_errors_at(path),
+            None => self.paths_contain.is_some_and(|p| path.contains(p)),
+        }
+    }
+
+    /// Whether a request outside the model endpoints comes from this protocol's SDK.
+    pub fn recognizes(&self, req: &Request) -> bool {
+        match self.model_paths {
+            Some(m) => m.recognizes(req),
+            None => self.sdk_header.is_some_and(|h| req.header(h).is_some()),
+        }
+    }
+
+    /// How a stream to this request's client is framed.
+    pub fn framing(&self, req: &Request) -> Framing {
+        self.model_paths.map_or(Framing::Sse, |m| m.framing(req))
+    }
+
+    /// A request whose head the protocol refuses (a header it requires missing, a path naming what the
+    /// gateway does not serve), as the client's error.
+    pub fn check_headers(&self, req: &Request) -> Result<(), ApiError> {
+        if let Some((name, example)) = self.required_header {
+            if req.header(name).is_none() {
+                return Err(ApiError::invalid_param(
+                    name,
+                    format!("{name}: header is required (for example `{name}: {example}`)."),
+                ));
+            }
+        }
+        match self.model_paths {
+            Some(m) => m.refuse_path(&req.path),
+            None => Ok(()),
+        }
+    }
+
+    /// Refuses headers that would open state kept in the operator's upstream account.
+    pub fn refuse_account_headers(&self, req: &Request) -> Result<(), ApiError> {
+        self.account_headers.map_or(Ok(()), |refuse| refuse(req))
+    }
+
+    /// Puts a client's body in the one form every rule and the decoder read (see `read_as_one`, the
+    /// field).
+    pub fn read_as_one(&self, body: &mut Value, counts: bool) -> Result<(), ApiError> {
+        self.read_as_one.map_or(Ok(()), |read| read(body, counts))
+    }
+
+    /// Whether a client's stream is to carry a usage report.
+    pub fn wants_stream_usage(&self, body: &Value) -> bool {
+        self.usage_asked_at
+            .is_none_or(|at| super::fields::At::at(body, at).and_then(Value::as_bool) == Some(true))
+    }
+
+    /// The number the first of these held stream bytes carries, where events are numbered.
+    pub fn next_sequence(&self, held: &[u8]) -> Option<u64> {
+        self.numbered.and_then(|n| n(held))
+    }
+
+    /// What follows the in-stream error of a relayed stream that broke (numbered `seq`), if anything.
+    pub fn failed_tail(
+        &self,
+        err: &ApiError,
+        request_id: &str,
+        seq: u64,
+        seen: &mut Seen,
+    ) -> Vec<u8> {
+        self.failed_tail
+            .map_or_else(Vec::new, |tail| tail(err, request_id, seq, seen))
+    }
+
+    /// The key a request presents, in the headers this protocol's clients send it in.
+    pub fn presented_key<'r>(&self, req: &'r Request) -> Result<&'r str, ApiError> {
+        super::auth::presented_key_in(req, self.key.header, self.key.query, self.key.how)
+    }
+
+    /// A fresh id for an answer.
+    pub fn new_response_id(&self) -> String {
+        crate::util::new_id(self.response_id_prefix)
+    }
+
+    /// The paid hosted tools and service tiers a request asks for.
+    pub fn hosted_asks(&self, body: &Value) -> Result<Asks, ApiError> {
+        super::hosted::asks(body, self.hosted)
+    }
+
+    /// The edit that writes the use limit `cap` where the client gave none (`tools`: the positions of the
+    /// tools it limits).
+    pub fn hosted_cap<'a>(&self, cap: u64, tools: &'a [usize]) -> Option<(&'static str, Edit<'a>)> {
+        match self.hosted_cap.as_ref()? {
+            HostedCap::Shared(field) => Some((field, Edit::Fill(Put::Num(cap)))),
+            HostedCap::EachTool(list, field) => {
+                Some((list, Edit::FillIn(tools, field, Put::Num(cap))))
+            }
+        }
+    }
+
+    /// The one field an upstream of this protocol is sent the limit in.
+    pub fn upstream_limit_field(&self, max_completion_tokens: bool) -> &'static str {
+        if max_completion_tokens {
+            self.limit.upstream.0
+        } else {
+            self.limit.upstream.1
+        }
+    }
+
+    /// A header of the client's request passed on to an upstream of the same protocol: every value of it,
+    /// joined.
+    pub fn passed_on(&self, req: &Request) -> Option<(&'static str, String)> {
+        let name = self.passed_on?;
+        let mut all = req.header_all(name).peekable();
+        all.peek()?;
+        Some((name, all.collect::<Vec<_>>().join(",")))
+    }
+
+    /// The generation endpoint (and query) under an upstream's base URL for a request to `model`, streamed
+    /// or not.
+    pub fn upstream_endpoint(&self, model: &str, stream: bool) -> Cow<'static, str> {
+        match self.model_paths {
+            Some(m) => m.request_path(model, stream),
+            None => Cow::Borrowed(self.upstream_path),
+        }
+    }
+
+    /// The headers that carry an upstream's credential (and the version it speaks).
+    pub fn credentials<'k>(&self, key: Option<&'k str>) -> Headers<'k> {
+        let key = key.map(|k| match self.credential.header {
+            Some(h) => (h, Cow::Borrowed(k)),
+            None => super::auth::bearer(k),
+        });
+        let version = self.credential.version.map(|(h, v)| (h, Cow::Borrowed(v)));
+        match version {
+            Some(v) => [Some(v), key, None],
+            None => [key, None, None],
+        }
+    }
+
+    /// The model ids of an upstream's model list.
+    pub fn model_ids(&self, list: &Value) -> Option<Vec<String>> {
+        let IdsIn {
+            array,
+            field,
+            prefix,
+        } = self.ids_in;
+        let items = list.get(array)?.as_array()?;
+        Some(
+            items
+                .iter()
+                .filter_map(|m| m.get(field).and_then(Value::as_str))
+                .map(|n| n.strip_prefix(prefix).unwrap_or(n).to_string())
+                .collect(),
+        )
+    }
+
+    /// The token counting endpoint under an upstream's base URL for `model`, if it has one.
+    pub fn upstream_count_endpoint(&self, model: &str) -> Option<Cow<'static, str>> {
+        let path = self.upstream_count_path?;
+        Some(match self.model_paths {
+            Some(m) => m.count_path(model),
+            None => Cow::Borrowed(path),
+        })
+    }
 }

@@ -661,12 +661,14 @@ mod tests {
     #[test]
     fn renders_each_shape() {
         let e = ApiError::model_not_found("x");
-        let v: Value = serde_json::from_slice(&Protocol::Chat.error_body(&e, "req_1")).unwrap();
+        let v: Value =
+            serde_json::from_slice(&Protocol::Chat.reply.error_body(&e, "req_1")).unwrap();
         assert_eq!(v["error"]["code"], "model_not_found");
         assert_eq!(v["error"]["type"], "invalid_request_error");
         assert_eq!(v["error"]["param"], "model");
         assert!(v["error"]["message"].as_str().unwrap().contains("req_1"));
-        let v: Value = serde_json::from_slice(&Protocol::Messages.error_body(&e, "req_1")).unwrap();
+        let v: Value =
+            serde_json::from_slice(&Protocol::Messages.reply.error_body(&e, "req_1")).unwrap();
         assert_eq!(v["type"], "error");
         assert_eq!(v["error"]["type"], "not_found_error");
         assert_eq!(v["request_id"], "req_1");

@@ -74,7 +74,7 @@ struct Keyed<'a> {
 
 /// The fingerprint of `req` (decoded from `body`, a request of `protocol`) for `target`.
 pub fn of(protocol: Protocol, body: &Value, req: &Request, target: &Target) -> Fingerprint {
-    let rest = super::carried::uncarried(protocol.carried(), body);
+    let rest = super::carried::uncarried(protocol.carried, body);
     let keyed = Keyed {
         v: 4,
         target: (
@@ -110,7 +110,7 @@ mod tests {
     use serde_json::json;
 
     fn print(p: Protocol, body: Value) -> Fingerprint {
-        let mut req = p.decode_request(&body).unwrap();
+        let mut req = p.request.decode_request(&body).unwrap();
         req.max_tokens = crate::protocol::limits::read(p, &body).unwrap();
         let target = Target {
             model: "m",
@@ -169,7 +169,7 @@ mod tests {
         );
         assert_eq!(first, with("user", json!("someone")));
         let scoped = {
-            let req = Protocol::Chat.decode_request(&base).unwrap();
+            let req = Protocol::Chat.request.decode_request(&base).unwrap();
             let t = Target {
                 model: "m",
                 upstream_model: "up",
@@ -308,9 +308,9 @@ mod tests {
         for p in crate::protocol::ALL {
             let mut seen = Vec::new();
             for (_, body) in samples().iter().filter(|(q, _)| q == p) {
-                carried::seen(p.carried(), body, &mut seen);
+                carried::seen(p.carried, body, &mut seen);
             }
-            for (member, name) in carried::members(p.carried()) {
+            for (member, name) in carried::members(p.carried) {
                 assert!(seen.contains(&member), "{p:?}: no sample holds `{name}`");
             }
         }
@@ -378,11 +378,11 @@ mod tests {
             changes(&body, String::new(), &mut all);
             assert!(all.len() > 5, "{p:?}: {} changes", all.len());
             for (path, changed) in all {
-                if p.decode_request(&changed).is_err() {
+                if p.request.decode_request(&changed).is_err() {
                     continue;
                 }
                 let top = path.split('/').nth(1).unwrap_or("");
-                let framing = p.carried().iter().any(|(name, shape)| {
+                let framing = p.carried.iter().any(|(name, shape)| {
                     *name == top && matches!(shape, crate::protocol::carried::Shape::Frame)
                 });
                 let other = print(p, changed);

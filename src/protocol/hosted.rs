@@ -408,7 +408,7 @@ mod tests {
     }
 
     fn from_answer(p: Protocol, raw: &[u8], usage: Option<&Value>) -> Uses {
-        super::from_answer(raw, usage, p.reports_tool_uses(), p.reports_rate_tier())
+        super::from_answer(raw, usage, p.reports_tool_uses, p.reports_rate_tier)
     }
 
     fn families(p: Protocol, body: Value) -> Vec<(String, String, Option<u64>)> {
@@ -545,8 +545,8 @@ mod tests {
         t.usage(&json!({"server_tool_use": {"web_search_requests": 2}}));
         assert_eq!(
             t.uses(
-                Protocol::Messages.reports_tool_uses(),
-                Protocol::Messages.reports_rate_tier()
+                Protocol::Messages.reports_tool_uses,
+                Protocol::Messages.reports_rate_tier
             )
             .tools,
             Some(vec![("web_fetch".into(), 1), ("web_search".into(), 2)])

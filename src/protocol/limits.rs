@@ -16,13 +16,13 @@ use super::{ApiError, Protocol, ALL};
 /// Every protocol's limit fields at the top level of a body (some more than once).
 pub fn all_fields() -> impl Iterator<Item = &'static str> {
     ALL.iter()
-        .filter(|p| p.limit_parent().is_none())
-        .flat_map(|p| p.limit_fields().iter().copied())
+        .filter(|p| p.limit.parent.is_none())
+        .flat_map(|p| p.limit.fields.iter().copied())
 }
 
 /// Every protocol's field that asks for several answers.
 pub fn all_choice_fields() -> impl Iterator<Item = &'static str> {
-    ALL.iter().filter_map(|p| p.choices_field())
+    ALL.iter().filter_map(|p| p.limit.choices)
 }
 
 fn read_field(
@@ -54,7 +54,7 @@ fn read_field(
 /// The output limit a request of `protocol` asks for: the lowest of its own limit fields (other protocols'
 /// fields are not read).
 pub fn read(protocol: Protocol, body: &Value) -> Result<Option<u64>, ApiError> {
-    let parent = protocol.limit_parent();
+    let parent = protocol.limit.parent;
     let o = match parent {
         Some(p) => body.get(p).and_then(Value::as_object),
         None => body.as_object(),
@@ -63,7 +63,7 @@ pub fn read(protocol: Protocol, body: &Value) -> Result<Option<u64>, ApiError> {
         return Ok(None);
     };
     let mut limit: Option<u64> = None;
-    for f in protocol.limit_fields() {
+    for f in protocol.limit.fields {
         if let Some(n) = read_field(o, parent, f)? {
             limit = Some(limit.map_or(n, |l| l.min(n)));
         }
@@ -76,7 +76,7 @@ pub fn read(protocol: Protocol, body: &Value) -> Result<Option<u64>, ApiError> {
 /// such a field, so no upstream may multiply the output admission reserved for). It must be a whole number
 /// of at least 1.
 pub fn choices(protocol: Protocol, body: &Value) -> Result<u64, ApiError> {
-    let (Some(o), Some(field)) = (body.as_object(), protocol.choices_field()) else {
+    let (Some(o), Some(field)) = (body.as_object(), protocol.limit.choices) else {
         return Ok(1);
     };
     match o.get(field) {

@@ -1,8 +1,8 @@
 //! Wire protocols: the canonical types, one codec per protocol, SSE framing and the error type.
 //!
-//! Each protocol is one directory (`chat/`, `responses/`, `messages/`, `gemini/`) behind one interface, `codec::Codec`:
-//! it converts between its wire JSON/SSE and the canonical types in `canon`, and answers everything else the
-//! gateway must know about its wire. Nothing here does I/O: codecs take and return values and bytes.
+//! Each protocol is one directory (`chat/`, `responses/`, `messages/`, `gemini/`) and one `codec::Codec` value:
+//! its data and interfaces convert between its wire JSON/SSE and the canonical types in `canon`, and answer
+//! everything else the gateway must know about its wire. Nothing here does I/O: codecs take and return values and bytes.
 //!
 //! This file is the registry: the one place that names the protocols. Each line of `protocols!` declares a
 //! protocol's directory, its variant of [`Protocol`] (the small id records, config and traces carry) and its
@@ -35,7 +35,7 @@ pub mod sse;
 pub use codec::{Codec, EgressOptions, StreamDecoder, StreamEncoder, STRUCTURED_TOOL};
 pub use error::{ApiError, Cause, ErrorKind, Origin};
 
-/// Declares the protocols: for each, its directory, its variant and its codec (a unit struct of that
+/// Declares the protocols: for each, its directory, its variant and its codec (the `CODEC` value of that
 /// directory), and builds [`Protocol`], [`ALL`] and [`Protocol::codec`] from the list.
 macro_rules! protocols {
     ($($(#[$doc:meta])* $variant:ident => $dir:ident :: $codec:ident,)+) => {
@@ -52,7 +52,7 @@ macro_rules! protocols {
 
         impl Protocol {
             /// The protocol's codec.
-            pub fn codec(self) -> &'static dyn Codec {
+            pub fn codec(self) -> &'static Codec {
                 match self {
                     $(Protocol::$variant => &$dir::$codec,)+
                 }
@@ -63,13 +63,13 @@ macro_rules! protocols {
 
 protocols! {
     /// OpenAI Chat Completions, `POST /v1/chat/completions`.
-    Chat => chat::Chat,
+    Chat => chat::CODEC,
     /// OpenAI Responses, `POST /v1/responses`.
-    Responses => responses::Responses,
+    Responses => responses::CODEC,
     /// Anthropic Messages, `POST /v1/messages` (and its token counting).
-    Messages => messages::Messages,
+    Messages => messages::CODEC,
     /// The Gemini API, `POST /v1beta/models/{model}:generateContent` (streamed, and its token counting).
-    Gemini => gemini::Gemini,
+    Gemini => gemini::CODEC,
 }
 
 /// The protocol whose shapes answers take where nothing says otherwise (errors at unknown paths, the models
@@ -79,11 +79,12 @@ pub const FALLBACK: Protocol = Protocol::Chat;
 /// The protocol of local model servers found by discovery (OpenAI-compatible servers).
 pub const LOCAL: Protocol = Protocol::Chat;
 
-/// A protocol is its codec: `protocol.decode_request(body)` asks the protocol's codec.
+/// A protocol is its codec: `protocol.name` is its codec's, `protocol.request.decode_request(body)` asks
+/// the codec's interface.
 impl std::ops::Deref for Protocol {
-    type Target = dyn Codec;
+    type Target = Codec;
 
-    fn deref(&self) -> &(dyn Codec + 'static) {
+    fn deref(&self) -> &Codec {
         self.codec()
     }
 }
@@ -91,17 +92,17 @@ impl std::ops::Deref for Protocol {
 impl Protocol {
     /// The protocol by its short name (`chat`).
     pub fn named(name: &str) -> Option<Protocol> {
-        ALL.iter().copied().find(|p| p.name() == name)
+        ALL.iter().copied().find(|p| p.name == name)
     }
 
     /// The protocol an upstream of `kind` (config's `kind`, such as `openai-chat`) speaks.
     pub fn of_upstream_kind(kind: &str) -> Option<Protocol> {
-        ALL.iter().copied().find(|p| p.upstream_kind() == kind)
+        ALL.iter().copied().find(|p| p.upstream_kind == kind)
     }
 
     /// The protocol whose endpoint is `path`.
     pub fn from_path(path: &str) -> Option<Protocol> {
-        ALL.iter().copied().find(|p| p.path() == path)
+        ALL.iter().copied().find(|p| p.path == path)
     }
 
     /// The protocol whose error shape suits an answer at `path` when nothing else is known (errors the HTTP
@@ -129,17 +130,17 @@ mod tests {
     #[test]
     fn the_registry_is_one_to_one() {
         for &p in ALL {
-            assert_eq!(Protocol::named(p.name()), Some(p));
-            assert_eq!(Protocol::from_path(p.path()), Some(p));
-            assert_eq!(Protocol::of_upstream_kind(p.upstream_kind()), Some(p));
-            assert!(!p.limit_fields().is_empty(), "{}", p.name());
-            assert!(p.path().ends_with(p.sdk_path()), "{}", p.name());
+            assert_eq!(Protocol::named(p.name), Some(p));
+            assert_eq!(Protocol::from_path(p.path), Some(p));
+            assert_eq!(Protocol::of_upstream_kind(p.upstream_kind), Some(p));
+            assert!(!p.limit.fields.is_empty(), "{}", p.name);
+            assert!(p.path.ends_with(p.sdk_path()), "{}", p.name);
         }
         let unique = |f: fn(Protocol) -> &'static str| {
             let all: std::collections::BTreeSet<_> = ALL.iter().map(|p| f(*p)).collect();
             all.len() == ALL.len()
         };
-        assert!(unique(|p| p.name()) && unique(|p| p.path()) && unique(|p| p.upstream_kind()));
+        assert!(unique(|p| p.name) && unique(|p| p.path) && unique(|p| p.upstream_kind));
         assert!(ALL.contains(&FALLBACK) && ALL.contains(&LOCAL));
     }
 }

@@ -103,8 +103,8 @@ impl StreamObserver {
         let s = &self.seen;
         (s.done && s.upstream_error.is_none()).then(|| {
             s.hosted.uses(
-                self.protocol.reports_tool_uses(),
-                self.protocol.reports_rate_tier(),
+                self.protocol.reports_tool_uses,
+                self.protocol.reports_rate_tier,
             )
         })
     }
@@ -114,7 +114,7 @@ impl StreamObserver {
         self.added_from = self.seen.produced.len();
         self.seen.error_text = false;
         let errors_before = self.seen.upstream_error.is_some();
-        let relay = ev.is_comment() || self.protocol.observe(ev, &mut self.seen);
+        let relay = ev.is_comment() || self.protocol.relay.observe(ev, &mut self.seen);
         self.produced_tokens += estimate::tokens(&self.seen.produced[self.added_from..]);
         self.seen.error_text |= !errors_before && self.seen.upstream_error.is_some();
         relay
@@ -124,7 +124,7 @@ impl StreamObserver {
     /// they are numbered, and followed by what the protocol closes a failed stream with).
     pub fn error_event(&mut self, err: &ApiError, request_id: &str, out: &mut Vec<u8>) {
         let seq = self.seen.last_seq.map_or(0, |s| s + 1);
-        out.extend_from_slice(&self.protocol.error_event(err, request_id, Some(seq)));
+        out.extend_from_slice(&self.protocol.reply.error_event(err, request_id, Some(seq)));
         let tail = self
             .protocol
             .failed_tail(err, request_id, seq, &mut self.seen);
@@ -154,7 +154,7 @@ pub fn redact_event(
         }
         offset += len;
     };
-    protocol.text_fields(&mut v, &mut edit);
+    protocol.relay.text_fields(&mut v, &mut edit);
     if !changed {
         return None;
     }

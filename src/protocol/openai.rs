@@ -10,27 +10,42 @@ use serde_json::{json, Map, Value};
 
 use super::canon::{ImageSource, OutputFormat, Request, Tool, ToolChoice};
 use super::carried::Shape as Carried;
-use super::codec::Listed;
+use super::codec::{KeyIn, Listed, ModelList};
 use super::fields::{self, opt_bool, opt_str};
 use super::ApiError;
 
 /// How OpenAI clients send their key.
 pub const KEY_HOW: &str = "`Authorization: Bearer <key>`";
 
+/// Where OpenAI clients put their key (`x-api-key` is taken too, as some clients of OpenAI-compatible
+/// servers send it).
+pub const KEY_IN: KeyIn = KeyIn {
+    header: "x-api-key",
+    query: None,
+    how: KEY_HOW,
+};
+
 /// The error body: `{"error": {"message", "type", "param", "code"}}`.
 pub fn error_body(err: &ApiError, request_id: &str) -> Vec<u8> {
     serde_json::to_vec(&json!({"error": err.openai_object(request_id)})).unwrap_or_default()
 }
 
-/// The models list: `{"object": "list", "data": [...]}`.
-pub fn models_list(models: &[Listed], created: u64) -> Value {
-    let data: Vec<Value> = models.iter().map(|m| model_entry(m, created)).collect();
-    json!({"object": "list", "data": data})
-}
+/// The models list of both OpenAI protocols.
+pub struct OpenAiList;
 
-/// One model of the list.
-pub fn model_entry(m: &Listed, created: u64) -> Value {
-    json!({"id": m.id, "object": "model", "created": created, "owned_by": m.owned_by})
+impl ModelList for OpenAiList {
+    /// `{"object": "list", "data": [...]}`.
+    fn models_list(&self, models: &[Listed], created: u64) -> Value {
+        let data: Vec<Value> = models
+            .iter()
+            .map(|m| self.model_entry(m, created))
+            .collect();
+        json!({"object": "list", "data": data})
+    }
+
+    fn model_entry(&self, m: &Listed, created: u64) -> Value {
+        json!({"id": m.id, "object": "model", "created": created, "owned_by": m.owned_by})
+    }
 }
 
 /// The hosted family of an OpenAI tool definition (`web_search_preview*` → `web_search`,

@@ -65,7 +65,7 @@ impl Protocol {
             Some(s) => s,
             None => fields::stream_flag(o)?,
         };
-        self.validate(body)?;
+        self.request.validate(body)?;
         Ok(stream)
     }
 
@@ -85,18 +85,18 @@ impl Protocol {
     /// The edits a client's body of this protocol gets on its way to an upstream of the same protocol.
     pub fn upstream_edits<'a>(self, f: &Forward<'a>) -> Edits<'a> {
         let mut e = Edits::default();
-        if self.model_in_body() {
+        if self.model_in_body {
             e.put("model", Edit::Set(Put::Str(f.model)));
         }
         if !f.generation {
-            if let Some((field, edit)) = self.count_model_edit(f.model) {
+            if let Some((field, edit)) = self.counting.and_then(|c| c.count_model_edit(f.model)) {
                 e.put(field, edit);
             }
             return e;
         }
         // One output limit, in the one field the upstream reads; other protocols' fields never go.
-        let own = self.limit_fields();
-        let nested = self.limit_parent();
+        let own = self.limit.fields;
+        let nested = self.limit.parent;
         for field in limits::all_fields() {
             if nested.is_some() || f.limit.is_some() || !own.contains(&field) {
                 e.put(field, Edit::Remove);
@@ -111,15 +111,15 @@ impl Protocol {
             e.put(edit.0, edit.1);
         }
         for field in limits::all_choice_fields() {
-            if self.choices_field() != Some(field) {
+            if self.limit.choices != Some(field) {
                 e.put(field, Edit::Remove);
             }
         }
-        let store = f.store_nothing.then(|| self.store_nothing()).flatten();
+        let store = f.store_nothing.then(|| self.store_nothing).flatten();
         let inline = (f.store_nothing && f.reasoning)
-            .then(|| self.reasoning_inline())
+            .then(|| self.reasoning_inline)
             .flatten();
-        let usage = f.stream.then(|| self.stream_usage_on()).flatten();
+        let usage = f.stream.then(|| self.stream_usage_on).flatten();
         let cap = f
             .hosted_cap
             .and_then(|(cap, tools)| self.hosted_cap(cap, tools));

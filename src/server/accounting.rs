@@ -247,7 +247,7 @@ fn usage_record(
         key: out.asked.key.clone().unwrap_or_default(),
         group: out.asked.group.clone().unwrap_or_default(),
         model: out.asked.model.clone().unwrap_or_default(),
-        protocol: trace.protocol.name().to_string(),
+        protocol: trace.protocol.name.to_string(),
         upstream: out.answer.upstream.clone().unwrap_or_default(),
         stream: out.asked.stream,
         status,
@@ -297,7 +297,7 @@ fn withhold_answer(ex: &mut Exchange, trace: &Trace, stream: bool) -> (bool, Api
         }
         Withheld::Tail(held) => {
             // The stream's closing events give way to the protocol's in-stream error.
-            let ev = trace.protocol.error_event(
+            let ev = trace.protocol.reply.error_event(
                 &err,
                 &trace.request_id,
                 trace.protocol.next_sequence(&held),

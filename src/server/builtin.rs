@@ -32,7 +32,7 @@ pub fn serve(a: &mut Attempt) -> Answer {
         answer.kept = Some(Box::new(reply.response.clone()));
     }
     if !a.p.stream {
-        let v = protocol.encode_response(&reply.response, &req);
+        let v = protocol.reply.encode_response(&reply.response, &req);
         return match serde_json::to_vec(&v) {
             Ok(bytes) => {
                 respond::json(a.ex.response(), a.trace, 200, &bytes, &[]);
@@ -52,10 +52,11 @@ fn stream(
     req: &crate::protocol::canon::Request,
     reply: &mock::MockReply,
 ) -> Delivered {
-    let encoder = a
-        .trace
-        .protocol
-        .stream_encoder(req, a.p.wants_stream_usage, &a.trace.request_id);
+    let encoder =
+        a.trace
+            .protocol
+            .reply
+            .stream_encoder(req, a.p.wants_stream_usage, &a.trace.request_id);
     let start = StreamEvent::Start {
         id: reply.response.id.clone(),
         model: a.p.requested.clone(),

@@ -166,7 +166,7 @@ fn fingerprint(p: &Prepared, scope: CacheScope, passed_on: &str) -> Option<(Requ
     if !p.asked.hosted.is_empty()
         || p.model.account_features
         || p.choices != 1
-        || protocol.asks_beyond_canon(&p.body)
+        || protocol.request.asks_beyond_canon(&p.body)
     {
         return None;
     }
@@ -215,7 +215,9 @@ pub fn replay(
         let watch = gw
             .watchdog
             .watch(&trace.request_id, ex.response().socket(), trace.cut.clone());
-        let encoder = protocol.stream_encoder(req, p.wants_stream_usage, &trace.request_id);
+        let encoder = protocol
+            .reply
+            .stream_encoder(req, p.wants_stream_usage, &trace.request_id);
         let start = StreamEvent::Start {
             id: resp.id.clone(),
             model: resp.model.clone(),
@@ -233,7 +235,7 @@ pub fn replay(
         answer.delivered(delivered);
         return answer;
     }
-    match serde_json::to_vec(&protocol.encode_response(&resp, req)) {
+    match serde_json::to_vec(&protocol.reply.encode_response(&resp, req)) {
         Ok(body) => {
             respond::json(ex.response(), trace, 200, &body, &[]);
             answer

@@ -112,7 +112,7 @@ pub fn read_usage(
     buf: Vec<u8>,
 ) -> Result<(Vec<u8>, Option<Value>), Unread> {
     let (raw, status, content_type) = read_raw(a, reply, buf)?;
-    match answer::usage_only(&raw, a.trace.protocol.usage_field()) {
+    match answer::usage_only(&raw, a.trace.protocol.usage_field) {
         Ok(usage) => Ok((raw, usage)),
         Err(u) => Err(unusable(a, u, status, &content_type, &raw)),
     }

@@ -35,7 +35,7 @@ pub fn decode(
     opts: &EgressOptions,
     req: &Request,
 ) -> Result<(Response, bool), ApiError> {
-    let mut resp = target.decode_response(v, opts)?;
+    let mut resp = target.upstream.decode_response(v, opts)?;
     let estimated = estimate::complete_usage(
         &mut resp,
         estimate::input_from_request(req, a.p.model.image_tokens),
@@ -66,7 +66,9 @@ pub fn as_stream(
         a.trace.request_id,
         a.upstream.name
     );
-    let encoder = client.stream_encoder(&req, a.p.wants_stream_usage, &a.trace.request_id);
+    let encoder = client
+        .reply
+        .stream_encoder(&req, a.p.wants_stream_usage, &a.trace.request_id);
     let start = StreamEvent::Start {
         id: resp.id.clone(),
         model: resp.model.clone(),

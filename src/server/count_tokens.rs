@@ -15,6 +15,11 @@ use crate::protocol::{estimate, ApiError};
 pub fn serve(a: &mut Attempt) -> Answer {
     let mut answer = Answer::for_upstream(&a.upstream.name);
     let protocol = a.p.endpoint.protocol();
+    let Some(counting) = protocol.counting else {
+        return answer.failed(ApiError::not_found(
+            "This protocol has no token counting endpoint.",
+        ));
+    };
     let counts = a.upstream.kind.protocol() == Some(protocol);
     let path = counts
         .then(|| protocol.upstream_count_endpoint(&a.p.upstream_model))
@@ -23,9 +28,9 @@ pub fn serve(a: &mut Attempt) -> Answer {
         Some(path) => forward(a, &mut answer, &path),
         None => {
             // Decoding validates the body.
-            protocol.decode_count_request(&a.p.body).map(|req| {
+            counting.decode_count_request(&a.p.body).map(|req| {
                 let n = estimate::input_from_request(&req, a.p.model.image_tokens);
-                protocol.count_answer(n.max(1))
+                counting.count_answer(n.max(1))
             })
         }
     };
@@ -52,7 +57,10 @@ fn forward(a: &mut Attempt, answer: &mut Answer, path: &str) -> Result<Vec<u8>, 
     answer.reached(sent.reached);
     let raw = sent.reply?.read_all(&a.upstream.name)?;
     answer.usage = Some(Usage {
-        input_tokens: protocol.counted_tokens(&raw).unwrap_or(0),
+        input_tokens: protocol
+            .counting
+            .and_then(|c| c.counted_tokens(&raw))
+            .unwrap_or(0),
         ..Usage::default()
     });
     Ok(raw)

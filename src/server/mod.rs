@@ -57,13 +57,13 @@ fn render_http_error(
         ("content-type".to_string(), "application/json".to_string()),
         ("x-request-id".to_string(), request_id.clone()),
     ];
-    if let Some(name) = protocol.id_header() {
+    if let Some(name) = protocol.id_header {
         headers.push((name.to_string(), request_id.clone()));
     }
     if let Some(v) = respond::should_retry(status) {
         headers.push(("x-should-retry".to_string(), v.to_string()));
     }
-    let body = protocol.error_body(&err, &request_id);
+    let body = protocol.reply.error_body(&err, &request_id);
     headers.push((
         "x-tollgate-overhead-ms".to_string(),
         format!("{:.3}", began.elapsed().as_secs_f64() * 1000.0),

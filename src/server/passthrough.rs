@@ -52,7 +52,7 @@ fn forward(a: &mut Attempt, answer: &mut Answer) -> Result<(), ApiError> {
         let watch = StreamObserver::new(protocol, hide_usage, a.p.input_estimate());
         let kept = a
             .keep
-            .then(|| FromRelay::new(protocol.stream_decoder(&egress_options(a, true))));
+            .then(|| FromRelay::new(protocol.upstream.stream_decoder(&egress_options(a, true))));
         relay_stream(a, answer, reply, watch, kept);
         return Ok(());
     }
@@ -64,7 +64,7 @@ fn forward(a: &mut Attempt, answer: &mut Answer) -> Result<(), ApiError> {
         u.error
     })?;
     if !a.p.asked.hosted.is_empty() {
-        let (counted, tier) = (protocol.reports_tool_uses(), protocol.reports_rate_tier());
+        let (counted, tier) = (protocol.reports_tool_uses, protocol.reports_rate_tier);
         answer.hosted = Ran::Reported(hosted::from_answer(&raw, usage.as_ref(), counted, tier));
     }
     if stream {
@@ -77,7 +77,7 @@ fn forward(a: &mut Attempt, answer: &mut Answer) -> Result<(), ApiError> {
         answer.delivered(delivered);
         return Ok(());
     }
-    answer.usage = usage.and_then(|u| protocol.usage_from(&u));
+    answer.usage = usage.and_then(|u| protocol.upstream.usage_from(&u));
     if a.keep {
         answer.kept = keep_json(a, &raw);
     }
@@ -92,6 +92,7 @@ fn keep_json(a: &Attempt, raw: &[u8]) -> Option<Box<Response>> {
     let opts = egress_options(a, false);
     a.trace
         .protocol
+        .upstream
         .decode_response(&v, &opts)
         .ok()
         .map(Box::new)

@@ -90,7 +90,11 @@ impl Prepared<'_> {
     /// The client's request decoded into the canonical request, with the output limit the gateway read (the
     /// lowest of the protocol's own fields).
     pub fn canonical(&self) -> Result<canon::Request, ApiError> {
-        let mut req = self.endpoint.protocol().decode_request(&self.body)?;
+        let mut req = self
+            .endpoint
+            .protocol()
+            .request
+            .decode_request(&self.body)?;
         req.max_tokens = self.requested_output;
         Ok(req)
     }

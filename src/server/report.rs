@@ -39,7 +39,7 @@ pub fn observe(gw: &Gateway, config: &Config, trace: &Trace, out: &Outcome, bill
         bill.split
     };
     gw.metrics.observe(&Observation {
-        protocol: trace.protocol.name(),
+        protocol: trace.protocol.name,
         model,
         status: &status,
         total: trace.received.elapsed(),
@@ -107,7 +107,7 @@ pub fn write_line(l: &Line, out: &Outcome) {
             "key": out.asked.key,
             "group": out.asked.group,
             "model": out.asked.model,
-            "protocol": l.protocol.name(),
+            "protocol": l.protocol.name,
             "upstream": answer.upstream,
             "stream": out.asked.stream,
             "status": status,
@@ -131,7 +131,7 @@ pub fn write_line(l: &Line, out: &Outcome) {
         field(out.asked.key.as_deref()),
         field(out.asked.group.as_deref()),
         field(out.asked.model.as_deref()),
-        l.protocol.name(),
+        l.protocol.name,
         field(answer.upstream.as_deref()),
         out.asked.stream,
         field(Some(&status)),

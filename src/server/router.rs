@@ -93,7 +93,7 @@ pub fn route(gw: &Gateway, ex: &mut Exchange) {
 /// the list, `Some(Some(id))` for one model of it (percent-decoded), None for another path. Under a
 /// protocol's own list a name has no `/` (but the `models/` its clients may put before it).
 fn models_list(path: &str) -> Option<Option<Result<String, crate::http::SegmentError>>> {
-    let own = ALL.iter().filter_map(|p| p.models_list_path());
+    let own = ALL.iter().filter_map(|p| p.models_list_path);
     for (i, list) in std::iter::once("/v1/models").chain(own).enumerate() {
         match path.strip_prefix(list) {
             Some("") => return Some(None),
@@ -222,11 +222,11 @@ pub fn not_found(path: &str) -> ApiError {
 fn endpoints() -> String {
     let mut list: Vec<String> = Vec::new();
     for p in ALL {
-        list.push(format!("POST {}", p.path()));
-        list.extend(p.count_tokens_path().map(|c| format!("POST {c}")));
+        list.push(format!("POST {}", p.path));
+        list.extend(p.count_tokens_path.map(|c| format!("POST {c}")));
     }
     let lists: Vec<String> = std::iter::once("/v1/models")
-        .chain(ALL.iter().filter_map(|p| p.models_list_path()))
+        .chain(ALL.iter().filter_map(|p| p.models_list_path))
         .map(|l| format!("GET {l}"))
         .collect();
     format!(
@@ -243,16 +243,16 @@ fn path_hint(path: &str) -> Option<String> {
     if path.contains("/v1/v1/") {
         let fixed = path.replacen("/v1/v1/", "/v1/", 1);
         // Whose endpoint follows says whose client it is.
-        let family = ALL.iter().find(|p| fixed.ends_with(p.path()));
+        let family = ALL.iter().find(|p| fixed.ends_with(p.path));
         let said = match family {
-            Some(p) if !p.base_url_has_v1() => format!(
+            Some(p) if !p.base_url_has_v1 => format!(
                 "{} clients take the base URL `http://<host>` without `/v1`: they add `{}` themselves.",
-                p.title(),
+                p.title,
                 p.sdk_path()
             ),
             Some(p) => format!(
                 "{} clients take the base URL `http://<host>/v1` (one `/v1`): they add `{}` themselves.",
-                p.title(),
+                p.title,
                 p.sdk_path()
             ),
             None => "OpenAI clients (Chat Completions, Responses) take the base URL `http://<host>/v1`; Anthropic \
@@ -266,17 +266,17 @@ fn path_hint(path: &str) -> Option<String> {
     // A base URL holding a full endpoint: the endpoint the client appended (at the end) names its family; one
     // inside (at the start) only when none ends the path.
     let inside = |p: &&crate::protocol::Protocol| {
-        let ep = p.path();
+        let ep = p.path;
         path.len() > ep.len() && path.ends_with(ep)
     };
     let started = |p: &&crate::protocol::Protocol| {
-        let ep = p.path();
+        let ep = p.path;
         let short = ep.strip_prefix("/v1").unwrap_or(ep);
         path.len() > ep.len() && (path.starts_with(ep) || path.ends_with(short))
     };
     if let Some(p) = ALL.iter().find(inside).or_else(|| ALL.iter().find(started)) {
-        let ep = p.path();
-        let base = if p.base_url_has_v1() {
+        let ep = p.path;
+        let base = if p.base_url_has_v1 {
             "`http://<host>/v1` (no endpoint path)"
         } else {
             "`http://<host>` (no `/v1`, no endpoint)"
@@ -289,7 +289,7 @@ fn path_hint(path: &str) -> Option<String> {
         ));
     }
     for p in ALL {
-        let ep = p.path();
+        let ep = p.path;
         let short = ep.strip_prefix("/v1").unwrap_or(ep);
         if path == short {
             return Some(format!(
@@ -343,10 +343,10 @@ fn models(gw: &Gateway, ex: &mut Exchange, trace: &Trace, id: Option<String>) {
             .iter()
             .find(|m| m.id == id || id.strip_prefix("models/") == Some(m.id))
         {
-            Some(m) => protocol.model_entry(m, created),
+            Some(m) => protocol.list.model_entry(m, created),
             None => return respond::error(ex.response(), trace, &ApiError::model_not_found(&id)),
         },
-        None => protocol.models_list(&listed, created),
+        None => protocol.list.models_list(&listed, created),
     };
     respond::json(ex.response(), trace, 200, body.to_string().as_bytes(), &[]);
 }

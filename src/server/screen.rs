@@ -58,10 +58,10 @@ fn early(
         ("content-type".to_string(), "application/json".to_string()),
         ("x-request-id".to_string(), request_id.clone()),
     ];
-    if let Some(name) = protocol.id_header() {
+    if let Some(name) = protocol.id_header {
         headers.push((name.to_string(), request_id.clone()));
     }
-    if let Some(challenge) = protocol.challenge().filter(|_| status == 401) {
+    if let Some(challenge) = protocol.challenge.filter(|_| status == 401) {
         headers.push(("www-authenticate".to_string(), challenge.to_string()));
     }
     if let Some(s) = err.retry_after() {
@@ -76,7 +76,7 @@ fn early(
     if let Some(c) = trace::client_request_id(req) {
         headers.push(("x-client-request-id".to_string(), c.to_string()));
     }
-    let body = protocol.error_body(err, &request_id);
+    let body = protocol.reply.error_body(err, &request_id);
     log_line(req, protocol, &request_id, err);
     headers.push((
         "x-tollgate-overhead-ms".to_string(),

@@ -34,9 +34,10 @@ fn relay(a: &mut Attempt, answer: &mut Answer) -> Result<(), ApiError> {
     let t = translate_request(a)?;
     answer.output_limit = t.req.max_tokens.or(t
         .target
-        .requires_output_limit()
+        .limit
+        .required
         .then_some(a.p.model.max_output_tokens));
-    let bytes = serde_json::to_vec(&t.target.encode_request(&t.req, &t.opts)?)
+    let bytes = serde_json::to_vec(&t.target.upstream.encode_request(&t.req, &t.opts)?)
         .map_err(|e| ApiError::internal(e.to_string()))?;
     let sent = call::send(a, &bytes, a.p.stream, None);
     answer.reached(sent.reached);
@@ -63,7 +64,7 @@ fn relay(a: &mut Attempt, answer: &mut Answer) -> Result<(), ApiError> {
     if a.keep {
         answer.kept = Some(Box::new(resp.clone()));
     }
-    let encoded = a.trace.protocol.encode_response(&resp, &t.req);
+    let encoded = a.trace.protocol.reply.encode_response(&resp, &t.req);
     // Written into the buffer the upstream's answer was read into, and sent from it.
     serde_json::to_writer(&mut buf, &encoded).map_err(|e| ApiError::internal(e.to_string()))?;
     let extra = dropped_header(&t.dropped);
@@ -117,7 +118,9 @@ fn dropped_header(dropped: &str) -> Vec<(&str, &str)> {
 /// (`limit`) and ending a broken one with the in-stream error.
 fn relay_stream(a: &mut Attempt, t: &Translated, reply: Reply, limit: Option<u64>) -> Delivered {
     let client = a.trace.protocol;
-    let encoder = client.stream_encoder(&t.req, a.p.wants_stream_usage, &a.trace.request_id);
+    let encoder = client
+        .reply
+        .stream_encoder(&t.req, a.p.wants_stream_usage, &a.trace.request_id);
     let start = StreamEvent::Start {
         id: client.new_response_id(),
         model: a.p.requested.clone(),
@@ -128,7 +131,7 @@ fn relay_stream(a: &mut Attempt, t: &Translated, reply: Reply, limit: Option<u64
     let (w, trace) = (a.ex.response(), a.trace);
     let name = &a.upstream.name;
     let mut events = reply.into_sse();
-    let mut decoder = t.target.stream_decoder(&t.opts);
+    let mut decoder = t.target.upstream.stream_decoder(&t.opts);
     // What the upstream does is billed however the client leaves: from here its stream is read on to the
     // usage report for a while after the client left.
     crate::upstream::tap::drain_after_client_leaves(a.p.config.client_left_grace);

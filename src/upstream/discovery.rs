@@ -63,7 +63,7 @@ pub fn probe(agent: &ureq::Agent, base_url: &str) -> Result<Vec<String>, ProbeEr
                 .collect(),
         )
     };
-    match get(&format!("{base_url}{}", LOCAL.models_path())).map(|v| LOCAL.model_ids(&v)) {
+    match get(&format!("{base_url}{}", LOCAL.models_path)).map(|v| LOCAL.model_ids(&v)) {
         Ok(Some(models)) => Ok(models),
         first => {
             let root = base_url.strip_suffix("/v1").unwrap_or(base_url);

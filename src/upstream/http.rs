@@ -131,7 +131,7 @@ pub fn models_url(upstream: &Upstream) -> String {
     let path = upstream
         .kind
         .protocol()
-        .map_or("/models", |p| p.models_path());
+        .map_or("/models", |p| p.models_path);
     format!("{}{path}", upstream.base_url)
 }
 

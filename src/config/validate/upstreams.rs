@@ -273,14 +273,14 @@ fn upstream_warnings(i: usize, u: &Upstream, warnings: &mut Vec<String>) {
             u.base_url
         ));
     } else if let Some(version) = doubled_version(protocol, path) {
-        let sent = protocol.upstream_path();
+        let sent = protocol.upstream_path;
         warnings.push(format!(
             "{field}: an {} upstream's base URL goes without `{version}` (tollgate sends to `{sent}` under it; \
              this one would get `{version}{sent}`); use {:?}",
             u.kind.name(),
             &u.base_url[..u.base_url.len() - version.len()]
         ));
-    } else if protocol.base_url_has_v1() && !path.ends_with("/v1") {
+    } else if protocol.base_url_has_v1 && !path.ends_with("/v1") {
         if let Some(expected) = known_openai_base(host) {
             warnings.push(format!(
                 "{field}: {host} serves its OpenAI-style API under `{expected}`; use \"https://{host}{expected}\" \
@@ -293,10 +293,10 @@ fn upstream_warnings(i: usize, u: &Upstream, warnings: &mut Vec<String>) {
 /// The version (`/v1`, `/v1beta`) a base URL ends with that the protocol's upstream path begins with
 /// itself (so requests would carry it twice), for protocols whose base URLs go without one.
 fn doubled_version(protocol: crate::protocol::Protocol, path: &str) -> Option<&'static str> {
-    if protocol.base_url_has_v1() {
+    if protocol.base_url_has_v1 {
         return None;
     }
-    let sent = protocol.upstream_path();
+    let sent = protocol.upstream_path;
     let version = sent[1..].find('/').map(|at| &sent[..at + 1])?;
     path.ends_with(version).then_some(version)
 }

@@ -6,7 +6,10 @@ use crate::protocol::canon::{Message, Part, Request, Role, Tool};
 use crate::protocol::carried::Shape as C;
 use crate::protocol::fields::{self, join, missing, opt_array, opt_bool, opt_f64, opt_str, opt_u64};
 use crate::protocol::openai::{self, Shape};
+use crate::protocol::codec::RequestCodec;
 use crate::protocol::ApiError;
+
+use super::Chat;
 
 /// A text part.
 const TEXT: C = C::Obj(&[("type", C::Word(&["text"])), ("text", C::Str)]);
@@ -71,9 +74,89 @@ pub static CARRIED: &[(&str, C)] = &[
     ("reasoning_effort", C::Str),
 ];
 
-/// Checks that a Chat Completions body has `messages` (pointing at `input` when that was sent instead).
-pub fn validate(body: &Value) -> Result<(), ApiError> {
-    messages_of(fields::object(body, "body")?).map(|_| ())
+impl RequestCodec for Chat {
+    /// Checks that a Chat Completions body has `messages` (pointing at `input` when that was sent instead).
+    fn validate(&self, body: &Value) -> Result<(), ApiError> {
+        messages_of(fields::object(body, "body")?).map(|_| ())
+    }
+
+    /// Validates a Chat Completions body and decodes it into the canonical request.
+    fn decode_request(&self, body: &Value) -> Result<Request, ApiError> {
+        let o = fields::object(body, "body")?;
+        let messages = messages_of(o)?;
+        let model = fields::req_str(o, "model", "")?.to_string();
+        if opt_u64(o, "n", "")?.is_some_and(|n| n > 1) {
+            return Err(ApiError::invalid_param(
+                "n",
+                "`n` greater than 1 is not supported for this model: its upstream returns one choice per request.",
+            ));
+        }
+        let mut req = Request {
+            model,
+            stream: fields::stream_flag(o)?,
+            ..Request::default()
+        };
+        for (i, m) in messages.iter().enumerate() {
+            decode_message(m, &format!("messages[{i}]"), &mut req)?;
+        }
+        if let Some(tools) = opt_array(o, "tools", "")? {
+            for (i, t) in tools.iter().enumerate() {
+                req.tools.push(decode_tool(t, &format!("tools[{i}]"))?);
+            }
+        }
+        req.tool_choice = match o.get("tool_choice") {
+            None => None,
+            Some(v) => openai::decode_tool_choice(v, Shape::Nested, &mut req.tools)?,
+        };
+        req.parallel_tool_calls = opt_bool(o, "parallel_tool_calls", "")?;
+        req.max_tokens = match opt_u64(o, "max_completion_tokens", "")? {
+            Some(n) => Some(n),
+            None => opt_u64(o, "max_tokens", "")?,
+        };
+        req.temperature = opt_f64(o, "temperature", "")?;
+        req.top_p = opt_f64(o, "top_p", "")?;
+        req.stop = match o.get("stop") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::String(s)) => vec![s.clone()],
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|s| {
+                    s.as_str()
+                        .map(str::to_string)
+                        .ok_or_else(|| fields::bad_value("stop", "strings"))
+                })
+                .collect::<Result<_, _>>()?,
+            Some(other) => {
+                return Err(fields::wrong_type(
+                    "stop",
+                    "a string or an array of strings",
+                    other,
+                ))
+            }
+        };
+        req.output_format = match o.get("response_format") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(openai::decode_output_format(
+                v,
+                "response_format",
+                Shape::Nested,
+            )?),
+        };
+        req.reasoning_effort = opt_str(o, "reasoning_effort", "")?.map(str::to_string);
+        req.user = opt_str(o, "user", "")?.map(str::to_string);
+        Ok(req)
+    }
+
+
+    /// Log probabilities, and audio out.
+    fn asks_beyond_canon(&self, body: &Value) -> bool {
+        let set = |k: &str| body.get(k).is_some_and(|v| !v.is_null() && v != false);
+        let audio = body
+            .get("modalities")
+            .and_then(Value::as_array)
+            .is_some_and(|m| m.iter().any(|v| v == "audio"));
+        set("logprobs") || set("top_logprobs") || set("audio") || audio
+    }
 }
 
 fn messages_of(o: &Map<String, Value>) -> Result<&Vec<Value>, ApiError> {
@@ -87,73 +170,6 @@ fn messages_of(o: &Map<String, Value>) -> Result<&Vec<Value>, ApiError> {
         Some(Value::Array(a)) => Ok(a),
         Some(other) => Err(fields::wrong_type("messages", "an array", other)),
     }
-}
-
-/// Validates a Chat Completions body and decodes it into the canonical request.
-pub fn decode_request(body: &Value) -> Result<Request, ApiError> {
-    let o = fields::object(body, "body")?;
-    let messages = messages_of(o)?;
-    let model = fields::req_str(o, "model", "")?.to_string();
-    if opt_u64(o, "n", "")?.is_some_and(|n| n > 1) {
-        return Err(ApiError::invalid_param(
-            "n",
-            "`n` greater than 1 is not supported for this model: its upstream returns one choice per request.",
-        ));
-    }
-    let mut req = Request {
-        model,
-        stream: fields::stream_flag(o)?,
-        ..Request::default()
-    };
-    for (i, m) in messages.iter().enumerate() {
-        decode_message(m, &format!("messages[{i}]"), &mut req)?;
-    }
-    if let Some(tools) = opt_array(o, "tools", "")? {
-        for (i, t) in tools.iter().enumerate() {
-            req.tools.push(decode_tool(t, &format!("tools[{i}]"))?);
-        }
-    }
-    req.tool_choice = match o.get("tool_choice") {
-        None => None,
-        Some(v) => openai::decode_tool_choice(v, Shape::Nested, &mut req.tools)?,
-    };
-    req.parallel_tool_calls = opt_bool(o, "parallel_tool_calls", "")?;
-    req.max_tokens = match opt_u64(o, "max_completion_tokens", "")? {
-        Some(n) => Some(n),
-        None => opt_u64(o, "max_tokens", "")?,
-    };
-    req.temperature = opt_f64(o, "temperature", "")?;
-    req.top_p = opt_f64(o, "top_p", "")?;
-    req.stop = match o.get("stop") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::String(s)) => vec![s.clone()],
-        Some(Value::Array(a)) => a
-            .iter()
-            .map(|s| {
-                s.as_str()
-                    .map(str::to_string)
-                    .ok_or_else(|| fields::bad_value("stop", "strings"))
-            })
-            .collect::<Result<_, _>>()?,
-        Some(other) => {
-            return Err(fields::wrong_type(
-                "stop",
-                "a string or an array of strings",
-                other,
-            ))
-        }
-    };
-    req.output_format = match o.get("response_format") {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(openai::decode_output_format(
-            v,
-            "response_format",
-            Shape::Nested,
-        )?),
-    };
-    req.reasoning_effort = opt_str(o, "reasoning_effort", "")?.map(str::to_string);
-    req.user = opt_str(o, "user", "")?.map(str::to_string);
-    Ok(req)
 }
 
 fn decode_message(m: &Value, path: &str, req: &mut Request) -> Result<(), ApiError> {
@@ -328,7 +344,7 @@ mod tests {
 
     #[test]
     fn input_instead_of_messages_names_the_field() {
-        let e = decode_request(&json!({"model": "m", "input": "hi"})).unwrap_err();
+        let e = Chat.decode_request(&json!({"model": "m", "input": "hi"})).unwrap_err();
         assert_eq!(e.status(), 400);
         assert_eq!(e.param(), Some("messages"));
         assert!(e.message().contains("input"));
@@ -336,7 +352,7 @@ mod tests {
 
     #[test]
     fn decodes_roles_tools_and_options() {
-        let r = decode_request(&json!({
+        let r = Chat.decode_request(&json!({
             "model": "m", "stream": true, "max_tokens": 7, "stop": "x",
             "messages": [
                 {"role": "system", "content": "sys"},
@@ -368,10 +384,10 @@ mod tests {
     #[test]
     fn wrong_types_name_the_field() {
         let e =
-            decode_request(&json!({"model": "m", "messages": [{"role": "user", "content": 5}]}))
+            Chat.decode_request(&json!({"model": "m", "messages": [{"role": "user", "content": 5}]}))
                 .unwrap_err();
         assert_eq!(e.param(), Some("messages[0].content"));
-        let e = decode_request(&json!({"model": 1, "messages": []})).unwrap_err();
+        let e = Chat.decode_request(&json!({"model": 1, "messages": []})).unwrap_err();
         assert_eq!(e.param(), Some("model"));
     }
 }

@@ -7,9 +7,11 @@ use std::borrow::Cow;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::reply::usage_from;
 use crate::protocol::relay::{self, Seen};
+use crate::protocol::codec::{RelayReader, UpstreamCodec};
 use crate::protocol::sse::SseEvent;
+
+use super::Chat;
 
 /// The fields of a chunk the reader reads; others are skipped, strings borrowed where they can be.
 #[derive(Deserialize)]
@@ -57,35 +59,54 @@ enum MaybeText<'a> {
 /// The text fields of a chunk's delta, in the order they are read.
 const TEXT: [&str; 4] = ["content", "refusal", "reasoning_content", "reasoning"];
 
-/// Reads one chunk; returns whether to pass it on (not the usage chunk a client did not ask for).
-pub fn observe(ev: &SseEvent, seen: &mut Seen) -> bool {
-    let data = ev.data.trim();
-    if data.starts_with("[DONE]") {
-        seen.done = true;
-        return true;
+impl RelayReader for Chat {
+    /// Reads one chunk; returns whether to pass it on (not the usage chunk a client did not ask for).
+    fn observe(&self, ev: &SseEvent, seen: &mut Seen) -> bool {
+        let data = ev.data.trim();
+        if data.starts_with("[DONE]") {
+            seen.done = true;
+            return true;
+        }
+        let Ok(peek) = serde_json::from_str::<Peek>(data) else {
+            seen.error_text = relay::not_json(data);
+            return true;
+        };
+        seen.error_text = relay::is_error(&peek.error);
+        collect(&peek, &mut seen.produced);
+        if let Some(t) = &peek.service_tier {
+            seen.hosted.tier(t);
+        }
+        if let Some(e) = peek.error.as_ref().filter(|e| !e.is_null()) {
+            seen.done = true;
+            seen.upstream_error = Some(relay::error_message(e));
+            return true;
+        }
+        if let Some(u) = peek.usage.as_ref().and_then(|u| Chat.usage_from(u)) {
+            seen.usage = Some(u);
+            let no_choices = peek.choices.as_ref().is_none_or(Vec::is_empty);
+            if seen.hide_usage && no_choices {
+                return false;
+            }
+        }
+        true
     }
-    let Ok(peek) = serde_json::from_str::<Peek>(data) else {
-        seen.error_text = relay::not_json(data);
-        return true;
-    };
-    seen.error_text = relay::is_error(&peek.error);
-    collect(&peek, &mut seen.produced);
-    if let Some(t) = &peek.service_tier {
-        seen.hosted.tier(t);
-    }
-    if let Some(e) = peek.error.as_ref().filter(|e| !e.is_null()) {
-        seen.done = true;
-        seen.upstream_error = Some(relay::error_message(e));
-        return true;
-    }
-    if let Some(u) = peek.usage.as_ref().and_then(usage_from) {
-        seen.usage = Some(u);
-        let no_choices = peek.choices.as_ref().is_none_or(Vec::is_empty);
-        if seen.hide_usage && no_choices {
-            return false;
+
+    /// Calls `edit` on each text field [`collect`] reads, in its order.
+    fn text_fields(&self, data: &mut Value, edit: &mut dyn FnMut(Option<&mut Value>)) {
+        let choices = data.get_mut("choices").and_then(Value::as_array_mut);
+        for c in choices.into_iter().flatten() {
+            let Some(d) = c.get_mut("delta").filter(|d| d.is_object()) else {
+                continue;
+            };
+            for name in TEXT {
+                edit(d.get_mut(name));
+            }
+            let calls = d.get_mut("tool_calls").and_then(Value::as_array_mut);
+            for call in calls.into_iter().flatten() {
+                edit(call.pointer_mut("/function/arguments"));
+            }
         }
     }
-    true
 }
 
 /// Appends the text and tool arguments of each choice's delta.
@@ -108,23 +129,6 @@ fn collect(peek: &Peek, produced: &mut String) {
             if let Some(a) = call.at("function/arguments").and_then(Value::as_str) {
                 produced.push_str(a);
             }
-        }
-    }
-}
-
-/// Calls `edit` on each text field [`collect`] reads, in its order.
-pub fn text_fields(data: &mut Value, edit: &mut dyn FnMut(Option<&mut Value>)) {
-    let choices = data.get_mut("choices").and_then(Value::as_array_mut);
-    for c in choices.into_iter().flatten() {
-        let Some(d) = c.get_mut("delta").filter(|d| d.is_object()) else {
-            continue;
-        };
-        for name in TEXT {
-            edit(d.get_mut(name));
-        }
-        let calls = d.get_mut("tool_calls").and_then(Value::as_array_mut);
-        for call in calls.into_iter().flatten() {
-            edit(call.pointer_mut("/function/arguments"));
         }
     }
 }

@@ -1,11 +1,14 @@
 //! Chat Completions answers to clients: the `chat.completion` object and the chunk stream.
 
-use crate::protocol::fields::At;
 use serde_json::{json, Map, Value};
 
-use crate::protocol::canon::{Part, Response, StopReason, StreamEvent, Usage};
+use crate::protocol::canon::{Part, Request, Response, StopReason, StreamEvent, Usage};
+use crate::protocol::codec::ReplyCodec;
+use crate::protocol::openai;
 use crate::protocol::sse::push_event;
-use crate::protocol::StreamEncoder;
+use crate::protocol::{ApiError, StreamEncoder};
+
+use super::Chat;
 
 /// Chat's `finish_reason` for a stop reason.
 pub fn finish_reason(stop: &StopReason) -> &'static str {
@@ -36,77 +39,85 @@ pub fn usage_json(u: &Usage) -> Value {
     })
 }
 
-/// Reads a Chat `usage` object: `prompt_tokens` holds the cached tokens (`cached_tokens`) and those written
-/// to the cache (`cache_write_tokens`, lifetime not stated); `completion_tokens` holds the reasoning.
-pub fn usage_from(u: &Value) -> Option<Usage> {
-    let o = u.as_object()?;
-    let n = |v: Option<&Value>| v.and_then(Value::as_u64).unwrap_or(0);
-    Some(Usage {
-        input_tokens: n(o.get("prompt_tokens")),
-        cached_input_tokens: n(u.at("prompt_tokens_details/cached_tokens")),
-        cache_write_tokens: n(u.at("prompt_tokens_details/cache_write_tokens")),
-        cache_write_1h_tokens: 0,
-        output_tokens: n(o.get("completion_tokens")),
-        reasoning_tokens: n(u.at("completion_tokens_details/reasoning_tokens")),
-    })
-}
+impl ReplyCodec for Chat {
+    /// Encodes a complete answer as a `chat.completion` object.
+    fn encode_response(&self, resp: &Response, _req: &Request) -> Value {
+        let mut message = Map::new();
+        message.insert("role".into(), json!("assistant"));
+        let text = resp.text();
+        let calls: Vec<Value> = resp
+            .content
+            .iter()
+            .filter_map(|p| match p {
+                Part::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                } => Some(json!({
+                    "id": id, "type": "function", "function": {"name": name, "arguments": arguments}
+                })),
+                _ => None,
+            })
+            .collect();
+        let reasoning: String = resp
+            .content
+            .iter()
+            .filter_map(|p| match p {
+                Part::Reasoning { text, .. } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        message.insert(
+            "content".into(),
+            if text.is_empty() && !calls.is_empty() {
+                Value::Null
+            } else {
+                json!(text)
+            },
+        );
+        message.insert("refusal".into(), Value::Null);
+        if !reasoning.is_empty() {
+            message.insert("reasoning_content".into(), json!(reasoning));
+        }
+        if !calls.is_empty() {
+            message.insert("tool_calls".into(), Value::Array(calls));
+        }
+        json!({
+            "id": resp.id,
+            "object": "chat.completion",
+            "created": resp.created,
+            "model": resp.model,
+            "choices": [{
+                "index": 0,
+                "message": message,
+                "logprobs": null,
+                "finish_reason": finish_reason(&resp.stop),
+            }],
+            "usage": usage_json(&resp.usage),
+            "system_fingerprint": null,
+        })
+    }
 
-/// Encodes a complete answer as a `chat.completion` object.
-pub fn encode_response(resp: &Response) -> Value {
-    let mut message = Map::new();
-    message.insert("role".into(), json!("assistant"));
-    let text = resp.text();
-    let calls: Vec<Value> = resp
-        .content
-        .iter()
-        .filter_map(|p| match p {
-            Part::ToolCall {
-                id,
-                name,
-                arguments,
-            } => Some(json!({
-                "id": id, "type": "function", "function": {"name": name, "arguments": arguments}
-            })),
-            _ => None,
-        })
-        .collect();
-    let reasoning: String = resp
-        .content
-        .iter()
-        .filter_map(|p| match p {
-            Part::Reasoning { text, .. } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect();
-    message.insert(
-        "content".into(),
-        if text.is_empty() && !calls.is_empty() {
-            Value::Null
-        } else {
-            json!(text)
-        },
-    );
-    message.insert("refusal".into(), Value::Null);
-    if !reasoning.is_empty() {
-        message.insert("reasoning_content".into(), json!(reasoning));
+    fn stream_encoder(
+        &self,
+        _req: &Request,
+        include_usage: bool,
+        request_id: &str,
+    ) -> Box<dyn StreamEncoder> {
+        Box::new(ChatStreamEncoder::new(include_usage).with_request_id(request_id.into()))
     }
-    if !calls.is_empty() {
-        message.insert("tool_calls".into(), Value::Array(calls));
+
+    fn error_body(&self, err: &ApiError, request_id: &str) -> Vec<u8> {
+        openai::error_body(err, request_id)
     }
-    json!({
-        "id": resp.id,
-        "object": "chat.completion",
-        "created": resp.created,
-        "model": resp.model,
-        "choices": [{
-            "index": 0,
-            "message": message,
-            "logprobs": null,
-            "finish_reason": finish_reason(&resp.stop),
-        }],
-        "usage": usage_json(&resp.usage),
-        "system_fingerprint": null,
-    })
+
+    /// A chunk whose `error` holds the error object (no event name).
+    fn error_event(&self, err: &ApiError, request_id: &str, _next_seq: Option<u64>) -> Vec<u8> {
+        let d = json!({"error": err.openai_object(request_id)});
+        let mut out = Vec::new();
+        push_event(&mut out, None, &d.to_string());
+        out
+    }
 }
 
 /// Re-emits canonical events as `chat.completion.chunk`s: `role` once, tool-call `index` on every delta,

@@ -5,55 +5,142 @@ use crate::protocol::fields::At;
 use crate::protocol::fields::{str_at, str_or};
 use serde_json::{json, Map, Value};
 
-use super::reply::usage_from;
-use crate::protocol::canon::{Message, Part, Request, Response, Role, StopReason, StreamEvent};
+use crate::protocol::canon::{Message, Part, Request, Response, Role, StopReason, StreamEvent, Usage};
 use crate::protocol::egress::tool_result_text;
 use crate::protocol::openai::{self, image_url_string, Shape};
 use crate::protocol::sse::SseEvent;
+use crate::protocol::codec::UpstreamCodec;
 use crate::protocol::{ApiError, EgressOptions, StreamDecoder};
 
-/// The canonical request as a Chat Completions body.
-pub fn encode_request(req: &Request, opts: &EgressOptions) -> Result<Value, ApiError> {
-    // One leading system message: many local chat templates accept no more than one, and only first.
-    let mut messages: Vec<Value> = Vec::new();
-    let system = openai::system_text(req);
-    if !system.is_empty() {
-        messages.push(json!({"role": "system", "content": system}));
+use super::Chat;
+
+impl UpstreamCodec for Chat {
+    /// The canonical request as a Chat Completions body.
+    fn encode_request(&self, req: &Request, opts: &EgressOptions) -> Result<Value, ApiError> {
+        // One leading system message: many local chat templates accept no more than one, and only first.
+        let mut messages: Vec<Value> = Vec::new();
+        let system = openai::system_text(req);
+        if !system.is_empty() {
+            messages.push(json!({"role": "system", "content": system}));
+        }
+        for m in &req.messages {
+            encode_message(m, &mut messages);
+        }
+        let mut body = Map::new();
+        body.insert("model".into(), json!(opts.model));
+        body.insert("messages".into(), Value::Array(messages));
+        openai::encode_tools(req, Shape::Nested, &mut body);
+        if let Some(n) = req.max_tokens {
+            let field = if opts.max_completion_tokens_field {
+                "max_completion_tokens"
+            } else {
+                "max_tokens"
+            };
+            body.insert(field.into(), json!(n));
+        }
+        openai::encode_sampling(req, &mut body);
+        if !req.stop.is_empty() {
+            body.insert("stop".into(), json!(req.stop));
+        }
+        let format = req.output_format.as_ref();
+        if let Some(f) = format.and_then(|f| openai::encode_output_format(f, Shape::Nested)) {
+            body.insert("response_format".into(), f);
+        }
+        if let Some(e) = &req.reasoning_effort {
+            body.insert("reasoning_effort".into(), json!(openai::effort(e)));
+        }
+        if let Some(u) = &req.user {
+            body.insert("user".into(), json!(u));
+        }
+        if opts.stream {
+            body.insert("stream".into(), json!(true));
+            body.insert("stream_options".into(), json!({"include_usage": true}));
+        }
+        Ok(Value::Object(body))
     }
-    for m in &req.messages {
-        encode_message(m, &mut messages);
+
+    /// Decodes a `chat.completion` body.
+    fn decode_response(&self, body: &Value, _opts: &EgressOptions) -> Result<Response, ApiError> {
+        let choice = body
+            .at("choices/0")
+            .ok_or_else(|| ApiError::bad_gateway("upstream answer has no choices"))?;
+        let msg = choice.get("message").unwrap_or(&Value::Null);
+        let mut content = Vec::new();
+        let reasoning = msg
+            .get("reasoning_content")
+            .or_else(|| msg.get("reasoning"))
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if !reasoning.is_empty() {
+            content.push(Part::Reasoning {
+                text: reasoning.to_string(),
+                signature: None,
+            });
+        }
+        let text = content_text(msg.get("content").unwrap_or(&Value::Null));
+        let refusal = msg
+            .get("refusal")
+            .and_then(Value::as_str)
+            .filter(|r| !r.is_empty());
+        if !text.is_empty() {
+            content.push(Part::Text(text));
+        } else if let Some(r) = refusal {
+            content.push(Part::Text(r.to_string()));
+        }
+        let unkept = refusal.is_some() || msg.get("audio").is_some_and(|a| !a.is_null());
+        let mut calls = 0;
+        for c in msg
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let f = c.get("function").unwrap_or(&Value::Null);
+            content.push(Part::ToolCall {
+                id: str_at(c, "id"),
+                name: str_at(f, "name"),
+                arguments: str_or(f, "arguments", "{}"),
+            });
+            calls += 1;
+        }
+        let mut stop = stop_from_finish(
+            choice
+                .get("finish_reason")
+                .and_then(Value::as_str)
+                .unwrap_or("stop"),
+        );
+        if calls > 0 && stop == StopReason::EndTurn {
+            stop = StopReason::ToolUse;
+        }
+        Ok(Response {
+            id: str_at(body, "id"),
+            model: str_at(body, "model"),
+            content,
+            stop,
+            usage: body.get("usage").and_then(|u| Chat.usage_from(u)).unwrap_or_default(),
+            created: body.get("created").and_then(Value::as_u64).unwrap_or(0),
+            unkept,
+        })
     }
-    let mut body = Map::new();
-    body.insert("model".into(), json!(opts.model));
-    body.insert("messages".into(), Value::Array(messages));
-    openai::encode_tools(req, Shape::Nested, &mut body);
-    if let Some(n) = req.max_tokens {
-        let field = if opts.max_completion_tokens_field {
-            "max_completion_tokens"
-        } else {
-            "max_tokens"
-        };
-        body.insert(field.into(), json!(n));
+
+    /// Reads a Chat `usage` object: `prompt_tokens` holds the cached tokens (`cached_tokens`) and those written
+    /// to the cache (`cache_write_tokens`, lifetime not stated); `completion_tokens` holds the reasoning.
+    fn usage_from(&self, u: &Value) -> Option<Usage> {
+        let o = u.as_object()?;
+        let n = |v: Option<&Value>| v.and_then(Value::as_u64).unwrap_or(0);
+        Some(Usage {
+            input_tokens: n(o.get("prompt_tokens")),
+            cached_input_tokens: n(u.at("prompt_tokens_details/cached_tokens")),
+            cache_write_tokens: n(u.at("prompt_tokens_details/cache_write_tokens")),
+            cache_write_1h_tokens: 0,
+            output_tokens: n(o.get("completion_tokens")),
+            reasoning_tokens: n(u.at("completion_tokens_details/reasoning_tokens")),
+        })
     }
-    openai::encode_sampling(req, &mut body);
-    if !req.stop.is_empty() {
-        body.insert("stop".into(), json!(req.stop));
+
+    fn stream_decoder(&self, _opts: &EgressOptions) -> Box<dyn StreamDecoder> {
+        Box::new(ChatStreamDecoder::default())
     }
-    let format = req.output_format.as_ref();
-    if let Some(f) = format.and_then(|f| openai::encode_output_format(f, Shape::Nested)) {
-        body.insert("response_format".into(), f);
-    }
-    if let Some(e) = &req.reasoning_effort {
-        body.insert("reasoning_effort".into(), json!(openai::effort(e)));
-    }
-    if let Some(u) = &req.user {
-        body.insert("user".into(), json!(u));
-    }
-    if opts.stream {
-        body.insert("stream".into(), json!(true));
-        body.insert("stream_options".into(), json!({"include_usage": true}));
-    }
-    Ok(Value::Object(body))
 }
 
 fn encode_message(m: &Message, out: &mut Vec<Value>) {
@@ -152,70 +239,6 @@ fn content_text(v: &Value) -> String {
             .collect(),
         _ => String::new(),
     }
-}
-
-/// Decodes a `chat.completion` body.
-pub fn decode_response(body: &Value) -> Result<Response, ApiError> {
-    let choice = body
-        .at("choices/0")
-        .ok_or_else(|| ApiError::bad_gateway("upstream answer has no choices"))?;
-    let msg = choice.get("message").unwrap_or(&Value::Null);
-    let mut content = Vec::new();
-    let reasoning = msg
-        .get("reasoning_content")
-        .or_else(|| msg.get("reasoning"))
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    if !reasoning.is_empty() {
-        content.push(Part::Reasoning {
-            text: reasoning.to_string(),
-            signature: None,
-        });
-    }
-    let text = content_text(msg.get("content").unwrap_or(&Value::Null));
-    let refusal = msg
-        .get("refusal")
-        .and_then(Value::as_str)
-        .filter(|r| !r.is_empty());
-    if !text.is_empty() {
-        content.push(Part::Text(text));
-    } else if let Some(r) = refusal {
-        content.push(Part::Text(r.to_string()));
-    }
-    let unkept = refusal.is_some() || msg.get("audio").is_some_and(|a| !a.is_null());
-    let mut calls = 0;
-    for c in msg
-        .get("tool_calls")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let f = c.get("function").unwrap_or(&Value::Null);
-        content.push(Part::ToolCall {
-            id: str_at(c, "id"),
-            name: str_at(f, "name"),
-            arguments: str_or(f, "arguments", "{}"),
-        });
-        calls += 1;
-    }
-    let mut stop = stop_from_finish(
-        choice
-            .get("finish_reason")
-            .and_then(Value::as_str)
-            .unwrap_or("stop"),
-    );
-    if calls > 0 && stop == StopReason::EndTurn {
-        stop = StopReason::ToolUse;
-    }
-    Ok(Response {
-        id: str_at(body, "id"),
-        model: str_at(body, "model"),
-        content,
-        stop,
-        usage: body.get("usage").and_then(usage_from).unwrap_or_default(),
-        created: body.get("created").and_then(Value::as_u64).unwrap_or(0),
-        unkept,
-    })
 }
 
 /// Decodes a chunk stream: content, reasoning and tool-call deltas, the finish reason, the usage chunk.
@@ -359,7 +382,7 @@ impl StreamDecoder for ChatStreamDecoder {
         {
             self.choice(choice, out);
         }
-        if let Some(u) = v.get("usage").and_then(usage_from) {
+        if let Some(u) = v.get("usage").and_then(|u| Chat.usage_from(u)) {
             out.push(StreamEvent::Usage(u));
         }
         false
@@ -415,7 +438,7 @@ mod tests {
             }],
             ..Request::default()
         };
-        let v = encode_request(&req, &opts(true)).unwrap();
+        let v = Chat.encode_request(&req, &opts(true)).unwrap();
         let m = v["messages"].as_array().unwrap();
         assert_eq!(m[0]["role"], "system");
         assert_eq!(m[1]["content"], Value::Null);

@@ -8,7 +8,10 @@ use crate::protocol::canon::{
     ImageSource, Message, OutputFormat, Part, Request, Role, Tool, ToolChoice,
 };
 use crate::protocol::fields::{self, bad_value, join, opt_array, opt_bool, opt_f64, opt_str};
+use crate::protocol::codec::RequestCodec;
 use crate::protocol::ApiError;
+
+use super::Gemini;
 
 type Obj = Map<String, Value>;
 
@@ -27,37 +30,56 @@ pub fn hosted_family(key: &str) -> Option<&'static str> {
     })
 }
 
-/// Checks what every Gemini request must have before anything else: `contents` (an array, not empty) and, in
-/// `generationConfig`, at most one candidate (each would be another answer up to the output limit).
-pub fn validate(body: &Value) -> Result<(), ApiError> {
-    let o = fields::object(body, "body")?;
-    match opt_array(o, "contents", "")? {
-        Some(c) if !c.is_empty() => {}
-        _ => {
-            return Err(ApiError::invalid_param(
-                "contents",
-                "* GenerateContentRequest.contents: contents is not specified",
-            ))
+impl RequestCodec for Gemini {
+    /// Checks what every Gemini request must have before anything else: `contents` (an array, not empty) and, in
+    /// `generationConfig`, at most one candidate (each would be another answer up to the output limit).
+    fn validate(&self, body: &Value) -> Result<(), ApiError> {
+        let o = fields::object(body, "body")?;
+        match opt_array(o, "contents", "")? {
+            Some(c) if !c.is_empty() => {}
+            _ => {
+                return Err(ApiError::invalid_param(
+                    "contents",
+                    "* GenerateContentRequest.contents: contents is not specified",
+                ))
+            }
         }
-    }
-    if let Some(g) = o.get("generationConfig").filter(|g| !g.is_null()) {
-        let g = fields::object(g, "generationConfig")?;
-        let count = fields::opt_u64(g, "candidateCount", "generationConfig")?;
-        if count.is_some_and(|n| n > 1) {
-            return Err(ApiError::invalid_param(
-                "generationConfig.candidateCount",
-                "generationConfig.candidateCount: this gateway gives one candidate per request (send the \
-                 request again for another).",
-            ));
+        if let Some(g) = o.get("generationConfig").filter(|g| !g.is_null()) {
+            let g = fields::object(g, "generationConfig")?;
+            let count = fields::opt_u64(g, "candidateCount", "generationConfig")?;
+            if count.is_some_and(|n| n > 1) {
+                return Err(ApiError::invalid_param(
+                    "generationConfig.candidateCount",
+                    "generationConfig.candidateCount: this gateway gives one candidate per request (send the \
+                     request again for another).",
+                ));
+            }
         }
+        Ok(())
     }
-    Ok(())
-}
 
-/// Validates a generation request and decodes it into the canonical request.
-pub fn decode_request(body: &Value) -> Result<Request, ApiError> {
-    validate(body)?;
-    decode_body(body)
+    /// Validates a generation request and decodes it into the canonical request.
+    fn decode_request(&self, body: &Value) -> Result<Request, ApiError> {
+        Gemini.validate(body)?;
+        decode_body(body)
+    }
+
+
+    /// Log probabilities, and audio or images out (`generationConfig`, in its JSON names: `read_as_one`
+    /// rewrote the proto ones).
+    fn asks_beyond_canon(&self, body: &Value) -> bool {
+        let Some(g) = body.get("generationConfig") else {
+            return false;
+        };
+        let media = g
+            .get("responseModalities")
+            .and_then(Value::as_array)
+            .is_some_and(|m| m.iter().any(|v| v != "TEXT"));
+        g.get("responseLogprobs") == Some(&Value::Bool(true))
+            || g.get("logprobs").is_some_and(|v| !v.is_null())
+            || g.get("speechConfig").is_some_and(|v| !v.is_null())
+            || media
+    }
 }
 
 /// A `countTokens` body: `contents` (what the SDKs send), or a whole `generateContentRequest`.
@@ -445,18 +467,18 @@ mod tests {
 
     #[test]
     fn contents_and_candidates_are_checked_first() {
-        assert_eq!(validate(&json!({})).unwrap_err().param(), Some("contents"));
-        assert_eq!(validate(&json!({"contents": []})).unwrap_err().param(), Some("contents"));
+        assert_eq!(Gemini.validate(&json!({})).unwrap_err().param(), Some("contents"));
+        assert_eq!(Gemini.validate(&json!({"contents": []})).unwrap_err().param(), Some("contents"));
         let two = json!({"contents": [{"parts": [{"text": "hi"}]}], "generationConfig": {"candidateCount": 2}});
-        let e = validate(&two).unwrap_err();
+        let e = Gemini.validate(&two).unwrap_err();
         assert_eq!((e.status(), e.param()), (400, Some("generationConfig.candidateCount")));
         let one = json!({"contents": [{"parts": [{"text": "hi"}]}], "generationConfig": {"candidateCount": 1}});
-        assert!(validate(&one).is_ok());
+        assert!(Gemini.validate(&one).is_ok());
     }
 
     #[test]
     fn a_conversation_with_tools_decodes() {
-        let r = decode_request(&json!({
+        let r = Gemini.decode_request(&json!({
             "systemInstruction": {"parts": [{"text": "Be brief."}]},
             "contents": [
                 {"role": "user", "parts": [{"text": "Weather in Paris?"},
@@ -495,7 +517,7 @@ mod tests {
 
     #[test]
     fn structured_output_and_refusals() {
-        let r = decode_request(&json!({"contents": [{"parts": [{"text": "x"}]}],
+        let r = Gemini.decode_request(&json!({"contents": [{"parts": [{"text": "x"}]}],
             "generationConfig": {"responseMimeType": "application/json",
                 "responseSchema": {"type": "OBJECT", "properties": {"a": {"type": "INTEGER"}}}}}))
         .unwrap();
@@ -503,21 +525,21 @@ mod tests {
         assert_eq!(schema["properties"]["a"]["type"], "integer");
         // Not strict: OpenAI's strict mode would refuse a schema with optional properties.
         assert_eq!(strict, None);
-        let two = decode_request(&json!({"contents": [{"parts": [{"text": "x"}]}],
+        let two = Gemini.decode_request(&json!({"contents": [{"parts": [{"text": "x"}]}],
             "systemInstruction": {"parts": [{"text": "Be brief."}, {"text": "Answer in French."}]}}))
         .unwrap();
         assert_eq!(two.system, vec!["Be brief.", "Answer in French."]);
         // Enum mode: the values told, no JSON schema (whose answer would be a quoted string).
-        let e = decode_request(&json!({"contents": [{"parts": [{"text": "x"}]}],
+        let e = Gemini.decode_request(&json!({"contents": [{"parts": [{"text": "x"}]}],
             "generationConfig": {"responseMimeType": "text/x.enum",
                 "responseSchema": {"type": "STRING", "enum": ["Percussion", "String"]}}}))
         .unwrap();
         assert_eq!(e.output_format, None);
         assert!(e.system[0].ends_with("nothing else: Percussion, String."), "{:?}", e.system);
-        let e = decode_request(&json!({"contents": [{"parts": [{"inlineData": {"mimeType": "audio/wav", "data": "AA"}}]}]}))
+        let e = Gemini.decode_request(&json!({"contents": [{"parts": [{"inlineData": {"mimeType": "audio/wav", "data": "AA"}}]}]}))
             .unwrap_err();
         assert_eq!(e.param(), Some("contents[0].parts[0].inlineData"));
-        let off = decode_request(&json!({"contents": [{"parts": [{"text": "x"}]}],
+        let off = Gemini.decode_request(&json!({"contents": [{"parts": [{"text": "x"}]}],
             "generationConfig": {"thinkingConfig": {"thinkingBudget": 0}}})).unwrap();
         assert_eq!(off.reasoning_effort.as_deref(), Some("none"));
         let c = decode_count_request(&json!({"contents": [{"parts": [{"text": "count me"}]}]})).unwrap();
@@ -536,11 +558,11 @@ mod tests {
                 {"role": "user", "parts": [{"functionResponse": {"id": "c1", "name": "read_file",
                     "response": {"output": "an image"}, "parts": [{"inlineData": {"mimeType": mime, "data": "AA"}}]}}]}]})
         };
-        let r = decode_request(&body("image/png")).unwrap();
+        let r = Gemini.decode_request(&body("image/png")).unwrap();
         let Part::ToolResult { content, .. } = &r.messages[2].content[0] else { panic!("{:?}", r.messages[2]) };
         assert_eq!(content.len(), 2);
         assert!(matches!(content[1], Part::Image(_)));
-        let e = decode_request(&body("application/pdf")).unwrap_err();
+        let e = Gemini.decode_request(&body("application/pdf")).unwrap_err();
         assert_eq!(e.param(), Some("contents[2].parts[0].functionResponse.parts[0].inlineData"));
     }
 }

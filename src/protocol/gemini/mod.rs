@@ -1,6 +1,6 @@
 //! The Gemini API (Google's `generativelanguage` API): `POST /v1beta/models/{model}:generateContent`,
 //! `:streamGenerateContent` (SSE with `?alt=sse`, else a JSON array streamed), `:countTokens`, the same under
-//! `/v1/`, and `GET /v1beta/models`. The codec ([`Gemini`]) and what it is made of: `route.rs` (the paths:
+//! `/v1/`, and `GET /v1beta/models`. The codec ([`CODEC`]) and what it is made of: `route.rs` (the paths:
 //! the model and the method are in them; base-URL mistakes), `decode.rs` (client requests into canonical
 //! form), `schema.rs` (Gemini's `Schema` and JSON Schema), `reply.rs` (answers, streams, usage and the models
 //! list to clients), `upstream.rs` (requests to Gemini upstreams, their answers and streams decoded),
@@ -20,18 +20,13 @@ use std::borrow::Cow;
 
 use serde_json::{json, Map, Value};
 
-use super::canon::{self, Usage};
-use super::client::{ClientEvent, NoText};
-use super::codec::{Codec, Framing, Headers, Listed, Serves};
+use super::canon;
+use super::codec::{Codec, Credential, IdsIn, KeyIn, LimitFields, TokenCounting};
 use super::edit::{Edit, Put};
-use super::hosted::{self, Asks, Rules};
-use super::relay::Seen;
-use super::sse::{push_event, SseEvent};
-use super::{auth, ApiError, EgressOptions, StreamDecoder, StreamEncoder};
-use crate::http::Request;
-use route::Method;
+use super::hosted::{self, Rules};
+use super::ApiError;
 
-/// The Gemini API codec.
+/// The Gemini API codec's interfaces (each implemented in the file that holds its code).
 pub struct Gemini;
 
 /// The API version tollgate speaks to Gemini upstreams (and the doctor to gateways): the SDKs' default.
@@ -67,217 +62,104 @@ fn families(t: &Map<String, Value>) -> hosted::Families<'_> {
         .collect()
 }
 
-/// A model name as a path segment: characters outside `[A-Za-z0-9._-]` percent-encoded.
-fn segment(model: &str) -> Cow<'_, str> {
-    let plain = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-');
-    if model.bytes().all(plain) {
-        return Cow::Borrowed(model);
-    }
-    let mut out = String::with_capacity(model.len() + 8);
-    for b in model.bytes() {
-        if plain(b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    Cow::Owned(out)
-}
+/// The Gemini API.
+pub static CODEC: Codec = Codec {
+    name: "gemini",
+    title: "Gemini API",
+    vendor: "Google",
+    clients: "Gemini clients (Gemini CLI, the google-genai SDKs)",
+    upstream_kind: "gemini",
+    path: "/v1beta/models/{model}:generateContent",
+    base_url_has_v1: false,
+    count_tokens_path: Some("/v1beta/models/{model}:countTokens"),
+    models_list_path: Some("/v1beta/models"),
 
-/// The path of `method` for `model` under a base URL.
-fn method_path(model: &str, method: &str) -> Cow<'static, str> {
-    Cow::Owned(format!("/{VERSION}/models/{}:{method}", segment(model)))
-}
+    key: KeyIn {
+        header: "x-goog-api-key",
+        query: Some("key"),
+        how: HOW,
+    },
+    // Its model paths recognise its clients and its paths.
+    sdk_header: None,
+    paths_contain: None,
+    id_header: None,
+    challenge: None,
+    // A blank line: the SDKs skip it between events, and it is white space in a JSON array (they would
+    // fail on an SSE comment).
+    keepalive: b"\n",
+    usage_asked_at: None,
+    numbered: None,
+    failed_tail: None,
+    response_id_prefix: "",
+    required_header: None,
+    account_headers: None,
+    read_as_one: Some(names::read_as_one),
 
-impl Codec for Gemini {
-    fn name(&self) -> &'static str {
-        "gemini"
-    }
-    fn title(&self) -> &'static str {
-        "Gemini API"
-    }
-    fn vendor(&self) -> &'static str {
-        "Google"
-    }
-    fn clients(&self) -> &'static str {
-        "Gemini clients (Gemini CLI, the google-genai SDKs)"
-    }
-    fn upstream_kind(&self) -> &'static str {
-        "gemini"
-    }
-    fn path(&self) -> &'static str {
-        "/v1beta/models/{model}:generateContent"
-    }
-    fn base_url_has_v1(&self) -> bool {
-        false
-    }
-    fn count_tokens_path(&self) -> Option<&'static str> {
-        Some("/v1beta/models/{model}:countTokens")
-    }
-    /// `/v1beta/models/{model}:generateContent`, `:streamGenerateContent` and `:countTokens`, also under
-    /// `/v1/`.
-    fn serves(&self, path: &str) -> Option<Serves> {
-        route::target(path).map(|t| match t.method {
-            Method::Generate | Method::Stream => Serves::Generate,
-            Method::CountTokens => Serves::CountTokens,
-        })
-    }
-    fn path_model<'p>(&self, path: &'p str) -> Option<Cow<'p, str>> {
-        route::target(path).map(|t| t.model)
-    }
-    fn path_stream(&self, path: &str) -> Option<bool> {
-        route::target(path).map(|t| t.method == Method::Stream)
-    }
-    fn sdk_request_path(&self, model: &str, stream: bool) -> Cow<'static, str> {
-        if stream {
-            Cow::Owned(format!("{}?alt=sse", method_path(model, "streamGenerateContent")))
-        } else {
-            method_path(model, "generateContent")
-        }
-    }
-    fn models_list_path(&self) -> Option<&'static str> {
-        Some("/v1beta/models")
-    }
-    fn path_hint(&self, path: &str) -> Option<String> {
-        route::hint(path)
-    }
+    limit: LimitFields {
+        fields: &["maxOutputTokens"],
+        parent: Some("generationConfig"),
+        upstream: ("maxOutputTokens", "maxOutputTokens"),
+        choices: None,
+        required: false,
+    },
+    // Nothing: a Gemini request is keyed as sent.
+    carried: &[],
+    hosted: &HOSTED,
+    hosted_cap: None,
+    // Gemini answers do not count hosted uses in a way they are priced by.
+    reports_tool_uses: false,
+    reports_rate_tier: true,
+    store_nothing: None,
+    reasoning_inline: None,
+    stream_usage_on: None,
+    passed_on: None,
 
-    /// The Gemini API's paths (`/v1beta/…`, or a method after a colon).
-    fn shapes_errors_at(&self, path: &str) -> bool {
-        path.starts_with("/v1beta/") || route::target(path).is_some()
-    }
-    /// Google's SDKs send `x-goog-api-key` (or `x-goog-api-client`), or the key as a query parameter.
-    fn recognizes(&self, req: &Request) -> bool {
-        req.header("x-goog-api-key").is_some()
-            || req.header("x-goog-api-client").is_some()
-            || req.query.split('&').any(|p| p.starts_with("key="))
-            || req.path.starts_with("/v1beta/")
-    }
-    fn presented_key<'r>(&self, req: &'r Request) -> Result<&'r str, ApiError> {
-        auth::presented_key_in(req, "x-goog-api-key", Some("key"), HOW)
-    }
-    /// `?alt=sse` asks for SSE; without it, Google streams a JSON array.
-    fn framing(&self, req: &Request) -> Framing {
-        let sse = req.query.split('&').any(|p| p == "alt=sse");
-        if sse || self.path_stream(&req.path) != Some(true) {
-            Framing::Sse
-        } else {
-            Framing::JsonArray
-        }
-    }
-    /// A tuned model lives in the account the gateway's upstream key belongs to.
-    fn check_headers(&self, req: &Request) -> Result<(), ApiError> {
-        match self.path_model(&req.path) {
-            Some(m) if m.starts_with("tunedModels/") => Err(ApiError::invalid_param(
-                "model",
-                format!(
-                    "`{m}` is a tuned model, kept in the operator's upstream account, which is shared by every key \
-                     of this gateway; it is not served here. GET /v1beta/models lists the models your key may use."
-                ),
-            )
-            .with_cause(super::Cause::AccountFeatureRefused)),
-            _ => Ok(()),
-        }
-    }
-    /// Proto field names become JSON names (`names.rs`), and a `model` in the body goes: the path names
-    /// the model, and the upstream is sent its own in the path (a count's whole `generateContentRequest`
-    /// names it too, `count_model_edit`).
-    fn read_as_one(&self, body: &mut Value, counts: bool) -> Result<(), ApiError> {
-        if counts {
-            names::count(body)?;
-        } else {
-            names::generate(body)?;
-        }
-        if let Value::Object(o) = body {
-            o.remove("model");
-        }
-        Ok(())
-    }
-    fn validate(&self, body: &Value) -> Result<(), ApiError> {
-        decode::validate(body)
-    }
-    fn decode_request(&self, body: &Value) -> Result<canon::Request, ApiError> {
-        decode::decode_request(body)
-    }
-    fn new_response_id(&self) -> String {
-        crate::util::new_id("")
-    }
-    fn encode_response(&self, resp: &canon::Response, req: &canon::Request) -> Value {
-        reply::encode_response(resp, req)
-    }
-    fn stream_encoder(
-        &self,
-        req: &canon::Request,
-        _include_usage: bool,
-        request_id: &str,
-    ) -> Box<dyn StreamEncoder> {
-        Box::new(reply::GeminiStreamEncoder::new(req, request_id))
-    }
-    /// A blank line: the SDKs skip it between events, and it is white space in a JSON array (they would
-    /// fail on an SSE comment).
-    fn keepalive(&self) -> &'static [u8] {
-        b"\n"
-    }
-    fn error_body(&self, err: &ApiError, request_id: &str) -> Vec<u8> {
-        let v = json!({"error": err.google_object(request_id)});
-        serde_json::to_vec(&v).unwrap_or_default()
-    }
-    /// Google's error object as a chunk of the stream (`google-genai` raises it).
-    fn error_event(&self, err: &ApiError, request_id: &str, _next_seq: Option<u64>) -> Vec<u8> {
-        let v = json!({"error": err.google_object(request_id)});
-        let mut out = Vec::new();
-        push_event(&mut out, None, &v.to_string());
-        out
-    }
-    fn models_list(&self, models: &[Listed], _created: u64) -> Value {
-        reply::models_list(models)
-    }
-    fn model_entry(&self, model: &Listed, _created: u64) -> Value {
-        reply::model_entry(model)
-    }
+    upstream_path: "/v1beta/models/{model}:generateContent",
+    upstream_count_path: Some("/v1beta/models/{model}:countTokens"),
+    model_in_body: false,
+    usage_field: "usageMetadata",
+    // Every model in one page.
+    models_path: "/v1beta/models?pageSize=1000",
+    // `models[].name` without its `models/`.
+    ids_in: IdsIn {
+        array: "models",
+        field: "name",
+        prefix: "models/",
+    },
+    credential: Credential {
+        header: Some("x-goog-api-key"),
+        version: None,
+    },
+    stream_terminal: "a chunk with finishReason",
 
-    fn limit_fields(&self) -> &'static [&'static str] {
-        &["maxOutputTokens"]
-    }
-    fn limit_parent(&self) -> Option<&'static str> {
-        Some("generationConfig")
-    }
-    /// Log probabilities, and audio or images out (`generationConfig`, in its JSON names: `read_as_one`
-    /// rewrote the proto ones).
-    fn asks_beyond_canon(&self, body: &Value) -> bool {
-        let Some(g) = body.get("generationConfig") else {
-            return false;
-        };
-        let media = g
-            .get("responseModalities")
-            .and_then(Value::as_array)
-            .is_some_and(|m| m.iter().any(|v| v != "TEXT"));
-        g.get("responseLogprobs") == Some(&Value::Bool(true))
-            || g.get("logprobs").is_some_and(|v| !v.is_null())
-            || g.get("speechConfig").is_some_and(|v| !v.is_null())
-            || media
-    }
-    fn hosted_asks(&self, body: &Value) -> Result<Asks, ApiError> {
-        hosted::asks(body, &HOSTED)
-    }
-    /// Gemini answers do not count hosted uses in a way they are priced by.
-    fn reports_tool_uses(&self) -> bool {
-        false
-    }
+    request: &Gemini,
+    reply: &Gemini,
+    list: &Gemini,
+    upstream: &Gemini,
+    relay: &Gemini,
+    probe: &Gemini,
+    counting: Some(&Gemini),
+    model_paths: Some(&Gemini),
+};
+
+impl TokenCounting for Gemini {
     fn decode_count_request(&self, body: &Value) -> Result<canon::Request, ApiError> {
         decode::decode_count_request(body)
     }
+
     fn count_answer(&self, input_tokens: u64) -> Vec<u8> {
         json!({ "totalTokens": input_tokens })
             .to_string()
             .into_bytes()
     }
+
     fn counted_tokens(&self, raw: &[u8]) -> Option<u64> {
         serde_json::from_slice::<Value>(raw)
             .ok()?
             .get("totalTokens")?
             .as_u64()
     }
+
     /// A whole `generateContentRequest` names its model (`models/{model}`): the upstream's, as the path.
     fn count_model_edit<'a>(&self, model: &'a str) -> Option<(&'static str, Edit<'a>)> {
         Some((
@@ -285,85 +167,13 @@ impl Codec for Gemini {
             Edit::ReplaceIn("model", Put::Joined("models/", model)),
         ))
     }
-
-    fn upstream_path(&self) -> &'static str {
-        "/v1beta/models/{model}:generateContent"
-    }
-    fn upstream_count_path(&self) -> Option<&'static str> {
-        Some("/v1beta/models/{model}:countTokens")
-    }
-    fn upstream_endpoint(&self, model: &str, stream: bool) -> Cow<'static, str> {
-        self.sdk_request_path(model, stream)
-    }
-    fn upstream_count_endpoint(&self, model: &str) -> Option<Cow<'static, str>> {
-        Some(method_path(model, "countTokens"))
-    }
-    fn model_in_body(&self) -> bool {
-        false
-    }
-    fn usage_field(&self) -> &'static str {
-        "usageMetadata"
-    }
-    /// Every model in one page.
-    fn models_path(&self) -> &'static str {
-        "/v1beta/models?pageSize=1000"
-    }
-    /// `models[].name` without its `models/`.
-    fn model_ids(&self, list: &Value) -> Option<Vec<String>> {
-        let items = list.get("models")?.as_array()?;
-        Some(
-            items
-                .iter()
-                .filter_map(|m| m.get("name").and_then(Value::as_str))
-                .map(|n| n.strip_prefix("models/").unwrap_or(n).to_string())
-                .collect(),
-        )
-    }
-    fn credentials<'k>(&self, key: Option<&'k str>) -> Headers<'k> {
-        [key.map(|k| ("x-goog-api-key", Cow::Borrowed(k))), None, None]
-    }
-    fn encode_request(&self, req: &canon::Request, opts: &EgressOptions) -> Result<Value, ApiError> {
-        upstream::encode_request(req, opts)
-    }
-    fn decode_response(&self, body: &Value, opts: &EgressOptions) -> Result<canon::Response, ApiError> {
-        upstream::decode_response(body, opts)
-    }
-    fn stream_decoder(&self, _opts: &EgressOptions) -> Box<dyn StreamDecoder> {
-        Box::<upstream::GeminiStreamDecoder>::default()
-    }
-    fn usage_from(&self, usage: &Value) -> Option<Usage> {
-        reply::usage_from(usage)
-    }
-    fn observe(&self, ev: &SseEvent, seen: &mut Seen) -> bool {
-        relay::observe(ev, seen)
-    }
-    fn text_fields(&self, data: &mut Value, edit: &mut dyn FnMut(Option<&mut Value>)) {
-        relay::text_fields(data, edit)
-    }
-
-    fn probe_body(&self, _model: &str, prompt: &str, _stream: bool) -> Value {
-        client::probe_body(prompt)
-    }
-    fn client_headers<'k>(&self, key: &'k str) -> Headers<'k> {
-        [Some(("x-goog-api-key", Cow::Borrowed(key))), None, None]
-    }
-    fn answer_text(&self, answer: &Value) -> Result<String, NoText> {
-        client::answer_text(answer)
-    }
-    fn stop_reason<'v>(&self, answer: &'v Value) -> Option<&'v str> {
-        answer["candidates"][0]["finishReason"].as_str()
-    }
-    fn stream_terminal(&self) -> &'static str {
-        "a chunk with finishReason"
-    }
-    fn client_event(&self, _event: Option<&str>, data: &str, _first: bool) -> ClientEvent {
-        client::event(data)
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::Request;
+    use crate::protocol::codec::Framing;
     use crate::protocol::edit::Edits;
     use crate::protocol::request::{Endpoint, Forward};
     use crate::protocol::Protocol;
@@ -393,7 +203,7 @@ mod tests {
         assert_eq!(gemini.framing(&req(p, "alt=sse", &[])), Framing::Sse);
         assert_eq!(gemini.framing(&req(p, "", &[])), Framing::JsonArray);
         assert_eq!(
-            Gemini.upstream_endpoint("gemini 2", true),
+            CODEC.upstream_endpoint("gemini 2", true),
             "/v1beta/models/gemini%202:streamGenerateContent?alt=sse"
         );
         assert_eq!(Protocol::for_errors_at(Some("/v1beta/models")), gemini);
@@ -401,7 +211,7 @@ mod tests {
 
     #[test]
     fn the_key_comes_from_its_header_the_query_or_bearer() {
-        let g = Gemini;
+        let g = &CODEC;
         let p = "/v1beta/models/m:generateContent";
         assert_eq!(g.presented_key(&req(p, "", &[("x-goog-api-key", "k1")])).unwrap(), "k1");
         assert_eq!(g.presented_key(&req(p, "alt=sse&key=k2", &[])).unwrap(), "k2");
@@ -446,13 +256,13 @@ mod tests {
     #[test]
     fn errors_take_googles_shape() {
         let e = ApiError::unauthorized("bad key").with_retry_after(3);
-        let v: Value = serde_json::from_slice(&Gemini.error_body(&e, "req_1")).unwrap();
+        let v: Value = serde_json::from_slice(&CODEC.reply.error_body(&e, "req_1")).unwrap();
         assert_eq!(v["error"]["code"], 401);
         assert_eq!(v["error"]["status"], "UNAUTHENTICATED");
         assert!(v["error"]["message"].as_str().unwrap().contains("req_1"));
-        let ev = String::from_utf8(Gemini.error_event(&ApiError::bad_gateway("x"), "r", None)).unwrap();
+        let ev = String::from_utf8(CODEC.reply.error_event(&ApiError::bad_gateway("x"), "r", None)).unwrap();
         assert!(ev.starts_with("data: {\"error\":"), "{ev}");
-        let hosted = Gemini
+        let hosted = CODEC
             .hosted_asks(&json!({"tools": [{"functionDeclarations": []}, {"googleSearch": {}}]}))
             .unwrap();
         assert_eq!(hosted.tools.len(), 1);

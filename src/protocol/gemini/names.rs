@@ -86,6 +86,21 @@ impl Msg {
     }
 }
 
+/// Proto field names become JSON names, and a `model` in the body goes: the path names the model, and the
+/// upstream is sent its own in the path (a count's whole `generateContentRequest` names it too,
+/// `count_model_edit`).
+pub fn read_as_one(body: &mut Value, counts: bool) -> Result<(), ApiError> {
+    if counts {
+        count(body)?;
+    } else {
+        generate(body)?;
+    }
+    if let Value::Object(o) = body {
+        o.remove("model");
+    }
+    Ok(())
+}
+
 /// Rewrites a generation request's field names to their JSON names (see the module's comment).
 /// A `maxOutputTokens` of 0 is Google's JSON for a field not set (proto3's default): it goes, so the limit
 /// is read, reserved and sent as for a request that gave none.

@@ -7,9 +7,11 @@ use std::borrow::Cow;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::reply::usage_from;
 use crate::protocol::relay::{self, Seen};
+use crate::protocol::codec::{RelayReader, UpstreamCodec};
 use crate::protocol::sse::SseEvent;
+
+use super::Gemini;
 
 /// The fields of a chunk the reader reads; others are skipped, strings borrowed where they can be.
 #[derive(Deserialize)]
@@ -46,54 +48,56 @@ struct PartPeek<'a> {
     call: Option<Value>,
 }
 
-/// Reads one chunk; every chunk is passed on.
-pub fn observe(ev: &SseEvent, seen: &mut Seen) -> bool {
-    let data = ev.data.trim();
-    if data.is_empty() {
-        return true;
-    }
-    let Ok(peek) = serde_json::from_str::<Peek>(data) else {
-        seen.error_text = relay::not_json(data);
-        return true;
-    };
-    seen.error_text = relay::is_error(&peek.error);
-    if let Some(e) = peek.error.as_ref().filter(|e| !e.is_null()) {
-        seen.done = true;
-        seen.upstream_error = Some(relay::error_message(e));
-        return true;
-    }
-    let candidate = peek.candidates.as_ref().and_then(|c| c.first());
-    let parts = candidate
-        .and_then(|c| c.content.as_ref())
-        .and_then(|c| c.parts.as_ref());
-    for p in parts.into_iter().flatten() {
-        if let Some(t) = &p.text {
-            seen.produced.push_str(t);
+impl RelayReader for Gemini {
+    /// Reads one chunk; every chunk is passed on.
+    fn observe(&self, ev: &SseEvent, seen: &mut Seen) -> bool {
+        let data = ev.data.trim();
+        if data.is_empty() {
+            return true;
         }
-        if let Some(args) = p.call.as_ref().and_then(|c| c.get("args")) {
-            relay::strings_in(args, &mut |t| seen.produced.push_str(t));
+        let Ok(peek) = serde_json::from_str::<Peek>(data) else {
+            seen.error_text = relay::not_json(data);
+            return true;
+        };
+        seen.error_text = relay::is_error(&peek.error);
+        if let Some(e) = peek.error.as_ref().filter(|e| !e.is_null()) {
+            seen.done = true;
+            seen.upstream_error = Some(relay::error_message(e));
+            return true;
         }
+        let candidate = peek.candidates.as_ref().and_then(|c| c.first());
+        let parts = candidate
+            .and_then(|c| c.content.as_ref())
+            .and_then(|c| c.parts.as_ref());
+        for p in parts.into_iter().flatten() {
+            if let Some(t) = &p.text {
+                seen.produced.push_str(t);
+            }
+            if let Some(args) = p.call.as_ref().and_then(|c| c.get("args")) {
+                relay::strings_in(args, &mut |t| seen.produced.push_str(t));
+            }
+        }
+        if let Some(u) = peek.usage.as_ref().and_then(|u| Gemini.usage_from(u)) {
+            seen.usage = Some(u);
+        }
+        let blocked = peek.feedback.as_ref().is_some_and(|f| f.get("blockReason").is_some());
+        if candidate.is_some_and(|c| c.finish.is_some()) || blocked {
+            seen.done = true;
+        }
+        true
     }
-    if let Some(u) = peek.usage.as_ref().and_then(usage_from) {
-        seen.usage = Some(u);
-    }
-    let blocked = peek.feedback.as_ref().is_some_and(|f| f.get("blockReason").is_some());
-    if candidate.is_some_and(|c| c.finish.is_some()) || blocked {
-        seen.done = true;
-    }
-    true
-}
 
-/// Calls `edit` on the text of each part of the first candidate and the strings of its function call's
-/// `args`, in the order [`observe`] reads them.
-pub fn text_fields(data: &mut Value, edit: &mut dyn FnMut(Option<&mut Value>)) {
-    let parts = data
-        .pointer_mut("/candidates/0/content/parts")
-        .and_then(Value::as_array_mut);
-    for p in parts.into_iter().flatten() {
-        edit(p.get_mut("text"));
-        if let Some(args) = p.pointer_mut("/functionCall/args") {
-            relay::string_fields(args, edit);
+    /// Calls `edit` on the text of each part of the first candidate and the strings of its function call's
+    /// `args`, in the order [`observe`] reads them.
+    fn text_fields(&self, data: &mut Value, edit: &mut dyn FnMut(Option<&mut Value>)) {
+        let parts = data
+            .pointer_mut("/candidates/0/content/parts")
+            .and_then(Value::as_array_mut);
+        for p in parts.into_iter().flatten() {
+            edit(p.get_mut("text"));
+            if let Some(args) = p.pointer_mut("/functionCall/args") {
+                relay::string_fields(args, edit);
+            }
         }
     }
 }
@@ -114,15 +118,15 @@ mod tests {
     #[test]
     fn text_usage_and_the_end_are_read() {
         let mut seen = Seen::default();
-        observe(&ev(r#"{"candidates":[{"content":{"parts":[{"text":"Hel"}],"role":"model"}}],"usageMetadata":{"promptTokenCount":7}}"#), &mut seen);
+        Gemini.observe(&ev(r#"{"candidates":[{"content":{"parts":[{"text":"Hel"}],"role":"model"}}],"usageMetadata":{"promptTokenCount":7}}"#), &mut seen);
         assert!(!seen.done);
-        observe(&ev(r#"{"candidates":[{"content":{"parts":[{"text":"lo","thought":false}],"role":"model"},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":7,"candidatesTokenCount":2,"thoughtsTokenCount":4}}"#), &mut seen);
+        Gemini.observe(&ev(r#"{"candidates":[{"content":{"parts":[{"text":"lo","thought":false}],"role":"model"},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":7,"candidatesTokenCount":2,"thoughtsTokenCount":4}}"#), &mut seen);
         assert!(seen.done);
         assert_eq!(seen.produced, "Hello");
         let u = seen.usage.unwrap();
         assert_eq!((u.input_tokens, u.output_tokens), (7, 6));
         let mut seen = Seen::default();
-        observe(&ev(r#"{"error":{"code":500,"message":"boom","status":"INTERNAL"}}"#), &mut seen);
+        Gemini.observe(&ev(r#"{"error":{"code":500,"message":"boom","status":"INTERNAL"}}"#), &mut seen);
         assert!(seen.done && seen.error_text);
         assert_eq!(seen.upstream_error.as_deref(), Some("upstream error in stream: boom"));
     }
@@ -132,14 +136,14 @@ mod tests {
         let data = r#"{"candidates":[{"content":{"parts":[{"text":"a"},{"functionCall":{"name":"f","args":{"q":"c","n":[1,"d",{"e":"f"}]}}},{"text":"b"}]}}]}"#;
         let mut v: Value = serde_json::from_str(data).unwrap();
         let mut fields = String::new();
-        text_fields(&mut v, &mut |f| {
+        Gemini.text_fields(&mut v, &mut |f| {
             if let Some(t) = f.and_then(|v| v.as_str()) {
                 fields.push_str(t);
             }
         });
         // The fields the redactor edits are the text the reader read, in the same order.
         let mut seen = Seen::default();
-        observe(&ev(data), &mut seen);
+        Gemini.observe(&ev(data), &mut seen);
         assert_eq!(fields, seen.produced);
         assert_eq!(seen.produced.len(), 5);
         assert!(seen.produced.starts_with('a') && seen.produced.ends_with('b'));

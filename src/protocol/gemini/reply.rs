@@ -5,9 +5,11 @@
 use serde_json::{json, Map, Value};
 
 use crate::protocol::canon::{Part, Request, Response, StopReason, StreamEvent, Usage};
-use crate::protocol::codec::Listed;
+use crate::protocol::codec::{Listed, ModelList, ReplyCodec};
 use crate::protocol::sse::push_event;
-use crate::protocol::StreamEncoder;
+use crate::protocol::{ApiError, StreamEncoder};
+
+use super::Gemini;
 
 /// Gemini's `finishReason` for a stop reason. A function call ends with `STOP` on Gemini; a reason only
 /// Gemini has (passed through from a Gemini upstream) is kept.
@@ -56,22 +58,6 @@ pub fn usage_json(u: &Usage) -> Value {
     v
 }
 
-/// Reads a `usageMetadata` object into normalised usage: input is the prompt (cached tokens inside it) and
-/// the tool-use prompt (what hosted tools fed the model); output is the candidates and the thoughts.
-pub fn usage_from(u: &Value) -> Option<Usage> {
-    let o = u.as_object()?;
-    let n = |k: &str| o.get(k).and_then(Value::as_u64).unwrap_or(0);
-    let thoughts = n("thoughtsTokenCount");
-    Some(Usage {
-        input_tokens: n("promptTokenCount").saturating_add(n("toolUsePromptTokenCount")),
-        cached_input_tokens: n("cachedContentTokenCount"),
-        cache_write_tokens: 0,
-        cache_write_1h_tokens: 0,
-        output_tokens: n("candidatesTokenCount").saturating_add(thoughts),
-        reasoning_tokens: thoughts,
-    })
-}
-
 /// Tool arguments as the JSON object a `functionCall` carries; anything else is kept under `_raw`.
 pub fn args_object(arguments: &str) -> Value {
     if arguments.trim().is_empty() {
@@ -103,41 +89,67 @@ fn call_part(id: &str, name: &str, arguments: &str) -> Value {
     json!({"functionCall": {"id": id, "name": name, "args": args_object(arguments)}})
 }
 
-/// A complete answer as a `GenerateContentResponse`.
-pub fn encode_response(resp: &Response, req: &Request) -> Value {
-    let shown = req.reasoning_shown == Some(true);
-    let mut parts = parts(&resp.content, shown);
-    if parts.is_empty() {
-        parts.push(json!({"text": ""}));
+impl ReplyCodec for Gemini {
+    /// A complete answer as a `GenerateContentResponse`.
+    fn encode_response(&self, resp: &Response, req: &Request) -> Value {
+        let shown = req.reasoning_shown == Some(true);
+        let mut parts = parts(&resp.content, shown);
+        if parts.is_empty() {
+            parts.push(json!({"text": ""}));
+        }
+        json!({
+            "candidates": [{
+                "content": {"role": "model", "parts": parts},
+                "finishReason": finish_reason(&resp.stop),
+                "index": 0,
+            }],
+            "usageMetadata": usage_json(&resp.usage),
+            "modelVersion": resp.model,
+            "responseId": resp.id,
+        })
     }
-    json!({
-        "candidates": [{
-            "content": {"role": "model", "parts": parts},
-            "finishReason": finish_reason(&resp.stop),
-            "index": 0,
-        }],
-        "usageMetadata": usage_json(&resp.usage),
-        "modelVersion": resp.model,
-        "responseId": resp.id,
-    })
+
+    fn stream_encoder(
+        &self,
+        req: &Request,
+        _include_usage: bool,
+        request_id: &str,
+    ) -> Box<dyn StreamEncoder> {
+        Box::new(GeminiStreamEncoder::new(req, request_id))
+    }
+
+    fn error_body(&self, err: &ApiError, request_id: &str) -> Vec<u8> {
+        let v = json!({"error": err.google_object(request_id)});
+        serde_json::to_vec(&v).unwrap_or_default()
+    }
+
+    /// Google's error object as a chunk of the stream (`google-genai` raises it).
+    fn error_event(&self, err: &ApiError, request_id: &str, _next_seq: Option<u64>) -> Vec<u8> {
+        let v = json!({"error": err.google_object(request_id)});
+        let mut out = Vec::new();
+        push_event(&mut out, None, &v.to_string());
+        out
+    }
 }
 
-/// The models list: `{"models": [...]}`, each named `models/{name}`.
-pub fn models_list(models: &[Listed]) -> Value {
-    let list: Vec<Value> = models.iter().map(model_entry).collect();
-    json!({ "models": list })
-}
+impl ModelList for Gemini {
+    /// The models list: `{"models": [...]}`, each named `models/{name}`.
+    fn models_list(&self, models: &[Listed], created: u64) -> Value {
+        let list: Vec<Value> = models.iter().map(|m| self.model_entry(m, created)).collect();
+        json!({ "models": list })
+    }
 
-/// One model of the list, as the Gemini API describes a model.
-pub fn model_entry(m: &Listed) -> Value {
-    json!({
-        "name": format!("models/{}", m.id),
-        "version": "001",
-        "displayName": m.id,
-        "description": format!("Served by {}.", m.owned_by),
-        "outputTokenLimit": m.max_output,
-        "supportedGenerationMethods": ["generateContent", "streamGenerateContent", "countTokens"],
-    })
+    /// One model of the list, as the Gemini API describes a model.
+    fn model_entry(&self, m: &Listed, _created: u64) -> Value {
+        json!({
+            "name": format!("models/{}", m.id),
+            "version": "001",
+            "displayName": m.id,
+            "description": format!("Served by {}.", m.owned_by),
+            "outputTokenLimit": m.max_output,
+            "supportedGenerationMethods": ["generateContent", "streamGenerateContent", "countTokens"],
+        })
+    }
 }
 
 /// Re-emits canonical events as Gemini stream chunks: each text delta a chunk; a function call as one part
@@ -261,12 +273,13 @@ impl StreamEncoder for GeminiStreamEncoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::codec::UpstreamCodec;
 
     #[test]
     fn usage_both_ways() {
         let meta = json!({"promptTokenCount": 12000, "cachedContentTokenCount": 8000,
             "candidatesTokenCount": 500, "thoughtsTokenCount": 1500, "totalTokenCount": 14000});
-        let u = usage_from(&meta).unwrap();
+        let u = Gemini.usage_from(&meta).unwrap();
         assert_eq!(
             (u.input_tokens, u.cached_input_tokens, u.output_tokens, u.reasoning_tokens),
             (12000, 8000, 2000, 1500)
@@ -276,7 +289,7 @@ mod tests {
         assert_eq!(back["thoughtsTokenCount"], 1500);
         assert_eq!(back["cachedContentTokenCount"], 8000);
         assert_eq!(back["totalTokenCount"], 14000);
-        let tools = usage_from(&json!({"promptTokenCount": 10, "toolUsePromptTokenCount": 90})).unwrap();
+        let tools = Gemini.usage_from(&json!({"promptTokenCount": 10, "toolUsePromptTokenCount": 90})).unwrap();
         assert_eq!(tools.input_tokens, 100);
     }
 

@@ -4,6 +4,11 @@
 
 use std::borrow::Cow;
 
+use super::{Gemini, VERSION};
+use crate::http::Request;
+use crate::protocol::codec::{Framing, ModelPaths, Serves};
+use crate::protocol::{ApiError, Cause};
+
 /// The API versions a path may start with (the SDKs' default is `v1beta`; `v1alpha` is theirs to choose
 /// too).
 const VERSIONS: [&str; 3] = ["/v1beta/", "/v1/", "/v1alpha/"];
@@ -103,6 +108,100 @@ pub fn hint(path: &str) -> Option<String> {
         );
     }
     None
+}
+
+/// A model name as a path segment: characters outside `[A-Za-z0-9._-]` percent-encoded.
+fn segment(model: &str) -> Cow<'_, str> {
+    let plain = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-');
+    if model.bytes().all(plain) {
+        return Cow::Borrowed(model);
+    }
+    let mut out = String::with_capacity(model.len() + 8);
+    for b in model.bytes() {
+        if plain(b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// The path of `method` for `model` under a base URL.
+fn method_path(model: &str, method: &str) -> Cow<'static, str> {
+    Cow::Owned(format!("/{VERSION}/models/{}:{method}", segment(model)))
+}
+
+/// `/v1beta/models/{model}:generateContent`, `:streamGenerateContent` and `:countTokens`, also under `/v1/`.
+impl ModelPaths for Gemini {
+    fn serves(&self, path: &str) -> Option<Serves> {
+        target(path).map(|t| match t.method {
+            Method::Generate | Method::Stream => Serves::Generate,
+            Method::CountTokens => Serves::CountTokens,
+        })
+    }
+
+    fn path_model<'p>(&self, path: &'p str) -> Option<Cow<'p, str>> {
+        target(path).map(|t| t.model)
+    }
+
+    fn path_stream(&self, path: &str) -> Option<bool> {
+        target(path).map(|t| t.method == Method::Stream)
+    }
+
+    fn request_path(&self, model: &str, stream: bool) -> Cow<'static, str> {
+        if stream {
+            Cow::Owned(format!("{}?alt=sse", method_path(model, "streamGenerateContent")))
+        } else {
+            method_path(model, "generateContent")
+        }
+    }
+
+    fn count_path(&self, model: &str) -> Cow<'static, str> {
+        method_path(model, "countTokens")
+    }
+
+    fn path_hint(&self, path: &str) -> Option<String> {
+        hint(path)
+    }
+
+    /// The Gemini API's paths (`/v1beta/…`, or a method after a colon).
+    fn shapes_errors_at(&self, path: &str) -> bool {
+        path.starts_with("/v1beta/") || target(path).is_some()
+    }
+
+    /// Google's SDKs send `x-goog-api-key` (or `x-goog-api-client`), or the key as a query parameter.
+    fn recognizes(&self, req: &Request) -> bool {
+        req.header("x-goog-api-key").is_some()
+            || req.header("x-goog-api-client").is_some()
+            || req.query.split('&').any(|p| p.starts_with("key="))
+            || req.path.starts_with("/v1beta/")
+    }
+
+    /// A tuned model lives in the account the gateway's upstream key belongs to.
+    fn refuse_path(&self, path: &str) -> Result<(), ApiError> {
+        match target(path).map(|t| t.model) {
+            Some(m) if m.starts_with("tunedModels/") => Err(ApiError::invalid_param(
+                "model",
+                format!(
+                    "`{m}` is a tuned model, kept in the operator's upstream account, which is shared by every key \
+                     of this gateway; it is not served here. GET /v1beta/models lists the models your key may use."
+                ),
+            )
+            .with_cause(Cause::AccountFeatureRefused)),
+            _ => Ok(()),
+        }
+    }
+
+    /// `?alt=sse` asks for SSE; without it, Google streams a JSON array.
+    fn framing(&self, req: &Request) -> Framing {
+        let sse = req.query.split('&').any(|p| p == "alt=sse");
+        if sse || self.path_stream(&req.path) != Some(true) {
+            Framing::Sse
+        } else {
+            Framing::JsonArray
+        }
+    }
 }
 
 #[cfg(test)]

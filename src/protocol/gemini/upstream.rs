@@ -5,7 +5,7 @@
 use crate::protocol::fields::At;
 use serde_json::{json, Map, Value};
 
-use super::reply::{args_object, stop_from, usage_from};
+use super::reply::{args_object, stop_from};
 use super::schema::for_upstream;
 use crate::protocol::canon::{
     ImageSource, OutputFormat, Part, Request, Response, Role, StopReason, StreamEvent, ToolChoice,
@@ -13,7 +13,10 @@ use crate::protocol::canon::{
 };
 use crate::protocol::egress::{thinking_budget, tool_result_text};
 use crate::protocol::sse::SseEvent;
+use crate::protocol::codec::UpstreamCodec;
 use crate::protocol::{ApiError, EgressOptions, StreamDecoder};
+
+use super::Gemini;
 
 /// What a function call in the history carries where no signature of the model's own came with it: the
 /// value Google documents for conversations whose calls another model (or none) made, so Gemini 3 models
@@ -92,44 +95,97 @@ fn parts_of(content: &[Part], names: &mut Vec<(String, String)>) -> Vec<Value> {
     out
 }
 
-/// The canonical request as a `GenerateContentRequest`.
-pub fn encode_request(req: &Request, _opts: &EgressOptions) -> Result<Value, ApiError> {
-    let mut system: Vec<String> = req.system.clone();
-    let mut contents: Vec<Value> = Vec::new();
-    let mut names: Vec<(String, String)> = Vec::new();
-    for m in &req.messages {
-        let role = match m.role {
-            Role::System => {
-                // No system turns in `contents`: they join the system instruction.
-                system.push(m.joined_text());
+impl UpstreamCodec for Gemini {
+    /// The canonical request as a `GenerateContentRequest`.
+    fn encode_request(&self, req: &Request, _opts: &EgressOptions) -> Result<Value, ApiError> {
+        let mut system: Vec<String> = req.system.clone();
+        let mut contents: Vec<Value> = Vec::new();
+        let mut names: Vec<(String, String)> = Vec::new();
+        for m in &req.messages {
+            let role = match m.role {
+                Role::System => {
+                    // No system turns in `contents`: they join the system instruction.
+                    system.push(m.joined_text());
+                    continue;
+                }
+                Role::Assistant => "model",
+                Role::User | Role::Tool => "user",
+            };
+            let parts = parts_of(&m.content, &mut names);
+            if parts.is_empty() {
                 continue;
             }
-            Role::Assistant => "model",
-            Role::User | Role::Tool => "user",
-        };
-        let parts = parts_of(&m.content, &mut names);
-        if parts.is_empty() {
-            continue;
-        }
-        match contents.last_mut() {
-            Some(last) if last["role"] == role => {
-                if let Some(arr) = last["parts"].as_array_mut() {
-                    arr.extend(parts);
+            match contents.last_mut() {
+                Some(last) if last["role"] == role => {
+                    if let Some(arr) = last["parts"].as_array_mut() {
+                        arr.extend(parts);
+                    }
                 }
+                _ => contents.push(json!({"role": role, "parts": parts})),
             }
-            _ => contents.push(json!({"role": role, "parts": parts})),
         }
+        let mut body = Map::new();
+        body.insert("contents".into(), Value::Array(contents));
+        let system: Vec<&String> = system.iter().filter(|s| !s.is_empty()).collect();
+        if !system.is_empty() {
+            let parts: Vec<Value> = system.iter().map(|s| json!({"text": s})).collect();
+            body.insert("systemInstruction".into(), json!({"parts": parts}));
+        }
+        encode_tools(req, &mut body);
+        body.insert("generationConfig".into(), Value::Object(generation(req)));
+        Ok(Value::Object(body))
     }
-    let mut body = Map::new();
-    body.insert("contents".into(), Value::Array(contents));
-    let system: Vec<&String> = system.iter().filter(|s| !s.is_empty()).collect();
-    if !system.is_empty() {
-        let parts: Vec<Value> = system.iter().map(|s| json!({"text": s})).collect();
-        body.insert("systemInstruction".into(), json!({"parts": parts}));
+
+    /// Decodes a `GenerateContentResponse`. A prompt the upstream blocked (`promptFeedback.blockReason`, no
+    /// candidate) is an empty answer stopped by its content filter.
+    fn decode_response(&self, body: &Value, _opts: &EgressOptions) -> Result<Response, ApiError> {
+        let candidates = body.get("candidates").and_then(Value::as_array);
+        let blocked = body.at("promptFeedback/blockReason").is_some();
+        if candidates.is_none() && !blocked {
+            return Err(ApiError::bad_gateway(
+                "upstream answer is not a Gemini `GenerateContentResponse` (no `candidates`)",
+            ));
+        }
+        let first = candidates.and_then(|c| c.first());
+        let mut content = Vec::new();
+        let parts = first.and_then(|c| c.at("content/parts")).and_then(Value::as_array);
+        let calls = decode_parts(parts.map_or(&[][..], Vec::as_slice), &mut content);
+        let stop = match first.and_then(|c| c.get("finishReason")).and_then(Value::as_str) {
+            Some(r) => stop_from(r, calls),
+            None if blocked => StopReason::ContentFilter,
+            None if calls => StopReason::ToolUse,
+            None => StopReason::EndTurn,
+        };
+        Ok(Response {
+            id: body.get("responseId").and_then(Value::as_str).unwrap_or_default().to_string(),
+            model: body.get("modelVersion").and_then(Value::as_str).unwrap_or_default().to_string(),
+            content,
+            stop,
+            usage: body.get("usageMetadata").and_then(|u| Gemini.usage_from(u)).unwrap_or_default(),
+            created: 0,
+            unkept: parts.is_some_and(|p| p.iter().any(beyond_canon)),
+        })
     }
-    encode_tools(req, &mut body);
-    body.insert("generationConfig".into(), Value::Object(generation(req)));
-    Ok(Value::Object(body))
+
+    /// Reads a `usageMetadata` object into normalised usage: input is the prompt (cached tokens inside it) and
+    /// the tool-use prompt (what hosted tools fed the model); output is the candidates and the thoughts.
+    fn usage_from(&self, u: &Value) -> Option<Usage> {
+        let o = u.as_object()?;
+        let n = |k: &str| o.get(k).and_then(Value::as_u64).unwrap_or(0);
+        let thoughts = n("thoughtsTokenCount");
+        Some(Usage {
+            input_tokens: n("promptTokenCount").saturating_add(n("toolUsePromptTokenCount")),
+            cached_input_tokens: n("cachedContentTokenCount"),
+            cache_write_tokens: 0,
+            cache_write_1h_tokens: 0,
+            output_tokens: n("candidatesTokenCount").saturating_add(thoughts),
+            reasoning_tokens: thoughts,
+        })
+    }
+
+    fn stream_decoder(&self, _opts: &EgressOptions) -> Box<dyn StreamDecoder> {
+        Box::<GeminiStreamDecoder>::default()
+    }
 }
 
 /// `tools` (function declarations with their JSON Schemas) and `toolConfig`.
@@ -274,37 +330,6 @@ fn call_id(f: &Value) -> String {
     }
 }
 
-/// Decodes a `GenerateContentResponse`. A prompt the upstream blocked (`promptFeedback.blockReason`, no
-/// candidate) is an empty answer stopped by its content filter.
-pub fn decode_response(body: &Value, _opts: &EgressOptions) -> Result<Response, ApiError> {
-    let candidates = body.get("candidates").and_then(Value::as_array);
-    let blocked = body.at("promptFeedback/blockReason").is_some();
-    if candidates.is_none() && !blocked {
-        return Err(ApiError::bad_gateway(
-            "upstream answer is not a Gemini `GenerateContentResponse` (no `candidates`)",
-        ));
-    }
-    let first = candidates.and_then(|c| c.first());
-    let mut content = Vec::new();
-    let parts = first.and_then(|c| c.at("content/parts")).and_then(Value::as_array);
-    let calls = decode_parts(parts.map_or(&[][..], Vec::as_slice), &mut content);
-    let stop = match first.and_then(|c| c.get("finishReason")).and_then(Value::as_str) {
-        Some(r) => stop_from(r, calls),
-        None if blocked => StopReason::ContentFilter,
-        None if calls => StopReason::ToolUse,
-        None => StopReason::EndTurn,
-    };
-    Ok(Response {
-        id: body.get("responseId").and_then(Value::as_str).unwrap_or_default().to_string(),
-        model: body.get("modelVersion").and_then(Value::as_str).unwrap_or_default().to_string(),
-        content,
-        stop,
-        usage: body.get("usageMetadata").and_then(usage_from).unwrap_or_default(),
-        created: 0,
-        unkept: parts.is_some_and(|p| p.iter().any(beyond_canon)),
-    })
-}
-
 /// Decodes the chunks of an `alt=sse` stream: text and thoughts as deltas, each function call whole, usage
 /// as reported (cumulative), the finish reason, which ends the stream (Gemini sends no end marker after it);
 /// an error object ends it too.
@@ -336,7 +361,7 @@ impl StreamDecoder for GeminiStreamDecoder {
         for p in parts.into_iter().flatten() {
             self.part(p, out);
         }
-        if let Some(u) = v.get("usageMetadata").and_then(usage_from) {
+        if let Some(u) = v.get("usageMetadata").and_then(|u| Gemini.usage_from(u)) {
             self.usage = Some(u);
             out.push(StreamEvent::Usage(u));
         }
@@ -443,7 +468,7 @@ mod tests {
             output_format: Some(OutputFormat::JsonSchema { name: "o".into(), schema: json!({"type": "object"}), strict: None, description: None }),
             ..Request::default()
         };
-        let v = encode_request(&req, &opts()).unwrap();
+        let v = Gemini.encode_request(&req, &opts()).unwrap();
         assert_eq!(v["systemInstruction"]["parts"][1]["text"], "be nice");
         let c = v["contents"].as_array().unwrap();
         assert_eq!(c.len(), 3, "the tool result and the next user text share one user turn");
@@ -469,13 +494,13 @@ mod tests {
             {"functionCall": {"name": "f", "args": {"a": 1}}}]}, "finishReason": "STOP"}],
             "usageMetadata": {"promptTokenCount": 5, "candidatesTokenCount": 2, "thoughtsTokenCount": 3},
             "modelVersion": "gemini-x", "responseId": "r1"});
-        let r = decode_response(&body, &opts()).unwrap();
+        let r = Gemini.decode_response(&body, &opts()).unwrap();
         assert_eq!(r.stop, StopReason::ToolUse);
         assert_eq!(r.usage.output_tokens, 5);
         assert!(matches!(&r.content[2], Part::ToolCall { id, .. } if id.starts_with("call_")));
         let blocked = json!({"promptFeedback": {"blockReason": "SAFETY"}, "usageMetadata": {"promptTokenCount": 3}});
-        assert_eq!(decode_response(&blocked, &opts()).unwrap().stop, StopReason::ContentFilter);
-        assert!(decode_response(&json!({"x": 1}), &opts()).is_err());
+        assert_eq!(Gemini.decode_response(&blocked, &opts()).unwrap().stop, StopReason::ContentFilter);
+        assert!(Gemini.decode_response(&json!({"x": 1}), &opts()).is_err());
 
         let mut d = GeminiStreamDecoder::default();
         let ev = |data: &str| SseEvent { data: data.into(), has_data: true, terminated: true, ..SseEvent::default() };
@@ -496,7 +521,7 @@ mod tests {
         let body = json!({"candidates": [{"content": {"role": "model", "parts": [
             {"functionCall": {"name": "w", "args": {"c": 1}}, "thoughtSignature": "sig-1"}]},
             "finishReason": "STOP"}]});
-        let resp = decode_response(&body, &opts()).unwrap();
+        let resp = Gemini.decode_response(&body, &opts()).unwrap();
         assert_eq!(
             resp.content[0],
             Part::Reasoning { text: String::new(), signature: Some("sig-1".into()) }
@@ -516,7 +541,7 @@ mod tests {
                 ],
                 ..Request::default()
             };
-            encode_request(&req, &opts()).unwrap()["contents"][1]["parts"][0]["thoughtSignature"].clone()
+            Gemini.encode_request(&req, &opts()).unwrap()["contents"][1]["parts"][0]["thoughtSignature"].clone()
         };
         assert_eq!(turn(Some("sig-1")), "sig-1");
         assert_eq!(turn(Some("")), NO_SIGNATURE);

@@ -5,7 +5,11 @@ use serde_json::{json, Value};
 use crate::protocol::canon::{ImageSource, Message, OutputFormat, Part, Request, Role, Tool, ToolChoice};
 use crate::protocol::carried::Shape as C;
 use crate::protocol::fields::{self, join, missing, opt_array, opt_f64, opt_str, opt_u64};
-use crate::protocol::ApiError;
+use crate::http::Request as HttpRequest;
+use crate::protocol::codec::RequestCodec;
+use crate::protocol::{account, ApiError};
+
+use super::Messages;
 
 const TEXT: C = C::Obj(&[("type", C::Word(&["text"])), ("text", C::Str)]);
 const IMAGE: C = C::Obj(&[
@@ -57,55 +61,67 @@ pub static CARRIED: &[(&str, C)] = &[
     ("stop_sequences", C::List(&C::Str)),
 ];
 
-/// Checks the fields Messages requires before anything else: `max_tokens` (an integer) and `messages`.
-pub fn validate(body: &Value) -> Result<(), ApiError> {
-    let o = fields::object(body, "body")?;
-    if opt_u64(o, "max_tokens", "")?.is_none() {
-        return Err(ApiError::invalid_param(
-            "max_tokens",
-            "max_tokens: Field required. The Messages API needs the most tokens the answer may take, for \
-             example `\"max_tokens\": 1024` for a short answer (agents often send 8192 to 32000).",
-        ));
-    }
-    if opt_array(o, "messages", "")?.is_none() {
-        return Err(ApiError::invalid_param(
-            "messages",
-            "messages: Field required",
-        ));
-    }
-    Ok(())
+/// Refuses `anthropic-beta` values that open account-scoped features.
+pub fn refuse_betas(req: &HttpRequest) -> Result<(), ApiError> {
+    account::refuse_betas(req.header_all("anthropic-beta"))
 }
 
-/// Validates a Messages body and decodes it into the canonical request.
-pub fn decode_request(body: &Value) -> Result<Request, ApiError> {
-    validate(body)?;
-    let o = fields::object(body, "body")?;
-    let mut req = Request {
-        model: fields::req_str(o, "model", "")?.to_string(),
-        stream: fields::stream_flag(o)?,
-        max_tokens: opt_u64(o, "max_tokens", "")?,
-        temperature: opt_f64(o, "temperature", "")?,
-        top_p: opt_f64(o, "top_p", "")?,
-        top_k: opt_u64(o, "top_k", "")?,
-        ..Request::default()
-    };
-    decode_system(o, &mut req)?;
-    decode_messages(o, &mut req)?;
-    decode_tools(o, &mut req)?;
-    if let Some(stops) = opt_array(o, "stop_sequences", "")? {
-        req.stop = stops
-            .iter()
-            .filter_map(|s| s.as_str().map(str::to_string))
-            .collect();
+impl RequestCodec for Messages {
+    /// Checks the fields Messages requires before anything else: `max_tokens` (an integer) and `messages`.
+    fn validate(&self, body: &Value) -> Result<(), ApiError> {
+        let o = fields::object(body, "body")?;
+        if opt_u64(o, "max_tokens", "")?.is_none() {
+            return Err(ApiError::invalid_param(
+                "max_tokens",
+                "max_tokens: Field required. The Messages API needs the most tokens the answer may take, for \
+                 example `\"max_tokens\": 1024` for a short answer (agents often send 8192 to 32000).",
+            ));
+        }
+        if opt_array(o, "messages", "")?.is_none() {
+            return Err(ApiError::invalid_param(
+                "messages",
+                "messages: Field required",
+            ));
+        }
+        Ok(())
     }
-    decode_output_options(o, &mut req);
-    // OpenAI limits `user` to 64 characters; Claude Code's user ids are longer.
-    req.user = o
-        .get("metadata")
-        .and_then(|m| m.get("user_id"))
-        .and_then(Value::as_str)
-        .map(|u| u.chars().take(64).collect());
-    Ok(req)
+
+    /// Validates a Messages body and decodes it into the canonical request.
+    fn decode_request(&self, body: &Value) -> Result<Request, ApiError> {
+        Messages.validate(body)?;
+        let o = fields::object(body, "body")?;
+        let mut req = Request {
+            model: fields::req_str(o, "model", "")?.to_string(),
+            stream: fields::stream_flag(o)?,
+            max_tokens: opt_u64(o, "max_tokens", "")?,
+            temperature: opt_f64(o, "temperature", "")?,
+            top_p: opt_f64(o, "top_p", "")?,
+            top_k: opt_u64(o, "top_k", "")?,
+            ..Request::default()
+        };
+        decode_system(o, &mut req)?;
+        decode_messages(o, &mut req)?;
+        decode_tools(o, &mut req)?;
+        if let Some(stops) = opt_array(o, "stop_sequences", "")? {
+            req.stop = stops
+                .iter()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect();
+        }
+        decode_output_options(o, &mut req);
+        // OpenAI limits `user` to 64 characters; Claude Code's user ids are longer.
+        req.user = o
+            .get("metadata")
+            .and_then(|m| m.get("user_id"))
+            .and_then(Value::as_str)
+            .map(|u| u.chars().take(64).collect());
+        Ok(req)
+    }
+
+
+    fn asks_beyond_canon(&self, _body: &Value) -> bool {
+        false
+    }
 }
 
 type Obj = serde_json::Map<String, Value>;
@@ -333,16 +349,16 @@ mod tests {
 
     #[test]
     fn max_tokens_is_required() {
-        let e = decode_request(&json!({"model": "m", "messages": []})).unwrap_err();
+        let e = Messages.decode_request(&json!({"model": "m", "messages": []})).unwrap_err();
         assert_eq!(e.param(), Some("max_tokens"));
         let e =
-            decode_request(&json!({"model": "m", "max_tokens": "5", "messages": []})).unwrap_err();
+            Messages.decode_request(&json!({"model": "m", "max_tokens": "5", "messages": []})).unwrap_err();
         assert_eq!(e.param(), Some("max_tokens"));
     }
 
     #[test]
     fn decodes_blocks() {
-        let r = decode_request(&json!({
+        let r = Messages.decode_request(&json!({
             "model": "m", "max_tokens": 10, "system": [{"type": "text", "text": "s"}],
             "messages": [
                 {"role": "user", "content": "hi"},

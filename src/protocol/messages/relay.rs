@@ -7,9 +7,12 @@ use std::borrow::Cow;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::reply::usage_update;
+use super::upstream::usage_update;
 use crate::protocol::relay::{self, Delta, Seen, Tagged};
+use crate::protocol::codec::RelayReader;
 use crate::protocol::sse::SseEvent;
+
+use super::Messages;
 
 /// The fields of an event the reader reads; others are skipped, strings borrowed where they can be.
 #[derive(Deserialize)]
@@ -41,55 +44,62 @@ enum Message {
     Other(serde::de::IgnoredAny),
 }
 
-/// Reads one event; every event is passed on.
-pub fn observe(ev: &SseEvent, seen: &mut Seen) -> bool {
-    let data = ev.data.trim();
-    let Ok(peek) = serde_json::from_str::<Peek>(data) else {
-        seen.error_text = relay::not_json(data);
-        return true;
-    };
-    seen.error_text = relay::is_error(&peek.error);
-    if let Some(d) = &peek.delta {
-        d.collect(&mut seen.produced);
-    }
-    let name = ev.event.as_deref().or(peek.kind.as_deref()).unwrap_or("");
-    match name {
-        "message_start" | "message_delta" => {
-            let u = if name == "message_start" {
-                match &peek.message {
-                    Some(Message::Object { usage }) => usage.as_ref(),
-                    _ => None,
+impl RelayReader for Messages {
+    /// Reads one event; every event is passed on.
+    fn observe(&self, ev: &SseEvent, seen: &mut Seen) -> bool {
+        let data = ev.data.trim();
+        let Ok(peek) = serde_json::from_str::<Peek>(data) else {
+            seen.error_text = relay::not_json(data);
+            return true;
+        };
+        seen.error_text = relay::is_error(&peek.error);
+        if let Some(d) = &peek.delta {
+            d.collect(&mut seen.produced);
+        }
+        let name = ev.event.as_deref().or(peek.kind.as_deref()).unwrap_or("");
+        match name {
+            "message_start" | "message_delta" => {
+                let u = if name == "message_start" {
+                    match &peek.message {
+                        Some(Message::Object { usage }) => usage.as_ref(),
+                        _ => None,
+                    }
+                } else {
+                    peek.usage.as_ref().or(match &peek.delta {
+                        Some(Delta::Block(b)) => b.usage.as_ref(),
+                        _ => None,
+                    })
+                };
+                if let Some(u) = u {
+                    seen.hosted.usage(u);
                 }
-            } else {
-                peek.usage.as_ref().or(match &peek.delta {
-                    Some(Delta::Block(b)) => b.usage.as_ref(),
-                    _ => None,
-                })
-            };
-            if let Some(u) = u {
-                seen.hosted.usage(u);
+                let prev = seen.usage.unwrap_or_default();
+                if let Some(new) = u.and_then(|u| usage_update(prev, u)) {
+                    seen.usage = Some(new);
+                }
             }
-            let prev = seen.usage.unwrap_or_default();
-            if let Some(new) = u.and_then(|u| usage_update(prev, u)) {
-                seen.usage = Some(new);
+            "content_block_start" => {
+                if let Some(Tagged {
+                    kind: Some(k),
+                    name,
+                }) = &peek.content_block
+                {
+                    seen.hosted.item(k, name.as_deref());
+                }
             }
-        }
-        "content_block_start" => {
-            if let Some(Tagged {
-                kind: Some(k),
-                name,
-            }) = &peek.content_block
-            {
-                seen.hosted.item(k, name.as_deref());
+            "message_stop" => seen.done = true,
+            "error" => {
+                seen.done = true;
+                let e = peek.error.unwrap_or(Value::Null);
+                seen.upstream_error = Some(relay::error_message(&e));
             }
+            _ => {}
         }
-        "message_stop" => seen.done = true,
-        "error" => {
-            seen.done = true;
-            let e = peek.error.unwrap_or(Value::Null);
-            seen.upstream_error = Some(relay::error_message(&e));
-        }
-        _ => {}
+        true
     }
-    true
+
+
+    fn text_fields(&self, data: &mut Value, edit: &mut dyn FnMut(Option<&mut Value>)) {
+        relay::delta_text_fields(data, edit)
+    }
 }

@@ -1,11 +1,13 @@
 //! Messages answers to clients: the `message` object and the event lifecycle of a stream.
 
-use crate::protocol::fields::At;
 use serde_json::{json, Value};
 
-use crate::protocol::canon::{Part, Response, StopReason, StreamEvent, Usage};
+use crate::protocol::canon::{Part, Request, Response, StopReason, StreamEvent, Usage};
+use crate::protocol::codec::{Listed, ModelList, ReplyCodec};
 use crate::protocol::sse::push_event;
-use crate::protocol::StreamEncoder;
+use crate::protocol::{ApiError, StreamEncoder};
+
+use super::Messages;
 
 /// Anthropic's `stop_reason` for a stop reason.
 pub fn stop_reason(stop: &StopReason) -> (String, Value) {
@@ -54,52 +56,6 @@ pub fn usage_json(u: &Usage) -> Value {
     v
 }
 
-/// Reads a Messages `usage` object into normalised usage (input includes cache reads and writes).
-pub fn usage_from(u: &Value) -> Option<Usage> {
-    usage_update(Usage::default(), u)
-}
-
-/// Applies a Messages `usage` object to the usage so far, the one rule for a response and for a stream
-/// (`message_start`, then `message_delta`, whose counts are cumulative): each count the object carries
-/// replaces the one before and counts it leaves out (or sends as null) stay, so a `message_delta` that
-/// repeats the input counts changes nothing and one that leaves them out loses nothing. The writes' split
-/// by lifetime (`cache_creation`) stays when a later object gives only their total; a total below the
-/// split's sum counts as the sum. Output never goes down.
-pub fn usage_update(prev: Usage, u: &Value) -> Option<Usage> {
-    let o = u.as_object()?;
-    let n = |k: &str| o.get(k).and_then(Value::as_u64);
-    let before = prev.split();
-    let split = o.get("cache_creation").and_then(Value::as_object).map(|c| {
-        let n = |k: &str| c.get(k).and_then(Value::as_u64).unwrap_or(0);
-        (
-            n("ephemeral_5m_input_tokens"),
-            n("ephemeral_1h_input_tokens"),
-        )
-    });
-    let split_sum = split.map(|(m5, h1)| m5.saturating_add(h1));
-    let writes = match (n("cache_creation_input_tokens"), split_sum) {
-        (Some(total), Some(sum)) => total.max(sum),
-        (Some(total), None) => total,
-        (None, Some(sum)) => sum,
-        (None, None) => before.cache_writes_5m + before.cache_writes_1h,
-    };
-    let writes_1h = split.map_or(before.cache_writes_1h, |(_, h1)| h1);
-    let reads = n("cache_read_input_tokens").unwrap_or(before.cache_reads);
-    let uncached = n("input_tokens").unwrap_or(before.uncached);
-    let reasoning = u.at("output_tokens_details/reasoning_tokens");
-    Some(Usage {
-        input_tokens: uncached.saturating_add(reads).saturating_add(writes),
-        cached_input_tokens: reads,
-        cache_write_tokens: writes,
-        cache_write_1h_tokens: writes_1h.min(writes),
-        output_tokens: n("output_tokens").unwrap_or(0).max(prev.output_tokens),
-        reasoning_tokens: reasoning
-            .and_then(Value::as_u64)
-            .unwrap_or(0)
-            .max(prev.reasoning_tokens),
-    })
-}
-
 /// Tool arguments as a JSON object for a `tool_use` block; invalid JSON is kept as `{"_raw": text}`.
 pub fn arguments_object(arguments: &str) -> Value {
     if arguments.trim().is_empty() {
@@ -112,33 +68,76 @@ pub fn arguments_object(arguments: &str) -> Value {
     }
 }
 
-/// Encodes a complete answer as a `message` object.
-pub fn encode_response(resp: &Response) -> Value {
-    let content: Vec<Value> = resp
-        .content
-        .iter()
-        .filter_map(|p| match p {
-            Part::Text(t) if !t.is_empty() => Some(json!({"type": "text", "text": t})),
-            Part::ToolCall { id, name, arguments } => {
-                Some(json!({"type": "tool_use", "id": id, "name": name, "input": arguments_object(arguments)}))
-            }
-            Part::Reasoning { text, signature } => Some(json!({
-                "type": "thinking", "thinking": text, "signature": signature.clone().unwrap_or_default()
-            })),
-            _ => None,
+impl ReplyCodec for Messages {
+    /// Encodes a complete answer as a `message` object.
+    fn encode_response(&self, resp: &Response, _req: &Request) -> Value {
+        let content: Vec<Value> = resp
+            .content
+            .iter()
+            .filter_map(|p| match p {
+                Part::Text(t) if !t.is_empty() => Some(json!({"type": "text", "text": t})),
+                Part::ToolCall { id, name, arguments } => {
+                    Some(json!({"type": "tool_use", "id": id, "name": name, "input": arguments_object(arguments)}))
+                }
+                Part::Reasoning { text, signature } => Some(json!({
+                    "type": "thinking", "thinking": text, "signature": signature.clone().unwrap_or_default()
+                })),
+                _ => None,
+            })
+            .collect();
+        let (reason, seq) = stop_reason(&resp.stop);
+        json!({
+            "id": resp.id,
+            "type": "message",
+            "role": "assistant",
+            "model": resp.model,
+            "content": content,
+            "stop_reason": reason,
+            "stop_sequence": seq,
+            "usage": usage_json(&resp.usage),
         })
-        .collect();
-    let (reason, seq) = stop_reason(&resp.stop);
-    json!({
-        "id": resp.id,
-        "type": "message",
-        "role": "assistant",
-        "model": resp.model,
-        "content": content,
-        "stop_reason": reason,
-        "stop_sequence": seq,
-        "usage": usage_json(&resp.usage),
-    })
+    }
+
+    fn stream_encoder(
+        &self,
+        _req: &Request,
+        _include_usage: bool,
+        request_id: &str,
+    ) -> Box<dyn StreamEncoder> {
+        Box::new(MessagesStreamEncoder::new().with_request_id(request_id.into()))
+    }
+
+    fn error_body(&self, err: &ApiError, request_id: &str) -> Vec<u8> {
+        let v = json!({"type": "error", "error": err.anthropic_object(request_id),
+                       "request_id": request_id});
+        serde_json::to_vec(&v).unwrap_or_default()
+    }
+
+    fn error_event(&self, err: &ApiError, request_id: &str, _next_seq: Option<u64>) -> Vec<u8> {
+        let d = json!({"type": "error", "error": err.anthropic_object(request_id),
+                       "request_id": request_id});
+        let mut out = Vec::new();
+        push_event(&mut out, Some("error"), &d.to_string());
+        out
+    }
+}
+
+/// Anthropic's models list: one page, its first and last ids.
+impl ModelList for Messages {
+    fn models_list(&self, models: &[Listed], created: u64) -> Value {
+        let data: Vec<Value> = models.iter().map(|m| self.model_entry(m, created)).collect();
+        json!({
+            "data": data,
+            "has_more": false,
+            "first_id": models.first().map(|m| m.id),
+            "last_id": models.last().map(|m| m.id),
+        })
+    }
+
+    fn model_entry(&self, model: &Listed, created: u64) -> Value {
+        json!({"type": "model", "id": model.id, "display_name": model.id,
+               "created_at": crate::util::rfc3339(created)})
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -315,13 +314,15 @@ impl StreamEncoder for MessagesStreamEncoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::codec::UpstreamCodec;
+    use crate::protocol::messages::upstream::usage_update;
 
     #[test]
     fn a_streams_usage_keeps_what_later_events_leave_out() {
         let start = json!({"input_tokens": 10, "cache_read_input_tokens": 20, "cache_creation_input_tokens": 30,
                            "cache_creation": {"ephemeral_5m_input_tokens": 10, "ephemeral_1h_input_tokens": 20},
                            "output_tokens": 1});
-        let u = usage_from(&start).unwrap();
+        let u = Messages.usage_from(&start).unwrap();
         assert_eq!(
             (
                 u.input_tokens,

@@ -5,13 +5,16 @@ use crate::protocol::fields::At;
 use crate::protocol::fields::{str_at, str_or};
 use serde_json::{json, Map, Value};
 
-use super::reply::{arguments_object, usage_from, usage_update};
+use super::reply::arguments_object;
 use crate::protocol::canon::{
-    ImageSource, OutputFormat, Part, Request, Response, Role, StopReason, StreamEvent, ToolChoice,
+    ImageSource, OutputFormat, Part, Request, Response, Role, StopReason, StreamEvent, ToolChoice, Usage,
 };
 use crate::protocol::egress::thinking_budget;
 use crate::protocol::sse::SseEvent;
+use crate::protocol::codec::UpstreamCodec;
 use crate::protocol::{ApiError, EgressOptions, StreamDecoder, STRUCTURED_TOOL};
+
+use super::Messages;
 
 /// Tool ids must match `[a-zA-Z0-9_-]+` on Anthropic; other characters become `_` (on both the call and its
 /// result, so they still pair up).
@@ -68,47 +71,123 @@ fn blocks_of(parts: &[Part]) -> Vec<Value> {
     results
 }
 
-/// The canonical request as a Messages body.
-pub fn encode_request(req: &Request, opts: &EgressOptions) -> Result<Value, ApiError> {
-    let mut system: Vec<String> = req.system.clone();
-    let messages = encode_messages(req, &mut system);
-    let mut body = Map::new();
-    body.insert("model".into(), json!(opts.model));
-    let max_tokens = req.max_tokens.unwrap_or(opts.default_max_tokens).max(1);
-    let (tools, tool_choice) = encode_tools(req, opts, &mut body, &mut system);
-    let thinking = encode_thinking(req, max_tokens, tool_choice.as_ref(), &mut body);
-    body.insert("max_tokens".into(), json!(max_tokens));
-    if !system.is_empty() {
-        body.insert("system".into(), json!(system.join("\n\n")));
-    }
-    body.insert("messages".into(), Value::Array(messages));
-    if !tools.is_empty() {
-        body.insert("tools".into(), Value::Array(tools));
-    }
-    if let Some(c) = tool_choice {
-        body.insert("tool_choice".into(), c);
-    }
-    if !thinking {
-        if let Some(t) = req.temperature {
-            body.insert("temperature".into(), json!(t.clamp(0.0, 1.0)));
+impl UpstreamCodec for Messages {
+    /// The canonical request as a Messages body.
+    fn encode_request(&self, req: &Request, opts: &EgressOptions) -> Result<Value, ApiError> {
+        let mut system: Vec<String> = req.system.clone();
+        let messages = encode_messages(req, &mut system);
+        let mut body = Map::new();
+        body.insert("model".into(), json!(opts.model));
+        let max_tokens = req.max_tokens.unwrap_or(opts.default_max_tokens).max(1);
+        let (tools, tool_choice) = encode_tools(req, opts, &mut body, &mut system);
+        let thinking = encode_thinking(req, max_tokens, tool_choice.as_ref(), &mut body);
+        body.insert("max_tokens".into(), json!(max_tokens));
+        if !system.is_empty() {
+            body.insert("system".into(), json!(system.join("\n\n")));
         }
-        if let Some(p) = req.top_p {
-            body.insert("top_p".into(), json!(p.clamp(0.0, 1.0)));
+        body.insert("messages".into(), Value::Array(messages));
+        if !tools.is_empty() {
+            body.insert("tools".into(), Value::Array(tools));
         }
-        if let Some(k) = req.top_k {
-            body.insert("top_k".into(), json!(k));
+        if let Some(c) = tool_choice {
+            body.insert("tool_choice".into(), c);
         }
+        if !thinking {
+            if let Some(t) = req.temperature {
+                body.insert("temperature".into(), json!(t.clamp(0.0, 1.0)));
+            }
+            if let Some(p) = req.top_p {
+                body.insert("top_p".into(), json!(p.clamp(0.0, 1.0)));
+            }
+            if let Some(k) = req.top_k {
+                body.insert("top_k".into(), json!(k));
+            }
+        }
+        if !req.stop.is_empty() {
+            body.insert("stop_sequences".into(), json!(req.stop));
+        }
+        if let Some(u) = &req.user {
+            body.insert("metadata".into(), json!({"user_id": u}));
+        }
+        if opts.stream {
+            body.insert("stream".into(), json!(true));
+        }
+        Ok(Value::Object(body))
     }
-    if !req.stop.is_empty() {
-        body.insert("stop_sequences".into(), json!(req.stop));
+
+    /// Decodes a `message` body. With `structured_via_tool`, the forced tool's input is the answer's text.
+    fn decode_response(&self, body: &Value, opts: &EgressOptions) -> Result<Response, ApiError> {
+        if !body.get("content").is_some_and(Value::is_array) {
+            return Err(ApiError::bad_gateway(
+                "upstream answer is not a Messages `message` object (no `content`)",
+            ));
+        }
+        let mut content = Vec::new();
+        let mut structured = false;
+        let mut unkept = false;
+        for b in body
+            .get("content")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            // Citations and redacted thinking: no other form holds them.
+            unkept |= b.get("citations").is_some_and(|c| !c.is_null());
+            match b.get("type").and_then(Value::as_str) {
+                Some("text") => content.push(Part::Text(str_or(b, "text", ""))),
+                Some("redacted_thinking") => unkept = true,
+                Some("thinking") => content.push(Part::Reasoning {
+                    text: str_or(b, "thinking", ""),
+                    signature: b
+                        .get("signature")
+                        .and_then(Value::as_str)
+                        .map(str::to_string),
+                }),
+                Some("tool_use") => {
+                    let name = b.get("name").and_then(Value::as_str).unwrap_or_default();
+                    let input = b.get("input").cloned().unwrap_or_else(|| json!({}));
+                    if opts.structured_via_tool && name == STRUCTURED_TOOL {
+                        structured = true;
+                        content.push(Part::Text(input.to_string()));
+                    } else {
+                        content.push(Part::ToolCall {
+                            id: str_at(b, "id"),
+                            name: name.to_string(),
+                            arguments: input.to_string(),
+                        });
+                    }
+                }
+                _ => {}
+            }
+        }
+        let mut stop = stop_from(
+            body.get("stop_reason")
+                .and_then(Value::as_str)
+                .unwrap_or("end_turn"),
+            body.get("stop_sequence").and_then(Value::as_str),
+        );
+        if structured && stop == StopReason::ToolUse {
+            stop = StopReason::EndTurn;
+        }
+        Ok(Response {
+            id: str_at(body, "id"),
+            model: str_at(body, "model"),
+            content,
+            stop,
+            usage: body.get("usage").and_then(|u| Messages.usage_from(u)).unwrap_or_default(),
+            created: 0,
+            unkept,
+        })
     }
-    if let Some(u) = &req.user {
-        body.insert("metadata".into(), json!({"user_id": u}));
+
+    /// Reads a Messages `usage` object into normalised usage (input includes cache reads and writes).
+    fn usage_from(&self, u: &Value) -> Option<Usage> {
+        usage_update(Usage::default(), u)
     }
-    if opts.stream {
-        body.insert("stream".into(), json!(true));
+
+    fn stream_decoder(&self, opts: &EgressOptions) -> Box<dyn StreamDecoder> {
+        Box::new(MessagesStreamDecoder::new(opts.structured_via_tool))
     }
-    Ok(Value::Object(body))
 }
 
 /// The turns as Messages has them: system turns join the system prompt, consecutive turns of one role are
@@ -244,71 +323,6 @@ pub fn stop_from(reason: &str, sequence: Option<&str>) -> StopReason {
         "end_turn" => StopReason::EndTurn,
         other => StopReason::Other(other.to_string()),
     }
-}
-
-/// Decodes a `message` body. With `structured_via_tool`, the forced tool's input is the answer's text.
-pub fn decode_response(body: &Value, opts: &EgressOptions) -> Result<Response, ApiError> {
-    if !body.get("content").is_some_and(Value::is_array) {
-        return Err(ApiError::bad_gateway(
-            "upstream answer is not a Messages `message` object (no `content`)",
-        ));
-    }
-    let mut content = Vec::new();
-    let mut structured = false;
-    let mut unkept = false;
-    for b in body
-        .get("content")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        // Citations and redacted thinking: no other form holds them.
-        unkept |= b.get("citations").is_some_and(|c| !c.is_null());
-        match b.get("type").and_then(Value::as_str) {
-            Some("text") => content.push(Part::Text(str_or(b, "text", ""))),
-            Some("redacted_thinking") => unkept = true,
-            Some("thinking") => content.push(Part::Reasoning {
-                text: str_or(b, "thinking", ""),
-                signature: b
-                    .get("signature")
-                    .and_then(Value::as_str)
-                    .map(str::to_string),
-            }),
-            Some("tool_use") => {
-                let name = b.get("name").and_then(Value::as_str).unwrap_or_default();
-                let input = b.get("input").cloned().unwrap_or_else(|| json!({}));
-                if opts.structured_via_tool && name == STRUCTURED_TOOL {
-                    structured = true;
-                    content.push(Part::Text(input.to_string()));
-                } else {
-                    content.push(Part::ToolCall {
-                        id: str_at(b, "id"),
-                        name: name.to_string(),
-                        arguments: input.to_string(),
-                    });
-                }
-            }
-            _ => {}
-        }
-    }
-    let mut stop = stop_from(
-        body.get("stop_reason")
-            .and_then(Value::as_str)
-            .unwrap_or("end_turn"),
-        body.get("stop_sequence").and_then(Value::as_str),
-    );
-    if structured && stop == StopReason::ToolUse {
-        stop = StopReason::EndTurn;
-    }
-    Ok(Response {
-        id: str_at(body, "id"),
-        model: str_at(body, "model"),
-        content,
-        stop,
-        usage: body.get("usage").and_then(usage_from).unwrap_or_default(),
-        created: 0,
-        unkept,
-    })
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -521,6 +535,47 @@ fn error_event(v: &Value) -> ApiError {
         e = e.with_kind(crate::protocol::ErrorKind::Overloaded);
     }
     e
+}
+
+/// Applies a Messages `usage` object to the usage so far, the one rule for a response and for a stream
+/// (`message_start`, then `message_delta`, whose counts are cumulative): each count the object carries
+/// replaces the one before and counts it leaves out (or sends as null) stay, so a `message_delta` that
+/// repeats the input counts changes nothing and one that leaves them out loses nothing. The writes' split
+/// by lifetime (`cache_creation`) stays when a later object gives only their total; a total below the
+/// split's sum counts as the sum. Output never goes down.
+pub fn usage_update(prev: Usage, u: &Value) -> Option<Usage> {
+    let o = u.as_object()?;
+    let n = |k: &str| o.get(k).and_then(Value::as_u64);
+    let before = prev.split();
+    let split = o.get("cache_creation").and_then(Value::as_object).map(|c| {
+        let n = |k: &str| c.get(k).and_then(Value::as_u64).unwrap_or(0);
+        (
+            n("ephemeral_5m_input_tokens"),
+            n("ephemeral_1h_input_tokens"),
+        )
+    });
+    let split_sum = split.map(|(m5, h1)| m5.saturating_add(h1));
+    let writes = match (n("cache_creation_input_tokens"), split_sum) {
+        (Some(total), Some(sum)) => total.max(sum),
+        (Some(total), None) => total,
+        (None, Some(sum)) => sum,
+        (None, None) => before.cache_writes_5m + before.cache_writes_1h,
+    };
+    let writes_1h = split.map_or(before.cache_writes_1h, |(_, h1)| h1);
+    let reads = n("cache_read_input_tokens").unwrap_or(before.cache_reads);
+    let uncached = n("input_tokens").unwrap_or(before.uncached);
+    let reasoning = u.at("output_tokens_details/reasoning_tokens");
+    Some(Usage {
+        input_tokens: uncached.saturating_add(reads).saturating_add(writes),
+        cached_input_tokens: reads,
+        cache_write_tokens: writes,
+        cache_write_1h_tokens: writes_1h.min(writes),
+        output_tokens: n("output_tokens").unwrap_or(0).max(prev.output_tokens),
+        reasoning_tokens: reasoning
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
+            .max(prev.reasoning_tokens),
+    })
 }
 
 #[cfg(test)]

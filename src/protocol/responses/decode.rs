@@ -6,7 +6,10 @@ use crate::protocol::canon::{Message, Part, Request, Role, Tool};
 use crate::protocol::carried::Shape as C;
 use crate::protocol::fields::{self, join, missing, opt_array, opt_bool, opt_f64, opt_str, opt_u64};
 use crate::protocol::openai::{self, Shape};
+use crate::protocol::codec::RequestCodec;
 use crate::protocol::ApiError;
+
+use super::Responses;
 
 /// A text part (any of the three names `decode_content` reads as text).
 const TEXT: C = C::Obj(&[("type", C::Word(&["input_text", "output_text", "text"])), ("text", C::Str)]);
@@ -73,9 +76,91 @@ pub static CARRIED: &[(&str, C)] = &[
     ("top_p", C::Num),
 ];
 
-/// Checks that a Responses body has `input` (pointing at `messages` when that was sent instead).
-pub fn validate(body: &Value) -> Result<(), ApiError> {
-    input_of(fields::object(body, "body")?).map(|_| ())
+impl RequestCodec for Responses {
+    /// Checks that a Responses body has `input` (pointing at `messages` when that was sent instead).
+    fn validate(&self, body: &Value) -> Result<(), ApiError> {
+        input_of(fields::object(body, "body")?).map(|_| ())
+    }
+
+    /// Validates a Responses body and decodes it into the canonical request.
+    fn decode_request(&self, body: &Value) -> Result<Request, ApiError> {
+        let o = fields::object(body, "body")?;
+        let input = input_of(o)?;
+        for key in ["previous_response_id", "conversation"] {
+            if o.get(key).is_some_and(|v| !v.is_null()) {
+                return Err(ApiError::invalid_param(
+                    key,
+                    format!(
+                        "`{key}` needs responses stored on the server, and this model's upstream does not keep them; \
+                         send the whole conversation in `input` instead."
+                    ),
+                ));
+            }
+        }
+        if opt_bool(o, "background", "")? == Some(true) {
+            return Err(ApiError::invalid_param(
+                "background",
+                "Background responses are not supported by this gateway.",
+            ));
+        }
+        let mut req = Request {
+            model: fields::req_str(o, "model", "")?.to_string(),
+            stream: fields::stream_flag(o)?,
+            ..Request::default()
+        };
+        if let Some(instr) = opt_str(o, "instructions", "")? {
+            req.instructions = Some(instr.to_string());
+            req.system.push(instr.to_string());
+        }
+        match input {
+            Value::String(s) => req.messages.push(Message::text(Role::User, s.clone())),
+            Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    decode_item(item, &format!("input[{i}]"), &mut req)?;
+                }
+            }
+            other => {
+                return Err(fields::wrong_type(
+                    "input",
+                    "a string or an array of input items",
+                    other,
+                ))
+            }
+        }
+        if let Some(tools) = opt_array(o, "tools", "")? {
+            for (i, t) in tools.iter().enumerate() {
+                decode_tool(t, &format!("tools[{i}]"), &mut req)?;
+            }
+        }
+        req.tool_choice = match o.get("tool_choice") {
+            None => None,
+            Some(v) => openai::decode_tool_choice(v, Shape::Flat, &mut req.tools)?,
+        };
+        req.parallel_tool_calls = opt_bool(o, "parallel_tool_calls", "")?;
+        req.max_tokens = opt_u64(o, "max_output_tokens", "")?;
+        req.temperature = opt_f64(o, "temperature", "")?;
+        req.top_p = opt_f64(o, "top_p", "")?;
+        req.user = opt_str(o, "user", "")?.map(str::to_string);
+        if let Some(Value::Object(text)) = o.get("text") {
+            if let Some(f) = text.get("format") {
+                req.output_format = Some(openai::decode_output_format(f, "text.format", Shape::Flat)?);
+            }
+        }
+        if let Some(Value::Object(r)) = o.get("reasoning") {
+            req.reasoning_effort = opt_str(r, "effort", "reasoning")?.map(str::to_string);
+        }
+        Ok(req)
+    }
+
+
+    /// Log probabilities.
+    fn asks_beyond_canon(&self, body: &Value) -> bool {
+        let included = body
+            .get("include")
+            .and_then(Value::as_array)
+            .is_some_and(|i| i.iter().any(|v| v == "message.output_text.logprobs"));
+        included || body.get("top_logprobs").is_some_and(|v| !v.is_null())
+    }
 }
 
 fn input_of(o: &serde_json::Map<String, Value>) -> Result<&Value, ApiError> {
@@ -88,76 +173,6 @@ fn input_of(o: &serde_json::Map<String, Value>) -> Result<&Value, ApiError> {
         None | Some(Value::Null) => Err(missing("input")),
         Some(v) => Ok(v),
     }
-}
-
-/// Validates a Responses body and decodes it into the canonical request.
-pub fn decode_request(body: &Value) -> Result<Request, ApiError> {
-    let o = fields::object(body, "body")?;
-    let input = input_of(o)?;
-    for key in ["previous_response_id", "conversation"] {
-        if o.get(key).is_some_and(|v| !v.is_null()) {
-            return Err(ApiError::invalid_param(
-                key,
-                format!(
-                    "`{key}` needs responses stored on the server, and this model's upstream does not keep them; \
-                     send the whole conversation in `input` instead."
-                ),
-            ));
-        }
-    }
-    if opt_bool(o, "background", "")? == Some(true) {
-        return Err(ApiError::invalid_param(
-            "background",
-            "Background responses are not supported by this gateway.",
-        ));
-    }
-    let mut req = Request {
-        model: fields::req_str(o, "model", "")?.to_string(),
-        stream: fields::stream_flag(o)?,
-        ..Request::default()
-    };
-    if let Some(instr) = opt_str(o, "instructions", "")? {
-        req.instructions = Some(instr.to_string());
-        req.system.push(instr.to_string());
-    }
-    match input {
-        Value::String(s) => req.messages.push(Message::text(Role::User, s.clone())),
-        Value::Array(items) => {
-            for (i, item) in items.iter().enumerate() {
-                decode_item(item, &format!("input[{i}]"), &mut req)?;
-            }
-        }
-        other => {
-            return Err(fields::wrong_type(
-                "input",
-                "a string or an array of input items",
-                other,
-            ))
-        }
-    }
-    if let Some(tools) = opt_array(o, "tools", "")? {
-        for (i, t) in tools.iter().enumerate() {
-            decode_tool(t, &format!("tools[{i}]"), &mut req)?;
-        }
-    }
-    req.tool_choice = match o.get("tool_choice") {
-        None => None,
-        Some(v) => openai::decode_tool_choice(v, Shape::Flat, &mut req.tools)?,
-    };
-    req.parallel_tool_calls = opt_bool(o, "parallel_tool_calls", "")?;
-    req.max_tokens = opt_u64(o, "max_output_tokens", "")?;
-    req.temperature = opt_f64(o, "temperature", "")?;
-    req.top_p = opt_f64(o, "top_p", "")?;
-    req.user = opt_str(o, "user", "")?.map(str::to_string);
-    if let Some(Value::Object(text)) = o.get("text") {
-        if let Some(f) = text.get("format") {
-            req.output_format = Some(openai::decode_output_format(f, "text.format", Shape::Flat)?);
-        }
-    }
-    if let Some(Value::Object(r)) = o.get("reasoning") {
-        req.reasoning_effort = opt_str(r, "effort", "reasoning")?.map(str::to_string);
-    }
-    Ok(req)
 }
 
 /// The plain function name standing for `name` inside namespace `ns`: `ns__name`, shortened with a hash
@@ -404,15 +419,15 @@ mod tests {
 
     #[test]
     fn messages_instead_of_input_names_the_field() {
-        let e = decode_request(&json!({"model": "m", "messages": []})).unwrap_err();
+        let e = Responses.decode_request(&json!({"model": "m", "messages": []})).unwrap_err();
         assert_eq!(e.param(), Some("input"));
-        let e = decode_request(&json!({"model": "m"})).unwrap_err();
+        let e = Responses.decode_request(&json!({"model": "m"})).unwrap_err();
         assert_eq!(e.param(), Some("input"));
     }
 
     #[test]
     fn decodes_items_into_turns() {
-        let r = decode_request(&json!({
+        let r = Responses.decode_request(&json!({
             "model": "m", "instructions": "be brief",
             "input": [
                 {"role": "developer", "content": "dev"},

@@ -7,10 +7,12 @@ use std::borrow::Cow;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::reply::usage_from;
 use crate::protocol::relay::{self, Delta, Seen, Tagged};
 use crate::protocol::sse::{push_event, SseEvent};
+use crate::protocol::codec::{RelayReader, UpstreamCodec};
 use crate::protocol::ApiError;
+
+use super::Responses;
 
 /// The fields of an event the reader reads; others are skipped, strings borrowed where they can be.
 #[derive(Deserialize)]
@@ -41,50 +43,56 @@ enum Message<'a> {
     Other(serde::de::IgnoredAny),
 }
 
-/// Reads one event; every event is passed on.
-pub fn observe(ev: &SseEvent, seen: &mut Seen) -> bool {
-    let data = ev.data.trim();
-    let Ok(peek) = serde_json::from_str::<Peek>(data) else {
-        seen.error_text = relay::not_json(data);
-        return true;
-    };
-    seen.error_text = relay::is_error(&peek.error);
-    if let Some(d) = &peek.delta {
-        d.collect(&mut seen.produced);
-    }
-    if let Some(seq) = peek.sequence_number {
-        seen.last_seq = Some(seq);
-    }
-    let name = ev.event.as_deref().or(peek.kind.as_deref()).unwrap_or("");
-    match name {
-        "response.created" => seen.opening = peek.response,
-        "response.output_item.done" => {
-            if let Some(Tagged { kind: Some(k), .. }) = &peek.item {
-                seen.hosted.item(k, None);
+impl RelayReader for Responses {
+    /// Reads one event; every event is passed on.
+    fn observe(&self, ev: &SseEvent, seen: &mut Seen) -> bool {
+        let data = ev.data.trim();
+        let Ok(peek) = serde_json::from_str::<Peek>(data) else {
+            seen.error_text = relay::not_json(data);
+            return true;
+        };
+        seen.error_text = relay::is_error(&peek.error);
+        if let Some(d) = &peek.delta {
+            d.collect(&mut seen.produced);
+        }
+        if let Some(seq) = peek.sequence_number {
+            seen.last_seq = Some(seq);
+        }
+        let name = ev.event.as_deref().or(peek.kind.as_deref()).unwrap_or("");
+        match name {
+            "response.created" => seen.opening = peek.response,
+            "response.output_item.done" => {
+                if let Some(Tagged { kind: Some(k), .. }) = &peek.item {
+                    seen.hosted.item(k, None);
+                }
             }
-        }
-        "response.completed" | "response.incomplete" | "response.failed" => {
-            seen.done = true;
-            let r = peek.response.unwrap_or(Value::Null);
-            seen.hosted.response(&r);
-            seen.usage = r.get("usage").and_then(usage_from);
-            if name == "response.failed" {
-                seen.upstream_error = Some(relay::error_message(&r["error"]));
+            "response.completed" | "response.incomplete" | "response.failed" => {
+                seen.done = true;
+                let r = peek.response.unwrap_or(Value::Null);
+                seen.hosted.response(&r);
+                seen.usage = r.get("usage").and_then(|u| Responses.usage_from(u));
+                if name == "response.failed" {
+                    seen.upstream_error = Some(relay::error_message(&r["error"]));
+                }
             }
+            "error" => {
+                seen.done = true;
+                let message = match &peek.message {
+                    Some(Message::Text(t)) => json!({"message": t}),
+                    _ => peek.error.unwrap_or(Value::Null),
+                };
+                seen.upstream_error = Some(relay::error_message(&message));
+            }
+            _ => {}
         }
-        "error" => {
-            seen.done = true;
-            let message = match &peek.message {
-                Some(Message::Text(t)) => json!({"message": t}),
-                _ => peek.error.unwrap_or(Value::Null),
-            };
-            seen.upstream_error = Some(relay::error_message(&message));
-        }
-        _ => {}
+        true
     }
-    true
-}
 
+
+    fn text_fields(&self, data: &mut Value, edit: &mut dyn FnMut(Option<&mut Value>)) {
+        relay::delta_text_fields(data, edit)
+    }
+}
 /// `response.failed` after the error event of a stream that broke (numbered `seq`), when the opening
 /// response is known.
 pub fn failed_tail(err: &ApiError, request_id: &str, seq: u64, seen: &mut Seen) -> Vec<u8> {
@@ -100,14 +108,3 @@ pub fn failed_tail(err: &ApiError, request_id: &str, seq: u64, seen: &mut Seen) 
     out
 }
 
-/// The number the first of these held events carries, if any.
-pub fn first_sequence(held: &[u8]) -> Option<u64> {
-    let text = String::from_utf8_lossy(held);
-    let at = text.find("\"sequence_number\":")? + "\"sequence_number\":".len();
-    let digits: String = text[at..]
-        .trim_start()
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect();
-    digits.parse().ok()
-}

@@ -1,6 +1,5 @@
 //! Responses answers to clients: the `response` object and the event lifecycle of a stream.
 
-use crate::protocol::fields::At;
 use serde_json::{json, Value};
 
 use crate::protocol::canon::{
@@ -8,7 +7,10 @@ use crate::protocol::canon::{
 };
 use crate::protocol::openai::{self, Shape};
 use crate::protocol::sse::push_event;
-use crate::protocol::StreamEncoder;
+use crate::protocol::codec::ReplyCodec;
+use crate::protocol::{ApiError, StreamEncoder};
+
+use super::Responses;
 use crate::util::new_id;
 
 /// The Responses usage object (both detail objects always present): `input_tokens` counts all input, cache
@@ -25,21 +27,6 @@ pub fn usage_json(u: &Usage) -> Value {
         "output_tokens": u.output_tokens,
         "output_tokens_details": {"reasoning_tokens": u.reasoning_tokens},
         "total_tokens": u.total(),
-    })
-}
-
-/// Reads a Responses `usage` object (the same semantics as Chat's: cached and written tokens inside
-/// `input_tokens`, reasoning inside `output_tokens`).
-pub fn usage_from(u: &Value) -> Option<Usage> {
-    let o = u.as_object()?;
-    let n = |v: Option<&Value>| v.and_then(Value::as_u64).unwrap_or(0);
-    Some(Usage {
-        input_tokens: n(o.get("input_tokens")),
-        cached_input_tokens: n(u.at("input_tokens_details/cached_tokens")),
-        cache_write_tokens: n(u.at("input_tokens_details/cache_write_tokens")),
-        cache_write_1h_tokens: 0,
-        output_tokens: n(o.get("output_tokens")),
-        reasoning_tokens: n(u.at("output_tokens_details/reasoning_tokens")),
     })
 }
 
@@ -154,50 +141,77 @@ fn reasoning_item(id: &str, text: &str) -> Value {
     json!({"type": "reasoning", "id": id, "summary": [{"type": "summary_text", "text": text}]})
 }
 
-/// Encodes a complete answer as a `response` object.
-pub fn encode_response(resp: &Response, req: &Request) -> Value {
-    let mut v = skeleton(&resp.id, &resp.model, resp.created, req);
-    let mut output = Vec::new();
-    let mut text = String::new();
-    let flush_text = |text: &mut String, output: &mut Vec<Value>| {
-        if !text.is_empty() {
-            output.push(message_item(&new_id("msg_"), text, "completed"));
-            text.clear();
-        }
-    };
-    for part in &resp.content {
-        match part {
-            Part::Text(t) => text.push_str(t),
-            Part::ToolCall {
-                id,
-                name,
-                arguments,
-            } => {
-                flush_text(&mut text, &mut output);
-                output.push(call_item(
-                    req,
-                    &new_id("fc_"),
+impl ReplyCodec for Responses {
+    /// Encodes a complete answer as a `response` object.
+    fn encode_response(&self, resp: &Response, req: &Request) -> Value {
+        let mut v = skeleton(&resp.id, &resp.model, resp.created, req);
+        let mut output = Vec::new();
+        let mut text = String::new();
+        let flush_text = |text: &mut String, output: &mut Vec<Value>| {
+            if !text.is_empty() {
+                output.push(message_item(&new_id("msg_"), text, "completed"));
+                text.clear();
+            }
+        };
+        for part in &resp.content {
+            match part {
+                Part::Text(t) => text.push_str(t),
+                Part::ToolCall {
                     id,
                     name,
                     arguments,
-                    "completed",
-                ));
+                } => {
+                    flush_text(&mut text, &mut output);
+                    output.push(call_item(
+                        req,
+                        &new_id("fc_"),
+                        id,
+                        name,
+                        arguments,
+                        "completed",
+                    ));
+                }
+                // A signature alone (from another vendor's upstream) is nothing to a Responses client.
+                Part::Reasoning { text: r, .. } if !r.is_empty() => {
+                    flush_text(&mut text, &mut output);
+                    output.push(reasoning_item(&new_id("rs_"), r));
+                }
+                _ => {}
             }
-            // A signature alone (from another vendor's upstream) is nothing to a Responses client.
-            Part::Reasoning { text: r, .. } if !r.is_empty() => {
-                flush_text(&mut text, &mut output);
-                output.push(reasoning_item(&new_id("rs_"), r));
-            }
-            _ => {}
         }
+        flush_text(&mut text, &mut output);
+        let (status, incomplete) = status_of(&resp.stop);
+        v["status"] = json!(status);
+        v["incomplete_details"] = incomplete;
+        v["output"] = Value::Array(output);
+        v["usage"] = usage_json(&resp.usage);
+        v
     }
-    flush_text(&mut text, &mut output);
-    let (status, incomplete) = status_of(&resp.stop);
-    v["status"] = json!(status);
-    v["incomplete_details"] = incomplete;
-    v["output"] = Value::Array(output);
-    v["usage"] = usage_json(&resp.usage);
-    v
+
+
+    fn stream_encoder(
+        &self,
+        req: &Request,
+        _include_usage: bool,
+        request_id: &str,
+    ) -> Box<dyn StreamEncoder> {
+        Box::new(ResponsesStreamEncoder::new(req).with_request_id(request_id.into()))
+    }
+
+    fn error_body(&self, err: &ApiError, request_id: &str) -> Vec<u8> {
+        openai::error_body(err, request_id)
+    }
+
+    /// An `error` event, numbered after the events before it.
+    fn error_event(&self, err: &ApiError, request_id: &str, next_seq: Option<u64>) -> Vec<u8> {
+        let code = err.code().unwrap_or("server_error");
+        let d = json!({"type": "error", "code": code,
+                       "message": err.openai_object(request_id)["message"],
+                       "param": err.param(), "sequence_number": next_seq.unwrap_or(0)});
+        let mut out = Vec::new();
+        push_event(&mut out, Some("error"), &d.to_string());
+        out
+    }
 }
 
 enum Item {
@@ -498,6 +512,18 @@ impl StreamEncoder for ResponsesStreamEncoder {
         };
         self.emit(out, ty, json!({"response": r}));
     }
+}
+
+/// The number the first of these held events carries, if any.
+pub fn next_sequence(held: &[u8]) -> Option<u64> {
+    let text = String::from_utf8_lossy(held);
+    let at = text.find("\"sequence_number\":")? + "\"sequence_number\":".len();
+    let digits: String = text[at..]
+        .trim_start()
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
 }
 
 #[cfg(test)]

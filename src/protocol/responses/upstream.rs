@@ -5,50 +5,93 @@ use crate::protocol::fields::At;
 use crate::protocol::fields::{str_at, str_or};
 use serde_json::{json, Map, Value};
 
-use super::reply::usage_from;
-use crate::protocol::canon::{Part, Request, Response, Role, StopReason, StreamEvent};
+use crate::protocol::canon::{Part, Request, Response, Role, StopReason, StreamEvent, Usage};
 use crate::protocol::egress::tool_result_text;
 use crate::protocol::openai::{self, image_url_string, Shape};
 use crate::protocol::sse::SseEvent;
+use crate::protocol::codec::UpstreamCodec;
 use crate::protocol::{ApiError, EgressOptions, StreamDecoder};
 
-/// The canonical request as a Responses body. Stop sequences have no place in it: refused.
-pub fn encode_request(req: &Request, opts: &EgressOptions) -> Result<Value, ApiError> {
-    if !req.stop.is_empty() {
-        return Err(ApiError::invalid_param(
-            "stop",
-            "This model's upstream speaks the Responses API, which has no stop sequences; remove `stop` \
-             (or `stop_sequences`).",
-        ));
+use super::Responses;
+
+impl UpstreamCodec for Responses {
+    /// The canonical request as a Responses body. Stop sequences have no place in it: refused.
+    fn encode_request(&self, req: &Request, opts: &EgressOptions) -> Result<Value, ApiError> {
+        if !req.stop.is_empty() {
+            return Err(ApiError::invalid_param(
+                "stop",
+                "This model's upstream speaks the Responses API, which has no stop sequences; remove `stop` \
+                 (or `stop_sequences`).",
+            ));
+        }
+        let input = encode_input(req);
+        let mut body = Map::new();
+        body.insert("model".into(), json!(opts.model));
+        let system = openai::system_text(req);
+        if !system.is_empty() {
+            body.insert("instructions".into(), json!(system));
+        }
+        body.insert("input".into(), Value::Array(input));
+        openai::encode_tools(req, Shape::Flat, &mut body);
+        if let Some(n) = req.max_tokens {
+            body.insert("max_output_tokens".into(), json!(n));
+        }
+        openai::encode_sampling(req, &mut body);
+        let format = req.output_format.as_ref();
+        if let Some(f) = format.and_then(|f| openai::encode_output_format(f, Shape::Flat)) {
+            body.insert("text".into(), json!({ "format": f }));
+        }
+        if let Some(e) = &req.reasoning_effort {
+            body.insert("reasoning".into(), json!({"effort": openai::effort(e)}));
+        }
+        if let Some(u) = &req.user {
+            body.insert("user".into(), json!(u));
+        }
+        body.insert("store".into(), json!(false));
+        if opts.stream {
+            body.insert("stream".into(), json!(true));
+        }
+        Ok(Value::Object(body))
     }
-    let input = encode_input(req);
-    let mut body = Map::new();
-    body.insert("model".into(), json!(opts.model));
-    let system = openai::system_text(req);
-    if !system.is_empty() {
-        body.insert("instructions".into(), json!(system));
+
+    /// Decodes a `response` body.
+    fn decode_response(&self, body: &Value, _opts: &EgressOptions) -> Result<Response, ApiError> {
+        let Some(output) = body.get("output").filter(|o| o.is_array()) else {
+            return Err(ApiError::bad_gateway(
+                "upstream answer is not a Responses `response` object (no `output`)",
+            ));
+        };
+        let mut unkept = false;
+        let (content, calls) = decode_output(output, &mut unkept);
+        Ok(Response {
+            id: str_at(body, "id"),
+            model: str_at(body, "model"),
+            stop: stop_of(body, calls)?,
+            content,
+            usage: body.get("usage").and_then(|u| Responses.usage_from(u)).unwrap_or_default(),
+            created: body.get("created_at").and_then(Value::as_u64).unwrap_or(0),
+            unkept,
+        })
     }
-    body.insert("input".into(), Value::Array(input));
-    openai::encode_tools(req, Shape::Flat, &mut body);
-    if let Some(n) = req.max_tokens {
-        body.insert("max_output_tokens".into(), json!(n));
+
+    /// Reads a Responses `usage` object (the same semantics as Chat's: cached and written tokens inside
+    /// `input_tokens`, reasoning inside `output_tokens`).
+    fn usage_from(&self, u: &Value) -> Option<Usage> {
+        let o = u.as_object()?;
+        let n = |v: Option<&Value>| v.and_then(Value::as_u64).unwrap_or(0);
+        Some(Usage {
+            input_tokens: n(o.get("input_tokens")),
+            cached_input_tokens: n(u.at("input_tokens_details/cached_tokens")),
+            cache_write_tokens: n(u.at("input_tokens_details/cache_write_tokens")),
+            cache_write_1h_tokens: 0,
+            output_tokens: n(o.get("output_tokens")),
+            reasoning_tokens: n(u.at("output_tokens_details/reasoning_tokens")),
+        })
     }
-    openai::encode_sampling(req, &mut body);
-    let format = req.output_format.as_ref();
-    if let Some(f) = format.and_then(|f| openai::encode_output_format(f, Shape::Flat)) {
-        body.insert("text".into(), json!({ "format": f }));
+
+    fn stream_decoder(&self, _opts: &EgressOptions) -> Box<dyn StreamDecoder> {
+        Box::new(ResponsesStreamDecoder::default())
     }
-    if let Some(e) = &req.reasoning_effort {
-        body.insert("reasoning".into(), json!({"effort": openai::effort(e)}));
-    }
-    if let Some(u) = &req.user {
-        body.insert("user".into(), json!(u));
-    }
-    body.insert("store".into(), json!(false));
-    if opts.stream {
-        body.insert("stream".into(), json!(true));
-    }
-    Ok(Value::Object(body))
 }
 
 /// The conversation as Responses input items: system turns as developer messages, tool calls and their
@@ -173,26 +216,6 @@ fn stop_of(resp: &Value, calls: bool) -> Result<StopReason, ApiError> {
     }
 }
 
-/// Decodes a `response` body.
-pub fn decode_response(body: &Value) -> Result<Response, ApiError> {
-    let Some(output) = body.get("output").filter(|o| o.is_array()) else {
-        return Err(ApiError::bad_gateway(
-            "upstream answer is not a Responses `response` object (no `output`)",
-        ));
-    };
-    let mut unkept = false;
-    let (content, calls) = decode_output(output, &mut unkept);
-    Ok(Response {
-        id: str_at(body, "id"),
-        model: str_at(body, "model"),
-        stop: stop_of(body, calls)?,
-        content,
-        usage: body.get("usage").and_then(usage_from).unwrap_or_default(),
-        created: body.get("created_at").and_then(Value::as_u64).unwrap_or(0),
-        unkept,
-    })
-}
-
 /// Decodes the Responses event lifecycle, keyed by `output_index`.
 #[derive(Default)]
 pub struct ResponsesStreamDecoder {
@@ -246,7 +269,7 @@ impl StreamDecoder for ResponsesStreamDecoder {
             "response.output_item.done" => self.item_done(&v, output_index, out),
             "response.completed" | "response.incomplete" | "response.failed" => {
                 let resp = v.get("response").unwrap_or(&Value::Null);
-                if let Some(u) = resp.get("usage").and_then(usage_from) {
+                if let Some(u) = resp.get("usage").and_then(|u| Responses.usage_from(u)) {
                     out.push(StreamEvent::Usage(u));
                 }
                 match stop_of(resp, !self.calls.is_empty()) {
@@ -341,7 +364,7 @@ mod tests {
             structured_via_tool: false,
         };
         assert_eq!(
-            encode_request(&req, &opts).unwrap_err().param(),
+            Responses.encode_request(&req, &opts).unwrap_err().param(),
             Some("stop")
         );
         let req = Request {
@@ -367,7 +390,7 @@ mod tests {
             ],
             ..Request::default()
         };
-        let v = encode_request(&req, &opts).unwrap();
+        let v = Responses.encode_request(&req, &opts).unwrap();
         assert_eq!(v["instructions"], "s");
         assert_eq!(
             v["input"][1],

@@ -49,7 +49,7 @@ fn history_maps_to_blocks_and_merges_roles() {
         reasoning_effort: Some("high".into()),
         ..Request::default()
     };
-    let v = encode_request(&req, &opts()).unwrap();
+    let v = Messages.encode_request(&req, &opts()).unwrap();
     assert_eq!(v["system"], "sys\n\nbe nice");
     assert_eq!(v["max_tokens"], 4096);
     let m = v["messages"].as_array().unwrap();
@@ -79,7 +79,7 @@ fn effort_becomes_a_thinking_budget_within_max_tokens() {
         temperature: Some(0.5),
         ..Request::default()
     };
-    let v = encode_request(&req, &opts()).unwrap();
+    let v = Messages.encode_request(&req, &opts()).unwrap();
     assert_eq!(v["thinking"]["budget_tokens"], 8192);
     assert_eq!(v["max_tokens"], 20_000, "the limit is never raised");
     assert!(v.get("temperature").is_none());
@@ -87,14 +87,14 @@ fn effort_becomes_a_thinking_budget_within_max_tokens() {
         max_tokens: Some(4000),
         ..req.clone()
     };
-    let v = encode_request(&small, &opts()).unwrap();
+    let v = Messages.encode_request(&small, &opts()).unwrap();
     assert_eq!(v["thinking"]["budget_tokens"], 2000, "half the limit");
     assert_eq!(v["max_tokens"], 4000);
     let tiny = Request {
         max_tokens: Some(1000),
         ..req
     };
-    let v = encode_request(&tiny, &opts()).unwrap();
+    let v = Messages.encode_request(&tiny, &opts()).unwrap();
     assert!(
         v.get("thinking").is_none(),
         "no room for Anthropic's minimum budget"
@@ -115,9 +115,9 @@ fn structured_output_via_a_forced_tool_comes_back_as_text() {
         }),
         ..Request::default()
     };
-    let v = encode_request(&req, &o).unwrap();
+    let v = Messages.encode_request(&req, &o).unwrap();
     assert_eq!(v["tool_choice"]["name"], STRUCTURED_TOOL);
-    let resp = decode_response(
+    let resp = Messages.decode_response(
         &json!({"content": [{"type": "tool_use", "id": "t", "name": STRUCTURED_TOOL, "input": {"a": 1}}], "stop_reason": "tool_use",
                 "usage": {"input_tokens": 1, "output_tokens": 1}}),
         &o,
