@@ -1,5 +1,5 @@
 //! The one error type of the request path, with its OpenAI, Anthropic and Google error objects (each codec
-//! renders the whole body: `Codec::error_body`). An error says what class of failure it is for clients
+//! renders the whole body: `ReplyCodec::error_body`). An error says what class of failure it is for clients
 //! ([`ErrorKind`], with its status), who failed ([`Origin`]) and, for the gateway's own errors, exactly what
 //! went wrong ([`Cause`]); the code decides by those, never by the message or the wire `code` (which a
 //! `Cause` names, and an upstream's error keeps as it came).
