@@ -3,12 +3,12 @@
 //! refused for a known key) gets its one ledger record. A request answered from the answer cache is
 //! recorded as a hit: its answer's token counts, cost 0, and no tokens against the key's limits.
 
-use super::gateway::Gateway;
 use super::outcome::{Answer, Asked, Outcome};
-use super::respond;
-use super::trace::Trace;
 use crate::access::accounts::Reservation;
 use crate::config::{Config, Model};
+use crate::gateway::respond;
+use crate::gateway::trace::Trace;
+use crate::gateway::Gateway;
 use crate::http::{Exchange, Withheld};
 use crate::ledger::{Record, Status};
 use crate::money::Money;

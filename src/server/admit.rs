@@ -4,10 +4,10 @@
 //! request is settled, `accounting.rs`). Token counting is held to the rate and concurrency limits only (it
 //! costs nothing against the balance).
 
-use super::gateway::Gateway;
 use super::prepared::Prepared;
 use crate::access::accounts::{Ask, RateInfo, Reservation};
 use crate::config::Group;
+use crate::gateway::Gateway;
 use crate::money::Money;
 use crate::protocol::{ApiError, Origin};
 

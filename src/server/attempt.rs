@@ -2,11 +2,11 @@
 //! model, passthrough, translation, token counting) need, in one value. The pipeline makes a fresh one per
 //! upstream failover gives it; the step returns the attempt's `Answer`.
 
-use super::gateway::Gateway;
 use super::prepared::Prepared;
-use super::trace::Trace;
-use super::watchdog::WatchGuard;
 use crate::config::Upstream;
+use crate::gateway::trace::Trace;
+use crate::gateway::watchdog::WatchGuard;
+use crate::gateway::Gateway;
 use crate::http::Exchange;
 
 pub struct Attempt<'r, 'c> {

@@ -3,7 +3,7 @@
 use super::attempt::Attempt;
 use super::events::EventWriter;
 use super::outcome::{Answer, Delivered};
-use super::respond;
+use crate::gateway::respond;
 use crate::protocol::canon::StreamEvent;
 use crate::protocol::ApiError;
 use crate::upstream::mock;

@@ -15,13 +15,13 @@ use std::borrow::Cow;
 use std::time::Duration;
 
 use super::events::EventWriter;
-use super::gateway::Gateway;
 use super::outcome::{Answer, Delivered};
 use super::prepared::Prepared;
-use super::respond;
-use super::trace::Trace;
 use crate::cache::Entry;
 use crate::config::CacheScope;
+use crate::gateway::respond;
+use crate::gateway::trace::Trace;
+use crate::gateway::Gateway;
 use crate::http::{Exchange, Request as HttpRequest};
 use crate::ledger::CacheUse;
 use crate::protocol::canon::{Part, Request, Response, StopReason, StreamEvent};

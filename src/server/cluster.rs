@@ -20,11 +20,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::gateway::{read_overrides, Gateway, OVERRIDES_MAP};
 use super::thread::ThreadError;
 use crate::access::key_ops::{self, KeyOpError};
 use crate::access::keys::{self, KeyRecord, KeysFileError};
 use crate::config::{Config, ConfigError, Overrides};
+use crate::gateway::{read_overrides, Gateway, OVERRIDES_MAP};
 use crate::store::{Claim, SetupError, Store, StoreError};
 
 /// The local copy of the store's key records (hashes only), kept for a start while the store is down and

@@ -8,7 +8,7 @@
 use super::attempt::Attempt;
 use super::call;
 use super::outcome::Answer;
-use super::respond;
+use crate::gateway::respond;
 use crate::protocol::canon::Usage;
 use crate::protocol::{estimate, ApiError};
 

@@ -6,9 +6,9 @@
 use std::borrow::Cow;
 
 use super::outcome::Delivered;
-use super::respond;
-use super::trace::Trace;
-use super::watchdog::WatchGuard;
+use crate::gateway::respond;
+use crate::gateway::trace::Trace;
+use crate::gateway::watchdog::WatchGuard;
 use crate::http::ResponseWriter;
 use crate::protocol::canon::{StreamEvent, Usage};
 use crate::protocol::collect::Collector;

@@ -7,11 +7,11 @@
 
 use std::time::{Duration, Instant};
 
-use super::gateway::Gateway;
 use super::outcome::Answer;
 use super::prepared::Prepared;
-use super::trace::Trace;
 use crate::config::{Model, Upstream};
+use crate::gateway::trace::Trace;
+use crate::gateway::Gateway;
 use crate::protocol::ApiError;
 use crate::upstream::breaker::{Admit, Policy, Standing, Ticket};
 use crate::upstream::policy;

@@ -12,11 +12,12 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use super::gateway::Gateway;
 use super::thread::{spawn, ThreadError};
-use super::{accounting, cluster, metrics, screen, stats, watchdog, Shared};
+use super::{accounting, cluster, screen, Shared};
 use crate::access::KeyStore;
 use crate::config::Config;
+use crate::gateway::Gateway;
+use crate::gateway::{metrics, stats, watchdog};
 use crate::http::{self, Exchange, HttpConfig, Limits, ServerState};
 
 /// Why the gateway did not start. Its text is what the operator reads in the log (one line per problem).

@@ -24,17 +24,13 @@ mod screen;
 mod thread;
 mod translate;
 
-/// What the pipeline shares with the console has a module of its own, `crate::gateway` (the shared state, a
-/// request's trace, the answers, the watchdog, stats and metrics); its parts keep their names here.
-pub use crate::gateway::{self, metrics, respond, stats, trace, watchdog};
-
 use std::sync::Arc;
 use std::time::Instant;
 
-use self::gateway::Gateway;
 pub use self::lifecycle::{data_dir_ready, first_group, run, Running, Shutdown, StartError};
 use self::thread::spawn;
 pub use self::thread::ThreadError;
+use crate::gateway::Gateway;
 use crate::http::Exchange;
 use crate::protocol::{ApiError, Protocol};
 
@@ -60,7 +56,7 @@ fn render_http_error(
     if let Some(name) = protocol.id_header {
         headers.push((name.to_string(), request_id.clone()));
     }
-    if let Some(v) = respond::should_retry(status) {
+    if let Some(v) = crate::gateway::respond::should_retry(status) {
         headers.push(("x-should-retry".to_string(), v.to_string()));
     }
     let body = protocol.reply.error_body(&err, &request_id);

@@ -11,7 +11,7 @@ use super::call::{self, Sent};
 use super::complete::{self, egress_options};
 use super::hosted::Ran;
 use super::outcome::Answer;
-use super::respond;
+use crate::gateway::respond;
 use crate::protocol::canon::Response;
 use crate::protocol::collect::FromRelay;
 use crate::protocol::observe::{self, StreamObserver};

@@ -6,12 +6,12 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::gateway::Gateway;
 use super::hosted;
 use super::outcome::Asked;
 use crate::access::{self, Identity};
 use crate::budget::Budget;
 use crate::config::{Config, Model, Upstream};
+use crate::gateway::Gateway;
 use crate::http::Exchange;
 use crate::protocol::canon;
 use crate::protocol::request::{Endpoint, Forward};

@@ -3,11 +3,11 @@
 use std::borrow::Cow;
 use std::sync::atomic::Ordering;
 
-use super::gateway::Gateway;
-use super::metrics::Observation;
 use super::outcome::Outcome;
-use super::trace::Trace;
 use crate::config::Config;
+use crate::gateway::metrics::Observation;
+use crate::gateway::trace::Trace;
+use crate::gateway::Gateway;
 use crate::http::Exchange;
 use crate::logging::REQUEST_TARGET;
 use crate::pricing::Bill;

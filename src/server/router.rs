@@ -4,12 +4,12 @@ use std::net::IpAddr;
 
 use serde_json::json;
 
-use super::gateway::Gateway;
 use super::generate;
-use super::metrics::scrape::scrape;
-use super::respond;
-use super::trace::Trace;
 use crate::access;
+use crate::gateway::metrics::scrape::scrape;
+use crate::gateway::respond;
+use crate::gateway::trace::Trace;
+use crate::gateway::Gateway;
 use crate::http::{Exchange, Request};
 use crate::protocol::codec::Listed;
 use crate::protocol::request::Endpoint;

@@ -11,8 +11,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::gateway::Gateway;
-use super::{report, respond, router, trace};
+use super::{report, router};
+use crate::gateway::Gateway;
+use crate::gateway::{respond, trace};
 use crate::http::{self, Incoming, Request};
 use crate::protocol::request::Endpoint;
 use crate::protocol::{ApiError, Protocol};

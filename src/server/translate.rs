@@ -6,7 +6,7 @@ use super::call;
 use super::complete::{self, egress_options};
 use super::events::EventWriter;
 use super::outcome::{Answer, Delivered};
-use super::respond;
+use crate::gateway::respond;
 use crate::protocol::canon::{Request, StreamEvent};
 use crate::protocol::{estimate, limits, ApiError, EgressOptions, Protocol};
 use crate::upstream::http::{self as uphttp, Reply};
