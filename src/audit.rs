@@ -121,7 +121,7 @@ impl std::fmt::Display for Action {
 
 /// One change.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Entry {
+pub struct AuditEntry {
     pub ts: String,
     pub actor: String,
     /// `key.created`, `key.revoked`, `group.changed`, `model.repriced`, ... ([`Action::name`]; kept as written,
@@ -134,9 +134,15 @@ pub struct Entry {
     pub request_id: Option<String>,
 }
 
-impl Entry {
-    pub fn new(actor: &str, action: Action, target: String, before: Value, after: Value) -> Entry {
-        Entry {
+impl AuditEntry {
+    pub fn new(
+        actor: &str,
+        action: Action,
+        target: String,
+        before: Value,
+        after: Value,
+    ) -> AuditEntry {
+        AuditEntry {
             ts: rfc3339_millis(unix_millis()),
             actor: actor.to_string(),
             action: action.name().to_string(),
@@ -166,7 +172,7 @@ impl Trail {
         match opened {
             Ok(file) => Ok(Trail { file, path }),
             // The refusals of `open_owned` name the file already.
-            Err(e) if crate::util::Refused::is(&e) => Err(e),
+            Err(e) if crate::util::FileRefusal::is(&e) => Err(e),
             Err(e) => Err(io::Error::new(
                 e.kind(),
                 format!("cannot open the audit file {}: {e}", path.display()),
@@ -176,7 +182,7 @@ impl Trail {
 
     /// Appends an entry (one line, synced). A failure now, with the change made, is logged at ERROR with
     /// the whole entry (it holds no secret) on the log's must-write path, so the entry is not lost.
-    pub fn write(mut self, entry: &Entry) {
+    pub fn write(mut self, entry: &AuditEntry) {
         let written = serde_json::to_vec(entry)
             .map_err(io::Error::other)
             .and_then(|mut line| {
@@ -197,7 +203,7 @@ impl Trail {
 }
 
 /// The newest `limit` entries, newest first (unreadable lines skipped).
-pub fn newest(data_dir: &Path, limit: usize) -> io::Result<Vec<Entry>> {
+pub fn newest(data_dir: &Path, limit: usize) -> io::Result<Vec<AuditEntry>> {
     let f = match crate::util::open_owned(
         &data_dir.join(AUDIT_FILE),
         std::fs::OpenOptions::new().read(true),
@@ -206,7 +212,7 @@ pub fn newest(data_dir: &Path, limit: usize) -> io::Result<Vec<Entry>> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
-    let mut all: Vec<Entry> = io::BufReader::new(f)
+    let mut all: Vec<AuditEntry> = io::BufReader::new(f)
         .lines()
         .map_while(Result::ok)
         .filter_map(|l| serde_json::from_str(&l).ok())
@@ -235,7 +241,7 @@ pub fn change_key(
     let before = key_in(at, name);
     let changed = crate::access::key_ops::apply(at, name, change)?;
     let after = key_in(at, name);
-    let entry = Entry::new(
+    let entry = AuditEntry::new(
         actor,
         Action::of_key(change),
         format!("key {name}"),
@@ -272,7 +278,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("tollgate-audit-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         for i in 0..3 {
-            let e = Entry::new(
+            let e = AuditEntry::new(
                 ACTOR_CLI,
                 Action::KeyCreated,
                 format!("key k{i}"),
@@ -314,7 +320,7 @@ mod tests {
             assert!(Action::from_name(old).is_some(), "{old}");
         }
         let line = r#"{"ts":"t","actor":"cli","action":"key.renamed","target":"key k","before":null,"after":null,"request_id":null}"#;
-        let e: Entry = serde_json::from_str(line).unwrap();
+        let e: AuditEntry = serde_json::from_str(line).unwrap();
         assert_eq!(e.action, "key.renamed");
         assert_eq!(Action::from_name(&e.action), None);
     }

@@ -33,7 +33,7 @@
 //!   or 24 bytes, at least 11 bytes nobody knows must be guessed blind before any hold can tell anything,
 //!   and at least half the key (and, for the longer ones, nearly all of it) has not left when the rest is
 //!   replaced. On a full match, the secret's bytes in the held events and the current one are cut from their
-//!   text and `[redacted]` is put where the first held part began ([`Edit`]); the events go out (rewritten)
+//!   text and `[redacted]` is put where the first held part began ([`TextEdit`]); the events go out (rewritten)
 //!   once no partial match is long enough to hold them, or when the stream ends (before its closing events).
 //!   Events that repeat the whole text (a Responses `response.completed`, an `output_text.done`) carry the
 //!   secret in one piece and are caught by [`redact`]; a canonical stream's final objects are built from the
@@ -362,7 +362,7 @@ fn replace_from(hay: &[u8], needle: &[u8], mut at: usize) -> Vec<u8> {
 /// A change to an event's text (byte offsets into the text the event added): `start..end` removed and, when
 /// `mark`, `[redacted]` put in its place.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Edit {
+pub struct TextEdit {
     pub start: usize,
     pub end: usize,
     pub mark: bool,
@@ -370,7 +370,7 @@ pub struct Edit {
 
 /// `fragment`, which begins `offset` bytes into its event's text, with the edits that fall in it applied;
 /// `None` when none does. (An event whose text is one string passes offset 0.)
-pub fn apply(fragment: &str, offset: usize, edits: &[Edit]) -> Option<String> {
+pub fn apply(fragment: &str, offset: usize, edits: &[TextEdit]) -> Option<String> {
     let end = offset + fragment.len();
     let mut out: Option<String> = None;
     let mut done = 0;
@@ -397,7 +397,7 @@ struct Held<E> {
     event: E,
     start: usize,
     len: usize,
-    edits: Vec<Edit>,
+    edits: Vec<TextEdit>,
 }
 
 /// Finds real secrets in a stream's text, split across events or not, and holds events back while one may
@@ -487,7 +487,7 @@ impl<E> Redactor<E> {
     }
 
     /// The next event that may go out, with the changes to make to its text (none: as it is).
-    pub fn ready(&mut self) -> Option<(E, Vec<Edit>)> {
+    pub fn ready(&mut self) -> Option<(E, Vec<TextEdit>)> {
         if self.holding {
             return None;
         }
@@ -524,7 +524,7 @@ fn cut<E>(queue: &mut VecDeque<Held<E>>, current: &mut Held<()>, start: usize, e
     for (at, len, edits) in spans {
         let (s, e) = (start.max(at), end.min(at + len));
         if s < e {
-            edits.push(Edit {
+            edits.push(TextEdit {
                 start: s - at,
                 end: e - at,
                 mark,
@@ -633,7 +633,7 @@ mod tests {
     /// (in order), after the stream's end.
     fn stream(r: &mut Redactor<usize>, events: &[&str]) -> Vec<String> {
         let mut out = Vec::new();
-        let mut send = |i: usize, edits: &[Edit]| {
+        let mut send = |i: usize, edits: &[TextEdit]| {
             out.push(apply(events[i], 0, edits).unwrap_or_else(|| events[i].to_string()));
         };
         for (i, text) in events.iter().enumerate() {
@@ -716,7 +716,7 @@ mod tests {
         assert!(r.ready().is_none());
         assert!(!r.read("-not the key"));
         r.hold(2);
-        let order: Vec<(usize, Vec<Edit>)> = std::iter::from_fn(|| r.ready()).collect();
+        let order: Vec<(usize, Vec<TextEdit>)> = std::iter::from_fn(|| r.ready()).collect();
         assert_eq!(order, [(0, vec![]), (1, vec![]), (2, vec![])]);
         assert!(r.read("next"));
         // The stream ends inside a partial match: the held text goes out as written.

@@ -132,7 +132,7 @@ pub fn check_data_files(dir: &Path, names: &[&str]) -> Vec<String> {
 /// inside the `io::Error`s of [`open_owned`] and [`check_data_files`] (`io::Error::get_ref`), so a caller can
 /// tell a refusal from other failures without reading the text.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Refused {
+pub enum FileRefusal {
     /// A symbolic link.
     Symlink(PathBuf),
     /// Not a regular file (a directory, a FIFO, a device).
@@ -141,38 +141,38 @@ pub enum Refused {
     ForeignOwner { path: PathBuf, uid: u32, me: u32 },
 }
 
-impl Refused {
+impl FileRefusal {
     /// Whether `e` is one of these refusals.
     pub fn is(e: &io::Error) -> bool {
-        e.get_ref().is_some_and(|inner| inner.is::<Refused>())
+        e.get_ref().is_some_and(|inner| inner.is::<FileRefusal>())
     }
 
     fn into_io(self) -> io::Error {
         let kind = match self {
-            Refused::ForeignOwner { .. } => io::ErrorKind::PermissionDenied,
-            Refused::Symlink(_) | Refused::NotRegular(_) => io::ErrorKind::InvalidInput,
+            FileRefusal::ForeignOwner { .. } => io::ErrorKind::PermissionDenied,
+            FileRefusal::Symlink(_) | FileRefusal::NotRegular(_) => io::ErrorKind::InvalidInput,
         };
         io::Error::new(kind, self)
     }
 }
 
-impl std::fmt::Display for Refused {
+impl std::fmt::Display for FileRefusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Refused::NotRegular(path) => write!(
+            FileRefusal::NotRegular(path) => write!(
                 f,
                 "{} is not a regular file; refusing to use it (tollgate uses only regular files it owns in its data \
                  directory: remove it)",
                 path.display()
             ),
-            Refused::ForeignOwner { path, uid, me } => write!(
+            FileRefusal::ForeignOwner { path, uid, me } => write!(
                 f,
                 "{} belongs to another user (uid {uid}; tollgate runs as uid {me}); refusing to use it (a file \
                  tollgate did not create may have been planted): check it, then remove it or `chown {me} {}`",
                 path.display(),
                 path.display()
             ),
-            Refused::Symlink(path) => write!(
+            FileRefusal::Symlink(path) => write!(
                 f,
                 "{} is a symbolic link; refusing to use it (tollgate reads and writes only regular files it owns in \
                  its data directory: remove the link)",
@@ -182,14 +182,14 @@ impl std::fmt::Display for Refused {
     }
 }
 
-impl std::error::Error for Refused {}
+impl std::error::Error for FileRefusal {}
 
 fn not_regular(path: &Path) -> io::Error {
-    Refused::NotRegular(path.to_path_buf()).into_io()
+    FileRefusal::NotRegular(path.to_path_buf()).into_io()
 }
 
 fn foreign_owner(path: &Path, uid: u32) -> io::Error {
-    Refused::ForeignOwner {
+    FileRefusal::ForeignOwner {
         path: path.to_path_buf(),
         uid,
         me: effective_uid(),
@@ -207,7 +207,7 @@ fn symlink_error(path: &Path, e: io::Error) -> io::Error {
 }
 
 fn refused_symlink(path: &Path) -> io::Error {
-    Refused::Symlink(path.to_path_buf()).into_io()
+    FileRefusal::Symlink(path.to_path_buf()).into_io()
 }
 
 /// Replaces `path` with `data` so that readers see either the old or the new file, never a mix: the data
@@ -690,10 +690,10 @@ mod tests {
         let link = d.join("audit.jsonl");
         std::os::unix::fs::symlink(d.join("elsewhere"), &link).unwrap();
         let e = open_owned(&link, fs::OpenOptions::new().read(true)).unwrap_err();
-        assert!(Refused::is(&e), "{e}");
+        assert!(FileRefusal::is(&e), "{e}");
         assert!(e.to_string().contains("symbolic link"), "{e}");
         let e = open_owned(&d.join("missing"), fs::OpenOptions::new().read(true)).unwrap_err();
-        assert!(!Refused::is(&e) && e.kind() == io::ErrorKind::NotFound);
+        assert!(!FileRefusal::is(&e) && e.kind() == io::ErrorKind::NotFound);
         fs::remove_dir_all(d).unwrap();
     }
 }

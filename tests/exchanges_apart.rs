@@ -11,7 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use tollgate::http::{self, Early, Exchange, HttpConfig, Incoming, Limits, ServerState, Withheld};
+use tollgate::http::{
+    self, Early, Exchange, HttpConfig, Incoming, ParseLimits, ServerState, Withheld,
+};
 
 /// Echo server: `/echo` answers the body (HEAD too); `/owned` answers the body through the writer's reused
 /// buffer (500 if that buffer is not empty when taken); `/withhold` sends a held answer of its body through
@@ -27,7 +29,7 @@ fn server() -> SocketAddr {
         })
     });
     let config = Arc::new(HttpConfig {
-        limits: Limits::default(),
+        limits: ParseLimits::default(),
         read_timeout: Duration::from_secs(30),
         write_timeout: Duration::from_secs(30),
         max_connections: 100,

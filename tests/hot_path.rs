@@ -12,14 +12,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use tollgate::http::{self, Exchange, HttpConfig, Limits, ServerState};
+use tollgate::http::{self, Exchange, HttpConfig, ParseLimits, ServerState};
 
 /// An in-process server whose handler answers each request with its body, as it received it.
 fn echo_server() -> std::net::SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let config = Arc::new(HttpConfig {
-        limits: Limits::default(),
+        limits: ParseLimits::default(),
         read_timeout: Duration::from_secs(30),
         write_timeout: Duration::from_secs(30),
         max_connections: 100,

@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::upstream::{FakeUpstream, Reply};
 use common::*;
 use serde_json::json;
-use tollgate::http::{self, Exchange, HttpConfig, Limits, ServerState};
+use tollgate::http::{self, Exchange, HttpConfig, ParseLimits, ServerState};
 
 fn chat_body(text: &str) -> Vec<u8> {
     json!({"model": "mock", "messages": [{"role": "user", "content": text}]})
@@ -172,7 +172,7 @@ fn nodelay_is_set_on_every_accepted_socket() {
     let addr = listener.local_addr().unwrap();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let config = Arc::new(HttpConfig {
-        limits: Limits::default(),
+        limits: ParseLimits::default(),
         read_timeout: Duration::from_secs(10),
         write_timeout: Duration::from_secs(10),
         max_connections: 100,

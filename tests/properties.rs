@@ -4,7 +4,7 @@
 
 use proptest::prelude::*;
 use serde_json::{json, Value};
-use tollgate::http::{parse_head, ChunkedDecoder, Limits};
+use tollgate::http::{parse_head, ChunkedDecoder, ParseLimits};
 use tollgate::protocol::canon::Request;
 use tollgate::protocol::sse::{SseEvent, SseReader};
 use tollgate::protocol::{EgressOptions, Protocol};
@@ -198,10 +198,10 @@ proptest! {
     /// HTTP heads and chunked bodies: any bytes, never a panic.
     #[test]
     fn http_parsers_never_panic(head in prop::collection::vec(any::<u8>(), 0..600), chunked in prop::collection::vec(any::<u8>(), 0..600)) {
-        let _ = parse_head(&head, &Limits::default());
+        let _ = parse_head(&head, &ParseLimits::default());
         let mut with_start = b"POST /v1/messages HTTP/1.1\r\n".to_vec();
         with_start.extend_from_slice(&head);
-        let _ = parse_head(&with_start, &Limits { max_head_bytes: 300, max_headers: 8, max_body_bytes: 100 });
+        let _ = parse_head(&with_start, &ParseLimits { max_head_bytes: 300, max_headers: 8, max_body_bytes: 100 });
         let mut dec = ChunkedDecoder::default();
         let mut out = Vec::new();
         let _ = dec.feed(&chunked, &mut out, 1000);

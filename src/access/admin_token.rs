@@ -27,7 +27,7 @@ pub const DEFAULT_ENV: &str = "TOLLGATE_ADMIN_TOKEN";
 
 /// Where a config's admin token comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Source {
+pub enum TokenSource {
     /// The value of this environment variable (read with the config).
     Env(String),
     /// The token kept in the data directory (this file).
@@ -37,14 +37,14 @@ pub enum Source {
 }
 
 /// Where `config`'s admin token comes from.
-pub fn source(config: &Config) -> Source {
+pub fn source(config: &Config) -> TokenSource {
     if config.admin_token().is_some() {
-        return Source::Env(config.admin_token_env.clone());
+        return TokenSource::Env(config.admin_token_env.clone());
     }
     if config.admin_token_env_named {
-        return Source::Closed(config.admin_token_env.clone());
+        return TokenSource::Closed(config.admin_token_env.clone());
     }
-    Source::File(config.data_dir.join(FILE))
+    TokenSource::File(config.data_dir.join(FILE))
 }
 
 /// A new token, with its SHA-256 written (privately, atomically) to `path`, replacing any before it.
@@ -102,9 +102,9 @@ pub struct AdminToken {
 impl AdminToken {
     pub fn for_config(config: &Config) -> AdminToken {
         let (fixed, file) = match source(config) {
-            Source::Env(_) => (config.admin_token().map(|t| super::token_digest(&t)), None),
-            Source::File(path) => (None, Some(path)),
-            Source::Closed(_) => (None, None),
+            TokenSource::Env(_) => (config.admin_token().map(|t| super::token_digest(&t)), None),
+            TokenSource::File(path) => (None, Some(path)),
+            TokenSource::Closed(_) => (None, None),
         };
         AdminToken {
             fixed,

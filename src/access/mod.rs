@@ -13,14 +13,14 @@ pub use crate::{budget, standing};
 use std::sync::Arc;
 
 use crate::config::{glob_match, Config};
-use crate::http::Request;
+use crate::http::HttpRequest;
 use crate::protocol::{ApiError, Cause, Protocol};
 
 pub use keys::{Identity, KeyCheck, KeyStore};
 
 /// Extracts the presented key from `x-api-key` or `Authorization: Bearer`, and checks it.
 pub fn authenticate(
-    req: &Request,
+    req: &HttpRequest,
     protocol: Protocol,
     keys: &KeyStore,
 ) -> Result<Arc<Identity>, ApiError> {

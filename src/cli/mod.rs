@@ -32,7 +32,7 @@ pub fn run(args: Args) -> i32 {
 
 /// `tollgate admin-token rotate`: a new admin token in the data directory, printed once as the last line.
 fn rotate_admin_token(config: Option<&Path>) -> i32 {
-    use crate::access::admin_token::{self, Source};
+    use crate::access::admin_token::{self, TokenSource};
     let c = match load(config) {
         Ok(c) => c,
         Err(e) => {
@@ -41,8 +41,8 @@ fn rotate_admin_token(config: Option<&Path>) -> i32 {
         }
     };
     let path = match admin_token::source(&c) {
-        Source::File(path) => path,
-        Source::Env(var) | Source::Closed(var) => {
+        TokenSource::File(path) => path,
+        TokenSource::Env(var) | TokenSource::Closed(var) => {
             eprintln!(
                 "the admin token comes from the environment variable {var} (admin_token_env): change it there and \
                  restart tollgate; remove admin_token_env from the config (and leave TOLLGATE_ADMIN_TOKEN unset) \

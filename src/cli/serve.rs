@@ -149,8 +149,8 @@ fn console_url(listener: &TcpListener) -> String {
 /// `TOLLGATE_ADMIN_TOKEN` is unset) and there is none yet, makes it and prints it once with the console's
 /// address: the console works on the first run, with no restart.
 fn first_admin_token(config: &Config, listener: &TcpListener) -> Result<(), ()> {
-    use crate::access::admin_token::{self, Source};
-    let Source::File(path) = admin_token::source(config) else {
+    use crate::access::admin_token::{self, TokenSource};
+    let TokenSource::File(path) = admin_token::source(config) else {
         return Ok(());
     };
     if std::fs::symlink_metadata(&path).is_ok() {

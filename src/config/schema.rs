@@ -5,7 +5,7 @@
 
 /// The kind of value a field takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub enum FieldKind {
     Str,
     /// A whole number of 0 or more.
     Count,
@@ -26,21 +26,21 @@ pub enum Kind {
     Tables(&'static [Field]),
 }
 
-impl Kind {
+impl FieldKind {
     /// How the kind is named in an error ("a string", "a list of tables").
     pub fn described(self) -> &'static str {
         match self {
-            Kind::Str => "a string",
-            Kind::Count => "a whole number of 0 or more",
-            Kind::Int => "a whole number",
-            Kind::Num => "a number",
-            Kind::Bool => "true or false",
-            Kind::StrList => "a list of strings",
-            Kind::CountList => "a list of whole numbers",
-            Kind::StrOrList => "a string or a list of strings",
-            Kind::NumMap => "a table of names to numbers",
-            Kind::Table(_) => "a table",
-            Kind::Tables(_) => "a list of tables",
+            FieldKind::Str => "a string",
+            FieldKind::Count => "a whole number of 0 or more",
+            FieldKind::Int => "a whole number",
+            FieldKind::Num => "a number",
+            FieldKind::Bool => "true or false",
+            FieldKind::StrList => "a list of strings",
+            FieldKind::CountList => "a list of whole numbers",
+            FieldKind::StrOrList => "a string or a list of strings",
+            FieldKind::NumMap => "a table of names to numbers",
+            FieldKind::Table(_) => "a table",
+            FieldKind::Tables(_) => "a list of tables",
         }
     }
 }
@@ -49,11 +49,11 @@ impl Kind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Field {
     pub name: &'static str,
-    pub kind: Kind,
+    pub kind: FieldKind,
     pub required: bool,
 }
 
-const fn f(name: &'static str, kind: Kind) -> Field {
+const fn f(name: &'static str, kind: FieldKind) -> Field {
     Field {
         name,
         kind,
@@ -61,7 +61,7 @@ const fn f(name: &'static str, kind: Kind) -> Field {
     }
 }
 
-const fn required(name: &'static str, kind: Kind) -> Field {
+const fn required(name: &'static str, kind: FieldKind) -> Field {
     Field {
         name,
         kind,
@@ -69,7 +69,7 @@ const fn required(name: &'static str, kind: Kind) -> Field {
     }
 }
 
-use Kind::*;
+use FieldKind::*;
 
 /// `[[upstreams]]`.
 pub const UPSTREAM: &[Field] = &[

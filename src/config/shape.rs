@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use toml::de::{DeArray, DeTable, DeValue};
 use toml::Spanned;
 
-use super::schema::{Field, Kind};
+use super::schema::{Field, FieldKind};
 use super::{err, ConfigError};
 
 /// Line numbers (1-based) of byte offsets in a text.
@@ -165,7 +165,7 @@ fn walk(
 
 /// Whether `value` is of `kind` (tables inside are checked, and what does not fit in them taken out).
 fn fits(
-    kind: Kind,
+    kind: FieldKind,
     value: &mut Spanned<DeValue<'_>>,
     path: &str,
     lines: &Lines,
@@ -174,23 +174,23 @@ fn fits(
     let span = value.span();
     let v = value.get_mut();
     match kind {
-        Kind::Str => v.is_str(),
-        Kind::Count => count(v),
-        Kind::Int => v.is_integer(),
-        Kind::Num => v.is_integer() || v.is_float(),
-        Kind::Bool => v.is_bool(),
-        Kind::StrList => v
+        FieldKind::Str => v.is_str(),
+        FieldKind::Count => count(v),
+        FieldKind::Int => v.is_integer(),
+        FieldKind::Num => v.is_integer() || v.is_float(),
+        FieldKind::Bool => v.is_bool(),
+        FieldKind::StrList => v
             .as_array()
             .is_some_and(|a| a.iter().all(|x| x.get_ref().is_str())),
-        Kind::CountList => v
+        FieldKind::CountList => v
             .as_array()
             .is_some_and(|a| a.iter().all(|x| count(x.get_ref()))),
-        Kind::StrOrList => {
+        FieldKind::StrOrList => {
             v.is_str()
                 || v.as_array()
                     .is_some_and(|a| a.iter().all(|x| x.get_ref().is_str()))
         }
-        Kind::NumMap => match v {
+        FieldKind::NumMap => match v {
             DeValue::Table(t) => {
                 for (k, _) in t.iter() {
                     out.lines
@@ -201,14 +201,14 @@ fn fits(
             }
             _ => false,
         },
-        Kind::Table(fields) => match v {
+        FieldKind::Table(fields) => match v {
             DeValue::Table(t) => {
                 walk(t, span, fields, path, lines, out);
                 true
             }
             _ => false,
         },
-        Kind::Tables(fields) => match v {
+        FieldKind::Tables(fields) => match v {
             DeValue::Array(items) if items.iter().all(|i| i.get_ref().is_table()) => {
                 for (i, item) in items.iter_mut().enumerate() {
                     let here = format!("{path}[{i}]");
@@ -233,13 +233,15 @@ fn count(v: &DeValue<'_>) -> bool {
 }
 
 /// The empty value of a kind that stands in for a field a table needs.
-fn stand_in(kind: Kind) -> DeValue<'static> {
+fn stand_in(kind: FieldKind) -> DeValue<'static> {
     match kind {
-        Kind::StrList | Kind::CountList | Kind::Tables(_) => DeValue::Array(DeArray::new()),
-        Kind::Table(_) | Kind::NumMap => DeValue::Table(DeTable::new()),
-        Kind::Bool => DeValue::Boolean(false),
-        Kind::Count | Kind::Int | Kind::Num => DeValue::Integer(Default::default()),
-        Kind::Str | Kind::StrOrList => DeValue::String(Cow::Borrowed("")),
+        FieldKind::StrList | FieldKind::CountList | FieldKind::Tables(_) => {
+            DeValue::Array(DeArray::new())
+        }
+        FieldKind::Table(_) | FieldKind::NumMap => DeValue::Table(DeTable::new()),
+        FieldKind::Bool => DeValue::Boolean(false),
+        FieldKind::Count | FieldKind::Int | FieldKind::Num => DeValue::Integer(Default::default()),
+        FieldKind::Str | FieldKind::StrOrList => DeValue::String(Cow::Borrowed("")),
     }
 }
 

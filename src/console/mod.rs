@@ -16,7 +16,7 @@ use crate::audit::Action;
 use crate::gateway::respond;
 use crate::gateway::trace::Trace;
 use crate::gateway::Gateway;
-use crate::http::{Exchange, Request};
+use crate::http::{Exchange, HttpRequest};
 use crate::protocol::{ApiError, Cause, ErrorKind};
 
 pub use assets::serve as serve_ui;
@@ -28,7 +28,7 @@ pub fn authorize(gw: &Gateway, ex: &Exchange) -> Result<(), ApiError> {
 
 /// Checks the admin token of a request from `addr` (its head is enough: the head screen asks before a body
 /// is read), held off while the address is guessing.
-pub fn authorize_head(gw: &Gateway, request: &Request, addr: IpAddr) -> Result<(), ApiError> {
+pub fn authorize_head(gw: &Gateway, request: &HttpRequest, addr: IpAddr) -> Result<(), ApiError> {
     let Some(expected) = &gw.admin_token.digest() else {
         let how = if gw.admin_token.configured() {
             "Make one with `tollgate admin-token rotate` (no restart needed).".to_string()
@@ -81,14 +81,14 @@ pub fn authorize_head(gw: &Gateway, request: &Request, addr: IpAddr) -> Result<(
 pub fn handle(gw: &Gateway, ex: &mut Exchange, trace: &Trace) {
     let result = authorize(gw, ex).and_then(|()| audited(gw, ex, trace));
     match result {
-        Ok(Answer::Json(v)) => respond::json(
+        Ok(AdminReply::Json(v)) => respond::json(
             ex.response(),
             trace,
             200,
             v.to_string().as_bytes(),
             &[("cache-control", "no-store")],
         ),
-        Ok(Answer::Csv(body)) => {
+        Ok(AdminReply::Csv(body)) => {
             let headers = trace.headers(&[
                 ("content-type", "text/csv; charset=utf-8"),
                 (
@@ -104,14 +104,14 @@ pub fn handle(gw: &Gateway, ex: &mut Exchange, trace: &Trace) {
 }
 
 /// What an admin call answers.
-pub enum Answer {
+pub enum AdminReply {
     Json(Value),
     Csv(String),
 }
 
 /// Runs an admin call; a change that succeeded is appended to the audit trail with its state before and
 /// after. The audit file is opened before the change: a change it could not record is refused (503).
-fn audited(gw: &Gateway, ex: &Exchange, trace: &Trace) -> Result<Answer, ApiError> {
+fn audited(gw: &Gateway, ex: &Exchange, trace: &Trace) -> Result<AdminReply, ApiError> {
     let change = audit_target(ex);
     let trail = match change {
         Some(_) => Some(
@@ -128,14 +128,14 @@ fn audited(gw: &Gateway, ex: &Exchange, trace: &Trace) -> Result<Answer, ApiErro
     };
     let before = change.as_ref().map(|(kind, name)| state_of(gw, kind, name));
     let answer = route(gw, ex)?;
-    if let (Some((kind, name)), Some(trail), Answer::Json(v)) = (change, trail, &answer) {
+    if let (Some((kind, name)), Some(trail), AdminReply::Json(v)) = (change, trail, &answer) {
         // A new key or group is named in the answer.
         let name = name.or_else(|| v["name"].as_str().map(str::to_string));
         if let Some(name) = name {
             let after = state_of(gw, kind, &Some(name.clone()));
             let before = before.unwrap_or(Value::Null);
             let action = action_of(&ex.request.method, kind, &ex.request.path, &before, &after);
-            let mut entry = crate::audit::Entry::new(
+            let mut entry = crate::audit::AuditEntry::new(
                 crate::audit::ACTOR_ADMIN,
                 action,
                 format!("{kind} {name}"),
@@ -230,7 +230,7 @@ fn action_of(method: &str, kind: &str, path: &str, before: &Value, after: &Value
     }
 }
 
-fn route(gw: &Gateway, ex: &Exchange) -> Result<Answer, ApiError> {
+fn route(gw: &Gateway, ex: &Exchange) -> Result<AdminReply, ApiError> {
     let method = ex.request.method.as_str();
     let path = ex.request.path.trim_end_matches('/');
     let parts: Vec<String> = path
@@ -248,32 +248,32 @@ fn route(gw: &Gateway, ex: &Exchange) -> Result<Answer, ApiError> {
             .map_err(|e| ApiError::invalid(format!("The request body is not valid JSON: {e}.")))
     };
     match (method, parts.as_slice()) {
-        ("GET", ["overview"]) => usage::overview(gw, ex).map(Answer::Json),
-        ("GET", ["audit"]) => audit(gw, ex).map(Answer::Json),
-        ("GET", ["settings"]) => Ok(Answer::Json(json!({
+        ("GET", ["overview"]) => usage::overview(gw, ex).map(AdminReply::Json),
+        ("GET", ["audit"]) => audit(gw, ex).map(AdminReply::Json),
+        ("GET", ["settings"]) => Ok(AdminReply::Json(json!({
             "currency": gw.config().currency,
             "version": env!("CARGO_PKG_VERSION"),
             "ledger": usage::ledger_files(gw),
         }))),
-        ("GET", ["usage"]) if ex.request.query_param("format").as_deref() == Some("csv") => usage::csv(gw, ex).map(Answer::Csv),
-        ("GET", ["usage.csv"]) => usage::csv(gw, ex).map(Answer::Csv),
-        ("GET", ["usage"]) => usage::records(gw, ex).map(Answer::Json),
-        ("GET", ["keys"]) => Ok(Answer::Json(manage::keys(gw))),
-        ("POST", ["keys"]) => manage::create_key(gw, &body()?).map(Answer::Json),
-        ("POST", ["keys", name, "revoke"]) => manage::revoke_key(gw, name).map(Answer::Json),
-        ("POST", ["keys", name, "rotate"]) => manage::rotate_key(gw, name).map(Answer::Json),
-        ("POST", ["keys", name, "enable"]) => manage::enable_key(gw, name).map(Answer::Json),
-        ("POST", ["keys", name, "budget"]) => manage::set_budget(gw, name, &body()?).map(Answer::Json),
-        ("POST", ["keys", name, "expires"]) => manage::set_expiry(gw, name, &body()?).map(Answer::Json),
-        ("POST", ["keys", name, "group"]) => manage::move_key(gw, name, &body()?).map(Answer::Json),
-        ("DELETE", ["keys", name]) => manage::delete_key(gw, name).map(Answer::Json),
-        ("POST", ["keys", name, "credit"]) => manage::credit(gw, name, &body()?).map(Answer::Json),
-        ("GET", ["groups"]) => Ok(Answer::Json(manage::groups(gw))),
-        ("POST", ["groups"]) => manage::save_group(gw, &body()?, None).map(Answer::Json),
-        ("DELETE", ["groups", name]) => manage::delete_group(gw, name).map(Answer::Json),
-        ("PUT" | "POST", ["groups", name]) => manage::save_group(gw, &body()?, Some(name)).map(Answer::Json),
-        ("GET", ["models"]) => Ok(Answer::Json(manage::models(gw, ex.request.query_param("probe").is_some()))),
-        ("POST" | "PATCH", ["models", name]) => manage::change_model(gw, name, &body()?).map(Answer::Json),
+        ("GET", ["usage"]) if ex.request.query_param("format").as_deref() == Some("csv") => usage::csv(gw, ex).map(AdminReply::Csv),
+        ("GET", ["usage.csv"]) => usage::csv(gw, ex).map(AdminReply::Csv),
+        ("GET", ["usage"]) => usage::records(gw, ex).map(AdminReply::Json),
+        ("GET", ["keys"]) => Ok(AdminReply::Json(manage::keys(gw))),
+        ("POST", ["keys"]) => manage::create_key(gw, &body()?).map(AdminReply::Json),
+        ("POST", ["keys", name, "revoke"]) => manage::revoke_key(gw, name).map(AdminReply::Json),
+        ("POST", ["keys", name, "rotate"]) => manage::rotate_key(gw, name).map(AdminReply::Json),
+        ("POST", ["keys", name, "enable"]) => manage::enable_key(gw, name).map(AdminReply::Json),
+        ("POST", ["keys", name, "budget"]) => manage::set_budget(gw, name, &body()?).map(AdminReply::Json),
+        ("POST", ["keys", name, "expires"]) => manage::set_expiry(gw, name, &body()?).map(AdminReply::Json),
+        ("POST", ["keys", name, "group"]) => manage::move_key(gw, name, &body()?).map(AdminReply::Json),
+        ("DELETE", ["keys", name]) => manage::delete_key(gw, name).map(AdminReply::Json),
+        ("POST", ["keys", name, "credit"]) => manage::credit(gw, name, &body()?).map(AdminReply::Json),
+        ("GET", ["groups"]) => Ok(AdminReply::Json(manage::groups(gw))),
+        ("POST", ["groups"]) => manage::save_group(gw, &body()?, None).map(AdminReply::Json),
+        ("DELETE", ["groups", name]) => manage::delete_group(gw, name).map(AdminReply::Json),
+        ("PUT" | "POST", ["groups", name]) => manage::save_group(gw, &body()?, Some(name)).map(AdminReply::Json),
+        ("GET", ["models"]) => Ok(AdminReply::Json(manage::models(gw, ex.request.query_param("probe").is_some()))),
+        ("POST" | "PATCH", ["models", name]) => manage::change_model(gw, name, &body()?).map(AdminReply::Json),
         _ => Err(ApiError::not_found(format!(
             "Unknown admin endpoint {method} {path}. See docs/ACCESS.md (\"Admin API\") for the list."
         ))),
@@ -293,7 +293,7 @@ fn audit(gw: &Gateway, ex: &Exchange) -> Result<Value, ApiError> {
     // With a store, every instance's changes; this instance's own file while the store does not answer.
     if let Some(store) = &gw.store {
         if let Ok(lines) = store.audit_newest(limit) {
-            let entries: Vec<crate::audit::Entry> = lines
+            let entries: Vec<crate::audit::AuditEntry> = lines
                 .iter()
                 .filter_map(|l| serde_json::from_str(l).ok())
                 .collect();

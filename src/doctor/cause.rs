@@ -1,15 +1,15 @@
 //! The likely cause of a failed step: the specification's status table (its "Errors" section) and its
 //! streaming symptoms, made specific where the answer allows.
 
-use super::kinds::{self, Connect, Kind, Outcome};
-use super::url::{self, Shape};
+use super::kinds::{self, Connect, Kind, ProbeOutcome};
+use super::url::{self, UrlShape};
 use crate::protocol::Protocol;
 
 /// The likely cause of a failed step, from the specification's status table and stream symptoms.
 pub fn likely_cause(
-    o: &Outcome,
-    plain: Option<&Outcome>,
-    shape: &Shape,
+    o: &ProbeOutcome,
+    plain: Option<&ProbeOutcome>,
+    shape: &UrlShape,
     model: &str,
     in_container: bool,
 ) -> String {
@@ -19,7 +19,7 @@ pub fn likely_cause(
     if o.url.is_empty() {
         return "the base URL is unusable: fix it as step 1 says.".into();
     }
-    let plain_passed = plain.is_some_and(Outcome::passed);
+    let plain_passed = plain.is_some_and(ProbeOutcome::passed);
     // Failures only a stream can have, and those that are stream symptoms when the same request without
     // streaming worked.
     let stream_symptom = f.kind.is_stream_only()
@@ -99,7 +99,7 @@ fn stream_cause(kind: Kind, plain_passed: bool) -> String {
 }
 
 /// No HTTP answer: what each way of failing to connect usually means.
-fn connect_cause(c: Connect, o: &Outcome, shape: &Shape, in_container: bool) -> String {
+fn connect_cause(c: Connect, o: &ProbeOutcome, shape: &UrlShape, in_container: bool) -> String {
     let loopback_hint =
         if in_container && (shape.host == "localhost" || shape.host.starts_with("127.")) {
             " Inside this container, 127.0.0.1 and localhost are the container itself."
@@ -130,7 +130,13 @@ fn connect_cause(c: Connect, o: &Outcome, shape: &Shape, in_container: bool) -> 
 }
 
 /// The specification's status table, made specific where the answer allows.
-fn status_cause(s: u16, f: &kinds::Failure, proto: Protocol, shape: &Shape, model: &str) -> String {
+fn status_cause(
+    s: u16,
+    f: &kinds::Failure,
+    proto: Protocol,
+    shape: &UrlShape,
+    model: &str,
+) -> String {
     let message = f.message.as_deref().unwrap_or("");
     let code = f.code.as_deref().unwrap_or("");
     match s {
@@ -211,7 +217,7 @@ fn sends_x_api_key(proto: Protocol) -> bool {
 }
 
 /// A 404 or 405 that is not about the model: the base URL of the other SDK family, or a wrong path.
-fn path_cause(s: u16, proto: Protocol, shape: &Shape) -> String {
+fn path_cause(s: u16, proto: Protocol, shape: &UrlShape) -> String {
     if !shape.has_errors() {
         if let Some(m) = family_mismatch(proto, shape) {
             return format!("{s}: {m}");
@@ -247,7 +253,7 @@ fn origin_of(u: &str) -> &str {
 
 /// A base URL of the other SDK family's form: OpenAI SDKs want `/v1` in it, Anthropic's do not. Says which
 /// URL the SDK built and what to give it instead.
-fn family_mismatch(proto: Protocol, shape: &Shape) -> Option<String> {
+fn family_mismatch(proto: Protocol, shape: &UrlShape) -> Option<String> {
     let (base, root) = (shape.base.as_deref()?, shape.root.as_deref()?);
     let with_v1 = base.to_ascii_lowercase().ends_with("/v1");
     let (vendor, sdk, clients) = (proto.vendor, proto.sdk_path(), proto.clients);

@@ -84,7 +84,7 @@ impl Failure {
 
 /// What one request did.
 #[derive(Clone, Debug)]
-pub struct Outcome {
+pub struct ProbeOutcome {
     pub proto: Protocol,
     pub stream: bool,
     pub url: String,
@@ -107,10 +107,15 @@ pub struct Outcome {
     pub notes: Vec<String>,
 }
 
-impl Outcome {
+impl ProbeOutcome {
     /// A request to `url` that has not been answered yet: nothing received, nothing failed.
-    pub fn new(proto: Protocol, stream: bool, url: String, client_request_id: &str) -> Outcome {
-        Outcome {
+    pub fn new(
+        proto: Protocol,
+        stream: bool,
+        url: String,
+        client_request_id: &str,
+    ) -> ProbeOutcome {
+        ProbeOutcome {
             proto,
             stream,
             url,

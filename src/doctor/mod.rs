@@ -82,7 +82,7 @@ use std::io::Write;
 
 use crate::protocol::{Protocol, ALL};
 use args::ArgError;
-use kinds::{Connect, Kind, Outcome};
+use kinds::{Connect, Kind, ProbeOutcome};
 use text::{clip, fmt_duration};
 use url::{Finding, Severity};
 
@@ -189,7 +189,7 @@ fn usable_arguments(args: &DoctorArgs) -> Result<(Vec<Protocol>, String), ArgErr
 /// What every step needs: what is checked, where, with what key and model.
 struct Check<'a> {
     protocols: &'a [Protocol],
-    shape: &'a url::Shape,
+    shape: &'a url::UrlShape,
     /// The key and the model as sent (cleaned), and the key as given.
     key: &'a str,
     given_key: &'a str,
@@ -205,7 +205,7 @@ struct Check<'a> {
 struct Run<'a> {
     started_unix: u64,
     setup_errors: &'a [String],
-    outcomes: &'a [Outcome],
+    outcomes: &'a [ProbeOutcome],
     causes: &'a [Option<String>],
     failed_steps: usize,
 }
@@ -358,10 +358,10 @@ impl Check<'_> {
 
     /// Steps 2..: per protocol, the minimal request, then the same streamed; each printed as it ends.
     /// Returns the outcomes and, for each, the likely cause of its failure.
-    fn requests(&self, out: &mut impl Write) -> (Vec<Outcome>, Vec<Option<String>>) {
+    fn requests(&self, out: &mut impl Write) -> (Vec<ProbeOutcome>, Vec<Option<String>>) {
         let agent = probe::agent();
         let run_id = crate::util::random_base62(10);
-        let mut outcomes: Vec<Outcome> = Vec::new();
+        let mut outcomes: Vec<ProbeOutcome> = Vec::new();
         let mut causes: Vec<Option<String>> = Vec::new();
         let mut step = 1;
         for &proto in self.protocols {
@@ -401,7 +401,7 @@ impl Check<'_> {
 
     /// The support report of this check.
     fn report(&self, run: &Run) -> String {
-        report::render(&report::Facts {
+        report::render(&report::ReportFacts {
             started_unix: run.started_unix,
             local_offset: report::local_offset(),
             os: report::os_description(),
@@ -580,8 +580,8 @@ fn check_model(given: &str) -> (String, Vec<Finding>) {
 }
 
 /// A step that could not be tried: no URL could be derived from the base URL.
-pub(crate) fn not_sent(proto: Protocol, stream: bool, client_id: &str) -> Outcome {
-    let mut o = Outcome::new(proto, stream, String::new(), client_id);
+pub(crate) fn not_sent(proto: Protocol, stream: bool, client_id: &str) -> ProbeOutcome {
+    let mut o = ProbeOutcome::new(proto, stream, String::new(), client_id);
     o.failure = Some(kinds::Failure::new(
         Kind::Connect(Connect::Other),
         "not sent: the base URL gives no usable address (see step 1)",
@@ -594,7 +594,12 @@ fn field(out: &mut impl Write, label: &str, value: &str) {
     let _ = writeln!(out, "    {label:<11} {value}");
 }
 
-fn print_outcome(out: &mut impl Write, o: &Outcome, cause: Option<&str>, scrub: &report::Scrubber) {
+fn print_outcome(
+    out: &mut impl Write,
+    o: &ProbeOutcome,
+    cause: Option<&str>,
+    scrub: &report::Scrubber,
+) {
     let _ = writeln!(out, "{}", if o.passed() { "PASS" } else { "FAIL" });
     if !o.url.is_empty() {
         field(out, "request", &format!("POST {}", o.url));

@@ -4,7 +4,7 @@
 
 use super::answer::{answer_text, error_fields, stop_reason};
 use super::kinds::{
-    classify, Connect, Failure, Kind, Outcome, PLAIN_TIMEOUT, PROMPT, STREAM_TIMEOUT,
+    classify, Connect, Failure, Kind, ProbeOutcome, PLAIN_TIMEOUT, PROMPT, STREAM_TIMEOUT,
 };
 use super::stream::{read_stream, StreamRead};
 use super::text::{clip, fmt_duration};
@@ -37,9 +37,9 @@ pub fn run(
     model: &str,
     stream: bool,
     client_request_id: &str,
-) -> Outcome {
+) -> ProbeOutcome {
     let url = format!("{base}{}", proto.sdk_request_path(model, stream));
-    let mut out = Outcome::new(proto, stream, url.clone(), client_request_id);
+    let mut out = ProbeOutcome::new(proto, stream, url.clone(), client_request_id);
     let body = proto.probe.probe_body(model, PROMPT, stream).to_string();
     let req = request(agent, &url, proto, key, stream, client_request_id);
     let start = Instant::now();
@@ -140,7 +140,7 @@ struct Head {
 
 /// Notes the status, content type and ids of the response head in `out`.
 fn read_head(
-    out: &mut Outcome,
+    out: &mut ProbeOutcome,
     resp: &ureq::http::Response<ureq::Body>,
     client_request_id: &str,
 ) -> Head {
@@ -168,7 +168,7 @@ fn read_head(
 
 /// A stream read to its end: its text and events, a failure when it carried no text, and a note when
 /// every event came at once after a long silence.
-fn take_stream(out: &mut Outcome, r: StreamRead) {
+fn take_stream(out: &mut ProbeOutcome, r: StreamRead) {
     out.first_text = r.first_text;
     out.events = r.events;
     out.text = r.text;
@@ -214,7 +214,7 @@ fn body_broke(e: io::Error, status: u16) -> Failure {
 }
 
 /// A whole body: an error answer, a stream request answered without a stream, or the answer's text.
-fn take_body(out: &mut Outcome, head: &Head, bytes: &[u8]) {
+fn take_body(out: &mut ProbeOutcome, head: &Head, bytes: &[u8]) {
     let status = head.status;
     let text = String::from_utf8_lossy(bytes).into_owned();
     let json: Option<Value> = serde_json::from_slice(bytes).ok();

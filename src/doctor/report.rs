@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::kinds::{Outcome, MAX_DETAIL, PROMPT};
+use super::kinds::{ProbeOutcome, MAX_DETAIL, PROMPT};
 use super::text::{clip, fmt_duration};
 use crate::protocol::Protocol;
 
@@ -194,7 +194,7 @@ pub fn proxy_setting() -> String {
 }
 
 /// Everything the report says.
-pub struct Facts<'a> {
+pub struct ReportFacts<'a> {
     pub started_unix: u64,
     pub local_offset: Option<i64>,
     pub os: String,
@@ -209,7 +209,7 @@ pub struct Facts<'a> {
     pub redacted_url: &'a str,
     /// What step 1 found wrong with the base URL, the key or the model.
     pub setup_errors: &'a [String],
-    pub outcomes: &'a [Outcome],
+    pub outcomes: &'a [ProbeOutcome],
     /// The likely cause of each failed outcome, by index.
     pub causes: &'a [Option<String>],
     pub failed_steps: usize,
@@ -217,7 +217,7 @@ pub struct Facts<'a> {
 }
 
 /// The support report, ready to paste.
-pub fn render(f: &Facts) -> String {
+pub fn render(f: &ReportFacts) -> String {
     let scrub = Scrubber {
         key: f.key,
         also: f.given_key,
@@ -238,7 +238,7 @@ pub fn render(f: &Facts) -> String {
 }
 
 /// `Label:        value` lines: time, client, machine, what was checked, and the verdict.
-fn facts_lines(r: &mut String, f: &Facts) {
+fn facts_lines(r: &mut String, f: &ReportFacts) {
     let mut line = |k: &str, v: &str| {
         let _ = writeln!(r, "{:<16}{}", format!("{k}:"), v);
     };
@@ -291,7 +291,7 @@ fn facts_lines(r: &mut String, f: &Facts) {
 }
 
 /// One line per request: protocol, streaming, verdict, status, time and both request ids.
-fn requests_lines(r: &mut String, f: &Facts) {
+fn requests_lines(r: &mut String, f: &ReportFacts) {
     let _ = writeln!(r, "Requests:");
     for o in f.outcomes {
         let _ = writeln!(
@@ -312,7 +312,7 @@ fn requests_lines(r: &mut String, f: &Facts) {
 }
 
 /// What each protocol's minimal non-streaming request gave.
-fn plain_results_lines(r: &mut String, f: &Facts) {
+fn plain_results_lines(r: &mut String, f: &ReportFacts) {
     let _ = writeln!(r, "Minimal request (non-streaming) results:");
     for p in f.protocols {
         let Some(o) = f.outcomes.iter().find(|o| o.proto == *p && !o.stream) else {
@@ -331,7 +331,7 @@ fn plain_results_lines(r: &mut String, f: &Facts) {
 }
 
 /// Step 1's errors, then each failed request's error on one line with its likely cause; or `none`.
-fn errors_lines(r: &mut String, f: &Facts, scrub: &Scrubber) {
+fn errors_lines(r: &mut String, f: &ReportFacts, scrub: &Scrubber) {
     if f.setup_errors.is_empty() && f.failed_steps == 0 {
         let _ = writeln!(r, "Errors:         none");
         return;

@@ -20,7 +20,7 @@ pub struct Finding {
 
 /// The result of looking at a base URL.
 #[derive(Clone, Debug)]
-pub struct Shape {
+pub struct UrlShape {
     /// `scheme://host[:port][/prefix]` without a trailing `/v1`, credentials, query or fragment; the endpoints
     /// are `{root}/v1/...`. `None` when no request can be sent.
     pub root: Option<String>,
@@ -35,7 +35,7 @@ pub struct Shape {
     pub findings: Vec<Finding>,
 }
 
-impl Shape {
+impl UrlShape {
     pub fn has_errors(&self) -> bool {
         self.findings.iter().any(|f| f.severity == Severity::Error)
     }
@@ -128,10 +128,10 @@ const ENDPOINT_SUFFIXES: &[&str] = &[
 ];
 
 /// Looks at a base URL. `in_container` adds a note when the host is the loopback address.
-pub fn analyze(input: &str, in_container: bool) -> Shape {
+pub fn analyze(input: &str, in_container: bool) -> UrlShape {
     let mut findings = Vec::new();
     let s = without_whitespace(input, &mut findings);
-    let fail = |redacted: String, host: String, findings: Vec<Finding>| Shape {
+    let fail = |redacted: String, host: String, findings: Vec<Finding>| UrlShape {
         root: None,
         base: None,
         redacted,
@@ -163,7 +163,7 @@ pub fn analyze(input: &str, in_container: bool) -> Shape {
     let origin = format!("{scheme}://{}", u.host_port);
     let root_path = check_path(u.path, &origin, &mut findings);
     check_host(&host, &scheme, in_container, &mut findings);
-    Shape {
+    UrlShape {
         root: Some(format!("{origin}{root_path}")),
         base: Some(format!("{origin}{}", u.path.trim_end_matches('/'))),
         redacted,
@@ -576,7 +576,7 @@ pub fn redact_parts(url: &str) -> String {
 mod tests {
     use super::*;
 
-    fn errors(s: &Shape) -> Vec<&str> {
+    fn errors(s: &UrlShape) -> Vec<&str> {
         s.findings
             .iter()
             .filter(|f| f.severity == Severity::Error)

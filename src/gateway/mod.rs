@@ -27,7 +27,7 @@ pub struct Gateway {
     pub(crate) live: std::sync::RwLock<Arc<Config>>,
     pub(crate) overrides: std::sync::Mutex<crate::config::Overrides>,
     /// Local model servers found by discovery, and what they serve.
-    pub(crate) discovered: std::sync::Mutex<Vec<crate::upstream::discovery::Server>>,
+    pub(crate) discovered: std::sync::Mutex<Vec<crate::upstream::discovery::LocalServer>>,
     pub keys: Arc<KeyStore>,
     pub agent: ureq::Agent,
     pub started_unix: u64,
@@ -39,7 +39,7 @@ pub struct Gateway {
     /// Holds off addresses that keep presenting wrong admin tokens.
     pub admin_guard: crate::access::guard::Guard,
     /// Live per-model availability for the console.
-    pub stats: stats::Stats,
+    pub stats: stats::UsageStats,
     pub metrics: metrics::Metrics,
     pub breakers: crate::upstream::breaker::Breakers,
     /// Requests in flight, first-byte times and 429 cool-downs per upstream; weighted models' rotation.
@@ -102,7 +102,7 @@ impl Gateway {
     }
 
     /// Discovery's latest look at the local servers: what changed is logged, and put in force at once.
-    pub fn discovered(&self, servers: Vec<crate::upstream::discovery::Server>) {
+    pub fn discovered(&self, servers: Vec<crate::upstream::discovery::LocalServer>) {
         {
             let mut d = match self.discovered.lock() {
                 Ok(g) => g,
@@ -148,7 +148,7 @@ impl Gateway {
     }
 
     /// The servers discovery knows of.
-    pub fn discovered_servers(&self) -> Vec<crate::upstream::discovery::Server> {
+    pub fn discovered_servers(&self) -> Vec<crate::upstream::discovery::LocalServer> {
         match self.discovered.lock() {
             Ok(g) => g.clone(),
             Err(p) => p.into_inner().clone(),

@@ -22,12 +22,12 @@ struct ModelStats {
 
 /// Per-model counters, updated when a request that reached an upstream ends.
 #[derive(Default)]
-pub struct Stats {
+pub struct UsageStats {
     models: Mutex<HashMap<String, ModelStats>>,
     probes: Mutex<HashMap<String, (Instant, Value)>>,
 }
 
-impl Stats {
+impl UsageStats {
     pub fn observe(&self, model: &str, latency_ms: u64, failed: bool, error: Option<&str>) {
         self.observe_at(model, latency_ms, failed, error, crate::util::unix_millis());
     }

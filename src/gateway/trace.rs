@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::watchdog;
-use crate::http::{Exchange, Request};
+use crate::http::{Exchange, HttpRequest};
 use crate::protocol::codec::Framing;
 use crate::protocol::Protocol;
 
@@ -39,7 +39,7 @@ pub struct Trace {
 }
 
 /// The client's own request id (`x-client-request-id`), when it sent a usable one (echoed and recorded).
-pub fn client_request_id(req: &Request) -> Option<&str> {
+pub fn client_request_id(req: &HttpRequest) -> Option<&str> {
     req.header("x-client-request-id")
         .filter(|v| !v.is_empty() && v.len() <= 512)
 }

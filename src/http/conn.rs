@@ -9,7 +9,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::request::{parse_head, Body, BodyKind, ChunkedDecoder, HttpError, Request};
+use super::request::{parse_head, Body, BodyKind, ChunkedDecoder, HttpError, HttpRequest};
 use super::response::ResponseWriter;
 use super::shared::{Early, HttpConfig, Incoming, ServerState};
 
@@ -48,7 +48,7 @@ pub(super) enum Phase {
 }
 
 pub(super) struct Partial {
-    request: Request,
+    request: HttpRequest,
     chunked: Option<ChunkedDecoder>,
     length: u64,
     /// Where the body begins in the connection's buffer (after its head; 0 for a chunked body, gathered
@@ -59,7 +59,7 @@ pub(super) struct Partial {
 /// What a connection has, after reading what the kernel had.
 pub(super) enum Step {
     /// A whole request, ready to serve.
-    Request(Request),
+    Request(HttpRequest),
     /// Not enough yet: park it in the poller.
     More,
     /// The client is gone, or closed between requests: close quietly.

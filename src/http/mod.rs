@@ -16,11 +16,11 @@ mod shared;
 
 pub use request::{
     decode_path_segment, form_decode, parse_head, Body, BodyKind, ChunkedDecoder, Headers,
-    HttpError, Limits, Request, SegmentError,
+    HttpError, HttpRequest, ParseLimits, SegmentError,
 };
 pub use response::{reason, Reframe, ResponseWriter, SharedStream, Withheld};
 pub use server::{start, Server};
 pub use shared::{
-    Early, ErrorRenderer, Exchange, Handler, HttpConfig, Incoming, Overloaded, PerClient, Screen,
-    ServerState, StartError,
+    Early, ErrorRenderer, Exchange, Handler, HttpConfig, HttpStartError, Incoming, Overloaded,
+    PerClient, Screen, ServerState,
 };

@@ -24,9 +24,9 @@ use crossbeam_channel::{Receiver, Sender, TrySendError};
 
 use super::conn::{Conn, Phase, Refusal, Step};
 use super::poller::{Poller, Waker};
-use super::request::Request;
+use super::request::HttpRequest;
 use super::shared::{
-    send_rendered, ErrorRenderer, Exchange, Handler, HttpConfig, ServerState, StartError,
+    send_rendered, ErrorRenderer, Exchange, Handler, HttpConfig, HttpStartError, ServerState,
 };
 
 /// How often the timer looks for connections past their deadline.
@@ -86,7 +86,7 @@ fn index_of(token: u64) -> (usize, u32) {
 struct Pending {
     token: u64,
     conn: Box<Conn>,
-    request: Request,
+    request: HttpRequest,
     received: Instant,
 }
 
@@ -97,11 +97,11 @@ impl Pool {
         state: Arc<ServerState>,
         handler: Arc<Handler>,
         render_error: Arc<ErrorRenderer>,
-    ) -> Result<Pool, StartError> {
-        let poller = Poller::new().map_err(StartError::Poller)?;
+    ) -> Result<Pool, HttpStartError> {
+        let poller = Poller::new().map_err(HttpStartError::Poller)?;
         let waker = Waker::new()
             .and_then(|w| poller.add_level(w.fd(), STOP).map(|()| w))
-            .map_err(StartError::Waker)?;
+            .map_err(HttpStartError::Waker)?;
         let (queue_tx, queue_rx) = crossbeam_channel::bounded(config.queue_size.max(1));
         let (timer_stop, timer_stopped) = crossbeam_channel::bounded(0);
         let threads = config.workers + 1;
@@ -133,7 +133,7 @@ impl Pool {
                 Ok(h) => handles.push(h),
                 Err(e) => {
                     pool.stop_threads(handles);
-                    return Err(StartError::Worker(i, e));
+                    return Err(HttpStartError::Worker(i, e));
                 }
             }
         }
@@ -143,7 +143,7 @@ impl Pool {
             Ok(h) => handles.push(h),
             Err(e) => {
                 pool.stop_threads(handles);
-                return Err(StartError::Timer(e));
+                return Err(HttpStartError::Timer(e));
             }
         }
         *lock(&pool.threads) = handles;

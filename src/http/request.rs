@@ -7,15 +7,15 @@ use std::fmt;
 
 /// Size and count limits applied while parsing.
 #[derive(Clone, Copy, Debug)]
-pub struct Limits {
+pub struct ParseLimits {
     pub max_head_bytes: usize,
     pub max_headers: usize,
     pub max_body_bytes: u64,
 }
 
-impl Default for Limits {
+impl Default for ParseLimits {
     fn default() -> Self {
-        Limits {
+        ParseLimits {
             max_head_bytes: 64 * 1024,
             max_headers: 100,
             max_body_bytes: 32 * 1024 * 1024,
@@ -25,7 +25,7 @@ impl Default for Limits {
 
 /// A parsed HTTP request, header names lowercased.
 #[derive(Debug, Clone)]
-pub struct Request {
+pub struct HttpRequest {
     pub method: String,
     /// The path without the query string.
     pub path: String,
@@ -159,7 +159,7 @@ impl From<Vec<u8>> for Body {
     }
 }
 
-impl Request {
+impl HttpRequest {
     /// The first value of a header (name is matched case-insensitively).
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
@@ -247,7 +247,7 @@ pub enum BodyKind {
 /// The head of a request, before its body is read.
 #[derive(Debug)]
 pub struct Head {
-    pub request: Request,
+    pub request: HttpRequest,
     pub body: BodyKind,
     pub expect_continue: bool,
 }
@@ -299,7 +299,7 @@ impl fmt::Display for HttpError {
 /// The most header fields a request may have, whatever `Limits::max_headers` says.
 const HEADER_SLOTS: usize = 128;
 
-pub fn parse_head(buf: &[u8], limits: &Limits) -> Result<Option<(Head, usize)>, HttpError> {
+pub fn parse_head(buf: &[u8], limits: &ParseLimits) -> Result<Option<(Head, usize)>, HttpError> {
     // On the stack and left uninitialised (a heap block per request costs more than the parse; initialised
     // slots would keep stack pages of every connection thread resident).
     let mut storage = [const { std::mem::MaybeUninit::<httparse::Header>::uninit() }; HEADER_SLOTS];
@@ -416,7 +416,7 @@ pub fn parse_head(buf: &[u8], limits: &Limits) -> Result<Option<(Head, usize)>, 
         }
         (false, Some(n)) => BodyKind::Length(n),
     };
-    let request = Request {
+    let request = HttpRequest {
         method,
         path,
         query,
@@ -591,7 +591,7 @@ mod tests {
     use super::*;
 
     fn head(raw: &str) -> Result<Option<(Head, usize)>, HttpError> {
-        parse_head(raw.as_bytes(), &Limits::default())
+        parse_head(raw.as_bytes(), &ParseLimits::default())
     }
 
     #[test]

@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use super::pool::Pool;
 use super::response::ResponseWriter;
-use super::shared::{send_rendered, ErrorRenderer, Handler, HttpConfig, ServerState, StartError};
+use super::shared::{
+    send_rendered, ErrorRenderer, Handler, HttpConfig, HttpStartError, ServerState,
+};
 
 /// The running HTTP layer, as [`start`] returns it.
 pub struct Server {
@@ -30,7 +32,7 @@ pub fn start(
     state: Arc<ServerState>,
     handler: Arc<Handler>,
     render_error: Arc<ErrorRenderer>,
-) -> Result<Server, StartError> {
+) -> Result<Server, HttpStartError> {
     let local = listener.local_addr().ok();
     let pool = Pool::start(config.clone(), state.clone(), handler, render_error.clone())?;
     let accepting = pool.clone();
@@ -45,7 +47,7 @@ pub fn start(
         }),
         Err(e) => {
             pool.stop();
-            Err(StartError::Accept(e))
+            Err(HttpStartError::Accept(e))
         }
     }
 }

@@ -6,13 +6,13 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::request::{Limits, Request};
+use super::request::{HttpRequest, ParseLimits};
 use super::response::ResponseWriter;
 
 /// Settings of the HTTP layer.
 #[derive(Clone)]
 pub struct HttpConfig {
-    pub limits: Limits,
+    pub limits: ParseLimits,
     /// Deadline for a whole request (head and body) once it starts, and for an idle keep-alive connection.
     pub read_timeout: Duration,
     /// Limit for one blocked write to a client.
@@ -66,7 +66,7 @@ pub struct Early {
 /// What the screen is shown of a request: its head, before any of its body is read.
 pub struct Incoming<'a> {
     /// The request with an empty body.
-    pub request: &'a Request,
+    pub request: &'a HttpRequest,
     pub peer: SocketAddr,
     /// A body follows (a `Content-Length` above zero, or chunked). It is read only if the screen lets the
     /// request through.
@@ -183,7 +183,7 @@ pub type ErrorRenderer =
 
 /// One request and the means to answer it, served on the worker that read it.
 pub struct Exchange {
-    pub request: Request,
+    pub request: HttpRequest,
     pub peer: SocketAddr,
     /// When the request was complete.
     pub received: Instant,
@@ -193,7 +193,7 @@ pub struct Exchange {
 
 impl Exchange {
     pub(super) fn new(
-        request: Request,
+        request: HttpRequest,
         peer: SocketAddr,
         writer: ResponseWriter,
         state: Arc<ServerState>,
@@ -218,7 +218,7 @@ impl Exchange {
 
     /// The writer and the request back, for the connection's next request (its body's buffer is
     /// reused).
-    pub(super) fn into_parts(self) -> (ResponseWriter, Request) {
+    pub(super) fn into_parts(self) -> (ResponseWriter, HttpRequest) {
         (self.writer, self.request)
     }
 }
@@ -242,7 +242,7 @@ pub(super) fn send_rendered(
 
 /// What of the HTTP layer could not be started (the operating system refused a descriptor or a thread).
 #[derive(Debug)]
-pub enum StartError {
+pub enum HttpStartError {
     /// The poller (epoll, kqueue).
     Poller(std::io::Error),
     /// The pipe that wakes the poller to stop.
@@ -255,16 +255,16 @@ pub enum StartError {
     Accept(std::io::Error),
 }
 
-impl std::fmt::Display for StartError {
+impl std::fmt::Display for HttpStartError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            StartError::Poller(e) => write!(f, "could not create the poller: {e}"),
-            StartError::Waker(e) => write!(f, "could not create the poller's waker: {e}"),
-            StartError::Worker(i, e) => write!(f, "could not start worker {i}: {e}"),
-            StartError::Timer(e) => write!(f, "could not start the connection timer: {e}"),
-            StartError::Accept(e) => write!(f, "could not start the accept thread: {e}"),
+            HttpStartError::Poller(e) => write!(f, "could not create the poller: {e}"),
+            HttpStartError::Waker(e) => write!(f, "could not create the poller's waker: {e}"),
+            HttpStartError::Worker(i, e) => write!(f, "could not start worker {i}: {e}"),
+            HttpStartError::Timer(e) => write!(f, "could not start the connection timer: {e}"),
+            HttpStartError::Accept(e) => write!(f, "could not start the accept thread: {e}"),
         }
     }
 }
 
-impl std::error::Error for StartError {}
+impl std::error::Error for HttpStartError {}

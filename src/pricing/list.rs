@@ -75,7 +75,7 @@ const fn g(input: &'static str, cached: &'static str, output: &'static str) -> R
 
 /// One model of the table.
 #[derive(Debug, Clone, Copy)]
-pub struct Listed {
+pub struct PriceRow {
     pub model: &'static str,
     /// Other names of the same model (the vendor's aliases; dated snapshots need none, see [`find`]).
     pub aliases: &'static [&'static str],
@@ -108,8 +108,8 @@ const fn row(
     context: Option<u64>,
     max_output: Option<u64>,
     source: &'static str,
-) -> Listed {
-    Listed {
+) -> PriceRow {
+    PriceRow {
         model,
         aliases: &[],
         vendor,
@@ -122,17 +122,17 @@ const fn row(
     }
 }
 
-const fn tiered(mut l: Listed, above: u64, prices: Row) -> Listed {
+const fn tiered(mut l: PriceRow, above: u64, prices: Row) -> PriceRow {
     l.tier = Some((above, prices));
     l
 }
 
-const fn aka(mut l: Listed, aliases: &'static [&'static str]) -> Listed {
+const fn aka(mut l: PriceRow, aliases: &'static [&'static str]) -> PriceRow {
     l.aliases = aliases;
     l
 }
 
-const fn then(mut l: Listed, from: &'static str, prices: Row) -> Listed {
+const fn then(mut l: PriceRow, from: &'static str, prices: Row) -> PriceRow {
     l.then = Some((from, prices));
     l
 }
@@ -143,7 +143,7 @@ const GOO: &str = "gemini";
 
 /// The table.
 #[rustfmt::skip]
-pub const TABLE: &[Listed] = &[
+pub const TABLE: &[PriceRow] = &[
     // ---- Anthropic (Claude API). Every 1M-context Claude model is priced flat across its window [A1, A25].
     // Fable 5.2: no vendor page at hand; every figure third-party [A20 (3p)].
     row("claude-fable-5-2", ANT, a("8", "10", "16", "0.2", "40"), Some(1_000_000), None, "A20 (3p)"),
@@ -331,7 +331,7 @@ pub const TABLE: &[Listed] = &[
 
 /// The row of an upstream model name: its own, an alias, or a dated snapshot of it (`claude-opus-4-5-20251101`,
 /// `gpt-4o-2024-08-06`).
-pub fn find(upstream_model: &str) -> Option<&'static Listed> {
+pub fn find(upstream_model: &str) -> Option<&'static PriceRow> {
     let exact = |name: &str| {
         TABLE
             .iter()
@@ -383,7 +383,7 @@ fn tier(above: u64, r: &Row) -> Tier {
     }
 }
 
-impl Listed {
+impl PriceRow {
     /// The row as a price sheet, its announced change included.
     pub fn sheet(&self) -> PriceSheet {
         let later = self.then.and_then(|(from, r)| {

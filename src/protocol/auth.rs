@@ -6,7 +6,7 @@
 use std::borrow::Cow;
 
 use super::{ApiError, Cause};
-use crate::http::Request;
+use crate::http::HttpRequest;
 
 /// A key sent as a bearer token (`Authorization: Bearer <key>`).
 pub fn bearer(key: &str) -> (&'static str, Cow<'_, str>) {
@@ -15,14 +15,14 @@ pub fn bearer(key: &str) -> (&'static str, Cow<'_, str>) {
 
 /// Extracts the presented key from `x-api-key` or `Authorization: Bearer`; `how` is how the protocol's
 /// clients send it (for the error texts).
-pub fn presented_key<'r>(req: &'r Request, how: &str) -> Result<&'r str, ApiError> {
+pub fn presented_key<'r>(req: &'r HttpRequest, how: &str) -> Result<&'r str, ApiError> {
     presented_key_in(req, "x-api-key", None, how)
 }
 
 /// Extracts the presented key from the `header`, the `query` parameter (as sent: a key has nothing to
 /// escape), or `Authorization: Bearer`; `how` is how the protocol's clients send it (for the error texts).
 pub fn presented_key_in<'r>(
-    req: &'r Request,
+    req: &'r HttpRequest,
     header: &'static str,
     query: Option<&'static str>,
     how: &str,
@@ -106,12 +106,12 @@ mod tests {
     use super::*;
     use crate::protocol::Protocol;
 
-    fn presented_key_of(req: &Request, p: Protocol) -> Result<&str, ApiError> {
+    fn presented_key_of(req: &HttpRequest, p: Protocol) -> Result<&str, ApiError> {
         p.presented_key(req)
     }
 
-    fn req(headers: &[(&str, &str)]) -> Request {
-        Request {
+    fn req(headers: &[(&str, &str)]) -> HttpRequest {
+        HttpRequest {
             method: "POST".into(),
             path: "/v1/chat/completions".into(),
             query: String::new(),

@@ -21,28 +21,12 @@ use super::canon::{self, Usage};
 use super::carried::Shape;
 use super::client::{ClientEvent, NoText};
 use super::edit::{Edit, Put};
+use super::egress::EgressOptions;
 use super::error::ApiError;
 use super::hosted::{Asks, Rules};
 use super::relay::Seen;
 use super::sse::SseEvent;
-use crate::http::Request;
-
-/// How a canonical request is sent to an upstream of another protocol.
-#[derive(Debug, Clone)]
-pub struct EgressOptions {
-    /// The model name the upstream knows.
-    pub model: String,
-    pub stream: bool,
-    /// The output limit for upstreams that require one when the client gave none.
-    pub default_max_tokens: u64,
-    /// Chat upstreams: send the limit as `max_completion_tokens` (OpenAI) instead of `max_tokens`.
-    pub max_completion_tokens_field: bool,
-    /// Messages upstreams: ask for structured output with a forced tool instead of `output_config.format`.
-    pub structured_via_tool: bool,
-}
-
-/// The name of the forced tool that carries structured output when `structured_via_tool` is on.
-pub const STRUCTURED_TOOL: &str = "structured_output";
+use crate::http::HttpRequest;
 
 /// Turns an upstream's SSE events into canonical stream events. Decoders never emit `Start` (the gateway
 /// does, before the first upstream byte is read) and report the upstream's ids nowhere.
@@ -63,7 +47,7 @@ pub trait StreamEncoder: Send {
 
 /// The headers a request carries for a protocol (at most three; nothing allocated but a value that needs
 /// it).
-pub type Headers<'a> = [Option<(&'static str, Cow<'a, str>)>; 3];
+pub type AuthHeaders<'a> = [Option<(&'static str, Cow<'a, str>)>; 3];
 
 /// One entry of a models list, as the gateway lists it.
 pub struct Listed<'a> {
@@ -99,7 +83,7 @@ pub struct KeyIn {
 }
 
 /// A check of a request's head (its headers) that refuses it with the client's error.
-pub type HeadCheck = fn(&Request) -> Result<(), ApiError>;
+pub type HeadCheck = fn(&HttpRequest) -> Result<(), ApiError>;
 /// A client's body put in one form (`counts`: a token-counting request).
 pub type BodyReading = fn(&mut Value, bool) -> Result<(), ApiError>;
 /// The number the first of some held stream bytes carries.
@@ -338,7 +322,7 @@ pub trait DoctorProbe: Sync {
     /// The minimal request: model plus one short text; no reasoning, tools or schema.
     fn probe_body(&self, model: &str, prompt: &str, stream: bool) -> Value;
     /// The headers its official SDK sends the key in (and the version it speaks).
-    fn client_headers<'k>(&self, key: &'k str) -> Headers<'k>;
+    fn client_headers<'k>(&self, key: &'k str) -> AuthHeaders<'k>;
     /// The text of a complete answer, where the specification says it is.
     fn answer_text(&self, answer: &Value) -> Result<String, NoText>;
     /// The stop reason of a complete answer.
@@ -379,9 +363,9 @@ pub trait ModelPaths: Sync {
     /// Whether an answer at `path` that nothing else decides takes this protocol's shape.
     fn shapes_errors_at(&self, path: &str) -> bool;
     /// Whether a request outside the model endpoints comes from its SDKs.
-    fn recognizes(&self, req: &Request) -> bool;
+    fn recognizes(&self, req: &HttpRequest) -> bool;
     /// How a stream to this request's client is framed.
-    fn framing(&self, req: &Request) -> Framing;
+    fn framing(&self, req: &HttpRequest) -> Framing;
     /// Refuses a path that names what the gateway does not serve (a model kept in the operator's account).
     fn refuse_path(&self, path: &str) -> Result<(), ApiError>;
 }
@@ -445,7 +429,7 @@ impl Codec {
     }
 
     /// Whether a request outside the model endpoints comes from this protocol's SDK.
-    pub fn recognizes(&self, req: &Request) -> bool {
+    pub fn recognizes(&self, req: &HttpRequest) -> bool {
         match self.model_paths {
             Some(m) => m.recognizes(req),
             None => self.sdk_header.is_some_and(|h| req.header(h).is_some()),
@@ -453,13 +437,13 @@ impl Codec {
     }
 
     /// How a stream to this request's client is framed.
-    pub fn framing(&self, req: &Request) -> Framing {
+    pub fn framing(&self, req: &HttpRequest) -> Framing {
         self.model_paths.map_or(Framing::Sse, |m| m.framing(req))
     }
 
     /// A request whose head the protocol refuses (a header it requires missing, a path naming what the
     /// gateway does not serve), as the client's error.
-    pub fn check_headers(&self, req: &Request) -> Result<(), ApiError> {
+    pub fn check_headers(&self, req: &HttpRequest) -> Result<(), ApiError> {
         if let Some((name, example)) = self.required_header {
             if req.header(name).is_none() {
                 return Err(ApiError::invalid_param(
@@ -475,7 +459,7 @@ impl Codec {
     }
 
     /// Refuses headers that would open state kept in the operator's upstream account.
-    pub fn refuse_account_headers(&self, req: &Request) -> Result<(), ApiError> {
+    pub fn refuse_account_headers(&self, req: &HttpRequest) -> Result<(), ApiError> {
         self.account_headers.map_or(Ok(()), |refuse| refuse(req))
     }
 
@@ -509,7 +493,7 @@ impl Codec {
     }
 
     /// The key a request presents, in the headers this protocol's clients send it in.
-    pub fn presented_key<'r>(&self, req: &'r Request) -> Result<&'r str, ApiError> {
+    pub fn presented_key<'r>(&self, req: &'r HttpRequest) -> Result<&'r str, ApiError> {
         super::auth::presented_key_in(req, self.key.header, self.key.query, self.key.how)
     }
 
@@ -545,7 +529,7 @@ impl Codec {
 
     /// A header of the client's request passed on to an upstream of the same protocol: every value of it,
     /// joined.
-    pub fn passed_on(&self, req: &Request) -> Option<(&'static str, String)> {
+    pub fn passed_on(&self, req: &HttpRequest) -> Option<(&'static str, String)> {
         let name = self.passed_on?;
         let mut all = req.header_all(name).peekable();
         all.peek()?;
@@ -562,7 +546,7 @@ impl Codec {
     }
 
     /// The headers that carry an upstream's credential (and the version it speaks).
-    pub fn credentials<'k>(&self, key: Option<&'k str>) -> Headers<'k> {
+    pub fn credentials<'k>(&self, key: Option<&'k str>) -> AuthHeaders<'k> {
         let key = key.map(|k| match self.credential.header {
             Some(h) => (h, Cow::Borrowed(k)),
             None => super::auth::bearer(k),

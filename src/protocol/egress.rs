@@ -1,7 +1,25 @@
 //! Pieces shared by the three upstream codecs (requests to, and answers from, an upstream of another
-//! protocol): tool-result text, reasoning-effort policy, and turning a complete answer into stream events.
+//! protocol): how it is sent (`EgressOptions`), tool-result text, reasoning-effort policy, and turning a
+//! complete answer into stream events.
 
 use super::canon::{Part, Response, StreamEvent};
+
+/// How a canonical request is sent to an upstream of another protocol.
+#[derive(Debug, Clone)]
+pub struct EgressOptions {
+    /// The model name the upstream knows.
+    pub model: String,
+    pub stream: bool,
+    /// The output limit for upstreams that require one when the client gave none.
+    pub default_max_tokens: u64,
+    /// Chat upstreams: send the limit as `max_completion_tokens` (OpenAI) instead of `max_tokens`.
+    pub max_completion_tokens_field: bool,
+    /// Messages upstreams: ask for structured output with a forced tool instead of `output_config.format`.
+    pub structured_via_tool: bool,
+}
+
+/// The name of the forced tool that carries structured output when `structured_via_tool` is on.
+pub const STRUCTURED_TOOL: &str = "structured_output";
 
 /// The text of a tool result for protocols whose tool results are text only. An error result is prefixed,
 /// since OpenAI has no error flag; images have no place there and are named instead.

@@ -32,7 +32,8 @@ pub mod relay;
 pub mod request;
 pub mod sse;
 
-pub use codec::{Codec, EgressOptions, StreamDecoder, StreamEncoder, STRUCTURED_TOOL};
+pub use codec::{Codec, StreamDecoder, StreamEncoder};
+pub use egress::{EgressOptions, STRUCTURED_TOOL};
 pub use error::{ApiError, Cause, ErrorKind, Origin};
 
 /// Declares the protocols: for each, its directory, its variant and its codec (the `CODEC` value of that
@@ -114,7 +115,7 @@ impl Protocol {
 
     /// The protocol whose shapes suit an answer to `req` outside the model endpoints: the one whose SDK sent
     /// it (by the header only that SDK sends), else as [`Protocol::for_errors_at`] its path.
-    pub fn for_request(req: &crate::http::Request) -> Protocol {
+    pub fn for_request(req: &crate::http::HttpRequest) -> Protocol {
         ALL.iter()
             .copied()
             .find(|p| p.recognizes(req))

@@ -139,7 +139,7 @@ impl StreamObserver {
 pub fn redact_event(
     protocol: Protocol,
     ev: &SseEvent,
-    edits: &[crate::secrets::Edit],
+    edits: &[crate::secrets::TextEdit],
 ) -> Option<Vec<u8>> {
     let mut v: Value = serde_json::from_str(ev.data.trim()).ok()?;
     let mut offset = 0;
@@ -246,8 +246,8 @@ mod tests {
 
     #[test]
     fn an_event_is_rewritten_where_the_redactor_found_a_credential() {
-        use crate::secrets::Edit;
-        let cut = |start, end, mark| Edit { start, end, mark };
+        use crate::secrets::TextEdit;
+        let cut = |start, end, mark| TextEdit { start, end, mark };
         // Chat: content then tool arguments, in the order the observer reads them.
         let mut w = StreamObserver::new(Protocol::Chat, false, 0);
         let data = r#"{"id":"c1","choices":[{"index":0,"delta":{"content":"key: SECRET","tool_calls":[{"index":0,"function":{"arguments":"MORE}"}}]}}]}"#;

@@ -1,7 +1,7 @@
 //! What the two OpenAI protocols (Chat Completions and Responses) share: function tools, `tool_choice`,
 //! structured-output formats, image URLs, sampling ranges and reasoning effort, decoded and encoded once for
 //! the codecs in `chat/` and `responses/`. Where the same thing has two shapes (Chat nests a function under
-//! `function` and a schema under `json_schema`; Responses keeps both flat) the [`Shape`] parameter says which.
+//! `function` and a schema under `json_schema`; Responses keeps both flat) the [`OpenAiShape`] parameter says which.
 //! Also their common wire: the error body, the models list, the hosted tool families.
 
 use std::borrow::Cow;
@@ -101,7 +101,7 @@ pub fn forced(body: &Map<String, Value>, _tool: &Map<String, Value>, family: &st
 
 /// How a function appears in a tool list or a `tool_choice`, and a JSON schema in an output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Shape {
+pub enum OpenAiShape {
     /// Chat Completions: `{"type": "function", "function": {"name": ...}}`,
     /// `{"type": "json_schema", "json_schema": {"name": ...}}`.
     Nested,
@@ -128,7 +128,7 @@ pub fn decode_function(f: &Map<String, Value>, path: &str) -> Result<Tool, ApiEr
 /// as Gemini's `allowedFunctionNames` is), to be called when its `mode` is `required`.
 pub fn decode_tool_choice(
     v: &Value,
-    shape: Shape,
+    shape: OpenAiShape,
     tools: &mut Vec<Tool>,
 ) -> Result<Option<ToolChoice>, ApiError> {
     let o = match v {
@@ -164,24 +164,26 @@ pub fn decode_tool_choice(
     let choice = match (shape, ty) {
         (_, Some("allowed_tools")) => {
             let (a, path) = match shape {
-                Shape::Nested => (
+                OpenAiShape::Nested => (
                     fields::object(
                         o.get("allowed_tools").unwrap_or(&Value::Null),
                         "tool_choice.allowed_tools",
                     )?,
                     "tool_choice.allowed_tools",
                 ),
-                Shape::Flat => (o, "tool_choice"),
+                OpenAiShape::Flat => (o, "tool_choice"),
             };
             allowed_tools(a, path, shape, tools)?
         }
-        (Shape::Nested, Some("custom")) => named("custom")?,
-        (Shape::Nested, _) => named("function")?,
-        (Shape::Flat, Some("function" | "custom")) => {
+        (OpenAiShape::Nested, Some("custom")) => named("custom")?,
+        (OpenAiShape::Nested, _) => named("function")?,
+        (OpenAiShape::Flat, Some("function" | "custom")) => {
             ToolChoice::Function(fields::req_str(o, "name", "tool_choice")?.to_string())
         }
-        (Shape::Flat, Some(hosted)) => ToolChoice::Hosted(hosted.to_string()),
-        (Shape::Flat, None) => return Err(fields::bad_value("tool_choice.type", "a tool's type")),
+        (OpenAiShape::Flat, Some(hosted)) => ToolChoice::Hosted(hosted.to_string()),
+        (OpenAiShape::Flat, None) => {
+            return Err(fields::bad_value("tool_choice.type", "a tool's type"))
+        }
     };
     Ok(Some(choice))
 }
@@ -191,7 +193,7 @@ pub fn decode_tool_choice(
 fn allowed_tools(
     a: &Map<String, Value>,
     path: &str,
-    shape: Shape,
+    shape: OpenAiShape,
     tools: &mut Vec<Tool>,
 ) -> Result<ToolChoice, ApiError> {
     let choice = match opt_str(a, "mode", path)?.unwrap_or("auto") {
@@ -211,14 +213,14 @@ fn allowed_tools(
         let tpath = format!("{path}.tools[{i}]");
         let t = fields::object(t, &tpath)?;
         let name = match (shape, opt_str(t, "type", &tpath)?) {
-            (Shape::Nested, Some("function") | None) => {
+            (OpenAiShape::Nested, Some("function") | None) => {
                 let f = fields::object(
                     t.get("function").unwrap_or(&Value::Null),
                     &format!("{tpath}.function"),
                 )?;
                 fields::req_str(f, "name", &format!("{tpath}.function"))?
             }
-            (Shape::Flat, Some("function" | "custom") | None) => {
+            (OpenAiShape::Flat, Some("function" | "custom") | None) => {
                 fields::req_str(t, "name", &tpath)?
             }
             _ => continue,
@@ -231,9 +233,9 @@ fn allowed_tools(
 
 /// A function tool in `shape`. Chat leaves out what is unset; Responses always says `description` and
 /// `strict`.
-pub fn encode_function(t: &Tool, shape: Shape) -> Value {
+pub fn encode_function(t: &Tool, shape: OpenAiShape) -> Value {
     match shape {
-        Shape::Nested => {
+        OpenAiShape::Nested => {
             let mut f = json!({"name": t.name, "parameters": t.parameters});
             if let Some(d) = &t.description {
                 f["description"] = json!(d);
@@ -243,23 +245,25 @@ pub fn encode_function(t: &Tool, shape: Shape) -> Value {
             }
             json!({"type": "function", "function": f})
         }
-        Shape::Flat => json!({"type": "function", "name": t.name, "description": t.description,
-                              "parameters": t.parameters, "strict": t.strict.unwrap_or(false)}),
+        OpenAiShape::Flat => {
+            json!({"type": "function", "name": t.name, "description": t.description,
+                              "parameters": t.parameters, "strict": t.strict.unwrap_or(false)})
+        }
     }
 }
 
 /// A `tool_choice` in `shape`.
-pub fn encode_tool_choice(choice: &ToolChoice, shape: Shape) -> Value {
+pub fn encode_tool_choice(choice: &ToolChoice, shape: OpenAiShape) -> Value {
     match (choice, shape) {
         (ToolChoice::Auto, _) => json!("auto"),
         (ToolChoice::None, _) => json!("none"),
         (ToolChoice::Required, _) => json!("required"),
-        (ToolChoice::Function(n), Shape::Nested) => {
+        (ToolChoice::Function(n), OpenAiShape::Nested) => {
             json!({"type": "function", "function": {"name": n}})
         }
-        (ToolChoice::Function(n), Shape::Flat) => json!({"type": "function", "name": n}),
-        (ToolChoice::Hosted(t), Shape::Flat) => json!({"type": t}),
-        (ToolChoice::Hosted(_), Shape::Nested) => json!("auto"),
+        (ToolChoice::Function(n), OpenAiShape::Flat) => json!({"type": "function", "name": n}),
+        (ToolChoice::Hosted(t), OpenAiShape::Flat) => json!({"type": t}),
+        (ToolChoice::Hosted(_), OpenAiShape::Nested) => json!("auto"),
     }
 }
 
@@ -305,7 +309,7 @@ fn json_mode_instruction(req: &Request) -> Option<&'static str> {
 }
 
 /// Puts a request's tools, `parallel_tool_calls` and `tool_choice` into an upstream body of `shape`.
-pub fn encode_tools(req: &Request, shape: Shape, body: &mut Map<String, Value>) {
+pub fn encode_tools(req: &Request, shape: OpenAiShape, body: &mut Map<String, Value>) {
     if !req.tools.is_empty() {
         let tools = req
             .tools
@@ -324,18 +328,22 @@ pub fn encode_tools(req: &Request, shape: Shape, body: &mut Map<String, Value>) 
 
 /// A structured-output format: `response_format` in Chat, with a schema's fields nested under `json_schema`;
 /// `text.format` in Responses, with them flat beside `type`. `path` names the object in errors.
-pub fn decode_output_format(v: &Value, path: &str, shape: Shape) -> Result<OutputFormat, ApiError> {
+pub fn decode_output_format(
+    v: &Value,
+    path: &str,
+    shape: OpenAiShape,
+) -> Result<OutputFormat, ApiError> {
     let o = fields::object(v, path)?;
     match fields::req_str(o, "type", path)? {
         "text" => Ok(OutputFormat::Text),
         "json_object" => Ok(OutputFormat::JsonObject),
         "json_schema" => match shape {
-            Shape::Nested => {
+            OpenAiShape::Nested => {
                 let spath = fields::join(path, "json_schema");
                 let s = fields::object(o.get("json_schema").unwrap_or(&Value::Null), &spath)?;
                 decode_schema(s, &spath)
             }
-            Shape::Flat => decode_schema(o, path),
+            OpenAiShape::Flat => decode_schema(o, path),
         },
         _ => Err(fields::bad_value(
             &fields::join(path, "type"),
@@ -360,7 +368,7 @@ fn decode_schema(s: &Map<String, Value>, path: &str) -> Result<OutputFormat, Api
 /// A structured-output format for an upstream body in `shape` (the value of Chat's `response_format` or of
 /// Responses' `text.format`); `None` for plain text, which is the default. Unset `strict` and
 /// `description` are left out.
-pub fn encode_output_format(format: &OutputFormat, shape: Shape) -> Option<Value> {
+pub fn encode_output_format(format: &OutputFormat, shape: OpenAiShape) -> Option<Value> {
     match format {
         OutputFormat::Text => None,
         OutputFormat::JsonObject => Some(json!({"type": "json_object"})),
@@ -380,8 +388,8 @@ pub fn encode_output_format(format: &OutputFormat, shape: Shape) -> Option<Value
                 m.insert("description".into(), json!(d));
             }
             Some(match shape {
-                Shape::Nested => json!({"type": "json_schema", "json_schema": m}),
-                Shape::Flat => {
+                OpenAiShape::Nested => json!({"type": "json_schema", "json_schema": m}),
+                OpenAiShape::Flat => {
                     m.insert("type".into(), json!("json_schema"));
                     Value::Object(m)
                 }
@@ -439,52 +447,63 @@ mod tests {
     fn functions_and_choices_in_both_shapes() {
         let choice = json!({"type": "function", "function": {"name": "f"}});
         assert_eq!(
-            decode_tool_choice(&choice, Shape::Nested, &mut vec![]).unwrap(),
+            decode_tool_choice(&choice, OpenAiShape::Nested, &mut vec![]).unwrap(),
             Some(ToolChoice::Function("f".into()))
         );
         let flat = json!({"type": "function", "name": "f"});
         assert_eq!(
-            decode_tool_choice(&flat, Shape::Flat, &mut vec![]).unwrap(),
+            decode_tool_choice(&flat, OpenAiShape::Flat, &mut vec![]).unwrap(),
             Some(ToolChoice::Function("f".into()))
         );
         assert_eq!(
-            decode_tool_choice(&json!({"type": "web_search"}), Shape::Flat, &mut vec![]).unwrap(),
+            decode_tool_choice(
+                &json!({"type": "web_search"}),
+                OpenAiShape::Flat,
+                &mut vec![]
+            )
+            .unwrap(),
             Some(ToolChoice::Hosted("web_search".into()))
         );
         assert_eq!(
             decode_tool_choice(
                 &json!({"type": "custom", "name": "apply_patch"}),
-                Shape::Flat,
+                OpenAiShape::Flat,
                 &mut vec![]
             )
             .unwrap(),
             Some(ToolChoice::Function("apply_patch".into()))
         );
         let f = ToolChoice::Function("f".into());
-        assert_eq!(encode_tool_choice(&f, Shape::Nested), choice);
-        assert_eq!(encode_tool_choice(&f, Shape::Flat), flat);
-        assert!(decode_tool_choice(&json!("sometimes"), Shape::Nested, &mut vec![]).is_err());
+        assert_eq!(encode_tool_choice(&f, OpenAiShape::Nested), choice);
+        assert_eq!(encode_tool_choice(&f, OpenAiShape::Flat), flat);
+        assert!(decode_tool_choice(&json!("sometimes"), OpenAiShape::Nested, &mut vec![]).is_err());
     }
 
     #[test]
     fn output_formats_in_both_shapes() {
         let nested = json!({"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "object"}}});
         let flat = json!({"type": "json_schema", "name": "n", "schema": {"type": "object"}});
-        let fmt = decode_output_format(&nested, "response_format", Shape::Nested).unwrap();
+        let fmt = decode_output_format(&nested, "response_format", OpenAiShape::Nested).unwrap();
         assert_eq!(
             fmt,
-            decode_output_format(&flat, "text.format", Shape::Flat).unwrap()
+            decode_output_format(&flat, "text.format", OpenAiShape::Flat).unwrap()
         );
-        assert_eq!(encode_output_format(&fmt, Shape::Nested), Some(nested));
-        assert_eq!(encode_output_format(&fmt, Shape::Flat), Some(flat));
-        assert_eq!(encode_output_format(&OutputFormat::Text, Shape::Flat), None);
-        let e =
-            decode_output_format(&json!({"type": "xml"}), "text.format", Shape::Flat).unwrap_err();
+        assert_eq!(
+            encode_output_format(&fmt, OpenAiShape::Nested),
+            Some(nested)
+        );
+        assert_eq!(encode_output_format(&fmt, OpenAiShape::Flat), Some(flat));
+        assert_eq!(
+            encode_output_format(&OutputFormat::Text, OpenAiShape::Flat),
+            None
+        );
+        let e = decode_output_format(&json!({"type": "xml"}), "text.format", OpenAiShape::Flat)
+            .unwrap_err();
         assert_eq!(e.param(), Some("text.format.type"));
         let e = decode_output_format(
             &json!({"type": "json_schema"}),
             "response_format",
-            Shape::Nested,
+            OpenAiShape::Nested,
         )
         .unwrap_err();
         assert_eq!(e.param(), Some("response_format.json_schema"));
@@ -512,7 +531,7 @@ mod tests {
         let flat = json!({"type": "allowed_tools", "mode": "required",
                           "tools": [{"type": "function", "name": "a"}, {"type": "web_search"}, {"type": "custom", "name": "c"}]});
         assert_eq!(
-            decode_tool_choice(&flat, Shape::Flat, &mut tools).unwrap(),
+            decode_tool_choice(&flat, OpenAiShape::Flat, &mut tools).unwrap(),
             Some(ToolChoice::Required)
         );
         let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
@@ -521,12 +540,12 @@ mod tests {
         let nested = json!({"type": "allowed_tools", "allowed_tools": {"mode": "auto",
                             "tools": [{"type": "function", "function": {"name": "b"}}]}});
         assert_eq!(
-            decode_tool_choice(&nested, Shape::Nested, &mut tools).unwrap(),
+            decode_tool_choice(&nested, OpenAiShape::Nested, &mut tools).unwrap(),
             Some(ToolChoice::Auto)
         );
         assert_eq!(tools, vec![tool("b")]);
         let bad = json!({"type": "allowed_tools", "mode": "sometimes", "tools": []});
-        let e = decode_tool_choice(&bad, Shape::Flat, &mut all()).unwrap_err();
+        let e = decode_tool_choice(&bad, OpenAiShape::Flat, &mut all()).unwrap_err();
         assert_eq!(e.param(), Some("tool_choice.mode"));
     }
 

@@ -22,7 +22,7 @@ use crate::config::CacheScope;
 use crate::gateway::respond;
 use crate::gateway::trace::Trace;
 use crate::gateway::Gateway;
-use crate::http::{Exchange, Request as HttpRequest};
+use crate::http::{Exchange, HttpRequest};
 use crate::ledger::CacheUse;
 use crate::protocol::canon::{Part, Request, Response, StopReason, StreamEvent};
 use crate::protocol::egress::events_from_response;

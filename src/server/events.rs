@@ -15,7 +15,7 @@ use crate::protocol::collect::Collector;
 use crate::protocol::contiguous::Contiguous;
 use crate::protocol::estimate;
 use crate::protocol::{ApiError, StreamEncoder};
-use crate::secrets::{self, Edit, Redactor};
+use crate::secrets::{self, Redactor, TextEdit};
 
 /// The client went away (a write failed).
 #[derive(Debug)]
@@ -278,7 +278,7 @@ fn answer_text(ev: &StreamEvent) -> &str {
 }
 
 /// Applies the redactor's edits to an event's text.
-fn redact_text(ev: &mut StreamEvent, edits: &[Edit]) {
+fn redact_text(ev: &mut StreamEvent, edits: &[TextEdit]) {
     let text = match ev {
         StreamEvent::TextDelta(t) | StreamEvent::ReasoningDelta(t) => t,
         StreamEvent::ToolArgsDelta { delta, .. } => delta,

@@ -1,4 +1,4 @@
-//! Choosing the upstream: a model's upstreams in order ([`Route`]: healthy ones first, moving on only before
+//! Choosing the upstream: a model's upstreams in order ([`FailoverRoute`]: healthy ones first, moving on only before
 //! the first byte reached the client), each admitted by its breaker just before it is tried ([`Turn`]); after
 //! each attempt its ending is reported (the breaker's verdict, the metrics, the cool-down of a 429: as the
 //! failover policy, `upstream::policy`, rules) and one question answered: move on to the next upstream?
@@ -13,12 +13,12 @@ use crate::config::{Model, Upstream};
 use crate::gateway::trace::Trace;
 use crate::gateway::Gateway;
 use crate::protocol::ApiError;
-use crate::upstream::breaker::{Admit, Policy, Standing, Ticket};
+use crate::upstream::breaker::{Admit, BreakerStanding, Policy, Ticket};
 use crate::upstream::policy;
 use crate::upstream::routing::Busy;
 
 /// The upstreams of one request, in the order they are tried.
-pub struct Route<'c> {
+pub struct FailoverRoute<'c> {
     order: Vec<&'c Upstream>,
     /// Where the next turn starts in `order`.
     next: usize,
@@ -36,12 +36,12 @@ pub struct Turn<'g, 'c> {
     at: usize,
 }
 
-impl<'c> Route<'c> {
+impl<'c> FailoverRoute<'c> {
     /// The route of `p`'s model: ready upstreams, then ejected ones (see `upstream::breaker`); those whose
     /// breaker is open are skipped.
-    pub fn plan(gw: &Gateway, p: &Prepared<'c>) -> Result<Route<'c>, ApiError> {
+    pub fn plan(gw: &Gateway, p: &Prepared<'c>) -> Result<FailoverRoute<'c>, ApiError> {
         let (order, skipped) = plan(gw, p)?;
-        Ok(Route {
+        Ok(FailoverRoute {
             order,
             next: 0,
             skipped,
@@ -151,9 +151,9 @@ fn plan<'c>(gw: &Gateway, p: &Prepared<'c>) -> Result<(Vec<&'c Upstream>, Skippe
             )));
         };
         match gw.breakers.standing(&upstream.name) {
-            Standing::Ready => ready.push(upstream),
-            Standing::Ejected => ejected.push(upstream),
-            Standing::Skipped(wait) => skipped.push((upstream, wait)),
+            BreakerStanding::Ready => ready.push(upstream),
+            BreakerStanding::Ejected => ejected.push(upstream),
+            BreakerStanding::Skipped(wait) => skipped.push((upstream, wait)),
         }
     }
     // The route orders the healthy ones and leaves out those cooling down after a 429 (unless nothing else

@@ -10,7 +10,7 @@ use super::accounting;
 use super::admit::admit;
 use super::attempt::Attempt;
 use super::cached::{self, Lookup};
-use super::failover::Route;
+use super::failover::FailoverRoute;
 use super::outcome::{Answer, Outcome};
 use super::prepared::{prepare, Prepared, Refused};
 use super::{builtin, count_tokens, passthrough, report, translate};
@@ -137,7 +137,7 @@ fn attempts(
     let watch = gw
         .watchdog
         .watch(&trace.request_id, ex.response().socket(), trace.cut.clone());
-    let mut route = match Route::plan(gw, p) {
+    let mut route = match FailoverRoute::plan(gw, p) {
         Ok(r) => r,
         Err(e) => return (Answer::refused(e), 0),
     };

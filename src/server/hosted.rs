@@ -7,7 +7,7 @@
 //! and more uses than it allows are refused with 400 naming the field. The use limit is written into the
 //! body where the client gave none. Admission
 //! reserves the plan's worst case (and refuses a key whose balance or budget cannot cover it); settlement
-//! bills what the upstream reported ([`Ran`] → [`Bill`]).
+//! bills what the upstream reported ([`Ran`] → [`HostedBill`]).
 //!
 //! - Only models with an upstream of the client's protocol are checked: a translated request leaves hosted
 //!   tools out (said in `x-tollgate-dropped-tools`) and carries no tier, so nothing paid runs. Token
@@ -72,7 +72,7 @@ pub struct Plan {
 
 /// What a request is billed for its paid features.
 #[derive(Debug, Default, PartialEq)]
-pub struct Bill {
+pub struct HostedBill {
     pub cost: Money,
     /// Uses billed per tool family.
     pub uses: BTreeMap<String, u64>,
@@ -120,13 +120,13 @@ impl Plan {
     }
 
     /// The bill for what `ran`.
-    pub fn charge(&self, ran: &Ran) -> Bill {
+    pub fn charge(&self, ran: &Ran) -> HostedBill {
         let reported = match ran {
-            Ran::Nothing => return Bill::default(),
+            Ran::Nothing => return HostedBill::default(),
             Ran::Sent => None,
             Ran::Reported(u) => Some(u),
         };
-        let mut bill = Bill::default();
+        let mut bill = HostedBill::default();
         match reported.and_then(|u| u.tools.as_ref()) {
             Some(counts) => {
                 let mut cost = Money::ZERO;
@@ -469,11 +469,11 @@ mod tests {
         });
         assert_eq!(
             p.charge(&standard),
-            Bill::default(),
+            HostedBill::default(),
             "served at the standard tier, nothing ran"
         );
         assert_eq!(p.charge(&Ran::Sent).cost, p.reserved());
-        assert_eq!(p.charge(&Ran::Nothing), Bill::default());
+        assert_eq!(p.charge(&Ran::Nothing), HostedBill::default());
         let body = json!({"tools": [{"type": "web_search_20250305", "name": "web_search", "max_uses": 3},
             {"type": "web_search_20250305", "name": "web_search_2"}]});
         let (p, sent) = plan_for("claude", MESSAGES, body).unwrap();

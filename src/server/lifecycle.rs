@@ -18,7 +18,7 @@ use crate::access::KeyStore;
 use crate::config::Config;
 use crate::gateway::Gateway;
 use crate::gateway::{metrics, stats, watchdog};
-use crate::http::{self, Exchange, HttpConfig, Limits, ServerState};
+use crate::http::{self, Exchange, HttpConfig, ParseLimits, ServerState};
 
 /// Why the gateway did not start. Its text is what the operator reads in the log (one line per problem).
 #[derive(Debug)]
@@ -358,10 +358,10 @@ fn build(
 ) -> Result<Arc<Gateway>, StartError> {
     let admin_token = crate::access::admin_token::AdminToken::for_config(&config);
     match crate::access::admin_token::source(&config) {
-        crate::access::admin_token::Source::Closed(var) => {
+        crate::access::admin_token::TokenSource::Closed(var) => {
             log::info!("admin API closed: {var} (admin_token_env) is not set")
         }
-        crate::access::admin_token::Source::File(path) if admin_token.digest().is_none() => {
+        crate::access::admin_token::TokenSource::File(path) if admin_token.digest().is_none() => {
             log::info!(
                 "admin API closed until an admin token is made: `tollgate admin-token rotate` makes one ({} holds \
                  its SHA-256)",
@@ -413,7 +413,7 @@ fn build(
         store,
         admin_token,
         admin_guard: Default::default(),
-        stats: stats::Stats::default(),
+        stats: stats::UsageStats::default(),
         base: config,
     });
     // Availability survives a restart: the last day's records feed the recent history.
@@ -464,9 +464,9 @@ fn start(gw: &Arc<Gateway>, listener: TcpListener) -> Result<http::Server, Threa
     }
     let busy = gw.clone();
     let http_config = Arc::new(HttpConfig {
-        limits: Limits {
+        limits: ParseLimits {
             max_body_bytes: config.max_body_bytes,
-            ..Limits::default()
+            ..ParseLimits::default()
         },
         read_timeout: config.read_timeout,
         write_timeout: config.write_timeout,
@@ -494,24 +494,24 @@ fn start(gw: &Arc<Gateway>, listener: TcpListener) -> Result<http::Server, Threa
 /// Looks for local model servers now and every `interval` until shutdown (its own address skipped); what it
 /// finds is served at once. The first look runs as the gateway starts and never delays it.
 fn discover(gw: &Gateway, probe: &[String], interval: Duration, listen: &str) {
-    use crate::upstream::discovery::{self, Server};
+    use crate::upstream::discovery::{self, LocalServer};
     let agent = crate::upstream::http::agent(4);
     let own =
         |url: &str| url.contains(&format!("//{listen}/")) || url.ends_with(&format!("//{listen}"));
     while !gw.state.shutting_down.load(Ordering::SeqCst) {
         let known = gw.discovered_servers();
-        let servers: Vec<Server> = probe
+        let servers: Vec<LocalServer> = probe
             .iter()
             .filter(|u| !own(u))
             .map(|u| match discovery::probe(&agent, u) {
-                Ok(models) => Server {
+                Ok(models) => LocalServer {
                     base_url: u.clone(),
                     models,
                     up: true,
                     error: None,
                 },
                 // A server that stops answering keeps the models it had.
-                Err(e) => Server {
+                Err(e) => LocalServer {
                     base_url: u.clone(),
                     models: known
                         .iter()

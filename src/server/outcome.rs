@@ -237,7 +237,7 @@ mod tests {
         not_called.called = false;
         assert_eq!(
             policy::verdict(not_called.ended(false), None),
-            crate::upstream::breaker::Verdict::Inconclusive
+            crate::upstream::breaker::HealthVerdict::Inconclusive
         );
     }
 }

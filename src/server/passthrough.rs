@@ -17,7 +17,7 @@ use crate::protocol::collect::FromRelay;
 use crate::protocol::observe::{self, StreamObserver};
 use crate::protocol::sse::SseEvent;
 use crate::protocol::{hosted, limits, ApiError};
-use crate::secrets::{self, Edit, Redactor};
+use crate::secrets::{self, Redactor, TextEdit};
 use crate::upstream::http::{self as uphttp, Reply};
 use std::borrow::Cow;
 
@@ -291,7 +291,7 @@ fn release(a: &mut Attempt, redactor: &mut Redactor<Relayed>) -> Step {
 
 /// Writes one event: byte for byte, unless a credential is in it (its text rewritten by `edits`, or found
 /// whole by `Redactor::redact`); an error event is scrubbed like every error text.
-fn send(a: &mut Attempt, redactor: &Redactor<Relayed>, item: Relayed, edits: &[Edit]) -> Step {
+fn send(a: &mut Attempt, redactor: &Redactor<Relayed>, item: Relayed, edits: &[TextEdit]) -> Step {
     let w = a.ex.response();
     if item.closing && a.trace.hold_tail {
         // Strict ledger: the closing events wait for the record to be synced.

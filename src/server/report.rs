@@ -58,7 +58,7 @@ pub fn observe(gw: &Gateway, config: &Config, trace: &Trace, out: &Outcome, bill
 
 /// Writes the request's log line.
 pub fn log_line(ex: &Exchange, trace: &Trace, out: &Outcome) {
-    let line = Line {
+    let line = LogLine {
         request_id: &trace.request_id,
         client_request_id: trace.client_request_id.as_deref(),
         protocol: trace.protocol,
@@ -69,7 +69,7 @@ pub fn log_line(ex: &Exchange, trace: &Trace, out: &Outcome) {
 }
 
 /// What a request log line says besides its outcome.
-pub struct Line<'a> {
+pub struct LogLine<'a> {
     pub request_id: &'a str,
     pub client_request_id: Option<&'a str>,
     pub protocol: Protocol,
@@ -83,7 +83,7 @@ fn field(v: Option<&str>) -> Cow<'_, str> {
 }
 
 /// Writes a request log line (also for requests answered from their head, which have no trace).
-pub fn write_line(l: &Line, out: &Outcome) {
+pub fn write_line(l: &LogLine, out: &Outcome) {
     let answer = &out.answer;
     let level = if answer.error.is_some() && answer.status >= 500 {
         log::Level::Warn

@@ -10,7 +10,7 @@ use crate::gateway::metrics::scrape::scrape;
 use crate::gateway::respond;
 use crate::gateway::trace::Trace;
 use crate::gateway::Gateway;
-use crate::http::{Exchange, Request};
+use crate::http::{Exchange, HttpRequest};
 use crate::protocol::codec::Listed;
 use crate::protocol::request::Endpoint;
 use crate::protocol::{ApiError, Protocol, ALL};
@@ -125,7 +125,7 @@ fn method_not_allowed(path: &str, method: &str, allowed: &str) -> ApiError {
 /// read. (Called by the head screen, `screen.rs`, before anything of the body is read or reserved.)
 pub fn refuse_body(
     gw: &Gateway,
-    req: &Request,
+    req: &HttpRequest,
     peer: IpAddr,
 ) -> Option<(ApiError, Option<&'static str>)> {
     let (path, method) = (req.path.as_str(), req.method.as_str());

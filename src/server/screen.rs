@@ -14,7 +14,7 @@ use std::time::Instant;
 use super::{report, router};
 use crate::gateway::Gateway;
 use crate::gateway::{respond, trace};
-use crate::http::{self, Incoming, Request};
+use crate::http::{self, HttpRequest, Incoming};
 use crate::protocol::request::Endpoint;
 use crate::protocol::{ApiError, Protocol};
 
@@ -43,7 +43,7 @@ pub fn screen(gw: Arc<Gateway>) -> Arc<http::Screen> {
 /// The answer to a refused head, with the headers every answer carries, and its request log line.
 fn early(
     gw: &Gateway,
-    req: &Request,
+    req: &HttpRequest,
     protocol: Protocol,
     err: &ApiError,
     allow: Option<&str>,
@@ -91,10 +91,10 @@ fn early(
 }
 
 /// The request log line of a request answered from its head (the same fields as every request line).
-fn log_line(req: &Request, protocol: Protocol, request_id: &str, err: &ApiError) {
+fn log_line(req: &HttpRequest, protocol: Protocol, request_id: &str, err: &ApiError) {
     let mut out = super::outcome::Outcome::default();
     out.answer.fail(err.clone());
-    let line = report::Line {
+    let line = report::LogLine {
         request_id,
         client_request_id: trace::client_request_id(req),
         protocol,

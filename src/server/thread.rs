@@ -14,7 +14,7 @@ pub enum ThreadError {
         error: std::io::Error,
     },
     /// The HTTP layer's (its poller, workers, timer, accept loop).
-    Http(http::StartError),
+    Http(http::HttpStartError),
 }
 
 impl fmt::Display for ThreadError {

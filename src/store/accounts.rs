@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 
-use super::answer::{money, Answer};
+use super::answer::{money, ScriptReply};
 use super::args::{period_field, script_tokens, units};
 use super::settle::Carried;
 use super::{batch, lock, Store, StoreError};
@@ -27,7 +27,7 @@ use crate::standing::{Limits, Standing, Verdict};
 /// An admission waiting for its round trip (`Store::admit`, `batch.rs`): its key, what it shares with the
 /// admissions of the same key asked with it (see `lua/admit.lua`: ARGV 2 to 13), its own id, cost and tokens,
 /// and the key's waiting settlements it carries.
-pub(super) struct Ask {
+pub(super) struct AdmitCall {
     pub(super) key: String,
     pub(super) shared: [String; 12],
     pub(super) own: [String; 3],
@@ -63,7 +63,7 @@ pub struct Balance {
 /// What the admission script answered: the key's standing, and the credit and budget the store holds for it
 /// (the ones it was judged by).
 #[derive(Debug, Clone)]
-pub struct Admission {
+pub struct AdmitReply {
     pub standing: Standing,
     pub credit: Option<Money>,
     pub budget: Option<Budget>,
@@ -108,13 +108,13 @@ impl Store {
         cost: Money,
         limits: &Limits,
         group_budget: Option<Budget>,
-    ) -> Result<Admission, StoreError> {
+    ) -> Result<AdmitReply, StoreError> {
         let (budget, letter) = match group_budget {
             Some(b) => (units(b.amount), b.period.letter().to_string()),
             None => (String::new(), String::new()),
         };
         let field = |p| period_field(p, limits.now);
-        let ask = Ask {
+        let ask = AdmitCall {
             key: key.to_string(),
             shared: [
                 opt(limits.rpm),
@@ -167,7 +167,7 @@ impl Store {
                 }),
             },
         )?;
-        let a = Answer::read(reply, 13, "admission")?;
+        let a = ScriptReply::read(reply, 13, "admission")?;
         let verdict = Verdict::from_code(a.int(0)?);
         let standing = Standing {
             verdict,
@@ -190,7 +190,7 @@ impl Store {
             };
             lock(&self.leases).insert(id.to_string(), held);
         }
-        Ok(Admission {
+        Ok(AdmitReply {
             standing,
             credit: a.credit(10)?,
             budget: a.budget(11, 12)?,

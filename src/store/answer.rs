@@ -10,15 +10,19 @@ use crate::budget::{Budget, Period};
 use crate::money::Money;
 
 /// A script's answer: its values, read by position (an amount as decimal text, '' for none).
-pub(super) struct Answer {
+pub(super) struct ScriptReply {
     values: Vec<Value>,
     script: &'static str,
 }
 
-impl Answer {
+impl ScriptReply {
     /// `reply` as `n` values of script `script` (named in errors).
-    pub(super) fn read(reply: Value, n: usize, script: &'static str) -> Result<Answer, StoreError> {
-        let a = Answer {
+    pub(super) fn read(
+        reply: Value,
+        n: usize,
+        script: &'static str,
+    ) -> Result<ScriptReply, StoreError> {
+        let a = ScriptReply {
             values: Vec::new(),
             script,
         };
@@ -26,7 +30,7 @@ impl Answer {
         if values.len() != n {
             return Err(a.bad(&format!("{} values", values.len())));
         }
-        Ok(Answer { values, script })
+        Ok(ScriptReply { values, script })
     }
 
     fn bad(&self, e: &dyn std::fmt::Display) -> StoreError {

@@ -36,7 +36,7 @@ struct Queue<J, R> {
 }
 
 /// The calls waiting for a round trip, and whether one is under way.
-pub(super) struct Group<J, R> {
+pub(super) struct CallBatch<J, R> {
     queue: Mutex<Queue<J, R>>,
     /// How long a leader waits before it takes the calls waiting: zero, but for a test (`PAUSE_ENV`).
     pause: Duration,
@@ -50,13 +50,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-impl<J, R> Group<J, R> {
+impl<J, R> CallBatch<J, R> {
     pub(super) fn new() -> Self {
         let pause = std::env::var(PAUSE_ENV)
             .ok()
             .and_then(|v| v.parse().ok())
             .map_or(Duration::ZERO, Duration::from_millis);
-        Group {
+        CallBatch {
             queue: Mutex::new(Queue {
                 waiting: Vec::new(),
                 leading: false,
@@ -206,7 +206,7 @@ mod tests {
     /// took it), out of the queue; the round trip under way finishes, and the next call runs as usual.
     #[test]
     fn a_worker_that_waits_its_patience_out_leaves_the_queue_with_its_job() {
-        let g: Arc<Group<u32, Result<u32, Option<u32>>>> = Arc::new(Group::new());
+        let g: Arc<CallBatch<u32, Result<u32, Option<u32>>>> = Arc::new(CallBatch::new());
         let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
         let first = {
             let g = Arc::clone(&g);
@@ -250,14 +250,14 @@ mod tests {
 
     #[test]
     fn a_call_alone_is_run_at_once_and_answered() {
-        let g: Group<u32, u32> = Group::new();
+        let g: CallBatch<u32, u32> = CallBatch::new();
         let doubled = g.submit(7, LONG, |jobs| jobs.iter().map(|j| j * 2).collect(), |_| 0);
         assert_eq!(doubled, 14);
     }
 
     #[test]
     fn calls_that_arrive_during_a_round_trip_share_the_next_and_each_gets_its_own_answer() {
-        let g: Arc<Group<u32, u32>> = Arc::new(Group::new());
+        let g: Arc<CallBatch<u32, u32>> = Arc::new(CallBatch::new());
         let batches = Arc::new(Mutex::new(Vec::<Vec<u32>>::new()));
         // The first call holds its round trip until the others have queued behind it.
         let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
@@ -316,7 +316,7 @@ mod tests {
 
     #[test]
     fn a_batch_that_panics_answers_every_call_with_the_failure_and_the_next_call_still_runs() {
-        let g: Group<u32, Option<u32>> = Group::new();
+        let g: CallBatch<u32, Option<u32>> = CallBatch::new();
         let answer = g.submit(1, LONG, |_| panic!("a bug in the batch"), |_| None);
         assert_eq!(answer, None);
         let ran = AtomicUsize::new(0);

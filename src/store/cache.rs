@@ -21,7 +21,7 @@ pub struct Got {
 
 /// What storing an entry came to.
 #[derive(Debug, Default)]
-pub struct Put {
+pub struct CachePut {
     /// The bytes of the model's entries in the store now.
     pub model_bytes: u64,
     /// The model of each entry evicted to make room.
@@ -68,7 +68,7 @@ impl Store {
         ttl: Duration,
         model: &str,
         cap: u64,
-    ) -> Result<Put, StoreError> {
+    ) -> Result<CachePut, StoreError> {
         let keys = self.cache_keys(fingerprint);
         let args = [
             fingerprint.to_string(),
@@ -87,7 +87,7 @@ impl Store {
         let evicted = it
             .filter_map(|v| String::from_redis_value(v).ok())
             .collect();
-        Ok(Put {
+        Ok(CachePut {
             model_bytes,
             evicted,
         })

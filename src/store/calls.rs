@@ -5,7 +5,7 @@
 
 use redis::{FromRedisValue, Value};
 
-use super::accounts::{Ask, Call};
+use super::accounts::{AdmitCall, Call};
 use super::settle::Carried;
 use super::{lock, Store, StoreError};
 
@@ -13,7 +13,7 @@ impl Store {
     /// The admissions of one batch: one script call per key (and per set of its limits, which a reload can
     /// change between two asks), in the order of each key's first ask, all in one round trip. Returns each
     /// ask's answer, in order.
-    pub(super) fn admit_together(&self, asks: Vec<Ask>) -> Vec<Result<Value, StoreError>> {
+    pub(super) fn admit_together(&self, asks: Vec<AdmitCall>) -> Vec<Result<Value, StoreError>> {
         // (the first ask of the call, the asks it carries)
         let mut calls: Vec<(usize, Vec<usize>)> = Vec::new();
         for (i, ask) in asks.iter().enumerate() {

@@ -200,7 +200,7 @@ pub struct Store {
     forgets: Mutex<Vec<(String, String)>>,
     forget_since: Mutex<Option<std::time::Instant>>,
     /// Admissions waiting for a round trip (group commit, `batch.rs`).
-    admissions: batch::Group<accounts::Ask, Result<Value, StoreError>>,
+    admissions: batch::CallBatch<accounts::AdmitCall, Result<Value, StoreError>>,
     /// Wakes the settler thread.
     settle_wake: (
         crossbeam_channel::Sender<()>,
@@ -256,7 +256,7 @@ impl Store {
             pending: Arc::new(Mutex::new(Vec::new())),
             forgets: Mutex::new(Vec::new()),
             forget_since: Mutex::new(None),
-            admissions: batch::Group::new(),
+            admissions: batch::CallBatch::new(),
             settle_wake: crossbeam_channel::bounded(1),
         })
     }

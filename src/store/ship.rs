@@ -42,7 +42,7 @@ pub(super) const READ_MAX: usize = 4 << 20;
 /// call reached Redis): the shipper tries again.
 pub const SHIP_LOSE_ENV: &str = "TOLLGATE_TEST_SHIP_LOSE_REPLIES";
 
-fn lose_a_reply_for_a_test(batch: &[Item]) -> bool {
+fn lose_a_reply_for_a_test(batch: &[ShipLine]) -> bool {
     if !batch.iter().any(|it| it.drawn_key.is_some()) {
         return false;
     }
@@ -86,7 +86,7 @@ pub fn fingerprint(first_line: &[u8]) -> String {
 
 /// One line of the ledger, ready to ship: the keys of its account (none for a line without a key) and its
 /// values (see `lua/ship.lua`).
-pub(super) struct Item {
+pub(super) struct ShipLine {
     /// Where the line after it begins (what shipping it reaches).
     pub(super) next: u64,
     keys: [String; 5],
@@ -148,7 +148,7 @@ impl Store {
 
     /// A shipping call whose answer did not come may have applied: its drawn requests' records are
     /// followed until the cursor says.
-    fn unsure_of(&self, fp: &str, batch: &[Item]) {
+    fn unsure_of(&self, fp: &str, batch: &[ShipLine]) {
         let mut unsure = lock(&self.unsure);
         for it in batch {
             if let (Some(key), Some(id)) = (&it.drawn_key, &it.id) {
@@ -198,7 +198,7 @@ impl Store {
         instance: &str,
         fp: &str,
         start: u64,
-        items: &[Item],
+        items: &[ShipLine],
     ) -> Result<Shipped, StoreError> {
         let mut upto = start;
         for batch in items.chunks(BATCH) {
@@ -210,7 +210,7 @@ impl Store {
         Ok(Shipped::Upto(upto))
     }
 
-    pub(super) fn items(&self, start: u64, bytes: &[u8]) -> Vec<Item> {
+    pub(super) fn items(&self, start: u64, bytes: &[u8]) -> Vec<ShipLine> {
         let mut out = Vec::new();
         let mut offset = start;
         for line in bytes.split_inclusive(|b| *b == b'\n') {
@@ -250,7 +250,10 @@ impl Store {
 
     /// Items of lines the ledger writer synced, from its memory: the same as `items` makes of them when read
     /// from the file and parsed, without either.
-    pub(super) fn fed_items<'a>(&self, lines: impl Iterator<Item = &'a SyncedLine>) -> Vec<Item> {
+    pub(super) fn fed_items<'a>(
+        &self,
+        lines: impl Iterator<Item = &'a SyncedLine>,
+    ) -> Vec<ShipLine> {
         lines
             .map(|l| {
                 let next = l.offset + l.line.len() as u64;
@@ -274,7 +277,7 @@ impl Store {
     }
 
     /// One item: the keys of its account (none without a request id) and the script's values.
-    fn item(&self, next: u64, e: &Entry) -> Item {
+    fn item(&self, next: u64, e: &Entry) -> ShipLine {
         let Entry {
             key,
             id,
@@ -284,7 +287,7 @@ impl Store {
             json,
         } = *e;
         if id.is_empty() {
-            return Item {
+            return ShipLine {
                 next,
                 keys: Default::default(),
                 args: [
@@ -308,7 +311,7 @@ impl Store {
         let at = crate::util::parse_rfc3339_millis(ts)
             .map_or(crate::util::unix_now(), |ms| (ms / 1000).max(0) as u64);
         let field = |p| super::args::period_field(p, at);
-        Item {
+        ShipLine {
             next,
             keys: [k.acct, k.res, k.lease, k.winv, k.per],
             args: [
@@ -334,7 +337,7 @@ impl Store {
 
     /// What files deleted by retention held, as items (no usage stream entry): per key, the spend older than
     /// the days kept, each day's spend, and its last use. Their offsets count them from 1.
-    pub(super) fn retired_items(&self, through: u64, t: &Totals) -> Vec<Item> {
+    pub(super) fn retired_items(&self, through: u64, t: &Totals) -> Vec<ShipLine> {
         let mut names: Vec<&String> = t.keys.keys().collect();
         names.sort();
         let mut out = Vec::new();
@@ -395,7 +398,7 @@ impl Store {
         instance: &str,
         fp: &str,
         start: u64,
-        batch: &[Item],
+        batch: &[ShipLine],
     ) -> Result<Shipped, StoreError> {
         let cut = Period::Monthly
             .start_of(crate::util::unix_now())

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 /// How an attempt on an upstream went, as far as its health is concerned.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub enum HealthVerdict {
     /// It answered (any 2xx, or a client error such as 400): alive and well.
     Success,
     /// It answered 4xx for the request's own reasons (bad request, rate limit): alive; says nothing about
@@ -76,7 +76,7 @@ impl Default for State {
 
 /// Where an upstream stands when a request plans its attempts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Standing {
+pub enum BreakerStanding {
     /// Closed, or its cool-down is over (a probe may be due).
     Ready,
     /// Ejected for errors: tried after the ready ones only.
@@ -167,22 +167,22 @@ impl Breakers {
     }
 
     /// Where `upstream` stands now (no state changes).
-    pub fn standing(&self, upstream: &str) -> Standing {
+    pub fn standing(&self, upstream: &str) -> BreakerStanding {
         self.standing_at(upstream, Instant::now())
     }
 
-    fn standing_at(&self, upstream: &str, now: Instant) -> Standing {
+    fn standing_at(&self, upstream: &str, now: Instant) -> BreakerStanding {
         let states = self.lock();
         let Some(st) = states.get(upstream) else {
-            return Standing::Ready;
+            return BreakerStanding::Ready;
         };
         match st.mode {
-            Mode::Closed => Standing::Ready,
-            Mode::Open { until } if now < until => Standing::Skipped(until - now),
-            Mode::Open { .. } => Standing::Ready,
-            Mode::Probing => Standing::Skipped(Duration::from_secs(1)),
-            Mode::Ejected { until } if now < until => Standing::Ejected,
-            Mode::Ejected { .. } => Standing::Ready,
+            Mode::Closed => BreakerStanding::Ready,
+            Mode::Open { until } if now < until => BreakerStanding::Skipped(until - now),
+            Mode::Open { .. } => BreakerStanding::Ready,
+            Mode::Probing => BreakerStanding::Skipped(Duration::from_secs(1)),
+            Mode::Ejected { until } if now < until => BreakerStanding::Ejected,
+            Mode::Ejected { .. } => BreakerStanding::Ready,
         }
     }
 
@@ -225,18 +225,24 @@ impl Breakers {
     }
 
     /// Records how an attempt went.
-    pub fn report(&self, ticket: Ticket<'_>, verdict: Verdict, policy: Policy) {
+    pub fn report(&self, ticket: Ticket<'_>, verdict: HealthVerdict, policy: Policy) {
         self.report_at(ticket, verdict, policy, Instant::now())
     }
 
-    fn report_at(&self, mut ticket: Ticket<'_>, verdict: Verdict, policy: Policy, now: Instant) {
+    fn report_at(
+        &self,
+        mut ticket: Ticket<'_>,
+        verdict: HealthVerdict,
+        policy: Policy,
+        now: Instant,
+    ) {
         ticket.reported = true;
         let name = ticket.upstream.as_str();
         let mut states = self.lock();
         if !states.contains_key(name) {
             if matches!(
                 verdict,
-                Verdict::Success | Verdict::Alive | Verdict::Inconclusive
+                HealthVerdict::Success | HealthVerdict::Alive | HealthVerdict::Inconclusive
             ) {
                 return;
             }
@@ -248,18 +254,18 @@ impl Breakers {
         let was_probing = st.mode == Mode::Probing;
         let threshold = policy.failures.max(1);
         match verdict {
-            Verdict::Inconclusive => {
+            HealthVerdict::Inconclusive => {
                 if was_probing {
                     st.mode = Mode::Open { until: now };
                 }
             }
-            Verdict::Success => {
+            HealthVerdict::Success => {
                 if st.mode != Mode::Closed {
                     log::info!("upstream `{name}` answers again: breaker closed");
                 }
                 *st = State::default();
             }
-            Verdict::Alive => {
+            HealthVerdict::Alive => {
                 st.silent = 0;
                 if was_probing || matches!(st.mode, Mode::Open { .. }) {
                     log::info!("upstream `{name}` answers again: breaker closed");
@@ -268,7 +274,7 @@ impl Breakers {
                     st.until_unix_ms = None;
                 }
             }
-            Verdict::Erroring(why) => {
+            HealthVerdict::Erroring(why) => {
                 st.silent = 0;
                 st.erroring += 1;
                 let ejected_now = matches!(st.mode, Mode::Ejected { until } if now < until);
@@ -291,7 +297,7 @@ impl Breakers {
                 }
                 st.why = Some(why);
             }
-            Verdict::Silent(why) => {
+            HealthVerdict::Silent(why) => {
                 st.silent += 1;
                 if was_probing || st.silent >= threshold {
                     if was_probing {
@@ -362,7 +368,7 @@ mod tests {
         }
     }
 
-    fn fail(b: &Breakers, v: Verdict, p: Policy) {
+    fn fail(b: &Breakers, v: HealthVerdict, p: Policy) {
         match b.admit("u") {
             Admit::Yes(t) => b.report(t, v, p),
             Admit::No(_) => panic!("not admitted"),
@@ -374,7 +380,7 @@ mod tests {
         let b = Breakers::default();
         let p = policy(30);
         for _ in 0..3 {
-            fail(&b, Verdict::Silent("connection refused".into()), p);
+            fail(&b, HealthVerdict::Silent("connection refused".into()), p);
         }
         assert!(matches!(b.admit("u"), Admit::No(_)));
         assert_eq!(b.view("u").state, "open");
@@ -386,7 +392,7 @@ mod tests {
         assert!(probe.is_probe());
         assert!(matches!(b.admit("u"), Admit::No(_)), "one probe at a time");
         assert_eq!(b.view("u").state, "probing");
-        b.report(probe, Verdict::Silent("timed out".into()), p);
+        b.report(probe, HealthVerdict::Silent("timed out".into()), p);
         assert!(
             matches!(b.admit("u"), Admit::No(_)),
             "a silent probe reopens"
@@ -395,7 +401,7 @@ mod tests {
         let Admit::Yes(probe) = b.admit("u") else {
             panic!("the probe")
         };
-        b.report(probe, Verdict::Success, p);
+        b.report(probe, HealthVerdict::Success, p);
         assert_eq!(b.view("u").state, "closed");
         assert!(matches!(b.admit("u"), Admit::Yes(_)));
     }
@@ -405,7 +411,7 @@ mod tests {
         let b = Breakers::default();
         let p = policy(0);
         for _ in 0..3 {
-            fail(&b, Verdict::Silent("refused".into()), p);
+            fail(&b, HealthVerdict::Silent("refused".into()), p);
         }
         let Admit::Yes(probe) = b.admit("u") else {
             panic!("the probe")
@@ -422,16 +428,16 @@ mod tests {
         let b = Breakers::default();
         let p = policy(60_000);
         for _ in 0..5 {
-            fail(&b, Verdict::Erroring("HTTP 500".into()), p);
+            fail(&b, HealthVerdict::Erroring("HTTP 500".into()), p);
         }
-        assert_eq!(b.standing("u"), Standing::Ejected);
+        assert_eq!(b.standing("u"), BreakerStanding::Ejected);
         assert_eq!(b.view("u").state, "ejected");
         assert!(
             matches!(b.admit("u"), Admit::Yes(_)),
             "an ejected upstream is still admitted"
         );
-        fail(&b, Verdict::Success, p);
-        assert_eq!(b.standing("u"), Standing::Ready);
+        fail(&b, HealthVerdict::Success, p);
+        assert_eq!(b.standing("u"), BreakerStanding::Ready);
     }
 
     #[test]
@@ -439,12 +445,12 @@ mod tests {
         let b = Breakers::default();
         let p = policy(0);
         for _ in 0..3 {
-            fail(&b, Verdict::Silent("refused".into()), p);
+            fail(&b, HealthVerdict::Silent("refused".into()), p);
         }
         let Admit::Yes(probe) = b.admit("u") else {
             panic!("the probe")
         };
-        b.report(probe, Verdict::Erroring("HTTP 503".into()), p);
+        b.report(probe, HealthVerdict::Erroring("HTTP 503".into()), p);
         assert_eq!(b.view("u").state, "closed");
         assert!(matches!(b.admit("u"), Admit::Yes(_)));
     }
@@ -462,27 +468,27 @@ mod tests {
             let Admit::Yes(t) = b.admit_at(u, t0) else {
                 panic!()
             };
-            b.report_at(t, Verdict::Silent("refused".into()), p, t0);
+            b.report_at(t, HealthVerdict::Silent("refused".into()), p, t0);
         }
         let t1 = t0 + Duration::from_secs(11);
         // Both are ready again; the request tries `a` first (admitted just before it is tried) and it serves.
-        assert_eq!(b.standing_at("a", t1), Standing::Ready);
-        assert_eq!(b.standing_at("b", t1), Standing::Ready);
+        assert_eq!(b.standing_at("a", t1), BreakerStanding::Ready);
+        assert_eq!(b.standing_at("b", t1), BreakerStanding::Ready);
         let Admit::Yes(t) = b.admit_at("a", t1) else {
             panic!()
         };
-        b.report_at(t, Verdict::Success, p, t1);
+        b.report_at(t, HealthVerdict::Success, p, t1);
         // `b` was never admitted, so it holds no probe: when `a` dies, `b` is admitted and serves.
         let t2 = t1 + Duration::from_secs(1);
         let Admit::Yes(t) = b.admit_at("a", t2) else {
             panic!()
         };
-        b.report_at(t, Verdict::Silent("refused".into()), p, t2);
+        b.report_at(t, HealthVerdict::Silent("refused".into()), p, t2);
         let Admit::Yes(t) = b.admit_at("b", t2) else {
             panic!("the fallback is stuck")
         };
-        b.report_at(t, Verdict::Success, p, t2);
-        assert_eq!(b.standing_at("b", t2), Standing::Ready);
+        b.report_at(t, HealthVerdict::Success, p, t2);
+        assert_eq!(b.standing_at("b", t2), BreakerStanding::Ready);
     }
 
     proptest::proptest! {
@@ -521,10 +527,10 @@ mod tests {
                     Admit::Yes(ticket) => match action {
                         // The request ended before its attempt said anything.
                         0 => drop(ticket),
-                        1 => br.report_at(ticket, Verdict::Inconclusive, p, now),
-                        2 if up => br.report_at(ticket, Verdict::Erroring("HTTP 500".into()), p, now),
-                        _ if up => br.report_at(ticket, Verdict::Success, p, now),
-                        _ => br.report_at(ticket, Verdict::Silent("refused".into()), p, now),
+                        1 => br.report_at(ticket, HealthVerdict::Inconclusive, p, now),
+                        2 if up => br.report_at(ticket, HealthVerdict::Erroring("HTTP 500".into()), p, now),
+                        _ if up => br.report_at(ticket, HealthVerdict::Success, p, now),
+                        _ => br.report_at(ticket, HealthVerdict::Silent("refused".into()), p, now),
                     },
                 }
             }

@@ -22,7 +22,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_millis(800);
 
 /// What one server said the last time it was asked.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Server {
+pub struct LocalServer {
     pub base_url: String,
     pub models: Vec<String>,
     /// It answered the last probe.
@@ -127,7 +127,7 @@ pub fn servable(id: &str) -> bool {
 /// entry serves (its name, an alias or a pattern matching it) is served as `id@host:port`, or not at all
 /// when a configured pattern matches that too; so does a second server's copy of an id. The lookup itself
 /// (`config::names`) asks discovered models last, by exact name only.
-pub fn apply(config: &Config, servers: &[Server]) -> Config {
+pub fn apply(config: &Config, servers: &[LocalServer]) -> Config {
     let mut c = config.clone();
     let template = Config::embedded().models[0].clone();
     for s in servers.iter().filter(|s| !s.models.is_empty()) {
@@ -201,13 +201,13 @@ mod tests {
     fn discovered_models_join_the_configured_ones_without_taking_their_names() {
         let config = Config::embedded();
         let servers = vec![
-            Server {
+            LocalServer {
                 base_url: "http://127.0.0.1:11434/v1".into(),
                 models: vec!["qwen3:8b".into(), "mock".into()],
                 up: true,
                 error: None,
             },
-            Server {
+            LocalServer {
                 base_url: "http://127.0.0.1:1234/v1".into(),
                 models: vec!["qwen3:8b".into()],
                 up: true,
@@ -240,7 +240,7 @@ mod tests {
              [[groups]]\nname = \"default\"\nmodels = [\"*\"]\n",
         )
         .unwrap();
-        let servers = vec![Server {
+        let servers = vec![LocalServer {
             base_url: "http://127.0.0.1:11434/v1".into(),
             models: vec![
                 "gpt-4*".into(),

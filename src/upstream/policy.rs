@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use super::breaker::Verdict;
+use super::breaker::HealthVerdict;
 use crate::protocol::{ApiError, Origin};
 
 /// How an attempt at an upstream ended.
@@ -128,14 +128,14 @@ pub fn classify(f: Facts) -> Ended {
 }
 
 /// What the breaker is told of an attempt that ended so (with its error).
-pub fn verdict(ended: Ended, error: Option<&ApiError>) -> Verdict {
+pub fn verdict(ended: Ended, error: Option<&ApiError>) -> HealthVerdict {
     let why = || error.map(|e| e.message().to_string()).unwrap_or_default();
     match rule(ended).health {
-        Health::Success => Verdict::Success,
-        Health::Alive => Verdict::Alive,
-        Health::Erroring => Verdict::Erroring(why()),
-        Health::Silent => Verdict::Silent(why()),
-        Health::Nothing => Verdict::Inconclusive,
+        Health::Success => HealthVerdict::Success,
+        Health::Alive => HealthVerdict::Alive,
+        Health::Erroring => HealthVerdict::Erroring(why()),
+        Health::Silent => HealthVerdict::Silent(why()),
+        Health::Nothing => HealthVerdict::Inconclusive,
     }
 }
 
@@ -227,13 +227,16 @@ mod tests {
         let five = ApiError::from_upstream(500, b"{}", None);
         assert!(matches!(
             verdict(Ended::ServerError, Some(&five)),
-            Verdict::Erroring(_)
+            HealthVerdict::Erroring(_)
         ));
-        assert!(matches!(verdict(Ended::Silent, None), Verdict::Silent(_)));
-        assert_eq!(verdict(Ended::Limited, None), Verdict::Alive);
-        assert_eq!(verdict(Ended::Refused, None), Verdict::Alive);
-        assert_eq!(verdict(Ended::Cut, None), Verdict::Inconclusive);
-        assert_eq!(verdict(Ended::Uncalled, None), Verdict::Inconclusive);
+        assert!(matches!(
+            verdict(Ended::Silent, None),
+            HealthVerdict::Silent(_)
+        ));
+        assert_eq!(verdict(Ended::Limited, None), HealthVerdict::Alive);
+        assert_eq!(verdict(Ended::Refused, None), HealthVerdict::Alive);
+        assert_eq!(verdict(Ended::Cut, None), HealthVerdict::Inconclusive);
+        assert_eq!(verdict(Ended::Uncalled, None), HealthVerdict::Inconclusive);
         assert_eq!(
             cool_down(&ApiError::from_upstream(429, b"{}", Some(7))),
             Duration::from_secs(7)

@@ -105,7 +105,7 @@ pub fn drain_after_client_leaves(grace: Duration) {
 
 thread_local! {
     static BOUND: RefCell<Option<Arc<UpstreamSlot>>> = const { RefCell::new(None) };
-    static ATTEMPT: std::cell::Cell<Attempt> = const { std::cell::Cell::new(Attempt::NEW) };
+    static ATTEMPT: std::cell::Cell<CallAttempt> = const { std::cell::Cell::new(CallAttempt::NEW) };
 }
 
 /// What one upstream call on this thread did at the transport level: whether it tried to open a new
@@ -114,7 +114,7 @@ thread_local! {
 /// it the caller can tell a call the upstream cannot have taken (a reused connection closed before any byte
 /// of the answer, or a failed write) from one it may have.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Attempt {
+pub struct CallAttempt {
     pub connects: u32,
     pub sent: bool,
     pub input: bool,
@@ -122,8 +122,8 @@ pub struct Attempt {
     pub cancelled: bool,
 }
 
-impl Attempt {
-    const NEW: Attempt = Attempt {
+impl CallAttempt {
+    const NEW: CallAttempt = CallAttempt {
         connects: 0,
         sent: false,
         input: false,
@@ -142,15 +142,15 @@ impl Attempt {
 
 /// Starts recording a new upstream call on this thread.
 pub fn begin_attempt() {
-    ATTEMPT.with(|a| a.set(Attempt::NEW));
+    ATTEMPT.with(|a| a.set(CallAttempt::NEW));
 }
 
 /// What the current upstream call on this thread did so far.
-pub fn attempt() -> Attempt {
+pub fn attempt() -> CallAttempt {
     ATTEMPT.with(|a| a.get())
 }
 
-fn note(f: impl FnOnce(&mut Attempt)) {
+fn note(f: impl FnOnce(&mut CallAttempt)) {
     ATTEMPT.with(|a| {
         let mut v = a.get();
         f(&mut v);

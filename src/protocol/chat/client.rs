@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 
 use crate::protocol::auth;
 use crate::protocol::client::{error_text, parse_data, ClientEvent, NoText};
-use crate::protocol::codec::{DoctorProbe, Headers};
+use crate::protocol::codec::{DoctorProbe, AuthHeaders};
 
 use super::Chat;
 
@@ -56,7 +56,7 @@ impl DoctorProbe for Chat {
         ClientEvent::Text(text)
     }
 
-    fn client_headers<'k>(&self, key: &'k str) -> Headers<'k> {
+    fn client_headers<'k>(&self, key: &'k str) -> AuthHeaders<'k> {
         [Some(auth::bearer(key)), None, None]
     }
 

@@ -5,7 +5,7 @@ use serde_json::{Map, Value};
 use crate::protocol::canon::{Message, Part, Request, Role, Tool};
 use crate::protocol::carried::Shape as C;
 use crate::protocol::fields::{self, join, missing, opt_array, opt_bool, opt_f64, opt_str, opt_u64};
-use crate::protocol::openai::{self, Shape};
+use crate::protocol::openai::{self, OpenAiShape};
 use crate::protocol::codec::RequestCodec;
 use crate::protocol::ApiError;
 
@@ -106,7 +106,7 @@ impl RequestCodec for Chat {
         }
         req.tool_choice = match o.get("tool_choice") {
             None => None,
-            Some(v) => openai::decode_tool_choice(v, Shape::Nested, &mut req.tools)?,
+            Some(v) => openai::decode_tool_choice(v, OpenAiShape::Nested, &mut req.tools)?,
         };
         req.parallel_tool_calls = opt_bool(o, "parallel_tool_calls", "")?;
         req.max_tokens = match opt_u64(o, "max_completion_tokens", "")? {
@@ -139,7 +139,7 @@ impl RequestCodec for Chat {
             Some(v) => Some(openai::decode_output_format(
                 v,
                 "response_format",
-                Shape::Nested,
+                OpenAiShape::Nested,
             )?),
         };
         req.reasoning_effort = opt_str(o, "reasoning_effort", "")?.map(str::to_string);

@@ -7,7 +7,7 @@ use serde_json::{json, Map, Value};
 
 use crate::protocol::canon::{Message, Part, Request, Response, Role, StopReason, StreamEvent, Usage};
 use crate::protocol::egress::tool_result_text;
-use crate::protocol::openai::{self, image_url_string, Shape};
+use crate::protocol::openai::{self, image_url_string, OpenAiShape};
 use crate::protocol::sse::SseEvent;
 use crate::protocol::codec::UpstreamCodec;
 use crate::protocol::{ApiError, EgressOptions, StreamDecoder};
@@ -29,7 +29,7 @@ impl UpstreamCodec for Chat {
         let mut body = Map::new();
         body.insert("model".into(), json!(opts.model));
         body.insert("messages".into(), Value::Array(messages));
-        openai::encode_tools(req, Shape::Nested, &mut body);
+        openai::encode_tools(req, OpenAiShape::Nested, &mut body);
         if let Some(n) = req.max_tokens {
             let field = if opts.max_completion_tokens_field {
                 "max_completion_tokens"
@@ -43,7 +43,7 @@ impl UpstreamCodec for Chat {
             body.insert("stop".into(), json!(req.stop));
         }
         let format = req.output_format.as_ref();
-        if let Some(f) = format.and_then(|f| openai::encode_output_format(f, Shape::Nested)) {
+        if let Some(f) = format.and_then(|f| openai::encode_output_format(f, OpenAiShape::Nested)) {
             body.insert("response_format".into(), f);
         }
         if let Some(e) = &req.reasoning_effort {

@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use std::borrow::Cow;
 
 use crate::protocol::client::{clip, parse_data, ClientEvent, NoText};
-use crate::protocol::codec::{DoctorProbe, Headers};
+use crate::protocol::codec::{DoctorProbe, AuthHeaders};
 
 use super::Gemini;
 
@@ -54,7 +54,7 @@ impl DoctorProbe for Gemini {
         ClientEvent::Text(text_of(candidate))
     }
 
-    fn client_headers<'k>(&self, key: &'k str) -> Headers<'k> {
+    fn client_headers<'k>(&self, key: &'k str) -> AuthHeaders<'k> {
         [Some(("x-goog-api-key", Cow::Borrowed(key))), None, None]
     }
 

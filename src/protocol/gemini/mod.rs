@@ -172,14 +172,14 @@ impl TokenCounting for Gemini {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::Request;
+    use crate::http::HttpRequest;
     use crate::protocol::codec::Framing;
     use crate::protocol::edit::Edits;
     use crate::protocol::request::{Endpoint, Forward};
     use crate::protocol::Protocol;
 
-    fn req(path: &str, query: &str, headers: &[(&str, &str)]) -> Request {
-        Request {
+    fn req(path: &str, query: &str, headers: &[(&str, &str)]) -> HttpRequest {
+        HttpRequest {
             method: "POST".into(),
             path: path.into(),
             query: query.into(),

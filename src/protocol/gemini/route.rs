@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 
 use super::{Gemini, VERSION};
-use crate::http::Request;
+use crate::http::HttpRequest;
 use crate::protocol::codec::{Framing, ModelPaths, Serves};
 use crate::protocol::{ApiError, Cause};
 
@@ -34,14 +34,14 @@ impl Method {
 
 /// A path the gateway serves, taken apart: the model as written (a tuned model's `tunedModels/` kept, so it
 /// can be refused by name) and the method.
-pub struct Target<'p> {
+pub struct PathTarget<'p> {
     pub model: Cow<'p, str>,
     pub method: Method,
 }
 
 /// `path` taken apart, if it is `/{version}/models/{model}:{method}` (or `tunedModels/`) of a method the
 /// gateway serves. The model is percent-decoded; a second `models/` before it is left off.
-pub fn target(path: &str) -> Option<Target<'_>> {
+pub fn target(path: &str) -> Option<PathTarget<'_>> {
     let rest = VERSIONS.iter().find_map(|v| path.strip_prefix(v))?;
     let (collection, rest) = match rest.strip_prefix("models/") {
         Some(r) => ("", r),
@@ -65,7 +65,7 @@ pub fn target(path: &str) -> Option<Target<'_>> {
     } else {
         Cow::Owned(format!("{collection}{decoded}"))
     };
-    Some(Target { model, method })
+    Some(PathTarget { model, method })
 }
 
 /// A hint for a path no endpoint serves that a Gemini client's base URL made: a doubled version
@@ -171,7 +171,7 @@ impl ModelPaths for Gemini {
     }
 
     /// Google's SDKs send `x-goog-api-key` (or `x-goog-api-client`), or the key as a query parameter.
-    fn recognizes(&self, req: &Request) -> bool {
+    fn recognizes(&self, req: &HttpRequest) -> bool {
         req.header("x-goog-api-key").is_some()
             || req.header("x-goog-api-client").is_some()
             || req.query.split('&').any(|p| p.starts_with("key="))
@@ -194,7 +194,7 @@ impl ModelPaths for Gemini {
     }
 
     /// `?alt=sse` asks for SSE; without it, Google streams a JSON array.
-    fn framing(&self, req: &Request) -> Framing {
+    fn framing(&self, req: &HttpRequest) -> Framing {
         let sse = req.query.split('&').any(|p| p == "alt=sse");
         if sse || self.path_stream(&req.path) != Some(true) {
             Framing::Sse

@@ -7,7 +7,7 @@ use std::borrow::Cow;
 
 use crate::protocol::auth;
 use crate::protocol::client::{clip, error_text, parse_data, ClientEvent, NoText};
-use crate::protocol::codec::{DoctorProbe, Headers};
+use crate::protocol::codec::{DoctorProbe, AuthHeaders};
 
 use super::Messages;
 
@@ -63,7 +63,7 @@ impl DoctorProbe for Messages {
         }
     }
 
-    fn client_headers<'k>(&self, key: &'k str) -> Headers<'k> {
+    fn client_headers<'k>(&self, key: &'k str) -> AuthHeaders<'k> {
         [
             Some(auth::bearer(key)),
             Some(("x-api-key", Cow::Borrowed(key))),

@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 use crate::protocol::canon::{ImageSource, Message, OutputFormat, Part, Request, Role, Tool, ToolChoice};
 use crate::protocol::carried::Shape as C;
 use crate::protocol::fields::{self, join, missing, opt_array, opt_f64, opt_str, opt_u64};
-use crate::http::Request as HttpRequest;
+use crate::http::HttpRequest;
 use crate::protocol::codec::RequestCodec;
 use crate::protocol::{account, ApiError};
 

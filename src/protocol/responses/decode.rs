@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 use crate::protocol::canon::{Message, Part, Request, Role, Tool};
 use crate::protocol::carried::Shape as C;
 use crate::protocol::fields::{self, join, missing, opt_array, opt_bool, opt_f64, opt_str, opt_u64};
-use crate::protocol::openai::{self, Shape};
+use crate::protocol::openai::{self, OpenAiShape};
 use crate::protocol::codec::RequestCodec;
 use crate::protocol::ApiError;
 
@@ -134,7 +134,7 @@ impl RequestCodec for Responses {
         }
         req.tool_choice = match o.get("tool_choice") {
             None => None,
-            Some(v) => openai::decode_tool_choice(v, Shape::Flat, &mut req.tools)?,
+            Some(v) => openai::decode_tool_choice(v, OpenAiShape::Flat, &mut req.tools)?,
         };
         req.parallel_tool_calls = opt_bool(o, "parallel_tool_calls", "")?;
         req.max_tokens = opt_u64(o, "max_output_tokens", "")?;
@@ -143,7 +143,7 @@ impl RequestCodec for Responses {
         req.user = opt_str(o, "user", "")?.map(str::to_string);
         if let Some(Value::Object(text)) = o.get("text") {
             if let Some(f) = text.get("format") {
-                req.output_format = Some(openai::decode_output_format(f, "text.format", Shape::Flat)?);
+                req.output_format = Some(openai::decode_output_format(f, "text.format", OpenAiShape::Flat)?);
             }
         }
         if let Some(Value::Object(r)) = o.get("reasoning") {

@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 use crate::protocol::canon::{
     OutputFormat, Part, Request, Response, StopReason, StreamEvent, ToolChoice, Usage,
 };
-use crate::protocol::openai::{self, Shape};
+use crate::protocol::openai::{self, OpenAiShape};
 use crate::protocol::sse::push_event;
 use crate::protocol::codec::ReplyCodec;
 use crate::protocol::{ApiError, StreamEncoder};
@@ -44,11 +44,11 @@ fn skeleton(id: &str, model: &str, created: u64, req: &Request) -> Value {
     let tools: Vec<Value> = req
         .tools
         .iter()
-        .map(|t| openai::encode_function(t, Shape::Flat))
+        .map(|t| openai::encode_function(t, OpenAiShape::Flat))
         .collect();
     let tool_choice = openai::encode_tool_choice(
         req.tool_choice.as_ref().unwrap_or(&ToolChoice::Auto),
-        Shape::Flat,
+        OpenAiShape::Flat,
     );
     let format = match &req.output_format {
         None | Some(OutputFormat::Text) => json!({"type": "text"}),

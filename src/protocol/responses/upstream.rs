@@ -7,7 +7,7 @@ use serde_json::{json, Map, Value};
 
 use crate::protocol::canon::{Part, Request, Response, Role, StopReason, StreamEvent, Usage};
 use crate::protocol::egress::tool_result_text;
-use crate::protocol::openai::{self, image_url_string, Shape};
+use crate::protocol::openai::{self, image_url_string, OpenAiShape};
 use crate::protocol::sse::SseEvent;
 use crate::protocol::codec::UpstreamCodec;
 use crate::protocol::{ApiError, EgressOptions, StreamDecoder};
@@ -32,13 +32,13 @@ impl UpstreamCodec for Responses {
             body.insert("instructions".into(), json!(system));
         }
         body.insert("input".into(), Value::Array(input));
-        openai::encode_tools(req, Shape::Flat, &mut body);
+        openai::encode_tools(req, OpenAiShape::Flat, &mut body);
         if let Some(n) = req.max_tokens {
             body.insert("max_output_tokens".into(), json!(n));
         }
         openai::encode_sampling(req, &mut body);
         let format = req.output_format.as_ref();
-        if let Some(f) = format.and_then(|f| openai::encode_output_format(f, Shape::Flat)) {
+        if let Some(f) = format.and_then(|f| openai::encode_output_format(f, OpenAiShape::Flat)) {
             body.insert("text".into(), json!({ "format": f }));
         }
         if let Some(e) = &req.reasoning_effort {

@@ -39,10 +39,10 @@ mod drawn;
 mod slice;
 
 use drawn::Drawn;
-use slice::{Allot, Ended, Grant, Kind, BUSY_WITHIN};
+use slice::{Allot, EndedSlice, Grant, SliceKind, BUSY_WITHIN};
 
-use super::accounts::Admission;
-use super::answer::Answer;
+use super::accounts::AdmitReply;
+use super::answer::ScriptReply;
 use super::args::{period_field, units};
 use super::settle::Carried;
 use super::{lock, Store, StoreError};
@@ -99,7 +99,7 @@ struct Ask<'a> {
     want_requests: u64,
     want_tokens: u64,
     least_tokens: u64,
-    prev: Option<Ended>,
+    prev: Option<EndedSlice>,
     fixes: Vec<(String, u64)>,
     /// End it: everything it holds goes back, the entry goes.
     end: bool,
@@ -124,13 +124,13 @@ impl Store {
         cost: Money,
         limits: &Limits,
         group_budget: Option<Budget>,
-    ) -> Result<Option<Admission>, StoreError> {
+    ) -> Result<Option<AdmitReply>, StoreError> {
         let allot = self.settings.allot;
         if allot.is_zero() || limits.max_concurrent.is_some_and(|c| c < MIN_CONCURRENT) {
             return Ok(None);
         }
         let slot = limits.max_concurrent.is_some();
-        let kind = Kind {
+        let kind = SliceKind {
             for_balance: limits.credit.is_some() || limits.budget.is_some(),
             rpm: limits.rpm.is_some(),
             tpm: limits.tpm.is_some(),
@@ -447,7 +447,7 @@ impl Store {
                     message: "no answer".into(),
                 })
             })?;
-        let a = Answer::read(reply, 13, "allotment")?;
+        let a = ScriptReply::read(reply, 13, "allotment")?;
         Ok(Reply {
             code: a.int(0)?,
             money: a.money(1)?,

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::budget::Budget;
 use crate::money::Money;
 use crate::standing::{Standing, Verdict};
-use crate::store::accounts::Admission;
+use crate::store::accounts::AdmitReply;
 
 /// Admissions within `BUSY_WITHIN` that make a key busy enough for an allotment.
 const BUSY: u32 = 8;
@@ -24,7 +24,7 @@ pub(super) struct Allot {
     /// What the slice was taken for: requests held to the key's balance or not (`Limits::credit` or
     /// `budget` set, what admission's flag says: a cached answer's or a token count's admission holds no
     /// money), with an rpm limit or not, with a tpm limit or not. Only requests of that kind draw from it.
-    pub(super) kind: Kind,
+    pub(super) kind: SliceKind,
     /// Money counts (the key has a credit or a budget in the store): `free` is what is not drawn yet.
     pub(super) money: bool,
     pub(super) free: Money,
@@ -71,7 +71,7 @@ impl Allot {
             id: String::new(),
             live: false,
             asking: false,
-            kind: Kind::default(),
+            kind: SliceKind::default(),
             money: false,
             free: Money::ZERO,
             conc: false,
@@ -106,7 +106,7 @@ impl Allot {
         cost: Money,
         tokens: u64,
         slot: bool,
-        kind: Kind,
+        kind: SliceKind,
         now: Instant,
     ) -> bool {
         if !self.live || self.asking || now >= self.until || kind != self.kind {
@@ -158,7 +158,7 @@ impl Allot {
     /// not drawn (its number, how many it took, how many were not drawn) and what each slice's first entry
     /// stands for now (the current one's, which ends, and those whose requests ended since). The slices
     /// older than the window are forgotten.
-    pub(super) fn window_back(&mut self, now: Instant) -> (Option<Ended>, Vec<(String, u64)>) {
+    pub(super) fn window_back(&mut self, now: Instant) -> (Option<EndedSlice>, Vec<(String, u64)>) {
         let prev = (self.grant_taken > 0).then(|| {
             (
                 self.grant,
@@ -193,13 +193,13 @@ impl Allot {
         self.grant_taken > 0 || self.grants.iter().any(|g| g.dirty)
     }
 
-    pub(super) fn admission(&self) -> Admission {
+    pub(super) fn admission(&self) -> AdmitReply {
         let drawn_tokens = self
             .grants
             .back()
             .filter(|g| g.current)
             .map_or(0, |g| g.tokens);
-        Admission {
+        AdmitReply {
             standing: Standing {
                 verdict: Verdict::Admitted,
                 rpm_used: self.rpm_base + self.grant_drawn,
@@ -218,7 +218,7 @@ impl Allot {
 
 /// What a slice was taken for (`Allot::kind`).
 #[derive(Clone, Copy, Default, PartialEq, Eq)]
-pub(super) struct Kind {
+pub(super) struct SliceKind {
     pub(super) for_balance: bool,
     pub(super) rpm: bool,
     pub(super) tpm: bool,
@@ -236,7 +236,7 @@ pub(super) struct Grant {
 }
 
 /// A slice whose time ended: its number, the requests it took in the window, those not drawn.
-pub(super) type Ended = (u64, u64, u64);
+pub(super) type EndedSlice = (u64, u64, u64);
 
 /// How long a slice's tokens are followed: the window's minute and the slice's time.
 pub(super) const WINDOW_KEPT: Duration = Duration::from_secs(62);
