@@ -57,14 +57,14 @@ pub fn settle(
     }
     if let Some(m) = out.asked.model.as_ref().filter(|_| !hit) {
         let failure = policy::rule(out.answer.ended(false)).failure;
-        let why = out.answer.error.as_ref().map(ApiError::message);
+        let why = out.answer.error().map(ApiError::message);
         gw.stats
             .observe(m, latency.as_millis() as u64, failure, why);
     }
     let (usage, estimated) = billable_usage(trace, &out);
     out.answer.set_usage((usage, estimated));
     let model = out.asked.model.as_deref().and_then(|m| config.model_any(m));
-    let hosted = out.asked.hosted.charge(&out.answer.hosted);
+    let hosted = out.asked.hosted.charge(out.answer.hosted());
     let bill = match model {
         Some(m) if !out.asked.unbilled && !hit => {
             let mut b = cost(m, &usage);
@@ -86,12 +86,12 @@ pub fn settle(
             charged = Money::ZERO;
             rec.status = Status::Http(503);
             rec.cost = Money::ZERO;
-            out.answer.status = 503;
+            out.answer.answered(503);
         }
-        out.answer.error = Some(withheld);
+        out.answer.ended_with(withheld);
         rec.error = out
             .answer
-            .error
+            .error()
             .as_ref()
             .map(|e| crate::secrets::scrubbed(&e.operator_text()));
         gw.ledger.requeue(rec);
@@ -153,7 +153,7 @@ pub fn refuse_overloaded(gw: &Gateway, ex: &mut Exchange) -> bool {
 /// could fill the ledger with them; they are counted in the metrics instead), nor do refusals because the
 /// ledger itself cannot take records.
 fn record_refusal(gw: &Gateway, trace: &Trace, out: &Outcome, latency: std::time::Duration) {
-    let Some(err) = &out.answer.error else {
+    let Some(err) = &out.answer.error() else {
         return;
     };
     let ledger = err.cause() == crate::protocol::Cause::LedgerUnavailable;
@@ -191,18 +191,18 @@ fn refusal_reason(err: &ApiError) -> &str {
 /// call) is billed the admission's estimate of the input, marked estimated. Returns it and whether it is an
 /// estimate.
 fn billable_usage(trace: &Trace, out: &Outcome) -> (Usage, bool) {
-    let mut usage = out.answer.usage.unwrap_or_default();
-    let mut estimated = out.answer.estimated;
+    let mut usage = out.answer.usage().unwrap_or_default();
+    let mut estimated = out.answer.estimated();
     if usage.input_tokens == 0 && worked_on(out) {
         usage.input_tokens = out.asked.input_estimate;
         estimated = true;
     }
-    if let Some(limit) = out.answer.output_limit {
+    if let Some(limit) = out.answer.output_limit() {
         if usage.output_tokens > limit {
             log::warn!(
                 "{}: upstream `{}` reported {} output tokens over a limit of {limit}; billed {limit}",
                 trace.request_id,
-                out.answer.upstream.as_deref().unwrap_or("-"),
+                out.answer.upstream().unwrap_or("-"),
                 usage.output_tokens
             );
             usage.output_tokens = limit;
@@ -219,7 +219,7 @@ fn billable_usage(trace: &Trace, out: &Outcome) -> (Usage, bool) {
 /// own error answer (4xx, 5xx, an error object: providers bill none), an upstream silent past its timeouts.
 fn worked_on(out: &Outcome) -> bool {
     let a = &out.answer;
-    a.taken && (a.status == 200 || a.client_closed || out.shutdown)
+    a.taken() && (a.status() == 200 || a.client_closed() || out.shutdown)
 }
 
 fn usage_record(
@@ -233,12 +233,12 @@ fn usage_record(
     let started_ms = unix_millis().saturating_sub(latency.as_millis() as u64);
     let split = usage.split();
     let instance = gw.record_instance.clone();
-    let status = if out.answer.client_closed {
+    let status = if out.answer.client_closed() {
         Status::ClientClosed
     } else if out.shutdown {
         Status::Shutdown
     } else {
-        Status::Http(out.answer.status)
+        Status::Http(out.answer.status())
     };
     Record {
         ts: rfc3339_millis(started_ms),
@@ -248,7 +248,7 @@ fn usage_record(
         group: out.asked.group.clone().unwrap_or_default(),
         model: out.asked.model.clone().unwrap_or_default(),
         protocol: trace.protocol.name.to_string(),
-        upstream: out.answer.upstream.clone().unwrap_or_default(),
+        upstream: out.answer.upstream().unwrap_or_default().to_string(),
         stream: out.asked.stream,
         status,
         input_tokens: usage.input_tokens,
@@ -258,12 +258,12 @@ fn usage_record(
         output_tokens: usage.output_tokens,
         reasoning_tokens: usage.reasoning_tokens,
         tier_above_input_tokens: None,
-        estimated: out.answer.estimated,
+        estimated: out.answer.estimated(),
         cost,
         latency_ms: latency.as_millis() as u64,
         error: out
             .answer
-            .error
+            .error()
             .as_ref()
             .map(|e| crate::secrets::scrubbed(&e.operator_text())),
         reason: None,

@@ -2,7 +2,7 @@
 
 use super::attempt::Attempt;
 use super::events::EventWriter;
-use super::outcome::{Answer, Delivered};
+use super::outcome::{Answer, Delivered, Reached};
 use crate::gateway::respond;
 use crate::protocol::canon::StreamEvent;
 use crate::protocol::ApiError;
@@ -19,24 +19,24 @@ pub fn serve(a: &mut Attempt) -> Answer {
     if req.max_tokens.is_none() && a.p.must_limit() {
         req.max_tokens = Some(a.p.limit_per_choice());
     }
-    let mut answer = Answer {
-        output_limit: req.max_tokens,
+    let mut answer = answer;
+    answer.limit_sent(req.max_tokens);
+    answer.reached(Reached {
         called: true,
         taken: true,
-        ..answer
-    };
+    });
     let mut reply = mock::reply(&req, &a.p.requested);
     reply.response.id = protocol.new_response_id();
-    answer.usage = Some(reply.response.usage);
+    answer.reported(Some(reply.response.usage));
     if a.keep {
-        answer.kept = Some(Box::new(reply.response.clone()));
+        answer.keep(Some(Box::new(reply.response.clone())));
     }
     if !a.p.stream {
         let v = protocol.reply.encode_response(&reply.response, &req);
         return match serde_json::to_vec(&v) {
             Ok(bytes) => {
                 respond::json(a.ex.response(), a.trace, 200, &bytes, &[]);
-                answer.status = 200;
+                answer.answered(200);
                 answer
             }
             Err(e) => answer.failed(ApiError::internal(e.to_string())),

@@ -205,12 +205,9 @@ pub fn replay(
     resp.id = protocol.new_response_id();
     resp.model = p.requested.clone();
     resp.created = unix_now();
-    let mut answer = Answer {
-        upstream: Some(entry.upstream.clone()),
-        status: 200,
-        usage: Some(resp.usage),
-        ..Answer::default()
-    };
+    let mut answer = Answer::for_upstream(&entry.upstream);
+    answer.answered(200);
+    answer.reported(Some(resp.usage));
     if p.stream {
         let watch = gw
             .watchdog
@@ -264,7 +261,7 @@ pub fn store(
     lookup: &Lookup,
     mut answer: Answer,
 ) -> Answer {
-    let kept = answer.kept.take();
+    let kept = answer.take_kept();
     let Lookup::Fresh {
         keep: Some(keep), ..
     } = lookup
@@ -274,9 +271,9 @@ pub fn store(
     let Some(mut kept) = kept else {
         return answer;
     };
-    let whole = answer.status == 200
-        && answer.error.is_none()
-        && !answer.client_closed
+    let whole = answer.status() == 200
+        && answer.error().is_none()
+        && !answer.client_closed()
         && !trace.client_gone()
         && !trace.cut_by_shutdown();
     let finished = matches!(
@@ -286,10 +283,10 @@ pub fn store(
     if whole && finished && !kept.unkept && !holds_secret(&kept) {
         // The replay gives its own id, name and time.
         (kept.id, kept.model, kept.created) = (String::new(), String::new(), 0);
-        kept.usage = answer.usage.unwrap_or(kept.usage);
+        kept.usage = answer.usage().unwrap_or(kept.usage);
         let entry = Entry {
             response: *kept,
-            upstream: answer.upstream.clone().unwrap_or_default(),
+            upstream: answer.upstream().unwrap_or_default().to_string(),
         };
         gw.cache.put(&p.model.name, keep.fp, &entry, keep.ttl);
     }

@@ -37,7 +37,7 @@ pub fn serve(a: &mut Attempt) -> Answer {
     match body {
         Ok(body) => {
             respond::json(a.ex.response(), a.trace, 200, &body, &[]);
-            answer.status = 200;
+            answer.answered(200);
             answer
         }
         Err(e) => answer.failed(e),
@@ -56,12 +56,12 @@ fn forward(a: &mut Attempt, answer: &mut Answer, path: &str) -> Result<Vec<u8>, 
     let sent = call::send_to(a, &url, &bytes, false, passed.as_ref());
     answer.reached(sent.reached);
     let raw = sent.reply?.read_all(&a.upstream.name)?;
-    answer.usage = Some(Usage {
+    answer.reported(Some(Usage {
         input_tokens: protocol
             .counting
             .and_then(|c| c.counted_tokens(&raw))
             .unwrap_or(0),
         ..Usage::default()
-    });
+    }));
     Ok(raw)
 }

@@ -97,12 +97,12 @@ impl<'c> FailoverRoute<'c> {
             failures: upstream.breaker_failures,
             cooldown: upstream.breaker_cooldown,
         };
-        let verdict = policy::verdict(ended, answer.error.as_ref());
+        let verdict = policy::verdict(ended, answer.error());
         gw.breakers.report(ticket, verdict, health);
         if rule.failure {
             gw.metrics.upstream_failed(&upstream.name);
         }
-        if let Some(e) = answer.error.as_ref().filter(|_| rule.cools) {
+        if let Some(e) = answer.error().filter(|_| rule.cools) {
             let wait = policy::cool_down(e);
             log::info!(
                 "upstream `{}` answered 429: no new requests to it for {} s",

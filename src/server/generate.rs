@@ -153,7 +153,7 @@ fn attempts(
             keep,
         };
         let answer = answer(&mut attempt);
-        calls += u32::from(answer.called);
+        calls += u32::from(answer.called());
         let again = route.after(gw, turn, &answer, trace, ex.response().is_started());
         last = Some(answer);
         if !again {
@@ -183,13 +183,10 @@ fn tell(gw: &Gateway, ex: &mut Exchange, trace: &Trace, mut out: Outcome) -> Out
     out.shutdown = trace.cut_by_shutdown();
     if trace.client_gone() {
         // Whatever the upstream call ended with, nobody is listening.
-        out.answer.client_closed = true;
+        out.answer.client_left();
         return out;
     }
-    if !out.answer.owed {
-        return out;
-    }
-    let Some(e) = out.answer.error.take() else {
+    let Some(e) = out.answer.owed_error().cloned() else {
         return out;
     };
     if e.status() == 401 {
@@ -202,7 +199,7 @@ fn tell(gw: &Gateway, ex: &mut Exchange, trace: &Trace, mut out: Outcome) -> Out
     };
     if !ex.response().is_started() {
         respond::error(ex.response(), trace, &e);
-        out.answer.status = e.status();
+        out.answer.answered(e.status());
     }
     out.answer.fail(e);
     out

@@ -35,7 +35,7 @@ pub struct Asked {
 pub struct Reached {
     /// The upstream was called.
     pub called: bool,
-    /// It took the request (see [`Answer::taken`]).
+    /// It took the request (see [`Reach::Taken`]).
     pub taken: bool,
 }
 
@@ -53,37 +53,62 @@ pub struct Delivered {
     pub kept: Option<Box<Response>>,
 }
 
-/// How a request was answered: by which upstream (if any), with what status, usage and error. Each attempt
-/// at an upstream starts from a fresh one, so nothing an earlier attempt left behind is blamed on the next.
-#[derive(Debug, Default, Clone)]
-pub struct Answer {
-    /// The upstream this attempt was for (None: the gateway answered before trying one).
-    pub upstream: Option<String>,
+/// How far an attempt got with its upstream.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    /// Not called: the gateway answered before trying one, or the call never reached it.
+    #[default]
+    NotCalled,
     /// The attempt reached its upstream (so the request gets a usage record).
-    pub called: bool,
+    Called,
     /// The upstream took the request: all of it was written to the upstream (or the built-in model had
     /// it), and the upstream did not refuse it with an error answer. From then on it may be working on it,
     /// whether or not an answer comes back (see `accounting::billable_usage`).
-    pub taken: bool,
-    pub status: u16,
-    pub usage: Option<Usage>,
+    Taken,
+}
+
+/// How an answer ended, as far as it has.
+#[derive(Debug, Default, Clone)]
+pub enum Ending {
+    /// Nothing told yet (status 0).
+    #[default]
+    Open,
+    /// With this status and no error.
+    Status(u16),
+    /// With `error`, also when the answer had started (a stream that broke: status 200 and an error).
+    /// `owed`: it ended before the client had any answer, and the pipeline gives it the error.
+    Failed {
+        status: u16,
+        error: ApiError,
+        owed: bool,
+    },
+}
+
+/// How a request was answered: by which upstream (if any), with what status, usage and error. Each attempt
+/// at an upstream starts from a fresh one, so nothing an earlier attempt left behind is blamed on the next.
+/// Its state changes only through its methods, here.
+#[derive(Debug, Default, Clone)]
+pub struct Answer {
+    /// The upstream this attempt was for (None: the gateway answered before trying one).
+    upstream: Option<String>,
+    reach: Reach,
+    ending: Ending,
+    /// The client went away before the end.
+    client_closed: bool,
+    usage: Option<Usage>,
     /// Usage was estimated from the text because the upstream reported none.
-    pub estimated: bool,
-    /// What went wrong, also when the answer had started (a stream that broke: status 200 and an error).
-    pub error: Option<ApiError>,
-    /// The attempt ended with `error` before the client had any answer: the pipeline gives it that error.
-    pub owed: bool,
-    pub client_closed: bool,
+    estimated: bool,
     /// The output limit sent upstream (None: the request carried none). Output beyond it is never billed.
-    pub output_limit: Option<u64>,
+    output_limit: Option<u64>,
     /// The paid hosted features this attempt set running, as far as known (see `server::hosted`).
-    pub hosted: Ran,
+    hosted: Ran,
     /// The answer in canonical form, kept for the answer cache (only when the model's answers are cached:
     /// see `cached.rs`, which stores it only if the answer completed).
-    pub kept: Option<Box<Response>>,
+    kept: Option<Box<Response>>,
 }
 
 impl Answer {
+    /// An attempt at `upstream`, before anything happened.
     pub fn for_upstream(upstream: &str) -> Answer {
         Answer {
             upstream: Some(upstream.to_string()),
@@ -98,61 +123,188 @@ impl Answer {
 
     /// Notes how far a call got.
     pub fn reached(&mut self, r: Reached) {
-        self.called |= r.called;
-        self.taken = r.taken;
+        self.reach = if r.taken {
+            Reach::Taken
+        } else if r.called || self.reach != Reach::NotCalled {
+            Reach::Called
+        } else {
+            Reach::NotCalled
+        };
     }
 
     /// Notes what reached the client.
     pub fn delivered(&mut self, d: Delivered) {
         if d.status != 0 {
-            self.status = d.status;
+            self.answered(d.status);
         }
         self.client_closed |= d.client_closed;
         if let Some(u) = d.usage {
             self.set_usage(u);
         }
-        if d.error.is_some() {
-            self.error = d.error;
+        if let Some(e) = d.error {
+            self.ended_with(e);
         }
         if d.kept.is_some() {
             self.kept = d.kept;
         }
     }
 
+    /// The answer's status (the error it ended with stays).
+    pub fn answered(&mut self, status: u16) {
+        match &mut self.ending {
+            Ending::Failed { status: s, .. } => *s = status,
+            other => *other = Ending::Status(status),
+        }
+    }
+
+    /// The usage, and whether it is an estimate.
     pub fn set_usage(&mut self, (usage, estimated): (Usage, bool)) {
         self.usage = Some(usage);
         self.estimated = estimated;
+    }
+
+    /// The usage the upstream reported (None: it reported none).
+    pub fn reported(&mut self, usage: Option<Usage>) {
+        self.usage = usage;
+    }
+
+    /// The output limit sent upstream.
+    pub fn limit_sent(&mut self, limit: Option<u64>) {
+        self.output_limit = limit;
+    }
+
+    /// The paid hosted features the attempt set running.
+    pub fn ran(&mut self, ran: Ran) {
+        self.hosted = ran;
+    }
+
+    /// Keeps the answer in canonical form for the answer cache.
+    pub fn keep(&mut self, kept: Option<Box<Response>>) {
+        self.kept = kept;
+    }
+
+    /// The upstream refused the request with an error answer (`refused`): it did not take it.
+    pub fn refused_by_upstream(&mut self, refused: bool) {
+        if refused && self.reach == Reach::Taken {
+            self.reach = Reach::Called;
+        }
+    }
+
+    /// Takes the answer kept for the answer cache.
+    pub fn take_kept(&mut self) -> Option<Box<Response>> {
+        self.kept.take()
+    }
+
+    /// The client went away before the end.
+    pub fn client_left(&mut self) {
+        self.client_closed = true;
     }
 
     /// Ends the answer with `err` before the client had an answer (its status, unless one was set): the
     /// pipeline owes the client the error.
     pub fn failed(mut self, err: ApiError) -> Answer {
         self.fail(err);
-        self.owed = true;
+        if let Ending::Failed { owed, .. } = &mut self.ending {
+            *owed = true;
+        }
         self
     }
 
     /// Ends the answer with `err` (its status, unless the answer had already started).
     pub fn fail(&mut self, err: ApiError) {
-        if self.status == 0 {
-            self.status = err.status();
+        let status = match self.status() {
+            0 => err.status(),
+            s => s,
+        };
+        self.ending = Ending::Failed {
+            status,
+            error: err,
+            owed: self.owed(),
+        };
+    }
+
+    /// The answer ended with `err`, its status as it is (a stream that broke, an answer withheld).
+    pub fn ended_with(&mut self, err: ApiError) {
+        self.ending = Ending::Failed {
+            status: self.status(),
+            error: err,
+            owed: self.owed(),
+        };
+    }
+
+    /// The upstream this attempt was for.
+    pub fn upstream(&self) -> Option<&str> {
+        self.upstream.as_deref()
+    }
+
+    /// The attempt reached its upstream (so the request gets a usage record).
+    pub fn called(&self) -> bool {
+        self.reach != Reach::NotCalled
+    }
+
+    /// The upstream took the request (see [`Reach::Taken`]).
+    pub fn taken(&self) -> bool {
+        self.reach == Reach::Taken
+    }
+
+    /// The answer's status (0: none yet).
+    pub fn status(&self) -> u16 {
+        match &self.ending {
+            Ending::Open => 0,
+            Ending::Status(s) | Ending::Failed { status: s, .. } => *s,
         }
-        self.error = Some(err);
+    }
+
+    /// What went wrong, also when the answer had started.
+    pub fn error(&self) -> Option<&ApiError> {
+        match &self.ending {
+            Ending::Failed { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+
+    fn owed(&self) -> bool {
+        matches!(self.ending, Ending::Failed { owed: true, .. })
     }
 
     /// The error the client is owed, if the attempt ended before it had an answer.
     pub fn owed_error(&self) -> Option<&ApiError> {
-        self.error.as_ref().filter(|_| self.owed)
+        self.error().filter(|_| self.owed())
+    }
+
+    /// The client went away before the end.
+    pub fn client_closed(&self) -> bool {
+        self.client_closed
+    }
+
+    /// The usage (None: none known).
+    pub fn usage(&self) -> Option<Usage> {
+        self.usage
+    }
+
+    /// The usage was estimated from the text because the upstream reported none.
+    pub fn estimated(&self) -> bool {
+        self.estimated
+    }
+
+    /// The output limit sent upstream.
+    pub fn output_limit(&self) -> Option<u64> {
+        self.output_limit
+    }
+
+    /// The paid hosted features the attempt set running.
+    pub fn hosted(&self) -> &Ran {
+        &self.hosted
     }
 
     /// How the attempt ended, for the failover policy (`upstream::policy`); `cut`: the request was cut
     /// (client gone, shutdown), so it says nothing of the upstream.
     pub fn ended(&self, cut: bool) -> Ended {
         policy::classify(Facts {
-            called: self.called,
+            called: self.called(),
             cut: cut || self.client_closed,
-            status: self.status,
-            error: self.error.as_ref(),
+            status: self.status(),
+            error: self.error(),
         })
     }
 }
@@ -184,12 +336,12 @@ impl Outcome {
 
     /// The status as logs and metrics show it: the HTTP status, or `client_closed` / `shutdown`.
     pub fn status_text(&self) -> String {
-        if self.answer.client_closed {
+        if self.answer.client_closed() {
             "client_closed".to_string()
         } else if self.shutdown {
             "shutdown".to_string()
         } else {
-            self.answer.status.to_string()
+            self.answer.status().to_string()
         }
     }
 }
@@ -199,12 +351,16 @@ mod tests {
     use super::*;
 
     fn called(status: u16, error: Option<ApiError>) -> Answer {
-        Answer {
+        let mut a = Answer::for_upstream("u");
+        a.reached(Reached {
             called: true,
-            status,
-            error,
-            ..Answer::default()
+            taken: false,
+        });
+        a.answered(status);
+        if let Some(e) = error {
+            a.ended_with(e);
         }
+        a
     }
 
     #[test]
@@ -231,10 +387,11 @@ mod tests {
         // Nothing is concluded from a request that was cut or never reached its upstream.
         assert_eq!(called(500, Some(five.clone())).ended(true), Ended::Cut);
         let mut gone = called(500, Some(five.clone()));
-        gone.client_closed = true;
+        gone.client_left();
         assert!(!failed(&gone));
-        let mut not_called = called(500, Some(five));
-        not_called.called = false;
+        let mut not_called = Answer::default();
+        not_called.answered(500);
+        not_called.ended_with(five);
         assert_eq!(
             policy::verdict(not_called.ended(false), None),
             crate::upstream::breaker::HealthVerdict::Inconclusive

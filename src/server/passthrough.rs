@@ -41,11 +41,11 @@ fn forward(a: &mut Attempt, answer: &mut Answer) -> Result<(), ApiError> {
         .apply_sized(&a.p.body, a.ex.request.body.len())
         .map_err(|e| ApiError::internal(e.to_string()))?;
     // Each choice may reach the limit: the answer is billed (and a stream cut) at the limit times them.
-    answer.output_limit = a.p.output_cap();
+    answer.limit_sent(a.p.output_cap());
     let passed = protocol.passed_on(&a.ex.request);
     let sent = call::send(a, &bytes, stream, passed.as_ref());
     answer.reached(sent.reached);
-    answer.hosted = sent_hosted(a, &sent);
+    answer.ran(sent_hosted(a, &sent));
     let reply = sent.reply?;
     if stream && reply.is_event_stream() {
         let hide_usage = !a.p.wants_stream_usage;
@@ -60,12 +60,17 @@ fn forward(a: &mut Attempt, answer: &mut Answer) -> Result<(), ApiError> {
     // copy on its way through.
     let buf = a.ex.response().take_buffer();
     let (raw, usage) = call::read_usage(a, reply, buf).map_err(|u| {
-        answer.taken &= !u.refused;
+        answer.refused_by_upstream(u.refused);
         u.error
     })?;
     if !a.p.asked.hosted.is_empty() {
         let (counted, tier) = (protocol.reports_tool_uses, protocol.reports_rate_tier);
-        answer.hosted = Ran::Reported(hosted::from_answer(&raw, usage.as_ref(), counted, tier));
+        answer.ran(Ran::Reported(hosted::from_answer(
+            &raw,
+            usage.as_ref(),
+            counted,
+            tier,
+        )));
     }
     if stream {
         // A plain JSON answer to a streaming request: sent as a stream in the client's protocol, the same
@@ -77,12 +82,12 @@ fn forward(a: &mut Attempt, answer: &mut Answer) -> Result<(), ApiError> {
         answer.delivered(delivered);
         return Ok(());
     }
-    answer.usage = usage.and_then(|u| protocol.upstream.usage_from(&u));
+    answer.reported(usage.and_then(|u| protocol.upstream.usage_from(&u)));
     if a.keep {
-        answer.kept = keep_json(a, &raw);
+        answer.keep(keep_json(a, &raw));
     }
     respond::json_owned(a.ex.response(), a.trace, 200, raw, &[]);
-    answer.status = 200;
+    answer.answered(200);
     Ok(())
 }
 
@@ -129,16 +134,16 @@ fn relay_stream(
     // usage report for a while after the client left.
     crate::upstream::tap::drain_after_client_leaves(a.p.config.client_left_grace);
     if respond::start_sse(a.ex.response(), a.trace, &[]).is_err() {
-        answer.client_closed = true;
+        answer.client_left();
         after_client_left(a, answer, &mut events, &mut watch);
         return;
     }
     if let Ok(shared) = a.ex.response().share() {
         a.watch.stream_started(shared, a.trace.protocol);
     }
-    answer.status = 200;
+    answer.answered(200);
     let mut redactor = Redactor::new();
-    let limit = answer.output_limit;
+    let limit = answer.output_limit();
     let failure = loop {
         let waiting = std::time::Instant::now();
         let next = events.next_event();
@@ -162,7 +167,7 @@ fn relay_stream(
         match step {
             Step::Next => {}
             Step::ClientGone => {
-                answer.client_closed = true;
+                answer.client_left();
                 after_client_left(a, answer, &mut events, &mut watch);
                 return;
             }
@@ -174,22 +179,22 @@ fn relay_stream(
     // closes the stream.
     redactor.release();
     if let Step::ClientGone = release(a, &mut redactor) {
-        answer.client_closed = true;
+        answer.client_left();
         return;
     }
     if let Some(uses) = watch.hosted_uses().filter(|_| !a.p.asked.hosted.is_empty()) {
-        answer.hosted = Ran::Reported(uses);
+        answer.ran(Ran::Reported(uses));
     }
     if let Some(e) = watch.upstream_error() {
-        answer.error = Some(e);
+        answer.ended_with(e);
     }
     if !watch.done() {
         end_broken(a, answer, &mut watch, failure);
     } else if failure.is_none() {
-        answer.kept = kept.and_then(FromRelay::finish).map(Box::new);
+        answer.keep(kept.and_then(FromRelay::finish).map(Box::new));
     }
     if a.ex.response().finish().is_err() {
-        answer.client_closed = true;
+        answer.client_left();
     }
 }
 
@@ -203,7 +208,7 @@ fn after_client_left(
     events: &mut crate::protocol::sse::SseReader<impl std::io::BufRead>,
     watch: &mut StreamObserver,
 ) {
-    let limit = answer.output_limit;
+    let limit = answer.output_limit();
     while !watch.done() {
         match events.next_event() {
             Ok(Some(ev)) => {
@@ -340,8 +345,8 @@ fn end_broken(
     log::warn!("{}: {}", a.trace.request_id, err.message());
     let mut buf = Vec::new();
     watch.error_event(&err, &a.trace.request_id, &mut buf);
-    answer.error = Some(err);
+    answer.ended_with(err);
     if a.ex.response().write_chunk(&buf).is_err() {
-        answer.client_closed = true;
+        answer.client_left();
     }
 }

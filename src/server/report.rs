@@ -21,7 +21,7 @@ pub fn observe(gw: &Gateway, config: &Config, trace: &Trace, out: &Outcome, bill
     let status = out.status_text();
     // A hit generated no tokens: they are in its record, not in the token counters.
     let usage = match out.cache_hit() {
-        false => out.answer.usage.unwrap_or_default(),
+        false => out.answer.usage().unwrap_or_default(),
         true => Default::default(),
     };
     // Label values come only from configured models, so invented names cannot grow the series.
@@ -85,7 +85,7 @@ fn field(v: Option<&str>) -> Cow<'_, str> {
 /// Writes a request log line (also for requests answered from their head, which have no trace).
 pub fn write_line(l: &LogLine, out: &Outcome) {
     let answer = &out.answer;
-    let level = if answer.error.is_some() && answer.status >= 500 {
+    let level = if answer.error().is_some() && answer.status() >= 500 {
         log::Level::Warn
     } else {
         log::Level::Info
@@ -94,9 +94,9 @@ pub fn write_line(l: &LogLine, out: &Outcome) {
     if !log::log_enabled!(target: REQUEST_TARGET, level) {
         return;
     }
-    let usage = answer.usage.unwrap_or_default();
+    let usage = answer.usage().unwrap_or_default();
     let status = out.status_text();
-    let error = answer.error.as_ref().map(|e| e.operator_text());
+    let error = answer.error().as_ref().map(|e| e.operator_text());
     if crate::logging::json() {
         let v = serde_json::json!({
             "ts": crate::util::rfc3339_millis(crate::util::unix_millis()),
@@ -108,12 +108,12 @@ pub fn write_line(l: &LogLine, out: &Outcome) {
             "group": out.asked.group,
             "model": out.asked.model,
             "protocol": l.protocol.name,
-            "upstream": answer.upstream,
+            "upstream": answer.upstream(),
             "stream": out.asked.stream,
             "status": status,
             "input_tokens": usage.input_tokens,
             "output_tokens": usage.output_tokens,
-            "estimated": answer.estimated,
+            "estimated": answer.estimated(),
             "latency_ms": l.latency_ms,
             "overhead_ms": l.overhead_ms,
             "error": error,
@@ -132,12 +132,12 @@ pub fn write_line(l: &LogLine, out: &Outcome) {
         field(out.asked.group.as_deref()),
         field(out.asked.model.as_deref()),
         l.protocol.name,
-        field(answer.upstream.as_deref()),
+        field(answer.upstream()),
         out.asked.stream,
         field(Some(&status)),
         usage.input_tokens,
         usage.output_tokens,
-        if answer.estimated { " estimated=true" } else { "" },
+        if answer.estimated() { " estimated=true" } else { "" },
         out.cache.map_or("", |c| match c {
             crate::ledger::CacheUse::Hit => " cache=hit",
             crate::ledger::CacheUse::Miss => " cache=miss",

@@ -32,25 +32,27 @@ pub fn serve(a: &mut Attempt) -> Answer {
 /// Sends the translated request and relays the answer; `Err`: the client has had no answer yet.
 fn relay(a: &mut Attempt, answer: &mut Answer) -> Result<(), ApiError> {
     let t = translate_request(a)?;
-    answer.output_limit = t.req.max_tokens.or(t
-        .target
-        .limit
-        .required
-        .then_some(a.p.model.max_output_tokens));
+    answer.limit_sent(
+        t.req.max_tokens.or(t
+            .target
+            .limit
+            .required
+            .then_some(a.p.model.max_output_tokens)),
+    );
     let bytes = serde_json::to_vec(&t.target.upstream.encode_request(&t.req, &t.opts)?)
         .map_err(|e| ApiError::internal(e.to_string()))?;
     let sent = call::send(a, &bytes, a.p.stream, None);
     answer.reached(sent.reached);
     let reply = sent.reply?;
     if a.p.stream && reply.is_event_stream() {
-        let delivered = relay_stream(a, &t, reply, answer.output_limit);
+        let delivered = relay_stream(a, &t, reply, answer.output_limit());
         answer.delivered(delivered);
         return Ok(());
     }
     // A complete JSON answer (also when a stream was asked for and the upstream answered in one piece).
     let buf = a.ex.response().take_buffer();
     let (v, mut buf) = call::read_json(a, reply, buf).map_err(|u| {
-        answer.taken &= !u.refused;
+        answer.refused_by_upstream(u.refused);
         u.error
     })?;
     if a.p.stream {
@@ -62,14 +64,14 @@ fn relay(a: &mut Attempt, answer: &mut Answer) -> Result<(), ApiError> {
     let (resp, estimated) = complete::decode(a, &v, t.target, &t.opts, &t.req)?;
     answer.set_usage((resp.usage, estimated));
     if a.keep {
-        answer.kept = Some(Box::new(resp.clone()));
+        answer.keep(Some(Box::new(resp.clone())));
     }
     let encoded = a.trace.protocol.reply.encode_response(&resp, &t.req);
     // Written into the buffer the upstream's answer was read into, and sent from it.
     serde_json::to_writer(&mut buf, &encoded).map_err(|e| ApiError::internal(e.to_string()))?;
     let extra = dropped_header(&t.dropped);
     respond::json_owned(a.ex.response(), a.trace, 200, buf, &extra);
-    answer.status = 200;
+    answer.answered(200);
     Ok(())
 }
 
