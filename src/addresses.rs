@@ -25,10 +25,7 @@ pub fn register(url: &str) {
     let Some(authority) = authority(url) else {
         return;
     };
-    let mut known = match ADDRESSES.write() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    };
+    let mut known = crate::util::write_lock(&ADDRESSES);
     if !known.contains(&authority) {
         known.push(authority);
     }
@@ -194,10 +191,7 @@ fn account_word(word: &str) -> Option<String> {
 
 /// `text` with every registered address (and the URL around it) replaced.
 fn hide_addresses(text: &str) -> Cow<'_, str> {
-    let known = match ADDRESSES.read() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    };
+    let known = crate::util::read_lock(&ADDRESSES);
     if known.is_empty() {
         return Cow::Borrowed(text);
     }

@@ -215,7 +215,7 @@ fn add(c: &str, kind: Kind) {
     if kind == Kind::Placeholder {
         return;
     }
-    let mut set = SCRUBBED.write().unwrap_or_else(|p| p.into_inner());
+    let mut set = crate::util::write_lock(&SCRUBBED);
     if set.iter().any(|s| s.full == c) {
         return;
     }
@@ -237,7 +237,7 @@ fn add(c: &str, kind: Kind) {
         tail,
     });
     if kind == Kind::Real {
-        let mut answers = IN_ANSWERS.write().unwrap_or_else(|p| p.into_inner());
+        let mut answers = crate::util::write_lock(&IN_ANSWERS);
         let mut all = answers.as_deref().unwrap_or(&[]).to_vec();
         all.push(Pattern::new(c));
         *answers = Some(all.into());
@@ -246,14 +246,14 @@ fn add(c: &str, kind: Kind) {
 
 /// The real secrets searched for in answers, if any.
 fn answer_patterns() -> Option<Arc<[Pattern]>> {
-    IN_ANSWERS.read().unwrap_or_else(|p| p.into_inner()).clone()
+    crate::util::read_lock(&IN_ANSWERS).clone()
 }
 
 /// `text` with every registered credential, and every word that looks like a masked echo of one, replaced
 /// by `[redacted]`: for error texts, records and log lines, never answers. Borrowed when there was nothing
 /// to replace.
 pub fn scrub(text: &str) -> Cow<'_, str> {
-    let set = SCRUBBED.read().unwrap_or_else(|p| p.into_inner());
+    let set = crate::util::read_lock(&SCRUBBED);
     if set.is_empty() {
         return Cow::Borrowed(text);
     }

@@ -319,10 +319,7 @@ impl Accounts {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, KeyState>> {
-        match self.keys.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+        crate::util::lock(&self.keys)
     }
 
     /// Total spent by a key so far (settled requests).

@@ -120,10 +120,7 @@ impl AdminToken {
         }
         let path = self.file.as_ref()?;
         let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok()?;
-        let mut seen = match self.seen.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        let mut seen = crate::util::lock(&self.seen);
         if let Some((at, digest)) = *seen {
             if at == modified {
                 return digest;

@@ -33,10 +33,7 @@ pub struct Guard {
 
 impl Guard {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, Entry>> {
-        match self.addresses.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+        crate::util::lock(&self.addresses)
     }
 
     /// How long `addr` is still held off (None: its token may be checked).

@@ -373,7 +373,7 @@ impl KeyStore {
         version: u64,
         force: bool,
     ) -> bool {
-        let _serial = lock(&self.seen);
+        let _serial = crate::util::lock(&self.seen);
         if !force && version <= self.version() {
             return false;
         }
@@ -397,10 +397,7 @@ impl KeyStore {
             return false;
         }
         let set = Arc::new(KeySet::from_records(records));
-        match self.set.write() {
-            Ok(mut g) => *g = set,
-            Err(p) => *p.into_inner() = set,
-        }
+        *crate::util::write_lock(&self.set) = set;
         true
     }
 
@@ -458,7 +455,7 @@ impl KeyStore {
         let Some(look) = self.miss_look.get() else {
             return;
         };
-        let mut last = lock(&self.last_look);
+        let mut last = crate::util::lock(&self.last_look);
         if last.is_some_and(|t| t >= arrived) {
             return;
         }
@@ -481,7 +478,7 @@ impl KeyStore {
     /// apart (the reload thread does; a look on a miss only compares metadata, which every rewrite tollgate
     /// makes changes: it replaces the file).
     fn reload(&self, thorough: bool) -> bool {
-        let mut seen = lock(&self.seen);
+        let mut seen = crate::util::lock(&self.seen);
         let meta = file_meta(&self.path);
         if meta == seen.meta && !(thorough && seen.racy()) {
             return false;
@@ -540,10 +537,7 @@ impl KeyStore {
             return false;
         }
         let set = Arc::new(KeySet::from_records(&records));
-        match self.set.write() {
-            Ok(mut g) => *g = set,
-            Err(p) => *p.into_inner() = set,
-        }
+        *crate::util::write_lock(&self.set) = set;
         log::info!(
             "keys reloaded from {} ({})",
             self.path.display(),
@@ -559,14 +553,6 @@ impl KeyStore {
              revoke it: tollgate keys revoke --name NAME",
             self.path.display()
         );
-    }
-}
-
-/// A mutex's guard, also when a thread panicked holding it (what it guards stays consistent).
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
     }
 }
 

@@ -76,10 +76,7 @@ impl AnswerCache {
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        match self.inner.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+        crate::util::lock(&self.inner)
     }
 
     /// The fresh entry for `fp`, if there is one (a store that does not answer has none).

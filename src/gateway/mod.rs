@@ -57,10 +57,7 @@ pub struct Gateway {
 impl Gateway {
     /// The configuration in force (a request keeps the one it started with).
     pub fn config(&self) -> Arc<Config> {
-        match self.live.read() {
-            Ok(g) => g.clone(),
-            Err(p) => p.into_inner().clone(),
-        }
+        crate::util::read_lock(&self.live).clone()
     }
 
     /// Where key changes go: the shared store, or the keys file in `data_dir`.
@@ -90,10 +87,7 @@ impl Gateway {
         overrides: &crate::config::Overrides,
     ) -> Result<Config, crate::config::ConfigError> {
         let config = self.base.with_overrides(overrides)?;
-        let servers = match self.discovered.lock() {
-            Ok(g) => g.clone(),
-            Err(p) => p.into_inner().clone(),
-        };
+        let servers = crate::util::lock(&self.discovered).clone();
         Ok(if servers.is_empty() {
             config
         } else {
@@ -104,10 +98,7 @@ impl Gateway {
     /// Discovery's latest look at the local servers: what changed is logged, and put in force at once.
     pub fn discovered(&self, servers: Vec<crate::upstream::discovery::LocalServer>) {
         {
-            let mut d = match self.discovered.lock() {
-                Ok(g) => g,
-                Err(p) => p.into_inner(),
-            };
+            let mut d = crate::util::lock(&self.discovered);
             if *d == servers {
                 return;
             }
@@ -132,15 +123,9 @@ impl Gateway {
             }
             *d = servers;
         }
-        let overrides = match self.overrides.lock() {
-            Ok(g) => g.clone(),
-            Err(p) => p.into_inner().clone(),
-        };
+        let overrides = crate::util::lock(&self.overrides).clone();
         match self.compose(&overrides) {
-            Ok(config) => match self.live.write() {
-                Ok(mut g) => *g = Arc::new(config),
-                Err(p) => *p.into_inner() = Arc::new(config),
-            },
+            Ok(config) => *crate::util::write_lock(&self.live) = Arc::new(config),
             Err(e) => log::error!(
                 "discovery: the configuration with the discovered models is invalid: {e}"
             ),
@@ -149,10 +134,7 @@ impl Gateway {
 
     /// The servers discovery knows of.
     pub fn discovered_servers(&self) -> Vec<crate::upstream::discovery::LocalServer> {
-        match self.discovered.lock() {
-            Ok(g) => g.clone(),
-            Err(p) => p.into_inner().clone(),
-        }
+        crate::util::lock(&self.discovered).clone()
     }
 
     /// Changes the console's overrides: `f` edits them; the result is validated, saved (in the store when
@@ -162,10 +144,7 @@ impl Gateway {
         &self,
         f: impl Fn(&mut crate::config::Overrides) -> Result<(), crate::config::ConfigError>,
     ) -> Result<(), crate::config::ConfigError> {
-        let mut o = match self.overrides.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        let mut o = crate::util::lock(&self.overrides);
         let save_error = |e: &dyn std::fmt::Display| crate::config::ConfigError {
             field: String::new(),
             message: format!("cannot save the overrides: {e}"),
@@ -182,10 +161,7 @@ impl Gateway {
             Some(store) => self.change_in_store(store, &f)?,
         };
         *o = next;
-        match self.live.write() {
-            Ok(mut g) => *g = Arc::new(config),
-            Err(p) => *p.into_inner() = Arc::new(config),
-        }
+        *crate::util::write_lock(&self.live) = Arc::new(config);
         Ok(())
     }
 
@@ -218,20 +194,14 @@ impl Gateway {
 
     /// Puts overrides read from the store in force (another instance changed them).
     pub fn install_overrides(&self, next: crate::config::Overrides) {
-        let mut o = match self.overrides.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        let mut o = crate::util::lock(&self.overrides);
         if *o == next {
             return;
         }
         match self.compose(&next) {
             Ok(config) => {
                 *o = next;
-                match self.live.write() {
-                    Ok(mut g) => *g = Arc::new(config),
-                    Err(p) => *p.into_inner() = Arc::new(config),
-                }
+                *crate::util::write_lock(&self.live) = Arc::new(config);
                 log::info!(
                     "the console's overrides changed on another instance; in force here too"
                 );

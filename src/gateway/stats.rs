@@ -61,10 +61,7 @@ impl UsageStats {
         error: Option<&str>,
         now: u64,
     ) {
-        let mut m = match self.models.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        let mut m = crate::util::lock(&self.models);
         if !m.contains_key(model) {
             m.insert(model.to_string(), Default::default());
         }
@@ -85,10 +82,7 @@ impl UsageStats {
 
     /// The console's view of one model's recent health.
     pub fn model_json(&self, model: &str) -> Value {
-        let m = match self.models.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        let m = crate::util::lock(&self.models);
         let Some(st) = m.get(model) else {
             return json!({"requests": 0, "last_success": null, "last_error": null, "last_error_message": null,
                           "latency_p50_ms": null, "latency_p95_ms": null, "error_rate": null});
@@ -117,10 +111,7 @@ impl UsageStats {
 
     /// The last probe results still in the cache (no new probes).
     pub fn cached_probes(&self) -> HashMap<String, Value> {
-        let cache = match self.probes.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        let cache = crate::util::lock(&self.probes);
         cache
             .iter()
             .map(|(k, (_, v))| (k.clone(), v.clone()))
@@ -132,10 +123,7 @@ impl UsageStats {
         let mut out = HashMap::new();
         let mut todo: Vec<&Upstream> = Vec::new();
         {
-            let cache = match self.probes.lock() {
-                Ok(g) => g,
-                Err(p) => p.into_inner(),
-            };
+            let cache = crate::util::lock(&self.probes);
             for u in &config.upstreams {
                 match cache.get(&u.name) {
                     Some((at, v)) if at.elapsed() < Duration::from_secs(15) => {
@@ -164,10 +152,7 @@ impl UsageStats {
                 })
                 .collect()
         });
-        let mut cache = match self.probes.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        let mut cache = crate::util::lock(&self.probes);
         for (name, v) in results {
             cache.insert(name.clone(), (Instant::now(), v.clone()));
             out.insert(name, v);

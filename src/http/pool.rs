@@ -146,21 +146,21 @@ impl Pool {
                 return Err(HttpStartError::Timer(e));
             }
         }
-        *lock(&pool.threads) = handles;
+        *crate::util::lock(&pool.threads) = handles;
         Ok(pool)
     }
 
     /// Ends the pool threads and the timer and waits for them; connections still parked are closed when
     /// the last holder of the pool lets go. Call it once no request is in flight.
     pub fn stop(&self) {
-        let handles = std::mem::take(&mut *lock(&self.threads));
+        let handles = std::mem::take(&mut *crate::util::lock(&self.threads));
         self.stop_threads(handles);
     }
 
     fn stop_threads(&self, handles: Vec<std::thread::JoinHandle<()>>) {
         self.inner.stopping.store(true, Ordering::SeqCst);
         self.inner.waker.wake();
-        drop(lock(&self.inner.timer_stop).take());
+        drop(crate::util::lock(&self.inner.timer_stop).take());
         for h in handles {
             let _ = h.join();
         }
@@ -193,13 +193,6 @@ impl Pool {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    }
-}
-
 impl Slots {
     /// Frees the slot `token` names and returns its connection if it is parked there.
     fn release(&mut self, t: u64) -> Option<Box<Conn>> {
@@ -216,10 +209,7 @@ impl Slots {
 
 impl Inner {
     fn slots(&self) -> MutexGuard<'_, Slots> {
-        match self.slots.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+        crate::util::lock(&self.slots)
     }
 
     /// A pool thread: waits for a readable connection, and carries it on.

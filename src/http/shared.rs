@@ -119,10 +119,7 @@ impl ServerState {
         share: &PerClient,
     ) -> bool {
         let client = crate::peer::counted(peer);
-        let mut held = match self.per_client.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        let mut held = crate::util::lock(&self.per_client);
         let n = held.entry(client).or_insert(0);
         let short = open > max / 2;
         if short && *n >= share.max && !share.exempt.iter().any(|r| r.contains(peer)) {
@@ -138,10 +135,7 @@ impl ServerState {
     /// A connection from `peer` closed.
     pub(super) fn give_share(&self, peer: std::net::IpAddr) {
         let client = crate::peer::counted(peer);
-        let mut held = match self.per_client.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        let mut held = crate::util::lock(&self.per_client);
         if let Some(n) = held.get_mut(&client) {
             *n = n.saturating_sub(1);
             if *n == 0 {

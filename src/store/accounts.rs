@@ -19,10 +19,11 @@ use std::collections::HashMap;
 use super::answer::{money, ScriptReply};
 use super::args::{period_field, script_tokens, units};
 use super::settle::Carried;
-use super::{batch, lock, Store, StoreError};
+use super::{batch, Store, StoreError};
 use crate::budget::{Budget, Period};
 use crate::money::Money;
 use crate::standing::{Limits, Standing, Verdict};
+use crate::util::lock;
 
 /// An admission waiting for its round trip (`Store::admit`, `batch.rs`): its key, what it shares with the
 /// admissions of the same key asked with it (see `lua/admit.lua`: ARGV 2 to 13), its own id, cost and tokens,

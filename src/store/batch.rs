@@ -10,7 +10,7 @@
 //! decides is exactly what it decided alone.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// Calls in one round trip at most: a round trip that fails (a timeout) fails all of its calls.
@@ -46,10 +46,6 @@ pub(super) struct CallBatch<J, R> {
 /// N ms before it takes those waiting, so that calls asked at the same moment surely share it.
 pub const PAUSE_ENV: &str = "TOLLGATE_TEST_ADMIT_PAUSE_MS";
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 impl<J, R> CallBatch<J, R> {
     pub(super) fn new() -> Self {
         let pause = std::env::var(PAUSE_ENV)
@@ -81,7 +77,7 @@ impl<J, R> CallBatch<J, R> {
             woken: Condvar::new(),
         });
         {
-            let mut queue = lock(&self.queue);
+            let mut queue = crate::util::lock(&self.queue);
             queue.waiting.push((job, Arc::clone(&mine)));
             if queue.leading {
                 drop(queue);
@@ -101,7 +97,7 @@ impl<J, R> CallBatch<J, R> {
             std::thread::sleep(self.pause);
         }
         let (jobs, slots): (Vec<J>, Vec<Arc<Slot<R>>>) = {
-            let mut queue = lock(&self.queue);
+            let mut queue = crate::util::lock(&self.queue);
             let n = queue.waiting.len().min(MAX_BATCH);
             queue.waiting.drain(..n).unzip()
         };
@@ -122,16 +118,16 @@ impl<J, R> CallBatch<J, R> {
             if Arc::ptr_eq(slot, &mine) {
                 own = Some(answer);
             } else {
-                *lock(&slot.state) = State::Done(answer);
+                *crate::util::lock(&slot.state) = State::Done(answer);
                 slot.woken.notify_one();
             }
         }
         // The next round trip is led by the first call that waited meanwhile.
         {
-            let mut queue = lock(&self.queue);
+            let mut queue = crate::util::lock(&self.queue);
             match queue.waiting.first() {
                 Some((_, next)) => {
-                    *lock(&next.state) = State::Lead;
+                    *crate::util::lock(&next.state) = State::Lead;
                     next.woken.notify_one();
                 }
                 None => queue.leading = false,
@@ -144,7 +140,7 @@ impl<J, R> CallBatch<J, R> {
     /// gives up: out of the queue with its job if no round trip took it yet, else without (the round trip
     /// under way goes on, and its answer is dropped). A worker told to lead leads, whenever it is told.
     fn wait(&self, mine: &Arc<Slot<R>>, deadline: Instant) -> Waited<J, R> {
-        let mut state = lock(&mine.state);
+        let mut state = crate::util::lock(&mine.state);
         loop {
             match std::mem::replace(&mut *state, State::Waiting) {
                 State::Done(answer) => return Waited::Answer(answer),
@@ -156,14 +152,14 @@ impl<J, R> CallBatch<J, R> {
                 state = mine
                     .woken
                     .wait_timeout(state, deadline - now)
-                    .unwrap_or_else(|e| e.into_inner())
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .0;
                 continue;
             }
             // The queue's lock first, as the leader takes them.
             drop(state);
-            let mut queue = lock(&self.queue);
-            let mut state = lock(&mine.state);
+            let mut queue = crate::util::lock(&self.queue);
+            let mut state = crate::util::lock(&mine.state);
             return match std::mem::replace(&mut *state, State::Waiting) {
                 State::Done(answer) => Waited::Answer(answer),
                 State::Lead => Waited::Lead,
@@ -222,7 +218,7 @@ mod tests {
                 )
             })
         };
-        while !lock(&g.queue).leading {
+        while !crate::util::lock(&g.queue).leading {
             std::thread::yield_now();
         }
         let gave_up = g.submit(
@@ -235,10 +231,10 @@ mod tests {
             },
         );
         assert_eq!(gave_up, Err(Some(2)));
-        assert!(lock(&g.queue).waiting.is_empty());
+        assert!(crate::util::lock(&g.queue).waiting.is_empty());
         release_tx.send(()).unwrap();
         assert_eq!(first.join().unwrap(), Ok(1));
-        assert!(!lock(&g.queue).leading);
+        assert!(!crate::util::lock(&g.queue).leading);
         let next = g.submit(
             3,
             LONG,
@@ -278,7 +274,7 @@ mod tests {
                 )
             })
         };
-        while !lock(&g.queue).leading {
+        while !crate::util::lock(&g.queue).leading {
             std::thread::yield_now();
         }
         let others: Vec<_> = (2..=5u32)
@@ -297,7 +293,7 @@ mod tests {
                 })
             })
             .collect();
-        while lock(&g.queue).waiting.len() < 4 {
+        while crate::util::lock(&g.queue).waiting.len() < 4 {
             std::thread::yield_now();
         }
         release_tx.send(()).unwrap();
@@ -311,7 +307,7 @@ mod tests {
         let mut second = batches[1].clone();
         second.sort();
         assert_eq!(second, vec![2, 3, 4, 5]);
-        assert!(!lock(&g.queue).leading);
+        assert!(!crate::util::lock(&g.queue).leading);
     }
 
     #[test]

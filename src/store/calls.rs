@@ -7,7 +7,8 @@ use redis::{FromRedisValue, Value};
 
 use super::accounts::{AdmitCall, Call};
 use super::settle::Carried;
-use super::{lock, Store, StoreError};
+use super::{Store, StoreError};
+use crate::util::lock;
 
 impl Store {
     /// The admissions of one batch: one script call per key (and per set of its limits, which a reload can

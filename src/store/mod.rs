@@ -321,12 +321,12 @@ impl Store {
 
     /// The last failure's text.
     pub fn last_error(&self) -> Option<String> {
-        lock(&self.last_error).clone()
+        crate::util::lock(&self.last_error).clone()
     }
 
     fn mark_down(&self, message: &str) {
         let was = self.healthy.swap(false, Ordering::Relaxed);
-        let mut last = lock(&self.last_error);
+        let mut last = crate::util::lock(&self.last_error);
         if was || last.as_deref() != Some(message) {
             log::error!(
                 "store: {} does not answer ({message}); {}",
@@ -365,7 +365,7 @@ impl Store {
             }
         };
         {
-            let mut pool = lock(&self.pool);
+            let mut pool = crate::util::lock(&self.pool);
             while let Some((g, c)) = pool.pop() {
                 if g == generation {
                     return Ok((g, c));
@@ -381,7 +381,7 @@ impl Store {
 
     fn put_back(&self, generation: u64, con: redis::Connection) {
         if con.is_open() {
-            let mut pool = lock(&self.pool);
+            let mut pool = crate::util::lock(&self.pool);
             if pool.len() < POOL_MAX {
                 pool.push((generation, con));
             }
@@ -442,7 +442,7 @@ impl Store {
     /// look succeeds, and with sentinels the next call asks them again.
     fn lost_primary(&self, message: &str) {
         // Connections opened before the failure are suspect (a restarted Redis closed them all).
-        lock(&self.pool).clear();
+        crate::util::lock(&self.pool).clear();
         if let Target::Sentinels(f) = &self.target {
             f.forget();
         }
@@ -585,12 +585,5 @@ impl Store {
         {
             pipe.cmd("WAIT").arg(1).arg(self.wait_ms()).ignore();
         }
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
     }
 }

@@ -10,9 +10,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::args::{script_tokens, units};
-use super::{lock, Store, StoreError};
+use super::{Store, StoreError};
 use crate::budget::Period;
 use crate::money::Money;
+use crate::util::lock;
 
 /// How long a settlement may wait for the next admission of its key before the settler thread sends it.
 pub const SETTLE_AFTER: Duration = Duration::from_millis(2);

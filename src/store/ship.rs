@@ -27,9 +27,10 @@
 
 use redis::FromRedisValue;
 
-use super::{lock, Store, StoreError};
+use super::{Store, StoreError};
 use crate::budget::Period;
 use crate::ledger::{Record, SyncedLine, Totals};
+use crate::util::lock;
 
 /// Records sent in one round trip at most.
 pub(super) const BATCH: usize = 200;

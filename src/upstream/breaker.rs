@@ -160,10 +160,7 @@ fn until_unix(d: Duration) -> u64 {
 
 impl Breakers {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, State>> {
-        match self.states.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+        crate::util::lock(&self.states)
     }
 
     /// Where `upstream` stands now (no state changes).

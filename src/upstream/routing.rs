@@ -60,10 +60,7 @@ pub struct RouteView {
 
 impl Routing {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Up>> {
-        match self.ups.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+        crate::util::lock(&self.ups)
     }
 
     /// A request starts at `upstream`.
@@ -139,10 +136,7 @@ impl Routing {
     /// in the order, so the load spreads over the credentials.
     fn take_turns<'c, T: AsRef<str>>(&self, candidates: Vec<&'c T>) -> Vec<&'c T> {
         let base = |u: &T| u.as_ref().split_once('#').map(|(b, _)| b.to_string());
-        let mut turns = match self.turns.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        let mut turns = crate::util::lock(&self.turns);
         let mut out = Vec::with_capacity(candidates.len());
         let mut i = 0;
         while i < candidates.len() {
@@ -176,10 +170,7 @@ impl Routing {
                 .and_then(|i| model.weights.get(i))
                 .map_or(1, |w| i64::from(*w))
         };
-        let mut wrr = match self.wrr.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        let mut wrr = crate::util::lock(&self.wrr);
         let current = wrr
             .entry(model.name.clone())
             .or_insert_with(|| vec![0; model.upstreams.len()]);

@@ -262,10 +262,7 @@ impl Metrics {
     /// Requests, latency histograms, tokens and cost, by model.
     fn render_models(&self, out: &mut String) {
         out.push_str("# HELP tollgate_requests_total Generation requests by client protocol, model and status.\n# TYPE tollgate_requests_total counter\n");
-        let models = match self.models.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        let models = crate::util::lock(&self.models);
         for (model, c) in models.iter() {
             let mut requests: Vec<_> = c.requests.iter().collect();
             requests.sort();

@@ -5,9 +5,10 @@
 use std::time::Instant;
 
 use super::super::settle::Pending;
-use super::super::{lock, Store};
+use super::super::Store;
 use super::slice::Allot;
 use crate::money::Money;
+use crate::util::lock;
 
 /// A request admitted from an allotment.
 pub(super) struct Drawn {

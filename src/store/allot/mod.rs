@@ -45,10 +45,11 @@ use super::accounts::AdmitReply;
 use super::answer::ScriptReply;
 use super::args::{period_field, units};
 use super::settle::Carried;
-use super::{lock, Store, StoreError};
+use super::{Store, StoreError};
 use crate::budget::{Budget, Period};
 use crate::money::Money;
 use crate::standing::Limits;
+use crate::util::lock;
 
 /// The smallest `max_concurrent` shared out in slices: below it, every admission asks the store.
 const MIN_CONCURRENT: u64 = 16;
