@@ -112,6 +112,197 @@ fn times(m: Money, n: u64) -> Money {
     Money::from_units(m.units().saturating_mul(n as i128))
 }
 
+/// What one request draws: its worst case, whether it holds a slot, and the kind of slice that serves it.
+struct Need {
+    cost: Money,
+    /// Its tokens, estimated.
+    tokens: u64,
+    slot: bool,
+    kind: SliceKind,
+    /// The time its limits were read at (Unix seconds).
+    at: u64,
+}
+
+impl Need {
+    fn of(cost: Money, limits: &Limits) -> Need {
+        Need {
+            cost: cost.max(Money::ZERO),
+            tokens: super::args::script_tokens(limits.tokens),
+            slot: limits.max_concurrent.is_some(),
+            kind: SliceKind {
+                for_balance: limits.credit.is_some() || limits.budget.is_some(),
+                rpm: limits.rpm.is_some(),
+                tpm: limits.tpm.is_some(),
+            },
+            at: limits.now,
+        }
+    }
+}
+
+/// Whether a request the allotment could not serve asks the store for a new slice: not while one is asked
+/// for, nor while a refusal or a slice of another kind is in force, nor for a key that is not busy (its
+/// requests are asked of the store one by one; this one counts towards its being busy).
+fn may_ask(a: &mut Allot, kind: SliceKind, now: Instant) -> bool {
+    !(a.asking
+        || (a.dry && now < a.until)
+        || (a.live && now < a.until && kind != a.kind)
+        || (!a.live && !a.busy(now)))
+}
+
+/// A call for the next slice, made up under the allotments' lock and sent after it: what the slice in
+/// force gives back (all that is left), and how much the next asks for (twice what the last drew in its
+/// time, at least).
+struct NextSlice {
+    id: String,
+    /// When the draw that asks for it was made.
+    at: Instant,
+    /// The store holds the entry already.
+    held: bool,
+    give: Money,
+    give_slots: u64,
+    grant: u64,
+    requests: u64,
+    slots: u64,
+    prev: Option<EndedSlice>,
+    fixes: Vec<(String, u64)>,
+}
+
+impl NextSlice {
+    /// The call's arguments (the window entries given back move into it).
+    fn ask<'a>(
+        &'a mut self,
+        key: &'a str,
+        need: &Need,
+        limits: &'a Limits,
+        group_budget: Option<Budget>,
+    ) -> Ask<'a> {
+        let n = self.requests;
+        Ask {
+            key,
+            id: &self.id,
+            held: self.held,
+            give: self.give,
+            give_slots: self.give_slots,
+            want: times(need.cost, n),
+            want_slots: self.slots,
+            least: times(need.cost, MIN_SLICE),
+            grant: self.grant,
+            want_requests: n,
+            want_tokens: need.tokens.saturating_mul(n),
+            least_tokens: need.tokens.saturating_mul(MIN_SLICE),
+            prev: self.prev,
+            fixes: std::mem::take(&mut self.fixes),
+            end: false,
+            limits,
+            group_budget,
+        }
+    }
+}
+
+/// Starts the call for the allotment's next slice: a new allotment counts nothing of one before it (its
+/// call failed, or it was given back); one in force gives back what is left.
+fn next_slice(a: &mut Allot, instance: &str, now: Instant) -> NextSlice {
+    let held = a.live;
+    let requests = (a.draws * 2).clamp(FIRST_SLICE, MAX_SLICE);
+    let slots = (a.running * 2).clamp(MIN_SLICE, 256);
+    if !held {
+        a.id = crate::util::new_id(&format!("allot:{instance}:"));
+        a.running = 0;
+        a.unsettled = 0;
+        a.draws = 0;
+        a.grant = 0;
+        a.grant_taken = 0;
+        a.grant_drawn = 0;
+        a.grants.clear();
+    }
+    let (prev, fixes) = if held {
+        a.window_back(now)
+    } else {
+        (None, Vec::new())
+    };
+    let (give, give_slots) = if held {
+        (a.free, a.slots)
+    } else {
+        (Money::ZERO, 0)
+    };
+    let slice = NextSlice {
+        id: a.id.clone(),
+        at: now,
+        held,
+        give,
+        give_slots,
+        grant: a.grant + 1,
+        requests,
+        slots,
+        prev,
+        fixes,
+    };
+    a.free = Money::ZERO;
+    a.slots = 0;
+    a.asking = true;
+    slice
+}
+
+/// The store's answer to a slice's call, when it gave one. A refusal to take the slice (code 8) ends the
+/// allotment. Whether a call that failed reached the store is not known: the allotment is not used again,
+/// and its lease gives back whatever it holds. A store that did not answer is not asked again for this
+/// request (it has had its time): it is answered as admission answers then.
+fn answered(
+    a: &mut Allot,
+    key: &str,
+    reply: Result<Reply, StoreError>,
+) -> Result<Option<Reply>, StoreError> {
+    match reply {
+        Ok(r) if r.code != 8 => Ok(Some(r)),
+        Ok(_) => {
+            a.live = false;
+            Ok(None)
+        }
+        Err(e) => {
+            a.live = false;
+            log::warn!("store: an allotment of key {key:?} is left to its lease ({e})");
+            if e.unavailable {
+                Err(e)
+            } else {
+                Ok(None)
+            }
+        }
+    }
+}
+
+/// The slice the store gave at `now`, in the allotment (in force for `allot`).
+fn fill(a: &mut Allot, r: &Reply, need: &Need, slice: &NextSlice, now: Instant, allot: Duration) {
+    a.live = slice.held || r.money != Money::ZERO || r.slots > 0 || r.requests > 0;
+    a.kind = need.kind;
+    a.requests = if need.kind.rpm { r.requests } else { 0 };
+    a.tokens = r.tokens;
+    if r.requests > 0 {
+        a.grant = slice.grant;
+        a.grant_taken = r.requests;
+        a.grant_drawn = 0;
+        a.grants.push_back(Grant {
+            k: slice.grant,
+            tokens: 0,
+            current: true,
+            dirty: false,
+            at: now,
+        });
+    }
+    a.rpm_base = r.rpm_used.saturating_sub(r.requests);
+    a.tpm_base = r.tpm_used.saturating_sub(r.tokens);
+    a.reset = r.reset;
+    a.money = r.credit.is_some() || r.budget.is_some();
+    a.conc = need.slot;
+    a.free += r.money;
+    a.slots += r.slots;
+    a.spent = r.spent;
+    a.period_spent = r.period_spent;
+    a.credit = r.credit;
+    a.budget = r.budget;
+    a.draws = 0;
+    a.until = now + allot;
+}
+
 impl Store {
     /// Admits request `id` of `key` from the key's allotment on this instance, taking or renewing the
     /// allotment first when it is used up or over (one call): the store's answer as admission gives it. None:
@@ -130,14 +321,7 @@ impl Store {
         if allot.is_zero() || limits.max_concurrent.is_some_and(|c| c < MIN_CONCURRENT) {
             return Ok(None);
         }
-        let slot = limits.max_concurrent.is_some();
-        let kind = SliceKind {
-            for_balance: limits.credit.is_some() || limits.budget.is_some(),
-            rpm: limits.rpm.is_some(),
-            tpm: limits.tpm.is_some(),
-        };
-        let est = super::args::script_tokens(limits.tokens);
-        let cost = cost.max(Money::ZERO);
+        let need = Need::of(cost, limits);
         let mut keys = lock(&self.allots.keys);
         // Read with the lock held: a draw is never later than the slice's time.
         let now = Instant::now();
@@ -146,128 +330,48 @@ impl Store {
             .or_insert_with(|| Allot::new(now));
         // The key's numbers before this request counts, as admission reports them.
         let admission = a.admission();
-        if a.take(cost, est, slot, kind, now) {
-            let drawn = self.drawn_of(key, a, cost, est, slot, limits.now);
+        if a.take(need.cost, need.tokens, need.slot, need.kind, now) {
+            let drawn = self.drawn_of(key, a, need.cost, need.tokens, need.slot, need.at);
             drop(keys);
             self.note_drawn(id, drawn);
             return Ok(Some(admission));
         }
-        // A request of another kind than the slice's is asked of the store.
-        if a.asking
-            || (a.dry && now < a.until)
-            || (a.live && now < a.until && kind != a.kind)
-            || (!a.live && !a.busy(now))
-        {
+        if !may_ask(a, need.kind, now) {
             return Ok(None);
         }
-        // Give back what is left and take a slice for what the last one drew in its time, at least.
-        let n = (a.draws * 2).clamp(FIRST_SLICE, MAX_SLICE);
-        let wanted_slots = (a.running * 2).clamp(MIN_SLICE, 256);
-        let held = a.live;
-        if !held {
-            // A new slice: the requests of one before it (its call failed, or it was given back) are no
-            // longer counted here.
-            a.id = crate::util::new_id(&format!("allot:{}:", self.instance));
-            a.running = 0;
-            a.unsettled = 0;
-            a.draws = 0;
-            a.grant = 0;
-            a.grant_taken = 0;
-            a.grant_drawn = 0;
-            a.grants.clear();
-        }
-        let (prev, fixes) = if held {
-            a.window_back(now)
-        } else {
-            (None, Vec::new())
-        };
-        let grant = a.grant + 1;
-        let ask_id = a.id.clone();
-        let (give, give_slots) = if held {
-            (a.free, a.slots)
-        } else {
-            (Money::ZERO, 0)
-        };
-        a.free = Money::ZERO;
-        a.slots = 0;
-        a.asking = true;
+        let mut slice = next_slice(a, &self.instance, now);
         drop(keys);
-        let reply = self.allot_call(&Ask {
-            key,
-            id: &ask_id,
-            held,
-            give,
-            give_slots,
-            want: times(cost, n),
-            want_slots: wanted_slots,
-            least: times(cost, MIN_SLICE),
-            grant,
-            want_requests: n,
-            want_tokens: est.saturating_mul(n),
-            least_tokens: est.saturating_mul(MIN_SLICE),
-            prev,
-            fixes,
-            end: false,
-            limits,
-            group_budget,
-        });
+        let reply = self.allot_call(&slice.ask(key, &need, limits, group_budget));
+        self.take_slice(key, id, &need, &slice, reply)
+    }
+
+    /// The store's answer to a slice's call put in the key's allotment, then the request drawn from it.
+    fn take_slice(
+        &self,
+        key: &str,
+        id: &str,
+        need: &Need,
+        slice: &NextSlice,
+        reply: Result<Reply, StoreError>,
+    ) -> Result<Option<AdmitReply>, StoreError> {
+        let now = slice.at;
         let mut keys = lock(&self.allots.keys);
         let Some(a) = keys.get_mut(key) else {
             return Ok(None);
         };
         a.asking = false;
-        let r = match reply {
-            Ok(r) if r.code != 8 => r,
-            Ok(_) => {
-                a.live = false;
-                return Ok(None);
-            }
-            Err(e) => {
-                // Whether the call reached the store is not known: the allotment is not used again, and its
-                // lease gives back whatever it holds. A store that did not answer is not asked again for
-                // this request (it has had its time): it is answered as admission answers then.
-                a.live = false;
-                log::warn!("store: an allotment of key {key:?} is left to its lease ({e})");
-                return if e.unavailable { Err(e) } else { Ok(None) };
-            }
+        let Some(r) = answered(a, key, reply)? else {
+            return Ok(None);
         };
-        a.live = held || r.money != Money::ZERO || r.slots > 0 || r.requests > 0;
-        a.kind = kind;
-        a.requests = if kind.rpm { r.requests } else { 0 };
-        a.tokens = r.tokens;
-        if r.requests > 0 {
-            a.grant = grant;
-            a.grant_taken = r.requests;
-            a.grant_drawn = 0;
-            a.grants.push_back(Grant {
-                k: grant,
-                tokens: 0,
-                current: true,
-                dirty: false,
-                at: now,
-            });
-        }
-        a.rpm_base = r.rpm_used.saturating_sub(r.requests);
-        a.tpm_base = r.tpm_used.saturating_sub(r.tokens);
-        a.reset = r.reset;
-        a.money = r.credit.is_some() || r.budget.is_some();
-        a.conc = slot;
-        a.free += r.money;
-        a.slots += r.slots;
-        a.spent = r.spent;
-        a.period_spent = r.period_spent;
-        a.credit = r.credit;
-        a.budget = r.budget;
-        a.draws = 0;
-        a.until = now + allot;
+        fill(a, &r, need, slice, now, self.settings.allot);
         // Refused (revoked, expired) or nothing to take: the key's requests are asked of the store one by
         // one until `until`, this one too (the store judges it and says why).
         let admission = a.admission();
-        a.dry = r.code != 0 || !a.take(cost, est, slot, kind, now);
+        a.dry = r.code != 0 || !a.take(need.cost, need.tokens, need.slot, need.kind, now);
         if a.dry {
             return Ok(None);
         }
-        let drawn = self.drawn_of(key, a, cost, est, slot, limits.now);
+        let drawn = self.drawn_of(key, a, need.cost, need.tokens, need.slot, need.at);
         drop(keys);
         self.note_drawn(id, drawn);
         Ok(Some(admission))
