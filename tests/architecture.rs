@@ -34,8 +34,7 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
 
 /// A file's code without its test module (from `#[cfg(test)]` on) and without `//` comments.
 fn code_of(p: &Path) -> String {
-    let text = std::fs::read_to_string(p).unwrap();
-    let text = text.split("#[cfg(test)]").next().unwrap_or("");
+    let text = without_test_items(&std::fs::read_to_string(p).unwrap());
     text.lines()
         .map(|l| match l.find("//") {
             Some(i) if !l[..i].contains('"') => &l[..i],
@@ -43,6 +42,80 @@ fn code_of(p: &Path) -> String {
         })
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// `text` without its test items: each item after a `#[cfg(test)]` (a test module, inline or declared, a
+/// test-only function or import) is left out, up to its `;` or the brace that closes it. Production code
+/// after a test module is read like any other.
+fn without_test_items(text: &str) -> String {
+    const MARK: &str = "#[cfg(test)]";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find(MARK) {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + MARK.len()..];
+        rest = &after[item_len(after)..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The length of the item at the start of `s`: to its `;` outside braces, or to the brace that closes its
+/// first `{`. Strings (raw ones too), character literals and comments are skipped.
+fn item_len(s: &str) -> usize {
+    let b = s.as_bytes();
+    let (mut i, mut depth) = (0usize, 0i32);
+    while i < b.len() {
+        match b[i] {
+            b'/' if b.get(i + 1) == Some(&b'/') => {
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            b'r' if matches!(b.get(i + 1), Some(b'#' | b'"')) && !ident_before(b, i) => {
+                let hashes = b[i + 1..].iter().take_while(|c| **c == b'#').count();
+                let close: Vec<u8> = std::iter::once(b'"')
+                    .chain(std::iter::repeat_n(b'#', hashes))
+                    .collect();
+                let start = i + 2 + hashes;
+                i = find(b, start, &close).map_or(b.len(), |e| e + close.len());
+                continue;
+            }
+            b'"' => {
+                i += 1;
+                while i < b.len() && b[i] != b'"' {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            b'\'' if b.get(i + 1) == Some(&b'\\') => {
+                i = find(b, i + 3, b"'").map_or(b.len(), |e| e + 1);
+                continue;
+            }
+            b'\'' if b.get(i + 2) == Some(&b'\'') => i += 2,
+            b'{' => depth += 1,
+            b'}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return i + 1;
+                }
+            }
+            b';' if depth == 0 => return i + 1,
+            _ => {}
+        }
+        i += 1;
+    }
+    b.len()
+}
+
+fn ident_before(b: &[u8], i: usize) -> bool {
+    i > 0 && (b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_')
+}
+
+fn find(b: &[u8], from: usize, what: &[u8]) -> Option<usize> {
+    b.get(from..)?
+        .windows(what.len())
+        .position(|w| w == what)
+        .map(|p| p + from)
 }
 
 /// The module path of a file under `src/` (`server/mod.rs` → `["server"]`).
@@ -1208,4 +1281,33 @@ fn errors_are_typed() {
     assert!(
         text_decisions("match (e.status(), e.cause()) { (_, Cause::X) => 1, _ => 2 }").is_empty()
     );
+}
+
+/// Test items are left out by parsing them: the code after a test module is read, and a test module's
+/// strings, raw strings and characters do not end it early.
+#[test]
+fn test_items_are_parsed_out_not_cut_at() {
+    let text = r###"use a::b;
+#[cfg(test)]
+use c::d;
+fn one() {}
+#[cfg(test)]
+mod tests {
+    fn t() { let s = "}"; let r = r#"{"a": "}"}"#; let c = '}'; let q = '\''; } // }
+}
+fn two() {}
+#[cfg(test)]
+mod more;
+fn three() {}
+"###;
+    let code = without_test_items(text);
+    for kept in ["use a::b;", "fn one()", "fn two()", "fn three()"] {
+        assert!(code.contains(kept), "{kept} lost: {code}");
+    }
+    for gone in ["c::d", "mod tests", "fn t()", "mod more"] {
+        assert!(!code.contains(gone), "{gone} kept: {code}");
+    }
+    // The ledger's query has production code after its test module: it is read.
+    let query = code_of(&root().join("src/ledger/query.rs"));
+    assert!(query.contains("pub fn each_line_backwards_in"), "{query}");
 }
