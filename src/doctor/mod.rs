@@ -72,6 +72,7 @@ mod answer;
 mod args;
 mod cause;
 mod kinds;
+mod print;
 mod probe;
 mod report;
 mod stream;
@@ -80,10 +81,10 @@ mod url;
 
 use std::io::Write;
 
-use crate::protocol::{Protocol, ALL};
-use args::ArgError;
+use crate::protocol::Protocol;
+use args::{check_key, check_model, key_argument, parse_protocols, ArgError};
 use kinds::{Connect, Kind, ProbeOutcome};
-use text::{clip, fmt_duration};
+use print::{field, print_outcome, print_result};
 use url::{Finding, Severity};
 
 pub use args::DoctorArgs;
@@ -421,28 +422,6 @@ impl Check<'_> {
     }
 }
 
-/// The verdict line, and the heading of the support report below it.
-fn print_result(out: &mut impl Write, failed_steps: usize, total_steps: usize) {
-    if failed_steps == 0 {
-        let _ = writeln!(
-            out,
-            "Result: PASS: all {total_steps} steps passed. The protocol path works; the gateway's console \
-             should show a usage record for each request id above."
-        );
-    } else {
-        let _ = writeln!(
-            out,
-            "Result: FAIL: {failed_steps} of {total_steps} steps failed. Fix the first cause above, change one \
-             setting at a time and run the doctor again."
-        );
-    }
-    let _ = writeln!(out);
-    let _ = writeln!(
-        out,
-        "Support report (paste everything between the two marker lines into a support request):"
-    );
-}
-
 /// The OpenAI-compatible servers at the well-known local addresses (what tollgate's discovery finds with
 /// no config), other than the one being checked.
 fn local_servers(checked: Option<&str>) -> String {
@@ -465,120 +444,6 @@ fn local_servers(checked: Option<&str>) -> String {
     }
 }
 
-/// The key to check: `--key`, or the variable `--key-env` names (exactly one of them).
-fn key_argument(args: &DoctorArgs) -> Result<String, ArgError> {
-    let key = match (&args.key, &args.key_env) {
-        (Some(k), None) => k.clone(),
-        (None, Some(var)) => std::env::var(var).map_err(|_| ArgError::KeyEnvUnset(var.clone()))?,
-        (Some(_), Some(_)) => return Err(ArgError::KeyTwice),
-        (None, None) => return Err(ArgError::NoKey),
-    };
-    if key.trim().is_empty() {
-        return Err(ArgError::EmptyKey);
-    }
-    Ok(key)
-}
-
-/// A protocol's short name (`chat`, `responses`, `messages`), `all`, or a comma-separated list.
-fn parse_protocols(s: &str) -> Result<Vec<Protocol>, ArgError> {
-    let mut out = Vec::new();
-    for part in s.split(',').map(|p| p.trim().to_ascii_lowercase()) {
-        let add: Vec<Protocol> = match part.as_str() {
-            "all" => ALL.to_vec(),
-            name => match Protocol::named(name) {
-                Some(p) => vec![p],
-                None => return Err(ArgError::UnknownProtocol(part)),
-            },
-        };
-        for p in add {
-            if !out.contains(&p) {
-                out.push(p);
-            }
-        }
-    }
-    Ok(out)
-}
-
-fn error(text: String) -> Finding {
-    Finding {
-        severity: Severity::Error,
-        text,
-    }
-}
-
-/// The key as a client should send it, and what is wrong with the given form.
-fn check_key(given: &str) -> (String, Vec<Finding>) {
-    let mut findings = Vec::new();
-    let mut key = given.to_string();
-    if key.trim().len() != key.len() {
-        findings.push(error(
-            "the key has leading or trailing whitespace (a copied line break?); a key with spaces gives 401. \
-             The doctor sent it without."
-                .into(),
-        ));
-        key = key.trim().to_string();
-    }
-    for q in ['"', '\''] {
-        if key.len() >= 2 && key.starts_with(q) && key.ends_with(q) {
-            findings.push(error(
-                "the key is wrapped in quotes, which become part of the key (401). The doctor sent it without."
-                    .into(),
-            ));
-            key = key[1..key.len() - 1].to_string();
-        }
-    }
-    if key.len() > 7
-        && key
-            .get(..7)
-            .is_some_and(|p| p.eq_ignore_ascii_case("bearer "))
-    {
-        findings.push(error(
-            "the key starts with `Bearer `: clients add that word themselves, so the header would read \
-             `Bearer Bearer …` (401). Give the key alone. The doctor sent it without."
-                .into(),
-        ));
-        key = key[7..].trim_start().to_string();
-    }
-    if key.contains(char::is_whitespace) {
-        findings.push(error(
-            "the key contains whitespace inside it: keys have none; a key with spaces or line breaks gives 401 \
-             (was it wrapped or pasted in pieces?). The doctor sent it without."
-                .into(),
-        ));
-        key.retain(|c| !c.is_whitespace());
-    }
-    if key.chars().any(|c| !c.is_ascii_graphic()) {
-        findings.push(error(
-            "the key has characters keys never contain (not plain ASCII: a typographic quote or dash from a \
-             document?); HTTP headers cannot carry it as it is."
-                .into(),
-        ));
-    } else if key.starts_with("tg_") && key.len() != 43 {
-        findings.push(error(format!(
-            "the key looks like a tollgate key but has {} characters where tollgate keys have 43 (`tg_` and 40 \
-             more): it was cut off or joined with something when copied.",
-            key.len()
-        )));
-    }
-    (key, findings)
-}
-
-/// The model as a client should send it.
-fn check_model(given: &str) -> (String, Vec<Finding>) {
-    let model = given.trim();
-    if model.len() == given.len() {
-        return (model.to_string(), Vec::new());
-    }
-    (
-        model.to_string(),
-        vec![error(
-            "the model name has leading or trailing whitespace; gateways compare names exactly (404 or 403). \
-             The doctor sent it without."
-                .into(),
-        )],
-    )
-}
-
 /// A step that could not be tried: no URL could be derived from the base URL.
 pub(crate) fn not_sent(proto: Protocol, stream: bool, client_id: &str) -> ProbeOutcome {
     let mut o = ProbeOutcome::new(proto, stream, String::new(), client_id);
@@ -589,92 +454,10 @@ pub(crate) fn not_sent(proto: Protocol, stream: bool, client_id: &str) -> ProbeO
     o
 }
 
-/// One `label value` line, the values aligned (a label as long as the column still gets a space).
-fn field(out: &mut impl Write, label: &str, value: &str) {
-    let _ = writeln!(out, "    {label:<11} {value}");
-}
-
-fn print_outcome(
-    out: &mut impl Write,
-    o: &ProbeOutcome,
-    cause: Option<&str>,
-    scrub: &report::Scrubber,
-) {
-    let _ = writeln!(out, "{}", if o.passed() { "PASS" } else { "FAIL" });
-    if !o.url.is_empty() {
-        field(out, "request", &format!("POST {}", o.url));
-    }
-    let status = match o.status {
-        Some(s) => {
-            let reason = ureq::http::StatusCode::from_u16(s)
-                .ok()
-                .and_then(|c| c.canonical_reason())
-                .unwrap_or("");
-            let mut v = format!("{s} {reason}").trim_end().to_string();
-            if o.stream {
-                v.push_str(&format!(
-                    ", {}",
-                    o.content_type.as_deref().unwrap_or("no content-type")
-                ));
-            }
-            v
-        }
-        None => "none (no HTTP answer)".into(),
-    };
-    field(out, "status", &status);
-    let mut latency = String::new();
-    if let Some(h) = o.headers_at {
-        latency.push_str(&format!("head after {}, ", fmt_duration(h)));
-    }
-    if o.stream {
-        if let Some(b) = o.first_byte {
-            latency.push_str(&format!("first byte after {}, ", fmt_duration(b)));
-        }
-        if let Some(t) = o.first_text {
-            latency.push_str(&format!("first text after {}, ", fmt_duration(t)));
-        }
-    }
-    latency.push_str(&format!("total {}", fmt_duration(o.total)));
-    if o.stream && o.events > 0 {
-        latency.push_str(&format!(
-            " ({} events{})",
-            o.events,
-            if o.passed() {
-                format!(", ended with `{}`", o.proto.stream_terminal)
-            } else {
-                String::new()
-            }
-        ));
-    }
-    field(out, "latency", &latency);
-    let text = if o.text.is_empty() {
-        "(none)".to_string()
-    } else {
-        format!("{:?}", clip(o.text.trim(), 300))
-    };
-    field(out, "text", &scrub.clean(&text));
-    let rid = format!(
-        "{} (X-Client-Request-ID {}{})",
-        o.request_id.as_deref().unwrap_or("none received"),
-        o.client_request_id,
-        if o.echoed { ", echoed" } else { "" }
-    );
-    field(out, "request id", &rid);
-    if let Some(f) = &o.failure {
-        field(out, "error", &scrub.clean(&f.detail));
-    }
-    if let Some(c) = cause {
-        field(out, "cause", &scrub.clean(c));
-    }
-    for n in &o.notes {
-        field(out, "note", n);
-    }
-    let _ = writeln!(out);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::ALL;
 
     #[test]
     fn protocols() {
