@@ -18,7 +18,7 @@
 //! with what its record says ([`SyncedLine`], `take_synced`), bounded, the files staying the truth.
 //!
 //! The ledger opens only regular files this user owns, never through a symbolic link (checked on the open
-//! descriptor); the writer notices its file moved away, deleted or replaced while it runs (`writer.rs`).
+//! descriptor); the writer notices its file moved away, deleted or replaced while it runs (`writer/file.rs`).
 //!
 //! The handle, [`Ledger`], is in `handle.rs` and the records in `record.rs`; this file holds what the handle
 //! and the threads share, and the readers that need no server.
