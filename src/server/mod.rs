@@ -21,6 +21,7 @@ mod prepared;
 mod report;
 mod router;
 mod screen;
+mod shutdown;
 mod thread;
 mod translate;
 
@@ -32,7 +33,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use self::gateway::Gateway;
-pub use self::lifecycle::{data_dir_ready, first_group, run, Running, Shutdown, StartError};
+pub use self::lifecycle::{data_dir_ready, first_group, run, Running, StartError};
+pub use self::shutdown::Shutdown;
 use self::thread::spawn;
 pub use self::thread::ThreadError;
 use crate::http::Exchange;
