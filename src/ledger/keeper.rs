@@ -16,7 +16,8 @@ use super::checkpoint::{self, Checkpoint};
 use super::files::{self, Segment};
 use super::options::{self, Options, MB};
 use super::totals::{Line, Totals};
-use super::{lock, Shared, Stats};
+use super::{Shared, Stats};
+use crate::util::lock;
 
 /// How often the files and the disk are measured.
 const STATS_EVERY: Duration = Duration::from_secs(2);

@@ -18,28 +18,35 @@
 //! with what its record says ([`SyncedLine`], `take_synced`), bounded, the files staying the truth.
 //!
 //! The ledger opens only regular files this user owns, never through a symbolic link (checked on the open
-//! descriptor); the writer notices its file moved away, deleted or replaced while it runs (`writer.rs`).
+//! descriptor); the writer notices its file moved away, deleted or replaced while it runs (`writer/file.rs`).
+//!
+//! The handle, [`Ledger`], is in `handle.rs` and the records in `record.rs`; this file holds what the handle
+//! and the threads share, and the readers that need no server.
 
 mod checkpoint;
 mod files;
+mod handle;
 mod keeper;
 pub mod options;
 mod query;
+mod record;
 mod replay;
 pub mod totals;
 mod writer;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::fs::{File, OpenOptions, Permissions};
 use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::sync::{Arc, Mutex};
+
+use crate::util::lock;
 use std::time::Duration;
 
-use crossbeam_channel::{unbounded, SendError, Sender};
-use serde::{Deserialize, Serialize};
+use crossbeam_channel::Sender;
+use serde::Serialize;
 
 use crate::budget::PeriodSpend;
 use crate::money::Money;
@@ -48,6 +55,7 @@ pub use checkpoint::CHECKPOINT_FILE;
 pub use files::{complete_len, fingerprint, segment_name, Active, History, Segment};
 pub use options::Options;
 pub use query::{CacheFilter, Filter, StatusFilter};
+pub use record::{CacheUse, Record, RecordFacts, Status};
 pub use totals::{KeyTotals, Totals};
 
 /// File name of the ledger inside `data_dir`.
@@ -55,153 +63,6 @@ pub const LEDGER_FILE: &str = "usage.jsonl";
 
 /// Default for [`Ledger::set_backlog_limit`] (a setting, so the config's).
 pub use crate::config::ledger::DEFAULT_BACKLOG_LIMIT;
-
-/// How long `flush` waits for the writer's answer (it answers after one write attempt; only a disk that
-/// hangs inside a write or sync makes it wait this long).
-const FLUSH_WAIT: Duration = Duration::from_secs(10);
-
-/// How long `query` waits for its flush before reading the file anyway.
-const QUERY_FLUSH_WAIT: Duration = Duration::from_secs(2);
-
-/// The status a request ended with: the HTTP status the client got, `client_closed` when the client went
-/// away before the answer was complete, or `shutdown` when the server's shutdown deadline cut it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Status {
-    Http(u16),
-    ClientClosed,
-    Shutdown,
-}
-
-impl Serialize for Status {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self {
-            Status::Http(c) => s.serialize_u16(*c),
-            Status::ClientClosed => s.serialize_str("client_closed"),
-            Status::Shutdown => s.serialize_str("shutdown"),
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for Status {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Code(u16),
-            Text(String),
-        }
-        Ok(match Raw::deserialize(d)? {
-            Raw::Code(c) => Status::Http(c),
-            Raw::Text(t) if t == "client_closed" => Status::ClientClosed,
-            Raw::Text(t) if t == "shutdown" => Status::Shutdown,
-            Raw::Text(t) => Status::Http(t.parse().unwrap_or(0)),
-        })
-    }
-}
-
-/// One request's usage record.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Record {
-    /// When the request arrived (RFC 3339, UTC, milliseconds).
-    pub ts: String,
-    pub request_id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub client_request_id: Option<String>,
-    pub key: String,
-    pub group: String,
-    pub model: String,
-    pub protocol: String,
-    /// The upstream that answered; empty (`null` in the file) for a request the gateway refused itself.
-    #[serde(serialize_with = "upstream_out", deserialize_with = "upstream_in")]
-    pub upstream: String,
-    pub stream: bool,
-    pub status: Status,
-    /// All input: uncached, cache reads and cache writes.
-    pub input_tokens: u64,
-    /// The input read from a cache.
-    #[serde(default)]
-    pub cached_input_tokens: u64,
-    /// The input written to a cache for five minutes (or for a lifetime the upstream did not state).
-    #[serde(default)]
-    pub cache_write_5m_tokens: u64,
-    /// The input written to a cache for an hour.
-    #[serde(default)]
-    pub cache_write_1h_tokens: u64,
-    /// All output, reasoning included.
-    pub output_tokens: u64,
-    /// The output that was reasoning.
-    #[serde(default)]
-    pub reasoning_tokens: u64,
-    /// The long-context tier the request was billed at (its `above_input_tokens`); none: the base prices.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tier_above_input_tokens: Option<u64>,
-    /// Tokens were estimated from the text because the upstream reported none.
-    #[serde(default)]
-    pub estimated: bool,
-    /// Credits charged.
-    pub cost: Money,
-    pub latency_ms: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    /// The model name the client asked for, when it is not the serving entry's `model` (an alias, or a
-    /// name a pattern matched).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub requested_model: Option<String>,
-    /// Why the gateway refused the request itself (no upstream was called): `model_not_allowed`,
-    /// `model_not_found`, `rate_limited`, `insufficient_quota`, `upstream_unavailable`, `invalid_request`, ...
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// The instance that served the request (with a `[store]`, or when `instance` is set).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub instance: Option<String>,
-    /// Uses of paid hosted tools billed, per tool family (`web_search`: 3); their cost is in `cost`.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub hosted_uses: BTreeMap<String, u64>,
-    /// The paid service tier billed (`priority`); its price is in `cost`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub service_tier: Option<String>,
-    /// A field that raised the rate of every token (`inference_geo=us`); its multiplier is in `cost`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub surcharge: Option<String>,
-    /// A request to a model whose answers are cached: `hit` (answered from the cache, at no cost), `miss`
-    /// or `bypass` (not looked up).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache: Option<CacheUse>,
-}
-
-/// What the answer cache did for a request (`Record::cache`, the `x-tollgate-cache` header).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CacheUse {
-    /// Answered from the cache.
-    Hit,
-    /// Looked up and not found (or the shared store did not answer): answered by an upstream.
-    Miss,
-    /// Not looked up: the client said `no-store` or `no-cache`, or the request is not one the cache keeps.
-    Bypass,
-}
-
-impl CacheUse {
-    pub fn name(self) -> &'static str {
-        match self {
-            CacheUse::Hit => "hit",
-            CacheUse::Miss => "miss",
-            CacheUse::Bypass => "bypass",
-        }
-    }
-}
-
-fn upstream_out<S: serde::Serializer>(u: &str, s: S) -> Result<S::Ok, S::Error> {
-    if u.is_empty() {
-        s.serialize_none()
-    } else {
-        s.serialize_str(u)
-    }
-}
-
-fn upstream_in<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    Ok(Option::<String>::deserialize(d)?.unwrap_or_default())
-}
 
 /// What the replay at start found.
 #[derive(Debug, Default)]
@@ -246,14 +107,6 @@ pub struct Stats {
     pub checkpoint_records: u64,
     /// Records replayed at start (those after the checkpoint).
     pub replayed_at_start: u64,
-}
-
-/// A lock, also when a thread panicked holding it.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    }
 }
 
 /// What a strict-mode caller gets back: `Err` hands the record back when its write failed.
@@ -322,10 +175,7 @@ struct Shared {
 
 impl Shared {
     fn set_problem(&self, reason: Option<String>) {
-        *match self.problem.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        } = reason;
+        *crate::util::lock(&self.problem) = reason;
     }
 }
 
@@ -345,37 +195,6 @@ pub struct SyncedLine {
     pub facts: Option<Box<RecordFacts>>,
 }
 
-/// The fields of a record that the store counts.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RecordFacts {
-    pub key: String,
-    pub request_id: String,
-    /// The cost as written in the line (a JSON number: what reading it gives back).
-    pub cost: Money,
-    /// Input and output tokens.
-    pub tokens: u64,
-    pub ts: String,
-}
-
-impl RecordFacts {
-    /// The facts of `rec` as its line gives them back (None: its cost has no JSON number). The cost is the
-    /// number as written, read back by the same parser a reader of the line uses (so it is the same to the
-    /// unit however that parser rounds).
-    pub fn of(rec: &Record) -> Option<RecordFacts> {
-        let written = serde_json::to_string(&rec.cost).ok()?;
-        Some(RecordFacts {
-            key: rec.key.clone(),
-            request_id: rec.request_id.clone(),
-            cost: serde_json::from_str(&written).ok()?,
-            tokens: rec.input_tokens.saturating_add(rec.output_tokens),
-            ts: rec.ts.clone(),
-        })
-    }
-}
-
-/// Records in the inbox that wake the writer before its sync interval is up.
-const INBOX_WAKE: usize = 4096;
-
 /// The handle workers use; cheap to share.
 pub struct Ledger {
     tx: Sender<Msg>,
@@ -385,184 +204,8 @@ pub struct Ledger {
     shared: Arc<Shared>,
 }
 
+/// What the handle asks of the writer and reads of the state it shares (its API is in `handle.rs`).
 impl Ledger {
-    /// Replays the ledger in `data_dir` (with the default file settings), repairs a torn tail, and starts
-    /// the writer and keeper threads.
-    pub fn open(
-        data_dir: &Path,
-        sync_interval: Duration,
-        strict: bool,
-    ) -> io::Result<(Ledger, Replay)> {
-        Ledger::open_with(data_dir, sync_interval, strict, &Options::default())
-    }
-
-    /// [`open`](Ledger::open) with these file settings.
-    pub fn open_with(
-        data_dir: &Path,
-        sync_interval: Duration,
-        strict: bool,
-        options: &Options,
-    ) -> io::Result<(Ledger, Replay)> {
-        let path = data_dir.join(LEDGER_FILE);
-        let now = crate::util::unix_now();
-        let mut start = replay::start(data_dir, true, now)?;
-        let file = Arc::new(open_for_append(&path)?);
-        let good_len = file.metadata()?.len();
-        let balances = start.totals.balances(now);
-        start.replay.spent = balances.spent;
-        start.replay.periods = balances.periods;
-        start.replay.last_used = balances.last_used;
-        let (tx, rx) = unbounded();
-        let shared = Arc::new(Shared {
-            healthy: AtomicBool::new(true),
-            backlog: AtomicUsize::new(0),
-            backlog_limit: AtomicUsize::new(DEFAULT_BACKLOG_LIMIT),
-            write_errors: AtomicU64::new(0),
-            synced_len: AtomicU64::new(good_len),
-            synced: std::sync::Mutex::new(None),
-            feed: std::sync::Mutex::new(VecDeque::new()),
-            feeding: AtomicBool::new(false),
-            inbox: std::sync::Mutex::new(Vec::new()),
-            unsynced: std::sync::Mutex::new(Vec::new()),
-            stall: AtomicBool::new(false),
-            writer_alive: AtomicBool::new(true),
-            problem: std::sync::Mutex::new(None),
-            active: Mutex::new((start.seq, file.clone())),
-            shipped_before: AtomicU64::new(u64::MAX),
-            retired: Mutex::new((
-                start.retired_through,
-                (start.retired_through > 0).then(|| Arc::new(start.retired.clone())),
-            )),
-            stats: Mutex::new(Stats {
-                min_free_bytes: options.min_free_disk_bytes,
-                checkpoint_records: start.replay.checkpoint.as_ref().map_or(0, |c| c.1),
-                checkpoint_written: start.replay.checkpoint.as_ref().map(|c| c.0.clone()),
-                replayed_at_start: start.replay.records,
-                ..Stats::default()
-            }),
-        });
-        let (keeper_tx, keeper_rx) = unbounded();
-        let keeper = keeper::Keeper {
-            dir: data_dir.to_path_buf(),
-            options: options.clone(),
-            shared: shared.clone(),
-            position: keeper::Position {
-                seq: start.seq,
-                offset: good_len,
-                fingerprint: start.fingerprint.clone(),
-                first_ms: start.first_ms,
-                last_ms: start.last_ms,
-            },
-            // A start that replayed records (or found no checkpoint) writes one at once.
-            dirty: start.replay.records > 0
-                || start.replay.checkpoint.is_none() && start.totals.records > 0,
-            totals: std::mem::take(&mut start.totals),
-            retired_through: start.retired_through,
-            retired: std::mem::take(&mut start.retired),
-            rotated: false,
-        };
-        let w = writer::Writer::new(writer::Setup {
-            file,
-            dir: data_dir.to_path_buf(),
-            path: path.clone(),
-            good_len,
-            sync_interval,
-            shared: shared.clone(),
-            options: options.clone(),
-            keeper: keeper_tx,
-            seq: start.seq,
-            fingerprint: start.fingerprint,
-            first_ms: start.first_ms,
-            last_ms: start.last_ms,
-        })?;
-        crate::logging::thread(
-            std::thread::Builder::new().name("tollgate-ledger-keeper".into()),
-            move || keeper.run(keeper_rx),
-        )?;
-        crate::logging::thread(
-            std::thread::Builder::new().name("tollgate-ledger".into()),
-            move || w.run(rx),
-        )?;
-        Ok((
-            Ledger {
-                tx,
-                dir: data_dir.to_path_buf(),
-                path,
-                strict,
-                shared,
-            },
-            start.replay,
-        ))
-    }
-
-    /// Queues a record. In strict mode, waits until it is on disk; if its write fails it is queued again
-    /// (kept in memory and retried), so it is never lost.
-    pub fn append(&self, rec: Record) {
-        if self.strict {
-            if let Err(rec) = self.try_append(rec) {
-                self.requeue(*rec);
-            }
-        } else {
-            self.requeue(rec);
-        }
-    }
-
-    /// Default mode: queues the record and returns `Ok` at once. Strict mode: waits until the record is
-    /// written and synced; if that write or sync fails, the record is handed back at once (it is no longer
-    /// queued) so the caller can amend it and [`requeue`](Ledger::requeue) it.
-    pub fn try_append(&self, rec: Record) -> Result<(), Box<Record>> {
-        if !self.strict {
-            self.requeue(rec);
-            return Ok(());
-        }
-        let (ack_tx, ack_rx) = crossbeam_channel::bounded(1);
-        self.shared.backlog.fetch_add(1, Ordering::Relaxed);
-        if let Err(SendError(msg)) = self.tx.send(Msg::Record(Box::new(rec), Some(ack_tx))) {
-            self.shared.backlog.fetch_sub(1, Ordering::Relaxed);
-            return match msg {
-                Msg::Record(rec, _) => Err(rec),
-                _ => Ok(()),
-            };
-        }
-        match ack_rx.recv() {
-            Ok(result) => result,
-            Err(_) => {
-                // Only a writer thread that died with the record could get here.
-                log::error!("usage ledger: the writer thread is gone; a record may be lost");
-                Ok(())
-            }
-        }
-    }
-
-    /// Queues a record without waiting, in either mode (kept in memory while the disk is failing). Never
-    /// fails, never blocks on the disk, and wakes no thread: the writer takes it at its next sync (within
-    /// `sync_interval`), or earlier when many records are waiting.
-    pub fn requeue(&self, rec: Record) {
-        self.shared.backlog.fetch_add(1, Ordering::Relaxed);
-        if !self.shared.writer_alive.load(Ordering::Acquire) {
-            self.shared.backlog.fetch_sub(1, Ordering::Relaxed);
-            writer::log_unwritten(&serde_json::to_string(&rec).unwrap_or_default());
-            return;
-        }
-        let waiting = {
-            let mut inbox = match self.shared.inbox.lock() {
-                Ok(g) => g,
-                Err(p) => p.into_inner(),
-            };
-            inbox.push(rec);
-            inbox.len()
-        };
-        if waiting == INBOX_WAKE {
-            let _ = self.tx.send(Msg::Wake);
-        }
-    }
-
-    /// Makes one attempt to write and sync everything queued so far; true when nothing is left unwritten.
-    /// Returns after that one attempt even when the disk is failing.
-    pub fn flush(&self) -> bool {
-        self.flush_within(FLUSH_WAIT, false).0 == Some(true)
-    }
-
     /// Asks the writer to write and sync what is queued, waiting up to `wait`: whether nothing is left
     /// unwritten (None: the writer did not answer in time), and with `snapshot` the lines that are.
     fn flush_within(&self, wait: Duration, snapshot: bool) -> (Option<bool>, Vec<Arc<[u8]>>) {
@@ -583,43 +226,6 @@ impl Ledger {
         }
     }
 
-    /// At shutdown: keeps retrying the backlog for up to `within`; each record still unwritten then is
-    /// logged at ERROR as `unwritten usage record: {json}` and dropped. Returns how many were.
-    pub fn close(&self, within: Duration) -> usize {
-        let (ack_tx, ack_rx) = crossbeam_channel::bounded(1);
-        if self
-            .tx
-            .send(Msg::Close {
-                within,
-                ack: ack_tx,
-            })
-            .is_err()
-        {
-            return self.backlog();
-        }
-        // The writer answers at `within`; more only if a write or sync hangs.
-        ack_rx
-            .recv_timeout(within + FLUSH_WAIT)
-            .unwrap_or_else(|_| self.backlog())
-    }
-
-    /// Records matching `filter`, newest first. Everything queued so far is flushed first; records the
-    /// disk does not take right now are found in memory. A writer that does not answer in time (a slow
-    /// disk, a busy machine) is not waited for: the records it has not synced, and those still queued, are
-    /// read from memory, so a record is found from the moment it was queued.
-    pub fn query(&self, filter: &Filter) -> io::Result<Vec<Record>> {
-        let (answered, unwritten) = self.flush_within(QUERY_FLUSH_WAIT, true);
-        if answered.is_some() {
-            return query::scan_with_unwritten(&self.history()?, filter, &unwritten);
-        }
-        let unwritten = self.in_memory();
-        let mut out = query::scan_with_unwritten(&self.history()?, filter, &unwritten)?;
-        // A record synced while this was read is in memory and in the file: once.
-        let mut seen = std::collections::HashSet::new();
-        out.retain(|r| seen.insert(r.request_id.clone()));
-        Ok(out)
-    }
-
     /// The records not yet synced, oldest first: the writer's (in order), then those still queued. The
     /// inbox's lock is held while both are read, as the writer holds it while it moves records out of it.
     fn in_memory(&self) -> Vec<Arc<[u8]>> {
@@ -632,115 +238,6 @@ impl Ledger {
             }
         }
         lines
-    }
-
-    /// One look at every file of the ledger, oldest first, the active one read up to its synced length.
-    pub fn history(&self) -> io::Result<History> {
-        let (seq, file, len) = {
-            let a = lock(&self.shared.active);
-            (
-                a.0,
-                a.1.clone(),
-                self.shared.synced_len.load(Ordering::Acquire),
-            )
-        };
-        let mut segments = files::segments(&self.dir)?;
-        // The active file just rotated is read through the descriptor already taken.
-        segments.retain(|s| s.seq < seq);
-        let (retired_through, retired) = lock(&self.shared.retired).clone();
-        Ok(History {
-            dir: self.dir.clone(),
-            segments,
-            active: Active {
-                seq,
-                file: Some(file),
-                len,
-            },
-            retired_through,
-            retired,
-        })
-    }
-
-    /// The files and the disk as last measured.
-    pub fn stats(&self) -> Stats {
-        lock(&self.shared.stats).clone()
-    }
-
-    /// Tells the ledger that every file before `seq` is shipped (compression and retention of a file wait for
-    /// that once a shipper follows the ledger).
-    pub fn shipped_before(&self, seq: u64) {
-        self.shared.shipped_before.store(seq, Ordering::Release);
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Whether the writer is alive and its last write and sync succeeded.
-    pub fn healthy(&self) -> bool {
-        self.shared.healthy.load(Ordering::Relaxed)
-    }
-
-    /// Why the ledger is not healthy (a disk error, its file replaced by another), for `/readyz`; None
-    /// while it is. Names the file, never the data directory's place.
-    pub fn problem(&self) -> Option<String> {
-        if self.healthy() {
-            return None;
-        }
-        match self.shared.problem.lock() {
-            Ok(g) => g.clone(),
-            Err(p) => p.into_inner().clone(),
-        }
-    }
-
-    /// Records handed to the ledger and not yet written and synced (about 0 in normal operation).
-    pub fn backlog(&self) -> usize {
-        self.shared.backlog.load(Ordering::Relaxed)
-    }
-
-    /// The backlog at which [`accepting`](Ledger::accepting) turns false (default 100,000).
-    pub fn set_backlog_limit(&self, n: usize) {
-        self.shared.backlog_limit.store(n, Ordering::Relaxed);
-    }
-
-    /// Whether new requests should be taken: false when the backlog reached its limit, and in strict mode
-    /// also while the last write attempt failed (until a later one succeeds).
-    pub fn accepting(&self) -> bool {
-        self.backlog() < self.shared.backlog_limit.load(Ordering::Relaxed)
-            && (!self.strict || self.healthy())
-    }
-
-    /// Failed write, sync or cut-back attempts so far.
-    pub fn write_errors(&self) -> u64 {
-        self.shared.write_errors.load(Ordering::Relaxed)
-    }
-
-    /// How much of the file is complete, synced lines: a reader that follows the file reads up to here.
-    pub fn synced_len(&self) -> u64 {
-        self.shared.synced_len.load(Ordering::Acquire)
-    }
-
-    /// A receiver told after every successful sync (for the one follower of the file; a later call
-    /// replaces it).
-    pub fn follow(&self) -> crossbeam_channel::Receiver<()> {
-        // Until the follower says what it shipped, no file is compressed or deleted.
-        self.shared.shipped_before.store(0, Ordering::Release);
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        *match self.shared.synced.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        } = Some(tx);
-        self.shared.feeding.store(true, Ordering::Release);
-        rx
-    }
-
-    /// Takes up to `max` of the lines synced since the follower last took them (`follow` starts the feed),
-    /// oldest first. The feed holds `FEED_MAX` lines at most: lines synced while it is full are left out
-    /// (the follower finds the gap by their offsets and reads them from the file).
-    pub fn take_synced(&self, max: usize) -> Vec<SyncedLine> {
-        let mut feed = lock(&self.shared.feed);
-        let n = max.min(feed.len());
-        feed.drain(..n).collect()
     }
 }
 

@@ -5,6 +5,7 @@ use crate::money::Money;
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 fn record(key: &str, cost: f64, n: u64) -> Record {

@@ -410,8 +410,8 @@ impl std::error::Error for ApiError {}
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::Value;
     use crate::protocol::Protocol;
+    use serde_json::Value;
 
     #[test]
     fn renders_each_shape() {

@@ -21,13 +21,15 @@ mod prepared;
 mod report;
 mod router;
 mod screen;
+mod shutdown;
 mod thread;
 mod translate;
 
 use std::sync::Arc;
 use std::time::Instant;
 
-pub use self::lifecycle::{data_dir_ready, first_group, run, Running, Shutdown, StartError};
+pub use self::lifecycle::{data_dir_ready, first_group, run, Running, StartError};
+pub use self::shutdown::Shutdown;
 use self::thread::spawn;
 pub use self::thread::ThreadError;
 use crate::gateway::Gateway;
