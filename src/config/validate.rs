@@ -180,14 +180,14 @@ impl Problems {
     }
 }
 
-/// The whole config: every problem is collected (in the order below, which is the order they are reported
-/// in) before the first one stops it.
 /// A config that cannot be used: its errors (each naming its field), and its warnings.
 pub(super) struct Invalid {
     pub errors: Vec<ConfigError>,
     pub warnings: Vec<String>,
 }
 
+/// The whole config: every problem is collected (in the order below, which is the order they are reported
+/// in) before the first one stops it.
 pub(super) fn validate(raw: RawConfig, env: &Env) -> Result<Config, Invalid> {
     let mut p = Problems::default();
     let ledger_files = ledger_files(&raw, &mut p);
