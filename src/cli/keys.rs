@@ -53,59 +53,9 @@ pub fn run(c: KeysCommand) -> i32 {
                 }
             },
         ),
-        KeysCommand::Credit(a) => {
-            let arg = match (a.add, a.set, a.unlimited) {
-                (Some(x), None, false) => Ok(CreditChange::Add(x)),
-                (None, Some(x), false) => Ok(CreditChange::Set(x)),
-                (None, None, true) => Ok(CreditChange::Unlimited),
-                _ => {
-                    Err("give exactly one of --add AMOUNT, --set AMOUNT or --unlimited".to_string())
-                }
-            };
-            change(
-                a.config.as_deref(),
-                &a.name,
-                |_| arg.map(KeyChange::Credit),
-                |name, changed| match changed {
-                    Changed::Credit(Some(c)) => println!("Key {name:?} now has a credit of {c}."),
-                    _ => println!("Key {name:?} now has no credit limit."),
-                },
-            )
-        }
-        KeysCommand::Budget(a) => {
-            let arg = match (a.set, a.period.as_deref(), a.none) {
-                (Some(x), Some(p), false) => budget_arg(x, p).map(Some),
-                (None, None, true) => Ok(None),
-                _ => Err("give --set AMOUNT --period daily|weekly|monthly, or --none".to_string()),
-            };
-            change(
-                a.config.as_deref(),
-                &a.name,
-                |_| arg.clone().map(KeyChange::Budget),
-                |name, _| match arg {
-                    Ok(Some(b)) => println!("Key {name:?}: budget {b}."),
-                    _ => println!("Key {name:?}: no budget of its own (its group's applies)."),
-                },
-            )
-        }
-        KeysCommand::Expire(a) => {
-            let arg = match (a.at.as_deref(), a.never) {
-                (Some(t), false) => expiry_arg(t).map(Some),
-                (None, true) => Ok(None),
-                _ => Err("give --at 2026-12-31T00:00:00Z, or --never".to_string()),
-            };
-            change(
-                a.config.as_deref(),
-                &a.name,
-                |_| arg.clone().map(KeyChange::Expiry),
-                |name, _| match arg {
-                    Ok(Some(t)) => {
-                        println!("Key {name:?} stops working at {}.", crate::util::rfc3339(t))
-                    }
-                    _ => println!("Key {name:?} does not expire."),
-                },
-            )
-        }
+        KeysCommand::Credit(a) => credit(a),
+        KeysCommand::Budget(a) => budget(a),
+        KeysCommand::Expire(a) => expire(a),
         KeysCommand::Move(a) => {
             let group = a.group.clone();
             change(
@@ -116,6 +66,61 @@ pub fn run(c: KeysCommand) -> i32 {
             )
         }
     }
+}
+
+/// `keys credit NAME --add|--set AMOUNT|--unlimited`.
+fn credit(a: super::args::KeysCreditArgs) -> i32 {
+    let arg = match (a.add, a.set, a.unlimited) {
+        (Some(x), None, false) => Ok(CreditChange::Add(x)),
+        (None, Some(x), false) => Ok(CreditChange::Set(x)),
+        (None, None, true) => Ok(CreditChange::Unlimited),
+        _ => Err("give exactly one of --add AMOUNT, --set AMOUNT or --unlimited".to_string()),
+    };
+    change(
+        a.config.as_deref(),
+        &a.name,
+        |_| arg.map(KeyChange::Credit),
+        |name, changed| match changed {
+            Changed::Credit(Some(c)) => println!("Key {name:?} now has a credit of {c}."),
+            _ => println!("Key {name:?} now has no credit limit."),
+        },
+    )
+}
+
+/// `keys budget NAME --set AMOUNT --period P|--none`.
+fn budget(a: super::args::KeysBudgetArgs) -> i32 {
+    let arg = match (a.set, a.period.as_deref(), a.none) {
+        (Some(x), Some(p), false) => budget_arg(x, p).map(Some),
+        (None, None, true) => Ok(None),
+        _ => Err("give --set AMOUNT --period daily|weekly|monthly, or --none".to_string()),
+    };
+    change(
+        a.config.as_deref(),
+        &a.name,
+        |_| arg.clone().map(KeyChange::Budget),
+        |name, _| match arg {
+            Ok(Some(b)) => println!("Key {name:?}: budget {b}."),
+            _ => println!("Key {name:?}: no budget of its own (its group's applies)."),
+        },
+    )
+}
+
+/// `keys expire NAME --at TIME|--never`.
+fn expire(a: super::args::KeysExpireArgs) -> i32 {
+    let arg = match (a.at.as_deref(), a.never) {
+        (Some(t), false) => expiry_arg(t).map(Some),
+        (None, true) => Ok(None),
+        _ => Err("give --at 2026-12-31T00:00:00Z, or --never".to_string()),
+    };
+    change(
+        a.config.as_deref(),
+        &a.name,
+        |_| arg.clone().map(KeyChange::Expiry),
+        |name, _| match arg {
+            Ok(Some(t)) => println!("Key {name:?} stops working at {}.", crate::util::rfc3339(t)),
+            _ => println!("Key {name:?} does not expire."),
+        },
+    )
 }
 
 /// Loads the config, opens where its keys live and the audit file, builds the change from the arguments

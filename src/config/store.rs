@@ -209,52 +209,35 @@ pub(super) fn validate_store(
             OnUnavailable::Closed
         }
     };
-    let timeout = match raw.timeout_ms {
-        None => Duration::from_millis(500),
-        Some(n) if (10..=60_000).contains(&n) => Duration::from_millis(n),
-        Some(n) => {
-            bad(err(
-                "store.timeout_ms",
-                format!("expected 10 to 60000 milliseconds, got {n}"),
-            ));
-            Duration::from_millis(500)
-        }
-    };
-    let usage_stream_max = match raw.usage_stream_max {
-        None => DEFAULT_STREAM_MAX,
-        Some(n) if (1_000..=100_000_000).contains(&n) => n,
-        Some(n) => {
-            bad(err(
-                "store.usage_stream_max",
-                format!("expected 1000 to 100000000 records, got {n}"),
-            ));
-            DEFAULT_STREAM_MAX
-        }
-    };
-    let lease = match raw.lease_secs {
-        None => Duration::from_secs(30),
-        Some(n) if (5..=3600).contains(&n) => Duration::from_secs(n),
-        Some(n) => {
-            bad(err(
-                "store.lease_secs",
-                format!("expected 5 to 3600 seconds, got {n}"),
-            ));
-            Duration::from_secs(30)
-        }
-    };
-    let allot = match raw.allot_ms {
-        None => DEFAULT_ALLOT,
-        Some(n) if n <= 1000 => Duration::from_millis(n),
-        Some(n) => {
-            bad(err(
-                "store.allot_ms",
-                format!(
-                    "expected 0 (every admission asks the store) to 1000 milliseconds, got {n}"
-                ),
-            ));
-            DEFAULT_ALLOT
-        }
-    };
+    let timeout = Duration::from_millis(within(
+        raw.timeout_ms,
+        (10..=60_000, 500),
+        "store.timeout_ms",
+        "10 to 60000 milliseconds",
+        errors,
+    ));
+    let usage_stream_max = within(
+        raw.usage_stream_max,
+        (1_000..=100_000_000, DEFAULT_STREAM_MAX),
+        "store.usage_stream_max",
+        "1000 to 100000000 records",
+        errors,
+    );
+    let lease = Duration::from_secs(within(
+        raw.lease_secs,
+        (5..=3600, 30),
+        "store.lease_secs",
+        "5 to 3600 seconds",
+        errors,
+    ));
+    let allot = Duration::from_millis(within(
+        raw.allot_ms,
+        (0..=1000, DEFAULT_ALLOT.as_millis() as u64),
+        "store.allot_ms",
+        "0 (every admission asks the store) to 1000 milliseconds",
+        errors,
+    ));
+    let mut bad = |e: ConfigError| errors.push(e);
     if let Some(env) = &raw.password_env {
         if env.is_empty() {
             bad(err(
@@ -283,6 +266,25 @@ pub(super) fn validate_store(
         lease,
         allot,
     })
+}
+
+/// A number given in `value` within `range` (`default` when absent); out of it, an error naming `field`
+/// with what it takes (`expected`), and the default.
+fn within(
+    value: Option<u64>,
+    (range, default): (std::ops::RangeInclusive<u64>, u64),
+    field: &str,
+    expected: &str,
+    errors: &mut Vec<ConfigError>,
+) -> u64 {
+    match value {
+        None => default,
+        Some(n) if range.contains(&n) => n,
+        Some(n) => {
+            errors.push(err(field, format!("expected {expected}, got {n}")));
+            default
+        }
+    }
 }
 
 /// The password in the variable `env` names: (password, the variable when it is not set).

@@ -293,12 +293,12 @@ impl fmt::Display for HttpError {
     }
 }
 
+/// The most header fields a request may have, whatever `ParseLimits::max_headers` says.
+const HEADER_SLOTS: usize = 128;
+
 /// Tries to parse a request head from the start of `buf`.
 ///
 /// Returns `Ok(None)` when more bytes are needed, or the head and the number of bytes it used.
-/// The most header fields a request may have, whatever `Limits::max_headers` says.
-const HEADER_SLOTS: usize = 128;
-
 pub fn parse_head(buf: &[u8], limits: &ParseLimits) -> Result<Option<(Head, usize)>, HttpError> {
     // On the stack and left uninitialised (a heap block per request costs more than the parse; initialised
     // slots would keep stack pages of every connection thread resident).
@@ -348,61 +348,12 @@ pub fn parse_head(buf: &[u8], limits: &ParseLimits) -> Result<Option<(Head, usiz
         headers.push_lowercased(h.name, String::from_utf8_lossy(h.value).trim());
     }
 
-    let mut content_length: Option<u64> = None;
-    let mut chunked = false;
-    let mut transfer_encodings = 0;
-    let mut connection_close = version == 0;
-    let mut expect_continue = false;
-    for (name, value) in headers.iter() {
-        match name {
-            "content-length" => {
-                // RFC 9112: digits only (no sign, no spaces, no list).
-                let digits = !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit());
-                let n: u64 = digits
-                    .then(|| value.parse().ok())
-                    .flatten()
-                    .ok_or_else(|| {
-                        HttpError::BadRequest(format!("invalid Content-Length {value:?}"))
-                    })?;
-                if content_length.is_some_and(|old| old != n) {
-                    return Err(HttpError::BadRequest(
-                        "conflicting Content-Length headers".into(),
-                    ));
-                }
-                content_length = Some(n);
-            }
-            "transfer-encoding" => {
-                // Exactly `chunked`: any other coding (or a list: `gzip, chunked` would need the gzip undone)
-                // is refused rather than half-read.
-                transfer_encodings += 1;
-                if value.eq_ignore_ascii_case("chunked") && transfer_encodings == 1 {
-                    chunked = true;
-                } else if value.split(',').all(|t| {
-                    let t = t.trim();
-                    !t.is_empty() && t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-                }) {
-                    return Err(HttpError::NotImplemented(format!(
-                        "Transfer-Encoding {value:?} (only `chunked` is supported)"
-                    )));
-                } else {
-                    return Err(HttpError::BadRequest(format!(
-                        "invalid Transfer-Encoding {value:?}"
-                    )));
-                }
-            }
-            "connection" => {
-                for token in value.split(',').map(str::trim) {
-                    if token.eq_ignore_ascii_case("close") {
-                        connection_close = true;
-                    } else if token.eq_ignore_ascii_case("keep-alive") && version == 0 {
-                        connection_close = false;
-                    }
-                }
-            }
-            "expect" if value.eq_ignore_ascii_case("100-continue") => expect_continue = true,
-            _ => {}
-        }
-    }
+    let Framing {
+        content_length,
+        chunked,
+        connection_close,
+        expect_continue,
+    } = framing(&headers, version)?;
     let body = match (chunked, content_length) {
         (true, Some(_)) => {
             return Err(HttpError::BadRequest(
@@ -584,6 +535,80 @@ fn trailer_field(line: &[u8]) -> bool {
 
 fn find_crlf(buf: &[u8]) -> Option<usize> {
     buf.windows(2).position(|w| w == b"\r\n")
+}
+
+/// What a request's headers say of its framing.
+struct Framing {
+    content_length: Option<u64>,
+    chunked: bool,
+    connection_close: bool,
+    expect_continue: bool,
+}
+
+/// The body's framing and the connection's fate, from the headers of an HTTP/1.`version` request: one
+/// Content-Length (digits only), or `Transfer-Encoding: chunked` alone; `Connection` tokens; `Expect`.
+fn framing(headers: &Headers, version: u8) -> Result<Framing, HttpError> {
+    let mut content_length: Option<u64> = None;
+    let mut chunked = false;
+    let mut transfer_encodings = 0;
+    let mut connection_close = version == 0;
+    let mut expect_continue = false;
+    for (name, value) in headers.iter() {
+        match name {
+            "content-length" => {
+                // RFC 9112: digits only (no sign, no spaces, no list).
+                let digits = !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit());
+                let n: u64 = digits
+                    .then(|| value.parse().ok())
+                    .flatten()
+                    .ok_or_else(|| {
+                        HttpError::BadRequest(format!("invalid Content-Length {value:?}"))
+                    })?;
+                if content_length.is_some_and(|old| old != n) {
+                    return Err(HttpError::BadRequest(
+                        "conflicting Content-Length headers".into(),
+                    ));
+                }
+                content_length = Some(n);
+            }
+            "transfer-encoding" => {
+                // Exactly `chunked`: any other coding (or a list: `gzip, chunked` would need the gzip undone)
+                // is refused rather than half-read.
+                transfer_encodings += 1;
+                if value.eq_ignore_ascii_case("chunked") && transfer_encodings == 1 {
+                    chunked = true;
+                } else if value.split(',').all(|t| {
+                    let t = t.trim();
+                    !t.is_empty() && t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                }) {
+                    return Err(HttpError::NotImplemented(format!(
+                        "Transfer-Encoding {value:?} (only `chunked` is supported)"
+                    )));
+                } else {
+                    return Err(HttpError::BadRequest(format!(
+                        "invalid Transfer-Encoding {value:?}"
+                    )));
+                }
+            }
+            "connection" => {
+                for token in value.split(',').map(str::trim) {
+                    if token.eq_ignore_ascii_case("close") {
+                        connection_close = true;
+                    } else if token.eq_ignore_ascii_case("keep-alive") && version == 0 {
+                        connection_close = false;
+                    }
+                }
+            }
+            "expect" if value.eq_ignore_ascii_case("100-continue") => expect_continue = true,
+            _ => {}
+        }
+    }
+    Ok(Framing {
+        content_length,
+        chunked,
+        connection_close,
+        expect_continue,
+    })
 }
 
 #[cfg(test)]

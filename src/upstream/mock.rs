@@ -6,7 +6,7 @@
 use serde_json::{json, Value};
 
 use crate::protocol::canon::{
-    OutputFormat, Part, Request, Response, Role, StopReason, StreamEvent, ToolChoice, Usage,
+    OutputFormat, Part, Request, Response, Role, StopReason, StreamEvent, Tool, ToolChoice, Usage,
 };
 use crate::protocol::estimate::tokens as estimate_tokens;
 use crate::util::{new_id, unix_now};
@@ -32,26 +32,19 @@ pub fn answer_text(user_text: &str) -> String {
 pub fn reply(req: &Request, model: &str) -> MockReply {
     let id = new_id("mock_");
     let input_tokens = estimate_tokens(&req.all_text());
-    let mut events = Vec::new();
-    let mut content = Vec::new();
-    let mut output_tokens = 0u64;
-    let mut reasoning_tokens = 0u64;
-    let limit = req.max_tokens.unwrap_or(u64::MAX);
-    let mut stop = StopReason::EndTurn;
-
+    let mut said = Said {
+        events: Vec::new(),
+        content: Vec::new(),
+        output_tokens: 0,
+        reasoning_tokens: 0,
+        limit: req.max_tokens.unwrap_or(u64::MAX),
+        stop: StopReason::EndTurn,
+    };
     if let Some(effort) = &req.reasoning_effort {
         if !matches!(effort.as_str(), "none" | "minimal") {
-            let thought = "The user wants an answer; I will reply briefly.".to_string();
-            reasoning_tokens = estimate_tokens(&thought);
-            output_tokens += reasoning_tokens;
-            events.push(StreamEvent::ReasoningDelta(thought.clone()));
-            content.push(Part::Reasoning {
-                text: thought,
-                signature: None,
-            });
+            said.think("The user wants an answer; I will reply briefly.");
         }
     }
-
     let forced_tool = match &req.tool_choice {
         Some(ToolChoice::Function(name)) => req.tools.iter().find(|t| &t.name == name),
         Some(ToolChoice::Required) => req.tools.first(),
@@ -63,67 +56,18 @@ pub fn reply(req: &Request, model: &str) -> MockReply {
                 .iter()
                 .any(|p| matches!(p, Part::ToolResult { .. }))
     });
-
-    if let (Some(tool), false) = (forced_tool, last_is_tool_result) {
-        let args = example_for_schema(&tool.parameters).to_string();
-        let call_id = new_id("call_");
-        output_tokens += estimate_tokens(&tool.name) + estimate_tokens(&args);
-        events.push(StreamEvent::ToolCallStart {
-            index: 0,
-            id: call_id.clone(),
-            name: tool.name.clone(),
-        });
-        let mid = args.len() / 2;
-        let split = (mid..=args.len())
-            .find(|&i| args.is_char_boundary(i))
-            .unwrap_or(args.len());
-        for piece in [&args[..split], &args[split..]] {
-            if !piece.is_empty() {
-                events.push(StreamEvent::ToolArgsDelta {
-                    index: 0,
-                    delta: piece.to_string(),
-                });
-            }
-        }
-        content.push(Part::ToolCall {
-            id: call_id,
-            name: tool.name.clone(),
-            arguments: args,
-        });
-        stop = StopReason::ToolUse;
-    } else {
-        let text = match &req.output_format {
-            Some(OutputFormat::JsonSchema { schema, .. }) => example_for_schema(schema).to_string(),
-            Some(OutputFormat::JsonObject) => {
-                json!({"answer": answer_text(&req.last_user_text())}).to_string()
-            }
-            _ if last_is_tool_result => {
-                let result = req
-                    .messages
-                    .last()
-                    .map(|m| m.joined_text())
-                    .unwrap_or_default();
-                let shown: String = result.chars().take(200).collect();
-                format!("The tool returned: {shown}")
-            }
-            _ => answer_text(&req.last_user_text()),
-        };
-        let mut emitted = String::new();
-        for piece in split_deltas(&text) {
-            let cost = estimate_tokens(&format!("{emitted}{piece}")) - estimate_tokens(&emitted);
-            if output_tokens + cost > limit {
-                stop = StopReason::MaxTokens;
-                break;
-            }
-            output_tokens += cost;
-            emitted.push_str(piece);
-            events.push(StreamEvent::TextDelta(piece.to_string()));
-        }
-        if !emitted.is_empty() {
-            content.push(Part::Text(emitted));
-        }
+    match forced_tool {
+        Some(tool) if !last_is_tool_result => said.call(tool),
+        _ => said.write(&text_for(req, last_is_tool_result)),
     }
-
+    let Said {
+        mut events,
+        content,
+        output_tokens,
+        reasoning_tokens,
+        stop,
+        ..
+    } = said;
     let usage = Usage {
         input_tokens,
         output_tokens,
@@ -143,6 +87,99 @@ pub fn reply(req: &Request, model: &str) -> MockReply {
             created: unix_now(),
             unkept: false,
         },
+    }
+}
+
+/// What the mock has said so far: the stream's events and the answer's parts, with their tokens.
+struct Said {
+    events: Vec<StreamEvent>,
+    content: Vec<Part>,
+    output_tokens: u64,
+    reasoning_tokens: u64,
+    /// The output limit: text stops before it.
+    limit: u64,
+    stop: StopReason,
+}
+
+impl Said {
+    /// A short thought (reasoning was asked for).
+    fn think(&mut self, thought: &str) {
+        self.reasoning_tokens = estimate_tokens(thought);
+        self.output_tokens += self.reasoning_tokens;
+        self.events
+            .push(StreamEvent::ReasoningDelta(thought.to_string()));
+        self.content.push(Part::Reasoning {
+            text: thought.to_string(),
+            signature: None,
+        });
+    }
+
+    /// A call of `tool` (forced by the request) with arguments that fit its schema, streamed in two pieces.
+    fn call(&mut self, tool: &Tool) {
+        let args = example_for_schema(&tool.parameters).to_string();
+        let call_id = new_id("call_");
+        self.output_tokens += estimate_tokens(&tool.name) + estimate_tokens(&args);
+        self.events.push(StreamEvent::ToolCallStart {
+            index: 0,
+            id: call_id.clone(),
+            name: tool.name.clone(),
+        });
+        let mid = args.len() / 2;
+        let split = (mid..=args.len())
+            .find(|&i| args.is_char_boundary(i))
+            .unwrap_or(args.len());
+        for piece in [&args[..split], &args[split..]] {
+            if !piece.is_empty() {
+                self.events.push(StreamEvent::ToolArgsDelta {
+                    index: 0,
+                    delta: piece.to_string(),
+                });
+            }
+        }
+        self.content.push(Part::ToolCall {
+            id: call_id,
+            name: tool.name.clone(),
+            arguments: args,
+        });
+        self.stop = StopReason::ToolUse;
+    }
+
+    /// `text`, a word or two per delta, as far as the output limit lets it.
+    fn write(&mut self, text: &str) {
+        let mut emitted = String::new();
+        for piece in split_deltas(text) {
+            let cost = estimate_tokens(&format!("{emitted}{piece}")) - estimate_tokens(&emitted);
+            if self.output_tokens + cost > self.limit {
+                self.stop = StopReason::MaxTokens;
+                break;
+            }
+            self.output_tokens += cost;
+            emitted.push_str(piece);
+            self.events.push(StreamEvent::TextDelta(piece.to_string()));
+        }
+        if !emitted.is_empty() {
+            self.content.push(Part::Text(emitted));
+        }
+    }
+}
+
+/// What the mock writes: JSON that fits a requested schema, what a tool returned, or its greeting.
+fn text_for(req: &Request, last_is_tool_result: bool) -> String {
+    match &req.output_format {
+        Some(OutputFormat::JsonSchema { schema, .. }) => example_for_schema(schema).to_string(),
+        Some(OutputFormat::JsonObject) => {
+            json!({"answer": answer_text(&req.last_user_text())}).to_string()
+        }
+        _ if last_is_tool_result => {
+            let result = req
+                .messages
+                .last()
+                .map(|m| m.joined_text())
+                .unwrap_or_default();
+            let shown: String = result.chars().take(200).collect();
+            format!("The tool returned: {shown}")
+        }
+        _ => answer_text(&req.last_user_text()),
     }
 }
 
