@@ -5,7 +5,7 @@
 
 use std::io::{self, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -90,8 +90,8 @@ impl Conn {
         }
     }
 
-    pub fn fd(&self) -> RawFd {
-        self.sock.as_raw_fd()
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
     }
 
     /// Whether a request has begun (so a deadline passing is a 408, not a quiet close).
