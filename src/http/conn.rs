@@ -3,6 +3,11 @@
 //! kernel has ([`Conn::read_ready`]) and either has a complete request to serve or parks the connection in
 //! the poller again, so a slow or partial request never occupies a worker.
 
+#![allow(
+    unsafe_code,
+    reason = "receive counts the bytes recv wrote into the buffer's spare capacity (Vec::set_len)"
+)]
+
 use std::io::{self, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::fd::{AsFd, BorrowedFd};
