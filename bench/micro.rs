@@ -265,12 +265,7 @@ fn routing() {
 
 /// CPU time of the calling thread (the upstream call's own cost, without the server's).
 fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into the timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 

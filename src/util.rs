@@ -57,7 +57,6 @@ pub fn open_private(path: &Path) -> io::Result<fs::File> {
 /// check and the open. A FIFO planted at the path does not block the open (`O_NONBLOCK`, cleared once the
 /// file is known to be regular). A missing file is still `NotFound`.
 pub fn open_owned(path: &Path, options: &mut fs::OpenOptions) -> io::Result<fs::File> {
-    use std::os::fd::AsRawFd;
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let f = options
         .mode(PRIVATE_FILE_MODE)
@@ -71,12 +70,11 @@ pub fn open_owned(path: &Path, options: &mut fs::OpenOptions) -> io::Result<fs::
     if m.uid() != effective_uid() {
         return Err(foreign_owner(path, m.uid()));
     }
-    // SAFETY: fcntl on a descriptor this function owns; F_GETFL/F_SETFL read and set its status flags only.
-    let fd = f.as_raw_fd();
-    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    if flags >= 0 && flags & libc::O_NONBLOCK != 0 {
-        // SAFETY: as above.
-        unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) };
+    use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
+    if let Ok(flags) = fcntl_getfl(&f) {
+        if flags.contains(OFlags::NONBLOCK) {
+            let _ = fcntl_setfl(&f, flags - OFlags::NONBLOCK);
+        }
     }
     Ok(f)
 }
@@ -103,8 +101,7 @@ pub fn read_owned_string(path: &Path) -> io::Result<String> {
 
 /// The user tollgate runs as.
 pub fn effective_uid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
+    rustix::process::geteuid().as_raw()
 }
 
 /// Checks, without opening them, that those of `names` present in `dir` are regular files this user owns
@@ -643,8 +640,12 @@ mod tests {
         let ro = || fs::OpenOptions::new().read(true).clone();
         // A FIFO neither blocks the open nor passes.
         let fifo = d.join("fifo");
-        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let made = std::process::Command::new("mkfifo")
+            .args(["-m", "600"])
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
         let e = open_owned(&fifo, &mut ro()).unwrap_err();
         assert!(e.to_string().contains("not a regular file"), "{e}");
         assert_eq!(

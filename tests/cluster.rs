@@ -514,9 +514,7 @@ fn an_instance_killed_with_kill_9_loses_nothing_the_other_or_redis_needs() {
     let config_text = std::fs::read_to_string(a.config_path()).unwrap();
     let key = a.key.clone();
     a.keep_dir();
-    let pid = a.pid() as i32;
-    // SAFETY: kill(2) on the child's pid.
-    unsafe { libc::kill(pid, libc::SIGKILL) };
+    a.child().kill().unwrap(); // SIGKILL
     let _ = a.child().wait();
     inflight.join().unwrap();
 

@@ -524,38 +524,15 @@ fn the_store_address_stays_with_the_operator() {
 
 /// A TCP connection to `to` from the loopback address `from` (127.0.0.2: another client on this host).
 fn connect_from(from: std::net::Ipv4Addr, to: std::net::SocketAddr) -> TcpStream {
-    use std::os::fd::FromRawFd;
+    use rustix::net::{bind, connect, socket, AddressFamily, SocketType};
     let std::net::SocketAddr::V4(to) = to else {
         panic!("an IPv4 gateway address")
     };
-    let addr = |ip: std::net::Ipv4Addr, port: u16| libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: port.to_be(),
-        sin_addr: libc::in_addr {
-            s_addr: u32::from(ip).to_be(),
-        },
-        sin_zero: [0; 8],
-    };
-    let (src, dst) = (addr(from, 0), addr(*to.ip(), to.port()));
-    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-    // SAFETY: a new socket this function owns; bind and connect are given pointers to sockaddr_in values
-    // that live on this stack frame for the calls, with their true length; the descriptor is handed to a
-    // TcpStream (which closes it) only once connected, and closed here otherwise.
-    unsafe {
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
-        assert!(fd >= 0, "socket");
-        let bound = libc::bind(fd, (&src as *const libc::sockaddr_in).cast(), len);
-        let connected =
-            bound == 0 && libc::connect(fd, (&dst as *const libc::sockaddr_in).cast(), len) == 0;
-        if !connected {
-            libc::close(fd);
-            panic!(
-                "could not connect from {from}: {}",
-                std::io::Error::last_os_error()
-            );
-        }
-        TcpStream::from_raw_fd(fd)
-    }
+    let fd = socket(AddressFamily::INET, SocketType::STREAM, None).expect("socket");
+    bind(&fd, &std::net::SocketAddrV4::new(from, 0))
+        .and_then(|()| connect(&fd, &to))
+        .unwrap_or_else(|e| panic!("could not connect from {from}: {e}"));
+    TcpStream::from(fd)
 }
 
 /// A `GET /healthz` on `s` (kept open): its status.

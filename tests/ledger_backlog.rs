@@ -2,6 +2,11 @@
 //! 100 MB, and every waiting record is found by a query. Memory is counted by this test binary's own
 //! allocator (exact, whatever else the machine runs), so the bound is a measurement, not a timing.
 
+#![allow(
+    unsafe_code,
+    reason = "a counting global allocator: GlobalAlloc is an unsafe trait"
+)]
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Duration;
@@ -14,13 +19,17 @@ static LIVE: AtomicIsize = AtomicIsize::new(0);
 
 struct Counting;
 
+// SAFETY: every call is passed to the system allocator with the caller's own arguments, so its contract
+// is the system allocator's; the counter is an atomic that never allocates.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: the caller's layout, as GlobalAlloc::alloc requires of it.
         unsafe { System.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: `ptr` was allocated by this allocator (so by System) with `layout`, as the caller promises.
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
@@ -28,6 +37,7 @@ unsafe impl GlobalAlloc for Counting {
             new_size as isize - layout.size() as isize,
             Ordering::Relaxed,
         );
+        // SAFETY: as in dealloc, and `new_size` is the caller's, valid for `layout`'s alignment.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 }

@@ -583,14 +583,9 @@ pub(super) fn validate_instance(v: Option<String>) -> Result<(String, bool), Con
 
 /// This machine's host name (`tollgate` when it cannot be read).
 pub fn host_name() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for its length; gethostname writes at most that many bytes.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return "tollgate".into();
-    }
-    let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
-    let name = String::from_utf8_lossy(&buf[..end]).to_string();
+    // uname's node name is the host name (glibc's and macOS's gethostname read the same).
+    let uname = rustix::system::uname();
+    let name = uname.nodename().to_string_lossy();
     // The first label only: `gw-1.example.net` is `gw-1`.
     let first = name.split('.').next().unwrap_or("").to_string();
     if first.is_empty() {

@@ -12,7 +12,6 @@
 //! The one per-thread binding left is the upstream cancel flag (`upstream::tap::bind`): the HTTP client's
 //! transport, which reads it, is called by ureq with no way to hand it per-request state.
 
-use std::io;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -189,27 +188,11 @@ impl Watchdog {
 /// on the socket, unlike a read timeout or non-blocking mode the connection's other users would see) finds
 /// end-of-stream or an error.
 fn client_gone(sock: &TcpStream) -> bool {
-    use std::os::fd::AsRawFd;
     let mut probe = [0u8; 1];
-    // SAFETY: recv on a descriptor this TcpStream owns and keeps open for the call, into a 1-byte buffer we
-    // own; MSG_PEEK leaves the data in the socket.
-    let n = unsafe {
-        libc::recv(
-            sock.as_raw_fd(),
-            probe.as_mut_ptr().cast(),
-            1,
-            libc::MSG_PEEK | libc::MSG_DONTWAIT,
-        )
-    };
-    match n {
-        0 => true,
-        n if n > 0 => false,
-        _ => {
-            let e = io::Error::last_os_error();
-            !matches!(
-                e.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-            )
-        }
+    let peek = rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT;
+    match rustix::net::recv(sock, &mut probe, peek) {
+        Ok((0, _)) => true,
+        Ok(_) => false,
+        Err(e) => !matches!(e, rustix::io::Errno::AGAIN | rustix::io::Errno::INTR),
     }
 }

@@ -3,11 +3,18 @@
 //! kernel has ([`Conn::read_ready`]) and either has a complete request to serve or parks the connection in
 //! the poller again, so a slow or partial request never occupies a worker.
 
+#![allow(
+    unsafe_code,
+    reason = "receive counts the bytes recv wrote into the buffer's spare capacity (Vec::set_len)"
+)]
+
 use std::io::{self, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use rustix::net::RecvFlags;
 
 use super::request::{parse_head, Body, BodyKind, ChunkedDecoder, HttpError, HttpRequest};
 use super::response::ResponseWriter;
@@ -90,8 +97,8 @@ impl Conn {
         }
     }
 
-    pub fn fd(&self) -> RawFd {
-        self.sock.as_raw_fd()
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
     }
 
     /// Whether a request has begun (so a deadline passing is a 408, not a quiet close).
@@ -180,29 +187,21 @@ impl Conn {
         self.deadline = Instant::now() + LINGER;
     }
 
-    /// One non-blocking read into the buffer's spare room.
+    /// One non-blocking read into the buffer's spare room (at most `4 * READ_CHUNK` bytes a call).
     fn receive(&mut self) -> io::Result<usize> {
         if self.buf.capacity() - self.buf.len() < READ_CHUNK / 4 {
             self.buf.reserve(READ_CHUNK);
         }
         let spare = self.buf.spare_capacity_mut();
         let want = spare.len().min(READ_CHUNK * 4);
-        // SAFETY: recv writes at most `want` bytes into the buffer's spare capacity, on a descriptor open for
-        // the call; only the bytes it reports are then counted as initialised.
-        let n = unsafe {
-            libc::recv(
-                self.sock.as_raw_fd(),
-                spare.as_mut_ptr().cast(),
-                want,
-                libc::MSG_DONTWAIT,
-            )
-        };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: the kernel initialised these `n` bytes.
-        unsafe { self.buf.set_len(self.buf.len() + n as usize) };
-        Ok(n as usize)
+        let ((received, _), _) =
+            rustix::net::recv(&*self.sock, &mut spare[..want], RecvFlags::DONTWAIT)?;
+        let n = received.len();
+        // SAFETY: `recv` returned the first `n` bytes of the spare capacity as initialised (`received`), so
+        // the vector may count them. (rustix's safe `spare_capacity` buffer would read into the whole spare
+        // capacity, not `want` bytes of it.)
+        unsafe { self.buf.set_len(self.buf.len() + n) };
+        Ok(n)
     }
 
     /// Uses what is buffered: parses the head, then gathers the body.

@@ -170,7 +170,6 @@ impl Pool {
     pub fn admit(&self, stream: TcpStream, peer: SocketAddr) {
         let inner = &self.inner;
         let conn = Box::new(Conn::new(stream, peer, inner.config.read_timeout));
-        let fd = conn.fd();
         let mut slots = inner.slots();
         let index = match slots.free.pop() {
             Some(i) => i,
@@ -180,9 +179,9 @@ impl Pool {
             }
         };
         let slot = &mut slots.list[index as usize];
-        slot.conn = Some(conn);
         let t = token(index, slot.generation);
-        if let Err(e) = inner.poller.add(fd, t) {
+        let conn = slot.conn.insert(conn);
+        if let Err(e) = inner.poller.add(conn.fd(), t) {
             log::warn!("could not watch a new connection: {e}");
             let conn = slots.release(t);
             drop(slots);
@@ -266,11 +265,10 @@ impl Inner {
     /// Puts a connection back in its slot and re-arms it (under the table's lock, so the timer never closes
     /// a descriptor between the two).
     fn park(&self, t: u64, conn: Box<Conn>) {
-        let fd = conn.fd();
         let mut slots = self.slots();
         let (index, _) = index_of(t);
-        slots.list[index].conn = Some(conn);
-        if let Err(e) = self.poller.rearm(fd, t) {
+        let conn = slots.list[index].conn.insert(conn);
+        if let Err(e) = self.poller.rearm(conn.fd(), t) {
             log::warn!("could not watch a connection again: {e}");
             let conn = slots.release(t);
             drop(slots);

@@ -9,6 +9,9 @@ use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use rustix::io::Errno;
+use rustix::net::SendFlags;
+
 /// The largest body buffer a connection keeps between responses.
 const MAX_SPARE: usize = 64 * 1024;
 
@@ -80,26 +83,19 @@ impl SharedStream {
 
 /// One `send` that does not wait: `Ok(0)` when the socket buffer is full.
 fn send_nonblocking(stream: &TcpStream, data: &[u8]) -> io::Result<usize> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: send on a descriptor the TcpStream owns and keeps open for the call, from a slice we borrow
-    // for the call; MSG_DONTWAIT affects this call only.
-    let n = unsafe {
-        libc::send(
-            stream.as_raw_fd(),
-            data.as_ptr().cast(),
-            data.len(),
-            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-        )
-    };
-    if n >= 0 {
-        return Ok(n as usize);
-    }
-    let e = io::Error::last_os_error();
-    match e.kind() {
-        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
-        _ => Err(e),
+    match rustix::net::send(stream, data, SendFlags::DONTWAIT | NO_SIGPIPE) {
+        Ok(n) => Ok(n),
+        Err(Errno::AGAIN | Errno::INTR) => Ok(0),
+        Err(e) => Err(e.into()),
     }
 }
+
+/// `MSG_NOSIGNAL`: a write to a client that has gone away is an error, never a SIGPIPE, whatever the process
+/// does with that signal. rustix names the flag everywhere but on Apple's systems, whose kernels take it too.
+#[cfg(not(target_vendor = "apple"))]
+const NO_SIGPIPE: SendFlags = SendFlags::NOSIGNAL;
+#[cfg(target_vendor = "apple")]
+const NO_SIGPIPE: SendFlags = SendFlags::from_bits_retain(libc::MSG_NOSIGNAL as u32);
 
 /// Empties `v`, and lets its memory go when it grew past what a connection keeps between responses (a
 /// large held answer would otherwise stay with the idle connection, in this buffer and the one it is
@@ -132,20 +128,13 @@ fn write_all_two(stream: &TcpStream, a: &[u8], b: &[u8]) -> io::Result<()> {
 /// error, never a SIGPIPE, whatever the process does with that signal (`writev` has no such flag).
 #[cfg(any(target_os = "linux", target_os = "android"))]
 fn send_vectored(stream: &TcpStream, parts: &[io::IoSlice]) -> io::Result<usize> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: an all-zero `msghdr` is valid (no name, no control data); `IoSlice` is guaranteed to be
-    // ABI-compatible with `iovec`, and `parts` outlives the call, which only reads from it.
-    let n = unsafe {
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = parts.as_ptr() as *mut libc::iovec;
-        msg.msg_iovlen = parts.len() as _;
-        libc::sendmsg(stream.as_raw_fd(), &msg, libc::MSG_NOSIGNAL)
-    };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+    let mut no_control = rustix::net::SendAncillaryBuffer::default();
+    Ok(rustix::net::sendmsg(
+        stream,
+        parts,
+        &mut no_control,
+        SendFlags::NOSIGNAL,
+    )?)
 }
 
 /// One vectored write to a client (the standard library sets `SO_NOSIGPIPE` on these systems' sockets).

@@ -384,12 +384,8 @@ fn warn_low(free: Option<u64>, min: u64) {
 
 /// Free bytes for this user on the file system holding `dir`.
 pub(super) fn free_bytes(dir: &std::path::Path) -> Option<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-    // SAFETY: `c` is a valid NUL-terminated path and `st` a properly sized, writable statvfs.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
-    (rc == 0).then(|| (st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+    let st = rustix::fs::statvfs(dir).ok()?;
+    Some(st.f_bavail.saturating_mul(st.f_frsize))
 }
 
 /// Adds every record of a rotated file to `totals`.

@@ -380,10 +380,9 @@ fn replay_refuses_impossible_records() {
 #[test]
 fn the_ledger_file_is_private_whatever_the_umask() {
     let dir = temp_dir("ledger-mode");
-    // SAFETY: umask only swaps the process's file mode mask; it is restored right after.
-    let old = unsafe { libc::umask(0) };
+    let old = rustix::process::umask(rustix::fs::Mode::empty());
     let opened = Ledger::open(&dir, Duration::from_millis(50), false);
-    unsafe { libc::umask(old) };
+    rustix::process::umask(old);
     let (ledger, _) = opened.unwrap();
     ledger.append(record("a", 1.0, 1));
     assert!(ledger.flush());

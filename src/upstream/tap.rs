@@ -25,7 +25,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use std::net::TcpStream;
-use std::os::fd::AsRawFd;
 use ureq::unversioned::transport::time::Duration as UDuration;
 
 use ureq::unversioned::transport::{
@@ -398,16 +397,11 @@ impl Transport for TcpTap {
     /// bytes. One non-blocking peek.
     fn is_open(&mut self) -> bool {
         let mut byte = [0u8; 1];
-        // SAFETY: recv into a one-byte buffer we own, on a descriptor this transport owns.
-        let n = unsafe {
-            libc::recv(
-                self.stream.as_raw_fd(),
-                byte.as_mut_ptr().cast(),
-                1,
-                libc::MSG_PEEK | libc::MSG_DONTWAIT,
-            )
-        };
-        n < 0 && timed_out(&io::Error::last_os_error())
+        let peek = rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT;
+        match rustix::net::recv(&self.stream, &mut byte, peek) {
+            Ok(_) => false,
+            Err(e) => timed_out(&e.into()),
+        }
     }
 
     fn is_tls(&self) -> bool {
