@@ -2,21 +2,21 @@
 //! Gemini API clients, in front of upstreams of any of those kinds. See ARCHITECTURE.md for the map.
 
 pub mod access;
-pub mod addresses;
-pub mod audit;
-pub mod budget;
+pub(crate) mod addresses;
+pub(crate) mod audit;
+pub(crate) mod budget;
 pub mod cache;
 pub mod cli;
 pub mod config;
-pub mod console;
-pub mod doctor;
-pub mod gateway;
+pub(crate) mod console;
+pub(crate) mod doctor;
+pub(crate) mod gateway;
 pub mod http;
 pub mod ledger;
 pub mod logging;
 pub mod money;
-pub mod peer;
-pub mod pricing;
+pub(crate) mod peer;
+pub(crate) mod pricing;
 pub mod protocol;
 pub mod secrets;
 pub mod server;

@@ -423,7 +423,7 @@ fn valkey_the_primary_killed_under_load_is_followed_too() {
 #[test]
 #[ignore = "a measurement (docs/PERFORMANCE.md): run with --release -- --ignored --nocapture"]
 fn wait_cost_per_store_call() {
-    use tollgate::access::standing::Limits;
+    use tollgate::standing::Limits;
     use tollgate::money::Money;
     use tollgate::store::Store;
 
@@ -493,7 +493,7 @@ fn wait_cost_per_store_call() {
                 let took = t.elapsed();
                 assert_eq!(
                     a.standing.verdict,
-                    tollgate::access::standing::Verdict::Admitted
+                    tollgate::standing::Verdict::Admitted
                 );
                 store.settle("bench", &id, cost, 50, now);
                 // The first ten rounds warm up.

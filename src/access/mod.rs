@@ -1,14 +1,10 @@
 //! Who is calling and what they may use: API keys (hashed, from a flat file) and group model allow-lists.
 
 pub mod accounts;
-pub mod admin_token;
-pub mod guard;
+pub(crate) mod admin_token;
+pub(crate) mod guard;
 pub mod key_ops;
 pub mod keys;
-
-/// Budgets and a key's standing have modules of their own (`crate::budget`, `crate::standing`: the config,
-/// the ledger and the store use them too); their old paths here stay for code written against them.
-pub use crate::{budget, standing};
 
 use std::sync::Arc;
 

@@ -5,7 +5,7 @@
 //! error). It also counts, per model, what it did: hits, misses, bypasses, the bytes held, evictions. What
 //! is cached and when is the request path's to say (`server/cached.rs`).
 
-pub mod lru;
+pub(crate) mod lru;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -2,7 +2,7 @@
 //! `doctor`. Every command returns its exit code. `args.rs` defines the arguments, `serve.rs` runs the
 //! gateway, `keys.rs` the key commands (with a `[store]` in the config they act on the store, `store.rs`).
 
-pub mod args;
+pub(crate) mod args;
 pub mod keys;
 mod serve;
 mod store;

@@ -9,14 +9,14 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 mod env;
-pub mod hosted;
-pub mod ledger;
-pub mod names;
+pub(crate) mod hosted;
+pub(crate) mod ledger;
+pub(crate) mod names;
 mod overrides;
 mod prices;
 pub mod schema;
 mod shape;
-pub mod store;
+pub(crate) mod store;
 mod validate;
 pub use env::Env;
 pub use overrides::{GroupSpec, ModelChange, Overrides, OVERRIDES_FILE};

@@ -5,7 +5,7 @@
 
 mod assets;
 mod manage;
-pub mod usage;
+pub(crate) mod usage;
 
 use std::net::IpAddr;
 

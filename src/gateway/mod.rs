@@ -5,11 +5,11 @@
 //! `watchdog.rs` (cancelling requests whose client went away; keepalives), `stats.rs` (availability per
 //! model), `metrics/` (the counters and the `/metrics` scrape).
 
-pub mod metrics;
-pub mod respond;
-pub mod stats;
-pub mod trace;
-pub mod watchdog;
+pub(crate) mod metrics;
+pub(crate) mod respond;
+pub(crate) mod stats;
+pub(crate) mod trace;
+pub(crate) mod watchdog;
 
 use std::sync::Arc;
 

@@ -27,11 +27,11 @@ mod checkpoint;
 mod files;
 mod handle;
 mod keeper;
-pub mod options;
+pub(crate) mod options;
 mod query;
 mod record;
 mod replay;
-pub mod totals;
+pub(crate) mod totals;
 mod writer;
 
 use std::collections::{HashMap, VecDeque};

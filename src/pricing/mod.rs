@@ -2,7 +2,7 @@
 //! where the prices came from) and [`PriceSheet::bill`], which turns normalised usage (`protocol::canon`)
 //! into a cost the same way on every path. The built-in list prices are in `list.rs`.
 
-pub mod list;
+pub(crate) mod list;
 
 use crate::money::Money;
 use crate::protocol::canon::{InputSplit, Usage};

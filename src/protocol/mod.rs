@@ -9,27 +9,27 @@
 //! codec; everything else reaches a protocol through its id (`Protocol` dereferences to its codec) or by
 //! going through [`ALL`].
 
-pub mod account;
-pub mod answer;
-pub mod auth;
+pub(crate) mod account;
+pub(crate) mod answer;
+pub(crate) mod auth;
 pub mod canon;
-pub mod carried;
-pub mod client;
-pub mod codec;
-pub mod collect;
-pub mod contiguous;
-pub mod edit;
-pub mod egress;
+pub(crate) mod carried;
+pub(crate) mod client;
+pub(crate) mod codec;
+pub(crate) mod collect;
+pub(crate) mod contiguous;
+pub(crate) mod edit;
+pub(crate) mod egress;
 mod error;
-pub mod estimate;
-pub mod fields;
+pub(crate) mod estimate;
+pub(crate) mod fields;
 pub mod fingerprint;
-pub mod hosted;
-pub mod limits;
-pub mod observe;
-pub mod openai;
-pub mod relay;
-pub mod request;
+pub(crate) mod hosted;
+pub(crate) mod limits;
+pub(crate) mod observe;
+pub(crate) mod openai;
+pub(crate) mod relay;
+pub(crate) mod request;
 pub mod sse;
 
 pub use codec::{Codec, StreamDecoder, StreamEncoder};

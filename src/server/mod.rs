@@ -7,7 +7,7 @@ mod attempt;
 mod builtin;
 mod cached;
 mod call;
-pub mod cluster;
+pub(crate) mod cluster;
 mod complete;
 mod count_tokens;
 mod events;

@@ -26,20 +26,20 @@
 //! instance I's local ledger was shipped); `instance:I` (which running process holds the name I); `audit`
 //! (list of audit entries, newest first); `cache:*` (the answer cache's entries and their order, `cache.rs`).
 
-pub mod accounts;
+pub(crate) mod accounts;
 mod allot;
 mod answer;
 mod args;
 mod batch;
-pub mod cache;
+pub(crate) mod cache;
 mod calls;
-pub mod sentinel;
+pub(crate) mod sentinel;
 mod settle;
 mod shared;
 
 pub use shared::STORE_FORMAT;
-pub mod ship;
-pub mod shipper;
+pub(crate) mod ship;
+pub(crate) mod shipper;
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};

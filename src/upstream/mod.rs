@@ -1,10 +1,10 @@
 //! Upstreams: real ones over HTTP (`http`), the built-in mock model (`mock`), their breakers (`breaker`),
 //! how a model's upstream is chosen (`routing`), and the one failover policy (`policy`).
 
-pub mod breaker;
-pub mod discovery;
+pub(crate) mod breaker;
+pub(crate) mod discovery;
 pub mod http;
-pub mod mock;
-pub mod policy;
+pub(crate) mod mock;
+pub(crate) mod policy;
 pub mod routing;
-pub mod tap;
+pub(crate) mod tap;

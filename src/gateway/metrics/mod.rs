@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crate::money::Money;
 
-pub mod scrape;
+pub(crate) mod scrape;
 
 /// Seconds; the upper bounds of the histogram buckets.
 const LATENCY_BUCKETS: [f64; 14] = [
