@@ -21,7 +21,7 @@ use std::sync::RwLock;
 static ADDRESSES: RwLock<Vec<String>> = RwLock::new(Vec::new());
 
 /// Registers the address of `url` (`scheme://[user@]host[:port]/...`, or a bare `host:port`).
-pub fn register(url: &str) {
+pub(crate) fn register(url: &str) {
     let Some(authority) = authority(url) else {
         return;
     };
@@ -43,7 +43,7 @@ fn authority(url: &str) -> Option<String> {
 
 /// `text` with every registered address (and the URL around it: scheme, user, path) replaced by
 /// `[internal address N]`.
-pub fn hide(text: &str) -> Cow<'_, str> {
+pub(crate) fn hide(text: &str) -> Cow<'_, str> {
     match hide_addresses(text) {
         Cow::Borrowed(t) => accounts(t),
         Cow::Owned(t) => Cow::Owned(accounts(&t).into_owned()),
@@ -73,7 +73,7 @@ const ACCOUNT_SEGMENTS: [&str; 4] = [
 const ACCOUNT_PREFIXES: [&str; 3] = ["project_number:", "project_number=", "project:"];
 
 /// `text` with the identifiers of the operator's upstream accounts replaced (see the module documentation).
-pub fn accounts(text: &str) -> Cow<'_, str> {
+pub(crate) fn accounts(text: &str) -> Cow<'_, str> {
     let sep = |c: char| c.is_whitespace() || "\"'`,;()[]{}<>|".contains(c);
     let mut out = String::new();
     let mut copied = 0;

@@ -13,15 +13,15 @@ use serde_json::Value;
 use crate::util::{rfc3339_millis, unix_millis};
 
 /// The audit log's file name in `data_dir`.
-pub const AUDIT_FILE: &str = "audit.jsonl";
+pub(crate) const AUDIT_FILE: &str = "audit.jsonl";
 
 /// Who made a change.
-pub const ACTOR_ADMIN: &str = "admin token";
-pub const ACTOR_CLI: &str = "cli";
+pub(crate) const ACTOR_ADMIN: &str = "admin token";
+pub(crate) const ACTOR_CLI: &str = "cli";
 
 /// What a change did: the one set of action names the console, the admin API and the CLI write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     KeyCreated,
     KeyRevoked,
     KeyEnabled,
@@ -45,7 +45,8 @@ pub enum Action {
 }
 
 impl Action {
-    pub const ALL: [Action; 18] = [
+    #[cfg(test)]
+    pub(crate) const ALL: [Action; 18] = [
         Action::KeyCreated,
         Action::KeyRevoked,
         Action::KeyEnabled,
@@ -67,7 +68,7 @@ impl Action {
     ];
 
     /// The name written in `audit.jsonl`: `key.created`, `group.changed`, `model.repriced`, ...
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Action::KeyCreated => "key.created",
             Action::KeyRevoked => "key.revoked",
@@ -92,12 +93,13 @@ impl Action {
 
     /// The action an entry names; None for a name this version does not know. Every name ever written
     /// reads back: the CLI and the console have always written these.
-    pub fn from_name(name: &str) -> Option<Action> {
+    #[cfg(test)]
+    pub(crate) fn from_name(name: &str) -> Option<Action> {
         Action::ALL.into_iter().find(|a| a.name() == name)
     }
 
     /// The action of a key change.
-    pub fn of_key(change: &crate::access::key_ops::KeyChange) -> Action {
+    pub(crate) fn of_key(change: &crate::access::key_ops::KeyChange) -> Action {
         use crate::access::key_ops::KeyChange;
         match change {
             KeyChange::Add { .. } => Action::KeyCreated,
@@ -121,7 +123,7 @@ impl std::fmt::Display for Action {
 
 /// One change.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct AuditEntry {
+pub(crate) struct AuditEntry {
     pub ts: String,
     pub actor: String,
     /// `key.created`, `key.revoked`, `group.changed`, `model.repriced`, ... ([`Action::name`]; kept as written,
@@ -135,7 +137,7 @@ pub struct AuditEntry {
 }
 
 impl AuditEntry {
-    pub fn new(
+    pub(crate) fn new(
         actor: &str,
         action: Action,
         target: String,
@@ -157,14 +159,14 @@ impl AuditEntry {
 /// The audit file, opened before a change is made: a change whose entry cannot be written (the file is a
 /// symbolic link, another user's, not writable) is refused instead of made unrecorded. Opened only as a
 /// regular file this user owns, never through a link (`util::open_owned`, checked on the descriptor).
-pub struct Trail {
+pub(crate) struct Trail {
     file: std::fs::File,
     path: PathBuf,
 }
 
 impl Trail {
     /// Opens (creating when missing, mode 0600) the audit file in `data_dir`.
-    pub fn open(data_dir: &Path) -> io::Result<Trail> {
+    pub(crate) fn open(data_dir: &Path) -> io::Result<Trail> {
         let path = data_dir.join(AUDIT_FILE);
         let opened = crate::util::create_private_dir_all(data_dir).and_then(|()| {
             crate::util::open_owned(&path, std::fs::OpenOptions::new().create(true).append(true))
@@ -182,7 +184,7 @@ impl Trail {
 
     /// Appends an entry (one line, synced). A failure now, with the change made, is logged at ERROR with
     /// the whole entry (it holds no secret) on the log's must-write path, so the entry is not lost.
-    pub fn write(mut self, entry: &AuditEntry) {
+    pub(crate) fn write(mut self, entry: &AuditEntry) {
         let written = serde_json::to_vec(entry)
             .map_err(io::Error::other)
             .and_then(|mut line| {
@@ -203,7 +205,7 @@ impl Trail {
 }
 
 /// The newest `limit` entries, newest first (unreadable lines skipped).
-pub fn newest(data_dir: &Path, limit: usize) -> io::Result<Vec<AuditEntry>> {
+pub(crate) fn newest(data_dir: &Path, limit: usize) -> io::Result<Vec<AuditEntry>> {
     let f = match crate::util::open_owned(
         &data_dir.join(AUDIT_FILE),
         std::fs::OpenOptions::new().read(true),
@@ -223,7 +225,7 @@ pub fn newest(data_dir: &Path, limit: usize) -> io::Result<Vec<AuditEntry>> {
 }
 
 /// What the audit trail keeps of a key: never its secret or hash.
-pub fn key_state(r: &crate::access::keys::KeyRecord) -> Value {
+pub(crate) fn key_state(r: &crate::access::keys::KeyRecord) -> Value {
     serde_json::json!({"name": r.name, "group": r.group, "credit": r.credit, "disabled": r.disabled,
                        "deleted": r.deleted, "budget": r.budget, "expires": r.expires})
 }
@@ -231,7 +233,7 @@ pub fn key_state(r: &crate::access::keys::KeyRecord) -> Value {
 /// Makes a key change and records it, in one step: the trail (opened before, so a change it cannot record
 /// is not made), the key's state before and after, the action the change is ([`Action::of_key`]); with the
 /// keys in a store, the entry also goes to the store's audit list.
-pub fn change_key(
+pub(crate) fn change_key(
     at: crate::access::key_ops::KeysAt,
     trail: Trail,
     actor: &str,
@@ -262,7 +264,7 @@ pub fn change_key(
 }
 
 /// A key's state where the keys live (null when there is none).
-pub fn key_in(at: crate::access::key_ops::KeysAt, name: &str) -> Value {
+pub(crate) fn key_in(at: crate::access::key_ops::KeysAt, name: &str) -> Value {
     crate::access::key_ops::read_all(at)
         .ok()
         .and_then(|rs| rs.into_iter().find(|r| r.name == name))

@@ -6,7 +6,7 @@
 use std::net::{IpAddr, Ipv6Addr};
 
 /// The address counted for `addr`.
-pub fn counted(addr: IpAddr) -> IpAddr {
+pub(crate) fn counted(addr: IpAddr) -> IpAddr {
     match addr {
         IpAddr::V4(_) => addr,
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {

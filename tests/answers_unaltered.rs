@@ -4,6 +4,7 @@
 //! real secret, echoed by an upstream, is replaced by `[redacted]` wherever it appears, in one piece or split
 //! across stream events, and nothing around it changes. (The scrub of error texts, records and logs:
 //! tests/security.rs.)
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // a test may unwrap and run long
 
 mod common;
 

@@ -7,6 +7,7 @@
 //! that names every file of `src/`, a thread list that names every thread, every thread started through
 //! `logging::thread`, and typed errors (no `Result<_, String>` outside the CLI, no decision by an error's
 //! text).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // a test may unwrap and run long
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -2,6 +2,7 @@
 //! streamed or not, on every instance; only complete answers are kept; hits are recorded at no cost and
 //! count against the key's request rate only. Through the real binary and a fake upstream that counts its
 //! calls.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // a test may unwrap and run long
 
 mod common;
 

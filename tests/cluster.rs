@@ -1,6 +1,7 @@
 //! Several instances as one gateway on a real `redis-server`: keys, revocations, limits, credit, usage and
 //! the console shared; Redis killed mid-load and restarted; an instance killed with `kill -9`; a Redis that
 //! lost its data rebuilt from the instances' ledgers. Every test starts its own Redis on a free port.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // a test may unwrap and run long
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! Running it for real: the systemd unit in `contrib/` passes `systemd-analyze verify` without a warning
 //! (pointed at the binary under test), its config passes `tollgate check`, and the nginx example keeps
 //! streams unbuffered.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // a test may unwrap and run long
 
 mod common;
 

@@ -1,4 +1,5 @@
 //! Diagnostics: readiness, Prometheus metrics, the overhead header, and request logs.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // a test may unwrap and run long
 
 mod common;
 

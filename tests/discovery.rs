@@ -2,6 +2,7 @@
 //! OpenAI-compatible servers it finds (here fake ones named by `TOLLGATE_DISCOVER`) beside `mock`; with a
 //! config, a `[discovery]` table turns it on, finds a server that starts later within one interval, lets
 //! configured names win, reads Ollama's tags, and keeps a server's models while it is down.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // a test may unwrap and run long
 
 mod common;
 

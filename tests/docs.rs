@@ -2,6 +2,7 @@
 //! row per field of `config::schema`, table by table, and no other; the schema names exactly the fields of
 //! the raw structs the file is read into (`src/config/validate.rs`, `store.rs`, `prices.rs`). A field added
 //! without its row, or a row without its field, fails here.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // a test may unwrap and run long
 
 use std::collections::BTreeSet;
 use std::path::Path;

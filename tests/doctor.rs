@@ -1,6 +1,7 @@
 //! `tollgate doctor` against real gateways: tollgate with the mock model, tollgate in front of a failing or
 //! stream-breaking upstream, wrong keys and base URLs, and a gateway that is not tollgate (the fake upstream
 //! answering the doctor directly).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // a test may unwrap and run long
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! The three generation endpoints on the built-in mock model: authentication rules, request validation,
 //! errors in each protocol's shape, streaming and non-streaming answers, tracing headers, paths.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // a test may unwrap and run long
 
 mod common;
 

@@ -2,6 +2,7 @@
 //! reused answer buffer (issue 31's leaner hot path): none may let a byte of one exchange reach another, on
 //! one connection (keep-alive, pipelining, `Expect: 100-continue`, HEAD, HTTP/1.0, an early answer, a
 //! withheld answer) or across connections.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // a test may unwrap and run long
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! The first day's rough edges, each through the real binary: a key works the moment `keys add` returns (one
 //! instance, and two on a real `redis-server`); a busy port costs no key; an upstream whose host does not
 //! resolve says so; the small texts say what they mean.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // a test may unwrap and run long
 
 mod common;
 

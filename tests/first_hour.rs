@@ -1,6 +1,7 @@
 //! A newcomer's first hour: every mistake explains itself. `check` reports every problem at once and warns
 //! about what will not work; an upstream without its credential fails alone, loudly; a taken port, an empty
 //! key list, a lost path and a missing `max_tokens` each say what to do next.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // a test may unwrap and run long
 
 mod common;
 

@@ -4,6 +4,7 @@
 //! output limit (`generationConfig.maxOutputTokens`), account-scoped fields refused, credentials never
 //! echoed, records and metrics under protocol `gemini`; and the fixtures of `fixtures/gemini/` replayed
 //! through a Gemini upstream.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // a test may unwrap and run long
 
 mod common;
 

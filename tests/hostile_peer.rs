@@ -2,6 +2,7 @@
 //! and send none lock nothing (whatever the path, the method or the credential), a key holder's slow body
 //! holds only what it sent, client-chosen strings cannot forge log fields (text or JSON), and no answer to a
 //! client nor any endpoint without the admin token names an internal address (an upstream's, the store's).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // a test may unwrap and run long
 
 mod common;
 

@@ -3,6 +3,7 @@
 //! reads must be exactly the body sent, whatever came before it on the connection (a larger body, pipelined
 //! requests, a body split across writes, a chunked one), and an answer written from the handler's bytes
 //! must reach the client as they were.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // a test may unwrap and run long
 
 mod common;
 

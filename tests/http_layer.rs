@@ -1,5 +1,6 @@
 //! The HTTP layer, against the real binary: each of the four defects that rule out stock tiny_http
 //! (DESIGN.md, "The HTTP layer") is reproduced and shown absent, plus overload answers and HTTP/1.1 details.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // a test may unwrap and run long
 
 mod common;
 

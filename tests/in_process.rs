@@ -1,6 +1,7 @@
 //! Gateways in the test's process (`tollgate::server::run`): several at once in one process, each with its
 //! own configuration, log (level and format), metrics and data; stopped through their `Shutdown` with the
 //! drain's exit code; a start that cannot happen is a typed `StartError`, not an exit.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // a test may unwrap and run long
 
 mod common;
 

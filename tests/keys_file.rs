@@ -1,6 +1,7 @@
 //! The keys file fails loudly: a file that disappears or is emptied at run time keeps the keys in force
 //! (with one ERROR), any rewrite is noticed, `serve --config` mints no key, and writes are atomic, private
 //! and never through a symbolic link.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // a test may unwrap and run long
 
 mod common;
 

@@ -1,7 +1,7 @@
 //! The ledger's backlog while it cannot write: the default limit of 100,000 waiting records fits in well under
 //! 100 MB, and every waiting record is found by a query. Memory is counted by this test binary's own
 //! allocator (exact, whatever else the machine runs), so the bound is a measurement, not a timing.
-
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // a test may unwrap and run long
 #![allow(
     unsafe_code,
     reason = "a counting global allocator: GlobalAlloc is an unsafe trait"

@@ -2,6 +2,7 @@
 //! root and can, elsewhere the tests say `skipped` and pass). No 200 goes without a record: in default mode
 //! records wait in memory and are written when the disk recovers, up to a bound past which new requests get
 //! 503; in strict mode a record that cannot be synced turns its answer into an error.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // a test may unwrap and run long
 
 mod common;
 

@@ -5,6 +5,7 @@
 //! same across a restart; usage queries, the CSV and the overview read rotated and compressed files and
 //! skip files outside the asked range; the free-space warning on a small tmpfs; the store's shipper and
 //! `store rebuild` across rotated files.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // a test may unwrap and run long
 
 mod common;
 

@@ -7,6 +7,7 @@
 //! - with several instances on a real `redis-server`, a credit cut, a revocation or an expiry on one instance
 //!   holds on the other at its very next admission (no sleep in between), or, where the other admits a busy
 //!   key from an allotment, when that ends (`allot_ms`).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // a test may unwrap and run long
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! Same-protocol passthrough, pinned by the fixtures in `fixtures/`: each case is replayed through a fake
 //! upstream and what the client sees, what the upstream receives and what usage is recorded are checked.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // a test may unwrap and run long
 
 mod common;
 

@@ -2,6 +2,7 @@
 //! pipeline, so a stream that breaks ends the same way (an in-stream error carrying the request id) and is
 //! billed by the same rule; failover starts every attempt clean; `count_tokens` goes through the same model,
 //! breaker and failover steps as generation.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // a test may unwrap and run long
 
 mod common;
 

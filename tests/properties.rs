@@ -1,6 +1,7 @@
 //! Property tests: every request decoder, stream decoder, the SSE reader and the HTTP head and chunked
 //! parsers are driven with random input and must never panic. (Run with more cases:
 //! `PROPTEST_CASES=100000 cargo test --release --test properties`.)
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // a test may unwrap and run long
 
 use proptest::prelude::*;
 use serde_json::{json, Value};

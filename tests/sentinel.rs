@@ -5,6 +5,7 @@
 //! moment holds nothing. Changes wait for the replica (`replica_wait`), admissions too only with `"all"`.
 //! `check --connect` says which primary the sentinels name and whether the replicas answer. Also the
 //! measurement of what `WAIT` costs a store call (ignored unless asked for).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // a test may unwrap and run long
 
 mod common;
 
@@ -423,8 +424,8 @@ fn valkey_the_primary_killed_under_load_is_followed_too() {
 #[test]
 #[ignore = "a measurement (docs/PERFORMANCE.md): run with --release -- --ignored --nocapture"]
 fn wait_cost_per_store_call() {
-    use tollgate::standing::Limits;
     use tollgate::money::Money;
+    use tollgate::standing::Limits;
     use tollgate::store::Store;
 
     let set = ReplicaSet::start("redis-server");
@@ -491,10 +492,7 @@ fn wait_cost_per_store_call() {
                 let t = Instant::now();
                 let a = store.admit("bench", &id, cost, &limits, None).unwrap();
                 let took = t.elapsed();
-                assert_eq!(
-                    a.standing.verdict,
-                    tollgate::standing::Verdict::Admitted
-                );
+                assert_eq!(a.standing.verdict, tollgate::standing::Verdict::Admitted);
                 store.settle("bench", &id, cost, 50, now);
                 // The first ten rounds warm up.
                 if round >= 10 {

@@ -3,6 +3,7 @@
 //! by the settler thread, each exactly once), budget periods counted exactly, and the records the shipper
 //! sends equal to the ledger's lines (fed from the ledger writer's memory, caught up from the file after a
 //! restart and across rotation).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // a test may unwrap and run long
 
 mod common;
 

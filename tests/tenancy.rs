@@ -2,6 +2,7 @@
 //! responses, conversations, files, vector stores, containers, MCP) is refused with 400 naming the field,
 //! before any upstream call, on passthrough and translated models alike; a model that opts in
 //! (`account_features = true`) forwards it; nothing is stored upstream.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // a test may unwrap and run long
 
 mod common;
 

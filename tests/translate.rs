@@ -2,6 +2,7 @@
 //! upstream kind) pairs. What the client reads (text, tool calls, stop reason, errors), how its stream is
 //! shaped (each protocol's event lifecycle), what the upstream receives and the usage recorded are checked
 //! against the case's protocol-neutral expectation.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // a test may unwrap and run long
 
 mod common;
 

@@ -219,7 +219,7 @@ fn runs(
 }
 
 /// R: the cost of a `[store]`.
-pub fn store(ctx: &mut Ctx) {
+pub(crate) fn store(ctx: &mut Ctx) {
     println!(
         "## store (R): the cost of a [store]: flat files vs a local redis-server, passthrough"
     );

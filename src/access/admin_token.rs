@@ -17,17 +17,14 @@ use std::time::SystemTime;
 use crate::config::Config;
 
 /// The file in the data directory that holds the admin token's SHA-256 (hex, one line).
-pub const FILE: &str = "admin-token";
+pub(crate) const FILE: &str = "admin-token";
 
 /// What an admin token made here starts with.
-pub const PREFIX: &str = "tgadm_";
-
-/// The variable read when the config names none.
-pub const DEFAULT_ENV: &str = "TOLLGATE_ADMIN_TOKEN";
+pub(crate) const PREFIX: &str = "tgadm_";
 
 /// Where a config's admin token comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TokenSource {
+pub(crate) enum TokenSource {
     /// The value of this environment variable (read with the config).
     Env(String),
     /// The token kept in the data directory (this file).
@@ -37,7 +34,7 @@ pub enum TokenSource {
 }
 
 /// Where `config`'s admin token comes from.
-pub fn source(config: &Config) -> TokenSource {
+pub(crate) fn source(config: &Config) -> TokenSource {
     if config.admin_token().is_some() {
         return TokenSource::Env(config.admin_token_env.clone());
     }
@@ -48,7 +45,7 @@ pub fn source(config: &Config) -> TokenSource {
 }
 
 /// A new token, with its SHA-256 written (privately, atomically) to `path`, replacing any before it.
-pub fn make(path: &Path) -> std::io::Result<String> {
+pub(crate) fn make(path: &Path) -> std::io::Result<String> {
     let token = format!("{PREFIX}{}", crate::util::random_base62(40));
     let line = format!("{}\n", hex(&super::token_digest(&token)));
     crate::util::write_atomic(path, line.as_bytes())?;
@@ -56,7 +53,7 @@ pub fn make(path: &Path) -> std::io::Result<String> {
 }
 
 /// The digest kept at `path` (None: no file yet).
-pub fn read(path: &Path) -> std::io::Result<Option<[u8; 32]>> {
+pub(crate) fn read(path: &Path) -> std::io::Result<Option<[u8; 32]>> {
     let text = match crate::util::read_owned_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -92,7 +89,7 @@ fn parse_hex(s: &str) -> Option<[u8; 32]> {
 /// The admin token a running server checks: fixed from the environment, or read from the data directory's
 /// file again whenever the file changed (so a rotation takes effect without a restart).
 #[derive(Debug)]
-pub struct AdminToken {
+pub(crate) struct AdminToken {
     fixed: Option<[u8; 32]>,
     file: Option<PathBuf>,
     /// The file's modification time and digest when last read.
@@ -100,7 +97,7 @@ pub struct AdminToken {
 }
 
 impl AdminToken {
-    pub fn for_config(config: &Config) -> AdminToken {
+    pub(crate) fn for_config(config: &Config) -> AdminToken {
         let (fixed, file) = match source(config) {
             TokenSource::Env(_) => (config.admin_token().map(|t| super::token_digest(&t)), None),
             TokenSource::File(path) => (None, Some(path)),
@@ -114,7 +111,7 @@ impl AdminToken {
     }
 
     /// The digest to compare with (None: the admin API is closed).
-    pub fn digest(&self) -> Option<[u8; 32]> {
+    pub(crate) fn digest(&self) -> Option<[u8; 32]> {
         if self.fixed.is_some() {
             return self.fixed;
         }
@@ -138,7 +135,7 @@ impl AdminToken {
     }
 
     /// Whether the admin API can open at all (a token from the environment, or a data directory's file).
-    pub fn configured(&self) -> bool {
+    pub(crate) fn configured(&self) -> bool {
         self.fixed.is_some() || self.file.is_some()
     }
 }

@@ -27,7 +27,7 @@ struct Entry {
 }
 
 #[derive(Default)]
-pub struct Guard {
+pub(crate) struct Guard {
     addresses: Mutex<HashMap<IpAddr, Entry>>,
 }
 
@@ -37,14 +37,14 @@ impl Guard {
     }
 
     /// How long `addr` is still held off (None: its token may be checked).
-    pub fn held(&self, addr: IpAddr, now: Instant) -> Option<Duration> {
+    pub(crate) fn held(&self, addr: IpAddr, now: Instant) -> Option<Duration> {
         let addr = crate::peer::counted(addr);
         let until = self.lock().get(&addr)?.held_until?;
         (now < until).then(|| until - now)
     }
 
     /// A wrong token from `addr`.
-    pub fn failed(&self, addr: IpAddr, now: Instant) {
+    pub(crate) fn failed(&self, addr: IpAddr, now: Instant) {
         let addr = crate::peer::counted(addr);
         let mut map = self.lock();
         if map.len() >= MAX_ADDRESSES && !map.contains_key(&addr) {
@@ -78,7 +78,7 @@ impl Guard {
     }
 
     /// A correct token from `addr`: it starts afresh.
-    pub fn succeeded(&self, addr: IpAddr) {
+    pub(crate) fn succeeded(&self, addr: IpAddr) {
         self.lock().remove(&crate::peer::counted(addr));
     }
 }

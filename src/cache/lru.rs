@@ -21,7 +21,7 @@ struct Slot {
 
 /// What storing an entry changed in the bytes per model.
 #[derive(Debug, Default, PartialEq)]
-pub struct Changes {
+pub(crate) struct Changes {
     /// (model, bytes added or removed), expired entries removed on the way included.
     pub bytes: Vec<(Arc<str>, i64)>,
     /// The model of each entry evicted to make room.
@@ -29,7 +29,7 @@ pub struct Changes {
 }
 
 /// An entry to store, with what the cache knows of it.
-pub struct Item {
+pub(crate) struct Item {
     /// The entry, serialized.
     pub entry: Arc<Vec<u8>>,
     /// The model it answers for.
@@ -40,7 +40,7 @@ pub struct Item {
 }
 
 #[derive(Default)]
-pub struct Lru {
+pub(crate) struct Lru {
     slots: HashMap<Fingerprint, Slot>,
     /// Use counter → fingerprint, oldest first.
     order: BTreeMap<u64, Fingerprint>,
@@ -51,7 +51,7 @@ pub struct Lru {
 impl Lru {
     /// The fresh entry under `fp` (marked used), or None; an expired one is removed (its model and size
     /// returned in `gone`).
-    pub fn get(
+    pub(crate) fn get(
         &mut self,
         fp: &Fingerprint,
         now: Instant,
@@ -71,7 +71,7 @@ impl Lru {
 
     /// Stores `item` under `fp`, evicting the least recently used entries while the whole is above `cap`.
     /// An entry larger than the cap is not stored.
-    pub fn put(&mut self, fp: Fingerprint, item: Item, cap: u64, now: Instant) -> Changes {
+    pub(crate) fn put(&mut self, fp: Fingerprint, item: Item, cap: u64, now: Instant) -> Changes {
         let Item {
             entry,
             model,
@@ -126,7 +126,7 @@ impl Lru {
         Some(slot)
     }
 
-    pub fn bytes(&self) -> u64 {
+    pub(crate) fn bytes(&self) -> u64 {
         self.bytes
     }
 }

@@ -12,7 +12,7 @@ use crate::config::Config;
 use crate::server::{Shutdown, StartError};
 
 /// Runs the gateway until a signal has stopped it; returns the exit code.
-pub fn serve(a: ServeArgs) -> i32 {
+pub(super) fn serve(a: ServeArgs) -> i32 {
     let Some(config) = configuration(&a) else {
         return 1;
     };

@@ -10,14 +10,14 @@ use crate::config::Config;
 use crate::store::Store;
 
 /// Where the `keys` commands act: the config's store, or its data directory.
-pub enum Place {
+pub(super) enum Place {
     Dir(PathBuf),
     Store(Box<Store>),
 }
 
 impl Place {
     /// The config's store (it must answer; a new one is set up), or its data directory.
-    pub fn open(config: &Config) -> Result<Place, String> {
+    pub(super) fn open(config: &Config) -> Result<Place, String> {
         let Some(settings) = &config.store else {
             return Ok(Place::Dir(config.data_dir.clone()));
         };
@@ -33,7 +33,7 @@ impl Place {
         Ok(Place::Store(Box::new(store)))
     }
 
-    pub fn at(&self) -> KeysAt<'_> {
+    pub(super) fn at(&self) -> KeysAt<'_> {
         match self {
             Place::Dir(d) => KeysAt::Dir(d),
             Place::Store(s) => KeysAt::Store(s),
@@ -41,7 +41,7 @@ impl Place {
     }
 
     /// Where, for messages.
-    pub fn describe(&self) -> String {
+    pub(super) fn describe(&self) -> String {
         match self {
             Place::Dir(d) => {
                 let path = d.join(keys::KEYS_FILE);
@@ -73,7 +73,7 @@ fn unreachable(store: &Store, e: &crate::store::StoreError) -> String {
 
 /// `check --connect`: whether the store answers, and what to know about it. Returns the lines to print,
 /// or the error.
-pub fn connect_check(config: &Config) -> Result<Vec<String>, String> {
+pub(super) fn connect_check(config: &Config) -> Result<Vec<String>, String> {
     let Some(settings) = &config.store else {
         return Ok(vec![
             "no [store]: this instance keeps its keys and balances in its data_dir".to_string(),
@@ -205,7 +205,7 @@ fn sentinel_lines(settings: &crate::config::store::StoreSettings) -> Result<Vec<
 }
 
 /// Runs `tollgate store ...`.
-pub fn run(args: StoreArgs) -> i32 {
+pub(super) fn run(args: StoreArgs) -> i32 {
     let result = match args.command {
         StoreCommand::Status(a) => status(&a.config),
         StoreCommand::Rebuild(a) => rebuild(&a),

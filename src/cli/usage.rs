@@ -49,7 +49,7 @@ fn filter(a: &UsageArgs) -> Result<Filter, String> {
 }
 
 /// Runs `tollgate usage`; returns the exit code.
-pub fn run(a: UsageArgs) -> i32 {
+pub(super) fn run(a: UsageArgs) -> i32 {
     if a.json && a.csv {
         eprintln!("give --json or --csv, not both");
         return 2;

@@ -10,7 +10,7 @@ use super::{err, ConfigError};
 use crate::money::Money;
 
 /// The uses of hosted tools one request may ask for when the model does not say (`max_hosted_uses`).
-pub const DEFAULT_MAX_HOSTED_USES: u64 = 10;
+pub(crate) const DEFAULT_MAX_HOSTED_USES: u64 = 10;
 
 /// The largest `max_hosted_uses` accepted.
 const MAX_HOSTED_USES: u64 = 1000;
@@ -42,7 +42,7 @@ pub struct HostedPrices {
 }
 
 /// A model that allows nothing.
-pub static NOTHING_ALLOWED: HostedPrices = HostedPrices {
+pub(crate) static NOTHING_ALLOWED: HostedPrices = HostedPrices {
     tools: BTreeMap::new(),
     tiers: BTreeMap::new(),
     max_uses: DEFAULT_MAX_HOSTED_USES,

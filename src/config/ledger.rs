@@ -11,7 +11,7 @@ use std::time::Duration;
 pub const DEFAULT_BACKLOG_LIMIT: usize = 100_000;
 
 /// Bytes in one MB of the settings (`ledger_max_file_mb`, `min_free_disk_mb`).
-pub const MB: u64 = 1024 * 1024;
+pub(crate) const MB: u64 = 1024 * 1024;
 
 /// How the ledger keeps its files (the config's `ledger_files`).
 #[derive(Debug, Clone, PartialEq)]

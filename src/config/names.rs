@@ -30,12 +30,12 @@ pub struct ModelIndex {
 }
 
 /// Whether a model name is a pattern.
-pub fn is_pattern(name: &str) -> bool {
+pub(crate) fn is_pattern(name: &str) -> bool {
     name.contains(['*', '?'])
 }
 
 /// How specific a pattern is: its literal prefix's length, then its literal characters.
-pub fn specificity(pattern: &str) -> (usize, usize) {
+pub(crate) fn specificity(pattern: &str) -> (usize, usize) {
     let prefix = pattern.find(['*', '?']).unwrap_or(pattern.len());
     let literal = pattern.chars().filter(|c| !matches!(c, '*' | '?')).count();
     (prefix, literal)
@@ -43,7 +43,7 @@ pub fn specificity(pattern: &str) -> (usize, usize) {
 
 /// Whether two globs can match a common name (for `check`'s warnings; requests never compare globs). A walk
 /// over both at once: `?` and a literal each take one character, `*` takes any run.
-pub fn globs_overlap(a: &str, b: &str) -> bool {
+pub(crate) fn globs_overlap(a: &str, b: &str) -> bool {
     let a: Vec<char> = a.chars().collect();
     let b: Vec<char> = b.chars().collect();
     let mut seen = vec![false; (a.len() + 1) * (b.len() + 1)];

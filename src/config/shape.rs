@@ -14,18 +14,18 @@ use super::schema::{Field, FieldKind};
 use super::{err, ConfigError};
 
 /// Line numbers (1-based) of byte offsets in a text.
-pub struct Lines {
+pub(super) struct Lines {
     starts: Vec<usize>,
 }
 
 impl Lines {
-    pub fn new(text: &str) -> Lines {
+    pub(super) fn new(text: &str) -> Lines {
         let mut starts = vec![0];
         starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
         Lines { starts }
     }
 
-    pub fn of(&self, at: usize) -> usize {
+    pub(super) fn of(&self, at: usize) -> usize {
         match self.starts.binary_search(&at) {
             Ok(i) => i + 1,
             Err(i) => i,
@@ -35,7 +35,7 @@ impl Lines {
 
 /// What the check found.
 #[derive(Default)]
-pub struct Checked {
+pub(super) struct Checked {
     pub errors: Vec<ConfigError>,
     /// The line of each field and table seen, by path (`models[2].upstream`, `models[2]`).
     pub lines: HashMap<String, usize>,
@@ -45,7 +45,7 @@ pub struct Checked {
 
 impl Checked {
     /// The line of `path`, or of the nearest table or field that holds it.
-    pub fn line_of(&self, path: &str) -> Option<usize> {
+    pub(super) fn line_of(&self, path: &str) -> Option<usize> {
         let mut p = path;
         loop {
             if let Some(l) = self.lines.get(p) {
@@ -57,7 +57,7 @@ impl Checked {
     }
 
     /// Whether validation's error about `path` is one already reported (it is, or is inside, a stand-in).
-    pub fn already_told(&self, path: &str) -> bool {
+    pub(super) fn already_told(&self, path: &str) -> bool {
         self.stand_ins.iter().any(|s| {
             path == s
                 || path
@@ -68,7 +68,11 @@ impl Checked {
 }
 
 /// Checks `table` (the file's top level) against `fields`, taking out what does not fit.
-pub fn check(table: &mut Spanned<DeTable<'_>>, fields: &'static [Field], lines: &Lines) -> Checked {
+pub(super) fn check(
+    table: &mut Spanned<DeTable<'_>>,
+    fields: &'static [Field],
+    lines: &Lines,
+) -> Checked {
     let mut out = Checked::default();
     let span = table.span();
     walk(table.get_mut(), span, fields, "", lines, &mut out);
@@ -247,7 +251,7 @@ fn stand_in(kind: FieldKind) -> DeValue<'static> {
 
 /// The field of `fields` a misspelt `name` most likely meant: the closest by edits (a letter added, dropped,
 /// changed, or two swapped), within a third of its length.
-pub fn nearest(name: &str, fields: &[Field]) -> Option<&'static str> {
+pub(super) fn nearest(name: &str, fields: &[Field]) -> Option<&'static str> {
     let limit = (name.chars().count() / 3).clamp(1, 3);
     fields
         .iter()

@@ -129,7 +129,7 @@ impl StoreSettings {
 }
 
 /// `host:port`, with an IPv6 host in brackets.
-pub fn host_port(host: &str, port: u16) -> String {
+pub(crate) fn host_port(host: &str, port: u16) -> String {
     if host.contains(':') {
         format!("[{host}]:{port}")
     } else {
@@ -157,10 +157,10 @@ pub(super) struct RawStore {
 }
 
 /// Default `usage_stream_max`: about a million records (a few hundred MB of Redis memory at most).
-pub const DEFAULT_STREAM_MAX: u64 = 1_000_000;
+pub(crate) const DEFAULT_STREAM_MAX: u64 = 1_000_000;
 
 /// Default `allot_ms`.
-pub const DEFAULT_ALLOT: Duration = Duration::from_millis(50);
+pub(crate) const DEFAULT_ALLOT: Duration = Duration::from_millis(50);
 
 /// `[store]`, every problem at once.
 pub(super) fn validate_store(
@@ -582,7 +582,7 @@ pub(super) fn validate_instance(v: Option<String>) -> Result<(String, bool), Con
 }
 
 /// This machine's host name (`tollgate` when it cannot be read).
-pub fn host_name() -> String {
+pub(crate) fn host_name() -> String {
     // uname's node name is the host name (glibc's and macOS's gethostname read the same).
     let uname = rustix::system::uname();
     let name = uname.nodename().to_string_lossy();

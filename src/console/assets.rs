@@ -41,7 +41,7 @@ fn find(path: &str) -> Option<&'static (&'static str, &'static str, &'static str
 }
 
 /// Serves the console's files under `/console/`. Returns false for other paths.
-pub fn serve(ex: &mut Exchange) -> bool {
+pub(crate) fn serve(ex: &mut Exchange) -> bool {
     let Some((_, body, ty)) = find(&ex.request.path) else {
         return false;
     };

@@ -65,7 +65,7 @@ fn change(gw: &Gateway, name: &str, change: &KeyChange) -> Result<Changed, ApiEr
 }
 
 /// `GET /admin/keys`.
-pub fn keys(gw: &Gateway) -> Value {
+pub(super) fn keys(gw: &Gateway) -> Value {
     let config = gw.config();
     let records = gw.keys.records();
     let names: Vec<String> = records.iter().map(|k| k.name.clone()).collect();
@@ -124,7 +124,7 @@ fn budget_fields(
 }
 
 /// `POST /admin/keys/{name}/budget {amount, period}` (or `{"none": true}`: the group's applies again).
-pub fn set_budget(gw: &Gateway, name: &str, body: &Value) -> Result<Value, ApiError> {
+pub(super) fn set_budget(gw: &Gateway, name: &str, body: &Value) -> Result<Value, ApiError> {
     let o = object(body)?;
     let budget = if o.get("none") == Some(&Value::Bool(true)) {
         None
@@ -140,7 +140,7 @@ pub fn set_budget(gw: &Gateway, name: &str, body: &Value) -> Result<Value, ApiEr
 }
 
 /// `POST /admin/keys/{name}/expires {"at": "2026-12-31T00:00:00Z"}` or `{"never": true}`.
-pub fn set_expiry(gw: &Gateway, name: &str, body: &Value) -> Result<Value, ApiError> {
+pub(super) fn set_expiry(gw: &Gateway, name: &str, body: &Value) -> Result<Value, ApiError> {
     let expires = parse_expiry(object(body)?)?;
     change(gw, name, &KeyChange::Expiry(expires))?;
     Ok(json!({"name": name, "expires": expires.map(crate::util::rfc3339)}))
@@ -169,7 +169,7 @@ fn parse_expiry(o: &Map<String, Value>) -> Result<Option<u64>, ApiError> {
 }
 
 /// `POST /admin/keys/{name}/group {"group": "other"}`: moves a key to another group.
-pub fn move_key(gw: &Gateway, name: &str, body: &Value) -> Result<Value, ApiError> {
+pub(super) fn move_key(gw: &Gateway, name: &str, body: &Value) -> Result<Value, ApiError> {
     let group = object(body)?
         .get("group")
         .and_then(Value::as_str)
@@ -186,7 +186,7 @@ pub fn move_key(gw: &Gateway, name: &str, body: &Value) -> Result<Value, ApiErro
 }
 
 /// `POST /admin/keys {name, group, credit?}`: the new key is in the answer, once.
-pub fn create_key(gw: &Gateway, body: &Value) -> Result<Value, ApiError> {
+pub(super) fn create_key(gw: &Gateway, body: &Value) -> Result<Value, ApiError> {
     let o = object(body)?;
     let name = o.get("name").and_then(Value::as_str).unwrap_or("");
     let group = o.get("group").and_then(Value::as_str).unwrap_or("");
@@ -223,24 +223,24 @@ pub fn create_key(gw: &Gateway, body: &Value) -> Result<Value, ApiError> {
     )
 }
 
-pub fn revoke_key(gw: &Gateway, name: &str) -> Result<Value, ApiError> {
+pub(super) fn revoke_key(gw: &Gateway, name: &str) -> Result<Value, ApiError> {
     change(gw, name, &KeyChange::Revoke)?;
     Ok(json!({"name": name, "disabled": true}))
 }
 
 /// `POST /admin/keys/{name}/enable`: a revoked key works again.
-pub fn enable_key(gw: &Gateway, name: &str) -> Result<Value, ApiError> {
+pub(super) fn enable_key(gw: &Gateway, name: &str) -> Result<Value, ApiError> {
     change(gw, name, &KeyChange::Enable)?;
     Ok(json!({"name": name, "disabled": false}))
 }
 
 /// `DELETE /admin/keys/{name}`: a revoked key leaves every list (its name stays taken).
-pub fn delete_key(gw: &Gateway, name: &str) -> Result<Value, ApiError> {
+pub(super) fn delete_key(gw: &Gateway, name: &str) -> Result<Value, ApiError> {
     change(gw, name, &KeyChange::Delete)?;
     Ok(json!({"name": name, "deleted": true}))
 }
 
-pub fn rotate_key(gw: &Gateway, name: &str) -> Result<Value, ApiError> {
+pub(super) fn rotate_key(gw: &Gateway, name: &str) -> Result<Value, ApiError> {
     let key = match change(gw, name, &KeyChange::Rotate)? {
         Changed::Key(key) => key,
         _ => String::new(),
@@ -249,7 +249,7 @@ pub fn rotate_key(gw: &Gateway, name: &str) -> Result<Value, ApiError> {
 }
 
 /// `POST /admin/keys/{name}/credit {add | set | unlimited: true}`.
-pub fn credit(gw: &Gateway, name: &str, body: &Value) -> Result<Value, ApiError> {
+pub(super) fn credit(gw: &Gateway, name: &str, body: &Value) -> Result<Value, ApiError> {
     let o = object(body)?;
     let change = match (
         opt_amount(o, "add")?,
@@ -295,14 +295,18 @@ fn opt_budget(o: &Map<String, Value>) -> Result<Option<Budget>, ApiError> {
 }
 
 /// `GET /admin/groups`.
-pub fn groups(gw: &Gateway) -> Value {
+pub(super) fn groups(gw: &Gateway) -> Value {
     let config = gw.config();
     json!({"data": config.groups})
 }
 
 /// `POST /admin/groups` (create) or `PUT /admin/groups/{name}` (edit): `{name, models, rpm, tpm,
 /// max_concurrent}`.
-pub fn save_group(gw: &Gateway, body: &Value, name: Option<&str>) -> Result<Value, ApiError> {
+pub(super) fn save_group(
+    gw: &Gateway,
+    body: &Value,
+    name: Option<&str>,
+) -> Result<Value, ApiError> {
     let o = object(body)?;
     let limit = |k: &str| -> Result<Option<u64>, ApiError> {
         match o.get(k) {
@@ -379,7 +383,7 @@ pub fn save_group(gw: &Gateway, body: &Value, name: Option<&str>) -> Result<Valu
 }
 
 /// `DELETE /admin/groups/{name}`: only a group no key is in (revoked keys count: they may come back).
-pub fn delete_group(gw: &Gateway, name: &str) -> Result<Value, ApiError> {
+pub(super) fn delete_group(gw: &Gateway, name: &str) -> Result<Value, ApiError> {
     if gw.config().group(name).is_none() {
         return Err(ApiError::not_found(format!("no group named {name:?}")).with_param("name"));
     }
@@ -415,7 +419,7 @@ pub fn delete_group(gw: &Gateway, name: &str) -> Result<Value, ApiError> {
 }
 
 /// `GET /admin/models[?probe=1]`: every model with its upstreams, prices, state and live availability.
-pub fn models(gw: &Gateway, probe: bool) -> Value {
+pub(super) fn models(gw: &Gateway, probe: bool) -> Value {
     let config = gw.config();
     let cache = gw.cache.stats();
     let now = crate::util::unix_now();
@@ -512,7 +516,7 @@ fn merge(v: &mut Value, extra: Value) {
 /// `POST /admin/models/{name} {disabled?, input_price?, cached_input_price?, cache_write_price?,
 /// cache_write_1h_price?, output_price?}`: the prices set become the model's own (list prices included); a
 /// null cache price clears it (reads and writes cost the input price again, 1-hour writes the write price).
-pub fn change_model(gw: &Gateway, name: &str, body: &Value) -> Result<Value, ApiError> {
+pub(super) fn change_model(gw: &Gateway, name: &str, body: &Value) -> Result<Value, ApiError> {
     let o = object(body)?;
     // An alias or a matching name stands for its entry, whose name the overrides are kept under.
     let name = match gw.config().model_any(name) {

@@ -19,16 +19,20 @@ use crate::gateway::Gateway;
 use crate::http::{Exchange, HttpRequest};
 use crate::protocol::{ApiError, Cause, ErrorKind};
 
-pub use assets::serve as serve_ui;
+pub(crate) use assets::serve as serve_ui;
 
 /// Checks the admin token (also for `/metrics` with `metrics_auth`).
-pub fn authorize(gw: &Gateway, ex: &Exchange) -> Result<(), ApiError> {
+pub(crate) fn authorize(gw: &Gateway, ex: &Exchange) -> Result<(), ApiError> {
     authorize_head(gw, &ex.request, ex.peer.ip())
 }
 
 /// Checks the admin token of a request from `addr` (its head is enough: the head screen asks before a body
 /// is read), held off while the address is guessing.
-pub fn authorize_head(gw: &Gateway, request: &HttpRequest, addr: IpAddr) -> Result<(), ApiError> {
+pub(crate) fn authorize_head(
+    gw: &Gateway,
+    request: &HttpRequest,
+    addr: IpAddr,
+) -> Result<(), ApiError> {
     let Some(expected) = &gw.admin_token.digest() else {
         let how = if gw.admin_token.configured() {
             "Make one with `tollgate admin-token rotate` (no restart needed).".to_string()
@@ -78,7 +82,7 @@ pub fn authorize_head(gw: &Gateway, request: &HttpRequest, addr: IpAddr) -> Resu
 }
 
 /// Handles `/admin/...`.
-pub fn handle(gw: &Gateway, ex: &mut Exchange, trace: &Trace) {
+pub(crate) fn handle(gw: &Gateway, ex: &mut Exchange, trace: &Trace) {
     let result = authorize(gw, ex).and_then(|()| audited(gw, ex, trace));
     match result {
         Ok(AdminReply::Json(v)) => respond::json(
@@ -104,7 +108,7 @@ pub fn handle(gw: &Gateway, ex: &mut Exchange, trace: &Trace) {
 }
 
 /// What an admin call answers.
-pub enum AdminReply {
+pub(crate) enum AdminReply {
     Json(Value),
     Csv(String),
 }

@@ -111,7 +111,7 @@ const STREAM_MARGIN_MS: i64 = 6 * 3600 * 1000;
 
 /// Records matching `f` from the shared usage stream, newest first (also `tollgate usage`'s, with a
 /// `[store]`).
-pub fn shared_query(
+pub(crate) fn shared_query(
     store: &crate::store::Store,
     f: &Filter,
 ) -> Result<Vec<Record>, crate::store::StoreError> {
@@ -150,7 +150,7 @@ pub fn shared_query(
 }
 
 /// `GET /admin/usage`: records newest first.
-pub fn records(gw: &Gateway, ex: &Exchange) -> Result<Value, ApiError> {
+pub(crate) fn records(gw: &Gateway, ex: &Exchange) -> Result<Value, ApiError> {
     let mut f = filter(ex, 100, 10_000)?;
     // One more than asked tells whether there is a next page.
     let limit = f.limit;
@@ -172,13 +172,13 @@ pub fn records(gw: &Gateway, ex: &Exchange) -> Result<Value, ApiError> {
 }
 
 /// `GET /admin/usage.csv`: the filtered records as CSV (up to 100,000).
-pub fn csv(gw: &Gateway, ex: &Exchange) -> Result<String, ApiError> {
+pub(crate) fn csv(gw: &Gateway, ex: &Exchange) -> Result<String, ApiError> {
     let f = filter(ex, 100_000, 100_000)?;
     Ok(csv_of(query(gw, &f)?))
 }
 
 /// Records as CSV, with the header row (also `tollgate usage --csv`'s).
-pub fn csv_of(records: Vec<Record>) -> String {
+pub(crate) fn csv_of(records: Vec<Record>) -> String {
     let mut out = String::from(
         "ts,request_id,client_request_id,key,group,model,protocol,upstream,stream,status,input_tokens,\
          cached_input_tokens,cache_write_5m_tokens,cache_write_1h_tokens,output_tokens,reasoning_tokens,\
@@ -305,7 +305,7 @@ impl Totals {
 /// `GET /admin/overview[?range=24h|7d|30d][&key=NAME]`: totals for the last hour and the range, a series
 /// over the range (hourly for 24h and 7d, daily for 30d), the top keys and models by spend, and requests
 /// without a valid key in the last hour. With `key`, everything is that key's (its page in the console).
-pub fn overview(gw: &Gateway, ex: &Exchange) -> Result<Value, ApiError> {
+pub(crate) fn overview(gw: &Gateway, ex: &Exchange) -> Result<Value, ApiError> {
     let now = unix_now();
     let (span, bucket) = match ex.request.query_param("range").as_deref() {
         None | Some("24h") => (86_400, 3600),
@@ -390,7 +390,7 @@ pub fn overview(gw: &Gateway, ex: &Exchange) -> Result<Value, ApiError> {
 
 /// The ledger's files and disk for `/admin/settings` (and the console's overview): size, files, the oldest
 /// record, free space, the last checkpoint, and the settings that keep them.
-pub fn ledger_files(gw: &Gateway) -> Value {
+pub(crate) fn ledger_files(gw: &Gateway) -> Value {
     let s = gw.ledger.stats();
     let o = &gw.config().ledger_files;
     let mb = crate::ledger::options::MB;

@@ -7,15 +7,15 @@ use serde_json::Value;
 use crate::protocol::client::NoText;
 use crate::protocol::Protocol;
 
-pub use crate::protocol::client::error_fields;
+pub(super) use crate::protocol::client::error_fields;
 
 /// The text of a non-streaming answer, where the specification says it is.
-pub fn answer_text(proto: Protocol, v: &Value) -> Result<String, NoText> {
+pub(super) fn answer_text(proto: Protocol, v: &Value) -> Result<String, NoText> {
     proto.probe.answer_text(v)
 }
 
 /// The stop reason of an answer, for a message about missing text.
-pub fn stop_reason(proto: Protocol, v: &Value) -> String {
+pub(super) fn stop_reason(proto: Protocol, v: &Value) -> String {
     match proto.probe.stop_reason(v) {
         Some(r) => format!("stop reason `{r}`"),
         None => "no stop reason".to_string(),

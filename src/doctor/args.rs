@@ -38,7 +38,7 @@ pub struct DoctorArgs {
 
 /// Arguments the doctor cannot use: it prints this and exits with 2.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ArgError {
+pub(super) enum ArgError {
     /// `--protocol` names one the gateway does not know (as given).
     UnknownProtocol(String),
     /// `--key-env` names a variable that is not set.

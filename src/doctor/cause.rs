@@ -6,7 +6,7 @@ use super::url::{self, UrlShape};
 use crate::protocol::Protocol;
 
 /// The likely cause of a failed step, from the specification's status table and stream symptoms.
-pub fn likely_cause(
+pub(super) fn likely_cause(
     o: &ProbeOutcome,
     plain: Option<&ProbeOutcome>,
     shape: &UrlShape,

@@ -8,16 +8,16 @@ use super::text::clip;
 use crate::protocol::Protocol;
 
 /// The one short text of the minimal request. Never printed in the support report.
-pub const PROMPT: &str = "Reply with the word pong.";
+pub(super) const PROMPT: &str = "Reply with the word pong.";
 /// The specification's client-side overall timeouts.
-pub const PLAIN_TIMEOUT: Duration = Duration::from_secs(60);
-pub const STREAM_TIMEOUT: Duration = Duration::from_secs(180);
+pub(super) const PLAIN_TIMEOUT: Duration = Duration::from_secs(60);
+pub(super) const STREAM_TIMEOUT: Duration = Duration::from_secs(180);
 /// Longest error body or transport message kept as "the full error".
-pub const MAX_DETAIL: usize = 4000;
+pub(super) const MAX_DETAIL: usize = 4000;
 
 /// Why no HTTP answer came.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Connect {
+pub(crate) enum Connect {
     Refused,
     HostNotFound,
     Tls,
@@ -27,7 +27,7 @@ pub enum Connect {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// No HTTP answer.
     Connect(Connect),
     /// The overall timeout (60 s, or 180 s streaming) ran out.
@@ -48,7 +48,7 @@ pub enum Kind {
 
 impl Kind {
     /// Failures only a stream can have.
-    pub fn is_stream_only(self) -> bool {
+    pub(crate) fn is_stream_only(self) -> bool {
         matches!(
             self,
             Kind::NotSse | Kind::StreamError | Kind::StreamBad | Kind::StreamCut
@@ -57,7 +57,7 @@ impl Kind {
 }
 
 #[derive(Clone, Debug)]
-pub struct Failure {
+pub(crate) struct Failure {
     pub kind: Kind,
     /// The full error: the answer body, the in-stream event, or the transport error.
     pub detail: String,
@@ -70,7 +70,7 @@ pub struct Failure {
 }
 
 impl Failure {
-    pub fn new(kind: Kind, detail: impl Into<String>) -> Failure {
+    pub(crate) fn new(kind: Kind, detail: impl Into<String>) -> Failure {
         Failure {
             kind,
             detail: clip(&detail.into(), MAX_DETAIL),
@@ -84,7 +84,7 @@ impl Failure {
 
 /// What one request did.
 #[derive(Clone, Debug)]
-pub struct ProbeOutcome {
+pub(crate) struct ProbeOutcome {
     pub proto: Protocol,
     pub stream: bool,
     pub url: String,
@@ -109,7 +109,7 @@ pub struct ProbeOutcome {
 
 impl ProbeOutcome {
     /// A request to `url` that has not been answered yet: nothing received, nothing failed.
-    pub fn new(
+    pub(crate) fn new(
         proto: Protocol,
         stream: bool,
         url: String,
@@ -135,13 +135,13 @@ impl ProbeOutcome {
         }
     }
 
-    pub fn passed(&self) -> bool {
+    pub(crate) fn passed(&self) -> bool {
         self.failure.is_none()
     }
 }
 
 /// Sorts a transport error into what the user can act on.
-pub fn classify(e: ureq::Error) -> (Kind, String) {
+pub(super) fn classify(e: ureq::Error) -> (Kind, String) {
     let detail = e.to_string();
     let kind = match &e {
         ureq::Error::Timeout(_) => Kind::Timeout,

@@ -87,13 +87,13 @@ use kinds::{Connect, Kind, ProbeOutcome};
 use print::{field, print_outcome, print_result};
 use url::{Finding, Severity};
 
-pub use args::DoctorArgs;
+pub(crate) use args::DoctorArgs;
 
 /// The client name and version the report and the `User-Agent` give.
-pub const CLIENT: &str = concat!("tollgate-doctor/", env!("CARGO_PKG_VERSION"));
+pub(crate) const CLIENT: &str = concat!("tollgate-doctor/", env!("CARGO_PKG_VERSION"));
 
 /// Runs the doctor; returns the exit code.
-pub fn run(args: DoctorArgs) -> i32 {
+pub(crate) fn run(args: DoctorArgs) -> i32 {
     let (protocols, given_key) = match usable_arguments(&args) {
         Ok(a) => a,
         Err(e) => {

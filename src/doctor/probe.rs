@@ -18,7 +18,7 @@ use serde_json::Value;
 
 /// The agent: statuses come back as answers, redirects are not followed (a POST would not be), proxies come
 /// from the usual environment variables as for the SDKs.
-pub fn agent() -> ureq::Agent {
+pub(super) fn agent() -> ureq::Agent {
     ureq::Agent::config_builder()
         .http_status_as_error(false)
         .max_redirects(0)
@@ -29,7 +29,7 @@ pub fn agent() -> ureq::Agent {
 
 /// Sends the minimal request of `proto` to the URL its official SDK builds from `base` (`base` + the SDK's
 /// path) and reads the answer or the stream.
-pub fn run(
+pub(super) fn run(
     agent: &ureq::Agent,
     proto: Protocol,
     base: &str,

@@ -8,12 +8,12 @@ use super::kinds::{ProbeOutcome, MAX_DETAIL, PROMPT};
 use super::text::{clip, fmt_duration};
 use crate::protocol::Protocol;
 
-pub const BEGIN: &str = "-----BEGIN TOLLGATE DOCTOR REPORT-----";
-pub const END: &str = "-----END TOLLGATE DOCTOR REPORT-----";
+pub(super) const BEGIN: &str = "-----BEGIN TOLLGATE DOCTOR REPORT-----";
+pub(super) const END: &str = "-----END TOLLGATE DOCTOR REPORT-----";
 
 /// What is shown of a key: its first five characters and its length (`tg_3d…(43 chars)`); only the length
 /// for short values, which five characters would give away.
-pub fn key_preview(key: &str) -> String {
+pub(super) fn key_preview(key: &str) -> String {
     let n = key.chars().count();
     if n < 16 {
         return format!("…({n} chars)");
@@ -24,7 +24,7 @@ pub fn key_preview(key: &str) -> String {
 
 /// Removes secrets from text that is about to be printed: the key (as given and as sent) always, the prompt
 /// in the report.
-pub struct Scrubber<'a> {
+pub(super) struct Scrubber<'a> {
     /// The key as sent; shown as its preview wherever it (or `also`) appears.
     pub key: &'a str,
     /// The key as given, when it differs (whitespace, quotes, `Bearer `).
@@ -33,7 +33,7 @@ pub struct Scrubber<'a> {
 }
 
 impl Scrubber<'_> {
-    pub fn clean(&self, text: &str) -> String {
+    pub(super) fn clean(&self, text: &str) -> String {
         let mut out = text.to_string();
         let preview = key_preview(self.key);
         // The longer form first: the given key contains the sent one. A short "key" (a typo) would match
@@ -56,7 +56,7 @@ impl Scrubber<'_> {
 }
 
 /// `linux x86_64, Debian GNU/Linux 12 (bookworm)`.
-pub fn os_description() -> String {
+pub(super) fn os_description() -> String {
     let base = format!("{} {}", std::env::consts::OS, std::env::consts::ARCH);
     let release = ["/etc/os-release", "/usr/lib/os-release"]
         .iter()
@@ -69,7 +69,7 @@ pub fn os_description() -> String {
 }
 
 /// `PRETTY_NAME` of an os-release file.
-pub fn pretty_name(os_release: &str) -> Option<String> {
+pub(super) fn pretty_name(os_release: &str) -> Option<String> {
     os_release.lines().find_map(|l| {
         let v = l.trim().strip_prefix("PRETTY_NAME=")?;
         let v = v.trim().trim_matches('"').trim_matches('\'');
@@ -78,7 +78,7 @@ pub fn pretty_name(os_release: &str) -> Option<String> {
 }
 
 /// Why this looks like a container, or `None`.
-pub fn container_evidence() -> Option<String> {
+pub(super) fn container_evidence() -> Option<String> {
     if Path::new("/.dockerenv").exists() {
         return Some("/.dockerenv exists".into());
     }
@@ -98,7 +98,7 @@ pub fn container_evidence() -> Option<String> {
 }
 
 /// The container runtime named in a `/proc/1/cgroup`.
-pub fn cgroup_container_word(cgroup: &str) -> Option<&'static str> {
+pub(super) fn cgroup_container_word(cgroup: &str) -> Option<&'static str> {
     ["docker", "kubepods", "containerd", "lxc"]
         .into_iter()
         .find(|w| cgroup.contains(w))
@@ -107,7 +107,7 @@ pub fn cgroup_container_word(cgroup: &str) -> Option<&'static str> {
 /// The local UTC offset in seconds when it is known to be UTC (no `TZ`, or a UTC one, and `/etc/localtime`
 /// absent or pointing at UTC); `None` otherwise: tollgate reads no zone files and runs no programs for it, so
 /// the report then gives UTC times and says so.
-pub fn local_offset() -> Option<i64> {
+pub(super) fn local_offset() -> Option<i64> {
     let utc_name = |n: &str| {
         let n = n.trim_start_matches(':');
         matches!(
@@ -138,12 +138,12 @@ pub fn local_offset() -> Option<i64> {
 }
 
 /// `2026-11-22 14:03 UTC`.
-pub fn utc_minute(unix: u64) -> String {
+pub(super) fn utc_minute(unix: u64) -> String {
     format!("{} UTC", minute(unix))
 }
 
 /// `2026-11-22 15:03 (UTC+01:00)`, or a note that only UTC is known.
-pub fn local_minute(unix: u64, offset: Option<i64>) -> String {
+pub(super) fn local_minute(unix: u64, offset: Option<i64>) -> String {
     match offset {
         Some(off) => {
             let t = (unix as i64 + off).max(0) as u64;
@@ -167,7 +167,7 @@ fn minute(unix: u64) -> String {
 }
 
 /// The proxy the HTTP client takes from the environment (as the SDKs do), redacted.
-pub fn proxy_setting() -> String {
+pub(super) fn proxy_setting() -> String {
     let proxy = [
         "ALL_PROXY",
         "all_proxy",
@@ -194,7 +194,7 @@ pub fn proxy_setting() -> String {
 }
 
 /// Everything the report says.
-pub struct ReportFacts<'a> {
+pub(super) struct ReportFacts<'a> {
     pub started_unix: u64,
     pub local_offset: Option<i64>,
     pub os: String,
@@ -217,7 +217,7 @@ pub struct ReportFacts<'a> {
 }
 
 /// The support report, ready to paste.
-pub fn render(f: &ReportFacts) -> String {
+pub(super) fn render(f: &ReportFacts) -> String {
     let scrub = Scrubber {
         key: f.key,
         also: f.given_key,

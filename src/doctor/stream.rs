@@ -13,7 +13,7 @@ use crate::protocol::Protocol;
 
 /// What reading a stream gave.
 #[derive(Debug, Default)]
-pub struct StreamRead {
+pub(super) struct StreamRead {
     pub text: String,
     pub events: usize,
     pub first_text: Option<Duration>,
@@ -24,7 +24,7 @@ pub struct StreamRead {
 
 /// Reads a stream of `proto` until its terminal event, an error event, or its end. Times are measured from
 /// `start`.
-pub fn read_stream<R: BufRead>(proto: Protocol, reader: R, start: Instant) -> StreamRead {
+pub(super) fn read_stream<R: BufRead>(proto: Protocol, reader: R, start: Instant) -> StreamRead {
     let mut r = StreamRead::default();
     let mut sse = SseReader::new(reader);
     loop {

@@ -2,10 +2,10 @@
 
 use std::time::Duration;
 
-pub use crate::protocol::client::clip;
+pub(super) use crate::protocol::client::clip;
 
 /// `850 ms`, `12.3 s`.
-pub fn fmt_duration(d: Duration) -> String {
+pub(super) fn fmt_duration(d: Duration) -> String {
     let ms = d.as_millis();
     if ms < 10_000 {
         format!("{ms} ms")

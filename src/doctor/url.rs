@@ -7,20 +7,20 @@ use crate::protocol::ALL;
 /// How bad a finding is: an `Error` fails the shape step (exit code 1) although the requests are still
 /// tried; a `Note` explains without failing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Severity {
+pub(super) enum Severity {
     Error,
     Note,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Finding {
+pub(super) struct Finding {
     pub severity: Severity,
     pub text: String,
 }
 
 /// The result of looking at a base URL.
 #[derive(Clone, Debug)]
-pub struct UrlShape {
+pub(super) struct UrlShape {
     /// `scheme://host[:port][/prefix]` without a trailing `/v1`, credentials, query or fragment; the endpoints
     /// are `{root}/v1/...`. `None` when no request can be sent.
     pub root: Option<String>,
@@ -36,7 +36,7 @@ pub struct UrlShape {
 }
 
 impl UrlShape {
-    pub fn has_errors(&self) -> bool {
+    pub(super) fn has_errors(&self) -> bool {
         self.findings.iter().any(|f| f.severity == Severity::Error)
     }
 
@@ -44,7 +44,7 @@ impl UrlShape {
     /// base URL), the one its family of SDKs should be given (`{root}/v1` or `{root}`), so a healthy gateway
     /// passes; without, the base URL as given, as a client given it would use it (one family tested: its
     /// mistake shows as the client would see it). Not derived when the URL's shape has errors.
-    pub fn base_of(&self, proto: crate::protocol::Protocol, derive: bool) -> Option<String> {
+    pub(super) fn base_of(&self, proto: crate::protocol::Protocol, derive: bool) -> Option<String> {
         match &self.root {
             Some(r) if derive && !self.has_errors() => {
                 let v1 = if proto.base_url_has_v1 { "/v1" } else { "" };
@@ -55,14 +55,14 @@ impl UrlShape {
     }
 
     /// The base URL each family of SDKs should be given: `{root}/v1` or `{root}` (`Family::v1`).
-    pub fn base_for(&self, family: &Family) -> Option<String> {
+    pub(super) fn base_for(&self, family: &Family) -> Option<String> {
         let v1 = if family.v1 { "/v1" } else { "" };
         self.root.as_ref().map(|r| format!("{r}{v1}"))
     }
 }
 
 /// The protocols whose SDKs take the same form of base URL: one vendor's.
-pub struct Family {
+pub(super) struct Family {
     /// `OpenAI`.
     pub vendor: &'static str,
     /// Its SDKs' base URL ends in `/v1`.
@@ -74,7 +74,7 @@ pub struct Family {
 }
 
 /// The protocols by their vendor's SDKs, in the registry's order.
-pub fn families() -> Vec<Family> {
+pub(super) fn families() -> Vec<Family> {
     let mut out: Vec<Family> = Vec::new();
     for p in ALL {
         match out.iter_mut().find(|f| f.vendor == p.vendor) {
@@ -128,7 +128,7 @@ const ENDPOINT_SUFFIXES: &[&str] = &[
 ];
 
 /// Looks at a base URL. `in_container` adds a note when the host is the loopback address.
-pub fn analyze(input: &str, in_container: bool) -> UrlShape {
+pub(super) fn analyze(input: &str, in_container: bool) -> UrlShape {
     let mut findings = Vec::new();
     let s = without_whitespace(input, &mut findings);
     let fail = |redacted: String, host: String, findings: Vec<Finding>| UrlShape {
@@ -537,7 +537,7 @@ fn looks_local(host: &str) -> bool {
 
 /// A URL (or anything URL-like) with credentials, query and fragment replaced by `***`: for proxy settings
 /// and values that did not parse as a base URL.
-pub fn redact_parts(url: &str) -> String {
+pub(super) fn redact_parts(url: &str) -> String {
     let (scheme, rest) = match url.find("://") {
         Some(i) => (&url[..i + 3], &url[i + 3..]),
         None => ("", url),

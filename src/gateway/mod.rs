@@ -20,7 +20,7 @@ use crate::store::Store;
 use crate::http::ServerState;
 
 /// What every worker shares.
-pub struct Gateway {
+pub(crate) struct Gateway {
     /// The config file (or embedded defaults) as loaded; the console's overrides apply on top.
     pub(crate) base: Config,
     /// `base` with the overrides applied: what requests see. Swapped whole when the console changes it.
@@ -56,12 +56,12 @@ pub struct Gateway {
 
 impl Gateway {
     /// The configuration in force (a request keeps the one it started with).
-    pub fn config(&self) -> Arc<Config> {
+    pub(crate) fn config(&self) -> Arc<Config> {
         crate::util::read_lock(&self.live).clone()
     }
 
     /// Where key changes go: the shared store, or the keys file in `data_dir`.
-    pub fn keys_at(&self) -> crate::access::key_ops::KeysAt<'_> {
+    pub(crate) fn keys_at(&self) -> crate::access::key_ops::KeysAt<'_> {
         match &self.store {
             Some(store) => crate::access::key_ops::KeysAt::Store(store),
             None => crate::access::key_ops::KeysAt::Dir(&self.base.data_dir),
@@ -69,7 +69,7 @@ impl Gateway {
     }
 
     /// Puts the key records in force again after a change made here (the store's, or the keys file's).
-    pub fn reload_keys(&self) {
+    pub(crate) fn reload_keys(&self) {
         match &self.store {
             Some(store) => {
                 crate::access::key_ops::install_from_store(&self.keys, store, false);
@@ -96,7 +96,7 @@ impl Gateway {
     }
 
     /// Discovery's latest look at the local servers: what changed is logged, and put in force at once.
-    pub fn discovered(&self, servers: Vec<crate::upstream::discovery::LocalServer>) {
+    pub(crate) fn discovered(&self, servers: Vec<crate::upstream::discovery::LocalServer>) {
         {
             let mut d = crate::util::lock(&self.discovered);
             if *d == servers {
@@ -133,14 +133,14 @@ impl Gateway {
     }
 
     /// The servers discovery knows of.
-    pub fn discovered_servers(&self) -> Vec<crate::upstream::discovery::LocalServer> {
+    pub(crate) fn discovered_servers(&self) -> Vec<crate::upstream::discovery::LocalServer> {
         crate::util::lock(&self.discovered).clone()
     }
 
     /// Changes the console's overrides: `f` edits them; the result is validated, saved (in the store when
     /// there is one, written only if no other instance changed them in between, else read again and
     /// retried; else atomically in `data_dir`) and put in force at once.
-    pub fn change_overrides(
+    pub(crate) fn change_overrides(
         &self,
         f: impl Fn(&mut crate::config::Overrides) -> Result<(), crate::config::ConfigError>,
     ) -> Result<(), crate::config::ConfigError> {
@@ -193,7 +193,7 @@ impl Gateway {
     }
 
     /// Puts overrides read from the store in force (another instance changed them).
-    pub fn install_overrides(&self, next: crate::config::Overrides) {
+    pub(crate) fn install_overrides(&self, next: crate::config::Overrides) {
         let mut o = crate::util::lock(&self.overrides);
         if *o == next {
             return;
@@ -214,10 +214,10 @@ impl Gateway {
 }
 
 /// The map in the store holding the console's overrides (one field, `doc`).
-pub const OVERRIDES_MAP: &str = "overrides";
+pub(crate) const OVERRIDES_MAP: &str = "overrides";
 
 /// The store's overrides and their version.
-pub fn read_overrides(store: &Store) -> Result<(u64, Overrides), crate::store::StoreError> {
+pub(crate) fn read_overrides(store: &Store) -> Result<(u64, Overrides), crate::store::StoreError> {
     let (version, fields) = store.read_map(OVERRIDES_MAP)?;
     let doc = fields
         .iter()

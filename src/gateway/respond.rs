@@ -11,7 +11,7 @@ use crate::protocol::codec::Framing;
 use crate::protocol::{sse, ApiError};
 
 /// Sends a JSON body with status (an upstream credential in it replaced).
-pub fn json(
+pub(crate) fn json(
     w: &mut ResponseWriter,
     trace: &Trace,
     status: u16,
@@ -31,7 +31,7 @@ pub fn json(
 }
 
 /// [`json`] of a body the writer may keep (no copy of it is made unless a credential in it is replaced).
-pub fn json_owned(
+pub(crate) fn json_owned(
     w: &mut ResponseWriter,
     trace: &Trace,
     status: u16,
@@ -54,11 +54,16 @@ pub fn json_owned(
 }
 
 /// Sends an error in the trace's protocol shape (with `retry-after` when the error has one).
-pub fn error(w: &mut ResponseWriter, trace: &Trace, err: &ApiError) {
+pub(crate) fn error(w: &mut ResponseWriter, trace: &Trace, err: &ApiError) {
     error_with(w, trace, err, &[]);
 }
 
-pub fn error_with(w: &mut ResponseWriter, trace: &Trace, err: &ApiError, extra: &[(&str, &str)]) {
+pub(crate) fn error_with(
+    w: &mut ResponseWriter,
+    trace: &Trace,
+    err: &ApiError,
+    extra: &[(&str, &str)],
+) {
     let body = trace.protocol.reply.error_body(err, &trace.request_id);
     let retry = err.retry_after().map(|s| s.to_string());
     let mut headers: Vec<(&str, &str)> = Vec::new();
@@ -77,13 +82,13 @@ pub fn error_with(w: &mut ResponseWriter, trace: &Trace, err: &ApiError, extra: 
 
 /// The `x-should-retry` value for an error status, when SDKs should be told: they retry 408, 409, 429 and
 /// 5xx, so a status where a retry cannot help says `false`.
-pub fn should_retry(status: u16) -> Option<&'static str> {
+pub(crate) fn should_retry(status: u16) -> Option<&'static str> {
     (status == 501 || (400..500).contains(&status) && !matches!(status, 408 | 409 | 429))
         .then_some("false")
 }
 
 /// Starts an SSE response (framed as the client reads streams: `Trace::framing`).
-pub fn start_sse(
+pub(crate) fn start_sse(
     w: &mut ResponseWriter,
     trace: &Trace,
     extra: &[(&str, &str)],

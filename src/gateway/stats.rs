@@ -22,13 +22,13 @@ struct ModelStats {
 
 /// Per-model counters, updated when a request that reached an upstream ends.
 #[derive(Default)]
-pub struct UsageStats {
+pub(crate) struct UsageStats {
     models: Mutex<HashMap<String, ModelStats>>,
     probes: Mutex<HashMap<String, (Instant, Value)>>,
 }
 
 impl UsageStats {
-    pub fn observe(&self, model: &str, latency_ms: u64, failed: bool, error: Option<&str>) {
+    pub(crate) fn observe(&self, model: &str, latency_ms: u64, failed: bool, error: Option<&str>) {
         self.observe_at(model, latency_ms, failed, error, crate::util::unix_millis());
     }
 
@@ -37,7 +37,7 @@ impl UsageStats {
     /// cache's hits); a record's
     /// upstream failure is what the failover policy (`upstream::policy`) decided for it: 5xx, or an error
     /// after the answer started.
-    pub fn replay(&self, records: &[crate::ledger::Record]) {
+    pub(crate) fn replay(&self, records: &[crate::ledger::Record]) {
         use crate::ledger::Status;
         let hit = |r: &crate::ledger::Record| r.cache == Some(crate::ledger::CacheUse::Hit);
         for r in records.iter().filter(|r| !r.upstream.is_empty() && !hit(r)) {
@@ -81,7 +81,7 @@ impl UsageStats {
     }
 
     /// The console's view of one model's recent health.
-    pub fn model_json(&self, model: &str) -> Value {
+    pub(crate) fn model_json(&self, model: &str) -> Value {
         let m = crate::util::lock(&self.models);
         let Some(st) = m.get(model) else {
             return json!({"requests": 0, "last_success": null, "last_error": null, "last_error_message": null,
@@ -109,17 +109,8 @@ impl UsageStats {
         })
     }
 
-    /// The last probe results still in the cache (no new probes).
-    pub fn cached_probes(&self) -> HashMap<String, Value> {
-        let cache = crate::util::lock(&self.probes);
-        cache
-            .iter()
-            .map(|(k, (_, v))| (k.clone(), v.clone()))
-            .collect()
-    }
-
     /// Whether each upstream answers now: a light GET of its model list (cached for 15 s), in parallel.
-    pub fn probe_all(&self, agent: &ureq::Agent, config: &Config) -> HashMap<String, Value> {
+    pub(crate) fn probe_all(&self, agent: &ureq::Agent, config: &Config) -> HashMap<String, Value> {
         let mut out = HashMap::new();
         let mut todo: Vec<&Upstream> = Vec::new();
         {

@@ -12,7 +12,7 @@ use crate::protocol::Protocol;
 
 /// Identifies one request in headers, logs and records, and times it.
 #[derive(Clone, Debug)]
-pub struct Trace {
+pub(crate) struct Trace {
     /// When the request's head was complete.
     pub received: Instant,
     /// Time spent waiting on the upstream so far (sending, waiting for the answer, reading it).
@@ -39,13 +39,13 @@ pub struct Trace {
 }
 
 /// The client's own request id (`x-client-request-id`), when it sent a usable one (echoed and recorded).
-pub fn client_request_id(req: &HttpRequest) -> Option<&str> {
+pub(crate) fn client_request_id(req: &HttpRequest) -> Option<&str> {
     req.header("x-client-request-id")
         .filter(|v| !v.is_empty() && v.len() <= 512)
 }
 
 impl Trace {
-    pub fn new(ex: &Exchange, protocol: Protocol) -> Trace {
+    pub(crate) fn new(ex: &Exchange, protocol: Protocol) -> Trace {
         let client_request_id = client_request_id(&ex.request).map(str::to_string);
         Trace {
             received: ex.received,
@@ -64,40 +64,40 @@ impl Trace {
     }
 
     /// The client went away (the watchdog saw its socket close).
-    pub fn client_gone(&self) -> bool {
+    pub(crate) fn client_gone(&self) -> bool {
         self.cut.load(Ordering::SeqCst) == watchdog::CUT_CLIENT_GONE
     }
 
     /// The request was cut by the shutdown deadline.
-    pub fn cut_by_shutdown(&self) -> bool {
+    pub(crate) fn cut_by_shutdown(&self) -> bool {
         self.cut.load(Ordering::SeqCst) == watchdog::CUT_SHUTDOWN
     }
 
     /// Adds time spent waiting on the upstream.
-    pub fn add_upstream_wait(&self, d: Duration) {
+    pub(crate) fn add_upstream_wait(&self, d: Duration) {
         self.upstream_wait.set(self.upstream_wait.get() + d);
     }
 
     /// Notes the first generated token sent (only the first call counts).
-    pub fn mark_first_token(&self) {
+    pub(crate) fn mark_first_token(&self) {
         if self.first_token.get().is_none() {
             self.first_token.set(Some(self.received.elapsed()));
         }
     }
 
     /// The gateway's own time so far: everything but waiting on the upstream.
-    pub fn overhead(&self) -> Duration {
+    pub(crate) fn overhead(&self) -> Duration {
         self.received
             .elapsed()
             .saturating_sub(self.upstream_wait.get())
     }
 
-    pub fn overhead_header(&self) -> String {
+    pub(crate) fn overhead_header(&self) -> String {
         format!("{:.3}", self.overhead().as_secs_f64() * 1000.0)
     }
 
     /// The tracing headers, plus `extra`.
-    pub fn headers<'a>(&'a self, extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    pub(crate) fn headers<'a>(&'a self, extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
         let mut h = Vec::with_capacity(4 + extra.len());
         h.push(("x-request-id", self.request_id.as_str()));
         if let Some(name) = self.protocol.id_header {

@@ -22,16 +22,16 @@ use crate::protocol::Protocol;
 use crate::upstream::tap::{self, UpstreamSlot};
 
 /// Why a request was cut short (the value of a request's cut flag, see [`Cut`]).
-pub const CUT_NONE: u8 = 0;
-pub const CUT_CLIENT_GONE: u8 = 1;
-pub const CUT_SHUTDOWN: u8 = 2;
+pub(crate) const CUT_NONE: u8 = 0;
+pub(crate) const CUT_CLIENT_GONE: u8 = 1;
+pub(crate) const CUT_SHUTDOWN: u8 = 2;
 
 /// A request's cut flag: set by the watchdog when its client went away or the shutdown deadline passed, read
 /// by the worker serving it.
-pub type Cut = Arc<AtomicU8>;
+pub(crate) type Cut = Arc<AtomicU8>;
 
 /// One request being watched.
-pub struct Watch {
+pub(crate) struct Watch {
     /// The request's id, for the log.
     id: String,
     client: Arc<TcpStream>,
@@ -66,11 +66,11 @@ impl Watch {
 }
 
 /// Keeps a request watched until dropped.
-pub struct WatchGuard(Arc<Watch>);
+pub(crate) struct WatchGuard(Arc<Watch>);
 
 impl WatchGuard {
     /// The request started streaming to its client on `stream`: it gets keepalives from now on.
-    pub fn stream_started(&self, stream: Arc<SharedStream>, protocol: Protocol) {
+    pub(crate) fn stream_started(&self, stream: Arc<SharedStream>, protocol: Protocol) {
         if let Ok(mut s) = self.0.stream.lock() {
             *s = Some((stream, protocol.keepalive));
         }
@@ -83,7 +83,7 @@ impl Drop for WatchGuard {
     }
 }
 
-pub struct Watchdog {
+pub(crate) struct Watchdog {
     keepalive: Duration,
     watches: Mutex<Vec<Weak<Watch>>>,
     /// Set once the shutdown deadline has passed: requests that start from now on are cut at once.
@@ -93,7 +93,7 @@ pub struct Watchdog {
 }
 
 impl Watchdog {
-    pub fn new(keepalive: Duration) -> Watchdog {
+    pub(crate) fn new(keepalive: Duration) -> Watchdog {
         Watchdog {
             keepalive,
             watches: Mutex::new(Vec::new()),
@@ -103,13 +103,13 @@ impl Watchdog {
     }
 
     /// Ends the watchdog's thread (after its current tick).
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.stopped.store(true, Ordering::SeqCst);
     }
 
     /// Watches the request `id` the current thread is handling, whose client is on `client`; `cut` is the
     /// request's flag. Upstream waits on this thread end when the watchdog cuts the request.
-    pub fn watch(&self, id: &str, client: Arc<TcpStream>, cut: Cut) -> WatchGuard {
+    pub(crate) fn watch(&self, id: &str, client: Arc<TcpStream>, cut: Cut) -> WatchGuard {
         let upstream = Arc::new(UpstreamSlot::default());
         if self.shutdown.load(Ordering::SeqCst) {
             let _ =
@@ -132,7 +132,7 @@ impl Watchdog {
 
     /// The shutdown deadline has passed: cuts every request in flight (its upstream call ends, and the
     /// worker ends its answer with an error) and every request that starts from now on.
-    pub fn cut_all_for_shutdown(&self) {
+    pub(crate) fn cut_all_for_shutdown(&self) {
         self.shutdown.store(true, Ordering::SeqCst);
         let live: Vec<Arc<Watch>> = match self.watches.lock() {
             Ok(v) => v.iter().filter_map(Weak::upgrade).collect(),
@@ -144,12 +144,12 @@ impl Watchdog {
     }
 
     /// Whether the shutdown deadline has passed.
-    pub fn is_shut_down(&self) -> bool {
+    pub(crate) fn is_shut_down(&self) -> bool {
         self.shutdown.load(Ordering::SeqCst)
     }
 
     /// One pass over the requests in flight.
-    pub fn tick(&self) {
+    pub(crate) fn tick(&self) {
         let live: Vec<Arc<Watch>> = match self.watches.lock() {
             Ok(mut v) => {
                 v.retain(|w| w.strong_count() > 0);
@@ -173,7 +173,7 @@ impl Watchdog {
     }
 
     /// Ticks four times a second (or faster for very short keepalive intervals) until stopped.
-    pub fn run(self: Arc<Self>) {
+    pub(crate) fn run(self: Arc<Self>) {
         let period = Duration::from_millis(250)
             .min(self.keepalive / 2)
             .max(Duration::from_millis(20));

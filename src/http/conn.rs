@@ -84,7 +84,7 @@ pub(super) enum Refusal {
 }
 
 impl Conn {
-    pub fn new(stream: TcpStream, peer: SocketAddr, read_timeout: Duration) -> Conn {
+    pub(super) fn new(stream: TcpStream, peer: SocketAddr, read_timeout: Duration) -> Conn {
         let sock = Arc::new(stream);
         Conn {
             writer: Some(ResponseWriter::from_shared(sock.clone())),
@@ -97,17 +97,17 @@ impl Conn {
         }
     }
 
-    pub fn fd(&self) -> BorrowedFd<'_> {
+    pub(super) fn fd(&self) -> BorrowedFd<'_> {
         self.sock.as_fd()
     }
 
     /// Whether a request has begun (so a deadline passing is a 408, not a quiet close).
-    pub fn started(&self) -> bool {
+    pub(super) fn started(&self) -> bool {
         !matches!(self.phase, Phase::Idle | Phase::Linger { .. })
     }
 
     /// Makes the connection wait for its next request (after an answer).
-    pub fn next_request(&mut self, read_timeout: Duration) {
+    pub(super) fn next_request(&mut self, read_timeout: Duration) {
         self.phase = Phase::Idle;
         self.deadline = Instant::now() + read_timeout;
         // An idle connection keeps a small buffer, not the largest request it ever carried.
@@ -117,7 +117,7 @@ impl Conn {
     }
 
     /// Reads what the socket has and moves the request on. Uses bytes already buffered first (pipelining).
-    pub fn read_ready(&mut self, config: &HttpConfig, state: &ServerState) -> Step {
+    pub(super) fn read_ready(&mut self, config: &HttpConfig, state: &ServerState) -> Step {
         loop {
             match self.advance(config, state) {
                 Step::More => {}
@@ -159,7 +159,7 @@ impl Conn {
     }
 
     /// Reads and throws away what a refused client is still sending; `Closed` once it is done or too much.
-    pub fn drain_lingering(&mut self) -> Step {
+    pub(super) fn drain_lingering(&mut self) -> Step {
         loop {
             // Into the connection's own buffer (a large array on the stack would be touched by every worker).
             self.buf.clear();
@@ -181,7 +181,7 @@ impl Conn {
     }
 
     /// After an error answer: stop writing, and read what is still coming until `LINGER` has passed.
-    pub fn linger(&mut self) {
+    pub(super) fn linger(&mut self) {
         let _ = self.sock.shutdown(Shutdown::Write);
         self.phase = Phase::Linger { discarded: 0 };
         self.deadline = Instant::now() + LINGER;
@@ -334,7 +334,7 @@ impl Conn {
 
     /// Takes back the buffer a served request's body was in, as the buffer for receiving the next one
     /// (unless bytes of the next request are already in one, or it grew large).
-    pub fn recycle(&mut self, body: Body) {
+    pub(super) fn recycle(&mut self, body: Body) {
         let buf = body.into_buffer();
         if self.buf.is_empty()
             && buf.capacity() > self.buf.capacity()

@@ -27,7 +27,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
 
-pub struct Poller {
+pub(super) struct Poller {
     fd: OwnedFd,
 }
 
@@ -42,38 +42,38 @@ mod imp {
     const ONE_SHOT: EventFlags = EventFlags::IN.union(EventFlags::ONESHOT);
 
     impl Poller {
-        pub fn new() -> io::Result<Poller> {
+        pub(crate) fn new() -> io::Result<Poller> {
             Ok(Poller {
                 fd: epoll::create(CreateFlags::CLOEXEC)?,
             })
         }
 
         /// Starts watching `fd` for readability, reporting it as `token`.
-        pub fn add(&self, fd: impl AsFd, token: u64) -> io::Result<()> {
+        pub(crate) fn add(&self, fd: impl AsFd, token: u64) -> io::Result<()> {
             let data = EventData::new_u64(token);
             Ok(epoll::add(&self.fd, fd, data, ONE_SHOT)?)
         }
 
         /// Arms `fd` again after it was reported (one-shot): the next readability is reported once more.
-        pub fn rearm(&self, fd: impl AsFd, token: u64) -> io::Result<()> {
+        pub(crate) fn rearm(&self, fd: impl AsFd, token: u64) -> io::Result<()> {
             let data = EventData::new_u64(token);
             Ok(epoll::modify(&self.fd, fd, data, ONE_SHOT)?)
         }
 
         /// Watches `fd` level-triggered (not one-shot): while it is readable, every wait reports it.
-        pub fn add_level(&self, fd: impl AsFd, token: u64) -> io::Result<()> {
+        pub(crate) fn add_level(&self, fd: impl AsFd, token: u64) -> io::Result<()> {
             let data = EventData::new_u64(token);
             Ok(epoll::add(&self.fd, fd, data, EventFlags::IN)?)
         }
 
         /// Stops watching `fd` (before it is closed, so a descriptor shared with another holder never fires).
-        pub fn remove(&self, fd: impl AsFd) {
+        pub(crate) fn remove(&self, fd: impl AsFd) {
             let _ = epoll::delete(&self.fd, fd);
         }
 
         /// Waits for one ready socket and returns its token; `None` when the wait ended without one (a
         /// timeout or a signal).
-        pub fn wait(&self, timeout: Option<Duration>) -> io::Result<Option<u64>> {
+        pub(crate) fn wait(&self, timeout: Option<Duration>) -> io::Result<Option<u64>> {
             // Whole milliseconds, as epoll_wait counts (a timeout under one millisecond polls).
             let timeout = timeout.map(|t| {
                 let ms = t.as_millis().min(i32::MAX as u128) as i64;
@@ -175,23 +175,23 @@ mod imp {
 
 /// A pipe whose read end, once written to, stays readable: registered level-triggered, it wakes every
 /// thread waiting in the poller (to stop them). Both ends are close-on-exec.
-pub struct Waker {
+pub(super) struct Waker {
     read: std::io::PipeReader,
     write: std::io::PipeWriter,
 }
 
 impl Waker {
-    pub fn new() -> io::Result<Waker> {
+    pub(super) fn new() -> io::Result<Waker> {
         let (read, write) = std::io::pipe()?;
         Ok(Waker { read, write })
     }
 
-    pub fn fd(&self) -> BorrowedFd<'_> {
+    pub(super) fn fd(&self) -> BorrowedFd<'_> {
         self.read.as_fd()
     }
 
     /// Makes the read end readable for good (nothing ever reads it).
-    pub fn wake(&self) {
+    pub(super) fn wake(&self) {
         use std::io::Write;
         let _ = (&self.write).write(&[1]);
     }

@@ -92,7 +92,7 @@ struct Pending {
 
 impl Pool {
     /// Starts `workers + 1` pool threads and the timer.
-    pub fn start(
+    pub(super) fn start(
         config: Arc<HttpConfig>,
         state: Arc<ServerState>,
         handler: Arc<Handler>,
@@ -152,7 +152,7 @@ impl Pool {
 
     /// Ends the pool threads and the timer and waits for them; connections still parked are closed when
     /// the last holder of the pool lets go. Call it once no request is in flight.
-    pub fn stop(&self) {
+    pub(super) fn stop(&self) {
         let handles = std::mem::take(&mut *crate::util::lock(&self.threads));
         self.stop_threads(handles);
     }
@@ -167,7 +167,7 @@ impl Pool {
     }
 
     /// Takes a new connection into the table and the poller.
-    pub fn admit(&self, stream: TcpStream, peer: SocketAddr) {
+    pub(super) fn admit(&self, stream: TcpStream, peer: SocketAddr) {
         let inner = &self.inner;
         let conn = Box::new(Conn::new(stream, peer, inner.config.read_timeout));
         let mut slots = inner.slots();

@@ -27,10 +27,10 @@ const VERSION: u32 = 1;
 /// Test hook: with `TOLLGATE_TEST_CHECKPOINT_PAUSE=N`, the Nth checkpoint this process writes stops (for up
 /// to a minute) with its temporary file complete and synced, just before the rename, and says so in the log:
 /// the moment a `kill -9` tests.
-pub const PAUSE_ENV: &str = "TOLLGATE_TEST_CHECKPOINT_PAUSE";
+pub(super) const PAUSE_ENV: &str = "TOLLGATE_TEST_CHECKPOINT_PAUSE";
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Checkpoint {
+pub(super) struct Checkpoint {
     pub version: u32,
     /// When it was written (RFC 3339).
     pub written: String,
@@ -55,7 +55,7 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
-    pub fn new(seq: u64, offset: u64, fingerprint: String, totals: Totals) -> Checkpoint {
+    pub(super) fn new(seq: u64, offset: u64, fingerprint: String, totals: Totals) -> Checkpoint {
         Checkpoint {
             version: VERSION,
             written: crate::util::rfc3339_millis(crate::util::unix_millis()),
@@ -72,7 +72,7 @@ impl Checkpoint {
 }
 
 /// The checkpoint in `dir`: None when there is none; an error when it cannot be read or is not one.
-pub fn read(dir: &Path) -> io::Result<Option<Checkpoint>> {
+pub(super) fn read(dir: &Path) -> io::Result<Option<Checkpoint>> {
     let text = match crate::util::read_owned(&dir.join(CHECKPOINT_FILE)) {
         Ok(t) => t,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -92,7 +92,7 @@ pub fn read(dir: &Path) -> io::Result<Option<Checkpoint>> {
 static WRITES: AtomicU64 = AtomicU64::new(0);
 
 /// Writes `cp` in `dir` atomically and durably (see the module comment).
-pub fn write(dir: &Path, cp: &Checkpoint) -> io::Result<()> {
+pub(super) fn write(dir: &Path, cp: &Checkpoint) -> io::Result<()> {
     let data = serde_json::to_vec(cp).map_err(io::Error::other)?;
     let n = WRITES.fetch_add(1, Ordering::Relaxed) + 1;
     let pause = std::env::var(PAUSE_ENV)

@@ -48,7 +48,7 @@ impl Segment {
 }
 
 /// `20260101T000000Z`: a UTC second in the basic ISO 8601 form (no colons, for file names).
-pub fn basic_time(secs: u64) -> String {
+pub(super) fn basic_time(secs: u64) -> String {
     let days = (secs / 86_400) as i64;
     let (y, m, d) = crate::util::civil_from_days(days);
     let s = secs % 86_400;
@@ -85,7 +85,7 @@ pub fn segment_name(seq: u64, from: u64, to: u64) -> String {
 }
 
 /// (seq, from, to, compressed) of a rotated file's name; None for any other name.
-pub fn parse_name(name: &str) -> Option<(u64, u64, u64, bool)> {
+pub(super) fn parse_name(name: &str) -> Option<(u64, u64, u64, bool)> {
     let (stem, compressed) = match name.strip_suffix(".jsonl.gz") {
         Some(s) => (s, true),
         None => (name.strip_suffix(".jsonl")?, false),
@@ -106,7 +106,7 @@ pub fn parse_name(name: &str) -> Option<(u64, u64, u64, bool)> {
 /// Removes the temporary files a crash cut short (they are never read): of checkpoints, of compressions of
 /// rotated files, of the active file made again. Their names are `.{name}.{random}.tmp`
 /// (`util::create_filled`), `name` one of the ledger's own; nothing else in the directory is touched.
-pub fn remove_temps(dir: &Path) {
+pub(super) fn remove_temps(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -141,7 +141,7 @@ fn temp_of(name: &str) -> Option<&str> {
 
 /// The rotated files in `dir`, oldest first. A file both plain and compressed (a compression cut short
 /// after its result was in place) is listed once, plain.
-pub fn segments(dir: &Path) -> io::Result<Vec<Segment>> {
+pub(super) fn segments(dir: &Path) -> io::Result<Vec<Segment>> {
     let mut out: Vec<Segment> = Vec::new();
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
@@ -178,7 +178,7 @@ pub fn fingerprint(first_line: &[u8]) -> String {
 }
 
 /// The first complete line of `r` (without its newline; empty when it has none).
-pub fn first_line(r: impl Read) -> io::Result<Vec<u8>> {
+pub(super) fn first_line(r: impl Read) -> io::Result<Vec<u8>> {
     let mut line = Vec::new();
     BufReader::with_capacity(64 * 1024, r).read_until(b'\n', &mut line)?;
     if line.last() == Some(&b'\n') {
@@ -191,7 +191,7 @@ pub fn first_line(r: impl Read) -> io::Result<Vec<u8>> {
 
 /// Opens a rotated file for reading its lines from the start (decompressed when it is compressed). A
 /// plain file compressed meanwhile is found under its new name.
-pub fn open_segment(seg: &Segment) -> io::Result<Box<dyn Read + Send>> {
+pub(super) fn open_segment(seg: &Segment) -> io::Result<Box<dyn Read + Send>> {
     let open = |p: &Path| crate::util::open_owned(p, OpenOptions::new().read(true));
     if seg.compressed {
         return Ok(Box::new(flate2::read::MultiGzDecoder::new(open(
@@ -330,7 +330,7 @@ impl Read for At {
 }
 
 /// The seq of the active file: after every rotated file, and never below what the checkpoint saw.
-pub fn active_seq(segments: &[Segment], checkpoint_seq: u64, retired_through: u64) -> u64 {
+pub(super) fn active_seq(segments: &[Segment], checkpoint_seq: u64, retired_through: u64) -> u64 {
     let after = segments.last().map_or(1, |s| s.seq + 1);
     after.max(checkpoint_seq).max(retired_through + 1)
 }
@@ -354,7 +354,7 @@ pub fn complete_len(f: &File) -> io::Result<u64> {
 
 /// Compresses rotated file `seg` next to itself (`.gz`, written to a temporary file, synced and renamed into
 /// place), then removes the plain one. Returns the compressed segment.
-pub fn compress(seg: &Segment) -> io::Result<Segment> {
+pub(super) fn compress(seg: &Segment) -> io::Result<Segment> {
     let gz_path = PathBuf::from(format!("{}.gz", seg.path.display()));
     let mut src = crate::util::open_owned(&seg.path, OpenOptions::new().read(true))?;
     src.seek(SeekFrom::Start(0))?;

@@ -75,7 +75,7 @@ pub(super) struct Keeper {
 }
 
 impl Keeper {
-    pub fn run(mut self, rx: Receiver<Msg>) {
+    pub(super) fn run(mut self, rx: Receiver<Msg>) {
         let mut last_maintain = Instant::now() - MAINTAIN_EVERY;
         let mut last_stats = Instant::now() - STATS_EVERY;
         let mut low_since: Option<Instant> = None;

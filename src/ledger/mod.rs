@@ -53,7 +53,7 @@ use crate::money::Money;
 
 pub use checkpoint::CHECKPOINT_FILE;
 pub use files::{complete_len, fingerprint, segment_name, Active, History, Segment};
-pub use options::Options;
+pub(crate) use options::Options;
 pub use query::{CacheFilter, Filter, StatusFilter};
 pub use record::{CacheUse, Record, RecordFacts, Status};
 pub use totals::{KeyTotals, Totals};

@@ -4,14 +4,14 @@
 
 use std::sync::atomic::{AtomicI64, Ordering};
 
-pub use crate::config::ledger::{Options, MB};
+pub(crate) use crate::config::ledger::{Options, MB};
 
 /// Test hook: `TOLLGATE_TEST_CLOCK_FILE` names a file holding a number of seconds added to the ledger's
 /// clock (the one rotation at midnight, retention and compression go by), read each time the clock is read.
-pub const CLOCK_ENV: &str = "TOLLGATE_TEST_CLOCK_FILE";
+pub(crate) const CLOCK_ENV: &str = "TOLLGATE_TEST_CLOCK_FILE";
 
 /// The ledger's clock, Unix seconds (the system's, unless a test moves it: [`CLOCK_ENV`]).
-pub fn now() -> u64 {
+pub(crate) fn now() -> u64 {
     let real = crate::util::unix_now();
     let Some(path) = std::env::var_os(CLOCK_ENV) else {
         return real;

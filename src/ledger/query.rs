@@ -180,7 +180,7 @@ impl Page<'_> {
 /// Records of the ledger's files matching `filter`, newest first: the active file scanned backwards from its
 /// end, then the rotated files from the newest, skipping without opening every one whose time range (in its
 /// name) is outside `since`..`until`. A compressed file is read forwards, keeping only the newest matches.
-pub fn scan(history: &History, filter: &Filter) -> io::Result<Vec<Record>> {
+pub(super) fn scan(history: &History, filter: &Filter) -> io::Result<Vec<Record>> {
     let mut page = Page {
         filter,
         out: Vec::new(),
@@ -272,7 +272,7 @@ fn scan_compressed(seg: &Segment, page: &mut Page) -> io::Result<()> {
 
 /// Like [`scan`], with records not yet in the file (the writer's backlog, oldest first) counted as the
 /// newest.
-pub fn scan_with_unwritten(
+pub(super) fn scan_with_unwritten(
     history: &History,
     filter: &Filter,
     unwritten: &[std::sync::Arc<[u8]>],
@@ -302,7 +302,10 @@ pub fn scan_with_unwritten(
 
 /// Calls `f` with each complete line of the file at `path`, last line first, until `f` returns false.
 #[cfg(test)]
-pub fn each_line_backwards(path: &std::path::Path, f: impl FnMut(&[u8]) -> bool) -> io::Result<()> {
+pub(crate) fn each_line_backwards(
+    path: &std::path::Path,
+    f: impl FnMut(&[u8]) -> bool,
+) -> io::Result<()> {
     let file = match crate::util::open_owned(path, std::fs::OpenOptions::new().read(true)) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
@@ -313,7 +316,7 @@ pub fn each_line_backwards(path: &std::path::Path, f: impl FnMut(&[u8]) -> bool)
 }
 
 /// Calls `f` with each line of the first `len` bytes of `file`, last line first, until `f` returns false.
-pub fn each_line_backwards_in(
+pub(super) fn each_line_backwards_in(
     file: &File,
     len: u64,
     mut f: impl FnMut(&[u8]) -> bool,

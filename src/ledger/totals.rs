@@ -129,7 +129,7 @@ fn looks_like_record(text: &[u8]) -> bool {
 }
 
 /// The first day a budget period holding `now` (or any later moment) may count.
-pub fn first_counted_day(now: u64) -> u64 {
+pub(crate) fn first_counted_day(now: u64) -> u64 {
     Period::Monthly
         .start_of(now)
         .min(Period::Weekly.start_of(now))

@@ -16,11 +16,11 @@ use crate::money::Money;
 use super::{PriceSheet, Prices, Source, Tier};
 
 /// When the table was compiled.
-pub const AS_OF: &str = "2026-11-25";
+pub(crate) const AS_OF: &str = "2026-11-25";
 
 /// Prices as written on the vendor's page (USD per 1M tokens).
 #[derive(Debug, Clone, Copy)]
-pub struct Row {
+pub(crate) struct Row {
     pub input: &'static str,
     pub cached: Option<&'static str>,
     pub write: Option<&'static str>,
@@ -75,7 +75,7 @@ const fn g(input: &'static str, cached: &'static str, output: &'static str) -> R
 
 /// One model of the table.
 #[derive(Debug, Clone, Copy)]
-pub struct PriceRow {
+pub(crate) struct PriceRow {
     pub model: &'static str,
     /// Other names of the same model (the vendor's aliases; dated snapshots need none, see [`find`]).
     pub aliases: &'static [&'static str],
@@ -143,7 +143,7 @@ const GOO: &str = "gemini";
 
 /// The table.
 #[rustfmt::skip]
-pub const TABLE: &[PriceRow] = &[
+pub(crate) const TABLE: &[PriceRow] = &[
     // ---- Anthropic (Claude API). Every 1M-context Claude model is priced flat across its window [A1, A25].
     // Fable 5.2: no vendor page at hand; every figure third-party [A20 (3p)].
     row("claude-fable-5-2", ANT, a("8", "10", "16", "0.2", "40"), Some(1_000_000), None, "A20 (3p)"),
@@ -331,7 +331,7 @@ pub const TABLE: &[PriceRow] = &[
 
 /// The row of an upstream model name: its own, an alias, or a dated snapshot of it (`claude-opus-4-5-20251101`,
 /// `gpt-4o-2024-08-06`).
-pub fn find(upstream_model: &str) -> Option<&'static PriceRow> {
+pub(crate) fn find(upstream_model: &str) -> Option<&'static PriceRow> {
     let exact = |name: &str| {
         TABLE
             .iter()
@@ -385,7 +385,7 @@ fn tier(above: u64, r: &Row) -> Tier {
 
 impl PriceRow {
     /// The row as a price sheet, its announced change included.
-    pub fn sheet(&self) -> PriceSheet {
+    pub(crate) fn sheet(&self) -> PriceSheet {
         let later = self.then.and_then(|(from, r)| {
             let at = crate::util::parse_rfc3339_millis(&format!("{from}T00:00:00Z"))?;
             let next = PriceSheet {
@@ -411,7 +411,7 @@ impl PriceRow {
 }
 
 /// The table as text (`tollgate models --list-prices`): one line per model and per tier or announced change.
-pub fn render() -> String {
+pub(crate) fn render() -> String {
     use std::fmt::Write;
     let mut out = format!(
         "# Built-in list prices, compiled {AS_OF}: USD per 1M tokens (standard tier), taken as credits one for \

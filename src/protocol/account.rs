@@ -117,7 +117,7 @@ fn child<'a>(at: Option<&'a At<'a>>, step: Step<'a>) -> At<'a> {
 /// Refuses what a request's body would make reach the operator's upstream account (its headers are its
 /// codec's to check: `Codec::refuse_account_headers`). `passthrough`: the request may go upstream as it came
 /// (what only an upstream of its own protocol would look up is refused then too).
-pub fn refuse_account_features(body: &Value, passthrough: bool) -> Result<(), ApiError> {
+pub(crate) fn refuse_account_features(body: &Value, passthrough: bool) -> Result<(), ApiError> {
     let Some(o) = body.as_object() else {
         return Ok(());
     };
@@ -245,7 +245,7 @@ fn files_api(uri: &str) -> bool {
 
 /// Refuses `anthropic-beta` values (each header value as it came, flags joined by commas) that open
 /// account-scoped features.
-pub fn refuse_betas<'a>(betas: impl Iterator<Item = &'a str>) -> Result<(), ApiError> {
+pub(crate) fn refuse_betas<'a>(betas: impl Iterator<Item = &'a str>) -> Result<(), ApiError> {
     for b in betas.flat_map(|b| b.split(',')).map(str::trim) {
         let opens = ACCOUNT_BETAS.iter().any(|p| {
             b.as_bytes()

@@ -7,7 +7,7 @@ use super::ApiError;
 
 /// Why a complete answer cannot be passed on.
 #[derive(Debug)]
-pub enum Unusable {
+pub(crate) enum Unusable {
     /// Not a JSON object.
     NotJson,
     /// An error object: the upstream's failure, as a 502 with its details.
@@ -15,7 +15,7 @@ pub enum Unusable {
 }
 
 /// The answer parsed, when it is a usable JSON object.
-pub fn parse(raw: &[u8]) -> Result<Value, Unusable> {
+pub(crate) fn parse(raw: &[u8]) -> Result<Value, Unusable> {
     let Some(v) = serde_json::from_slice::<Value>(raw)
         .ok()
         .filter(Value::is_object)
@@ -44,7 +44,7 @@ struct Peek<'a> {
 
 /// [`parse`] for answers passed on as they are: the same checks, and only the usage (the object at `field`,
 /// the protocol's `usage_field`) read.
-pub fn usage_only(raw: &[u8], field: &str) -> Result<Option<Value>, Unusable> {
+pub(crate) fn usage_only(raw: &[u8], field: &str) -> Result<Option<Value>, Unusable> {
     let peek = raw
         .trim_ascii_start()
         .starts_with(b"{")

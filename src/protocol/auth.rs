@@ -9,19 +9,13 @@ use super::{ApiError, Cause};
 use crate::http::HttpRequest;
 
 /// A key sent as a bearer token (`Authorization: Bearer <key>`).
-pub fn bearer(key: &str) -> (&'static str, Cow<'_, str>) {
+pub(crate) fn bearer(key: &str) -> (&'static str, Cow<'_, str>) {
     ("authorization", Cow::Owned(format!("Bearer {key}")))
-}
-
-/// Extracts the presented key from `x-api-key` or `Authorization: Bearer`; `how` is how the protocol's
-/// clients send it (for the error texts).
-pub fn presented_key<'r>(req: &'r HttpRequest, how: &str) -> Result<&'r str, ApiError> {
-    presented_key_in(req, "x-api-key", None, how)
 }
 
 /// Extracts the presented key from the `header`, the `query` parameter (as sent: a key has nothing to
 /// escape), or `Authorization: Bearer`; `how` is how the protocol's clients send it (for the error texts).
-pub fn presented_key_in<'r>(
+pub(crate) fn presented_key_in<'r>(
     req: &'r HttpRequest,
     header: &'static str,
     query: Option<&'static str>,

@@ -63,7 +63,10 @@ impl Shape {
 /// The top-level fields of `body` that go into the key as they came, in name order: those `carried` does
 /// not name, and those whose value does not fit the shape it gives them. A body that is not an object is
 /// keyed whole.
-pub fn uncarried<'a>(carried: &[(&str, Shape)], body: &'a Value) -> Vec<(&'a str, &'a Value)> {
+pub(crate) fn uncarried<'a>(
+    carried: &[(&str, Shape)],
+    body: &'a Value,
+) -> Vec<(&'a str, &'a Value)> {
     let Value::Object(o) = body else {
         return vec![("", body)];
     };
@@ -80,7 +83,9 @@ pub fn uncarried<'a>(carried: &[(&str, Shape)], body: &'a Value) -> Vec<(&'a str
 /// The members of `carried`'s shapes at any depth, each once (by address): what a test's sample bodies
 /// must hold for `seen` to show they exercise every member the shapes let through.
 #[cfg(test)]
-pub fn members(carried: &'static [(&'static str, Shape)]) -> Vec<(*const Shape, &'static str)> {
+pub(crate) fn members(
+    carried: &'static [(&'static str, Shape)],
+) -> Vec<(*const Shape, &'static str)> {
     fn walk(s: &'static Shape, out: &mut Vec<(*const Shape, &'static str)>) {
         match s {
             Shape::List(e) | Shape::Single(e) => walk(e, out),
@@ -107,7 +112,11 @@ pub fn members(carried: &'static [(&'static str, Shape)]) -> Vec<(*const Shape, 
 /// Adds to `seen` the members of `carried`'s shapes that `body` holds (through the first alternative each
 /// value fits).
 #[cfg(test)]
-pub fn seen(carried: &'static [(&'static str, Shape)], body: &Value, out: &mut Vec<*const Shape>) {
+pub(crate) fn seen(
+    carried: &'static [(&'static str, Shape)],
+    body: &Value,
+    out: &mut Vec<*const Shape>,
+) {
     fn walk(s: &'static Shape, v: &Value, out: &mut Vec<*const Shape>) {
         match (s, v) {
             (Shape::List(e) | Shape::Single(e), Value::Array(a)) => {

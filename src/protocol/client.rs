@@ -49,7 +49,7 @@ impl std::fmt::Display for NoText {
 impl std::error::Error for NoText {}
 
 /// `s` cut to at most `max` bytes (at a character boundary), marked when cut.
-pub fn clip(s: &str, max: usize) -> String {
+pub(crate) fn clip(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_string();
     }
@@ -61,14 +61,14 @@ pub fn clip(s: &str, max: usize) -> String {
 }
 
 /// An event's data as JSON, or what is wrong with it.
-pub fn parse_data(data: &str) -> Result<Value, ClientEvent> {
+pub(crate) fn parse_data(data: &str) -> Result<Value, ClientEvent> {
     serde_json::from_str(data)
         .map_err(|_| ClientEvent::Bad(format!("event data is not JSON: {}", clip(data, 300))))
 }
 
 /// `error.message` and `error.code` (or `error.type`) of an OpenAI or Anthropic error body; of a Google one
 /// (whose `code` is the HTTP status), the reason of its `ErrorInfo` detail in lower case, else its `status`.
-pub fn error_fields(v: &Value) -> (Option<String>, Option<String>) {
+pub(crate) fn error_fields(v: &Value) -> (Option<String>, Option<String>) {
     let e = &v["error"];
     let message = e["message"]
         .as_str()
@@ -91,7 +91,7 @@ pub fn error_fields(v: &Value) -> (Option<String>, Option<String>) {
 }
 
 /// The message of an error payload, with its type or code.
-pub fn error_text(v: &Value) -> String {
+pub(crate) fn error_text(v: &Value) -> String {
     let (message, code) = error_fields(v);
     match (message, code) {
         (Some(m), Some(c)) => format!("{m} ({c})"),

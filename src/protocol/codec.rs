@@ -47,7 +47,7 @@ pub trait StreamEncoder: Send {
 
 /// The headers a request carries for a protocol (at most three; nothing allocated but a value that needs
 /// it).
-pub type AuthHeaders<'a> = [Option<(&'static str, Cow<'a, str>)>; 3];
+pub(crate) type AuthHeaders<'a> = [Option<(&'static str, Cow<'a, str>)>; 3];
 
 /// One entry of a models list, as the gateway lists it.
 pub struct Listed<'a> {
@@ -83,19 +83,19 @@ pub struct KeyIn {
 }
 
 /// A check of a request's head (its headers) that refuses it with the client's error.
-pub type HeadCheck = fn(&HttpRequest) -> Result<(), ApiError>;
+pub(crate) type HeadCheck = fn(&HttpRequest) -> Result<(), ApiError>;
 /// A client's body put in one form (`counts`: a token-counting request).
-pub type BodyReading = fn(&mut Value, bool) -> Result<(), ApiError>;
+pub(crate) type BodyReading = fn(&mut Value, bool) -> Result<(), ApiError>;
 /// The number the first of some held stream bytes carries.
-pub type Numbering = fn(&[u8]) -> Option<u64>;
+pub(crate) type Numbering = fn(&[u8]) -> Option<u64>;
 /// What follows the in-stream error (`err`, for `request_id`, numbered `seq`) of a relayed stream.
-pub type FailedTail = fn(&ApiError, &str, u64, &mut Seen) -> Vec<u8>;
+pub(crate) type FailedTail = fn(&ApiError, &str, u64, &mut Seen) -> Vec<u8>;
 
 /// What keeps an idle SSE stream open: a comment, which every SSE reader skips.
-pub const COMMENT_KEEPALIVE: &[u8] = b": keepalive\n\n";
+pub(crate) const COMMENT_KEEPALIVE: &[u8] = b": keepalive\n\n";
 
 /// The ids of a models list of OpenAI's shape (`data[].id`), which Anthropic's shares.
-pub const DATA_IDS: IdsIn = IdsIn {
+pub(crate) const DATA_IDS: IdsIn = IdsIn {
     array: "data",
     field: "id",
     prefix: "",

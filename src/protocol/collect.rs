@@ -9,7 +9,7 @@ use super::sse::SseEvent;
 
 /// Folds stream events into a [`Response`].
 #[derive(Debug, Default)]
-pub struct Collector {
+pub(crate) struct Collector {
     content: Vec<Part>,
     /// Where each tool call (by its stream index) sits in `content`.
     calls: HashMap<usize, usize>,
@@ -19,7 +19,7 @@ pub struct Collector {
 }
 
 impl Collector {
-    pub fn feed(&mut self, ev: &StreamEvent) {
+    pub(crate) fn feed(&mut self, ev: &StreamEvent) {
         match ev {
             StreamEvent::TextDelta(t) => match self.content.last_mut() {
                 Some(Part::Text(s)) => s.push_str(t),
@@ -67,7 +67,7 @@ impl Collector {
 
     /// The answer, if the stream completed (it finished, with no error); its usage as reported (zero when
     /// none came: the caller puts the usage it billed in).
-    pub fn finish(self) -> Option<Response> {
+    pub(crate) fn finish(self) -> Option<Response> {
         if self.failed {
             return None;
         }
@@ -85,7 +85,7 @@ impl Collector {
 }
 
 /// A relayed stream (passed on as it came) read with its protocol's decoder into the answer it amounts to.
-pub struct FromRelay {
+pub(crate) struct FromRelay {
     decoder: Box<dyn StreamDecoder>,
     events: Vec<StreamEvent>,
     collector: Collector,
@@ -93,7 +93,7 @@ pub struct FromRelay {
 }
 
 impl FromRelay {
-    pub fn new(decoder: Box<dyn StreamDecoder>) -> FromRelay {
+    pub(crate) fn new(decoder: Box<dyn StreamDecoder>) -> FromRelay {
         FromRelay {
             decoder,
             events: Vec::new(),
@@ -102,7 +102,7 @@ impl FromRelay {
         }
     }
 
-    pub fn feed(&mut self, ev: &SseEvent) {
+    pub(crate) fn feed(&mut self, ev: &SseEvent) {
         self.done |= self.decoder.feed(ev, &mut self.events);
         for e in self.events.drain(..) {
             self.collector.feed(&e);
@@ -110,7 +110,7 @@ impl FromRelay {
     }
 
     /// The answer, if the upstream's stream completed (its end marker came, with no error).
-    pub fn finish(self) -> Option<Response> {
+    pub(crate) fn finish(self) -> Option<Response> {
         if !self.done {
             return None;
         }

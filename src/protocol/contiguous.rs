@@ -22,7 +22,7 @@ enum Lane {
 
 /// See the module's documentation.
 #[derive(Debug, Default)]
-pub struct Contiguous {
+pub(crate) struct Contiguous {
     /// The call streaming live.
     live: Option<usize>,
     /// Held lanes, in the order they first came.
@@ -34,7 +34,7 @@ pub struct Contiguous {
 impl Contiguous {
     /// Whether `ev` goes out at once, as it is, changing nothing here (most events of most streams): the
     /// caller may send it without [`push`](Self::push).
-    pub fn passes(&self, ev: &StreamEvent) -> bool {
+    pub(crate) fn passes(&self, ev: &StreamEvent) -> bool {
         match (self.live, ev) {
             (None, StreamEvent::ToolCallStart { .. }) => false,
             (None, _) => true,
@@ -45,7 +45,7 @@ impl Contiguous {
     }
 
     /// Takes one event; what may go out now is pushed to `out`, in order.
-    pub fn push(&mut self, ev: StreamEvent, out: &mut Vec<StreamEvent>) {
+    pub(crate) fn push(&mut self, ev: StreamEvent, out: &mut Vec<StreamEvent>) {
         let Some(live) = self.live else {
             if let StreamEvent::ToolCallStart { index, .. } = &ev {
                 self.live = Some(*index);
@@ -89,7 +89,7 @@ impl Contiguous {
     }
 
     /// Everything held goes out, in order (the stream ends).
-    pub fn flush(&mut self, out: &mut Vec<StreamEvent>) {
+    pub(crate) fn flush(&mut self, out: &mut Vec<StreamEvent>) {
         self.live = None;
         for (_, events) in self.held.drain(..) {
             out.extend(events);

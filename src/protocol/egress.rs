@@ -23,7 +23,7 @@ pub const STRUCTURED_TOOL: &str = "structured_output";
 
 /// The text of a tool result for protocols whose tool results are text only. An error result is prefixed,
 /// since OpenAI has no error flag; images have no place there and are named instead.
-pub fn tool_result_text(content: &[Part], is_error: bool) -> String {
+pub(crate) fn tool_result_text(content: &[Part], is_error: bool) -> String {
     let mut text = String::new();
     for p in content {
         match p {
@@ -42,7 +42,7 @@ pub fn tool_result_text(content: &[Part], is_error: bool) -> String {
 }
 
 /// The Anthropic thinking budget for an effort level; `None` turns thinking off.
-pub fn thinking_budget(effort: &str) -> Option<u64> {
+pub(crate) fn thinking_budget(effort: &str) -> Option<u64> {
     match effort {
         "none" => None,
         "minimal" => Some(1024),
@@ -55,7 +55,7 @@ pub fn thinking_budget(effort: &str) -> Option<u64> {
 
 /// The stream events a complete answer amounts to (for an upstream that answered a streaming request with
 /// one JSON body). Without the leading `Start`.
-pub fn events_from_response(resp: &Response) -> Vec<StreamEvent> {
+pub(crate) fn events_from_response(resp: &Response) -> Vec<StreamEvent> {
     let mut events = Vec::new();
     if resp.unkept {
         events.push(StreamEvent::Unkept);

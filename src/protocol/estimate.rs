@@ -13,40 +13,40 @@ use super::canon::{Part, Request, Response, Usage};
 /// images beyond about 1.15 megapixels down to about 1,600 tokens. The images of a request count at this
 /// bound whatever their size (a URL's size is unknown before the upstream fetches it). A model whose
 /// upstream counts more per image (gpt-4o-mini: 2,833 + 5,667 per 512 px tile) is configured with its own.
-pub const IMAGE_TOKENS: u64 = 3_800;
+pub(crate) const IMAGE_TOKENS: u64 = 3_800;
 
 /// Pages a document may have at most: the documented page limit of a request with PDFs (Anthropic: 100
 /// pages; OpenAI: 100 pages).
-pub const DOCUMENT_PAGES: u64 = 100;
+pub(crate) const DOCUMENT_PAGES: u64 = 100;
 
 /// Text tokens one document page may cost (Anthropic: 1,500 to 3,000 per page); each page also goes to
 /// the model as an image.
-pub const PAGE_TEXT_TOKENS: u64 = 3_000;
+pub(crate) const PAGE_TEXT_TOKENS: u64 = 3_000;
 
 /// Input tokens of a second of audio, at most (Gemini: 32; OpenAI about 10).
-pub const AUDIO_TOKENS_PER_SECOND: u64 = 32;
+pub(crate) const AUDIO_TOKENS_PER_SECOND: u64 = 32;
 
 /// The longest audio a request may hold, in seconds (Gemini: 9.5 hours in one prompt): a remote audio
 /// file, whose length is unknown before the upstream fetches it, is reserved at this length.
-pub const AUDIO_SECONDS: u64 = 34_200;
+pub(crate) const AUDIO_SECONDS: u64 = 34_200;
 
 /// Input tokens of a second of video, at most (Gemini at its default media resolution: 258 a frame at one
 /// frame a second, and 32 for the sound: about 300).
-pub const VIDEO_TOKENS_PER_SECOND: u64 = 300;
+pub(crate) const VIDEO_TOKENS_PER_SECOND: u64 = 300;
 
 /// The longest video a request may hold, in seconds (Gemini: an hour at the default media resolution, which
 /// fills its 1M-token context window): every video, remote or inline, is reserved at this length.
-pub const VIDEO_SECONDS: u64 = 3_600;
+pub(crate) const VIDEO_SECONDS: u64 = 3_600;
 
 /// Bytes of encoded audio per input token, at most: audio input costs up to 32 tokens a second (Gemini;
 /// OpenAI about 10), and the smallest encoding a client may send (8 kbit/s MP3) carries 1,000 bytes a
 /// second: 31.25 bytes a token, rounded down so that the estimate errs high.
-pub const AUDIO_BYTES_PER_TOKEN: u64 = 31;
+pub(crate) const AUDIO_BYTES_PER_TOKEN: u64 = 31;
 
 /// An estimate of how many tokens a BPE tokenizer would make of `text`: each run of letters or digits
 /// costs one token per started 4 characters, every other visible character one token. Deterministic; used
 /// where an upstream reports no usage (and by the mock model).
-pub fn tokens(text: &str) -> u64 {
+pub(crate) fn tokens(text: &str) -> u64 {
     let mut tokens = 0u64;
     let mut run = 0u64;
     for c in text.chars() {
@@ -71,7 +71,7 @@ pub fn tokens(text: &str) -> u64 {
 /// each, inline audio by its size (see [`AUDIO_BYTES_PER_TOKEN`]), remote audio at [`AUDIO_SECONDS`] and
 /// video at [`VIDEO_SECONDS`] (a remote file of no stated type at the largest of these bounds). Parts are
 /// found at any depth (tool results, function call outputs, documents made of content blocks). Saturating.
-pub fn input(body: &Value, body_len: usize, image_tokens: u64) -> u64 {
+pub(crate) fn input(body: &Value, body_len: usize, image_tokens: u64) -> u64 {
     let mut media = Media {
         image: image_tokens,
         ..Media::default()
@@ -233,7 +233,7 @@ fn inline_bytes(o: &Map<String, Value>) -> u64 {
 /// that completed with a usage report is billed as reported; one that broke, or completed without a
 /// report, counts the reported part and tops it up with what was produced (output estimated from the
 /// text, input from the request). Returns the usage and whether any of it is an estimate.
-pub fn stream_usage(
+pub(crate) fn stream_usage(
     reported: Option<Usage>,
     completed: bool,
     produced: &str,
@@ -267,7 +267,7 @@ pub fn stream_usage(
 
 /// Fills in the usage of a complete answer whose upstream reported none, from its text (input from the
 /// request's); returns whether it had to.
-pub fn complete_usage(resp: &mut Response, input_estimate: u64) -> bool {
+pub(crate) fn complete_usage(resp: &mut Response, input_estimate: u64) -> bool {
     if resp.usage.input_tokens > 0 || resp.usage.output_tokens > 0 {
         return false;
     }
@@ -293,7 +293,7 @@ pub fn complete_usage(resp: &mut Response, input_estimate: u64) -> bool {
 }
 
 /// The input of a decoded request estimated from its text, each image at `image_tokens` (see [`input`]).
-pub fn input_from_request(req: &Request, image_tokens: u64) -> u64 {
+pub(crate) fn input_from_request(req: &Request, image_tokens: u64) -> u64 {
     let mut images = 0u64;
     for m in &req.messages {
         for p in &m.content {

@@ -20,12 +20,12 @@ fn wrong(path: &str, expected: &str, got: &Value) -> ApiError {
 }
 
 /// The body as an object, or a 400.
-pub fn object<'a>(v: &'a Value, path: &str) -> Result<&'a Map<String, Value>, ApiError> {
+pub(crate) fn object<'a>(v: &'a Value, path: &str) -> Result<&'a Map<String, Value>, ApiError> {
     v.as_object().ok_or_else(|| wrong(path, "an object", v))
 }
 
 /// An optional string (null counts as absent).
-pub fn opt_str<'a>(
+pub(crate) fn opt_str<'a>(
     o: &'a Map<String, Value>,
     key: &str,
     path: &str,
@@ -38,11 +38,19 @@ pub fn opt_str<'a>(
 }
 
 /// A required string.
-pub fn req_str<'a>(o: &'a Map<String, Value>, key: &str, path: &str) -> Result<&'a str, ApiError> {
+pub(crate) fn req_str<'a>(
+    o: &'a Map<String, Value>,
+    key: &str,
+    path: &str,
+) -> Result<&'a str, ApiError> {
     opt_str(o, key, path)?.ok_or_else(|| missing(&join(path, key)))
 }
 
-pub fn opt_bool(o: &Map<String, Value>, key: &str, path: &str) -> Result<Option<bool>, ApiError> {
+pub(crate) fn opt_bool(
+    o: &Map<String, Value>,
+    key: &str,
+    path: &str,
+) -> Result<Option<bool>, ApiError> {
     match o.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
@@ -51,7 +59,11 @@ pub fn opt_bool(o: &Map<String, Value>, key: &str, path: &str) -> Result<Option<
 }
 
 /// An optional non-negative integer.
-pub fn opt_u64(o: &Map<String, Value>, key: &str, path: &str) -> Result<Option<u64>, ApiError> {
+pub(crate) fn opt_u64(
+    o: &Map<String, Value>,
+    key: &str,
+    path: &str,
+) -> Result<Option<u64>, ApiError> {
     match o.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(v @ Value::Number(n)) => n
@@ -62,7 +74,11 @@ pub fn opt_u64(o: &Map<String, Value>, key: &str, path: &str) -> Result<Option<u
     }
 }
 
-pub fn opt_f64(o: &Map<String, Value>, key: &str, path: &str) -> Result<Option<f64>, ApiError> {
+pub(crate) fn opt_f64(
+    o: &Map<String, Value>,
+    key: &str,
+    path: &str,
+) -> Result<Option<f64>, ApiError> {
     match o.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(v @ Value::Number(n)) => n
@@ -74,7 +90,7 @@ pub fn opt_f64(o: &Map<String, Value>, key: &str, path: &str) -> Result<Option<f
     }
 }
 
-pub fn opt_array<'a>(
+pub(crate) fn opt_array<'a>(
     o: &'a Map<String, Value>,
     key: &str,
     path: &str,
@@ -86,12 +102,12 @@ pub fn opt_array<'a>(
     }
 }
 
-pub fn missing(path: &str) -> ApiError {
+pub(crate) fn missing(path: &str) -> ApiError {
     ApiError::invalid_param(path, format!("Missing required parameter: `{path}`."))
 }
 
 /// `a.b`, or `b` at the top level.
-pub fn join(path: &str, key: &str) -> String {
+pub(crate) fn join(path: &str, key: &str) -> String {
     if path.is_empty() {
         key.to_string()
     } else {
@@ -100,12 +116,12 @@ pub fn join(path: &str, key: &str) -> String {
 }
 
 /// The `stream` flag, validated.
-pub fn stream_flag(o: &Map<String, Value>) -> Result<bool, ApiError> {
+pub(crate) fn stream_flag(o: &Map<String, Value>) -> Result<bool, ApiError> {
     Ok(opt_bool(o, "stream", "")?.unwrap_or(false))
 }
 
 /// Error for a value of the right type but not an accepted one.
-pub fn bad_value(path: &str, expected: &str) -> ApiError {
+pub(crate) fn bad_value(path: &str, expected: &str) -> ApiError {
     ApiError::invalid_param(
         path,
         format!("Invalid value for `{path}`: expected {expected}."),
@@ -113,17 +129,17 @@ pub fn bad_value(path: &str, expected: &str) -> ApiError {
 }
 
 /// The wrong-type error, for callers that match on shapes themselves.
-pub fn wrong_type(path: &str, expected: &str, got: &Value) -> ApiError {
+pub(crate) fn wrong_type(path: &str, expected: &str, got: &Value) -> ApiError {
     wrong(path, expected, got)
 }
 
 /// The string at `key` of an upstream's JSON, or "" (a missing field in an answer is not the client's fault).
-pub fn str_at(v: &Value, key: &str) -> String {
+pub(crate) fn str_at(v: &Value, key: &str) -> String {
     str_or(v, key, "")
 }
 
 /// The string at `key`, or `default`.
-pub fn str_or(v: &Value, key: &str, default: &str) -> String {
+pub(crate) fn str_or(v: &Value, key: &str, default: &str) -> String {
     v.get(key)
         .and_then(Value::as_str)
         .unwrap_or(default)
@@ -134,7 +150,7 @@ pub fn str_or(v: &Value, key: &str, default: &str) -> String {
 /// without the leading `/` and without allocating: `pointer` copies every token of its path into a new
 /// `String`, which the request path reads several times per request and per stream event. The paths are
 /// the gateway's own literals (no `~` escapes).
-pub trait At {
+pub(crate) trait At {
     fn at(&self, path: &str) -> Option<&Value>;
 }
 

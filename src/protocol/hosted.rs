@@ -74,17 +74,17 @@ impl Asks {
 const FREE_TIERS: [&str; 5] = ["auto", "default", "flex", "standard", "standard_only"];
 
 /// Whether `tier` costs no more than the standard rate.
-pub fn free_tier(tier: &str) -> bool {
+pub(crate) fn free_tier(tier: &str) -> bool {
     FREE_TIERS.contains(&tier)
 }
 
 /// The hosted tools one tool definition holds: each one's family and, where the definition holds several
 /// (a Gemini `Tool` object), the member that asks for it.
-pub type Families<'a> = Vec<(Cow<'a, str>, Option<&'a str>)>;
+pub(crate) type Families<'a> = Vec<(Cow<'a, str>, Option<&'a str>)>;
 
 /// Whether a request's `tool_choice` (the body is the first argument) forces the tool defined by the second,
 /// of the family given.
-pub type Forced = fn(&Map<String, Value>, &Map<String, Value>, &str) -> bool;
+pub(crate) type Forced = fn(&Map<String, Value>, &Map<String, Value>, &str) -> bool;
 
 /// How one protocol's requests ask for paid features (its codec's `hosted_asks` passes these to [`asks`]).
 pub struct Rules {
@@ -111,7 +111,7 @@ pub struct Rules {
 
 /// The paid features a request body asks for, by its protocol's `rules` (nothing allocated when there are
 /// none).
-pub fn asks(body: &Value, rules: &Rules) -> Result<Asks, ApiError> {
+pub(crate) fn asks(body: &Value, rules: &Rules) -> Result<Asks, ApiError> {
     let mut out = Asks::default();
     let Some(o) = body.as_object() else {
         return Ok(out);
@@ -199,7 +199,7 @@ fn tier(o: &Map<String, Value>, param: &'static str, out: &mut Asks) -> Result<(
 /// Leaves the hosted tools `dropped` out of `body` (asked for by it, as [`asks`] found them): a tool
 /// definition, or the member of one that holds several (the definition too once nothing is left in it), or
 /// a field of its own; `tools` and the fields that go with it (`with_tools`) when no tool is left.
-pub fn leave_out(body: &mut Value, dropped: &[&ToolAsk], with_tools: &[&str]) {
+pub(crate) fn leave_out(body: &mut Value, dropped: &[&ToolAsk], with_tools: &[&str]) {
     let Some(o) = body.as_object_mut() else {
         return;
     };
@@ -237,12 +237,16 @@ pub fn leave_out(body: &mut Value, dropped: &[&ToolAsk], with_tools: &[&str]) {
 }
 
 /// Never: the protocol's `tool_choice` cannot force a hosted tool.
-pub fn never_forced(_body: &Map<String, Value>, _tool: &Map<String, Value>, _family: &str) -> bool {
+pub(crate) fn never_forced(
+    _body: &Map<String, Value>,
+    _tool: &Map<String, Value>,
+    _family: &str,
+) -> bool {
     false
 }
 
 /// A tool type without its version date (`web_search_20250305` → `web_search`).
-pub fn undated(ty: &str) -> &str {
+pub(crate) fn undated(ty: &str) -> &str {
     match ty.rsplit_once('_') {
         Some((head, date)) if date.len() == 8 && date.bytes().all(|b| b.is_ascii_digit()) => head,
         _ => ty,
@@ -379,7 +383,7 @@ struct Kind<'a> {
 
 /// The uses a complete answer reports (its raw bytes, and its usage object when read); `counted` and `tier`
 /// as [`Tally::uses`] takes them from the protocol.
-pub fn from_answer(raw: &[u8], usage: Option<&Value>, counted: bool, tier: bool) -> Uses {
+pub(crate) fn from_answer(raw: &[u8], usage: Option<&Value>, counted: bool, tier: bool) -> Uses {
     let mut tally = Tally::default();
     if let Ok(peek) = serde_json::from_slice::<AnswerPeek>(raw) {
         for k in peek.output.iter().chain(peek.content.iter()).flatten() {

@@ -14,14 +14,14 @@ use serde_json::{Map, Value};
 use super::{ApiError, Protocol, ALL};
 
 /// Every protocol's limit fields at the top level of a body (some more than once).
-pub fn all_fields() -> impl Iterator<Item = &'static str> {
+pub(crate) fn all_fields() -> impl Iterator<Item = &'static str> {
     ALL.iter()
         .filter(|p| p.limit.parent.is_none())
         .flat_map(|p| p.limit.fields.iter().copied())
 }
 
 /// Every protocol's field that asks for several answers.
-pub fn all_choice_fields() -> impl Iterator<Item = &'static str> {
+pub(crate) fn all_choice_fields() -> impl Iterator<Item = &'static str> {
     ALL.iter().filter_map(|p| p.limit.choices)
 }
 
@@ -53,7 +53,7 @@ fn read_field(
 
 /// The output limit a request of `protocol` asks for: the lowest of its own limit fields (other protocols'
 /// fields are not read).
-pub fn read(protocol: Protocol, body: &Value) -> Result<Option<u64>, ApiError> {
+pub(crate) fn read(protocol: Protocol, body: &Value) -> Result<Option<u64>, ApiError> {
     let parent = protocol.limit.parent;
     let o = match parent {
         Some(p) => body.get(p).and_then(Value::as_object),
@@ -75,7 +75,7 @@ pub fn read(protocol: Protocol, body: &Value) -> Result<Option<u64>, ApiError> {
 /// field (Chat's `n`; 1 when absent); 1 for the protocols that have none (their bodies go upstream without
 /// such a field, so no upstream may multiply the output admission reserved for). It must be a whole number
 /// of at least 1.
-pub fn choices(protocol: Protocol, body: &Value) -> Result<u64, ApiError> {
+pub(crate) fn choices(protocol: Protocol, body: &Value) -> Result<u64, ApiError> {
     let (Some(o), Some(field)) = (body.as_object(), protocol.limit.choices) else {
         return Ok(1);
     };
@@ -93,7 +93,11 @@ pub fn choices(protocol: Protocol, body: &Value) -> Result<u64, ApiError> {
 /// Whether a stream has gone past its output limit: the upstream reported more output than the limit, or
 /// it produced text estimated at more than twice the limit (an upstream that ignores limits and reports
 /// nothing until the end). Such a stream is cut there; output beyond the limit is never billed.
-pub fn beyond(limit: Option<u64>, reported_output: Option<u64>, produced_estimate: u64) -> bool {
+pub(crate) fn beyond(
+    limit: Option<u64>,
+    reported_output: Option<u64>,
+    produced_estimate: u64,
+) -> bool {
     let Some(limit) = limit else {
         return false;
     };

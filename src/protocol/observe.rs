@@ -14,7 +14,7 @@ use super::sse::{push_event, SseEvent};
 use super::{estimate, ApiError, Protocol};
 
 /// Watches one relayed stream.
-pub struct StreamObserver {
+pub(crate) struct StreamObserver {
     protocol: Protocol,
     seen: Seen,
     /// A running estimate of the tokens in what was produced (summed per event, so cheap per event).
@@ -26,7 +26,7 @@ pub struct StreamObserver {
 
 impl StreamObserver {
     /// `hide_usage`: the client did not ask for the usage report (the gateway did).
-    pub fn new(protocol: Protocol, hide_usage: bool, input_estimate: u64) -> Self {
+    pub(crate) fn new(protocol: Protocol, hide_usage: bool, input_estimate: u64) -> Self {
         StreamObserver {
             protocol,
             seen: Seen {
@@ -41,33 +41,33 @@ impl StreamObserver {
 
     /// The text (answer text, reasoning, tool arguments) the last event observed added, in the order
     /// [`redact_event`] walks its fields.
-    pub fn added_text(&self) -> &str {
+    pub(crate) fn added_text(&self) -> &str {
         &self.seen.produced[self.added_from..]
     }
 
     /// Whether the last event observed was an error text rather than part of an answer: the upstream's
     /// error event, any event carrying an `error` object, or one that is not JSON at all.
-    pub fn last_was_error(&self) -> bool {
+    pub(crate) fn last_was_error(&self) -> bool {
         self.seen.error_text
     }
 
     /// Whether the stream reached its end marker (or an error event that ends it).
-    pub fn done(&self) -> bool {
+    pub(crate) fn done(&self) -> bool {
         self.seen.done
     }
 
     /// The stream is treated as incomplete from here (it was cut).
-    pub fn cut(&mut self) {
+    pub(crate) fn cut(&mut self) {
         self.seen.done = false;
     }
 
     /// Whether any text or tool arguments came yet.
-    pub fn produced_anything(&self) -> bool {
+    pub(crate) fn produced_anything(&self) -> bool {
         !self.seen.produced.is_empty()
     }
 
     /// The error event the upstream sent, if any, as the upstream's failure.
-    pub fn upstream_error(&self) -> Option<ApiError> {
+    pub(crate) fn upstream_error(&self) -> Option<ApiError> {
         self.seen
             .upstream_error
             .as_deref()
@@ -75,7 +75,7 @@ impl StreamObserver {
     }
 
     /// The output the upstream reported so far (if any) and an estimate of what was produced.
-    pub fn output_so_far(&self) -> (Option<u64>, u64) {
+    pub(crate) fn output_so_far(&self) -> (Option<u64>, u64) {
         (
             self.seen.usage.map(|u| u.output_tokens),
             self.produced_tokens,
@@ -84,14 +84,14 @@ impl StreamObserver {
 
     /// The usage the upstream reported for the whole stream: it reached its end with no error and said
     /// what it used (None: it did not, so what it did is not known).
-    pub fn reported_whole(&self) -> Option<Usage> {
+    pub(crate) fn reported_whole(&self) -> Option<Usage> {
         let s = &self.seen;
         s.usage.filter(|_| s.done && s.upstream_error.is_none())
     }
 
     /// The usage to bill, by the one rule for streams (`estimate::stream_usage`), and whether it is an
     /// estimate.
-    pub fn usage(&self) -> (Usage, bool) {
+    pub(crate) fn usage(&self) -> (Usage, bool) {
         let s = &self.seen;
         let completed = s.done && s.upstream_error.is_none();
         estimate::stream_usage(s.usage, completed, &s.produced, self.input_estimate)
@@ -99,7 +99,7 @@ impl StreamObserver {
 
     /// The paid hosted uses the stream reported, once it completed (None: it did not, so what ran is not
     /// known).
-    pub fn hosted_uses(&self) -> Option<Uses> {
+    pub(crate) fn hosted_uses(&self) -> Option<Uses> {
         let s = &self.seen;
         (s.done && s.upstream_error.is_none()).then(|| {
             s.hosted.uses(
@@ -110,7 +110,7 @@ impl StreamObserver {
     }
 
     /// Looks at one event; returns whether to pass it on.
-    pub fn observe(&mut self, ev: &SseEvent) -> bool {
+    pub(crate) fn observe(&mut self, ev: &SseEvent) -> bool {
         self.added_from = self.seen.produced.len();
         self.seen.error_text = false;
         let errors_before = self.seen.upstream_error.is_some();
@@ -122,7 +122,7 @@ impl StreamObserver {
 
     /// The protocol's in-stream error for a stream that broke (numbered after the upstream's events where
     /// they are numbered, and followed by what the protocol closes a failed stream with).
-    pub fn error_event(&mut self, err: &ApiError, request_id: &str, out: &mut Vec<u8>) {
+    pub(crate) fn error_event(&mut self, err: &ApiError, request_id: &str, out: &mut Vec<u8>) {
         let seq = self.seen.last_seq.map_or(0, |s| s + 1);
         out.extend_from_slice(&self.protocol.reply.error_event(err, request_id, Some(seq)));
         let tail = self
@@ -136,7 +136,7 @@ impl StreamObserver {
 /// it adds (the same fields, in the same order, as the protocol's reader reads them), framed again; `None`
 /// when it cannot be read or nothing changed. The rewritten event is encoded anew (its other fields keep
 /// their values, not their spelling).
-pub fn redact_event(
+pub(crate) fn redact_event(
     protocol: Protocol,
     ev: &SseEvent,
     edits: &[crate::secrets::TextEdit],

@@ -15,23 +15,23 @@ use super::fields::{self, opt_bool, opt_str};
 use super::ApiError;
 
 /// How OpenAI clients send their key.
-pub const KEY_HOW: &str = "`Authorization: Bearer <key>`";
+pub(crate) const KEY_HOW: &str = "`Authorization: Bearer <key>`";
 
 /// Where OpenAI clients put their key (`x-api-key` is taken too, as some clients of OpenAI-compatible
 /// servers send it).
-pub const KEY_IN: KeyIn = KeyIn {
+pub(crate) const KEY_IN: KeyIn = KeyIn {
     header: "x-api-key",
     query: None,
     how: KEY_HOW,
 };
 
 /// The error body: `{"error": {"message", "type", "param", "code"}}`.
-pub fn error_body(err: &ApiError, request_id: &str) -> Vec<u8> {
+pub(crate) fn error_body(err: &ApiError, request_id: &str) -> Vec<u8> {
     serde_json::to_vec(&json!({"error": err.openai_object(request_id)})).unwrap_or_default()
 }
 
 /// The models list of both OpenAI protocols.
-pub struct OpenAiList;
+pub(crate) struct OpenAiList;
 
 impl ModelList for OpenAiList {
     /// `{"object": "list", "data": [...]}`.
@@ -51,7 +51,7 @@ impl ModelList for OpenAiList {
 /// The hosted family of an OpenAI tool definition (`web_search_preview*` → `web_search`,
 /// `computer_use_preview` → `computer_use`), or None for a tool the client runs (functions, custom tools,
 /// `local_shell`, a local `shell`, `apply_patch`, tool search).
-pub fn tool_family(t: &Map<String, Value>) -> Option<Cow<'_, str>> {
+pub(crate) fn tool_family(t: &Map<String, Value>) -> Option<Cow<'_, str>> {
     let ty = t.get("type").and_then(Value::as_str);
     let local_shell = t
         .get("environment")
@@ -68,7 +68,7 @@ pub fn tool_family(t: &Map<String, Value>) -> Option<Cow<'_, str>> {
 
 /// A function's definition as `decode_function` carries it whole (the members of the object holding its
 /// `name`).
-pub const FUNCTION: &[(&str, Carried)] = &[
+pub(crate) const FUNCTION: &[(&str, Carried)] = &[
     ("name", Carried::Str),
     ("description", Carried::Str),
     ("parameters", Carried::Any),
@@ -76,7 +76,7 @@ pub const FUNCTION: &[(&str, Carried)] = &[
 ];
 
 /// A JSON schema format's fields as `decode_schema` carries them.
-pub const SCHEMA: &[(&str, Carried)] = &[
+pub(crate) const SCHEMA: &[(&str, Carried)] = &[
     ("name", Carried::Str),
     ("schema", Carried::Any),
     ("strict", Carried::Bool),
@@ -84,15 +84,15 @@ pub const SCHEMA: &[(&str, Carried)] = &[
 ];
 
 /// The `tool_choice` words.
-pub const CHOICE_WORDS: Carried = Carried::Word(&["auto", "none", "required"]);
+pub(crate) const CHOICE_WORDS: Carried = Carried::Word(&["auto", "none", "required"]);
 
 /// The hosted tool of an OpenAI tool definition, if it is one (see [`tool_family`]).
-pub fn families(t: &Map<String, Value>) -> super::hosted::Families<'_> {
+pub(crate) fn families(t: &Map<String, Value>) -> super::hosted::Families<'_> {
     tool_family(t).map(|f| (f, None)).into_iter().collect()
 }
 
 /// Whether a Responses `tool_choice` forces a hosted tool of `family` (`{"type": "web_search_preview"}`).
-pub fn forced(body: &Map<String, Value>, _tool: &Map<String, Value>, family: &str) -> bool {
+pub(crate) fn forced(body: &Map<String, Value>, _tool: &Map<String, Value>, family: &str) -> bool {
     body.get("tool_choice")
         .and_then(Value::as_object)
         .and_then(tool_family)
@@ -101,7 +101,7 @@ pub fn forced(body: &Map<String, Value>, _tool: &Map<String, Value>, family: &st
 
 /// How a function appears in a tool list or a `tool_choice`, and a JSON schema in an output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OpenAiShape {
+pub(crate) enum OpenAiShape {
     /// Chat Completions: `{"type": "function", "function": {"name": ...}}`,
     /// `{"type": "json_schema", "json_schema": {"name": ...}}`.
     Nested,
@@ -110,7 +110,7 @@ pub enum OpenAiShape {
 }
 
 /// A function tool's definition (the object holding `name`, `description`, `parameters`, `strict`).
-pub fn decode_function(f: &Map<String, Value>, path: &str) -> Result<Tool, ApiError> {
+pub(crate) fn decode_function(f: &Map<String, Value>, path: &str) -> Result<Tool, ApiError> {
     Ok(Tool {
         custom: false,
         name: fields::req_str(f, "name", path)?.to_string(),
@@ -126,7 +126,7 @@ pub fn decode_function(f: &Map<String, Value>, path: &str) -> Result<Tool, ApiEr
 /// `tool_choice`: `"auto"`, `"none"`, `"required"`, a function (or custom tool) in `shape`, a Responses
 /// hosted tool's type, or `allowed_tools`: only the tools it names are offered (`tools` is narrowed to them,
 /// as Gemini's `allowedFunctionNames` is), to be called when its `mode` is `required`.
-pub fn decode_tool_choice(
+pub(crate) fn decode_tool_choice(
     v: &Value,
     shape: OpenAiShape,
     tools: &mut Vec<Tool>,
@@ -233,7 +233,7 @@ fn allowed_tools(
 
 /// A function tool in `shape`. Chat leaves out what is unset; Responses always says `description` and
 /// `strict`.
-pub fn encode_function(t: &Tool, shape: OpenAiShape) -> Value {
+pub(crate) fn encode_function(t: &Tool, shape: OpenAiShape) -> Value {
     match shape {
         OpenAiShape::Nested => {
             let mut f = json!({"name": t.name, "parameters": t.parameters});
@@ -253,7 +253,7 @@ pub fn encode_function(t: &Tool, shape: OpenAiShape) -> Value {
 }
 
 /// A `tool_choice` in `shape`.
-pub fn encode_tool_choice(choice: &ToolChoice, shape: OpenAiShape) -> Value {
+pub(crate) fn encode_tool_choice(choice: &ToolChoice, shape: OpenAiShape) -> Value {
     match (choice, shape) {
         (ToolChoice::Auto, _) => json!("auto"),
         (ToolChoice::None, _) => json!("none"),
@@ -270,7 +270,7 @@ pub fn encode_tool_choice(choice: &ToolChoice, shape: OpenAiShape) -> Value {
 /// A tool call's id as a Chat upstream takes it: OpenAI refuses ids over 40 characters (gemini-cli makes
 /// `name__id` ones), so a longer id becomes `call_` and 35 hex digits of its SHA-256, the same wherever it
 /// appears (the call and its result still pair up).
-pub fn chat_call_id(id: &str) -> Cow<'_, str> {
+pub(crate) fn chat_call_id(id: &str) -> Cow<'_, str> {
     if id.len() <= 40 {
         return Cow::Borrowed(id);
     }
@@ -284,7 +284,7 @@ pub fn chat_call_id(id: &str) -> Cow<'_, str> {
 
 /// The system prompt of an OpenAI upstream's request: the request's, joined, and the instruction JSON mode
 /// needs where nothing the request says names JSON.
-pub fn system_text(req: &Request) -> String {
+pub(crate) fn system_text(req: &Request) -> String {
     let mut system = req.system.join("\n\n");
     if let Some(line) = json_mode_instruction(req) {
         if !system.is_empty() {
@@ -309,7 +309,7 @@ fn json_mode_instruction(req: &Request) -> Option<&'static str> {
 }
 
 /// Puts a request's tools, `parallel_tool_calls` and `tool_choice` into an upstream body of `shape`.
-pub fn encode_tools(req: &Request, shape: OpenAiShape, body: &mut Map<String, Value>) {
+pub(crate) fn encode_tools(req: &Request, shape: OpenAiShape, body: &mut Map<String, Value>) {
     if !req.tools.is_empty() {
         let tools = req
             .tools
@@ -328,7 +328,7 @@ pub fn encode_tools(req: &Request, shape: OpenAiShape, body: &mut Map<String, Va
 
 /// A structured-output format: `response_format` in Chat, with a schema's fields nested under `json_schema`;
 /// `text.format` in Responses, with them flat beside `type`. `path` names the object in errors.
-pub fn decode_output_format(
+pub(crate) fn decode_output_format(
     v: &Value,
     path: &str,
     shape: OpenAiShape,
@@ -368,7 +368,7 @@ fn decode_schema(s: &Map<String, Value>, path: &str) -> Result<OutputFormat, Api
 /// A structured-output format for an upstream body in `shape` (the value of Chat's `response_format` or of
 /// Responses' `text.format`); `None` for plain text, which is the default. Unset `strict` and
 /// `description` are left out.
-pub fn encode_output_format(format: &OutputFormat, shape: OpenAiShape) -> Option<Value> {
+pub(crate) fn encode_output_format(format: &OutputFormat, shape: OpenAiShape) -> Option<Value> {
     match format {
         OutputFormat::Text => None,
         OutputFormat::JsonObject => Some(json!({"type": "json_object"})),
@@ -399,7 +399,7 @@ pub fn encode_output_format(format: &OutputFormat, shape: OpenAiShape) -> Option
 }
 
 /// Puts `temperature` and `top_p` into an upstream body, clamped to OpenAI's ranges (0 to 2, 0 to 1).
-pub fn encode_sampling(req: &Request, body: &mut Map<String, Value>) {
+pub(crate) fn encode_sampling(req: &Request, body: &mut Map<String, Value>) {
     if let Some(t) = req.temperature {
         body.insert("temperature".into(), json!(t.clamp(0.0, 2.0)));
     }
@@ -409,7 +409,7 @@ pub fn encode_sampling(req: &Request, body: &mut Map<String, Value>) {
 }
 
 /// Splits a `data:` URI into media type and base64 data; anything else is a URL.
-pub fn parse_image_url(url: &str) -> ImageSource {
+pub(crate) fn parse_image_url(url: &str) -> ImageSource {
     if let Some(rest) = url.strip_prefix("data:") {
         if let Some((meta, data)) = rest.split_once(',') {
             if let Some(media_type) = meta.strip_suffix(";base64") {
@@ -424,7 +424,7 @@ pub fn parse_image_url(url: &str) -> ImageSource {
 }
 
 /// The URL form of an image (a data URI for inline images).
-pub fn image_url_string(src: &ImageSource) -> String {
+pub(crate) fn image_url_string(src: &ImageSource) -> String {
     match src {
         ImageSource::Url(u) => u.clone(),
         ImageSource::Base64 { media_type, data } => format!("data:{media_type};base64,{data}"),
@@ -432,7 +432,7 @@ pub fn image_url_string(src: &ImageSource) -> String {
 }
 
 /// An OpenAI reasoning effort for a client's effort word (Anthropic's `max` has no OpenAI equivalent).
-pub fn effort(effort: &str) -> &str {
+pub(crate) fn effort(effort: &str) -> &str {
     match effort {
         "max" => "high",
         other => other,

@@ -34,17 +34,17 @@ pub struct Seen {
 }
 
 /// Whether event data that did not parse as the protocol's event is not JSON at all (an error text).
-pub fn not_json(data: &str) -> bool {
+pub(crate) fn not_json(data: &str) -> bool {
     serde_json::from_str::<serde::de::IgnoredAny>(data).is_err()
 }
 
 /// Whether an event's `error` field holds an error.
-pub fn is_error(e: &Option<Value>) -> bool {
+pub(crate) fn is_error(e: &Option<Value>) -> bool {
     e.as_ref().is_some_and(|e| !e.is_null())
 }
 
 /// The `message` of an error object, or the whole value as text (never with an upstream credential).
-pub fn error_message(e: &Value) -> String {
+pub(crate) fn error_message(e: &Value) -> String {
     let m = e.get("message").and_then(Value::as_str).map(str::to_string);
     crate::secrets::scrubbed(&format!(
         "upstream error in stream: {}",
@@ -54,7 +54,7 @@ pub fn error_message(e: &Value) -> String {
 
 /// A typed item of an event (a Responses output item, a Messages content block): its type and name.
 #[derive(Deserialize)]
-pub struct Tagged<'a> {
+pub(crate) struct Tagged<'a> {
     #[serde(rename = "type", borrow, default)]
     pub kind: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
@@ -64,13 +64,13 @@ pub struct Tagged<'a> {
 /// An event's `delta`: text itself (Responses), or a block of fields (Messages).
 #[derive(Deserialize)]
 #[serde(untagged)]
-pub enum Delta<'a> {
+pub(crate) enum Delta<'a> {
     Text(#[serde(borrow)] Cow<'a, str>),
     Block(#[serde(borrow)] DeltaBlock<'a>),
 }
 
 #[derive(Deserialize)]
-pub struct DeltaBlock<'a> {
+pub(crate) struct DeltaBlock<'a> {
     #[serde(borrow, default)]
     pub text: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
@@ -82,11 +82,11 @@ pub struct DeltaBlock<'a> {
 }
 
 /// The block fields that carry text, in the order they are read.
-pub const DELTA_TEXT: [&str; 3] = ["text", "thinking", "partial_json"];
+pub(crate) const DELTA_TEXT: [&str; 3] = ["text", "thinking", "partial_json"];
 
 impl Delta<'_> {
     /// Appends the text this delta adds.
-    pub fn collect(&self, produced: &mut String) {
+    pub(crate) fn collect(&self, produced: &mut String) {
         match self {
             Delta::Text(t) => produced.push_str(t),
             Delta::Block(b) => {
@@ -103,7 +103,7 @@ impl Delta<'_> {
 
 /// Calls `read` on every string inside `v` (object members in their map order, arrays in order): the text
 /// of a tool call's arguments sent as a JSON value rather than as text.
-pub fn strings_in(v: &Value, read: &mut dyn FnMut(&str)) {
+pub(crate) fn strings_in(v: &Value, read: &mut dyn FnMut(&str)) {
     match v {
         Value::String(s) => read(s),
         Value::Array(a) => a.iter().for_each(|v| strings_in(v, read)),
@@ -113,7 +113,7 @@ pub fn strings_in(v: &Value, read: &mut dyn FnMut(&str)) {
 }
 
 /// Calls `edit` on every string inside `v`, in the order [`strings_in`] reads them.
-pub fn string_fields(v: &mut Value, edit: &mut dyn FnMut(Option<&mut Value>)) {
+pub(crate) fn string_fields(v: &mut Value, edit: &mut dyn FnMut(Option<&mut Value>)) {
     match v {
         Value::String(_) => edit(Some(v)),
         Value::Array(a) => a.iter_mut().for_each(|v| string_fields(v, edit)),
@@ -124,7 +124,7 @@ pub fn string_fields(v: &mut Value, edit: &mut dyn FnMut(Option<&mut Value>)) {
 
 /// Calls `edit` on the text fields of a `delta` (the text itself, or a block's text fields), in the order
 /// [`Delta::collect`] reads them.
-pub fn delta_text_fields(data: &mut Value, edit: &mut dyn FnMut(Option<&mut Value>)) {
+pub(crate) fn delta_text_fields(data: &mut Value, edit: &mut dyn FnMut(Option<&mut Value>)) {
     match data.get_mut("delta") {
         Some(d) if d.is_string() => edit(Some(d)),
         Some(d) if d.is_object() => {

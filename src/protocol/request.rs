@@ -15,7 +15,7 @@ use super::{fields, limits, ApiError, Protocol, ALL};
 
 /// The endpoints a client may call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Endpoint {
+pub(crate) enum Endpoint {
     /// Generation: each protocol's own path.
     Generate(Protocol),
     /// A protocol's token counting (`/v1/messages/count_tokens`).
@@ -24,7 +24,7 @@ pub enum Endpoint {
 
 impl Endpoint {
     /// The endpoint at `path`, if it is one (each protocol says which of its paths it is).
-    pub fn from_path(path: &str) -> Option<Endpoint> {
+    pub(crate) fn from_path(path: &str) -> Option<Endpoint> {
         ALL.iter().find_map(|&p| match p.serves(path)? {
             Serves::Generate => Some(Endpoint::Generate(p)),
             Serves::CountTokens => Some(Endpoint::CountTokens(p)),
@@ -32,14 +32,14 @@ impl Endpoint {
     }
 
     /// The protocol whose shapes (errors, headers) its answers take.
-    pub fn protocol(self) -> Protocol {
+    pub(crate) fn protocol(self) -> Protocol {
         match self {
             Endpoint::Generate(p) | Endpoint::CountTokens(p) => p,
         }
     }
 
     /// Token counting (metered, never billed).
-    pub fn counts_tokens(self) -> bool {
+    pub(crate) fn counts_tokens(self) -> bool {
         matches!(self, Endpoint::CountTokens(_))
     }
 }

@@ -21,12 +21,12 @@ use crate::util::{rfc3339_millis, unix_millis};
 
 /// What `usage` costs at the model's prices in force now: every kind of token at its price, the whole
 /// request at the tier its input falls in (`pricing::PriceSheet::bill`, the one rule).
-pub fn cost(model: &Model, u: &Usage) -> Bill {
+pub(super) fn cost(model: &Model, u: &Usage) -> Bill {
     model.prices.bill(u, crate::util::unix_now())
 }
 
 /// A settled request: its outcome as the client and the record have it, and what it was charged.
-pub struct Settled {
+pub(super) struct Settled {
     pub outcome: Outcome,
     /// The cost (hosted uses included) and the tier applied.
     pub bill: Bill,
@@ -36,7 +36,7 @@ pub struct Settled {
 /// refusals of known keys). Output beyond the limit sent upstream is not billed. In strict mode a record that
 /// cannot be synced turns the answer into an error before its end reaches the client (503, or the stream's
 /// in-stream error).
-pub fn settle(
+pub(super) fn settle(
     gw: &Gateway,
     config: &Config,
     ex: &mut Exchange,
@@ -111,7 +111,7 @@ pub fn settle(
 /// A request of a known key that arrives while every worker is busy: answered 503 `overloaded` here, on
 /// the connection's thread, and recorded like any refusal (the HTTP layer's own 503 knows no key). Returns
 /// false for a request to another path or without a valid key: the HTTP layer answers those.
-pub fn refuse_overloaded(gw: &Gateway, ex: &mut Exchange) -> bool {
+pub(super) fn refuse_overloaded(gw: &Gateway, ex: &mut Exchange) -> bool {
     let Some(endpoint) = Endpoint::from_path(&ex.request.path) else {
         return false;
     };

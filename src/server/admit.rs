@@ -12,7 +12,7 @@ use crate::money::Money;
 use crate::protocol::{ApiError, Origin};
 
 /// What admission decided, and the rate-limit headers every answer to the request carries.
-pub struct Admission {
+pub(super) struct Admission {
     pub reservation: Result<Reservation, ApiError>,
     /// `x-ratelimit-*` (None: admission did not get as far as the key's limits).
     pub headers: Option<Vec<(String, String)>>,
@@ -21,7 +21,7 @@ pub struct Admission {
 /// Admits `p` (`id`: its request id) or refuses it, counting the refusal in the metrics. `hit`: it is
 /// answered from the answer cache, so it is held to the key's request rate and concurrency only (it costs
 /// nothing and uses no tokens).
-pub fn admit(gw: &Gateway, p: &Prepared, id: &str, hit: bool) -> Admission {
+pub(super) fn admit(gw: &Gateway, p: &Prepared, id: &str, hit: bool) -> Admission {
     if gw.watchdog.is_shut_down() {
         return refused(ApiError::shutting_down());
     }

@@ -9,7 +9,7 @@ use crate::gateway::watchdog::WatchGuard;
 use crate::gateway::Gateway;
 use crate::http::Exchange;
 
-pub struct Attempt<'r, 'c> {
+pub(super) struct Attempt<'r, 'c> {
     pub gw: &'r Gateway,
     /// The client's exchange (the answer is written to it).
     pub ex: &'r mut Exchange,

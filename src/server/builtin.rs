@@ -9,7 +9,7 @@ use crate::protocol::ApiError;
 use crate::upstream::mock;
 use crate::util::unix_now;
 
-pub fn serve(a: &mut Attempt) -> Answer {
+pub(super) fn serve(a: &mut Attempt) -> Answer {
     let answer = Answer::for_upstream(&a.upstream.name);
     let protocol = a.trace.protocol;
     let mut req = match a.p.canonical() {

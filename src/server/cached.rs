@@ -31,16 +31,16 @@ use crate::protocol::ApiError;
 use crate::util::unix_now;
 
 /// The header every answer of a cached model carries: `hit`, `miss` or `bypass`.
-pub const HEADER: &str = "x-tollgate-cache";
+pub(super) const HEADER: &str = "x-tollgate-cache";
 
 /// Where an answer from an upstream is stored.
-pub struct Keep {
+pub(super) struct Keep {
     fp: Fingerprint,
     ttl: Duration,
 }
 
 /// What the cache had for a request.
-pub enum Lookup {
+pub(super) enum Lookup {
     /// The model's answers are not cached (or the request counts tokens).
     Off,
     /// Found: the entry, and the client's request in canonical form (what its answer is encoded for).
@@ -55,7 +55,7 @@ pub enum Lookup {
 
 impl Lookup {
     /// What the cache did, as the header, the record and the metrics say it.
-    pub fn used(&self) -> Option<CacheUse> {
+    pub(super) fn used(&self) -> Option<CacheUse> {
         match self {
             Lookup::Off => None,
             Lookup::Hit { .. } => Some(CacheUse::Hit),
@@ -63,12 +63,12 @@ impl Lookup {
         }
     }
 
-    pub fn is_hit(&self) -> bool {
+    pub(super) fn is_hit(&self) -> bool {
         matches!(self, Lookup::Hit { .. })
     }
 
     /// The answer from an upstream is to be stored.
-    pub fn keeps(&self) -> bool {
+    pub(super) fn keeps(&self) -> bool {
         matches!(self, Lookup::Fresh { keep: Some(_), .. })
     }
 }
@@ -93,7 +93,7 @@ fn directives(req: &HttpRequest) -> Directives {
 }
 
 /// Looks the prepared request up, if its model's answers are cached.
-pub fn look(gw: &Gateway, ex: &Exchange, p: &Prepared) -> Lookup {
+pub(super) fn look(gw: &Gateway, ex: &Exchange, p: &Prepared) -> Lookup {
     let Some(caching) = p.model.cache.filter(|_| !p.endpoint.counts_tokens()) else {
         return Lookup::Off;
     };
@@ -192,7 +192,7 @@ fn fingerprint(p: &Prepared, scope: CacheScope, passed_on: &str) -> Option<(Requ
 
 /// Answers from the cache: the entry in the client's protocol, as a stream if it asked for one, with a
 /// fresh id, the model name it asked for and the entry's usage.
-pub fn replay(
+pub(super) fn replay(
     gw: &Gateway,
     ex: &mut Exchange,
     trace: &Trace,
@@ -254,7 +254,7 @@ fn stream(mut writer: EventWriter, resp: &Response) -> Delivered {
 /// After the attempts: stores the answer from the upstream if the request's answers are stored and it is
 /// complete (delivered whole with no error, and not marked incomplete by the upstream), with the usage its
 /// request is recorded with. Returns the answer (without the canonical copy it kept).
-pub fn store(
+pub(super) fn store(
     gw: &Gateway,
     p: &Prepared,
     trace: &Trace,

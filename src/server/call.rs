@@ -13,20 +13,20 @@ use crate::upstream::http::{self as uphttp, Reply};
 
 /// A call's 2xx reply (4xx/5xx answers come back as the client's error, status, `retry-after` and details
 /// kept), and how far the call got.
-pub struct Sent {
+pub(super) struct Sent {
     pub reached: Reached,
     pub reply: Result<Reply, ApiError>,
 }
 
 /// Why a complete answer could not be used; `refused`: it was an error object, so the upstream refused the
 /// request (it did not take it).
-pub struct Unread {
+pub(super) struct Unread {
     pub error: ApiError,
     pub refused: bool,
 }
 
 /// Sends `body` to the attempt's upstream endpoint. `passed`: a header of the client's request passed on.
-pub fn send(
+pub(super) fn send(
     a: &Attempt,
     body: &[u8],
     stream: bool,
@@ -37,7 +37,7 @@ pub fn send(
 }
 
 /// [`send`] to another endpoint of the upstream (token counting).
-pub fn send_to(
+pub(super) fn send_to(
     a: &Attempt,
     url: &str,
     body: &[u8],
@@ -97,7 +97,11 @@ fn error_answer(a: &Attempt, reply: Reply) -> ApiError {
 
 /// Reads a complete answer that must be a JSON object and not an error object; read into `buf` (a buffer
 /// to reuse), which comes back emptied.
-pub fn read_json(a: &Attempt, reply: Reply, buf: Vec<u8>) -> Result<(Value, Vec<u8>), Unread> {
+pub(super) fn read_json(
+    a: &Attempt,
+    reply: Reply,
+    buf: Vec<u8>,
+) -> Result<(Value, Vec<u8>), Unread> {
     let (mut raw, status, content_type) = read_raw(a, reply, buf)?;
     let v = answer::parse(&raw).map_err(|u| unusable(a, u, status, &content_type, &raw))?;
     raw.clear();
@@ -106,7 +110,7 @@ pub fn read_json(a: &Attempt, reply: Reply, buf: Vec<u8>) -> Result<(Value, Vec<
 
 /// [`read_json`] for answers passed on as they are: the same checks, and only `usage` parsed. Returns the
 /// raw bytes (read into `buf`, a buffer to reuse) and the usage object.
-pub fn read_usage(
+pub(super) fn read_usage(
     a: &Attempt,
     reply: Reply,
     buf: Vec<u8>,

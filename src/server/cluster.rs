@@ -29,20 +29,20 @@ use crate::store::{Claim, SetupError, Store, StoreError};
 
 /// The local copy of the store's key records (hashes only), kept for a start while the store is down and
 /// for `tollgate store rebuild`.
-pub const KEYS_COPY: &str = key_ops::KEYS_COPY;
+pub(crate) const KEYS_COPY: &str = key_ops::KEYS_COPY;
 /// The local copy of the store's overrides.
-pub const OVERRIDES_COPY: &str = "store-overrides.json";
+pub(crate) const OVERRIDES_COPY: &str = "store-overrides.json";
 /// The store epoch this data directory last saw.
 const EPOCH_FILE: &str = "store-epoch";
 /// This data directory's run id: the holder of its instance name in the store.
 const RUN_ID_FILE: &str = "store-run-id";
 
 /// The files of the data directory this module reads and writes.
-pub const FILES: [&str; 4] = [KEYS_COPY, OVERRIDES_COPY, EPOCH_FILE, RUN_ID_FILE];
+pub(crate) const FILES: [&str; 4] = [KEYS_COPY, OVERRIDES_COPY, EPOCH_FILE, RUN_ID_FILE];
 
 /// The start of an epoch written by `tollgate store rebuild`: only such a new epoch ends the refusals of
 /// instances that saw the store lose its data.
-pub const REBUILT: &str = "rebuilt_";
+pub(crate) const REBUILT: &str = "rebuilt_";
 
 /// How long a claim on the instance name lasts without renewal.
 const CLAIM_TTL: Duration = Duration::from_secs(30);
@@ -168,7 +168,7 @@ fn run_id(data_dir: &Path) -> Result<String, ClusterError> {
 /// Joins the store at start. Errors stop the start: the instance name is held by another running
 /// instance, or a local file cannot be written. A store that does not answer is no error: the local copies
 /// serve until it does (and model requests get 503 meanwhile, by the failure policy).
-pub fn join(config: &Config, store: &Store) -> Result<Joined, ClusterError> {
+pub(crate) fn join(config: &Config, store: &Store) -> Result<Joined, ClusterError> {
     let dir = &config.data_dir;
     let run = run_id(dir)?;
     match store.claim_instance(&run, CLAIM_TTL) {
@@ -278,13 +278,13 @@ fn keep_overrides_copy(dir: &Path, overrides: &Overrides) {
 
 /// Sets up a brand-new store: it takes this instance's keys file and overrides (when it has none), and
 /// gets its epoch. Returns the epoch.
-pub fn set_up(config: &Config, store: &Store) -> Result<String, ClusterError> {
+pub(crate) fn set_up(config: &Config, store: &Store) -> Result<String, ClusterError> {
     import_local(config, store)?;
     Ok(store.init_epoch(&crate::util::new_id("epoch_"))?)
 }
 
 /// `store rebuild`: the overrides from this instance's local copy, when the store has none.
-pub fn restore_overrides(config: &Config, store: &Store) -> Result<(), ClusterError> {
+pub(crate) fn restore_overrides(config: &Config, store: &Store) -> Result<(), ClusterError> {
     let (version, current) = read_overrides(store)?;
     if current != Overrides::default() {
         println!("overrides: the store still holds them (kept)");
@@ -357,7 +357,7 @@ fn check_format(store: &Store, used: bool) -> Result<(), ClusterError> {
 }
 
 /// At start: the store joined (None without a `[store]`). A store that does not answer is no error.
-pub fn join_at_start(config: &Config) -> Result<Option<super::Shared>, ClusterError> {
+pub(crate) fn join_at_start(config: &Config) -> Result<Option<super::Shared>, ClusterError> {
     let Some(settings) = &config.store else {
         return Ok(None);
     };
@@ -379,7 +379,7 @@ pub fn join_at_start(config: &Config) -> Result<Option<super::Shared>, ClusterEr
 }
 
 /// Starts the store thread and the shipper.
-pub fn start(
+pub(crate) fn start(
     gw: &Arc<Gateway>,
     joined_keys: u64,
     joined_overrides: u64,
@@ -401,7 +401,7 @@ pub fn start(
 
 /// At shutdown, after the ledger is closed: ships what the shipper has not yet (for up to `within`), and
 /// gives up the instance name.
-pub fn leave(store: &Store, ledger: &crate::ledger::Ledger, within: Duration) {
+pub(crate) fn leave(store: &Store, ledger: &crate::ledger::Ledger, within: Duration) {
     store.stop_shipping();
     if let Err(e) = store.settle_due(true) {
         log::warn!("store: settlements left to the records ({e})");
@@ -509,7 +509,7 @@ fn look_loop(gw: &Gateway, store: &Store, keys: u64, overrides: u64) {
 /// A key not in force makes the key set look at the store's key version once before it is refused (so a
 /// key made on any instance works here at once): a newer version is read and put in force. While the store
 /// does not answer, nothing is asked (a flood of wrong keys must not wait on a store that is down).
-pub fn look_on_miss(keys: &crate::access::KeyStore, store: &Arc<Store>) {
+pub(crate) fn look_on_miss(keys: &crate::access::KeyStore, store: &Arc<Store>) {
     let store = store.clone();
     keys.set_miss_look(Box::new(move |keys| {
         if !store.healthy() || store.lost() {

@@ -15,7 +15,7 @@ use crate::util::unix_now;
 
 /// The options a canonical request is sent to (and its answer read from) an upstream of another protocol
 /// with.
-pub fn egress_options(a: &Attempt, stream: bool) -> EgressOptions {
+pub(super) fn egress_options(a: &Attempt, stream: bool) -> EgressOptions {
     EgressOptions {
         model: a.p.upstream_model.clone(),
         stream,
@@ -28,7 +28,7 @@ pub fn egress_options(a: &Attempt, stream: bool) -> EgressOptions {
 /// Decodes an upstream's complete answer `v` in `target`'s protocol into the canonical answer with the
 /// gateway's own id and the model's public name; usage the upstream did not report is estimated (the
 /// `bool`).
-pub fn decode(
+pub(super) fn decode(
     a: &Attempt,
     v: &Value,
     target: Protocol,
@@ -51,7 +51,7 @@ pub fn decode(
 /// An upstream that answers a streaming request with one complete JSON answer (in `target`'s protocol) is
 /// relayed to the client as a stream of its own protocol. Returns the answer's usage (and whether it is
 /// estimated), and what was delivered.
-pub fn as_stream(
+pub(super) fn as_stream(
     a: &mut Attempt,
     v: &Value,
     target: Protocol,
@@ -107,7 +107,7 @@ fn closed(status: u16) -> Delivered {
 /// after the client left (`reported`); else the reserved output (`limit`, the most output this attempt may
 /// be billed, or the reservation's), not the text the client saw: the upstream may have reasoned at length
 /// before it, or gone on after. `seen`: the usage by the stream rule and whether it is an estimate.
-pub fn after_client_left(
+pub(super) fn after_client_left(
     p: &super::prepared::Prepared,
     limit: Option<u64>,
     seen: (Usage, bool),

@@ -12,7 +12,7 @@ use crate::gateway::respond;
 use crate::protocol::canon::Usage;
 use crate::protocol::{estimate, ApiError};
 
-pub fn serve(a: &mut Attempt) -> Answer {
+pub(super) fn serve(a: &mut Attempt) -> Answer {
     let mut answer = Answer::for_upstream(&a.upstream.name);
     let protocol = a.p.endpoint.protocol();
     let Some(counting) = protocol.counting else {

@@ -19,9 +19,9 @@ use crate::secrets::{self, Redactor, TextEdit};
 
 /// The client went away (a write failed).
 #[derive(Debug)]
-pub struct ClientGone;
+pub(super) struct ClientGone;
 
-pub struct EventWriter<'a> {
+pub(super) struct EventWriter<'a> {
     w: &'a mut ResponseWriter,
     trace: &'a Trace,
     enc: Box<dyn StreamEncoder>,
@@ -46,7 +46,7 @@ pub struct EventWriter<'a> {
 
 impl<'a> EventWriter<'a> {
     /// Starts the SSE response and sends the protocol's opening event(s).
-    pub fn start(
+    pub(super) fn start(
         w: &'a mut ResponseWriter,
         trace: &'a Trace,
         enc: Box<dyn StreamEncoder>,
@@ -84,14 +84,14 @@ impl<'a> EventWriter<'a> {
 
     /// Keeps the answer the events amount to (from the next event on), for the answer cache: `end` returns
     /// it if the stream completes.
-    pub fn keep(&mut self) {
+    pub(super) fn keep(&mut self) {
         self.kept = Some(Collector::default());
     }
 
     /// Takes one event: counted at once, put in order (each tool call's events together), then encoded and
     /// written as one chunk as soon as the redactor lets it go (at once, unless its text may be the start of
     /// an upstream credential).
-    pub fn emit(&mut self, ev: &StreamEvent) -> Result<(), ClientGone> {
+    pub(super) fn emit(&mut self, ev: &StreamEvent) -> Result<(), ClientGone> {
         if let StreamEvent::Error(e) = ev {
             // Upstream texts reach the client here: never with an upstream credential in them.
             let clean = StreamEvent::Error(e.clone().scrub_secrets());
@@ -170,11 +170,11 @@ impl<'a> EventWriter<'a> {
 
     /// The output the upstream reported so far (if any) and an estimate of what was produced.
     /// The usage the upstream reported so far (cumulative), if any.
-    pub fn reported(&self) -> Option<Usage> {
+    pub(super) fn reported(&self) -> Option<Usage> {
         self.usage
     }
 
-    pub fn output_so_far(&self) -> (Option<u64>, u64) {
+    pub(super) fn output_so_far(&self) -> (Option<u64>, u64) {
         (self.usage.map(|u| u.output_tokens), self.produced_tokens)
     }
 
@@ -192,13 +192,13 @@ impl<'a> EventWriter<'a> {
 
     /// Usage so far, by the one rule for streams (`estimate::stream_usage`): as reported when the stream
     /// completed with a report, else topped up with what was produced; and whether it is an estimate.
-    pub fn usage(&self) -> (Usage, bool) {
+    pub(super) fn usage(&self) -> (Usage, bool) {
         let completed = self.finished && self.error.is_none();
         estimate::stream_usage(self.usage, completed, &self.produced, self.input_estimate)
     }
 
     /// The client went away (a write failed): what was delivered, with the usage so far.
-    pub fn gone(self) -> Delivered {
+    pub(super) fn gone(self) -> Delivered {
         Delivered {
             status: 200,
             client_closed: true,
@@ -210,7 +210,7 @@ impl<'a> EventWriter<'a> {
 
     /// Closes the stream ([`EventWriter::finish`]): what was delivered, with the usage and the error it
     /// ended with.
-    pub fn end(mut self) -> Delivered {
+    pub(super) fn end(mut self) -> Delivered {
         let error = self.error.clone();
         let kept = self.kept.take();
         // A client gone at the very end is billed what was written all the same.
@@ -233,7 +233,7 @@ impl<'a> EventWriter<'a> {
 
     /// Closes the stream: when no usage came, an estimate is sent first; then the protocol's closing
     /// events and the end of the chunked body.
-    pub fn finish(self) -> Result<(Usage, bool), ClientGone> {
+    pub(super) fn finish(self) -> Result<(Usage, bool), ClientGone> {
         self.close().map_err(|_| ClientGone)
     }
 

@@ -18,7 +18,7 @@ use crate::upstream::policy;
 use crate::upstream::routing::Busy;
 
 /// The upstreams of one request, in the order they are tried.
-pub struct FailoverRoute<'c> {
+pub(super) struct FailoverRoute<'c> {
     order: Vec<&'c Upstream>,
     /// Where the next turn starts in `order`.
     next: usize,
@@ -27,7 +27,7 @@ pub struct FailoverRoute<'c> {
 }
 
 /// One try at one upstream: admitted by its breaker, counted busy while it runs.
-pub struct Turn<'g, 'c> {
+pub(super) struct Turn<'g, 'c> {
     pub upstream: &'c Upstream,
     ticket: Ticket<'g>,
     busy: Busy<'g>,
@@ -39,7 +39,7 @@ pub struct Turn<'g, 'c> {
 impl<'c> FailoverRoute<'c> {
     /// The route of `p`'s model: ready upstreams, then ejected ones (see `upstream::breaker`); those whose
     /// breaker is open are skipped.
-    pub fn plan(gw: &Gateway, p: &Prepared<'c>) -> Result<FailoverRoute<'c>, ApiError> {
+    pub(super) fn plan(gw: &Gateway, p: &Prepared<'c>) -> Result<FailoverRoute<'c>, ApiError> {
         let (order, skipped) = plan(gw, p)?;
         Ok(FailoverRoute {
             order,
@@ -51,7 +51,7 @@ impl<'c> FailoverRoute<'c> {
     /// The next upstream to try, admitted just before it is tried (a probe granted here is reported by
     /// [`Route::after`], or given back when the turn is dropped); upstreams whose breaker says no now are
     /// skipped.
-    pub fn next<'g>(&mut self, gw: &'g Gateway) -> Option<Turn<'g, 'c>> {
+    pub(super) fn next<'g>(&mut self, gw: &'g Gateway) -> Option<Turn<'g, 'c>> {
         while let Some(&upstream) = self.order.get(self.next) {
             let at = self.next;
             self.next += 1;
@@ -74,7 +74,7 @@ impl<'c> FailoverRoute<'c> {
     /// Reports how `turn` ended (`answer`; `started`: the client's answer had begun) and says whether the
     /// request moves on to the next upstream: only while nothing reached the client, the request was not
     /// cut, another upstream is left, and the policy says another upstream may not fail the same way.
-    pub fn after(
+    pub(super) fn after(
         &self,
         gw: &Gateway,
         turn: Turn,
@@ -130,7 +130,7 @@ impl<'c> FailoverRoute<'c> {
     }
 
     /// 503 when no upstream of the model may be tried now: each was skipped because it stopped answering.
-    pub fn unavailable(&self, gw: &Gateway, model: &Model) -> ApiError {
+    pub(super) fn unavailable(&self, gw: &Gateway, model: &Model) -> ApiError {
         unavailable(gw, model, &self.skipped)
     }
 }

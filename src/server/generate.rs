@@ -24,7 +24,7 @@ use crate::protocol::request::Endpoint;
 use crate::protocol::ApiError;
 
 /// Handles one POST to a model endpoint.
-pub fn handle(gw: &Gateway, ex: &mut Exchange, endpoint: Endpoint) {
+pub(super) fn handle(gw: &Gateway, ex: &mut Exchange, endpoint: Endpoint) {
     let config = gw.config();
     // The end of the answer waits until the usage record is queued (synced, in strict mode): a client that
     // has its answer finds its record in the admin API.

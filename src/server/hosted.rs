@@ -36,11 +36,11 @@ use crate::protocol::{ApiError, ErrorKind, Origin};
 
 /// The header naming the hosted tools left out of a request (the model does not allow them, or its
 /// upstream, of another vendor, cannot run them).
-pub const DROPPED_HEADER: &str = "x-tollgate-dropped-tools";
+pub(super) const DROPPED_HEADER: &str = "x-tollgate-dropped-tools";
 
 /// What paid features an attempt set running upstream, as far as the gateway knows.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub enum Ran {
+pub(super) enum Ran {
     /// Nothing paid reached an upstream that runs it (translated, refused, never answered).
     #[default]
     Nothing,
@@ -52,7 +52,7 @@ pub enum Ran {
 
 /// The paid features a request was admitted with, and their prices.
 #[derive(Debug, Clone, Default)]
-pub struct Plan {
+pub(super) struct Plan {
     /// Tool family → credits per use (each family once).
     prices: Vec<(String, Money)>,
     /// The worst case of the tools, and the uses it stands for.
@@ -72,7 +72,7 @@ pub struct Plan {
 
 /// What a request is billed for its paid features.
 #[derive(Debug, Default, PartialEq)]
-pub struct HostedBill {
+pub(super) struct HostedBill {
     pub cost: Money,
     /// Uses billed per tool family.
     pub uses: BTreeMap<String, u64>,
@@ -85,13 +85,13 @@ fn times(price: Money, n: u64) -> Money {
 }
 
 impl Plan {
-    pub fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.prices.is_empty() && self.tiers.is_empty() && self.surcharge.is_none()
     }
 
     /// The request's token cost at its surcharge (Anthropic's `inference_geo`: the model's
     /// `allow_inference_geo`, 1.1 at Anthropic), and what it is (`inference_geo=us`).
-    pub fn surcharged(&self, tokens: Money) -> Money {
+    pub(super) fn surcharged(&self, tokens: Money) -> Money {
         match &self.surcharge {
             Some((_, factor)) => tokens.times(*factor),
             None => tokens,
@@ -99,28 +99,28 @@ impl Plan {
     }
 
     /// The surcharge the request is billed at (`inference_geo=us`), for its record.
-    pub fn surcharge(&self) -> Option<&str> {
+    pub(super) fn surcharge(&self) -> Option<&str> {
         self.surcharge.as_ref().map(|(what, _)| what.as_str())
     }
 
     /// The hosted tools left out of the body (the model does not allow them), families each once.
-    pub fn dropped(&self) -> &[String] {
+    pub(super) fn dropped(&self) -> &[String] {
         &self.dropped
     }
 
     /// The use limit a request going upstream as it came carries where the client gave none, and the
     /// positions of the tools it is written into.
-    pub fn cap(&self) -> Option<(u64, &[usize])> {
+    pub(super) fn cap(&self) -> Option<(u64, &[usize])> {
         self.cap.map(|c| (c, self.capped.as_slice()))
     }
 
     /// The worst case reserved at admission.
-    pub fn reserved(&self) -> Money {
+    pub(super) fn reserved(&self) -> Money {
         self.tools_worst + self.tiers.iter().map(|(_, p)| *p).sum()
     }
 
     /// The bill for what `ran`.
-    pub fn charge(&self, ran: &Ran) -> HostedBill {
+    pub(super) fn charge(&self, ran: &Ran) -> HostedBill {
         let reported = match ran {
             Ran::Nothing => return HostedBill::default(),
             Ran::Sent => None,
@@ -158,7 +158,7 @@ impl Plan {
 
     /// Refuses (429 `insufficient_quota`, like a used-up balance) a request whose worst case is more than
     /// what the key has left of its credit or of its budget (`budget`: the key's, else its group's).
-    pub fn affordable(
+    pub(super) fn affordable(
         &self,
         accounts: &Accounts,
         identity: &Identity,
@@ -202,7 +202,7 @@ fn short(worst: Money, left: Money, of: &str) -> ApiError {
 /// The plan of a request to `model` (refusing what the model does not allow and the client forces), with
 /// the use limit its body is to carry upstream where the client gave none; the hosted tools the model does
 /// not allow are left out of `body`.
-pub fn plan(
+pub(super) fn plan(
     config: &Config,
     model: &Model,
     endpoint: Endpoint,

@@ -13,7 +13,7 @@ use crate::upstream::policy::{self, Ended, Facts};
 /// Who asked for what, as far as it is known (a request refused early knows less): what its usage record,
 /// its metrics and its log line say of it besides how it was answered.
 #[derive(Debug, Default)]
-pub struct Asked {
+pub(super) struct Asked {
     pub key: Option<String>,
     pub group: Option<String>,
     /// The model entry that served (or, refused before one was found, the name asked for).
@@ -32,7 +32,7 @@ pub struct Asked {
 
 /// How far a call to an upstream got (`call.rs` says).
 #[derive(Debug, Default, Clone, Copy)]
-pub struct Reached {
+pub(super) struct Reached {
     /// The upstream was called.
     pub called: bool,
     /// It took the request (see [`Reach::Taken`]).
@@ -41,7 +41,7 @@ pub struct Reached {
 
 /// What writing an answer to the client came to (a stream, or a whole answer sent as one).
 #[derive(Debug, Default)]
-pub struct Delivered {
+pub(super) struct Delivered {
     pub status: u16,
     /// The client went away before the end.
     pub client_closed: bool,
@@ -55,7 +55,7 @@ pub struct Delivered {
 
 /// How far an attempt got with its upstream.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub enum Reach {
+pub(super) enum Reach {
     /// Not called: the gateway answered before trying one, or the call never reached it.
     #[default]
     NotCalled,
@@ -69,7 +69,7 @@ pub enum Reach {
 
 /// How an answer ended, as far as it has.
 #[derive(Debug, Default, Clone)]
-pub enum Ending {
+pub(super) enum Ending {
     /// Nothing told yet (status 0).
     #[default]
     Open,
@@ -88,7 +88,7 @@ pub enum Ending {
 /// at an upstream starts from a fresh one, so nothing an earlier attempt left behind is blamed on the next.
 /// Its state changes only through its methods, here.
 #[derive(Debug, Default, Clone)]
-pub struct Answer {
+pub(super) struct Answer {
     /// The upstream this attempt was for (None: the gateway answered before trying one).
     upstream: Option<String>,
     reach: Reach,
@@ -109,7 +109,7 @@ pub struct Answer {
 
 impl Answer {
     /// An attempt at `upstream`, before anything happened.
-    pub fn for_upstream(upstream: &str) -> Answer {
+    pub(super) fn for_upstream(upstream: &str) -> Answer {
         Answer {
             upstream: Some(upstream.to_string()),
             ..Answer::default()
@@ -117,12 +117,12 @@ impl Answer {
     }
 
     /// The gateway's own refusal, before any upstream was tried: the client is owed the error.
-    pub fn refused(err: ApiError) -> Answer {
+    pub(super) fn refused(err: ApiError) -> Answer {
         Answer::default().failed(err)
     }
 
     /// Notes how far a call got.
-    pub fn reached(&mut self, r: Reached) {
+    pub(super) fn reached(&mut self, r: Reached) {
         self.reach = if r.taken {
             Reach::Taken
         } else if r.called || self.reach != Reach::NotCalled {
@@ -133,7 +133,7 @@ impl Answer {
     }
 
     /// Notes what reached the client.
-    pub fn delivered(&mut self, d: Delivered) {
+    pub(super) fn delivered(&mut self, d: Delivered) {
         if d.status != 0 {
             self.answered(d.status);
         }
@@ -150,7 +150,7 @@ impl Answer {
     }
 
     /// The answer's status (the error it ended with stays).
-    pub fn answered(&mut self, status: u16) {
+    pub(super) fn answered(&mut self, status: u16) {
         match &mut self.ending {
             Ending::Failed { status: s, .. } => *s = status,
             other => *other = Ending::Status(status),
@@ -158,51 +158,51 @@ impl Answer {
     }
 
     /// The usage, and whether it is an estimate.
-    pub fn set_usage(&mut self, (usage, estimated): (Usage, bool)) {
+    pub(super) fn set_usage(&mut self, (usage, estimated): (Usage, bool)) {
         self.usage = Some(usage);
         self.estimated = estimated;
     }
 
     /// The usage the upstream reported (None: it reported none).
-    pub fn reported(&mut self, usage: Option<Usage>) {
+    pub(super) fn reported(&mut self, usage: Option<Usage>) {
         self.usage = usage;
     }
 
     /// The output limit sent upstream.
-    pub fn limit_sent(&mut self, limit: Option<u64>) {
+    pub(super) fn limit_sent(&mut self, limit: Option<u64>) {
         self.output_limit = limit;
     }
 
     /// The paid hosted features the attempt set running.
-    pub fn ran(&mut self, ran: Ran) {
+    pub(super) fn ran(&mut self, ran: Ran) {
         self.hosted = ran;
     }
 
     /// Keeps the answer in canonical form for the answer cache.
-    pub fn keep(&mut self, kept: Option<Box<Response>>) {
+    pub(super) fn keep(&mut self, kept: Option<Box<Response>>) {
         self.kept = kept;
     }
 
     /// The upstream refused the request with an error answer (`refused`): it did not take it.
-    pub fn refused_by_upstream(&mut self, refused: bool) {
+    pub(super) fn refused_by_upstream(&mut self, refused: bool) {
         if refused && self.reach == Reach::Taken {
             self.reach = Reach::Called;
         }
     }
 
     /// Takes the answer kept for the answer cache.
-    pub fn take_kept(&mut self) -> Option<Box<Response>> {
+    pub(super) fn take_kept(&mut self) -> Option<Box<Response>> {
         self.kept.take()
     }
 
     /// The client went away before the end.
-    pub fn client_left(&mut self) {
+    pub(super) fn client_left(&mut self) {
         self.client_closed = true;
     }
 
     /// Ends the answer with `err` before the client had an answer (its status, unless one was set): the
     /// pipeline owes the client the error.
-    pub fn failed(mut self, err: ApiError) -> Answer {
+    pub(super) fn failed(mut self, err: ApiError) -> Answer {
         self.fail(err);
         if let Ending::Failed { owed, .. } = &mut self.ending {
             *owed = true;
@@ -211,7 +211,7 @@ impl Answer {
     }
 
     /// Ends the answer with `err` (its status, unless the answer had already started).
-    pub fn fail(&mut self, err: ApiError) {
+    pub(super) fn fail(&mut self, err: ApiError) {
         let status = match self.status() {
             0 => err.status(),
             s => s,
@@ -224,7 +224,7 @@ impl Answer {
     }
 
     /// The answer ended with `err`, its status as it is (a stream that broke, an answer withheld).
-    pub fn ended_with(&mut self, err: ApiError) {
+    pub(super) fn ended_with(&mut self, err: ApiError) {
         self.ending = Ending::Failed {
             status: self.status(),
             error: err,
@@ -233,22 +233,22 @@ impl Answer {
     }
 
     /// The upstream this attempt was for.
-    pub fn upstream(&self) -> Option<&str> {
+    pub(super) fn upstream(&self) -> Option<&str> {
         self.upstream.as_deref()
     }
 
     /// The attempt reached its upstream (so the request gets a usage record).
-    pub fn called(&self) -> bool {
+    pub(super) fn called(&self) -> bool {
         self.reach != Reach::NotCalled
     }
 
     /// The upstream took the request (see [`Reach::Taken`]).
-    pub fn taken(&self) -> bool {
+    pub(super) fn taken(&self) -> bool {
         self.reach == Reach::Taken
     }
 
     /// The answer's status (0: none yet).
-    pub fn status(&self) -> u16 {
+    pub(super) fn status(&self) -> u16 {
         match &self.ending {
             Ending::Open => 0,
             Ending::Status(s) | Ending::Failed { status: s, .. } => *s,
@@ -256,7 +256,7 @@ impl Answer {
     }
 
     /// What went wrong, also when the answer had started.
-    pub fn error(&self) -> Option<&ApiError> {
+    pub(super) fn error(&self) -> Option<&ApiError> {
         match &self.ending {
             Ending::Failed { error, .. } => Some(error),
             _ => None,
@@ -268,38 +268,38 @@ impl Answer {
     }
 
     /// The error the client is owed, if the attempt ended before it had an answer.
-    pub fn owed_error(&self) -> Option<&ApiError> {
+    pub(super) fn owed_error(&self) -> Option<&ApiError> {
         self.error().filter(|_| self.owed())
     }
 
     /// The client went away before the end.
-    pub fn client_closed(&self) -> bool {
+    pub(super) fn client_closed(&self) -> bool {
         self.client_closed
     }
 
     /// The usage (None: none known).
-    pub fn usage(&self) -> Option<Usage> {
+    pub(super) fn usage(&self) -> Option<Usage> {
         self.usage
     }
 
     /// The usage was estimated from the text because the upstream reported none.
-    pub fn estimated(&self) -> bool {
+    pub(super) fn estimated(&self) -> bool {
         self.estimated
     }
 
     /// The output limit sent upstream.
-    pub fn output_limit(&self) -> Option<u64> {
+    pub(super) fn output_limit(&self) -> Option<u64> {
         self.output_limit
     }
 
     /// The paid hosted features the attempt set running.
-    pub fn hosted(&self) -> &Ran {
+    pub(super) fn hosted(&self) -> &Ran {
         &self.hosted
     }
 
     /// How the attempt ended, for the failover policy (`upstream::policy`); `cut`: the request was cut
     /// (client gone, shutdown), so it says nothing of the upstream.
-    pub fn ended(&self, cut: bool) -> Ended {
+    pub(super) fn ended(&self, cut: bool) -> Ended {
         policy::classify(Facts {
             called: self.called(),
             cut: cut || self.client_closed,
@@ -311,7 +311,7 @@ impl Answer {
 
 /// What happened to one request.
 #[derive(Debug, Default)]
-pub struct Outcome {
+pub(super) struct Outcome {
     pub asked: Asked,
     /// How it was answered: the last attempt's answer, or the gateway's own.
     pub answer: Answer,
@@ -325,17 +325,17 @@ pub struct Outcome {
 
 impl Outcome {
     /// Some attempt reached an upstream (so the request gets a usage record).
-    pub fn upstream_called(&self) -> bool {
+    pub(super) fn upstream_called(&self) -> bool {
         self.upstream_calls > 0
     }
 
     /// It was answered from the answer cache.
-    pub fn cache_hit(&self) -> bool {
+    pub(super) fn cache_hit(&self) -> bool {
         self.cache == Some(CacheUse::Hit)
     }
 
     /// The status as logs and metrics show it: the HTTP status, or `client_closed` / `shutdown`.
-    pub fn status_text(&self) -> String {
+    pub(super) fn status_text(&self) -> String {
         if self.answer.client_closed() {
             "client_closed".to_string()
         } else if self.shutdown {

@@ -21,7 +21,7 @@ use crate::secrets::{self, Redactor, TextEdit};
 use crate::upstream::http::{self as uphttp, Reply};
 use std::borrow::Cow;
 
-pub fn serve(a: &mut Attempt) -> Answer {
+pub(super) fn serve(a: &mut Attempt) -> Answer {
     let mut answer = Answer::for_upstream(&a.upstream.name);
     match forward(a, &mut answer) {
         Ok(()) => answer,

@@ -18,7 +18,7 @@ use crate::protocol::request::{Endpoint, Forward};
 use crate::protocol::{account, estimate, limits, ApiError};
 
 /// A request that passed authentication and validation, and the model it names.
-pub struct Prepared<'a> {
+pub(super) struct Prepared<'a> {
     /// The configuration the request started with (it keeps it to its end).
     pub config: &'a Config,
     pub endpoint: Endpoint,
@@ -46,33 +46,33 @@ pub struct Prepared<'a> {
 
 impl Prepared<'_> {
     /// The spend budget in force: the key's own, else its group's.
-    pub fn budget(&self) -> Option<Budget> {
+    pub(super) fn budget(&self) -> Option<Budget> {
         let group = self.config.group(&self.identity.group);
         self.identity.budget.or(group.and_then(|g| g.budget))
     }
 
     /// Whether every upstream request must carry an output limit: the key has a spending limit (a credit,
     /// or a budget of its own or its group's), so the worst case reserved must be the worst case possible.
-    pub fn must_limit(&self) -> bool {
+    pub(super) fn must_limit(&self) -> bool {
         self.identity.credit.is_some() || self.budget().is_some()
     }
 
     /// The output limit of each choice admission reserves for: the client's, or the model's
     /// `max_output_tokens`.
-    pub fn limit_per_choice(&self) -> u64 {
+    pub(super) fn limit_per_choice(&self) -> u64 {
         self.requested_output
             .unwrap_or(self.model.max_output_tokens)
     }
 
     /// The output admission reserves: the limit of each choice times the choices. No upstream request of
     /// this request asks for more (see [`Prepared::limit_for_upstream`]).
-    pub fn reserved_output(&self) -> u64 {
+    pub(super) fn reserved_output(&self) -> u64 {
         self.limit_per_choice().saturating_mul(self.choices)
     }
 
     /// The output limit (per choice) a passthrough request carries upstream: the client's own, or (keys with
     /// a spending limit) the reserved one, added when the client sent none.
-    pub fn limit_for_upstream(&self) -> Option<u64> {
+    pub(super) fn limit_for_upstream(&self) -> Option<u64> {
         if self.must_limit() {
             Some(self.limit_per_choice())
         } else {
@@ -82,14 +82,14 @@ impl Prepared<'_> {
 
     /// The most output a passthrough answer is billed for (and a stream may carry before it is cut): the
     /// limit sent upstream times the choices. None: no limit was sent.
-    pub fn output_cap(&self) -> Option<u64> {
+    pub(super) fn output_cap(&self) -> Option<u64> {
         self.limit_for_upstream()
             .map(|l| l.saturating_mul(self.choices))
     }
 
     /// The client's request decoded into the canonical request, with the output limit the gateway read (the
     /// lowest of the protocol's own fields).
-    pub fn canonical(&self) -> Result<canon::Request, ApiError> {
+    pub(super) fn canonical(&self) -> Result<canon::Request, ApiError> {
         let mut req = self
             .endpoint
             .protocol()
@@ -100,7 +100,7 @@ impl Prepared<'_> {
     }
 
     /// How the client's body goes to an upstream of its own protocol (see `request::Forward`).
-    pub fn forward<'s>(&'s self, upstream: &Upstream, stream: bool) -> Forward<'s> {
+    pub(super) fn forward<'s>(&'s self, upstream: &Upstream, stream: bool) -> Forward<'s> {
         Forward {
             model: &self.upstream_model,
             generation: !self.endpoint.counts_tokens(),
@@ -115,19 +115,19 @@ impl Prepared<'_> {
 
     /// The admission estimate of the input (also what a request its upstream worked on without reporting
     /// usage is billed).
-    pub fn input_estimate(&self) -> u64 {
+    pub(super) fn input_estimate(&self) -> u64 {
         self.asked.input_estimate
     }
 }
 
 /// A request refused before it was prepared, and who asked for what as far as it was known.
-pub struct Refused {
+pub(super) struct Refused {
     pub asked: Asked,
     pub error: ApiError,
 }
 
 /// Authenticates and validates a request to `endpoint`.
-pub fn prepare<'a>(
+pub(super) fn prepare<'a>(
     gw: &Gateway,
     config: &'a Config,
     ex: &Exchange,

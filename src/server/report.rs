@@ -14,7 +14,7 @@ use crate::pricing::Bill;
 use crate::protocol::Protocol;
 
 /// Feeds the metrics with a finished request.
-pub fn observe(gw: &Gateway, config: &Config, trace: &Trace, out: &Outcome, bill: &Bill) {
+pub(super) fn observe(gw: &Gateway, config: &Config, trace: &Trace, out: &Outcome, bill: &Bill) {
     if trace.streaming.replace(false) {
         trace.server.streams.fetch_sub(1, Ordering::Relaxed);
     }
@@ -57,7 +57,7 @@ pub fn observe(gw: &Gateway, config: &Config, trace: &Trace, out: &Outcome, bill
 }
 
 /// Writes the request's log line.
-pub fn log_line(ex: &Exchange, trace: &Trace, out: &Outcome) {
+pub(super) fn log_line(ex: &Exchange, trace: &Trace, out: &Outcome) {
     let line = LogLine {
         request_id: &trace.request_id,
         client_request_id: trace.client_request_id.as_deref(),
@@ -69,7 +69,7 @@ pub fn log_line(ex: &Exchange, trace: &Trace, out: &Outcome) {
 }
 
 /// What a request log line says besides its outcome.
-pub struct LogLine<'a> {
+pub(super) struct LogLine<'a> {
     pub request_id: &'a str,
     pub client_request_id: Option<&'a str>,
     pub protocol: Protocol,
@@ -83,7 +83,7 @@ fn field(v: Option<&str>) -> Cow<'_, str> {
 }
 
 /// Writes a request log line (also for requests answered from their head, which have no trace).
-pub fn write_line(l: &LogLine, out: &Outcome) {
+pub(super) fn write_line(l: &LogLine, out: &Outcome) {
     let answer = &out.answer;
     let level = if answer.error().is_some() && answer.status() >= 500 {
         log::Level::Warn

@@ -16,7 +16,7 @@ use crate::protocol::request::Endpoint;
 use crate::protocol::{ApiError, Protocol, ALL};
 
 /// Handles one exchange from start to finish.
-pub fn route(gw: &Gateway, ex: &mut Exchange) {
+pub(super) fn route(gw: &Gateway, ex: &mut Exchange) {
     let method = ex.request.method.clone();
     let path = ex.request.path.clone();
     if let Some(endpoint) = Endpoint::from_path(&path) {
@@ -123,7 +123,7 @@ fn method_not_allowed(path: &str, method: &str, allowed: &str) -> ApiError {
 /// admin API's takes none, and a body is read only for a caller who may send one. Its answer is the one the
 /// path gives the head alone when that is an error (401, 404, 405); otherwise 400. `None`: the body may be
 /// read. (Called by the head screen, `screen.rs`, before anything of the body is read or reserved.)
-pub fn refuse_body(
+pub(super) fn refuse_body(
     gw: &Gateway,
     req: &HttpRequest,
     peer: IpAddr,
@@ -206,7 +206,7 @@ fn readiness(gw: &Gateway) -> (bool, serde_json::Value) {
 }
 
 /// 404 with a hint for the classic base-URL mistakes.
-pub fn not_found(path: &str) -> ApiError {
+pub(super) fn not_found(path: &str) -> ApiError {
     let msg = match path_hint(path) {
         Some(h) => format!("Unknown path `{path}`. {h}"),
         None => format!(

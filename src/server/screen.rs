@@ -19,7 +19,7 @@ use crate::protocol::request::Endpoint;
 use crate::protocol::{ApiError, Protocol};
 
 /// The screen the HTTP layer calls with every request head.
-pub fn screen(gw: Arc<Gateway>) -> Arc<http::Screen> {
+pub(super) fn screen(gw: Arc<Gateway>) -> Arc<http::Screen> {
     Arc::new(move |head: &Incoming| {
         let req = head.request;
         let protocol = match Endpoint::from_path(&req.path) {

@@ -31,7 +31,10 @@ impl fmt::Display for ThreadError {
 impl std::error::Error for ThreadError {}
 
 /// Starts a thread of the gateway (logging where the gateway logs).
-pub fn spawn(name: &'static str, f: impl FnOnce() + Send + 'static) -> Result<(), ThreadError> {
+pub(super) fn spawn(
+    name: &'static str,
+    f: impl FnOnce() + Send + 'static,
+) -> Result<(), ThreadError> {
     crate::logging::thread(std::thread::Builder::new().name(name.into()), f)
         .map(drop)
         .map_err(|error| ThreadError::Spawn { name, error })

@@ -21,7 +21,7 @@ struct Translated {
     dropped: String,
 }
 
-pub fn serve(a: &mut Attempt) -> Answer {
+pub(super) fn serve(a: &mut Attempt) -> Answer {
     let mut answer = Answer::for_upstream(&a.upstream.name);
     match relay(a, &mut answer) {
         Ok(()) => answer,

@@ -6,7 +6,7 @@ use crate::budget::Period;
 use crate::money::Money;
 
 /// The field of a budget period's spend in `per:K`: `d`, `w` or `m` and the period's start.
-pub fn period_field(period: Period, now: u64) -> String {
+pub(super) fn period_field(period: Period, now: u64) -> String {
     format!("{}{}", period.letter(), period.start_of(now))
 }
 

@@ -44,7 +44,7 @@ pub(super) struct CallBatch<J, R> {
 
 /// Test hook: with `TOLLGATE_TEST_ADMIT_PAUSE_MS=N`, the worker that leads a round trip of admissions waits
 /// N ms before it takes those waiting, so that calls asked at the same moment surely share it.
-pub const PAUSE_ENV: &str = "TOLLGATE_TEST_ADMIT_PAUSE_MS";
+pub(super) const PAUSE_ENV: &str = "TOLLGATE_TEST_ADMIT_PAUSE_MS";
 
 impl<J, R> CallBatch<J, R> {
     pub(super) fn new() -> Self {

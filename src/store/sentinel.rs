@@ -27,7 +27,7 @@ use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionI
 use super::SetupError;
 use crate::config::store::{host_port, StoreSettings};
 use crate::util::lock;
-pub use survey::{survey, Survey};
+pub(crate) use survey::survey;
 
 mod survey;
 
@@ -405,7 +405,7 @@ impl Follower {
 
 /// No primary found within the store's deadline: the sentinels named none that answers.
 #[derive(Debug, Clone)]
-pub struct NoPrimary {
+pub(crate) struct NoPrimary {
     pub master_name: String,
     /// What the last lookup ran into (None: no sentinel answered).
     pub last_error: Option<String>,

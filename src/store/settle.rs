@@ -16,11 +16,11 @@ use crate::money::Money;
 use crate::util::lock;
 
 /// How long a settlement may wait for the next admission of its key before the settler thread sends it.
-pub const SETTLE_AFTER: Duration = Duration::from_millis(2);
+pub(super) const SETTLE_AFTER: Duration = Duration::from_millis(2);
 
 /// Test hook: with `TOLLGATE_TEST_SETTLE_AFTER_MS=N`, the settler thread waits N ms instead of
 /// `SETTLE_AFTER` (a record then ships before its request's settlement, on a strict ledger).
-pub const SETTLE_AFTER_ENV: &str = "TOLLGATE_TEST_SETTLE_AFTER_MS";
+pub(super) const SETTLE_AFTER_ENV: &str = "TOLLGATE_TEST_SETTLE_AFTER_MS";
 
 fn settle_after() -> Duration {
     static AFTER: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();

@@ -41,7 +41,7 @@ pub(super) const READ_MAX: usize = 4 << 20;
 /// Test hook: with `TOLLGATE_TEST_SHIP_LOSE_REPLIES=N`, the answers of the first N shipping calls that
 /// applied and shipped a record naming its allotment are taken as lost (the connection broke after the
 /// call reached Redis): the shipper tries again.
-pub const SHIP_LOSE_ENV: &str = "TOLLGATE_TEST_SHIP_LOSE_REPLIES";
+pub(crate) const SHIP_LOSE_ENV: &str = "TOLLGATE_TEST_SHIP_LOSE_REPLIES";
 
 fn lose_a_reply_for_a_test(batch: &[ShipLine]) -> bool {
     if !batch.iter().any(|it| it.drawn_key.is_some()) {
@@ -78,11 +78,6 @@ pub(super) struct Unsure {
 pub struct Cursor {
     pub offset: u64,
     pub fingerprint: String,
-}
-
-/// The fingerprint of a ledger file: the start of the SHA-256 of its first line ("" while it is empty).
-pub fn fingerprint(first_line: &[u8]) -> String {
-    crate::ledger::fingerprint(first_line)
 }
 
 /// One line of the ledger, ready to ship: the keys of its account (none for a line without a key) and its
@@ -508,8 +503,9 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::ledger::fingerprint;
 
+    /// The fingerprint a shipped file is known by.
     #[test]
     fn fingerprints() {
         assert_eq!(fingerprint(b""), "");

@@ -18,7 +18,7 @@ const RESOLVE_TRIES: usize = 8;
 /// Test hook: with `TOLLGATE_TEST_SHIP_PAUSE_MS=N`, a shipper that is not the shipper thread (the catch-up
 /// of a usage query or a shutdown) waits N ms between reading the cursor and setting it: the moment in which
 /// the shipper thread may move it.
-pub const SHIP_PAUSE_ENV: &str = "TOLLGATE_TEST_SHIP_PAUSE_MS";
+pub(crate) const SHIP_PAUSE_ENV: &str = "TOLLGATE_TEST_SHIP_PAUSE_MS";
 
 fn pause_for_a_test() {
     let Some(ms) = std::env::var(SHIP_PAUSE_ENV)
@@ -51,7 +51,7 @@ struct Open {
 }
 
 /// Ships one ledger's files for one instance, a step at a time.
-pub struct Shipper {
+pub(crate) struct Shipper {
     instance: String,
     pos: Option<Pos>,
     /// Fingerprints of files by seq (a file's first line never changes).
@@ -74,7 +74,7 @@ fn io_error(e: std::io::Error) -> StoreError {
 }
 
 impl Shipper {
-    pub fn new(instance: &str) -> Shipper {
+    pub(crate) fn new(instance: &str) -> Shipper {
         Shipper {
             instance: instance.to_string(),
             pos: None,
@@ -92,7 +92,7 @@ impl Shipper {
     /// point are dropped (shipped from the file already). None: they do not continue it (not yet resolved
     /// from the cursor, a rotation to move past, lines the feed left out): the file is read instead
     /// (`step`), and the lines it covers are dropped at the next call. Some(false): nothing to ship.
-    pub fn ship_fed(
+    pub(crate) fn ship_fed(
         &mut self,
         store: &Store,
         ledger: &crate::ledger::Ledger,
@@ -148,13 +148,13 @@ impl Shipper {
     }
 
     /// Forgets the position: the next step reads the cursor again.
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.pos = None;
         self.open = None;
     }
 
     /// Every file before this seq is shipped.
-    pub fn shipped_before(&self) -> u64 {
+    pub(crate) fn shipped_before(&self) -> u64 {
         match self.pos {
             Some(Pos::File { seq, .. }) => seq,
             Some(Pos::Retired { through, .. }) => through + 1,
@@ -188,7 +188,7 @@ impl Shipper {
 
     /// One step: finds the position (from the store's cursor) if needed, then ships what follows it, or
     /// moves to the next file at the end of a rotated one. Ok(false): nothing to ship now.
-    pub fn step(&mut self, store: &Store, h: &History) -> Result<bool, StoreError> {
+    pub(crate) fn step(&mut self, store: &Store, h: &History) -> Result<bool, StoreError> {
         let pos = match self.pos.clone() {
             Some(p) => p,
             None => {
@@ -446,7 +446,7 @@ impl Shipper {
 }
 
 /// Ships what is left of `ledger` now, retrying until everything synced is shipped or `within` has passed.
-pub fn catch_up(
+pub(crate) fn catch_up(
     store: &Store,
     ledger: &crate::ledger::Ledger,
     within: Duration,
@@ -477,7 +477,7 @@ pub fn catch_up(
 
 /// Follows `ledger` and ships what it syncs, until the store is told to stop shipping. Runs on its own
 /// thread; tells the ledger which files are shipped (compression and retention wait for that).
-pub fn follow(store: Arc<Store>, ledger: &crate::ledger::Ledger) {
+pub(crate) fn follow(store: Arc<Store>, ledger: &crate::ledger::Ledger) {
     let wake = ledger.follow();
     let mut sh = Shipper::new(store.instance());
     let mut failing = false;
@@ -547,7 +547,7 @@ pub fn follow(store: Arc<Store>, ledger: &crate::ledger::Ledger) {
 /// Ships a whole ledger (what retired files held, then every file in order) for `instance` from nothing
 /// (`store rebuild`, after every cursor was deleted). Returns how many records; an error when the cursor
 /// moves under it (an instance of that name running and shipping too).
-pub fn ship_all(store: &Store, instance: &str, h: &History) -> Result<u64, StoreError> {
+pub(crate) fn ship_all(store: &Store, instance: &str, h: &History) -> Result<u64, StoreError> {
     let mut sh = Shipper::new(instance);
     while sh.step(store, h)? {
         if sh.moved > 0 {

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 /// How an attempt on an upstream went, as far as its health is concerned.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HealthVerdict {
+pub(crate) enum HealthVerdict {
     /// It answered (any 2xx, or a client error such as 400): alive and well.
     Success,
     /// It answered 4xx for the request's own reasons (bad request, rate limit): alive; says nothing about
@@ -76,7 +76,7 @@ impl Default for State {
 
 /// Where an upstream stands when a request plans its attempts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BreakerStanding {
+pub(crate) enum BreakerStanding {
     /// Closed, or its cool-down is over (a probe may be due).
     Ready,
     /// Ejected for errors: tried after the ready ones only.
@@ -87,7 +87,7 @@ pub enum BreakerStanding {
 
 /// Whether an upstream may be tried now, asked just before trying it.
 #[derive(Debug)]
-pub enum Admit<'a> {
+pub(crate) enum Admit<'a> {
     Yes(Ticket<'a>),
     /// Open, or another request is probing it: skip it for about this long.
     No(Duration),
@@ -96,7 +96,7 @@ pub enum Admit<'a> {
 /// The right to try one upstream once. Report the outcome with [`Breakers::report`]; dropped unreported
 /// (the request ended before the attempt said anything), a probe it carries is given back.
 #[derive(Debug)]
-pub struct Ticket<'a> {
+pub(crate) struct Ticket<'a> {
     upstream: String,
     probe: bool,
     reported: bool,
@@ -105,7 +105,8 @@ pub struct Ticket<'a> {
 
 impl Ticket<'_> {
     /// Whether this attempt is the probe of an upstream whose cool-down just ended.
-    pub fn is_probe(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_probe(&self) -> bool {
         self.probe
     }
 }
@@ -120,7 +121,7 @@ impl Drop for Ticket<'_> {
 
 /// A snapshot of one breaker, for `/metrics`, `GET /admin/models` and the console.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct View {
+pub(crate) struct View {
     /// `closed`, `open`, `probing` or `ejected`.
     pub state: &'static str,
     /// Unix ms until which it is skipped (open or ejected).
@@ -133,13 +134,13 @@ pub struct View {
 
 /// Thresholds of one upstream.
 #[derive(Debug, Clone, Copy)]
-pub struct Policy {
+pub(crate) struct Policy {
     pub failures: u32,
     pub cooldown: Duration,
 }
 
 #[derive(Debug)]
-pub struct Breakers {
+pub(crate) struct Breakers {
     states: Mutex<HashMap<String, State>>,
     /// An instant before any other this breaker set sees (a released probe's "cool-down over").
     epoch: Instant,
@@ -164,7 +165,7 @@ impl Breakers {
     }
 
     /// Where `upstream` stands now (no state changes).
-    pub fn standing(&self, upstream: &str) -> BreakerStanding {
+    pub(crate) fn standing(&self, upstream: &str) -> BreakerStanding {
         self.standing_at(upstream, Instant::now())
     }
 
@@ -185,7 +186,7 @@ impl Breakers {
 
     /// Asks to try `upstream` now. After an open breaker's cool-down the first caller gets the probe; others
     /// are told to wait until its result is in.
-    pub fn admit(&self, upstream: &str) -> Admit<'_> {
+    pub(crate) fn admit(&self, upstream: &str) -> Admit<'_> {
         self.admit_at(upstream, Instant::now())
     }
 
@@ -222,7 +223,7 @@ impl Breakers {
     }
 
     /// Records how an attempt went.
-    pub fn report(&self, ticket: Ticket<'_>, verdict: HealthVerdict, policy: Policy) {
+    pub(crate) fn report(&self, ticket: Ticket<'_>, verdict: HealthVerdict, policy: Policy) {
         self.report_at(ticket, verdict, policy, Instant::now())
     }
 
@@ -321,7 +322,7 @@ impl Breakers {
     }
 
     /// The breaker of `upstream` as the operator sees it.
-    pub fn view(&self, upstream: &str) -> View {
+    pub(crate) fn view(&self, upstream: &str) -> View {
         let states = self.lock();
         let Some(st) = states.get(upstream) else {
             return View {

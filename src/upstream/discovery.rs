@@ -14,15 +14,12 @@ use serde_json::Value;
 use crate::config::{Config, Model, Route, Upstream, UpstreamKind};
 use crate::protocol::LOCAL;
 
-/// The well-known local addresses, in probe order (the default of `[discovery] probe`, so the config's).
-pub use crate::config::WELL_KNOWN;
-
 /// How long one probe may take: short, and in a background thread, so it never delays the start.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(800);
 
 /// What one server said the last time it was asked.
 #[derive(Debug, Clone, PartialEq)]
-pub struct LocalServer {
+pub(crate) struct LocalServer {
     pub base_url: String,
     pub models: Vec<String>,
     /// It answered the last probe.
@@ -33,7 +30,7 @@ pub struct LocalServer {
 
 /// Asks one server for its models: the list of the protocol local servers speak (`protocol::LOCAL`), else
 /// Ollama's tags.
-pub fn probe(agent: &ureq::Agent, base_url: &str) -> Result<Vec<String>, ProbeError> {
+pub(crate) fn probe(agent: &ureq::Agent, base_url: &str) -> Result<Vec<String>, ProbeError> {
     let get = |url: &str| -> Result<Value, ProbeError> {
         let mut resp = agent
             .get(url)
@@ -80,7 +77,7 @@ pub fn probe(agent: &ureq::Agent, base_url: &str) -> Result<Vec<String>, ProbeEr
 
 /// Why a server gave no model list.
 #[derive(Debug)]
-pub enum ProbeError {
+pub(crate) enum ProbeError {
     /// No answer (refused, unreachable, past the probe's timeout).
     Call(ureq::Error),
     /// An answer with another status than 200.
@@ -107,7 +104,7 @@ impl std::fmt::Display for ProbeError {
 impl std::error::Error for ProbeError {}
 
 /// The upstream's name for a discovered server: `local@127.0.0.1:11434`.
-pub fn upstream_name(base_url: &str) -> String {
+pub(crate) fn upstream_name(base_url: &str) -> String {
     let host = base_url
         .split_once("://")
         .map_or(base_url, |(_, rest)| rest.split('/').next().unwrap_or(rest));
@@ -117,7 +114,7 @@ pub fn upstream_name(base_url: &str) -> String {
 /// Whether a listed model id can be served under its own name: not empty, no whitespace or control
 /// characters, and no `*` or `?` (a discovered server is never a catch-all: such ids are skipped, not taken
 /// literally, since no client name could be told apart from a pattern).
-pub fn servable(id: &str) -> bool {
+pub(crate) fn servable(id: &str) -> bool {
     !id.is_empty()
         && !crate::config::names::is_pattern(id)
         && !id.chars().any(|c| c.is_whitespace() || c.is_control())
@@ -127,7 +124,7 @@ pub fn servable(id: &str) -> bool {
 /// entry serves (its name, an alias or a pattern matching it) is served as `id@host:port`, or not at all
 /// when a configured pattern matches that too; so does a second server's copy of an id. The lookup itself
 /// (`config::names`) asks discovered models last, by exact name only.
-pub fn apply(config: &Config, servers: &[LocalServer]) -> Config {
+pub(crate) fn apply(config: &Config, servers: &[LocalServer]) -> Config {
     let mut c = config.clone();
     let template = Config::embedded().models[0].clone();
     for s in servers.iter().filter(|s| !s.models.is_empty()) {
@@ -180,7 +177,7 @@ pub fn apply(config: &Config, servers: &[LocalServer]) -> Config {
 }
 
 /// The base URLs to probe: `TOLLGATE_DISCOVER` (comma-separated; `off`: none) or the configured list.
-pub fn probe_list(configured: &[String]) -> Vec<String> {
+pub(crate) fn probe_list(configured: &[String]) -> Vec<String> {
     match std::env::var("TOLLGATE_DISCOVER") {
         Ok(v) if v.trim() == "off" => Vec::new(),
         Ok(v) if !v.trim().is_empty() => v

@@ -12,14 +12,14 @@ use crate::protocol::estimate::tokens as estimate_tokens;
 use crate::util::{new_id, unix_now};
 
 /// The answer to a request, as the sequence of stream events and as the complete response they add up to.
-pub struct MockReply {
+pub(crate) struct MockReply {
     /// Without the leading `Start` (the driver emits it first with the same id).
     pub events: Vec<StreamEvent>,
     pub response: Response,
 }
 
 /// The text the mock answers to a user message.
-pub fn answer_text(user_text: &str) -> String {
+pub(crate) fn answer_text(user_text: &str) -> String {
     let said: String = user_text.trim().chars().take(200).collect();
     if said.is_empty() {
         "Hello! This is tollgate's built-in mock model.".to_string()
@@ -29,7 +29,7 @@ pub fn answer_text(user_text: &str) -> String {
 }
 
 /// Builds the mock's answer to `req`, naming itself `model`.
-pub fn reply(req: &Request, model: &str) -> MockReply {
+pub(crate) fn reply(req: &Request, model: &str) -> MockReply {
     let id = new_id("mock_");
     let input_tokens = estimate_tokens(&req.all_text());
     let mut said = Said {
@@ -204,7 +204,7 @@ fn split_deltas(text: &str) -> Vec<&str> {
 }
 
 /// A value that satisfies a (simple) JSON Schema: the first enum value, placeholder scalars, every property.
-pub fn example_for_schema(schema: &Value) -> Value {
+pub(crate) fn example_for_schema(schema: &Value) -> Value {
     if let Some(first) = schema
         .get("enum")
         .and_then(Value::as_array)

@@ -13,7 +13,7 @@ use crate::protocol::{ApiError, Origin};
 
 /// How an attempt at an upstream ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ended {
+pub(crate) enum Ended {
     /// It answered, and the answer completed.
     Answered,
     /// The client left or shutdown cut it: nothing is learnt.
@@ -37,7 +37,7 @@ pub enum Ended {
 
 /// What the breaker is told.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Health {
+pub(crate) enum Health {
     /// It answered.
     Success,
     /// It answered, with an error that says nothing of its health.
@@ -52,7 +52,7 @@ pub enum Health {
 
 /// What an ending means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rule {
+pub(crate) struct Rule {
     /// Another upstream may not fail the same way: the request moves on to the next one (if there is one
     /// and nothing reached the client yet).
     pub move_on: bool,
@@ -65,7 +65,7 @@ pub struct Rule {
 }
 
 /// The table.
-pub fn rule(ended: Ended) -> Rule {
+pub(crate) fn rule(ended: Ended) -> Rule {
     use Health::*;
     // Each row: (move on, cools, what the breaker is told, a failure of the upstream's).
     let (move_on, cools, health, failure) = match ended {
@@ -90,7 +90,7 @@ pub fn rule(ended: Ended) -> Rule {
 
 /// What is known of an attempt when it ends.
 #[derive(Debug, Clone, Copy)]
-pub struct Facts<'a> {
+pub(crate) struct Facts<'a> {
     /// It reached its upstream (a request was sent, or the built-in model had it).
     pub called: bool,
     /// The client went away, or the request was cut (client gone, shutdown).
@@ -101,7 +101,7 @@ pub struct Facts<'a> {
 }
 
 /// How an attempt ended, from what is known of it.
-pub fn classify(f: Facts) -> Ended {
+pub(crate) fn classify(f: Facts) -> Ended {
     if f.cut {
         return Ended::Cut;
     }
@@ -128,7 +128,7 @@ pub fn classify(f: Facts) -> Ended {
 }
 
 /// What the breaker is told of an attempt that ended so (with its error).
-pub fn verdict(ended: Ended, error: Option<&ApiError>) -> HealthVerdict {
+pub(crate) fn verdict(ended: Ended, error: Option<&ApiError>) -> HealthVerdict {
     let why = || error.map(|e| e.message().to_string()).unwrap_or_default();
     match rule(ended).health {
         Health::Success => HealthVerdict::Success,
@@ -140,23 +140,23 @@ pub fn verdict(ended: Ended, error: Option<&ApiError>) -> HealthVerdict {
 }
 
 /// The cool-down of a 429 that named no `retry-after`.
-pub const DEFAULT_COOL_DOWN: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_COOL_DOWN: Duration = Duration::from_secs(5);
 
 /// How long an upstream that answered `error` (a 429) gets no new request: its `retry-after`, or
 /// [`DEFAULT_COOL_DOWN`].
-pub fn cool_down(error: &ApiError) -> Duration {
+pub(crate) fn cool_down(error: &ApiError) -> Duration {
     error
         .retry_after()
         .map_or(DEFAULT_COOL_DOWN, Duration::from_secs)
 }
 
 /// Sends after the first that failed on a pooled connection the upstream had closed while it sat idle.
-pub const STALE_RETRIES: u32 = 3;
+pub(crate) const STALE_RETRIES: u32 = 3;
 
 /// Whether a call that failed with `e` is sent again (`tries`: sends again so far; `safe`: nothing of the
 /// answer came back, so the upstream cannot have taken it, `tap::Attempt::safe_to_retry`): only a stale
 /// pooled connection, never after a timeout, never when a new connection failed.
-pub fn resend_stale(tries: u32, e: &ureq::Error, safe: bool) -> bool {
+pub(crate) fn resend_stale(tries: u32, e: &ureq::Error, safe: bool) -> bool {
     let fresh_failure = matches!(
         e,
         ureq::Error::Timeout(_) | ureq::Error::ConnectionFailed | ureq::Error::HostNotFound

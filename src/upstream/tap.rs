@@ -36,7 +36,7 @@ use ureq::unversioned::transport::{
 const SLICE: Duration = Duration::from_millis(250);
 
 /// The cancel flag of one request.
-pub struct UpstreamSlot {
+pub(crate) struct UpstreamSlot {
     cancelled: AtomicBool,
     /// Cancelled because the client left (not at the shutdown deadline): the upstream's answer may still be
     /// read for [`UpstreamSlot::drain`] from then on.
@@ -62,13 +62,13 @@ impl Default for UpstreamSlot {
 
 impl UpstreamSlot {
     /// Asks the thread serving this request to stop waiting on its upstream, at once.
-    pub fn cancel(&self) {
+    pub(crate) fn cancel(&self) {
         self.cancelled.store(true, Ordering::SeqCst);
     }
 
     /// The request's client left: the thread stops waiting on its upstream once the drain time allowed
     /// (if any) has passed, so what the upstream did can still be read to its usage report.
-    pub fn client_left(&self) {
+    pub(crate) fn client_left(&self) {
         let now = self.made.elapsed().as_millis() as u64;
         if !self.left.swap(true, Ordering::SeqCst) {
             self.left_at_ms.store(now, Ordering::SeqCst);
@@ -76,12 +76,12 @@ impl UpstreamSlot {
     }
 
     /// Lets the upstream's answer be read for up to `grace` after the client leaves.
-    pub fn drain(&self, grace: Duration) {
+    pub(crate) fn drain(&self, grace: Duration) {
         self.drain_ms
             .store(grace.as_millis() as u64, Ordering::SeqCst);
     }
 
-    pub fn is_cancelled(&self) -> bool {
+    pub(crate) fn is_cancelled(&self) -> bool {
         if self.cancelled.load(Ordering::SeqCst) {
             return true;
         }
@@ -96,7 +96,7 @@ impl UpstreamSlot {
 
 /// Lets the request this thread serves read its upstream's answer for up to `grace` after its client
 /// leaves (see [`UpstreamSlot::drain`]).
-pub fn drain_after_client_leaves(grace: Duration) {
+pub(crate) fn drain_after_client_leaves(grace: Duration) {
     if let Some(slot) = bound() {
         slot.drain(grace);
     }
@@ -113,7 +113,7 @@ thread_local! {
 /// it the caller can tell a call the upstream cannot have taken (a reused connection closed before any byte
 /// of the answer, or a failed write) from one it may have.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CallAttempt {
+pub(crate) struct CallAttempt {
     pub connects: u32,
     pub sent: bool,
     pub input: bool,
@@ -134,18 +134,18 @@ impl CallAttempt {
     /// new connection was tried) ended before any byte of the answer. Never a call given up because its
     /// request was cancelled: that one was sent, and sending it again would only give the upstream the
     /// same work twice.
-    pub fn safe_to_retry(self) -> bool {
+    pub(crate) fn safe_to_retry(self) -> bool {
         !self.cancelled && (self.write_failed || (self.connects == 0 && !self.input))
     }
 }
 
 /// Starts recording a new upstream call on this thread.
-pub fn begin_attempt() {
+pub(crate) fn begin_attempt() {
     ATTEMPT.with(|a| a.set(CallAttempt::NEW));
 }
 
 /// What the current upstream call on this thread did so far.
-pub fn attempt() -> CallAttempt {
+pub(crate) fn attempt() -> CallAttempt {
     ATTEMPT.with(|a| a.get())
 }
 
@@ -158,7 +158,7 @@ fn note(f: impl FnOnce(&mut CallAttempt)) {
 }
 
 /// Binds (or, with `None`, unbinds) the request this thread is serving.
-pub fn bind(slot: Option<Arc<UpstreamSlot>>) {
+pub(crate) fn bind(slot: Option<Arc<UpstreamSlot>>) {
     BOUND.with(|b| *b.borrow_mut() = slot);
 }
 
@@ -169,7 +169,7 @@ fn bound() -> Option<Arc<UpstreamSlot>> {
 /// The TCP connector: direct connections get a [`TcpTap`]; a connection made earlier in the chain (through
 /// a CONNECT proxy) is wrapped in a [`Tapped`]. Both wait for input in cancellable slices.
 #[derive(Debug, Default)]
-pub struct TapConnector;
+pub(crate) struct TapConnector;
 
 impl<In: Transport> Connector<In> for TapConnector {
     type Out = Either<In, Either<Tapped, TcpTap>>;
@@ -245,7 +245,7 @@ fn connect_any(details: &ConnectionDetails) -> Result<TcpStream, ureq::Error> {
 }
 
 /// A direct TCP connection to an upstream.
-pub struct TcpTap {
+pub(crate) struct TcpTap {
     stream: TcpStream,
     buffers: LazyBuffers,
     /// The socket's current timeouts, so they are set only when they change.
@@ -419,7 +419,7 @@ fn client_went_away() -> ureq::Error {
 
 /// A transport made earlier in the chain (a CONNECT proxy's tunnel), whose waits for input give up when the
 /// bound request is cancelled.
-pub struct Tapped {
+pub(crate) struct Tapped {
     inner: Box<dyn Transport>,
 }
 

@@ -3,4 +3,4 @@
 //! `start_command`.
 #![allow(unused_imports)]
 
-pub use tollgate_harness::*;
+pub(crate) use tollgate_harness::*;

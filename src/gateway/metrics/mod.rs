@@ -75,7 +75,7 @@ impl Histogram {
 }
 
 /// One finished request, as the metrics see it.
-pub struct Observation<'a> {
+pub(crate) struct Observation<'a> {
     pub protocol: &'a str,
     pub model: &'a str,
     pub status: &'a str,
@@ -116,7 +116,7 @@ struct ModelCounters {
     tiers: Vec<(u64, u64)>,
 }
 
-pub struct Metrics {
+pub(crate) struct Metrics {
     models: Mutex<BTreeMap<String, ModelCounters>>,
     upstream_errors: Mutex<BTreeMap<String, u64>>,
     duration: Histogram,
@@ -160,7 +160,7 @@ fn label(v: &str) -> String {
 }
 
 impl Metrics {
-    pub fn observe(&self, o: &Observation) {
+    pub(crate) fn observe(&self, o: &Observation) {
         if let Ok(mut m) = self.models.lock() {
             if !m.contains_key(o.model) {
                 m.insert(o.model.to_string(), ModelCounters::default());
@@ -204,14 +204,14 @@ impl Metrics {
     }
 
     /// Counts a failed attempt at `upstream` (every attempt, also those failover moved on from).
-    pub fn upstream_failed(&self, upstream: &str) {
+    pub(crate) fn upstream_failed(&self, upstream: &str) {
         if let Ok(mut m) = self.upstream_errors.lock() {
             *m.entry(upstream.to_string()).or_default() += 1;
         }
     }
 
     /// Counts a request refused for a missing or invalid key, at `now` (Unix seconds).
-    pub fn unauthorized(&self, now: u64) {
+    pub(crate) fn unauthorized(&self, now: u64) {
         self.unauthorized_total.fetch_add(1, Ordering::Relaxed);
         let minute = now / 60;
         if let Ok(mut m) = self.unauthorized_minutes.lock() {
@@ -224,7 +224,7 @@ impl Metrics {
     }
 
     /// Requests refused for a missing or invalid key in the hour up to `now` (Unix seconds).
-    pub fn unauthorized_last_hour(&self, now: u64) -> u64 {
+    pub(crate) fn unauthorized_last_hour(&self, now: u64) -> u64 {
         let minute = now / 60;
         match self.unauthorized_minutes.lock() {
             Ok(m) => m
@@ -237,12 +237,12 @@ impl Metrics {
     }
 
     /// Adds one to a counter of these metrics.
-    pub fn count(&self, counter: &AtomicU64) {
+    pub(crate) fn count(&self, counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The text exposition. `gauges` are (name, help, value) read at the moment of the scrape.
-    pub fn render(
+    pub(crate) fn render(
         &self,
         gauges: &[(&str, &str, f64)],
         rejected_overload: u64,

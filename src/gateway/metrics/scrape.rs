@@ -10,7 +10,7 @@ use crate::gateway::Gateway;
 /// The whole `/metrics` text: the counters and histograms, and gauges read at the moment of the scrape
 /// (queue, connections, buffered request bodies, workers, the usage ledger's backlog, each configured upstream's breaker),
 /// and the answer cache's counts.
-pub fn scrape(gw: &Gateway) -> String {
+pub(crate) fn scrape(gw: &Gateway) -> String {
     let config = gw.config();
     let mut gauges = vec![
         (

@@ -42,7 +42,7 @@ const MESSAGE: C = C::Either(&[
 /// The fields `decode_request` carries into the canonical request, and those that only frame the answer
 /// (`n` above 1 is never cached). A message's `name`, an image's `detail`, custom tools, `allowed_tools` are
 /// not carried: a body holding them is keyed on them as sent.
-pub static CARRIED: &[(&str, C)] = &[
+pub(super) static CARRIED: &[(&str, C)] = &[
     ("model", C::Frame),
     ("stream", C::Frame),
     ("stream_options", C::Frame),

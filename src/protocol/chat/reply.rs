@@ -11,7 +11,7 @@ use crate::protocol::{ApiError, StreamEncoder};
 use super::Chat;
 
 /// Chat's `finish_reason` for a stop reason.
-pub fn finish_reason(stop: &StopReason) -> &'static str {
+pub(super) fn finish_reason(stop: &StopReason) -> &'static str {
     match stop {
         StopReason::EndTurn | StopReason::StopSequence(_) | StopReason::Other(_) => "stop",
         StopReason::MaxTokens => "length",
@@ -22,7 +22,7 @@ pub fn finish_reason(stop: &StopReason) -> &'static str {
 
 /// The usage object of a response or final chunk: `prompt_tokens` counts all input, cache reads and
 /// writes included; `cached_tokens` the reads, `cache_write_tokens` (only when there were any) the writes.
-pub fn usage_json(u: &Usage) -> Value {
+pub(super) fn usage_json(u: &Usage) -> Value {
     let mut prompt = json!({"cached_tokens": u.cached_input_tokens, "audio_tokens": 0});
     if u.cache_write_tokens > 0 {
         prompt["cache_write_tokens"] = json!(u.cache_write_tokens);
@@ -122,7 +122,7 @@ impl ReplyCodec for Chat {
 
 /// Re-emits canonical events as `chat.completion.chunk`s: `role` once, tool-call `index` on every delta,
 /// the finish chunk, then usage on its own final chunk (only if the client asked), then `[DONE]`.
-pub struct ChatStreamEncoder {
+pub(super) struct ChatStreamEncoder {
     include_usage: bool,
     id: String,
     model: String,
@@ -138,12 +138,12 @@ pub struct ChatStreamEncoder {
 
 impl ChatStreamEncoder {
     /// Sets the request id error events carry.
-    pub fn with_request_id(mut self, id: String) -> Self {
+    pub(super) fn with_request_id(mut self, id: String) -> Self {
         self.request_id = id;
         self
     }
 
-    pub fn new(include_usage: bool) -> Self {
+    pub(super) fn new(include_usage: bool) -> Self {
         ChatStreamEncoder {
             include_usage,
             id: String::new(),

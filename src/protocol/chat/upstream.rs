@@ -218,7 +218,7 @@ fn encode_message(m: &Message, out: &mut Vec<Value>) {
 /// Canonical stop reason for a `finish_reason`. What compatible servers say besides OpenAI's own (TGI's
 /// `eos_token` and `stop_sequence`) is read as such; anything else (`error`, `abort`, …) is no natural end,
 /// and kept as it came (such an answer is never stored in the answer cache).
-pub fn stop_from_finish(reason: &str) -> StopReason {
+pub(super) fn stop_from_finish(reason: &str) -> StopReason {
     match reason {
         "stop" | "eos_token" | "eos" => StopReason::EndTurn,
         "stop_sequence" => StopReason::StopSequence(None),
@@ -243,7 +243,7 @@ fn content_text(v: &Value) -> String {
 
 /// Decodes a chunk stream: content, reasoning and tool-call deltas, the finish reason, the usage chunk.
 #[derive(Default)]
-pub struct ChatStreamDecoder {
+pub(super) struct ChatStreamDecoder {
     /// Per upstream tool-call index: the canonical index and the call's id.
     calls: Vec<(u64, usize, String)>,
     next_call: usize,

@@ -17,7 +17,7 @@ type Obj = Map<String, Value>;
 
 /// The hosted tools of a Gemini `Tool` object (every key but `functionDeclarations`), as a translated
 /// request reports them left out (and the paid-features rules name them): `googleSearch` → `google_search`.
-pub fn hosted_family(key: &str) -> Option<&'static str> {
+pub(super) fn hosted_family(key: &str) -> Option<&'static str> {
     Some(match key {
         "googleSearch" | "googleSearchRetrieval" => "google_search",
         "codeExecution" => "code_execution",
@@ -83,7 +83,7 @@ impl RequestCodec for Gemini {
 }
 
 /// A `countTokens` body: `contents` (what the SDKs send), or a whole `generateContentRequest`.
-pub fn decode_count_request(body: &Value) -> Result<Request, ApiError> {
+pub(super) fn decode_count_request(body: &Value) -> Result<Request, ApiError> {
     let o = fields::object(body, "body")?;
     match o.get("generateContentRequest").filter(|v| !v.is_null()) {
         Some(inner) => decode_body(inner),

@@ -89,7 +89,7 @@ impl Msg {
 /// Proto field names become JSON names, and a `model` in the body goes: the path names the model, and the
 /// upstream is sent its own in the path (a count's whole `generateContentRequest` names it too,
 /// `count_model_edit`).
-pub fn read_as_one(body: &mut Value, counts: bool) -> Result<(), ApiError> {
+pub(super) fn read_as_one(body: &mut Value, counts: bool) -> Result<(), ApiError> {
     if counts {
         count(body)?;
     } else {
@@ -104,7 +104,7 @@ pub fn read_as_one(body: &mut Value, counts: bool) -> Result<(), ApiError> {
 /// Rewrites a generation request's field names to their JSON names (see the module's comment).
 /// A `maxOutputTokens` of 0 is Google's JSON for a field not set (proto3's default): it goes, so the limit
 /// is read, reserved and sent as for a request that gave none.
-pub fn generate(body: &mut Value) -> Result<(), ApiError> {
+pub(super) fn generate(body: &mut Value) -> Result<(), ApiError> {
     walk(body, Msg::Generate, "")?;
     if let Some(Value::Object(config)) = body.get_mut("generationConfig") {
         if config.get("maxOutputTokens").and_then(Value::as_u64) == Some(0) {
@@ -115,7 +115,7 @@ pub fn generate(body: &mut Value) -> Result<(), ApiError> {
 }
 
 /// The same for a `countTokens` request.
-pub fn count(body: &mut Value) -> Result<(), ApiError> {
+pub(super) fn count(body: &mut Value) -> Result<(), ApiError> {
     walk(body, Msg::Count, "")
 }
 

@@ -13,7 +13,7 @@ use super::Gemini;
 
 /// Gemini's `finishReason` for a stop reason. A function call ends with `STOP` on Gemini; a reason only
 /// Gemini has (passed through from a Gemini upstream) is kept.
-pub fn finish_reason(stop: &StopReason) -> String {
+pub(super) fn finish_reason(stop: &StopReason) -> String {
     match stop {
         StopReason::EndTurn | StopReason::ToolUse | StopReason::StopSequence(_) => "STOP".into(),
         StopReason::MaxTokens => "MAX_TOKENS".into(),
@@ -29,7 +29,7 @@ fn is_gemini_reason(r: &str) -> bool {
 }
 
 /// The stop reason of a `finishReason` (`calls`: the answer made function calls).
-pub fn stop_from(reason: &str, calls: bool) -> StopReason {
+pub(super) fn stop_from(reason: &str, calls: bool) -> StopReason {
     match reason {
         "STOP" if calls => StopReason::ToolUse,
         "STOP" => StopReason::EndTurn,
@@ -42,7 +42,7 @@ pub fn stop_from(reason: &str, calls: bool) -> StopReason {
 
 /// The `usageMetadata` object: the prompt with its cached part inside, the candidates' tokens without the
 /// thoughts, which come apart.
-pub fn usage_json(u: &Usage) -> Value {
+pub(super) fn usage_json(u: &Usage) -> Value {
     let thoughts = u.reasoning_tokens.min(u.output_tokens);
     let mut v = json!({
         "promptTokenCount": u.input_tokens,
@@ -59,7 +59,7 @@ pub fn usage_json(u: &Usage) -> Value {
 }
 
 /// Tool arguments as the JSON object a `functionCall` carries; anything else is kept under `_raw`.
-pub fn args_object(arguments: &str) -> Value {
+pub(super) fn args_object(arguments: &str) -> Value {
     if arguments.trim().is_empty() {
         return json!({});
     }
@@ -155,7 +155,7 @@ impl ModelList for Gemini {
 /// Re-emits canonical events as Gemini stream chunks: each text delta a chunk; a function call as one part
 /// once its arguments are complete (Gemini sends calls whole); the finish reason and usage in the last
 /// chunk; an error as Google's error object, which ends the stream.
-pub struct GeminiStreamEncoder {
+pub(super) struct GeminiStreamEncoder {
     id: String,
     model: String,
     shown: bool,
@@ -169,7 +169,7 @@ pub struct GeminiStreamEncoder {
 }
 
 impl GeminiStreamEncoder {
-    pub fn new(req: &Request, request_id: &str) -> Self {
+    pub(super) fn new(req: &Request, request_id: &str) -> Self {
         GeminiStreamEncoder {
             id: String::new(),
             model: String::new(),

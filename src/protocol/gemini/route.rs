@@ -15,7 +15,7 @@ const VERSIONS: [&str; 3] = ["/v1beta/", "/v1/", "/v1alpha/"];
 
 /// The methods the gateway serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Method {
+pub(super) enum Method {
     Generate,
     Stream,
     CountTokens,
@@ -34,14 +34,14 @@ impl Method {
 
 /// A path the gateway serves, taken apart: the model as written (a tuned model's `tunedModels/` kept, so it
 /// can be refused by name) and the method.
-pub struct PathTarget<'p> {
+pub(super) struct PathTarget<'p> {
     pub model: Cow<'p, str>,
     pub method: Method,
 }
 
 /// `path` taken apart, if it is `/{version}/models/{model}:{method}` (or `tunedModels/`) of a method the
 /// gateway serves. The model is percent-decoded; a second `models/` before it is left off.
-pub fn target(path: &str) -> Option<PathTarget<'_>> {
+pub(super) fn target(path: &str) -> Option<PathTarget<'_>> {
     let rest = VERSIONS.iter().find_map(|v| path.strip_prefix(v))?;
     let (collection, rest) = match rest.strip_prefix("models/") {
         Some(r) => ("", r),
@@ -70,7 +70,7 @@ pub fn target(path: &str) -> Option<PathTarget<'_>> {
 
 /// A hint for a path no endpoint serves that a Gemini client's base URL made: a doubled version
 /// (`/v1beta/v1beta/…`, the base URL given with its version) or an endpoint path inside the base URL.
-pub fn hint(path: &str) -> Option<String> {
+pub(super) fn hint(path: &str) -> Option<String> {
     // A Gemini client given an OpenAI-style base URL (`http://<host>/v1`) puts its own version after it.
     for v in ["/v1beta/", "/v1alpha/"] {
         if let Some(rest) = path.strip_prefix("/v1").filter(|r| r.starts_with(v)) {

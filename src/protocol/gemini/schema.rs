@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 
 /// A Gemini `Schema` as JSON Schema: type names in lower case, `nullable: true` as a `null` type beside the
 /// other, `propertyOrdering` left off; everything else as it is, at every depth.
-pub fn to_json_schema(schema: &Value) -> Value {
+pub(super) fn to_json_schema(schema: &Value) -> Value {
     match schema {
         Value::Object(o) => {
             let mut out = Map::new();
@@ -54,7 +54,7 @@ pub fn to_json_schema(schema: &Value) -> Value {
 
 /// A JSON Schema as a Gemini upstream takes it in `parametersJsonSchema` / `responseJsonSchema`: as it is,
 /// without `$schema` at its top.
-pub fn for_upstream(schema: &Value) -> Value {
+pub(super) fn for_upstream(schema: &Value) -> Value {
     let mut s = schema.clone();
     if let Some(o) = s.as_object_mut() {
         o.remove("$schema");

@@ -334,7 +334,7 @@ fn call_id(f: &Value) -> String {
 /// as reported (cumulative), the finish reason, which ends the stream (Gemini sends no end marker after it);
 /// an error object ends it too.
 #[derive(Default)]
-pub struct GeminiStreamDecoder {
+pub(super) struct GeminiStreamDecoder {
     next_call: usize,
     usage: Option<Usage>,
 }

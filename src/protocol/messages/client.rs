@@ -13,7 +13,7 @@ use super::Messages;
 
 /// `max_tokens` of the minimal request (the protocol requires one): room for a model that thinks before it
 /// answers, while the prompt asks for one word.
-pub const PROBE_MAX_TOKENS: u64 = 256;
+pub(super) const PROBE_MAX_TOKENS: u64 = 256;
 
 impl DoctorProbe for Messages {
     /// The minimal request: model, `max_tokens` and one short text.

@@ -36,7 +36,7 @@ const BLOCK: C = C::Either(&[
 
 /// The fields `decode_request` carries into the canonical request, and those that only frame the answer.
 /// Deferred tools, server tools, `thinking`, `top_k` and `output_config` are keyed as sent.
-pub static CARRIED: &[(&str, C)] = &[
+pub(super) static CARRIED: &[(&str, C)] = &[
     ("model", C::Frame),
     ("stream", C::Frame),
     ("metadata", C::Frame),
@@ -62,7 +62,7 @@ pub static CARRIED: &[(&str, C)] = &[
 ];
 
 /// Refuses `anthropic-beta` values that open account-scoped features.
-pub fn refuse_betas(req: &HttpRequest) -> Result<(), ApiError> {
+pub(super) fn refuse_betas(req: &HttpRequest) -> Result<(), ApiError> {
     account::refuse_betas(req.header_all("anthropic-beta"))
 }
 
@@ -255,7 +255,7 @@ fn decode_output_options(o: &Obj, req: &mut Request) {
 }
 
 /// The effort level a thinking budget corresponds to (the inverse of the budget policy).
-pub fn effort_for_budget(budget: u64) -> &'static str {
+pub(super) fn effort_for_budget(budget: u64) -> &'static str {
     match budget {
         0..=3_999 => "low",
         4_000..=15_999 => "medium",

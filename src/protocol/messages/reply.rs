@@ -10,7 +10,7 @@ use crate::protocol::{ApiError, StreamEncoder};
 use super::Messages;
 
 /// Anthropic's `stop_reason` for a stop reason.
-pub fn stop_reason(stop: &StopReason) -> (String, Value) {
+pub(super) fn stop_reason(stop: &StopReason) -> (String, Value) {
     match stop {
         StopReason::EndTurn => ("end_turn".into(), Value::Null),
         StopReason::MaxTokens => ("max_tokens".into(), Value::Null),
@@ -38,7 +38,7 @@ const ANTHROPIC_STOPS: [&str; 7] = [
 /// The Messages usage object: the input in its three buckets (`input_tokens` is only the uncached part),
 /// and the writes split by lifetime in `cache_creation` when there were any (writes of a lifetime the
 /// upstream did not state count as 5-minute ones, the price they are billed at).
-pub fn usage_json(u: &Usage) -> Value {
+pub(super) fn usage_json(u: &Usage) -> Value {
     let s = u.split();
     let writes = s.cache_writes_5m + s.cache_writes_1h;
     let mut v = json!({
@@ -57,7 +57,7 @@ pub fn usage_json(u: &Usage) -> Value {
 }
 
 /// Tool arguments as a JSON object for a `tool_use` block; invalid JSON is kept as `{"_raw": text}`.
-pub fn arguments_object(arguments: &str) -> Value {
+pub(super) fn arguments_object(arguments: &str) -> Value {
     if arguments.trim().is_empty() {
         return json!({});
     }
@@ -149,7 +149,7 @@ enum Block {
 
 /// Re-emits canonical events as the Messages lifecycle: `message_start` first, content blocks with
 /// contiguous indices, `message_delta` with cumulative usage, `message_stop` last.
-pub struct MessagesStreamEncoder {
+pub(super) struct MessagesStreamEncoder {
     open: Option<(usize, Block)>,
     next_index: usize,
     tool_blocks: Vec<(usize, usize)>,
@@ -168,7 +168,7 @@ impl Default for MessagesStreamEncoder {
 }
 
 impl MessagesStreamEncoder {
-    pub fn new() -> Self {
+    pub(super) fn new() -> Self {
         MessagesStreamEncoder {
             open: None,
             next_index: 0,
@@ -182,7 +182,7 @@ impl MessagesStreamEncoder {
     }
 
     /// Sets the request id error events carry.
-    pub fn with_request_id(mut self, id: String) -> Self {
+    pub(super) fn with_request_id(mut self, id: String) -> Self {
         self.request_id = id;
         self
     }

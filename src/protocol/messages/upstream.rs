@@ -314,7 +314,7 @@ fn encode_thinking(
 }
 
 /// Canonical stop reason for a `stop_reason`.
-pub fn stop_from(reason: &str, sequence: Option<&str>) -> StopReason {
+pub(super) fn stop_from(reason: &str, sequence: Option<&str>) -> StopReason {
     match reason {
         "max_tokens" | "model_context_window_exceeded" => StopReason::MaxTokens,
         "stop_sequence" => StopReason::StopSequence(sequence.map(str::to_string)),
@@ -335,7 +335,7 @@ enum Block {
 }
 
 /// Decodes the Messages event lifecycle.
-pub struct MessagesStreamDecoder {
+pub(super) struct MessagesStreamDecoder {
     structured_via_tool: bool,
     /// Block kinds by the upstream's block index.
     blocks: Vec<Block>,
@@ -347,7 +347,7 @@ pub struct MessagesStreamDecoder {
 }
 
 impl MessagesStreamDecoder {
-    pub fn new(structured_via_tool: bool) -> Self {
+    pub(super) fn new(structured_via_tool: bool) -> Self {
         MessagesStreamDecoder {
             argued: Vec::new(),
             structured_via_tool,
@@ -543,7 +543,7 @@ fn error_event(v: &Value) -> ApiError {
 /// repeats the input counts changes nothing and one that leaves them out loses nothing. The writes' split
 /// by lifetime (`cache_creation`) stays when a later object gives only their total; a total below the
 /// split's sum counts as the sum. Output never goes down.
-pub fn usage_update(prev: Usage, u: &Value) -> Option<Usage> {
+pub(super) fn usage_update(prev: Usage, u: &Value) -> Option<Usage> {
     let o = u.as_object()?;
     let n = |k: &str| o.get(k).and_then(Value::as_u64);
     let before = prev.split();

@@ -45,7 +45,7 @@ const ITEM: C = C::Either(&[
 
 /// The fields `decode_request` carries into the canonical request, and those that only frame the answer.
 /// `text`, `reasoning` and `include` are keyed as sent; so are custom tools with a `format` and namespaces.
-pub static CARRIED: &[(&str, C)] = &[
+pub(super) static CARRIED: &[(&str, C)] = &[
     ("model", C::Frame),
     ("stream", C::Frame),
     ("stream_options", C::Frame),
@@ -177,7 +177,7 @@ fn input_of(o: &serde_json::Map<String, Value>) -> Result<&Value, ApiError> {
 
 /// The plain function name standing for `name` inside namespace `ns`: `ns__name`, shortened with a hash
 /// suffix when it would pass the 64 characters function names may have.
-pub fn flatten_name(ns: &str, name: &str) -> String {
+pub(super) fn flatten_name(ns: &str, name: &str) -> String {
     let flat = format!("{ns}__{name}");
     if flat.len() <= 64 {
         return flat;

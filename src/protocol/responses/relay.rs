@@ -95,7 +95,7 @@ impl RelayReader for Responses {
 }
 /// `response.failed` after the error event of a stream that broke (numbered `seq`), when the opening
 /// response is known.
-pub fn failed_tail(err: &ApiError, request_id: &str, seq: u64, seen: &mut Seen) -> Vec<u8> {
+pub(super) fn failed_tail(err: &ApiError, request_id: &str, seq: u64, seen: &mut Seen) -> Vec<u8> {
     let mut out = Vec::new();
     if let Some(mut r) = seen.opening.take() {
         let code = err.code().unwrap_or("server_error");

@@ -16,7 +16,7 @@ use crate::util::new_id;
 /// The Responses usage object (both detail objects always present): `input_tokens` counts all input, cache
 /// reads and writes included; `cached_tokens` the reads, `cache_write_tokens` (only when there were any) the
 /// writes.
-pub fn usage_json(u: &Usage) -> Value {
+pub(super) fn usage_json(u: &Usage) -> Value {
     let mut input = json!({"cached_tokens": u.cached_input_tokens});
     if u.cache_write_tokens > 0 {
         input["cache_write_tokens"] = json!(u.cache_write_tokens);
@@ -235,7 +235,7 @@ enum Item {
 /// Re-emits canonical events as the Responses lifecycle: `response.created`, `response.in_progress`, output
 /// items and content parts opened and closed in order with a rising `sequence_number`, then a terminal
 /// `response.completed` / `response.incomplete` carrying the full output and usage.
-pub struct ResponsesStreamEncoder {
+pub(super) struct ResponsesStreamEncoder {
     req: Request,
     response: Value,
     seq: u64,
@@ -252,12 +252,12 @@ pub struct ResponsesStreamEncoder {
 
 impl ResponsesStreamEncoder {
     /// Sets the request id error events carry.
-    pub fn with_request_id(mut self, id: String) -> Self {
+    pub(super) fn with_request_id(mut self, id: String) -> Self {
         self.request_id = id;
         self
     }
 
-    pub fn new(req: &Request) -> Self {
+    pub(super) fn new(req: &Request) -> Self {
         ResponsesStreamEncoder {
             req: req.clone(),
             response: Value::Null,
@@ -515,7 +515,7 @@ impl StreamEncoder for ResponsesStreamEncoder {
 }
 
 /// The number the first of these held events carries, if any.
-pub fn next_sequence(held: &[u8]) -> Option<u64> {
+pub(super) fn next_sequence(held: &[u8]) -> Option<u64> {
     let text = String::from_utf8_lossy(held);
     let at = text.find("\"sequence_number\":")? + "\"sequence_number\":".len();
     let digits: String = text[at..]

@@ -218,7 +218,7 @@ fn stop_of(resp: &Value, calls: bool) -> Result<StopReason, ApiError> {
 
 /// Decodes the Responses event lifecycle, keyed by `output_index`.
 #[derive(Default)]
-pub struct ResponsesStreamDecoder {
+pub(super) struct ResponsesStreamDecoder {
     /// (output_index, canonical tool index, whether argument deltas were seen)
     calls: Vec<(u64, usize, bool)>,
 }

@@ -12,7 +12,7 @@ use crate::config::store::{host_port, StoreSettings};
 use crate::store::SetupError;
 
 /// What `check --connect` reports of a sentinel set.
-pub struct Survey {
+pub(crate) struct Survey {
     /// Each sentinel: its address, and the primary it names (or why not).
     pub sentinels: Vec<(String, Result<String, String>)>,
     /// `SENTINEL CKQUORUM` of the first sentinel that answers.
@@ -40,7 +40,7 @@ fn bounded<T: Send + 'static>(
 
 /// Asks every sentinel which primary it names, checks the quorum and whether each replica answers; every
 /// step within `within`.
-pub fn survey(settings: &StoreSettings, within: Duration) -> Result<Survey, SetupError> {
+pub(crate) fn survey(settings: &StoreSettings, within: Duration) -> Result<Survey, SetupError> {
     let Some(s) = &settings.sentinel else {
         return Err(SetupError::NoSentinels);
     };
