@@ -1310,5 +1310,5 @@ fn three() {}
     }
     // The ledger's query has production code after its test module: it is read.
     let query = code_of(&root().join("src/ledger/query.rs"));
-    assert!(query.contains("pub fn each_line_backwards_in"), "{query}");
+    assert!(query.contains("fn each_line_backwards_in("), "{query}");
 }
