@@ -13,14 +13,16 @@ mod request;
 mod response;
 mod server;
 mod shared;
+mod socket;
 
 pub use request::{
     decode_path_segment, form_decode, parse_head, Body, BodyKind, ChunkedDecoder, Headers,
     HttpError, HttpRequest, ParseLimits, SegmentError,
 };
-pub use response::{reason, Reframe, ResponseWriter, SharedStream, Withheld};
+pub use response::{reason, Reframe, ResponseWriter, Withheld};
 pub use server::{start, Server};
 pub use shared::{
     Early, ErrorRenderer, Exchange, Handler, HttpConfig, HttpStartError, Incoming, Overloaded,
     PerClient, Screen, ServerState,
 };
+pub use socket::SharedStream;
