@@ -18,6 +18,7 @@ pub const DECIMALS: usize = 12;
 /// The largest number of decimals a price (credits per 1M tokens) may have, so that every cost is exact.
 pub const PRICE_DECIMALS: usize = 6;
 
+/// An amount of credits, held as a whole number of picocredits (see the module documentation).
 #[derive(Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Money(i128);
 
@@ -25,12 +26,15 @@ pub struct Money(i128);
 static ROUNDED: AtomicBool = AtomicBool::new(false);
 
 impl Money {
+    /// No credits.
     pub const ZERO: Money = Money(0);
 
+    /// The amount of `units` picocredits.
     pub const fn from_units(units: i128) -> Money {
         Money(units)
     }
 
+    /// The amount in picocredits.
     pub const fn units(self) -> i128 {
         self.0
     }
@@ -120,18 +124,22 @@ impl Money {
         self.to_string().parse().unwrap_or(0.0)
     }
 
+    /// Whether the amount is below zero.
     pub fn is_negative(self) -> bool {
         self.0 < 0
     }
 
+    /// The sum; None when it overflows.
     pub fn checked_add(self, o: Money) -> Option<Money> {
         self.0.checked_add(o.0).map(Money)
     }
 
+    /// The sum, held at the bounds of `i128` instead of overflowing.
     pub fn saturating_add(self, o: Money) -> Money {
         Money(self.0.saturating_add(o.0))
     }
 
+    /// The difference, held at the bounds of `i128` instead of overflowing.
     pub fn saturating_sub(self, o: Money) -> Money {
         Money(self.0.saturating_sub(o.0))
     }

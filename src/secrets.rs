@@ -363,8 +363,11 @@ fn replace_from(hay: &[u8], needle: &[u8], mut at: usize) -> Vec<u8> {
 /// `mark`, `[redacted]` put in its place.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TextEdit {
+    /// Where the removed bytes begin, as an offset into the event's text.
     pub start: usize,
+    /// Where the removed bytes end (exclusive).
     pub end: usize,
+    /// Put `[redacted]` at `start`: set on the first edit of a secret, where its first held part began.
     pub mark: bool,
 }
 

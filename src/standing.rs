@@ -12,11 +12,17 @@ use crate::protocol::{ApiError, Cause, ErrorKind, Origin};
 /// Which check refused a request (checked in this order).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
+    /// Every check passed: the request is admitted.
     Admitted,
+    /// The key has used its group's requests-per-minute limit (`rpm`).
     Rpm,
+    /// This request's estimated tokens would take the key over its group's tokens-per-minute limit (`tpm`).
     Tpm,
+    /// The key already has its group's `max_concurrent` requests in flight.
     Concurrency,
+    /// The key's credit is used up (spent plus reserved reaches it).
     Credit,
+    /// The spend budget of the current period is used up (spent in the period plus reserved reaches it).
     Budget,
     /// The store holds the key revoked, deleted or not at all (another instance changed it a moment ago;
     /// this instance's copy of the keys has not caught up yet).
@@ -46,27 +52,36 @@ impl Verdict {
 /// A key's numbers at the moment of admission (before this request is counted).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Standing {
+    /// Which check refused the request, or [`Verdict::Admitted`].
     pub verdict: Verdict,
-    /// Requests admitted in the last minute, and when the oldest leaves the window.
+    /// Requests admitted in the last minute.
     pub rpm_used: u64,
+    /// How long until the oldest of those requests leaves the window.
     pub rpm_reset: Duration,
-    /// Tokens charged in the last minute, when the oldest leaves the window, and (refused) how long until
-    /// enough leave for this request to fit.
+    /// Tokens charged in the last minute.
     pub tpm_used: u64,
+    /// How long until the oldest of those tokens leave the window.
     pub tpm_reset: Duration,
+    /// When refused for tokens: how long until enough leave the window for this request to fit.
     pub tpm_wait: Duration,
-    /// Settled spend in all, and in the budget's current period.
+    /// Settled spend in all.
     pub spent: Money,
+    /// Settled spend in the budget's current period.
     pub period_spent: Money,
 }
 
 /// The limits a request is held to (from its key's group) and what it asks for.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
+    /// Requests per minute (the group's `rpm`; `None`: no limit).
     pub rpm: Option<u64>,
+    /// Tokens per minute (the group's `tpm`; `None`: no limit).
     pub tpm: Option<u64>,
+    /// Requests in flight at once (the group's `max_concurrent`; `None`: no limit).
     pub max_concurrent: Option<u64>,
+    /// The key's credit (`None`: unlimited).
     pub credit: Option<Money>,
+    /// The spend budget in force (the key's, else its group's).
     pub budget: Option<Budget>,
     /// Tokens estimated for the request (input plus requested output).
     pub tokens: u64,
@@ -77,6 +92,7 @@ pub struct Limits {
 /// Rate-limit state to report in `x-ratelimit-*` headers.
 #[derive(Debug, Clone, Default)]
 pub struct RateInfo {
+    /// The `x-ratelimit-*` headers (name, value) to add to the answer.
     pub headers: Vec<(String, String)>,
 }
 

@@ -135,7 +135,14 @@ pub enum FileRefusal {
     /// Not a regular file (a directory, a FIFO, a device).
     NotRegular(PathBuf),
     /// Another user's file (`uid`), while tollgate runs as `me`.
-    ForeignOwner { path: PathBuf, uid: u32, me: u32 },
+    ForeignOwner {
+        /// The refused file.
+        path: PathBuf,
+        /// The user id that owns it.
+        uid: u32,
+        /// The effective user id tollgate runs as.
+        me: u32,
+    },
 }
 
 impl FileRefusal {

@@ -162,11 +162,13 @@ pub struct Accounts {
 
 /// What a request asks for at admission.
 pub struct Ask<'a> {
+    /// The key's name (its accounts are kept under it, here and in a shared store).
     pub key: &'a str,
     /// The request's id (its reservation's name in a shared store).
     pub id: &'a str,
     /// The key's credit (None: unlimited).
     pub credit: Option<Money>,
+    /// The key's group, whose `rpm`, `tpm` and `max_concurrent` limit the request (`None`: no limits).
     pub group: Option<&'a Group>,
     /// Tokens estimated for rate limiting (input plus requested output).
     pub tokens: u64,

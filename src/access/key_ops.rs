@@ -13,7 +13,9 @@ use crate::money::Money;
 /// A refused key operation: which input was wrong (`name`, `group`, `credit`) and why, or what failed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KeyOpError {
+    /// The input that was wrong (`name`, `group`, `credit`); empty when where the records live failed.
     pub field: &'static str,
+    /// What was wrong or what failed, for the operator to read.
     pub message: String,
     /// What kind of failure it is, for callers to answer by (never by the message).
     pub kind: KeyOpKind,
@@ -64,7 +66,9 @@ impl std::fmt::Display for KeyOpError {
 /// Where the key records live: the keys file in a data directory, or a shared store.
 #[derive(Clone, Copy)]
 pub enum KeysAt<'a> {
+    /// The keys file (`keys.jsonl`) in this data directory, rewritten under its lock (`keys.lock`).
     Dir(&'a Path),
+    /// The shared store's `keys` map ([`STORE_MAP`]), written with compare-and-set.
     Store(&'a crate::store::Store),
 }
 
@@ -470,17 +474,28 @@ pub fn change_credit(
 pub enum KeyChange {
     /// A new key in `group` (checked against the config by the caller), with its terms.
     Add {
+        /// The key's group.
         group: String,
+        /// The key's credit (`None`: unlimited).
         credit: Option<Money>,
+        /// The key's own spend budget (`None`: its group's applies, if any).
         budget: Option<Budget>,
+        /// When the key stops working (Unix seconds; `None`: never).
         expires: Option<u64>,
     },
+    /// Revokes the key at once ([`revoke_key`]).
     Revoke,
+    /// Lets a revoked key work again ([`enable_key`]).
     Enable,
+    /// Deletes a revoked key; its name stays taken ([`delete_key`]).
     Delete,
+    /// Replaces the key with a new one under the same name, group and credit ([`rotate_key`]).
     Rotate,
+    /// Tops up, sets or removes the key's credit ([`change_credit`]).
     Credit(CreditChange),
+    /// Sets the key's own spend budget (`None`: its group's applies, if any).
     Budget(Option<Budget>),
+    /// Sets when the key stops working (Unix seconds; `None`: never).
     Expiry(Option<u64>),
     /// To another group (checked against the config by the caller).
     Move(String),
@@ -489,6 +504,7 @@ pub enum KeyChange {
 /// What a key change gives back.
 #[derive(Debug, Clone)]
 pub enum Changed {
+    /// The change is made; nothing to give back.
     Done,
     /// The new key's plaintext (add, rotate): shown once.
     Key(String),

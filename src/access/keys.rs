@@ -34,19 +34,25 @@ pub const KEYS_FILE: &str = "keys.jsonl";
 
 /// Length of the random part of a key.
 pub const KEY_RANDOM_LEN: usize = 40;
+/// What every key starts with, before its random part.
 pub const KEY_PREFIX: &str = "tg_";
 
 /// One line of the keys file.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct KeyRecord {
+    /// The key's name, unique among the records (deleted keys' included); its usage is recorded under it.
     pub name: String,
+    /// The group whose models and limits apply to the key.
     pub group: String,
     /// `sha256:` followed by the hex digest of the key.
     pub hash: String,
+    /// The key's credit (absent: unlimited).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credit: Option<Money>,
+    /// Revoked: the key is refused until it is enabled again.
     #[serde(default)]
     pub disabled: bool,
+    /// When the key was made (RFC 3339, UTC; empty when not recorded).
     #[serde(default)]
     pub created: String,
     /// The key's first characters (`tg_3dRk`), to tell keys apart in lists without showing the secret.
@@ -104,6 +110,7 @@ impl KeyHash {
 /// Why a keys file could not be read.
 #[derive(Debug)]
 pub enum KeysFileError {
+    /// The file could not be read (or is not valid UTF-8).
     Io(io::Error),
     /// A line (1-based) that is not a valid record.
     Line(usize, String),
@@ -177,8 +184,11 @@ pub fn write_keys(path: &Path, keys: &[KeyRecord]) -> io::Result<()> {
 /// Who a valid key belongs to.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Identity {
+    /// The key's name.
     pub name: String,
+    /// The key's group.
     pub group: String,
+    /// The key's credit (`None`: unlimited).
     pub credit: Option<Money>,
     /// The key's own spend budget (its group's applies when it has none).
     pub budget: Option<Budget>,
@@ -189,8 +199,11 @@ pub struct Identity {
 /// The outcome of checking a presented key.
 #[derive(Debug, Clone, PartialEq)]
 pub enum KeyCheck {
+    /// A key in force, and who it belongs to (an expired key is still valid here; the caller checks).
     Valid(Arc<Identity>),
+    /// A revoked key, with its name.
     Revoked(String),
+    /// Not a key of this set, also after a look at its source.
     Unknown,
 }
 
@@ -401,14 +414,17 @@ impl KeyStore {
         true
     }
 
+    /// The keys file (`keys.jsonl` in `data_dir`).
     pub fn path(&self) -> &Path {
         &self.path
     }
 
+    /// How many keys are in force (revoked ones included, deleted ones not).
     pub fn len(&self) -> usize {
         self.current().by_hash.len()
     }
 
+    /// Whether no key is in force.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

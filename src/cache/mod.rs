@@ -34,11 +34,15 @@ const SLOT_BYTES: u64 = 160;
 /// What the cache did for one model.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct ModelStats {
+    /// Requests answered from the cache.
     pub hits: u64,
+    /// Requests looked up and not found (answered by an upstream).
     pub misses: u64,
+    /// Requests not looked up (`no-store`, `no-cache`, or not one the cache keeps).
     pub bypasses: u64,
     /// The bytes of its entries (with a store: there, as this instance last learnt).
     pub bytes: u64,
+    /// Entries evicted to make room under `cache_max_mb`.
     pub evictions: u64,
 }
 
@@ -67,6 +71,7 @@ pub struct AnswerCache {
 }
 
 impl AnswerCache {
+    /// An empty cache of at most `cap` bytes (`cache_max_mb`), in memory, or in `store` when there is one.
     pub fn new(cap: u64, store: Option<Arc<Store>>) -> AnswerCache {
         AnswerCache {
             cap,

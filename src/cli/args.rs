@@ -9,6 +9,7 @@ use argh::FromArgs;
 /// tollgate: one small binary that serves OpenAI Chat Completions, OpenAI Responses, Anthropic Messages and
 /// Gemini API clients in front of any upstream, with keys, groups, limits, budgets and usage records.
 pub struct Args {
+    /// the command to run (serve, keys, check, models, store, doctor, admin-token or usage)
     #[argh(subcommand)]
     pub command: Command,
 }

@@ -5,6 +5,8 @@
 
 use std::collections::BTreeMap;
 
+/// Where a configuration's environment variables are read: the process's environment, with names set or unset
+/// on top ([`Env::set`], [`Env::unset`]).
 #[derive(Debug, Clone, Default)]
 pub struct Env {
     over: BTreeMap<String, Option<String>>,

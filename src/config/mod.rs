@@ -26,13 +26,18 @@ pub use prices::list_price_lines;
 /// [`ConfigError::all`], every problem of a file at once.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ConfigError {
+    /// The field the problem is in, by its path in the file (`models[2].upstream`); empty when it is not one
+    /// field's (an unreadable file, invalid TOML, several problems at once).
     pub field: String,
+    /// What is wrong, and what was expected; from [`ConfigError::all`], every problem and warning on a line
+    /// of its own.
     pub message: String,
     /// The line of the file the problem is on, where it is known.
     pub line: Option<usize>,
     /// From [`ConfigError::all`]: each problem (in file order) and the warnings, for a reader of their
     /// own (`check --json`).
     pub problems: Vec<ConfigError>,
+    /// From [`ConfigError::all`]: the warnings found with the problems (see [`Config::warnings`]).
     pub warnings: Vec<String>,
 }
 
@@ -90,7 +95,9 @@ fn err(field: impl Into<String>, message: impl Into<String>) -> ConfigError {
 /// `upstream_kind`, such as `openai-chat`), or the built-in mock model, which answers in every protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UpstreamKind {
+    /// One of the wire protocols: the upstream's API is that protocol's (`openai-chat`, `anthropic`, ...).
     Speaks(crate::protocol::Protocol),
+    /// The built-in mock model (`mock`), which answers in every protocol and needs no base URL.
     Mock,
 }
 
@@ -133,9 +140,14 @@ impl AsRef<str> for Upstream {
     }
 }
 
+/// One server tollgate sends requests to, from `[[upstreams]]`: an entry with `api_key_envs` becomes one of
+/// these per credential.
 #[derive(Debug, Clone)]
 pub struct Upstream {
+    /// The name models refer to it by (`name`); a deployment of one credential of `api_key_envs` is `name#1`,
+    /// `name#2`, ...
     pub name: String,
+    /// What it speaks (`kind`).
     pub kind: UpstreamKind,
     /// Without a trailing slash; with `/v1` where its protocol's SDKs take one (OpenAI's), not otherwise
     /// (Anthropic's).
@@ -144,6 +156,7 @@ pub struct Upstream {
     pub api_key: Option<String>,
     /// The variable `api_key_env` names when it was not set: requests to this upstream get 502 naming it.
     pub missing_key: Option<String>,
+    /// Time allowed to connect (`connect_timeout_secs`, default 10).
     pub connect_timeout: Duration,
     /// Time allowed until the upstream's response head arrives.
     pub first_byte_timeout: Duration,
@@ -155,17 +168,23 @@ pub struct Upstream {
     pub total_timeout: Duration,
     /// Failures in a row before the breaker skips this upstream, and for how long.
     pub breaker_failures: u32,
+    /// How long the breaker acts before the upstream is tried again (`breaker_cooldown_secs`, default 30).
     pub breaker_cooldown: Duration,
     /// Chat upstreams: send the output limit as `max_completion_tokens` (OpenAI's current name; default for
     /// api.openai.com) rather than `max_tokens` (what local servers take; the default elsewhere).
     pub max_completion_tokens: bool,
 }
 
+/// One model entry of `[[models]]`, or one found by discovery: the name clients ask for, where it is sent and
+/// how it is billed.
 #[derive(Debug, Clone)]
 pub struct Model {
+    /// What clients send as the model: a plain name, or a pattern with `*` and `?` (`claude-*`).
     pub name: String,
     /// Upstream names, tried in order before the first byte.
     pub upstreams: Vec<String>,
+    /// The model name sent upstream (`upstream_model`, default the `name`); `{model}` in it stands for the
+    /// name the client asked for.
     pub upstream_model: String,
     /// Its prices (credits per 1M tokens), tiers and where they came from.
     pub prices: crate::pricing::PriceSheet,
@@ -201,7 +220,9 @@ pub struct Model {
 /// A model's answer cache: how long a complete answer is kept and who may be served it again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Caching {
+    /// How long a complete answer is kept and served again (`cache_ttl_secs`).
     pub ttl: Duration,
+    /// Who may be served it again (`cache_scope`, default `key`).
     pub scope: CacheScope,
 }
 
@@ -217,6 +238,7 @@ pub enum CacheScope {
 }
 
 impl CacheScope {
+    /// The scope a `cache_scope` value names (`key`, `group`, `all`); None for any other.
     pub fn parse(v: &str) -> Option<CacheScope> {
         match v {
             "key" => Some(CacheScope::Key),
@@ -226,6 +248,7 @@ impl CacheScope {
         }
     }
 
+    /// The scope as config writes it.
     pub fn name(self) -> &'static str {
         match self {
             CacheScope::Key => "key",
@@ -240,6 +263,7 @@ impl CacheScope {
 pub struct Discovery {
     /// Base URLs (`http://127.0.0.1:11434/v1`), in probe order.
     pub probe: Vec<String>,
+    /// How often the servers are asked again, so one started later is found (`interval_secs`, default 30).
     pub interval: Duration,
 }
 
@@ -267,6 +291,7 @@ pub enum Route {
 }
 
 impl Route {
+    /// The route as config writes it (`route`).
     pub fn name(self) -> &'static str {
         match self {
             Route::Ordered => "ordered",
@@ -276,42 +301,70 @@ impl Route {
     }
 }
 
+/// A group from `[[groups]]` or the console: the models its keys may use, and the limits each of its keys is
+/// held to on its own.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Group {
+    /// The group's name, given to keys with `--group`.
     pub name: String,
+    /// The model names its keys may use, globs with `*` and `?` allowed; other models get 403.
     pub models: Vec<String>,
+    /// Requests per minute per key, over a sliding minute (None: no limit).
     pub rpm: Option<u64>,
+    /// Tokens per minute per key: the input estimated at admission plus the requested output limit, corrected
+    /// with the real usage afterwards (None: no limit).
     pub tpm: Option<u64>,
+    /// Requests in flight at once per key (None: no limit).
     pub max_concurrent: Option<u64>,
     /// The spend budget of each key in the group that has none of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<crate::budget::Budget>,
 }
 
+/// A validated configuration: the config file's settings (or the embedded defaults), defaults filled in. Each
+/// field's key, unit and default: docs/CONFIG.md.
 #[derive(Debug, Clone)]
 pub struct Config {
     /// The file it was read from (None: the embedded defaults, or text).
     pub path: Option<PathBuf>,
+    /// The `host:port` the gateway binds (`listen`, default `127.0.0.1:8080`; `TOLLGATE_LISTEN` overrides it
+    /// for `serve`).
     pub listen: String,
+    /// The directory of tollgate's files: keys, the usage ledger, the audit log, overrides (`data_dir`,
+    /// default `./tollgate-data`; a relative path is taken from the config file's directory).
     pub data_dir: PathBuf,
+    /// The environment variable holding the admin token (`admin_token_env`, default `TOLLGATE_ADMIN_TOKEN`).
     pub admin_token_env: String,
     /// The file names `admin_token_env` (else: `TOLLGATE_ADMIN_TOKEN` when set, or the token kept in the data
     /// directory, `access::admin_token`).
     pub admin_token_env_named: bool,
     /// The admin token, read from `admin_token_env` with the config (None or empty: not set).
     admin_token: Option<String>,
+    /// Requests served at once: a worker carries one request from its complete head to its last byte
+    /// (`workers`, default 256).
     pub workers: usize,
+    /// Complete requests that may wait for a worker while all are busy; beyond it, 503 (`queue_size`, default
+    /// 1024).
     pub queue_size: usize,
+    /// Open client connections allowed; beyond it, 503 and the connection is closed (`max_connections`,
+    /// default 4096).
     pub max_connections: usize,
     /// A client address's share of the connections once more than half are open
     /// (`max_connections_per_client`, default an eighth of them, at least 32), and the addresses exempt from it
     /// (`exempt_clients`).
     pub per_client: crate::http::PerClient,
+    /// The largest request body, in bytes; a larger one gets 413 before it is read (`max_body_bytes`, default
+    /// 32 MiB).
     pub max_body_bytes: u64,
     /// Request-body bytes held at once across all connections (beyond: 503).
     pub max_buffered_body_bytes: u64,
+    /// Time allowed for a whole request, head and body (else 408), and how long an idle keep-alive connection
+    /// is kept (`read_timeout_secs`, default 60).
     pub read_timeout: Duration,
+    /// A client that stops reading for this long is dropped (`write_timeout_secs`, default 60).
     pub write_timeout: Duration,
+    /// On SIGTERM or SIGINT, how long requests in flight may finish before what is still running is cut
+    /// (`shutdown_grace_secs`, default 30).
     pub shutdown_grace: Duration,
     /// A stream silent for this long gets a keepalive (SSE comment, or `ping` for Messages clients).
     pub keepalive: Duration,
@@ -327,13 +380,19 @@ pub struct Config {
     pub ledger_backlog_records: usize,
     /// Rotation, retention, compression, checkpoints and the free-space warning of the ledger's files.
     pub ledger_files: ledger::Options,
+    /// One of `error`, `warn`, `info`, `debug`, `trace`, `off` (`log_level`, default `info`).
     pub log_level: String,
     /// `text` or `json` (JSON lines).
     pub log_format: String,
+    /// The `[[upstreams]]` entries (one deployment per credential of an entry with `api_key_envs`), then any
+    /// local servers discovery found.
     pub upstreams: Vec<Upstream>,
+    /// The `[[models]]` entries in file order, then any models discovery found ([`Model::discovered`]).
     pub models: Vec<Model>,
     /// What each model entry (by name) allows of paid hosted features; see [`Config::hosted_prices`].
     pub hosted: std::collections::HashMap<String, hosted::HostedPrices>,
+    /// The `[[groups]]` entries (one group `default` allowing `*` when the file has none), with the console's
+    /// changes once [`Config::with_overrides`] laid them over.
     pub groups: Vec<Group>,
     /// `/metrics` needs the admin token (`Authorization: Bearer`).
     pub metrics_auth: bool,
@@ -471,6 +530,7 @@ impl Config {
             .and_then(|i| self.models.get(i))
     }
 
+    /// The upstream (or one credential's deployment, `name#1`) of this name.
     pub fn upstream(&self, name: &str) -> Option<&Upstream> {
         self.upstreams.iter().find(|u| u.name == name)
     }
@@ -490,10 +550,12 @@ impl Config {
         self.admin_token.clone()
     }
 
+    /// The group of this name.
     pub fn group(&self, name: &str) -> Option<&Group> {
         self.groups.iter().find(|g| g.name == name)
     }
 
+    /// `listen` as a socket address; an error naming `listen` when it is not `host:port`.
     pub fn listen_addr(&self) -> Result<SocketAddr, ConfigError> {
         self.listen.parse().map_err(|_| {
             err(

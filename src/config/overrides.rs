@@ -16,14 +16,21 @@ pub const OVERRIDES_FILE: &str = "overrides.json";
 /// A group as the console defines it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct GroupSpec {
+    /// The group's name: not empty, without spaces, at most 64 bytes. A config file group of this name is
+    /// replaced.
     pub name: String,
+    /// The model names or globs (`gpt-*`) its keys may use.
     pub models: Vec<String>,
+    /// Requests per minute per key (None: no limit; never 0).
     #[serde(default)]
     pub rpm: Option<u64>,
+    /// Tokens per minute per key (None: no limit; never 0).
     #[serde(default)]
     pub tpm: Option<u64>,
+    /// Requests in flight at once per key (None: no limit; never 0).
     #[serde(default)]
     pub max_concurrent: Option<u64>,
+    /// The spend budget of each key in the group that has none of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<crate::budget::Budget>,
 }
@@ -31,16 +38,23 @@ pub struct GroupSpec {
 /// What the console changed about a model.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct ModelChange {
+    /// `Some(true)`: switched off; `Some(false)`: switched on again; None: as the config file has it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disabled: Option<bool>,
+    /// The new price of input tokens, in credits per 1M tokens.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_price: Option<Money>,
+    /// The new price of output tokens (reasoning included), in credits per 1M tokens.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_price: Option<Money>,
+    /// The new price of input tokens read from the upstream's prompt cache, in credits per 1M tokens.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cached_input_price: Option<Money>,
+    /// The new price of tokens written to the prompt cache for 5 minutes (or a lifetime the upstream does not
+    /// state), in credits per 1M tokens.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_write_price: Option<Money>,
+    /// The new price of tokens written to the prompt cache for 1 hour, in credits per 1M tokens.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_write_1h_price: Option<Money>,
     /// The cached-input price was cleared: cached input costs the input price again.
@@ -54,11 +68,14 @@ pub struct ModelChange {
     pub clear_cache_write_1h_price: bool,
 }
 
+/// Everything the console changed, laid over the config file at start and after every change: kept in
+/// `data_dir/overrides.json` ([`OVERRIDES_FILE`]) or, with a `[store]`, in the store.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Overrides {
     /// Groups added or replacing the config file's group of the same name.
     #[serde(default)]
     pub groups: Vec<GroupSpec>,
+    /// Changes to models, by model entry name (kept, and ignored, while the config has no such model).
     #[serde(default)]
     pub models: BTreeMap<String, ModelChange>,
     /// Groups deleted in the console (the config file's included).
@@ -161,6 +178,7 @@ impl ModelChange {
         }
     }
 
+    /// Checks each price it sets (0 or more, at most `PRICE_DECIMALS` decimals), naming the bad field.
     pub fn validate(&self) -> Result<(), ConfigError> {
         for (k, v) in [
             ("input_price", self.input_price),

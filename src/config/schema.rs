@@ -6,6 +6,7 @@
 /// The kind of value a field takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FieldKind {
+    /// A string.
     Str,
     /// A whole number of 0 or more.
     Count,
@@ -13,8 +14,11 @@ pub enum FieldKind {
     Int,
     /// A number (whole or not): prices, multipliers, sizes in MB.
     Num,
+    /// `true` or `false`.
     Bool,
+    /// A list of strings.
     StrList,
+    /// A list of whole numbers of 0 or more (`weights`).
     CountList,
     /// A string, or a list of strings.
     StrOrList,
@@ -48,8 +52,11 @@ impl FieldKind {
 /// One field: its name, its kind, and whether a table of its kind needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Field {
+    /// The field's name as the file writes it.
     pub name: &'static str,
+    /// The kind of value it takes.
     pub kind: FieldKind,
+    /// Every entry of its table must have it (else `check` reports it missing).
     pub required: bool,
 }
 

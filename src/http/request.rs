@@ -8,8 +8,12 @@ use std::fmt;
 /// Size and count limits applied while parsing.
 #[derive(Clone, Copy, Debug)]
 pub struct ParseLimits {
+    /// The largest request head, in bytes (default 64 KiB); beyond it, 431.
     pub max_head_bytes: usize,
+    /// The most header fields a request may have (default 100; never more than 128); beyond it, 431.
     pub max_headers: usize,
+    /// The largest request body, in bytes (default 32 MiB; the server passes the config's `max_body_bytes`);
+    /// beyond it, 413.
     pub max_body_bytes: u64,
 }
 
@@ -26,6 +30,7 @@ impl Default for ParseLimits {
 /// A parsed HTTP request, header names lowercased.
 #[derive(Debug, Clone)]
 pub struct HttpRequest {
+    /// The method as sent (`GET`, `POST`).
     pub method: String,
     /// The path without the query string.
     pub path: String,
@@ -33,8 +38,12 @@ pub struct HttpRequest {
     pub query: String,
     /// Minor version: 0 for HTTP/1.0, 1 for HTTP/1.1.
     pub version: u8,
+    /// The header fields in order, names lowercased.
     pub headers: Headers,
+    /// The body: empty in a head just parsed, complete (a chunked one decoded) once read.
     pub body: Body,
+    /// The connection may serve another request after this one: HTTP/1.1 without `Connection: close`, or
+    /// HTTP/1.0 with `Connection: keep-alive`.
     pub keep_alive: bool,
 }
 
@@ -82,10 +91,12 @@ impl Headers {
         })
     }
 
+    /// The number of fields.
     pub fn len(&self) -> usize {
         self.spans.len()
     }
 
+    /// Whether there are no fields.
     pub fn is_empty(&self) -> bool {
         self.spans.is_empty()
     }
@@ -239,8 +250,11 @@ impl std::error::Error for SegmentError {}
 /// How the body of a request is framed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BodyKind {
+    /// No body (no `Content-Length`, or 0).
     None,
+    /// A body of this many bytes (`Content-Length`).
     Length(u64),
+    /// A `Transfer-Encoding: chunked` body, its length known only at its end.
     Chunked,
 }
 
@@ -268,6 +282,7 @@ pub enum HttpError {
 }
 
 impl HttpError {
+    /// The response status this error is answered with.
     pub fn status(&self) -> u16 {
         match self {
             HttpError::BadRequest(_) => 400,

@@ -12,6 +12,7 @@ use super::response::ResponseWriter;
 /// Settings of the HTTP layer.
 #[derive(Clone)]
 pub struct HttpConfig {
+    /// Caps on a request head's size and header count (beyond: 431) and on its body's size (beyond: 413).
     pub limits: ParseLimits,
     /// Deadline for a whole request (head and body) once it starts, and for an idle keep-alive connection.
     pub read_timeout: Duration,
@@ -42,7 +43,9 @@ pub struct HttpConfig {
 /// carries every client, a load test on loopback) are not held to it.
 #[derive(Clone, Debug)]
 pub struct PerClient {
+    /// Connections one client address may hold once more than half are open (`usize::MAX`: no share).
     pub max: usize,
+    /// Addresses and ranges not held to `max`.
     pub exempt: Vec<crate::peer::Range>,
 }
 
@@ -58,8 +61,11 @@ impl Default for PerClient {
 
 /// An answer given to a request from its head alone.
 pub struct Early {
+    /// The response's status code (such as 401).
     pub status: u16,
+    /// Its header fields, `(name, value)`; the writer adds `content-length` itself.
     pub headers: Vec<(String, String)>,
+    /// Its whole body.
     pub body: Vec<u8>,
 }
 
@@ -67,6 +73,7 @@ pub struct Early {
 pub struct Incoming<'a> {
     /// The request with an empty body.
     pub request: &'a HttpRequest,
+    /// The client's address.
     pub peer: SocketAddr,
     /// A body follows (a `Content-Length` above zero, or chunked). It is read only if the screen lets the
     /// request through.
@@ -92,7 +99,10 @@ impl std::fmt::Debug for Early {
 /// Counters shared by the accept loop, the workers and whoever drives shutdown.
 #[derive(Debug, Default)]
 pub struct ServerState {
+    /// Set when shutdown begins: the accept loop stops taking connections, queued requests get 503,
+    /// connections close after their answer, and `/readyz` reports draining.
     pub shutting_down: AtomicBool,
+    /// Client connections open now (the `tollgate_open_connections` gauge).
     pub open_connections: AtomicUsize,
     /// Open connections by client address (`peer::counted`).
     pub(super) per_client: std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>,
@@ -100,6 +110,8 @@ pub struct ServerState {
     pub in_flight: AtomicUsize,
     /// Requests waiting for a worker.
     pub queued: AtomicUsize,
+    /// Connections and requests refused for overload (too many connections, a full queue, too many body bytes
+    /// held): `tollgate_rejected_requests_total` with `reason="overload"`.
     pub rejected: AtomicUsize,
     /// Request-body bytes buffered now (reserved as they arrive).
     pub buffered_body: std::sync::atomic::AtomicU64,
@@ -177,7 +189,9 @@ pub type ErrorRenderer =
 
 /// One request and the means to answer it, served on the worker that read it.
 pub struct Exchange {
+    /// The request, its body read whole.
     pub request: HttpRequest,
+    /// The address of the client that sent it.
     pub peer: SocketAddr,
     /// When the request was complete.
     pub received: Instant,
@@ -206,6 +220,7 @@ impl Exchange {
         &self.state
     }
 
+    /// The writer the answer goes out through.
     pub fn response(&mut self) -> &mut ResponseWriter {
         &mut self.writer
     }

@@ -24,10 +24,13 @@ use super::LEDGER_FILE;
 pub struct Segment {
     /// Its place in the order files were written in (the active file has the next one).
     pub seq: u64,
-    /// UTC seconds of its earliest and latest record (`ts`, floored to the second).
+    /// UTC seconds of its earliest record (`ts`, floored to the second).
     pub from: u64,
+    /// UTC seconds of its latest record (`ts`, floored to the second).
     pub to: u64,
+    /// Where it is, under the name it was found by (`.jsonl.gz` when compressed).
     pub path: PathBuf,
+    /// It is gzip'ed (`.jsonl.gz`).
     pub compressed: bool,
 }
 
@@ -39,6 +42,7 @@ impl Segment {
         since.is_none_or(|s| to > s) && until.is_none_or(|u| from < u)
     }
 
+    /// Its file name (`usage-SEQ-FROM-TO.jsonl`, or `.jsonl.gz`).
     pub fn name(&self) -> String {
         self.path
             .file_name()
@@ -212,19 +216,26 @@ pub(super) fn open_segment(seg: &Segment) -> io::Result<Box<dyn Read + Send>> {
 /// of it is complete, synced lines.
 #[derive(Clone)]
 pub struct Active {
+    /// Its place in the order (after every rotated file).
     pub seq: u64,
+    /// The file, open for reading (None: there is none on disk yet).
     pub file: Option<Arc<File>>,
+    /// How many of its bytes readers may read: its complete lines (while the ledger runs, its synced ones).
     pub len: u64,
 }
 
 /// One look at a ledger's files, oldest first: the rotated ones, then the active one; and what files
 /// deleted by retention held, folded (from the checkpoint).
 pub struct History {
+    /// The data directory the files are in.
     pub dir: PathBuf,
+    /// The rotated files, oldest first.
     pub segments: Vec<Segment>,
+    /// The active file (`usage.jsonl`).
     pub active: Active,
     /// Files up to this seq were deleted after their totals went into `retired` (0: none).
     pub retired_through: u64,
+    /// What the deleted files' records added up to (the checkpoint's `retired`); None when none were deleted.
     pub retired: Option<Arc<Totals>>,
 }
 
@@ -263,6 +274,7 @@ impl History {
         v
     }
 
+    /// The rotated file `seq`, if there is one.
     pub fn segment(&self, seq: u64) -> Option<&Segment> {
         self.segments.iter().find(|s| s.seq == seq)
     }

@@ -276,6 +276,7 @@ impl Ledger {
         self.shared.shipped_before.store(seq, Ordering::Release);
     }
 
+    /// The active file (`usage.jsonl` in `data_dir`).
     pub fn path(&self) -> &Path {
         &self.path
     }

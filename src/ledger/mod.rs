@@ -94,6 +94,7 @@ pub struct Stats {
     pub bytes: u64,
     /// Files, the active one included.
     pub files: u64,
+    /// Of them, the rotated files that are gzip'ed.
     pub compressed_files: u64,
     /// The `ts` of the oldest record kept (RFC 3339; None while there is none).
     pub oldest_record: Option<String>,
@@ -101,9 +102,11 @@ pub struct Stats {
     pub free_bytes: Option<u64>,
     /// `free_bytes` is under `min_free_bytes`.
     pub low_disk: bool,
+    /// Free bytes under which the disk counts as low (`min_free_disk_mb`).
     pub min_free_bytes: u64,
-    /// When the last checkpoint was written, and how many records it covers.
+    /// When the last checkpoint was written.
     pub checkpoint_written: Option<String>,
+    /// How many records the last checkpoint covers.
     pub checkpoint_records: u64,
     /// Records replayed at start (those after the checkpoint).
     pub replayed_at_start: u64,
@@ -186,8 +189,9 @@ pub const FEED_MAX: usize = 8192;
 /// follower neither reads the file back nor parses the line.
 #[derive(Debug, Clone)]
 pub struct SyncedLine {
-    /// The file (its seq) and where the line starts in it.
+    /// The file (its seq) the line is in.
     pub seq: u64,
+    /// Where the line starts in the file (bytes).
     pub offset: u64,
     /// The line, newline included.
     pub line: Arc<[u8]>,

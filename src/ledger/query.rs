@@ -17,6 +17,7 @@ pub enum StatusFilter {
     Code(u16),
     /// A class such as 4xx (the leading digit).
     Class(u16),
+    /// Requests whose client went away before the answer was complete.
     ClientClosed,
     /// Requests cut by the server's shutdown deadline.
     Shutdown,
@@ -82,16 +83,23 @@ impl CacheFilter {
 /// Conditions on records; `None` means any.
 #[derive(Debug, Clone, Default)]
 pub struct Filter {
+    /// The key's name, exactly.
     pub key: Option<String>,
+    /// The model, exactly (the record's `model`).
     pub model: Option<String>,
+    /// Which statuses.
     pub status: Option<StatusFilter>,
+    /// The client's `X-Client-Request-ID`, exactly.
     pub client_request_id: Option<String>,
+    /// The gateway's request id, exactly.
     pub request_id: Option<String>,
-    /// Bounds on `ts` as instants, Unix milliseconds (inclusive, exclusive).
+    /// The start of the range of `ts`, as an instant in Unix milliseconds (inclusive).
     pub since: Option<i64>,
+    /// The end of the range of `ts`, as an instant in Unix milliseconds (exclusive).
     pub until: Option<i64>,
     /// Skip this many matches (paging), then return at most `limit`.
     pub offset: usize,
+    /// The most records to return (0: 100).
     pub limit: usize,
     /// Lowercase text to find in the key, model, error or reason (a substring).
     pub search: Option<String>,
@@ -109,6 +117,7 @@ fn found(r: &Record, q: &str) -> bool {
 }
 
 impl Filter {
+    /// Whether `r` meets every condition set.
     pub fn matches(&self, r: &Record) -> bool {
         self.key.as_ref().is_none_or(|k| &r.key == k)
             && self.model.as_ref().is_none_or(|m| &r.model == m)

@@ -11,8 +11,11 @@ use crate::money::Money;
 /// away before the answer was complete, or `shutdown` when the server's shutdown deadline cut it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
+    /// The HTTP status the client got.
     Http(u16),
+    /// The client went away before the answer was complete (`client_closed`).
     ClientClosed,
+    /// The server's shutdown deadline cut the request (`shutdown`).
     Shutdown,
 }
 
@@ -48,17 +51,25 @@ impl<'de> Deserialize<'de> for Status {
 pub struct Record {
     /// When the request arrived (RFC 3339, UTC, milliseconds).
     pub ts: String,
+    /// The gateway's id for the request (`req_…`), sent to the client in `x-request-id`.
     pub request_id: String,
+    /// The client's `X-Client-Request-ID`, when it sent one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_request_id: Option<String>,
+    /// The name of the key the request came with (never the key itself).
     pub key: String,
+    /// The key's group.
     pub group: String,
+    /// The model entry that served (or, refused before one was found, the name asked for).
     pub model: String,
+    /// The client's protocol, by its short name (`chat`, `responses`, `messages`, `gemini`).
     pub protocol: String,
     /// The upstream that answered; empty (`null` in the file) for a request the gateway refused itself.
     #[serde(serialize_with = "upstream_out", deserialize_with = "upstream_in")]
     pub upstream: String,
+    /// The client asked for a streamed answer.
     pub stream: bool,
+    /// How the request ended: the HTTP status, `client_closed` or `shutdown`.
     pub status: Status,
     /// All input: uncached, cache reads and cache writes.
     pub input_tokens: u64,
@@ -84,7 +95,10 @@ pub struct Record {
     pub estimated: bool,
     /// Credits charged.
     pub cost: Money,
+    /// Milliseconds from the request's arrival until it was settled, at the end of its answer.
     pub latency_ms: u64,
+    /// The error the request ended with (an upstream's, a stream that broke, the gateway's refusal), as the
+    /// operator reads it, secrets scrubbed; absent when it ended without one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// The model name the client asked for, when it is not the serving entry's `model` (an alias, or a
@@ -126,6 +140,7 @@ pub enum CacheUse {
 }
 
 impl CacheUse {
+    /// Its name in the record and the `x-tollgate-cache` header: `hit`, `miss` or `bypass`.
     pub fn name(self) -> &'static str {
         match self {
             CacheUse::Hit => "hit",
@@ -150,12 +165,15 @@ fn upstream_in<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Erro
 /// The fields of a record that the store counts.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RecordFacts {
+    /// The key's name ([`Record::key`]).
     pub key: String,
+    /// The request's id ([`Record::request_id`]).
     pub request_id: String,
     /// The cost as written in the line (a JSON number: what reading it gives back).
     pub cost: Money,
     /// Input and output tokens.
     pub tokens: u64,
+    /// When the request arrived ([`Record::ts`]).
     pub ts: String,
 }
 

@@ -31,6 +31,7 @@ pub struct KeyTotals {
     /// The latest `ts` of its records.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub last_used: String,
+    /// How many of its records were folded in.
     #[serde(default)]
     pub records: u64,
 }
@@ -38,6 +39,7 @@ pub struct KeyTotals {
 /// Totals of many records.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Totals {
+    /// Each key's totals, by key name.
     #[serde(default)]
     pub keys: HashMap<String, KeyTotals>,
     /// Total spend per group (the group each record names).
@@ -47,6 +49,7 @@ pub struct Totals {
         deserialize_with = "groups_from_text"
     )]
     pub groups: HashMap<String, Money>,
+    /// How many records were folded in.
     #[serde(default)]
     pub records: u64,
     /// Not kept: the day of the last date folded, and the first day worth keeping.

@@ -197,6 +197,7 @@ pub struct Codec {
     pub failed_tail: Option<FailedTail>,
 
     // --- The request's fields the gateway governs.
+    /// The fields that carry the output limit, in a client's request and in an upstream's.
     pub limit: LimitFields,
     /// The top-level request fields the canonical request carries whole, each with the shape of the values
     /// it carries (`protocol/carried.rs`), and those that only frame the answer. The answer cache keys on
@@ -241,12 +242,21 @@ pub struct Codec {
     pub stream_terminal: &'static str,
 
     // --- What it does.
+    /// Reads a client's request: checks it and decodes it into the canonical request.
     pub request: &'static dyn RequestCodec,
+    /// Answers a client: response bodies, streams and errors in this protocol's shapes.
     pub reply: &'static dyn ReplyCodec,
+    /// The models list its clients read (the two OpenAI protocols share one).
     pub list: &'static dyn ModelList,
+    /// Talks to an upstream of this protocol: the canonical request encoded, its answers and streams
+    /// decoded.
     pub upstream: &'static dyn UpstreamCodec,
+    /// Reads a stream relayed to its client as it came (passthrough) on the way.
     pub relay: &'static dyn RelayReader,
+    /// The doctor's client of this protocol: the minimal request, and the answer read as the official SDK
+    /// reads it.
     pub probe: &'static dyn DoctorProbe,
+    /// Its token counting endpoint (Messages, Gemini); None where the protocol has none.
     pub counting: Option<&'static dyn TokenCounting>,
     /// Where the paths name the model (and the stream): how they are read and made.
     pub model_paths: Option<&'static dyn ModelPaths>,

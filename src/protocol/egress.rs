@@ -9,6 +9,8 @@ use super::canon::{Part, Response, StreamEvent};
 pub struct EgressOptions {
     /// The model name the upstream knows.
     pub model: String,
+    /// Ask the upstream for a streamed answer (`stream: true` in the body; a Gemini upstream's path says it
+    /// instead).
     pub stream: bool,
     /// The output limit for upstreams that require one when the client gave none.
     pub default_max_tokens: u64,

@@ -13,18 +13,33 @@ mod wire;
 /// What went wrong, independent of any protocol's vocabulary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorKind {
+    /// The request is malformed or not accepted (400, and any other 4xx without a kind of its own).
     InvalidRequest,
+    /// Missing or refused credentials (401): a client's key or admin token, or an upstream's refusal of its
+    /// own.
     Authentication,
+    /// The caller may not do this, such as use a model outside its key's group (403).
     Permission,
+    /// No such path or model (404).
     NotFound,
+    /// The path does not take this method (405).
     MethodNotAllowed,
+    /// The body is over the size limit (413).
     RequestTooLarge,
+    /// A rate or concurrency limit was hit (429).
     RateLimit,
+    /// A key's credit or budget cannot cover the request (429 from the gateway, 402 from an upstream):
+    /// OpenAI's `insufficient_quota`, Anthropic's `billing_error`.
     InsufficientQuota,
+    /// The gateway failed (500, and any other 5xx without a kind of its own).
     Server,
+    /// The upstream failed or sent something unusable (502).
     BadGateway,
+    /// The request cannot be served right now and may be retried (503).
     Unavailable,
+    /// The upstream took too long (504).
     Timeout,
+    /// The upstream is overloaded (Anthropic's 529 `overloaded_error`).
     Overloaded,
 }
 
@@ -52,36 +67,71 @@ pub enum Cause {
     /// Nothing more than the kind, status and origin say (an upstream's own code, if any, is kept as it came).
     Unnamed,
     // Who is calling, and what they may use.
+    /// `invalid_api_key`: the key is missing, malformed, unknown or revoked (every `ApiError::unauthorized`
+    /// unless a more exact cause replaces it).
     InvalidApiKey,
+    /// `key_expired`: the key's expiry time has passed.
     KeyExpired,
+    /// `conflicting_credentials`: the request carries two different keys.
     ConflictingCredentials,
+    /// `model_not_found`: the gateway serves no model of that name.
     ModelNotFound,
+    /// `model_not_allowed`: the model is outside the key's group.
     ModelNotAllowed,
     // What the request asks for.
+    /// `unknown_path`: no endpoint is served at the path.
     UnknownPath,
+    /// `unexpected_body`: a `GET` or `HEAD` request outside the model endpoints carries a body.
     UnexpectedBody,
+    /// `account_feature_refused`: the request would reach state kept in the operator's upstream account
+    /// (stored responses, cached content, a tuned model).
     AccountFeatureRefused,
+    /// `hosted_tool_refused`: `tool_choice` forces a paid hosted tool the model does not allow.
     HostedToolRefused,
+    /// `hosted_uses_over_limit`: the request asks for more uses of hosted tools than the model's
+    /// `max_hosted_uses`.
     HostedUsesOverLimit,
+    /// `service_tier_refused`: a service tier or surcharged option, billed above the standard rate, that the
+    /// model does not allow.
     ServiceTierRefused,
     // A key's limits (origin `RateLimit`, `Quota`).
+    /// `rate_limit_exceeded`: a key's requests-per-minute, tokens-per-minute or concurrency limit.
     RateLimitExceeded,
+    /// `insufficient_quota`: the key's credit or budget cannot cover the request.
     InsufficientQuota,
     // The gateway's own state.
+    /// `overloaded`: all of the gateway's workers are busy.
     Overloaded,
+    /// `shutting_down`: the gateway is shutting down and its grace period for requests in flight has ended.
     ShuttingDown,
+    /// `ledger_unavailable`: the usage ledger cannot be written, so nothing is answered that could not be
+    /// recorded.
     LedgerUnavailable,
+    /// `store_unavailable`: the shared store is not answering, or has lost its data.
     StoreUnavailable,
+    /// `audit_unavailable`: an admin change was not made because its audit entry cannot be written.
     AuditUnavailable,
     // The admin API.
+    /// `admin_disabled`: the admin API is off (no admin token is configured).
     AdminDisabled,
+    /// `admin_auth_throttled`: too many wrong admin tokens came from the address; it is held off for a
+    /// while.
     AdminAuthThrottled,
+    /// `invalid_admin_token`: the admin token is missing or wrong.
     InvalidAdminToken,
     // The upstreams (origin `Upstream`, `UpstreamSilent`).
+    /// `upstream_error`: the upstream failed or sent something unusable (every `ApiError::bad_gateway`).
     UpstreamError,
+    /// `upstream_timeout`: the upstream took too long (every `ApiError::gateway_timeout`).
     UpstreamTimeout,
+    /// `upstream_unavailable`: every upstream of the model is held off by its breaker (it stopped
+    /// answering).
     UpstreamUnavailable,
+    /// `upstream_credential_missing`: the upstream's key (its `api_key_env`) is not set, so nothing was sent
+    /// to it.
     UpstreamCredentialMissing,
+    /// `output_limit_exceeded`: a stream went past the output limit its upstream was sent, and was cut
+    /// there.
     OutputLimitExceeded,
 }
 
@@ -146,6 +196,8 @@ struct ErrorInfo {
 }
 
 impl ApiError {
+    /// An error with `status`, `kind` and a message for humans: origin `Gateway`, no cause, `param` or
+    /// `code`.
     pub fn new(status: u16, kind: ErrorKind, message: impl Into<String>) -> Self {
         ApiError(Box::new(ErrorInfo {
             status,
@@ -176,14 +228,17 @@ impl ApiError {
         }
     }
 
+    /// The HTTP status it is answered with.
     pub fn status(&self) -> u16 {
         self.0.status
     }
 
+    /// The class of failure (what the wire `type` or `status` name is made from).
     pub fn kind(&self) -> ErrorKind {
         self.0.kind
     }
 
+    /// Who failed: the gateway, a key's limit, or the upstream.
     pub fn origin(&self) -> Origin {
         self.0.origin
     }
@@ -199,14 +254,17 @@ impl ApiError {
         matches!(self.0.origin, Origin::Upstream | Origin::UpstreamSilent)
     }
 
+    /// The message meant for humans, without the operator's detail.
     pub fn message(&self) -> &str {
         &self.0.message
     }
 
+    /// OpenAI's `param`: the request field the error is about, if it names one.
     pub fn param(&self) -> Option<&str> {
         self.0.param.as_deref()
     }
 
+    /// The wire `code`: the cause's, or an upstream's as it came; None when there is none.
     pub fn code(&self) -> Option<&str> {
         self.0.code.as_deref()
     }
@@ -216,6 +274,7 @@ impl ApiError {
         self.0.retry_after
     }
 
+    /// A 400 for a request that is malformed or not accepted.
     pub fn invalid(message: impl Into<String>) -> Self {
         Self::new(400, ErrorKind::InvalidRequest, message)
     }
@@ -225,18 +284,22 @@ impl ApiError {
         Self::invalid(message).with_param(param)
     }
 
+    /// A 401 for a bad key (cause `InvalidApiKey`).
     pub fn unauthorized(message: impl Into<String>) -> Self {
         Self::new(401, ErrorKind::Authentication, message).with_cause(Cause::InvalidApiKey)
     }
 
+    /// A 403: the caller may not do this.
     pub fn forbidden(message: impl Into<String>) -> Self {
         Self::new(403, ErrorKind::Permission, message)
     }
 
+    /// A 404: what the request names does not exist here.
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(404, ErrorKind::NotFound, message)
     }
 
+    /// The 404 for a model the gateway does not serve (`param` `model`, cause `ModelNotFound`).
     pub fn model_not_found(model: &str) -> Self {
         Self::not_found(format!(
             "The model `{model}` does not exist on this gateway. GET /v1/models lists the models your key may use."
@@ -245,22 +308,26 @@ impl ApiError {
         .with_cause(Cause::ModelNotFound)
     }
 
+    /// A 500: the gateway itself failed.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(500, ErrorKind::Server, message)
     }
 
+    /// A 502: the upstream failed or sent something unusable (cause `UpstreamError`, origin `Upstream`).
     pub fn bad_gateway(message: impl Into<String>) -> Self {
         Self::new(502, ErrorKind::BadGateway, message)
             .with_cause(Cause::UpstreamError)
             .with_origin(Origin::Upstream)
     }
 
+    /// A 504: the upstream took too long (cause `UpstreamTimeout`, origin `Upstream`).
     pub fn gateway_timeout(message: impl Into<String>) -> Self {
         Self::new(504, ErrorKind::Timeout, message)
             .with_cause(Cause::UpstreamTimeout)
             .with_origin(Origin::Upstream)
     }
 
+    /// A 503 whose `retry-after` is 1 second.
     pub fn unavailable(message: impl Into<String>) -> Self {
         Self::new(503, ErrorKind::Unavailable, message).with_retry_after(1)
     }
@@ -303,6 +370,7 @@ impl ApiError {
         .with_cause(Cause::LedgerUnavailable)
     }
 
+    /// Names the request field the error is about (OpenAI's `param`).
     pub fn with_param(mut self, param: &str) -> Self {
         self.0.param = Some(param.to_string());
         self
@@ -327,6 +395,7 @@ impl ApiError {
         self.with_origin(Origin::UpstreamSilent)
     }
 
+    /// Sets who failed (see [`Origin`]).
     pub fn with_origin(mut self, origin: Origin) -> Self {
         self.0.origin = origin;
         self
@@ -339,6 +408,7 @@ impl ApiError {
         self
     }
 
+    /// Sets the class of failure; the status stays as it is (see [`ApiError::with_status`]).
     pub fn with_kind(mut self, kind: ErrorKind) -> Self {
         self.0.kind = kind;
         self
@@ -356,6 +426,7 @@ impl ApiError {
         self
     }
 
+    /// Sets the seconds sent as `retry-after` (and in Google's `RetryInfo`).
     pub fn with_retry_after(mut self, secs: u64) -> Self {
         self.0.retry_after = Some(secs);
         self

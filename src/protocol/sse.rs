@@ -46,6 +46,7 @@ pub struct SseReader<R> {
 }
 
 impl<R: BufRead> SseReader<R> {
+    /// A reader of `inner`, with a cap of 16 MiB on one event block (see `with_max_event_bytes`).
     pub fn new(inner: R) -> Self {
         SseReader {
             inner,

@@ -71,7 +71,9 @@ fn render_http_error(
 
 /// A shared store joined at start, with what it held then.
 pub struct Shared {
+    /// The handle on the store.
     pub store: Arc<crate::store::Store>,
+    /// What the store held when this instance joined it: the key records, the overrides and their versions.
     pub joined: cluster::Joined,
 }
 

@@ -26,6 +26,7 @@ pub(super) struct Stop {
 }
 
 impl Shutdown {
+    /// A request to stop that nobody has made yet.
     pub fn new() -> Shutdown {
         Shutdown::default()
     }

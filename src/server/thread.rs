@@ -10,7 +10,9 @@ use crate::http;
 pub enum ThreadError {
     /// One of the gateway's own threads, by its name.
     Spawn {
+        /// The thread's name.
         name: &'static str,
+        /// Why it could not be started.
         error: std::io::Error,
     },
     /// The HTTP layer's (its poller, workers, timer, accept loop).

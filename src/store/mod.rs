@@ -53,6 +53,7 @@ use crate::config::store::{ReplicaWait, StoreSettings};
 pub struct StoreError {
     /// The store did not answer (connection refused, timed out, reset): it counts as down.
     pub unavailable: bool,
+    /// What went wrong, in words (the error's `Display` text).
     pub message: String,
 }
 
@@ -69,7 +70,9 @@ impl std::error::Error for StoreError {}
 pub enum SetupError {
     /// The client library refuses an address of the settings (`store.url`, `store.sentinels`).
     Address {
+        /// The setting that holds the address.
         setting: &'static str,
+        /// Why the client library refuses it.
         error: redis::RedisError,
     },
     /// The sentinels were asked of a store that has none configured.
@@ -211,7 +214,9 @@ pub struct Store {
 /// The versions of what instances keep a copy of, and the store's epoch.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Versions {
+    /// The version of the `keys` map (the key records).
     pub keys: u64,
+    /// The version of the `overrides` map (the console's changes).
     pub overrides: u64,
     /// None: the store has no epoch (new, or it lost its data).
     pub epoch: Option<String>,
@@ -261,10 +266,12 @@ impl Store {
         })
     }
 
+    /// The `[store]` settings this handle was made from.
     pub fn settings(&self) -> &StoreSettings {
         &self.settings
     }
 
+    /// The name of the instance this process is.
     pub fn instance(&self) -> &str {
         &self.instance
     }
@@ -306,6 +313,7 @@ impl Store {
         self.lost.load(Ordering::Relaxed)
     }
 
+    /// Marks the store as having lost its data, or (`false`) as holding it again.
     pub fn set_lost(&self, lost: bool) {
         self.lost.store(lost, Ordering::Relaxed);
     }
@@ -315,6 +323,8 @@ impl Store {
         self.stopping.store(true, Ordering::Relaxed);
     }
 
+    /// Whether [`Store::stop_shipping`] was called: the threads that work with the store (shipper, settler,
+    /// lease renewal) end at their next look.
     pub fn stopping(&self) -> bool {
         self.stopping.load(Ordering::Relaxed)
     }

@@ -137,13 +137,18 @@ pub fn models_url(upstream: &Upstream) -> String {
 
 /// An upstream's answer: its status and headers, and the body still to be read.
 pub struct Reply {
+    /// The HTTP status.
     pub status: u16,
+    /// The `content-type` header, lowercased (empty when absent).
     pub content_type: String,
+    /// Seconds to wait before asking again: `retry-after`, else `retry-after-ms` rounded up (None: neither,
+    /// or not a whole number).
     pub retry_after: Option<u64>,
     body: ureq::Body,
 }
 
 impl Reply {
+    /// Whether the body is a server-sent event stream (`text/event-stream`).
     pub fn is_event_stream(&self) -> bool {
         self.content_type.starts_with("text/event-stream")
     }

@@ -52,7 +52,9 @@ fn update(ups: &mut HashMap<String, Up>, upstream: &str, change: impl FnOnce(&mu
 
 /// What `GET /admin/models` and `/metrics` show of an upstream's routing state.
 pub struct RouteView {
+    /// Requests it has in flight from this instance.
     pub in_flight: u64,
+    /// Moving average of the time to the answer's head, in milliseconds (None: no answer yet).
     pub first_byte_ms: Option<f64>,
     /// Unix ms until which it gets no new request (it answered 429).
     pub cooling_until_unix_ms: Option<u64>,
@@ -209,6 +211,7 @@ impl Routing {
         candidates
     }
 
+    /// The routing state of `upstream` now.
     pub fn view(&self, upstream: &str) -> RouteView {
         let now = Instant::now();
         let cooling = self.cooling_at(upstream, now);
