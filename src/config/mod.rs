@@ -4,7 +4,6 @@
 
 use std::fmt;
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -553,19 +552,6 @@ impl Config {
     /// The group of this name.
     pub fn group(&self, name: &str) -> Option<&Group> {
         self.groups.iter().find(|g| g.name == name)
-    }
-
-    /// `listen` as a socket address; an error naming `listen` when it is not `host:port`.
-    pub fn listen_addr(&self) -> Result<SocketAddr, ConfigError> {
-        self.listen.parse().map_err(|_| {
-            err(
-                "listen",
-                format!(
-                    "expected host:port such as 127.0.0.1:8080, got {:?}",
-                    self.listen
-                ),
-            )
-        })
     }
 }
 
