@@ -8,7 +8,8 @@ pub mod keys;
 
 use std::sync::Arc;
 
-use crate::config::{glob_match, Config};
+use crate::config::names::glob_match;
+use crate::config::Config;
 use crate::http::HttpRequest;
 use crate::protocol::{ApiError, Cause, Protocol};
 

@@ -577,48 +577,10 @@ models = ["*"]
 [discovery]
 "#;
 
-/// Glob match with `*` (any run) and `?` (one character), as used in group model lists and model name
-/// patterns. Globs match concrete names only: a `name` holding `*` or `?` is never matched (not even by `*`),
-/// so a glob can never be stretched over another pattern's text (`o?` does not match the entry `o*`).
-pub fn glob_match(pattern: &str, name: &str) -> bool {
-    if names::is_pattern(name) {
-        return false;
-    }
-    if pattern == "*" {
-        return true;
-    }
-    if !pattern.contains(['*', '?']) {
-        return pattern == name;
-    }
-    let p: Vec<char> = pattern.chars().collect();
-    let n: Vec<char> = name.chars().collect();
-    let (mut pi, mut ni) = (0, 0);
-    let (mut star, mut mark) = (None, 0);
-    while ni < n.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == n[ni]) {
-            pi += 1;
-            ni += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some(pi);
-            mark = ni;
-            pi += 1;
-        } else if let Some(s) = star {
-            pi = s + 1;
-            mark += 1;
-            ni = mark;
-        } else {
-            return false;
-        }
-    }
-    while pi < p.len() && p[pi] == '*' {
-        pi += 1;
-    }
-    pi == p.len()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::names::glob_match;
 
     #[test]
     fn embedded_defaults_are_valid() {

@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 
-use super::{glob_match, Model};
+use super::Model;
 
 /// The lookup built from the models (their order in the config).
 #[derive(Debug, Clone, Default)]
@@ -148,6 +148,45 @@ impl ModelIndex {
         }
         out
     }
+}
+
+/// Glob match with `*` (any run) and `?` (one character), as used in group model lists and model name
+/// patterns. Globs match concrete names only: a `name` holding `*` or `?` is never matched (not even by `*`),
+/// so a glob can never be stretched over another pattern's text (`o?` does not match the entry `o*`).
+pub(crate) fn glob_match(pattern: &str, name: &str) -> bool {
+    if is_pattern(name) {
+        return false;
+    }
+    if pattern == "*" {
+        return true;
+    }
+    if !pattern.contains(['*', '?']) {
+        return pattern == name;
+    }
+    let p: Vec<char> = pattern.chars().collect();
+    let n: Vec<char> = name.chars().collect();
+    let (mut pi, mut ni) = (0, 0);
+    let (mut star, mut mark) = (None, 0);
+    while ni < n.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == n[ni]) {
+            pi += 1;
+            ni += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some(pi);
+            mark = ni;
+            pi += 1;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            mark += 1;
+            ni = mark;
+        } else {
+            return false;
+        }
+    }
+    while pi < p.len() && p[pi] == '*' {
+        pi += 1;
+    }
+    pi == p.len()
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 
 mod assets;
 mod manage;
+mod models;
 pub(crate) mod usage;
 
 use std::net::IpAddr;
@@ -276,8 +277,8 @@ fn route(gw: &Gateway, ex: &Exchange) -> Result<AdminReply, ApiError> {
         ("POST", ["groups"]) => manage::save_group(gw, &body()?, None).map(AdminReply::Json),
         ("DELETE", ["groups", name]) => manage::delete_group(gw, name).map(AdminReply::Json),
         ("PUT" | "POST", ["groups", name]) => manage::save_group(gw, &body()?, Some(name)).map(AdminReply::Json),
-        ("GET", ["models"]) => Ok(AdminReply::Json(manage::models(gw, ex.request.query_param("probe").is_some()))),
-        ("POST" | "PATCH", ["models", name]) => manage::change_model(gw, name, &body()?).map(AdminReply::Json),
+        ("GET", ["models"]) => Ok(AdminReply::Json(models::models(gw, ex.request.query_param("probe").is_some()))),
+        ("POST" | "PATCH", ["models", name]) => models::change_model(gw, name, &body()?).map(AdminReply::Json),
         _ => Err(ApiError::not_found(format!(
             "Unknown admin endpoint {method} {path}. See docs/ACCESS.md (\"Admin API\") for the list."
         ))),

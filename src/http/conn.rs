@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use rustix::net::RecvFlags;
 
-use super::request::{parse_head, Body, BodyKind, ChunkedDecoder, HttpError, HttpRequest};
+use super::chunked::ChunkedDecoder;
+use super::request::{parse_head, Body, BodyKind, HttpError, HttpRequest};
 use super::response::ResponseWriter;
 use super::shared::{Early, HttpConfig, Incoming, ServerState};
 

@@ -6,6 +6,7 @@
 //! oversized body), keep-alive, `Expect: 100-continue`, chunked request bodies, and a response writer that
 //! flushes every chunk.
 
+mod chunked;
 mod conn;
 mod poller;
 mod pool;
@@ -15,9 +16,10 @@ mod server;
 mod shared;
 mod socket;
 
+pub use chunked::ChunkedDecoder;
 pub use request::{
-    decode_path_segment, form_decode, parse_head, Body, BodyKind, ChunkedDecoder, Headers,
-    HttpError, HttpRequest, ParseLimits, SegmentError,
+    decode_path_segment, form_decode, parse_head, Body, BodyKind, Headers, HttpError, HttpRequest,
+    ParseLimits, SegmentError,
 };
 pub use response::{reason, Reframe, ResponseWriter, Withheld};
 pub use server::{start, Server};

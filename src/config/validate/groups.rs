@@ -81,7 +81,7 @@ pub(super) fn coverage_warnings(models: &[Model], groups: &[Group], warnings: &m
     // the name asked for).
     let allows = |g: &Group, m: &Model| {
         g.models.iter().any(|pat| {
-            crate::config::glob_match(pat, &m.name)
+            crate::config::names::glob_match(pat, &m.name)
                 || (crate::config::names::is_pattern(&m.name)
                     && crate::config::names::globs_overlap(pat, &m.name))
         })
