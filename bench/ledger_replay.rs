@@ -45,6 +45,7 @@ fn main() {
                 model: models[i % models.len()].into(),
                 protocol: ["chat", "responses", "messages"][i % 3].into(),
                 upstream: "up".into(),
+                endpoint: None,
                 stream: i % 2 == 0,
                 status: if i % 50 == 0 {
                     Status::Http(429)

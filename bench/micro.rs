@@ -184,6 +184,7 @@ fn main() {
             model: "bench".to_string(),
             protocol: "chat".to_string(),
             upstream: "fake".to_string(),
+            endpoint: None,
             stream: false,
             status: Status::Http(200),
             input_tokens: 10,

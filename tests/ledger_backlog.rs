@@ -56,6 +56,7 @@ fn record(n: u64) -> Record {
         model: "claude-sonnet-4-6".into(),
         protocol: "messages".into(),
         upstream: "anthropic".into(),
+        endpoint: None,
         stream: n.is_multiple_of(2),
         status: Status::Http(200),
         input_tokens: 1234,

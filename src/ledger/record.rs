@@ -67,6 +67,9 @@ pub struct Record {
     /// The upstream that answered; empty (`null` in the file) for a request the gateway refused itself.
     #[serde(serialize_with = "upstream_out", deserialize_with = "upstream_in")]
     pub upstream: String,
+    /// The endpoint, where it is not generation: `embeddings`, `count_tokens`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
     /// The client asked for a streamed answer.
     pub stream: bool,
     /// How the request ended: the HTTP status, `client_closed` or `shutdown`.

@@ -18,6 +18,7 @@ fn record(key: &str, cost: f64, n: u64) -> Record {
         model: "m".into(),
         protocol: "chat".into(),
         upstream: "u".into(),
+        endpoint: None,
         stream: false,
         status: Status::Http(200),
         input_tokens: 1,

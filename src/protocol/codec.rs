@@ -22,6 +22,7 @@ use super::carried::Shape;
 use super::client::{ClientEvent, NoText};
 use super::edit::{Edit, Put};
 use super::egress::EgressOptions;
+use super::embed::{EmbedRequest, Embeddings};
 use super::error::ApiError;
 use super::hosted::{Asks, Rules};
 use super::relay::Seen;
@@ -61,8 +62,12 @@ pub struct Listed<'a> {
 /// Which of a protocol's endpoints a path is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Serves {
+    /// Generation.
     Generate,
+    /// Token counting.
     CountTokens,
+    /// Embeddings.
+    Embed,
 }
 
 /// How a stream to a client is framed: as the SSE events the encoders write, or (Gemini without `alt=sse`)
@@ -163,6 +168,9 @@ pub struct Codec {
     pub count_tokens_path: Option<&'static str>,
     /// The path of the protocol's own models list besides `GET /v1/models`, if it has one.
     pub models_list_path: Option<&'static str>,
+    /// The gateway's embeddings endpoint, where the paths do not name the model (OpenAI's
+    /// `/v1/embeddings`; Gemini's are [`ModelPaths`]').
+    pub embed_path: Option<&'static str>,
 
     // --- Its clients.
     /// Where its clients put their key.
@@ -260,6 +268,9 @@ pub struct Codec {
     pub counting: Option<&'static dyn TokenCounting>,
     /// Where the paths name the model (and the stream): how they are read and made.
     pub model_paths: Option<&'static dyn ModelPaths>,
+    /// Its embeddings, for its clients and its upstreams (the two OpenAI protocols share OpenAI's); None
+    /// where the vendor has none (Anthropic).
+    pub embedder: Option<&'static dyn Embedder>,
 }
 
 /// A client's request read: checked, put in one form, decoded.
@@ -354,6 +365,27 @@ pub trait TokenCounting: Sync {
     fn count_model_edit<'a>(&self, model: &'a str) -> Option<(&'static str, Edit<'a>)>;
 }
 
+/// A protocol's embeddings: its clients' requests and answers, and its upstreams'.
+pub trait Embedder: Sync {
+    /// Reads (and so checks) a client's embeddings request at `path` into canonical form.
+    fn decode_embed(&self, path: &str, body: &Value) -> Result<EmbedRequest, ApiError>;
+    /// The client's answer: the vectors in this protocol's shape, `model` as the client named it, with the
+    /// input tokens billed.
+    fn encode_embeddings(
+        &self,
+        answer: &Embeddings,
+        req: &EmbedRequest,
+        model: &str,
+        input_tokens: u64,
+    ) -> Value;
+    /// The embeddings endpoint for `model` under an upstream's base URL.
+    fn upstream_embed_path(&self, model: &str) -> Cow<'static, str>;
+    /// A canonical request encoded for an upstream of this protocol (`model`: the upstream's name for it).
+    fn embed_request(&self, req: &EmbedRequest, model: &str) -> Result<Value, ApiError>;
+    /// An upstream's answer decoded: the vectors in the inputs' order, and the usage it reports.
+    fn decode_embeddings(&self, body: &Value) -> Result<Embeddings, ApiError>;
+}
+
 /// Paths that name the model and the method (Gemini's `/v1beta/models/{model}:generateContent`): how the
 /// gateway reads them, and makes them for an SDK and an upstream.
 pub trait ModelPaths: Sync {
@@ -401,6 +433,8 @@ impl Codec {
             Some(Serves::Generate)
         } else if self.count_tokens_path == Some(path) {
             Some(Serves::CountTokens)
+        } else if self.embed_path == Some(path) {
+            Some(Serves::Embed)
         } else {
             None
         }

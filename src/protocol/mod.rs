@@ -20,6 +20,7 @@ pub(crate) mod collect;
 pub(crate) mod contiguous;
 pub(crate) mod edit;
 pub(crate) mod egress;
+pub(crate) mod embed;
 mod error;
 pub(crate) mod estimate;
 pub(crate) mod fields;

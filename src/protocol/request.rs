@@ -20,6 +20,8 @@ pub(crate) enum Endpoint {
     Generate(Protocol),
     /// A protocol's token counting (`/v1/messages/count_tokens`).
     CountTokens(Protocol),
+    /// Embeddings (`/v1/embeddings`; Gemini's `:embedContent` and `:batchEmbedContents`).
+    Embed(Protocol),
 }
 
 impl Endpoint {
@@ -28,19 +30,39 @@ impl Endpoint {
         ALL.iter().find_map(|&p| match p.serves(path)? {
             Serves::Generate => Some(Endpoint::Generate(p)),
             Serves::CountTokens => Some(Endpoint::CountTokens(p)),
+            Serves::Embed => Some(Endpoint::Embed(p)),
         })
     }
 
     /// The protocol whose shapes (errors, headers) its answers take.
     pub(crate) fn protocol(self) -> Protocol {
         match self {
-            Endpoint::Generate(p) | Endpoint::CountTokens(p) => p,
+            Endpoint::Generate(p) | Endpoint::CountTokens(p) | Endpoint::Embed(p) => p,
         }
     }
 
     /// Token counting (metered, never billed).
     pub(crate) fn counts_tokens(self) -> bool {
         matches!(self, Endpoint::CountTokens(_))
+    }
+
+    /// Generation: the one endpoint whose answers are text, streamed or not.
+    pub(crate) fn generates(self) -> bool {
+        matches!(self, Endpoint::Generate(_))
+    }
+
+    /// Embeddings.
+    pub(crate) fn embeds(self) -> bool {
+        matches!(self, Endpoint::Embed(_))
+    }
+
+    /// The endpoint's name in usage records and metrics, besides generation's (which records name none).
+    pub(crate) fn recorded_as(self) -> Option<&'static str> {
+        match self {
+            Endpoint::Generate(_) => None,
+            Endpoint::CountTokens(_) => Some("count_tokens"),
+            Endpoint::Embed(_) => Some("embeddings"),
+        }
     }
 }
 

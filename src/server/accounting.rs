@@ -249,6 +249,7 @@ fn usage_record(
         model: out.asked.model.clone().unwrap_or_default(),
         protocol: trace.protocol.name.to_string(),
         upstream: out.answer.upstream().unwrap_or_default().to_string(),
+        endpoint: out.asked.endpoint.map(str::to_string),
         stream: out.asked.stream,
         status,
         input_tokens: usage.input_tokens,

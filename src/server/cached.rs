@@ -94,7 +94,7 @@ fn directives(req: &HttpRequest) -> Directives {
 
 /// Looks the prepared request up, if its model's answers are cached.
 pub(super) fn look(gw: &Gateway, ex: &Exchange, p: &Prepared) -> Lookup {
-    let Some(caching) = p.model.cache.filter(|_| !p.endpoint.counts_tokens()) else {
+    let Some(caching) = p.model.cache.filter(|_| p.endpoint.generates()) else {
         return Lookup::Off;
     };
     let bypass = |keep| Lookup::Fresh {

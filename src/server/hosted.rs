@@ -209,7 +209,7 @@ pub(super) fn plan(
     body: &mut Value,
 ) -> Result<Plan, ApiError> {
     let protocol = endpoint.protocol();
-    if endpoint.counts_tokens() {
+    if !endpoint.generates() {
         return Ok(Plan::default());
     }
     let mut asks = protocol.hosted_asks(body)?;

@@ -10,6 +10,7 @@ mod call;
 pub(crate) mod cluster;
 mod complete;
 mod count_tokens;
+mod embed;
 mod events;
 mod failover;
 mod generate;

@@ -23,6 +23,8 @@ pub(super) struct Asked {
     pub stream: bool,
     /// Recorded at no cost (token counting: metered, not billed).
     pub unbilled: bool,
+    /// The endpoint, as records name it (None: generation).
+    pub endpoint: Option<&'static str>,
     /// The input estimated from the body, media at their providers' cost (`estimate::input`): what
     /// admission reserves for, and what a request its upstream worked on without reporting usage is billed.
     pub input_estimate: u64,

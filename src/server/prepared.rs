@@ -14,6 +14,7 @@ use crate::config::{Config, Model, Upstream};
 use crate::gateway::Gateway;
 use crate::http::Exchange;
 use crate::protocol::canon;
+use crate::protocol::embed::EmbedRequest;
 use crate::protocol::request::{Endpoint, Forward};
 use crate::protocol::{account, estimate, limits, ApiError};
 
@@ -42,6 +43,8 @@ pub(super) struct Prepared<'a> {
     pub store_nothing: bool,
     /// Who asked for what: the record's side of the request (its input estimate and paid features too).
     pub asked: Asked,
+    /// An embeddings request, read (None for the other endpoints).
+    pub embed: Option<EmbedRequest>,
 }
 
 impl Prepared<'_> {
@@ -67,6 +70,9 @@ impl Prepared<'_> {
     /// The output admission reserves: the limit of each choice times the choices. No upstream request of
     /// this request asks for more (see [`Prepared::limit_for_upstream`]).
     pub(super) fn reserved_output(&self) -> u64 {
+        if !self.endpoint.generates() {
+            return 0;
+        }
         self.limit_per_choice().saturating_mul(self.choices)
     }
 
@@ -103,7 +109,7 @@ impl Prepared<'_> {
     pub(super) fn forward<'s>(&'s self, upstream: &Upstream, stream: bool) -> Forward<'s> {
         Forward {
             model: &self.upstream_model,
-            generation: !self.endpoint.counts_tokens(),
+            generation: self.endpoint.generates(),
             limit: self.limit_for_upstream(),
             max_completion_tokens: upstream.max_completion_tokens,
             stream,
@@ -135,6 +141,7 @@ pub(super) fn prepare<'a>(
 ) -> Result<Prepared<'a>, Box<Refused>> {
     let mut asked = Asked {
         unbilled: endpoint.counts_tokens(),
+        endpoint: endpoint.recorded_as(),
         ..Asked::default()
     };
     match read(gw, config, ex, endpoint, &mut asked) {
@@ -155,6 +162,7 @@ struct Read<'a> {
     requested_output: Option<u64>,
     choices: u64,
     store_nothing: bool,
+    embed: Option<EmbedRequest>,
 }
 
 impl<'a> Read<'a> {
@@ -176,6 +184,7 @@ impl<'a> Read<'a> {
             choices: self.choices,
             store_nothing: self.store_nothing,
             asked,
+            embed: self.embed,
         }
     }
 }
@@ -194,9 +203,15 @@ fn read<'a>(
     asked.group = Some(identity.group.clone());
     protocol.check_headers(&ex.request)?;
     let mut body = parse_body(&ex.request.body)?;
-    protocol.read_as_one(&mut body, endpoint.counts_tokens())?;
+    if !endpoint.embeds() {
+        protocol.read_as_one(&mut body, endpoint.counts_tokens())?;
+    }
     let path = ex.request.path.as_str();
     let (requested_output, choices) = envelope(endpoint, path, &body, asked)?;
+    let embed = match protocol.embedder.filter(|_| endpoint.embeds()) {
+        Some(e) => Some(e.decode_embed(path, &body)?),
+        None => None,
+    };
     let requested = protocol.requested_model(path, &body).into_owned();
     let model = match find_model(config, &requested) {
         Ok(m) => m,
@@ -219,7 +234,10 @@ fn read<'a>(
         protocol.refuse_account_headers(&ex.request)?;
     }
     asked.hosted = hosted::plan(config, model, endpoint, &mut body)?;
-    asked.input_estimate = estimate::input(&body, ex.request.body.len(), model.image_tokens);
+    asked.input_estimate = match &embed {
+        Some(e) => e.input_estimate(),
+        None => estimate::input(&body, ex.request.body.len(), model.image_tokens),
+    };
     Ok(Read {
         config,
         endpoint,
@@ -230,7 +248,8 @@ fn read<'a>(
         requested,
         requested_output,
         choices,
-        store_nothing: !model.account_features && !endpoint.counts_tokens(),
+        store_nothing: !model.account_features && endpoint.generates(),
+        embed,
     })
 }
 
@@ -243,7 +262,7 @@ fn envelope(
     asked: &mut Asked,
 ) -> Result<(Option<u64>, u64), ApiError> {
     let protocol = endpoint.protocol();
-    let generation = !endpoint.counts_tokens();
+    let generation = endpoint.generates();
     // Token counting is checked further only where it is estimated here: an upstream that counts judges its
     // own.
     asked.stream = protocol.validate_envelope(path, body, generation)?;

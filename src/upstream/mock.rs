@@ -1,13 +1,14 @@
 //! The built-in mock model: a deterministic answer in canonical form, which the client's codec encodes in
 //! any protocol, streamed or not. Real token counts (estimated from the actual text), `max_tokens` honoured,
 //! a forced tool call when the request forces one, JSON that fits the schema when structured output is
-//! asked for. It lets a newcomer try every endpoint with no upstream, and tests run without one.
+//! asked for; embeddings, a unit vector per text. It lets a newcomer try every endpoint with no upstream, and tests run without one.
 
 use serde_json::{json, Value};
 
 use crate::protocol::canon::{
     OutputFormat, Part, Request, Response, Role, StopReason, StreamEvent, Tool, ToolChoice, Usage,
 };
+use crate::protocol::embed::{EmbedInput, EmbedRequest, Embeddings};
 use crate::protocol::estimate::tokens as estimate_tokens;
 use crate::util::{new_id, unix_now};
 
@@ -255,6 +256,60 @@ pub(crate) fn example_for_schema(schema: &Value) -> Value {
     }
 }
 
+/// The mock's vectors: the same text always gives the same unit vector (of `dimensions`, 256 unless asked),
+/// different texts different ones; the input counted as the mock counts a generation's.
+pub(crate) fn embeddings(req: &EmbedRequest) -> Embeddings {
+    let size = req.dimensions.unwrap_or(256).clamp(1, 4096) as usize;
+    let vectors = req
+        .inputs
+        .iter()
+        .map(|input| {
+            let mut seed = match input {
+                EmbedInput::Text(t) => fnv(t.as_bytes()),
+                EmbedInput::Tokens(ids) => ids
+                    .iter()
+                    .fold(fnv(b"ids"), |h, id| fnv_more(h, &id.to_le_bytes())),
+            };
+            let mut v: Vec<f32> = (0..size)
+                .map(|_| {
+                    // xorshift64*: a fixed sequence from the seed, in [-1, 1).
+                    seed ^= seed >> 12;
+                    seed ^= seed << 25;
+                    seed ^= seed >> 27;
+                    let x = seed.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 40;
+                    (x as f32 / (1u64 << 23) as f32) - 1.0
+                })
+                .collect();
+            let norm = v
+                .iter()
+                .map(|x| x * x)
+                .sum::<f32>()
+                .sqrt()
+                .max(f32::MIN_POSITIVE);
+            v.iter_mut().for_each(|x| *x /= norm);
+            v
+        })
+        .collect();
+    let input_tokens = Some(req.input_estimate());
+    Embeddings {
+        vectors,
+        input_tokens,
+    }
+}
+
+/// FNV-1a of `bytes` (never 0, so the generator above never sticks).
+fn fnv(bytes: &[u8]) -> u64 {
+    fnv_more(0xcbf2_9ce4_8422_2325, bytes)
+}
+
+fn fnv_more(mut h: u64, bytes: &[u8]) -> u64 {
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h | 1
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -322,5 +377,31 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod embedding_tests {
+    use super::*;
+    use crate::protocol::embed::EmbedInput;
+
+    #[test]
+    fn the_mock_gives_each_text_its_own_unit_vector() {
+        let req = EmbedRequest {
+            inputs: vec![
+                EmbedInput::Text("a".into()),
+                EmbedInput::Text("b".into()),
+                EmbedInput::Text("a".into()),
+            ],
+            dimensions: Some(16),
+            ..EmbedRequest::default()
+        };
+        let got = embeddings(&req);
+        assert_eq!(got.vectors.len(), 3);
+        assert_eq!(got.vectors[0].len(), 16);
+        assert_eq!(got.vectors[0], got.vectors[2]);
+        assert_ne!(got.vectors[0], got.vectors[1]);
+        let norm: f32 = got.vectors[1].iter().map(|x| x * x).sum();
+        assert!((norm - 1.0).abs() < 1e-4, "{norm}");
     }
 }

@@ -6,6 +6,7 @@
 
 mod client;
 mod decode;
+mod embed;
 mod relay;
 mod reply;
 mod upstream;
@@ -31,6 +32,10 @@ const HOSTED: Rules = Rules {
     capped: &[],
 };
 
+/// OpenAI's embeddings (`/v1/embeddings`), which every OpenAI-compatible upstream serves beside its
+/// generation endpoints.
+pub(crate) static EMBEDDER: embed::OpenAiEmbedder = embed::OpenAiEmbedder;
+
 /// OpenAI Chat Completions.
 pub static CODEC: Codec = Codec {
     name: "chat",
@@ -42,6 +47,7 @@ pub static CODEC: Codec = Codec {
     base_url_has_v1: true,
     count_tokens_path: None,
     models_list_path: None,
+    embed_path: Some("/v1/embeddings"),
 
     key: openai::KEY_IN,
     sdk_header: None,
@@ -99,4 +105,5 @@ pub static CODEC: Codec = Codec {
     probe: &Chat,
     counting: None,
     model_paths: None,
+    embedder: Some(&EMBEDDER),
 };

@@ -9,6 +9,7 @@
 
 mod client;
 mod decode;
+mod embed;
 mod names;
 mod relay;
 mod reply;
@@ -73,6 +74,7 @@ pub static CODEC: Codec = Codec {
     base_url_has_v1: false,
     count_tokens_path: Some("/v1beta/models/{model}:countTokens"),
     models_list_path: Some("/v1beta/models"),
+    embed_path: None,
 
     key: KeyIn {
         header: "x-goog-api-key",
@@ -140,6 +142,7 @@ pub static CODEC: Codec = Codec {
     probe: &Gemini,
     counting: Some(&Gemini),
     model_paths: Some(&Gemini),
+    embedder: Some(&Gemini),
 };
 
 impl TokenCounting for Gemini {

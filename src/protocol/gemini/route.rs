@@ -19,6 +19,10 @@ pub(super) enum Method {
     Generate,
     Stream,
     CountTokens,
+    /// `:embedContent`: one content's vector.
+    Embed,
+    /// `:batchEmbedContents`: a vector per request of the batch.
+    BatchEmbed,
 }
 
 impl Method {
@@ -27,6 +31,8 @@ impl Method {
             "generateContent" => Some(Method::Generate),
             "streamGenerateContent" => Some(Method::Stream),
             "countTokens" => Some(Method::CountTokens),
+            "embedContent" => Some(Method::Embed),
+            "batchEmbedContents" => Some(Method::BatchEmbed),
             _ => None,
         }
     }
@@ -95,7 +101,13 @@ pub(super) fn hint(path: &str) -> Option<String> {
             ));
         }
     }
-    let methods = [":generateContent", ":streamGenerateContent", ":countTokens"];
+    let methods = [
+        ":generateContent",
+        ":streamGenerateContent",
+        ":countTokens",
+        ":embedContent",
+        ":batchEmbedContents",
+    ];
     let inner = methods
         .iter()
         .any(|m| path.find(m).is_some_and(|at| at + m.len() < path.len()));
@@ -128,7 +140,7 @@ fn segment(model: &str) -> Cow<'_, str> {
 }
 
 /// The path of `method` for `model` under a base URL.
-fn method_path(model: &str, method: &str) -> Cow<'static, str> {
+pub(super) fn method_path(model: &str, method: &str) -> Cow<'static, str> {
     Cow::Owned(format!("/{VERSION}/models/{}:{method}", segment(model)))
 }
 
@@ -138,6 +150,7 @@ impl ModelPaths for Gemini {
         target(path).map(|t| match t.method {
             Method::Generate | Method::Stream => Serves::Generate,
             Method::CountTokens => Serves::CountTokens,
+            Method::Embed | Method::BatchEmbed => Serves::Embed,
         })
     }
 
@@ -223,7 +236,7 @@ mod tests {
         let t = target("/v1alpha/models/hf.co/org/m:Q4_K_M:streamGenerateContent").unwrap();
         assert_eq!((t.model.as_ref(), t.method), ("hf.co/org/m:Q4_K_M", Method::Stream));
         for bad in [
-            "/v1beta/models/g:embedContent",
+"/v1beta/models/g:predict",
             "/v1beta/models/:generateContent",
             "/v1beta/models",
             "/v2/models/g:generateContent",

@@ -78,6 +78,7 @@ pub static CODEC: Codec = Codec {
     base_url_has_v1: false,
     count_tokens_path: Some("/v1/messages/count_tokens"),
     models_list_path: None,
+    embed_path: None,
 
     key: KeyIn {
         header: "x-api-key",
@@ -138,6 +139,7 @@ pub static CODEC: Codec = Codec {
     probe: &Messages,
     counting: Some(&Messages),
     model_paths: None,
+    embedder: None,
 };
 
 impl TokenCounting for Messages {

@@ -41,6 +41,7 @@ pub static CODEC: Codec = Codec {
     base_url_has_v1: true,
     count_tokens_path: None,
     models_list_path: None,
+    embed_path: None,
 
     key: openai::KEY_IN,
     sdk_header: None,
@@ -95,4 +96,5 @@ pub static CODEC: Codec = Codec {
     probe: &Responses,
     counting: None,
     model_paths: None,
+    embedder: Some(&super::chat::EMBEDDER),
 };

@@ -1,0 +1,329 @@
+//! Embeddings through the gateway (issue 42): OpenAI's `POST /v1/embeddings` and Gemini's `:embedContent` /
+//! `:batchEmbedContents` on the mock, passed through to an OpenAI-compatible upstream (the body as sent, the
+//! model renamed, the answer byte for byte), translated to and from a Gemini upstream (dimensions, task,
+//! titles and `base64` carried across), refused for an Anthropic upstream; keys, groups and records as for
+//! generation (the endpoint named, input tokens, cost, estimated where the upstream reports none).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // a test may unwrap and run long
+
+mod common;
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use base64::Engine as _;
+use common::upstream::{FakeUpstream, Reply};
+use common::*;
+use serde_json::{json, Value};
+
+struct Bench {
+    gw: Gateway,
+    fake: FakeUpstream,
+    queue: Arc<Mutex<VecDeque<Reply>>>,
+}
+
+impl Bench {
+    fn answer(&self, reply: Reply) {
+        self.queue.lock().unwrap().push_back(reply);
+    }
+
+    fn record(&self, r: &Response) -> Value {
+        let id = r.header("x-request-id").unwrap();
+        self.gw
+            .admin(&format!("/admin/usage?request_id={id}"))
+            .json()["data"][0]
+            .clone()
+    }
+}
+
+/// The mock, the OpenAI-compatible, Responses, Anthropic and Gemini upstreams at a fake upstream (models
+/// `m-chat`, `m-responses`, `m-messages`, `m-gemini`), each with an input price; the group `default` may use
+/// every model, `narrow` only the mock.
+fn bench() -> Bench {
+    let queue: Arc<Mutex<VecDeque<Reply>>> = Arc::new(Mutex::new(VecDeque::new()));
+    let q = queue.clone();
+    let fake = FakeUpstream::start(move |_| q.lock().unwrap().pop_front().unwrap_or(Reply::Close));
+    let dir = TempDir::new("embeddings");
+    let top = format!(
+        "admin_token_env = \"{ADMIN_TOKEN_ENV}\"\n{}",
+        gemini_upstream(fake.addr)
+    );
+    let mut config = standard_config(dir.path(), Some(fake.addr), &top);
+    config = config.replace(
+        "upstream_model = \"real-chat-model\"",
+        "upstream_model = \"real-chat-model\"\ninput_price = 2.0",
+    );
+    config.push_str("\n[[groups]]\nname = \"narrow\"\nmodels = [\"mock\"]\n");
+    let gw = Gateway::start_with(dir, &config);
+    Bench { gw, fake, queue }
+}
+
+fn openai_answer(vectors: &[Vec<f32>], prompt_tokens: u64) -> Value {
+    let data: Vec<Value> = vectors
+        .iter()
+        .enumerate()
+        .map(|(i, v)| json!({"object": "embedding", "index": i, "embedding": v}))
+        .collect();
+    json!({"object": "list", "data": data, "model": "real-chat-model",
+           "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}})
+}
+
+fn floats(v: &Value) -> Vec<f32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect()
+}
+
+#[test]
+fn the_mock_embeds_for_openai_and_gemini_clients() {
+    let b = bench();
+    let r = b.gw.post(
+        "/v1/embeddings",
+        &json!({"model": "mock", "input": ["one", "two", "one"], "dimensions": 8}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["object"], "list");
+    assert_eq!(v["model"], "mock");
+    let data = v["data"].as_array().unwrap();
+    assert_eq!(data.len(), 3);
+    assert_eq!(data[2]["index"], 2);
+    assert_eq!(floats(&data[0]["embedding"]).len(), 8);
+    assert_eq!(
+        data[0]["embedding"], data[2]["embedding"],
+        "the same text, the same vector"
+    );
+    assert_ne!(data[0]["embedding"], data[1]["embedding"]);
+    assert!(v["usage"]["prompt_tokens"].as_u64().unwrap() >= 3);
+    let rec = b.record(&r);
+    assert_eq!(rec["endpoint"], "embeddings");
+    assert_eq!(rec["protocol"], "chat");
+    assert_eq!(rec["output_tokens"], 0);
+    assert_eq!(rec["estimated"], false, "the mock counts its input");
+    assert_eq!(rec["input_tokens"], v["usage"]["prompt_tokens"]);
+
+    // Gemini's single and batch shapes.
+    let r = b.gw.request(
+        "POST",
+        "/v1beta/models/mock:embedContent",
+        &[("x-goog-api-key", &b.gw.key)],
+        json!({"content": {"parts": [{"text": "one"}]}, "outputDimensionality": 8})
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["embedding"]["values"], data[0]["embedding"]);
+    let r = b.gw.request(
+        "POST",
+        "/v1/models/mock:batchEmbedContents",
+        &[("x-goog-api-key", &b.gw.key)],
+        json!({"requests": [
+            {"model": "models/mock", "content": {"parts": [{"text": "a"}]}},
+            {"model": "models/mock", "content": {"parts": [{"text": "b"}]}},
+        ]})
+        .to_string()
+        .as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let list = r.json()["embeddings"].as_array().unwrap().clone();
+    assert_eq!(list.len(), 2);
+    assert_eq!(
+        floats(&list[0]["values"]).len(),
+        256,
+        "the mock's default size"
+    );
+    assert_eq!(b.record(&r)["protocol"], "gemini");
+}
+
+#[test]
+fn an_openai_compatible_upstream_gets_the_body_as_sent_and_its_answer_goes_back_as_it_came() {
+    let b = bench();
+    let answer = openai_answer(&[vec![0.5, -0.25]], 5);
+    let raw = serde_json::to_vec(&answer).unwrap();
+    b.answer(Reply::json(200, &answer));
+    let sent = json!({"model": "m-chat", "input": "hello there", "encoding_format": "base64",
+                      "dimensions": 2, "user": "u-1", "extra_field": {"kept": true}});
+    let r = b.gw.post("/v1/embeddings", &sent);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.body, raw, "the answer byte for byte");
+    let up = b.fake.last();
+    assert_eq!(up.path, "/v1/embeddings");
+    let mut expected = sent.clone();
+    expected["model"] = json!("real-chat-model");
+    assert_eq!(up.json(), expected, "the body as sent, the model renamed");
+    assert_eq!(
+        up.header("authorization"),
+        Some(format!("Bearer {UPSTREAM_KEY}").as_str())
+    );
+    let rec = b.record(&r);
+    assert_eq!(rec["endpoint"], "embeddings");
+    assert_eq!(rec["upstream"], "chat-up");
+    assert_eq!(
+        (rec["input_tokens"].as_u64(), rec["estimated"].as_bool()),
+        (Some(5), Some(false))
+    );
+    // 5 tokens at 2.0 per million: 10 millionths of a credit.
+    assert_eq!(rec["cost"].as_f64(), Some(0.00001));
+
+    // A Responses upstream is OpenAI-compatible too: the same endpoint under its base URL.
+    b.answer(Reply::json(200, &openai_answer(&[vec![1.0]], 1)));
+    let r = b.gw.post(
+        "/v1/embeddings",
+        &json!({"model": "m-responses", "input": "x"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(b.fake.last().path, "/v1/embeddings");
+    assert_eq!(b.fake.last().json()["model"], "real-responses-model");
+}
+
+#[test]
+fn openai_clients_reach_a_gemini_upstream_and_gemini_clients_an_openai_one() {
+    let b = bench();
+    b.answer(Reply::json(
+        200,
+        &json!({"embeddings": [{"values": [1.0, 0.0]}, {"values": [0.0, 1.0]}]}),
+    ));
+    let r = b.gw.post(
+        "/v1/embeddings",
+        &json!({"model": "m-gemini", "input": ["first", "second"], "dimensions": 2,
+                "encoding_format": "base64"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let up = b.fake.last();
+    assert_eq!(
+        up.path,
+        "/v1beta/models/real-gemini-model:batchEmbedContents"
+    );
+    assert_eq!(up.header("x-goog-api-key"), Some(UPSTREAM_KEY));
+    let body = up.json();
+    assert_eq!(body["requests"][1]["content"]["parts"][0]["text"], "second");
+    assert_eq!(body["requests"][0]["model"], "models/real-gemini-model");
+    assert_eq!(body["requests"][0]["outputDimensionality"], 2);
+    let v = r.json();
+    // base64 as OpenAI encodes it: little-endian f32.
+    let b64 = v["data"][1]["embedding"].as_str().unwrap();
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .unwrap();
+    assert_eq!(bytes, [0.0f32.to_le_bytes(), 1.0f32.to_le_bytes()].concat());
+    let rec = b.record(&r);
+    assert_eq!(
+        rec["estimated"], true,
+        "Gemini reports no usage for embeddings"
+    );
+    assert_eq!(rec["input_tokens"], v["usage"]["prompt_tokens"]);
+    assert!(rec["input_tokens"].as_u64().unwrap() >= 2);
+
+    // Token ids cannot go to Gemini: a 400 in the client's shape, nothing sent.
+    let before = b.fake.received().len();
+    let r = b.gw.post(
+        "/v1/embeddings",
+        &json!({"model": "m-gemini", "input": [1, 2, 3]}),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["error"]["param"], "input");
+    assert_eq!(b.fake.received().len(), before);
+
+    // A Gemini client to the OpenAI-compatible upstream: the task and title do not cross (OpenAI has none),
+    // the dimensions do.
+    b.answer(Reply::json(200, &openai_answer(&[vec![0.25, 0.75]], 4)));
+    let r = b.gw.request(
+        "POST",
+        "/v1beta/models/m-chat:batchEmbedContents",
+        &[("x-goog-api-key", &b.gw.key)],
+        json!({"requests": [{"model": "models/m-chat", "content": {"parts": [{"text": "q"}]},
+                             "taskType": "RETRIEVAL_QUERY", "outputDimensionality": 2}]})
+        .to_string()
+        .as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json(), json!({"embeddings": [{"values": [0.25, 0.75]}]}));
+    let up = b.fake.last();
+    assert_eq!(up.path, "/v1/embeddings");
+    assert_eq!(
+        up.json(),
+        json!({"model": "real-chat-model", "input": ["q"], "encoding_format": "float", "dimensions": 2})
+    );
+    let rec = b.record(&r);
+    assert_eq!(
+        (rec["input_tokens"].as_u64(), rec["estimated"].as_bool()),
+        (Some(4), Some(false))
+    );
+}
+
+#[test]
+fn models_without_embeddings_and_bad_requests_are_refused_in_the_clients_shape() {
+    let b = bench();
+    let r = b.gw.post(
+        "/v1/embeddings",
+        &json!({"model": "m-messages", "input": "x"}),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    let msg = r.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(msg.contains("no embeddings endpoint"), "{msg}");
+    assert!(
+        b.fake.received().is_empty(),
+        "nothing went to the Anthropic upstream"
+    );
+    for (body, param) in [
+        (json!({"model": "mock"}), "input"),
+        (json!({"model": "mock", "input": ""}), "input"),
+        (
+            json!({"model": "mock", "input": "x", "encoding_format": "int8"}),
+            "encoding_format",
+        ),
+        (json!({"input": "x"}), "model"),
+    ] {
+        let r = b.gw.post("/v1/embeddings", &body);
+        assert_eq!(r.status, 400, "{body}: {}", r.text());
+        assert_eq!(r.json()["error"]["param"], param, "{body}");
+    }
+    let r = b.gw.request(
+        "POST",
+        "/v1beta/models/mock:embedContent",
+        &[("x-goog-api-key", &b.gw.key)],
+        b"{}",
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["error"]["status"], "INVALID_ARGUMENT");
+    let r = b.gw.request("GET", "/v1/embeddings", &[], b"");
+    assert_eq!(r.status, 405);
+}
+
+#[test]
+fn keys_and_groups_govern_embeddings_as_generation() {
+    let b = bench();
+    let r = b.gw.request(
+        "POST",
+        "/v1/embeddings",
+        &[("content-type", "application/json")],
+        json!({"model": "mock", "input": "x"})
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(r.status, 401);
+    let narrow = b.gw.add_key("narrow-key", "narrow", None);
+    let r = b.gw.post_as(
+        &narrow,
+        "/v1/embeddings",
+        &json!({"model": "m-chat", "input": "x"}),
+    );
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert!(b.fake.received().is_empty());
+    let r = b.gw.post_as(
+        &narrow,
+        "/v1/embeddings",
+        &json!({"model": "mock", "input": "x"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    // A key whose credit is spent is refused before any upstream is asked.
+    let broke = b.gw.add_key("broke", "default", Some(0.0));
+    let r = b.gw.post_as(
+        &broke,
+        "/v1/embeddings",
+        &json!({"model": "m-chat", "input": "x"}),
+    );
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert!(b.fake.received().is_empty());
+}
