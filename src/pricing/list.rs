@@ -280,7 +280,13 @@ pub(crate) const TABLE: &[PriceRow] = &[
     // Shut down on 2026-12-11 [O7].
     row("o3", OAI, o("2", Some("0.5"), None, "8"), Some(200_000), Some(100_000), "O7; O14, O15 (3p)"),
     row("o3-pro", OAI, o("20", None, None, "80"), Some(200_000), Some(100_000), "O7; O14, O15 (3p)"),
+    // Embeddings: input only (no output is generated) [O16 (3p)].
+    row("text-embedding-3-small", OAI, o("0.02", None, None, "0"), Some(8_192), None, "O16 (3p)"),
+    row("text-embedding-3-large", OAI, o("0.13", None, None, "0"), Some(8_192), None, "O16 (3p)"),
+    row("text-embedding-ada-002", OAI, o("0.1", None, None, "0"), Some(8_192), None, "O16 (3p)"),
     // ---- Google Gemini (Gemini API, standard tier). Output includes thinking tokens [G1].
+    // Embeddings: input only [G8 (3p)].
+    row("gemini-embedding-001", GOO, o("0.15", None, None, "0"), Some(2_048), None, "G8 (3p)"),
     // Introductory $2 / $10 until 2026-11-30, then $4 / $20 [G3 (vendor page, Argon), G5 (3p, Carbon)]. The
     // output limit shares the 1,048,576-token window; one reseller shows 65,536 for Carbon [G5 (3p)].
     then(
