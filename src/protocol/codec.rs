@@ -20,6 +20,7 @@ use serde_json::Value;
 use super::canon::{self, Usage};
 use super::carried::Shape;
 use super::client::{ClientEvent, NoText};
+use super::completion::Completions;
 use super::edit::{Edit, Put};
 use super::egress::EgressOptions;
 use super::embed::{EmbedRequest, Embeddings};
@@ -68,6 +69,8 @@ pub enum Serves {
     CountTokens,
     /// Embeddings.
     Embed,
+    /// Legacy text completions.
+    Complete,
 }
 
 /// How a stream to a client is framed: as the SSE events the encoders write, or (Gemini without `alt=sse`)
@@ -171,6 +174,8 @@ pub struct Codec {
     /// The gateway's embeddings endpoint, where the paths do not name the model (OpenAI's
     /// `/v1/embeddings`; Gemini's are [`ModelPaths`]').
     pub embed_path: Option<&'static str>,
+    /// The gateway's legacy text completions endpoint (OpenAI's `/v1/completions`), if it has one.
+    pub complete_path: Option<&'static str>,
 
     // --- Its clients.
     /// Where its clients put their key.
@@ -271,6 +276,9 @@ pub struct Codec {
     /// Its embeddings, for its clients and its upstreams (the two OpenAI protocols share OpenAI's); None
     /// where the vendor has none (Anthropic).
     pub embedder: Option<&'static dyn Embedder>,
+    /// Its vendor's legacy text completions, for its clients and its upstreams (the two OpenAI protocols
+    /// share OpenAI's); None where the vendor has none.
+    pub completions: Option<&'static Completions>,
 }
 
 /// A client's request read: checked, put in one form, decoded.
@@ -435,6 +443,8 @@ impl Codec {
             Some(Serves::CountTokens)
         } else if self.embed_path == Some(path) {
             Some(Serves::Embed)
+        } else if self.complete_path == Some(path) {
+            Some(Serves::Complete)
         } else {
             None
         }

@@ -17,6 +17,7 @@ pub(crate) mod carried;
 pub(crate) mod client;
 pub(crate) mod codec;
 pub(crate) mod collect;
+pub mod completion;
 pub(crate) mod contiguous;
 pub(crate) mod edit;
 pub(crate) mod egress;

@@ -10,6 +10,7 @@ use std::borrow::Cow;
 use serde_json::Value;
 
 use super::codec::Serves;
+use super::completion::CompletionAsk;
 use super::edit::{Edit, Edits, Put};
 use super::{fields, limits, ApiError, Protocol, ALL};
 
@@ -22,6 +23,8 @@ pub(crate) enum Endpoint {
     CountTokens(Protocol),
     /// Embeddings (`/v1/embeddings`; Gemini's `:embedContent` and `:batchEmbedContents`).
     Embed(Protocol),
+    /// Legacy text completions (`/v1/completions`).
+    Complete(Protocol),
 }
 
 impl Endpoint {
@@ -31,13 +34,17 @@ impl Endpoint {
             Serves::Generate => Some(Endpoint::Generate(p)),
             Serves::CountTokens => Some(Endpoint::CountTokens(p)),
             Serves::Embed => Some(Endpoint::Embed(p)),
+            Serves::Complete => Some(Endpoint::Complete(p)),
         })
     }
 
     /// The protocol whose shapes (errors, headers) its answers take.
     pub(crate) fn protocol(self) -> Protocol {
         match self {
-            Endpoint::Generate(p) | Endpoint::CountTokens(p) | Endpoint::Embed(p) => p,
+            Endpoint::Generate(p)
+            | Endpoint::CountTokens(p)
+            | Endpoint::Embed(p)
+            | Endpoint::Complete(p) => p,
         }
     }
 
@@ -56,12 +63,18 @@ impl Endpoint {
         matches!(self, Endpoint::Embed(_))
     }
 
+    /// Legacy text completions.
+    pub(crate) fn completes(self) -> bool {
+        matches!(self, Endpoint::Complete(_))
+    }
+
     /// The endpoint's name in usage records and metrics, besides generation's (which records name none).
     pub(crate) fn recorded_as(self) -> Option<&'static str> {
         match self {
             Endpoint::Generate(_) => None,
             Endpoint::CountTokens(_) => Some("count_tokens"),
             Endpoint::Embed(_) => Some("embeddings"),
+            Endpoint::Complete(_) => Some("completions"),
         }
     }
 }
@@ -106,6 +119,9 @@ impl Protocol {
 
     /// The edits a client's body of this protocol gets on its way to an upstream of the same protocol.
     pub fn upstream_edits<'a>(self, f: &Forward<'a>) -> Edits<'a> {
+        if f.completion {
+            return self.completion_edits(f);
+        }
         let mut e = Edits::default();
         if self.model_in_body {
             e.put("model", Edit::Set(Put::Str(f.model)));
@@ -166,12 +182,44 @@ pub struct Forward<'a> {
     pub max_completion_tokens: bool,
     /// A stream: its usage report is switched on (the gateway bills from it).
     pub stream: bool,
+    /// A legacy text completion: the model renamed, the limit in its own field, a stream's usage on; nothing
+    /// else.
+    pub completion: bool,
     /// Nothing may be stored in the operator's account.
     pub store_nothing: bool,
     /// The model reasons (its `reasoning` setting): with nothing stored, its reasoning is asked for whole.
     pub reasoning: bool,
     /// The use limit of paid hosted tools, and the positions of the tools it is written into.
     pub hosted_cap: Option<(u64, &'a [usize])>,
+}
+
+impl Protocol {
+    /// Checks a legacy text completions request at `path`: its model, then what [`Completions::read`]
+    /// reads.
+    ///
+    /// [`Completions::read`]: super::completion::Completions
+    pub fn validate_completion(self, path: &str, body: &Value) -> Result<CompletionAsk, ApiError> {
+        self.validate_envelope(path, body, false)?;
+        let Some(c) = self.completions else {
+            return Err(ApiError::not_found(
+                "This protocol has no text completions endpoint.",
+            ));
+        };
+        (c.read)(body)
+    }
+
+    /// The edits of a legacy text completion (see [`Forward::completion`]).
+    fn completion_edits<'a>(self, f: &Forward<'a>) -> Edits<'a> {
+        let mut e = Edits::default();
+        e.put("model", Edit::Set(Put::Str(f.model)));
+        if let (Some(limit), Some(c)) = (f.limit, self.completions) {
+            e.put(c.limit_field, Edit::Set(Put::Num(limit)));
+        }
+        if let Some((field, edit)) = f.stream.then_some(self.stream_usage_on).flatten() {
+            e.put(field, edit);
+        }
+        e
+    }
 }
 
 #[cfg(test)]
@@ -186,6 +234,7 @@ mod tests {
             limit: None,
             max_completion_tokens: false,
             stream: false,
+            completion: false,
             store_nothing: false,
             reasoning: false,
             hosted_cap: None,

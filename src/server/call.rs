@@ -25,14 +25,20 @@ pub(super) struct Unread {
     pub refused: bool,
 }
 
-/// Sends `body` to the attempt's upstream endpoint. `passed`: a header of the client's request passed on.
+/// Sends `body` to the attempt's upstream endpoint (generation's, or a text completion's). `passed`: a header of the client's request passed on.
 pub(super) fn send(
     a: &Attempt,
     body: &[u8],
     stream: bool,
     passed: Option<&(&'static str, String)>,
 ) -> Sent {
-    let url = uphttp::endpoint(a.upstream, &a.p.upstream_model, stream);
+    let completion =
+        a.p.endpoint
+            .completes()
+            .then(|| uphttp::completions_endpoint(a.upstream))
+            .flatten();
+    let url =
+        completion.unwrap_or_else(|| uphttp::endpoint(a.upstream, &a.p.upstream_model, stream));
     send_to(a, &url, body, stream, passed)
 }
 

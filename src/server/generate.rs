@@ -13,7 +13,7 @@ use super::cached::{self, Lookup};
 use super::failover::FailoverRoute;
 use super::outcome::{Answer, Outcome};
 use super::prepared::{prepare, Prepared, Refused};
-use super::{builtin, count_tokens, embed, passthrough, report, translate};
+use super::{builtin, count_tokens, embed, passthrough, report, text_completion, translate};
 use crate::access::accounts::Reservation;
 use crate::gateway::respond;
 use crate::gateway::trace::Trace;
@@ -164,7 +164,7 @@ fn attempts(
     (answer, calls)
 }
 
-/// The answering step: token counting; embeddings; or generation by the built-in model, by a same-protocol upstream
+/// The answering step: token counting; embeddings; text completions; or generation by the built-in model, by a same-protocol upstream
 /// (passthrough) or by another protocol's (translation).
 fn answer(a: &mut Attempt) -> Answer {
     if a.p.endpoint.counts_tokens() {
@@ -172,6 +172,9 @@ fn answer(a: &mut Attempt) -> Answer {
     }
     if a.p.endpoint.embeds() {
         return embed::serve(a);
+    }
+    if a.p.endpoint.completes() {
+        return text_completion::serve(a);
     }
     match a.upstream.kind.protocol() {
         None => builtin::serve(a),

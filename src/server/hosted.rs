@@ -393,6 +393,7 @@ mod tests {
             limit: None,
             max_completion_tokens: false,
             stream: false,
+            completion: false,
             store_nothing: false,
             reasoning: false,
             hosted_cap: p.cap(),

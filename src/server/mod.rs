@@ -23,6 +23,7 @@ mod report;
 mod router;
 mod screen;
 mod shutdown;
+mod text_completion;
 mod thread;
 mod translate;
 

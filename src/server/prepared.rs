@@ -61,16 +61,19 @@ impl Prepared<'_> {
     }
 
     /// The output limit of each choice admission reserves for: the client's, or the model's
-    /// `max_output_tokens`.
+    /// `max_output_tokens` (a text completion's: its endpoint's default).
     pub(super) fn limit_per_choice(&self) -> u64 {
-        self.requested_output
-            .unwrap_or(self.model.max_output_tokens)
+        let default = match self.endpoint.protocol().completions {
+            Some(c) if self.endpoint.completes() => c.default_limit,
+            _ => self.model.max_output_tokens,
+        };
+        self.requested_output.unwrap_or(default)
     }
 
     /// The output admission reserves: the limit of each choice times the choices. No upstream request of
     /// this request asks for more (see [`Prepared::limit_for_upstream`]).
     pub(super) fn reserved_output(&self) -> u64 {
-        if !self.endpoint.generates() {
+        if !(self.endpoint.generates() || self.endpoint.completes()) {
             return 0;
         }
         self.limit_per_choice().saturating_mul(self.choices)
@@ -110,6 +113,7 @@ impl Prepared<'_> {
         Forward {
             model: &self.upstream_model,
             generation: self.endpoint.generates(),
+            completion: self.endpoint.completes(),
             limit: self.limit_for_upstream(),
             max_completion_tokens: upstream.max_completion_tokens,
             stream,
@@ -203,7 +207,7 @@ fn read<'a>(
     asked.group = Some(identity.group.clone());
     protocol.check_headers(&ex.request)?;
     let mut body = parse_body(&ex.request.body)?;
-    if !endpoint.embeds() {
+    if endpoint.generates() || endpoint.counts_tokens() {
         protocol.read_as_one(&mut body, endpoint.counts_tokens())?;
     }
     let path = ex.request.path.as_str();
@@ -228,9 +232,12 @@ fn read<'a>(
     if !access::group_allows(config, &identity.group, &model.name, &requested) {
         return Err(access::forbidden_model(&requested, &identity.group));
     }
-    // The operator's upstream account is shared by every key: nothing may reach state kept in it.
+    // The operator's upstream account is shared by every key: nothing may reach state kept in it. (A text
+    // completion's body names no state: its `prompt` is the text itself, not a stored template.)
     if !model.account_features {
-        account::refuse_account_features(&body, config.passes_through(model, protocol))?;
+        if !endpoint.completes() {
+            account::refuse_account_features(&body, config.passes_through(model, protocol))?;
+        }
         protocol.refuse_account_headers(&ex.request)?;
     }
     asked.hosted = hosted::plan(config, model, endpoint, &mut body)?;
@@ -262,6 +269,11 @@ fn envelope(
     asked: &mut Asked,
 ) -> Result<(Option<u64>, u64), ApiError> {
     let protocol = endpoint.protocol();
+    if endpoint.completes() {
+        let ask = protocol.validate_completion(path, body)?;
+        asked.stream = ask.stream;
+        return Ok((ask.limit, ask.choices));
+    }
     let generation = endpoint.generates();
     // Token counting is checked further only where it is estimated here: an upstream that counts judges its
     // own.

@@ -111,6 +111,12 @@ pub fn endpoint(upstream: &Upstream, model: &str, stream: bool) -> String {
     }
 }
 
+/// The upstream's legacy text completions endpoint, where its kind has one (the OpenAI-compatible kinds).
+pub fn completions_endpoint(upstream: &Upstream) -> Option<String> {
+    let c = upstream.kind.protocol()?.completions?;
+    Some(format!("{}{}", upstream.base_url, c.upstream_path))
+}
+
 /// The upstream's credential (and version) headers on a request to it, as its protocol sends them.
 pub fn with_credentials<B>(
     mut req: ureq::RequestBuilder<B>,

@@ -5,6 +5,7 @@
 //! reads the answer).
 
 mod client;
+mod complete;
 mod decode;
 mod embed;
 mod relay;
@@ -36,6 +37,8 @@ const HOSTED: Rules = Rules {
 /// generation endpoints.
 pub(crate) static EMBEDDER: embed::OpenAiEmbedder = embed::OpenAiEmbedder;
 
+pub(crate) use complete::COMPLETIONS;
+
 /// OpenAI Chat Completions.
 pub static CODEC: Codec = Codec {
     name: "chat",
@@ -48,6 +51,7 @@ pub static CODEC: Codec = Codec {
     count_tokens_path: None,
     models_list_path: None,
     embed_path: Some("/v1/embeddings"),
+    complete_path: Some("/v1/completions"),
 
     key: openai::KEY_IN,
     sdk_header: None,
@@ -106,4 +110,5 @@ pub static CODEC: Codec = Codec {
     counting: None,
     model_paths: None,
     embedder: Some(&EMBEDDER),
+    completions: Some(&COMPLETIONS),
 };

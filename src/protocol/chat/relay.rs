@@ -1,4 +1,5 @@
-//! A Chat stream relayed as it came: each chunk read once for the text it adds, its usage (hidden from a
+//! A Chat stream (or a text completion's, which differs only in `choices[].text`) relayed as it came: each
+//! chunk read once for the text it adds, its usage (hidden from a
 //! client that did not ask for it), an error it carries, the tier it names, and `[DONE]`.
 
 use crate::protocol::fields::At;
@@ -31,6 +32,9 @@ struct Peek<'a> {
 struct Choice<'a> {
     #[serde(borrow, default)]
     delta: Option<ChatDelta<'a>>,
+    /// A text completion's chunk (`POST /v1/completions`, relayed by the same reader).
+    #[serde(borrow, default)]
+    text: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
@@ -95,6 +99,7 @@ impl RelayReader for Chat {
     fn text_fields(&self, data: &mut Value, edit: &mut dyn FnMut(Option<&mut Value>)) {
         let choices = data.get_mut("choices").and_then(Value::as_array_mut);
         for c in choices.into_iter().flatten() {
+            edit(c.get_mut("text"));
             let Some(d) = c.get_mut("delta").filter(|d| d.is_object()) else {
                 continue;
             };
@@ -109,9 +114,12 @@ impl RelayReader for Chat {
     }
 }
 
-/// Appends the text and tool arguments of each choice's delta.
+/// Appends the text and tool arguments of each choice's delta (a text completion's: its text).
 fn collect(peek: &Peek, produced: &mut String) {
     for c in peek.choices.iter().flatten() {
+        if let Some(t) = &c.text {
+            produced.push_str(t);
+        }
         let Some(d) = &c.delta else { continue };
         let reasoning = match &d.reasoning {
             Some(MaybeText::Text(t)) => Some(t),

@@ -75,6 +75,7 @@ pub static CODEC: Codec = Codec {
     count_tokens_path: Some("/v1beta/models/{model}:countTokens"),
     models_list_path: Some("/v1beta/models"),
     embed_path: None,
+    complete_path: None,
 
     key: KeyIn {
         header: "x-goog-api-key",
@@ -143,6 +144,7 @@ pub static CODEC: Codec = Codec {
     counting: Some(&Gemini),
     model_paths: Some(&Gemini),
     embedder: Some(&Gemini),
+    completions: None,
 };
 
 impl TokenCounting for Gemini {
@@ -241,6 +243,7 @@ mod tests {
             limit: Some(100),
             max_completion_tokens: false,
             stream: true,
+            completion: false,
             store_nothing: true,
             reasoning: true,
             hosted_cap: None,

@@ -79,6 +79,7 @@ pub static CODEC: Codec = Codec {
     count_tokens_path: Some("/v1/messages/count_tokens"),
     models_list_path: None,
     embed_path: None,
+    complete_path: None,
 
     key: KeyIn {
         header: "x-api-key",
@@ -140,6 +141,7 @@ pub static CODEC: Codec = Codec {
     counting: Some(&Messages),
     model_paths: None,
     embedder: None,
+    completions: None,
 };
 
 impl TokenCounting for Messages {

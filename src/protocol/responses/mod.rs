@@ -42,6 +42,7 @@ pub static CODEC: Codec = Codec {
     count_tokens_path: None,
     models_list_path: None,
     embed_path: None,
+    complete_path: None,
 
     key: openai::KEY_IN,
     sdk_header: None,
@@ -97,4 +98,5 @@ pub static CODEC: Codec = Codec {
     counting: None,
     model_paths: None,
     embedder: Some(&super::chat::EMBEDDER),
+    completions: Some(&super::chat::COMPLETIONS),
 };

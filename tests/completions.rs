@@ -1,0 +1,234 @@
+//! Legacy text completions through the gateway (issue 42): `POST /v1/completions` with `prompt` and `suffix`
+//! passed through to OpenAI-compatible upstreams (the body as sent, the model renamed; the answer and the
+//! stream byte for byte, the stream's usage switched on and hidden from a client that did not ask for it;
+//! the limit in `max_tokens` for a key with a spending limit), refused with the endpoint the model serves
+//! for the other kinds and the mock; keys, groups, balances and records (input, output, cost) as for
+//! generation.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // a test may unwrap and run long
+
+mod common;
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use common::upstream::{FakeUpstream, Reply};
+use common::*;
+use serde_json::{json, Value};
+
+struct Bench {
+    gw: Gateway,
+    fake: FakeUpstream,
+    queue: Arc<Mutex<VecDeque<Reply>>>,
+}
+
+impl Bench {
+    fn answer(&self, reply: Reply) {
+        self.queue.lock().unwrap().push_back(reply);
+    }
+
+    fn record(&self, r: &Response) -> Value {
+        let id = r.header("x-request-id").unwrap();
+        self.gw
+            .admin(&format!("/admin/usage?request_id={id}"))
+            .json()["data"][0]
+            .clone()
+    }
+}
+
+fn bench() -> Bench {
+    let queue: Arc<Mutex<VecDeque<Reply>>> = Arc::new(Mutex::new(VecDeque::new()));
+    let q = queue.clone();
+    let fake = FakeUpstream::start(move |_| q.lock().unwrap().pop_front().unwrap_or(Reply::Close));
+    let dir = TempDir::new("completions");
+    let top = format!(
+        "admin_token_env = \"{ADMIN_TOKEN_ENV}\"\n{}",
+        gemini_upstream(fake.addr)
+    );
+    let config = standard_config(dir.path(), Some(fake.addr), &top).replace(
+        "upstream_model = \"real-chat-model\"",
+        "upstream_model = \"real-chat-model\"\ninput_price = 1.0\noutput_price = 2.0",
+    );
+    let gw = Gateway::start_with(dir, &config);
+    Bench { gw, fake, queue }
+}
+
+fn completion(text: &str, prompt_tokens: u64, completion_tokens: u64) -> Value {
+    json!({
+        "id": "cmpl-1", "object": "text_completion", "created": 1, "model": "real-chat-model",
+        "choices": [{"text": text, "index": 0, "logprobs": null, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                  "total_tokens": prompt_tokens + completion_tokens},
+    })
+}
+
+fn chunk(text: &str) -> Vec<u8> {
+    let c = json!({"id": "cmpl-1", "object": "text_completion", "created": 1, "model": "real-chat-model",
+                   "choices": [{"text": text, "index": 0, "logprobs": null, "finish_reason": null}]});
+    format!("data: {c}\n\n").into_bytes()
+}
+
+fn usage_chunk(prompt_tokens: u64, completion_tokens: u64) -> Vec<u8> {
+    let c = json!({"id": "cmpl-1", "object": "text_completion", "created": 1, "model": "real-chat-model",
+                   "choices": [],
+                   "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                             "total_tokens": prompt_tokens + completion_tokens}});
+    format!("data: {c}\n\n").into_bytes()
+}
+
+#[test]
+fn fill_in_the_middle_is_passed_through_as_sent_and_billed() {
+    let b = bench();
+    let answer = completion("    return a + b\n", 12, 6);
+    b.answer(Reply::json(200, &answer));
+    let sent = json!({"model": "m-chat", "prompt": "def add(a, b):\n", "suffix": "\nprint(add(1, 2))",
+                      "max_tokens": 64, "temperature": 0.2, "stop": ["\n\n"], "echo": false, "logprobs": 1});
+    let r = b.gw.post("/v1/completions", &sent);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.body,
+        serde_json::to_vec(&answer).unwrap(),
+        "the answer byte for byte"
+    );
+    let up = b.fake.last();
+    assert_eq!(up.path, "/v1/completions");
+    let mut expected = sent.clone();
+    expected["model"] = json!("real-chat-model");
+    assert_eq!(up.json(), expected, "the body as sent, the model renamed");
+    let rec = b.record(&r);
+    assert_eq!(rec["endpoint"], "completions");
+    assert_eq!(rec["protocol"], "chat");
+    assert_eq!(
+        (rec["input_tokens"].as_u64(), rec["output_tokens"].as_u64()),
+        (Some(12), Some(6))
+    );
+    assert_eq!(rec["estimated"], false);
+    // 12 input tokens at 1.0 and 6 output tokens at 2.0 per million.
+    assert_eq!(rec["cost"].as_f64(), Some(0.000024));
+
+    // A Responses upstream is OpenAI-compatible: the same endpoint under its base URL.
+    b.answer(Reply::json(200, &completion("x", 1, 1)));
+    let r = b.gw.post(
+        "/v1/completions",
+        &json!({"model": "m-responses", "prompt": "a"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(b.fake.last().path, "/v1/completions");
+}
+
+#[test]
+fn streams_are_relayed_with_their_usage_billed_and_shown_only_when_asked() {
+    let b = bench();
+    let events = vec![
+        chunk("Hel"),
+        chunk("lo"),
+        usage_chunk(3, 2),
+        b"data: [DONE]\n\n".to_vec(),
+    ];
+    b.answer(Reply::sse(events.clone()));
+    let r = b.gw.post(
+        "/v1/completions",
+        &json!({"model": "m-chat", "prompt": "Say", "stream": true}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let text = r.text();
+    assert!(
+        text.contains("\"Hel\"") && text.contains("\"lo\""),
+        "{text}"
+    );
+    assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
+    assert!(
+        !text.contains("\"usage\""),
+        "the usage chunk the client did not ask for: {text}"
+    );
+    let up = b.fake.last().json();
+    assert_eq!(
+        up["stream_options"]["include_usage"], true,
+        "usage switched on upstream"
+    );
+    let rec = b.record(&r);
+    assert_eq!(
+        (rec["input_tokens"].as_u64(), rec["output_tokens"].as_u64()),
+        (Some(3), Some(2))
+    );
+    assert_eq!(rec["stream"], true);
+    assert_eq!(rec["endpoint"], "completions");
+
+    b.answer(Reply::sse(events));
+    let r = b.gw.post(
+        "/v1/completions",
+        &json!({"model": "m-chat", "prompt": "Say", "stream": true,
+                "stream_options": {"include_usage": true}}),
+    );
+    assert_eq!(r.status, 200);
+    assert!(
+        r.text().contains("\"usage\""),
+        "asked for, so shown: {}",
+        r.text()
+    );
+}
+
+#[test]
+fn a_key_with_a_spending_limit_sends_a_limit_and_is_refused_when_spent() {
+    let b = bench();
+    let credited = b.gw.add_key("credited", "default", Some(5.0));
+    b.answer(Reply::json(200, &completion("x", 1, 1)));
+    let r = b.gw.post_as(
+        &credited,
+        "/v1/completions",
+        &json!({"model": "m-chat", "prompt": "a"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        b.fake.last().json()["max_tokens"],
+        16,
+        "OpenAI's default, written so the upstream cannot spend more than was reserved"
+    );
+    let broke = b.gw.add_key("broke", "default", Some(0.0));
+    let before = b.fake.received().len();
+    let r = b.gw.post_as(
+        &broke,
+        "/v1/completions",
+        &json!({"model": "m-chat", "prompt": "a"}),
+    );
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert_eq!(b.fake.received().len(), before);
+}
+
+#[test]
+fn other_kinds_and_bad_requests_are_refused_in_openais_shape() {
+    let b = bench();
+    for (model, serves) in [
+        ("m-messages", "/v1/messages"),
+        ("m-gemini", ":generateContent"),
+        ("mock", "built-in mock"),
+    ] {
+        let r = b.gw.post(
+            "/v1/completions",
+            &json!({"model": model, "prompt": "def f(", "suffix": ")"}),
+        );
+        assert_eq!(r.status, 400, "{model}: {}", r.text());
+        let e = &r.json()["error"];
+        assert_eq!(e["type"], "invalid_request_error", "{e}");
+        let msg = e["message"].as_str().unwrap();
+        assert!(msg.contains(serves), "{model}: {msg}");
+        assert!(msg.contains("no text completions endpoint"), "{msg}");
+    }
+    assert!(
+        b.fake.received().is_empty(),
+        "no rewrite into another endpoint"
+    );
+    for (body, param) in [
+        (json!({"model": "m-chat"}), "prompt"),
+        (json!({"model": "m-chat", "prompt": {"a": 1}}), "prompt"),
+        (
+            json!({"model": "m-chat", "prompt": "x", "n": 2, "best_of": 1}),
+            "best_of",
+        ),
+        (json!({"prompt": "x"}), "model"),
+    ] {
+        let r = b.gw.post("/v1/completions", &body);
+        assert_eq!(r.status, 400, "{body}: {}", r.text());
+        assert_eq!(r.json()["error"]["param"], param, "{body}");
+    }
+    assert!(b.fake.received().is_empty());
+}
