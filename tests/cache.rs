@@ -813,8 +813,11 @@ fn hits_are_recorded_at_no_cost_and_count_against_the_request_rate_only() {
     assert_eq!(others["data"].as_array().unwrap().len(), 3);
     assert_eq!(gw.admin("/admin/usage?cache=sometimes").status, 400);
     let csv = gw.admin("/admin/usage.csv?cache=hit&key=payer").text();
-    assert!(csv.lines().next().unwrap().ends_with(",cache"), "{csv}");
-    assert!(csv.lines().nth(1).unwrap().ends_with(",hit"), "{csv}");
+    assert!(
+        csv.lines().next().unwrap().ends_with(",cache,endpoint"),
+        "{csv}"
+    );
+    assert!(csv.lines().nth(1).unwrap().ends_with(",hit,"), "{csv}");
     // The token counters count what upstreams generated.
     let text = gw.request("GET", "/metrics", &[], b"").text();
     let line = "tollgate_tokens_total{model=\"cached\",kind=\"output\"} 14";

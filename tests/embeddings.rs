@@ -165,6 +165,12 @@ fn an_openai_compatible_upstream_gets_the_body_as_sent_and_its_answer_goes_back_
     );
     // 5 tokens at 2.0 per million: 10 millionths of a credit.
     assert_eq!(rec["cost"].as_f64(), Some(0.00001));
+    let csv = b.gw.admin("/admin/usage.csv").text();
+    assert!(csv.lines().next().unwrap().ends_with(",endpoint"), "{csv}");
+    assert!(
+        csv.lines().nth(1).unwrap().ends_with(",embeddings"),
+        "{csv}"
+    );
 
     // A Responses upstream is OpenAI-compatible too: the same endpoint under its base URL.
     b.answer(Reply::json(200, &openai_answer(&[vec![1.0]], 1)));

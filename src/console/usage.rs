@@ -182,7 +182,7 @@ pub(crate) fn csv_of(records: Vec<Record>) -> String {
     let mut out = String::from(
         "ts,request_id,client_request_id,key,group,model,protocol,upstream,stream,status,input_tokens,\
          cached_input_tokens,cache_write_5m_tokens,cache_write_1h_tokens,output_tokens,reasoning_tokens,\
-         tier_above_input_tokens,estimated,cost,latency_ms,error,reason,instance,cache\n",
+         tier_above_input_tokens,estimated,cost,latency_ms,error,reason,instance,cache,endpoint\n",
     );
     for r in records {
         let status = match r.status {
@@ -217,6 +217,7 @@ pub(crate) fn csv_of(records: Vec<Record>) -> String {
             r.reason.unwrap_or_default(),
             r.instance.unwrap_or_default(),
             r.cache.map_or("", |c| c.name()).to_string(),
+            r.endpoint.unwrap_or_default(),
         ];
         let line: Vec<String> = fields.iter().map(|f| csv_field(f)).collect();
         out.push_str(&line.join(","));
