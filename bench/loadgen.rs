@@ -1,7 +1,7 @@
 //! The suite's load generator as a command, for ad-hoc runs and profiling sessions.
 //!
 //! ```text
-//! loadgen --addr 127.0.0.1:8080 [--key tg_…] [--api chat|messages] [--model bench] [--path /v1/…]
+//! loadgen --addr 127.0.0.1:8080 [--key tg_…] [--api chat|messages|embeddings] [--model bench] [--path /v1/…]
 //!         [--marker in=10,out=5]
 //!         [--conns 16] [--duration 5] [--warmup 0.5] [--rate 2000] [--pid PID]…
 //!         [--stream --events 200 --gap-us 1000 --streams 25]
@@ -28,7 +28,7 @@ struct Args {
     /// the API key (default: none, for the fake upstream directly)
     #[argh(option, default = "String::from(\"none\")")]
     key: String,
-    /// chat or messages (default chat)
+    /// chat, messages or embeddings (default chat)
     #[argh(option, default = "String::from(\"chat\")")]
     api: String,
     /// the model asked for (default bench)
@@ -113,7 +113,16 @@ fn main() {
             ],
             &body,
         ),
-        other => panic!("--api chat|messages, not {other}"),
+        // The same text as chat's message, as an embeddings input.
+        "embeddings" => client::post(
+            addr,
+            path.as_deref().unwrap_or("/v1/embeddings"),
+            &[("authorization", &auth)],
+            &format!(
+                r#"{{"model":"{model}","input":"Hello! Please answer briefly. bench:{marker}","encoding_format":"float"}}"#
+            ),
+        ),
+        other => panic!("--api chat|messages|embeddings, not {other}"),
     });
     let watch = Watch {
         pids: pids.clone(),

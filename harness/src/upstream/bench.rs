@@ -75,6 +75,9 @@ pub fn reply(rec: &Recorded) -> Reply {
         };
         return json(status, extra, body);
     }
+    if rec.path.ends_with("/embeddings") {
+        return json(200, &[], embeddings_answer(p.input, p.dims.unwrap_or(1536)));
+    }
     if streamed {
         STREAMS.fetch_add(1, Ordering::Relaxed);
         return Reply::Write(Box::new(move |stream: &mut TcpStream| {
@@ -90,6 +93,24 @@ pub fn reply(rec: &Recorded) -> Reply {
     json(200, &[], body)
 }
 
+/// An OpenAI embeddings answer of one vector of `dims` floats (text-embedding-3-small's are 1,536); `input`
+/// prompt tokens.
+fn embeddings_answer(input: u64, dims: u64) -> String {
+    let dims = u32::try_from(dims).unwrap_or(1536);
+    let mut vector = String::with_capacity(dims as usize * 12);
+    for i in 0..dims {
+        if i > 0 {
+            vector.push(',');
+        }
+        // Values of the shape real vectors have (small, signed, nine digits).
+        let x = (f64::from(i) * 0.618_033_988_7).fract() - 0.5;
+        vector.push_str(&format!("{:.9}", x / 16.0));
+    }
+    format!(
+        "{{\"object\":\"list\",\"data\":[{{\"object\":\"embedding\",\"index\":0,\"embedding\":[{vector}]}}],\"model\":\"bench-model\",\"usage\":{{\"prompt_tokens\":{input},\"total_tokens\":{input}}}}}"
+    )
+}
+
 #[derive(Default, Clone, Copy)]
 struct Params {
     events: u64,
@@ -100,6 +121,8 @@ struct Params {
     delay_ms: u64,
     break_after: Option<u64>,
     stall_ms: u64,
+    /// The size of an embeddings answer's vector (1,536 unless given).
+    dims: Option<u64>,
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
@@ -135,6 +158,7 @@ fn params(body: &[u8]) -> Params {
             "delay_ms" => p.delay_ms = n,
             "break" => p.break_after = Some(n),
             "stall_ms" => p.stall_ms = n,
+            "dims" => p.dims = Some(n),
             _ => {}
         }
     }
