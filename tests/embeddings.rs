@@ -333,3 +333,51 @@ fn keys_and_groups_govern_embeddings_as_generation() {
     assert_eq!(r.status, 429, "{}", r.text());
     assert!(b.fake.received().is_empty());
 }
+
+#[test]
+fn gemini_clients_see_which_models_embed() {
+    let b = bench();
+    let list = b.gw.request(
+        "GET",
+        "/v1beta/models",
+        &[("x-goog-api-key", &b.gw.key)],
+        b"",
+    );
+    assert_eq!(list.status, 200, "{}", list.text());
+    let methods = |name: &str| -> Vec<String> {
+        let v = list.json();
+        let m = v["models"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == format!("models/{name}"))
+            .unwrap_or_else(|| panic!("{name} in {v}"))
+            .clone();
+        m["supportedGenerationMethods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_str().unwrap().to_string())
+            .collect()
+    };
+    for embeds in ["mock", "m-chat", "m-gemini"] {
+        assert!(
+            methods(embeds).contains(&"batchEmbedContents".to_string()),
+            "{embeds}"
+        );
+    }
+    let anthropic = methods("m-messages");
+    assert!(anthropic.contains(&"generateContent".to_string()));
+    assert!(
+        !anthropic.iter().any(|m| m.contains("Embed")),
+        "{anthropic:?}"
+    );
+    // A path no endpoint serves names the new endpoints among those it does.
+    let r = b.gw.post("/v1/embedding", &json!({}));
+    assert_eq!(r.status, 404);
+    let msg = r.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(
+        msg.contains("POST /v1/embeddings") && msg.contains("POST /v1/completions"),
+        "{msg}"
+    );
+}

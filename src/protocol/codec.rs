@@ -58,6 +58,8 @@ pub struct Listed<'a> {
     pub owned_by: &'a str,
     /// The most output tokens the model gives (where a protocol's list says so).
     pub max_output: u64,
+    /// One of its upstreams has embeddings (where a protocol's list names the methods a model serves).
+    pub embeds: bool,
 }
 
 /// Which of a protocol's endpoints a path is.

@@ -224,6 +224,8 @@ fn endpoints() -> String {
     for p in ALL {
         list.push(format!("POST {}", p.path));
         list.extend(p.count_tokens_path.map(|c| format!("POST {c}")));
+        list.extend(p.embed_path.map(|c| format!("POST {c}")));
+        list.extend(p.complete_path.map(|c| format!("POST {c}")));
     }
     let lists: Vec<String> = std::iter::once("/v1/models")
         .chain(ALL.iter().filter_map(|p| p.models_list_path))
@@ -315,7 +317,7 @@ fn models(gw: &Gateway, ex: &mut Exchange, trace: &Trace, id: Option<String>) {
     // Names and aliases the group may use (patterns cannot be listed), in config order. A discovered model
     // whose id a configured name already serves is named after its server's address (`id@host:port`): not
     // listed, so no address reaches a tenant (the configured name is listed).
-    let visible: Vec<(&str, String, u64)> = config
+    let visible: Vec<(&str, String, u64, bool)> = config
         .models
         .iter()
         .filter(|m| !m.disabled && !crate::config::names::is_pattern(&m.name))
@@ -323,17 +325,19 @@ fn models(gw: &Gateway, ex: &mut Exchange, trace: &Trace, id: Option<String>) {
         .filter(|m| access::group_allows(&config, &identity.group, &m.name, &m.name))
         .flat_map(|m| {
             let owner = owned_by(m);
+            let embeds = embeds(&config, m);
             std::iter::once(m.name.as_str())
                 .chain(m.aliases.iter().map(String::as_str))
-                .map(move |n| (n, owner.clone(), m.max_output_tokens))
+                .map(move |n| (n, owner.clone(), m.max_output_tokens, embeds))
         })
         .collect();
     let listed: Vec<Listed> = visible
         .iter()
-        .map(|(id, owner, max_output)| Listed {
+        .map(|(id, owner, max_output, embeds)| Listed {
             id,
             owned_by: owner,
             max_output: *max_output,
+            embeds: *embeds,
         })
         .collect();
     let created = gw.started_unix;
@@ -353,6 +357,15 @@ fn models(gw: &Gateway, ex: &mut Exchange, trace: &Trace, id: Option<String>) {
 
 /// `owned_by` of a model in the list: its first upstream's name, `local` for a server discovery found (whose
 /// upstream is named after its address), and never an address (`addresses::hide`).
+/// Whether one of the model's upstreams answers embeddings (the mock does; an upstream whose vendor has
+/// none does not).
+fn embeds(config: &crate::config::Config, m: &crate::config::Model) -> bool {
+    m.upstreams
+        .iter()
+        .filter_map(|u| config.upstream(u))
+        .any(|u| u.kind.protocol().is_none_or(|p| p.embedder.is_some()))
+}
+
 fn owned_by(m: &crate::config::Model) -> String {
     if m.discovered.is_some() {
         return "local".into();

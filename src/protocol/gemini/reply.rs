@@ -139,15 +139,20 @@ impl ModelList for Gemini {
         json!({ "models": list })
     }
 
-    /// One model of the list, as the Gemini API describes a model.
+    /// One model of the list, as the Gemini API describes a model: the methods it serves with it (the
+    /// embeddings methods where one of its upstreams has embeddings).
     fn model_entry(&self, m: &Listed, _created: u64) -> Value {
+        let mut methods = vec!["generateContent", "streamGenerateContent", "countTokens"];
+        if m.embeds {
+            methods.extend(["embedContent", "batchEmbedContents"]);
+        }
         json!({
             "name": format!("models/{}", m.id),
             "version": "001",
             "displayName": m.id,
             "description": format!("Served by {}.", m.owned_by),
             "outputTokenLimit": m.max_output,
-            "supportedGenerationMethods": ["generateContent", "streamGenerateContent", "countTokens"],
+            "supportedGenerationMethods": methods,
         })
     }
 }
