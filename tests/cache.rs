@@ -1215,7 +1215,8 @@ fn in_process_costs() {
         .decode_response(&answer, &opts)
         .unwrap();
     let entry = Entry {
-        response: resp,
+        response: Some(resp),
+        vectors: None,
         upstream: "chat-up".into(),
     };
     let ttl = Duration::from_secs(600);

@@ -381,3 +381,60 @@ fn gemini_clients_see_which_models_embed() {
         "{msg}"
     );
 }
+
+#[test]
+fn a_cached_model_answers_the_same_inputs_from_the_cache_in_either_shape() {
+    let queue: Arc<Mutex<VecDeque<Reply>>> = Arc::new(Mutex::new(VecDeque::new()));
+    let q = queue.clone();
+    let fake = FakeUpstream::start(move |_| q.lock().unwrap().pop_front().unwrap_or(Reply::Close));
+    let dir = TempDir::new("embeddings-cache");
+    let top = format!("admin_token_env = \"{ADMIN_TOKEN_ENV}\"\n");
+    let config = standard_config(dir.path(), Some(fake.addr), &top).replace(
+        "upstream_model = \"real-chat-model\"",
+        "upstream_model = \"real-chat-model\"\ncache_ttl_secs = 600\ninput_price = 2.0",
+    );
+    let gw = Gateway::start_with(dir, &config);
+    let b = Bench { gw, fake, queue };
+    b.answer(Reply::json(200, &openai_answer(&[vec![0.5, 0.25]], 6)));
+    let body = json!({"model": "m-chat", "input": "the same text", "dimensions": 2});
+    let first = b.gw.post("/v1/embeddings", &body);
+    assert_eq!(first.status, 200, "{}", first.text());
+    assert_eq!(first.header("x-tollgate-cache"), Some("miss"));
+    assert_eq!(b.fake.received().len(), 1);
+
+    // The same inputs again, asked as base64: from the cache, encoded for this client.
+    let mut again = body.clone();
+    again["encoding_format"] = json!("base64");
+    let r = b.gw.post("/v1/embeddings", &again);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-tollgate-cache"), Some("hit"));
+    assert_eq!(b.fake.received().len(), 1, "no upstream call");
+    let b64 = r.json()["data"][0]["embedding"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .unwrap();
+    assert_eq!(
+        bytes,
+        [0.5f32.to_le_bytes(), 0.25f32.to_le_bytes()].concat()
+    );
+    assert_eq!(
+        r.json()["usage"]["prompt_tokens"],
+        6,
+        "the first request's usage"
+    );
+    let rec = b.record(&r);
+    assert_eq!(rec["cache"], "hit");
+    assert_eq!(rec["cost"].as_f64(), Some(0.0));
+
+    // Other dimensions are another entry.
+    b.answer(Reply::json(200, &openai_answer(&[vec![1.0]], 6)));
+    let r = b.gw.post(
+        "/v1/embeddings",
+        &json!({"model": "m-chat", "input": "the same text", "dimensions": 1}),
+    );
+    assert_eq!(r.header("x-tollgate-cache"), Some("miss"));
+    assert_eq!(b.fake.received().len(), 2);
+}

@@ -15,15 +15,20 @@ use serde::{Deserialize, Serialize};
 
 use crate::ledger::CacheUse;
 use crate::protocol::canon::Response;
+use crate::protocol::embed::Embeddings;
 use crate::protocol::fingerprint::Fingerprint;
 use crate::store::Store;
 
 /// One cached answer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Entry {
-    /// The answer, its usage the one its request was recorded with (its id, model name and time are the
-    /// replay's own).
-    pub response: Response,
+    /// A generation's answer, its usage the one its request was recorded with (its id, model name and time
+    /// are the replay's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response: Option<Response>,
+    /// An embeddings answer: its vectors and the input tokens its request was recorded with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vectors: Option<Embeddings>,
     /// The upstream that gave it.
     pub upstream: String,
 }

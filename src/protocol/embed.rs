@@ -66,8 +66,9 @@ impl EmbedRequest {
     }
 }
 
-/// The vectors an upstream gave back, in the order of the inputs, and the input tokens it reported.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// The vectors an upstream gave back, in the order of the inputs, and the input tokens it reported (also
+/// what the answer cache keeps of an embeddings answer).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Embeddings {
     /// One vector per input.
     pub vectors: Vec<Vec<f32>>,

@@ -5,7 +5,8 @@
 //! `carried.rs`), as sent, so that a parameter only one protocol has (a seed, a penalty, `top_k`) or a part
 //! its decoder leaves out (a message's `name`, redacted thinking) still makes a different entry. Who may
 //! share an entry (`scope`) and the header passed upstream with the body (`anthropic-beta`) are part of it
-//! too. The result is a SHA-256 digest: the same on every instance and every
+//! too. An embeddings request is keyed by its inputs and what shapes its vectors ([`of_embed`]). The result is a
+//! SHA-256 digest: the same on every instance and every
 //! build, so instances share entries through the store.
 
 use serde::Serialize;
@@ -13,6 +14,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::canon::{Message, OutputFormat, Request, Tool, ToolChoice};
+use super::embed::{EmbedInput, EmbedRequest};
 use super::Protocol;
 
 /// A request's identity in the answer cache.
@@ -100,6 +102,45 @@ pub fn of(protocol: Protocol, body: &Value, req: &Request, target: &Target) -> F
     // Written whole, then hashed in one call (the serializer's many small writes would each be a call into
     // the hash). Serializing canonical types and JSON values into memory cannot fail.
     let mut buf = Vec::with_capacity(512);
+    let _ = serde_json::to_writer(&mut buf, &keyed);
+    Fingerprint(Sha256::digest(&buf).into())
+}
+
+/// What of an embeddings request the key holds: the inputs and what shapes the vectors (size, task,
+/// titles); not the client protocol, the encoding (`base64` is applied when the vectors are written) or the
+/// end user.
+#[derive(Serialize)]
+struct KeyedEmbed<'a> {
+    v: u8,
+    endpoint: &'static str,
+    target: (&'a str, &'a str, &'a str),
+    inputs: Vec<Value>,
+    dimensions: Option<u64>,
+    task_type: &'a Option<String>,
+    titles: &'a [Option<String>],
+}
+
+/// The fingerprint of an embeddings request for `target` (its output limit and passed-on header play no
+/// part: embeddings have neither).
+pub fn of_embed(req: &EmbedRequest, target: &Target) -> Fingerprint {
+    let inputs = req
+        .inputs
+        .iter()
+        .map(|i| match i {
+            EmbedInput::Text(t) => Value::String(t.clone()),
+            EmbedInput::Tokens(ids) => Value::from(ids.clone()),
+        })
+        .collect();
+    let keyed = KeyedEmbed {
+        v: 1,
+        endpoint: "embeddings",
+        target: (target.model, target.upstream_model, target.scope),
+        inputs,
+        dimensions: req.dimensions,
+        task_type: &req.task_type,
+        titles: &req.titles,
+    };
+    let mut buf = Vec::with_capacity(256);
     let _ = serde_json::to_writer(&mut buf, &keyed);
     Fingerprint(Sha256::digest(&buf).into())
 }

@@ -7,9 +7,10 @@
 //! What the client says is honoured: `Cache-Control: no-store` neither reads nor writes, `no-cache` skips
 //! the look-up and stores the fresh answer. What is never cached: requests with paid hosted tools or
 //! service tiers, hosted tools another upstream would leave out, several choices, models with
-//! `account_features` (their answers may live on in the upstream account), token counting; answers that
-//! are errors, streams cut (by the upstream, the client, the output limit or shutdown), and answers the
-//! upstream marked incomplete (stopped at the output limit, filtered, paused).
+//! `account_features` (their answers may live on in the upstream account), token counting, text completions;
+//! answers that are errors, streams cut (by the upstream, the client, the output limit or shutdown), and
+//! answers the upstream marked incomplete (stopped at the output limit, filtered, paused). Embeddings are
+//! cached like answers: their vectors, keyed by the inputs and what shapes them (`fingerprint::of_embed`).
 
 use std::borrow::Cow;
 use std::time::Duration;
@@ -24,7 +25,7 @@ use crate::gateway::trace::Trace;
 use crate::gateway::Gateway;
 use crate::http::{Exchange, HttpRequest};
 use crate::ledger::CacheUse;
-use crate::protocol::canon::{Part, Request, Response, StopReason, StreamEvent};
+use crate::protocol::canon::{Part, Request, Response, StopReason, StreamEvent, Usage};
 use crate::protocol::egress::events_from_response;
 use crate::protocol::fingerprint::{self, Fingerprint, Target};
 use crate::protocol::ApiError;
@@ -94,7 +95,8 @@ fn directives(req: &HttpRequest) -> Directives {
 
 /// Looks the prepared request up, if its model's answers are cached.
 pub(super) fn look(gw: &Gateway, ex: &Exchange, p: &Prepared) -> Lookup {
-    let Some(caching) = p.model.cache.filter(|_| p.endpoint.generates()) else {
+    let cached_endpoint = p.endpoint.generates() || p.endpoint.embeds();
+    let Some(caching) = p.model.cache.filter(|_| cached_endpoint) else {
         return Lookup::Off;
     };
     let bypass = |keep| Lookup::Fresh {
@@ -121,7 +123,15 @@ pub(super) fn look(gw: &Gateway, ex: &Exchange, p: &Prepared) -> Lookup {
     if said.no_cache {
         return bypass(Some(keep));
     }
-    match gw.cache.get(&fp) {
+    // An entry of the other endpoint's kind (no fingerprint makes one, but a store is shared) is a miss.
+    let fits = |e: &Entry| {
+        if p.endpoint.embeds() {
+            e.vectors.is_some()
+        } else {
+            e.response.is_some()
+        }
+    };
+    match gw.cache.get(&fp).filter(fits) {
         Some(entry) => Lookup::Hit {
             entry: Box::new(entry),
             req: Box::new(req),
@@ -163,17 +173,6 @@ fn sorted_values(v: &str) -> String {
 /// The request in canonical form and its fingerprint, if it is one the cache keeps.
 fn fingerprint(p: &Prepared, scope: CacheScope, passed_on: &str) -> Option<(Request, Fingerprint)> {
     let protocol = p.endpoint.protocol();
-    if !p.asked.hosted.is_empty()
-        || p.model.account_features
-        || p.choices != 1
-        || protocol.request.asks_beyond_canon(&p.body)
-    {
-        return None;
-    }
-    let req = p.canonical().ok()?;
-    if !req.dropped_tools.is_empty() {
-        return None;
-    }
     let scope = match scope {
         CacheScope::Key => format!("key:{}", p.identity.name),
         CacheScope::Group => format!("group:{}", p.identity.group),
@@ -186,6 +185,23 @@ fn fingerprint(p: &Prepared, scope: CacheScope, passed_on: &str) -> Option<(Requ
         limit: p.limit_for_upstream(),
         passed_on,
     };
+    if p.endpoint.embeds() {
+        // The vectors are written from the entry for the client's own request (`replay_vectors`): no
+        // canonical generation request goes with them.
+        let req = p.embed.as_ref().filter(|_| !p.model.account_features)?;
+        return Some((Request::default(), fingerprint::of_embed(req, &target)));
+    }
+    if !p.asked.hosted.is_empty()
+        || p.model.account_features
+        || p.choices != 1
+        || protocol.request.asks_beyond_canon(&p.body)
+    {
+        return None;
+    }
+    let req = p.canonical().ok()?;
+    if !req.dropped_tools.is_empty() {
+        return None;
+    }
     let fp = fingerprint::of(protocol, &p.body, &req, &target);
     Some((req, fp))
 }
@@ -201,7 +217,9 @@ pub(super) fn replay(
     req: &Request,
 ) -> Answer {
     let protocol = trace.protocol;
-    let mut resp = entry.response.clone();
+    let Some(mut resp) = entry.response.clone() else {
+        return replay_vectors(ex, trace, p, entry);
+    };
     resp.id = protocol.new_response_id();
     resp.model = p.requested.clone();
     resp.created = unix_now();
@@ -241,6 +259,34 @@ pub(super) fn replay(
     }
 }
 
+/// Answers an embeddings request from the cache: the entry's vectors in the client's shape (and encoding),
+/// with the input tokens its first request was recorded with.
+fn replay_vectors(ex: &mut Exchange, trace: &Trace, p: &Prepared, entry: &Entry) -> Answer {
+    let answer = Answer::for_upstream(&entry.upstream);
+    let embedder = p.endpoint.protocol().embedder;
+    let (Some(got), Some(req), Some(embedder)) =
+        (entry.vectors.as_ref(), p.embed.as_ref(), embedder)
+    else {
+        return answer.failed(ApiError::internal(
+            "a cache entry that does not fit its request",
+        ));
+    };
+    let tokens = got.input_tokens.unwrap_or_else(|| p.input_estimate());
+    let mut answer = answer;
+    answer.answered(200);
+    answer.reported(Some(Usage {
+        input_tokens: tokens,
+        ..Usage::default()
+    }));
+    match serde_json::to_vec(&embedder.encode_embeddings(got, req, &p.requested, tokens)) {
+        Ok(body) => {
+            respond::json(ex.response(), trace, 200, &body, &[]);
+            answer
+        }
+        Err(e) => answer.failed(ApiError::internal(e.to_string())),
+    }
+}
+
 /// The entry's events, in the order the client protocol's encoder gives them, usage and end included.
 fn stream(mut writer: EventWriter, resp: &Response) -> Delivered {
     for ev in events_from_response(resp) {
@@ -262,13 +308,11 @@ pub(super) fn store(
     mut answer: Answer,
 ) -> Answer {
     let kept = answer.take_kept();
+    let vectors = answer.take_kept_vectors();
     let Lookup::Fresh {
         keep: Some(keep), ..
     } = lookup
     else {
-        return answer;
-    };
-    let Some(mut kept) = kept else {
         return answer;
     };
     let whole = answer.status() == 200
@@ -276,6 +320,23 @@ pub(super) fn store(
         && !answer.client_closed()
         && !trace.client_gone()
         && !trace.cut_by_shutdown();
+    if let Some(mut vectors) = vectors.filter(|v| whole && !v.vectors.is_empty()) {
+        // The usage its request is recorded with (an estimate where the upstream reports none).
+        vectors.input_tokens = answer
+            .usage()
+            .map(|u| u.input_tokens)
+            .or(vectors.input_tokens);
+        let entry = Entry {
+            response: None,
+            vectors: Some(*vectors),
+            upstream: answer.upstream().unwrap_or_default().to_string(),
+        };
+        gw.cache.put(&p.model.name, keep.fp, &entry, keep.ttl);
+        return answer;
+    }
+    let Some(mut kept) = kept else {
+        return answer;
+    };
     let finished = matches!(
         kept.stop,
         StopReason::EndTurn | StopReason::StopSequence(_) | StopReason::ToolUse
@@ -285,7 +346,8 @@ pub(super) fn store(
         (kept.id, kept.model, kept.created) = (String::new(), String::new(), 0);
         kept.usage = answer.usage().unwrap_or(kept.usage);
         let entry = Entry {
-            response: *kept,
+            response: Some(*kept),
+            vectors: None,
             upstream: answer.upstream().unwrap_or_default().to_string(),
         };
         gw.cache.put(&p.model.name, keep.fp, &entry, keep.ttl);

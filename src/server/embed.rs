@@ -4,7 +4,8 @@
 //! OpenAI-compatible upstream) gets the client's body as it came, the model renamed, and its answer goes
 //! back byte for byte; any other pair goes through the canonical form (`protocol/embed.rs`): the vectors
 //! cross as numbers, dimensions, task and titles with them. The built-in mock answers with vectors made from
-//! the text. An upstream whose vendor has no embeddings (Anthropic) is a 400 that says so.
+//! the text. An upstream whose vendor has no embeddings (Anthropic) is a 400 that says so. For a model whose
+//! answers are cached, the vectors are kept (`cached.rs` stores them once the answer is whole).
 
 use super::attempt::Attempt;
 use super::call;
@@ -93,6 +94,12 @@ fn pass_through(a: &mut Attempt, answer: &mut Answer, ours: &dyn Embedder) -> Re
         u.error
     })?;
     answer.reported(usage.and_then(|u| protocol.upstream.usage_from(&u)));
+    if a.keep {
+        let got = serde_json::from_slice(&raw)
+            .ok()
+            .and_then(|v| ours.decode_embeddings(&v).ok());
+        answer.keep_vectors(got.map(Box::new));
+    }
     respond::json_owned(a.ex.response(), a.trace, 200, raw, &[]);
     answer.answered(200);
     Ok(())
@@ -118,6 +125,9 @@ fn reply(
         input_tokens: n,
         ..Usage::default()
     }));
+    if a.keep {
+        answer.keep_vectors(Some(Box::new(got.clone())));
+    }
     let body = theirs.encode_embeddings(got, req, &a.p.requested, input_tokens);
     let bytes = serde_json::to_vec(&body).map_err(|e| ApiError::internal(e.to_string()))?;
     respond::json(a.ex.response(), a.trace, 200, &bytes, &[]);

@@ -7,6 +7,7 @@
 use super::hosted::{Plan, Ran};
 use crate::ledger::CacheUse;
 use crate::protocol::canon::{Response, Usage};
+use crate::protocol::embed::Embeddings;
 use crate::protocol::ApiError;
 use crate::upstream::policy::{self, Ended, Facts};
 
@@ -107,6 +108,8 @@ pub(super) struct Answer {
     /// The answer in canonical form, kept for the answer cache (only when the model's answers are cached:
     /// see `cached.rs`, which stores it only if the answer completed).
     kept: Option<Box<Response>>,
+    /// An embeddings answer's vectors, kept for the answer cache likewise.
+    kept_vectors: Option<Box<Embeddings>>,
 }
 
 impl Answer {
@@ -195,6 +198,16 @@ impl Answer {
     /// Takes the answer kept for the answer cache.
     pub(super) fn take_kept(&mut self) -> Option<Box<Response>> {
         self.kept.take()
+    }
+
+    /// Keeps an embeddings answer's vectors for the answer cache.
+    pub(super) fn keep_vectors(&mut self, kept: Option<Box<Embeddings>>) {
+        self.kept_vectors = kept;
+    }
+
+    /// Takes the vectors kept for the answer cache.
+    pub(super) fn take_kept_vectors(&mut self) -> Option<Box<Embeddings>> {
+        self.kept_vectors.take()
     }
 
     /// The client went away before the end.
