@@ -114,3 +114,26 @@ def test_genai_embed_content_through_a_gemini_upstream(genai_client, upstream):
     assert req["title"] == "Title"
     assert req["model"] == "models/real-gemini-model"
     assert json.dumps(req).count("doc") == 1
+
+
+def test_openai_sdk_token_ids_pass_through(oai, upstream):
+    upstream.queue(openai_answer([[0.5], [0.25]], 3))
+    r = oai.embeddings.create(model="m-chat", input=[[1, 2], [3]], encoding_format="float")
+    assert [d.embedding for d in r.data] == [[0.5], [0.25]]
+    assert upstream.last.json()["input"] == [[1, 2], [3]]
+
+
+def test_langchain_openai_embeddings(gateway, upstream):
+    from langchain_openai import OpenAIEmbeddings
+
+    # As a RAG tool configures it for a model that is not OpenAI's (no tiktoken chunking).
+    emb = OpenAIEmbeddings(model="mock", base_url=gateway.openai_base_url, api_key=gateway.key,
+                           check_embedding_ctx_length=False, max_retries=0)
+    docs = emb.embed_documents(["first document", "second document"])
+    assert len(docs) == 2 and len(docs[0]) == 256
+    assert emb.embed_query("first document") == docs[0]
+    upstream.queue(openai_answer([b64([0.125, 0.5])], 2))
+    through = OpenAIEmbeddings(model="m-chat", base_url=gateway.openai_base_url, api_key=gateway.key,
+                               check_embedding_ctx_length=False, max_retries=0)
+    assert through.embed_query("q") == [0.125, 0.5]
+    assert upstream.last.path == "/v1/embeddings"
