@@ -8,37 +8,29 @@
 
 mod common;
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
-
-use common::upstream::{FakeUpstream, Reply};
+use common::upstream::{Queued, Reply};
 use common::*;
 use serde_json::{json, Value};
 
+/// The gateway and its queued fake upstream.
 struct Bench {
     gw: Gateway,
-    fake: FakeUpstream,
-    queue: Arc<Mutex<VecDeque<Reply>>>,
+    up: Queued,
 }
 
 impl Bench {
     fn answer(&self, reply: Reply) {
-        self.queue.lock().unwrap().push_back(reply);
+        self.up.push(reply);
     }
 
     fn record(&self, r: &Response) -> Value {
-        let id = r.header("x-request-id").unwrap();
-        self.gw
-            .admin(&format!("/admin/usage?request_id={id}"))
-            .json()["data"][0]
-            .clone()
+        self.gw.record_of(r)
     }
 }
 
 fn bench() -> Bench {
-    let queue: Arc<Mutex<VecDeque<Reply>>> = Arc::new(Mutex::new(VecDeque::new()));
-    let q = queue.clone();
-    let fake = FakeUpstream::start(move |_| q.lock().unwrap().pop_front().unwrap_or(Reply::Close));
+    let up = Queued::start();
+    let fake = &up.fake;
     let dir = TempDir::new("completions");
     let top = format!(
         "admin_token_env = \"{ADMIN_TOKEN_ENV}\"\n{}",
@@ -49,7 +41,7 @@ fn bench() -> Bench {
         "upstream_model = \"real-chat-model\"\ninput_price = 1.0\noutput_price = 2.0",
     );
     let gw = Gateway::start_with(dir, &config);
-    Bench { gw, fake, queue }
+    Bench { gw, up }
 }
 
 fn completion(text: &str, prompt_tokens: u64, completion_tokens: u64) -> Value {
@@ -89,7 +81,7 @@ fn fill_in_the_middle_is_passed_through_as_sent_and_billed() {
         serde_json::to_vec(&answer).unwrap(),
         "the answer byte for byte"
     );
-    let up = b.fake.last();
+    let up = b.up.fake.last();
     assert_eq!(up.path, "/v1/completions");
     let mut expected = sent.clone();
     expected["model"] = json!("real-chat-model");
@@ -112,7 +104,7 @@ fn fill_in_the_middle_is_passed_through_as_sent_and_billed() {
         &json!({"model": "m-responses", "prompt": "a"}),
     );
     assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(b.fake.last().path, "/v1/completions");
+    assert_eq!(b.up.fake.last().path, "/v1/completions");
 }
 
 #[test]
@@ -140,7 +132,7 @@ fn streams_are_relayed_with_their_usage_billed_and_shown_only_when_asked() {
         !text.contains("\"usage\""),
         "the usage chunk the client did not ask for: {text}"
     );
-    let up = b.fake.last().json();
+    let up = b.up.fake.last().json();
     assert_eq!(
         up["stream_options"]["include_usage"], true,
         "usage switched on upstream"
@@ -179,19 +171,19 @@ fn a_key_with_a_spending_limit_sends_a_limit_and_is_refused_when_spent() {
     );
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(
-        b.fake.last().json()["max_tokens"],
+        b.up.fake.last().json()["max_tokens"],
         16,
         "OpenAI's default, written so the upstream cannot spend more than was reserved"
     );
     let broke = b.gw.add_key("broke", "default", Some(0.0));
-    let before = b.fake.received().len();
+    let before = b.up.fake.received().len();
     let r = b.gw.post_as(
         &broke,
         "/v1/completions",
         &json!({"model": "m-chat", "prompt": "a"}),
     );
     assert_eq!(r.status, 429, "{}", r.text());
-    assert_eq!(b.fake.received().len(), before);
+    assert_eq!(b.up.fake.received().len(), before);
 }
 
 #[test]
@@ -214,7 +206,7 @@ fn other_kinds_and_bad_requests_are_refused_in_openais_shape() {
         assert!(msg.contains("no text completions endpoint"), "{msg}");
     }
     assert!(
-        b.fake.received().is_empty(),
+        b.up.fake.received().is_empty(),
         "no rewrite into another endpoint"
     );
     for (body, param) in [
@@ -230,5 +222,5 @@ fn other_kinds_and_bad_requests_are_refused_in_openais_shape() {
         assert_eq!(r.status, 400, "{body}: {}", r.text());
         assert_eq!(r.json()["error"]["param"], param, "{body}");
     }
-    assert!(b.fake.received().is_empty());
+    assert!(b.up.fake.received().is_empty());
 }

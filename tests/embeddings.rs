@@ -7,31 +7,24 @@
 
 mod common;
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
-
 use base64::Engine as _;
-use common::upstream::{FakeUpstream, Reply};
+use common::upstream::{Queued, Reply};
 use common::*;
 use serde_json::{json, Value};
 
+/// The gateway and its queued fake upstream.
 struct Bench {
     gw: Gateway,
-    fake: FakeUpstream,
-    queue: Arc<Mutex<VecDeque<Reply>>>,
+    up: Queued,
 }
 
 impl Bench {
     fn answer(&self, reply: Reply) {
-        self.queue.lock().unwrap().push_back(reply);
+        self.up.push(reply);
     }
 
     fn record(&self, r: &Response) -> Value {
-        let id = r.header("x-request-id").unwrap();
-        self.gw
-            .admin(&format!("/admin/usage?request_id={id}"))
-            .json()["data"][0]
-            .clone()
+        self.gw.record_of(r)
     }
 }
 
@@ -39,9 +32,8 @@ impl Bench {
 /// `m-chat`, `m-responses`, `m-messages`, `m-gemini`), each with an input price; the group `default` may use
 /// every model, `narrow` only the mock.
 fn bench() -> Bench {
-    let queue: Arc<Mutex<VecDeque<Reply>>> = Arc::new(Mutex::new(VecDeque::new()));
-    let q = queue.clone();
-    let fake = FakeUpstream::start(move |_| q.lock().unwrap().pop_front().unwrap_or(Reply::Close));
+    let up = Queued::start();
+    let fake = &up.fake;
     let dir = TempDir::new("embeddings");
     let top = format!(
         "admin_token_env = \"{ADMIN_TOKEN_ENV}\"\n{}",
@@ -54,7 +46,7 @@ fn bench() -> Bench {
     );
     config.push_str("\n[[groups]]\nname = \"narrow\"\nmodels = [\"mock\"]\n");
     let gw = Gateway::start_with(dir, &config);
-    Bench { gw, fake, queue }
+    Bench { gw, up }
 }
 
 fn openai_answer(vectors: &[Vec<f32>], prompt_tokens: u64) -> Value {
@@ -147,7 +139,7 @@ fn an_openai_compatible_upstream_gets_the_body_as_sent_and_its_answer_goes_back_
     let r = b.gw.post("/v1/embeddings", &sent);
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.body, raw, "the answer byte for byte");
-    let up = b.fake.last();
+    let up = b.up.fake.last();
     assert_eq!(up.path, "/v1/embeddings");
     let mut expected = sent.clone();
     expected["model"] = json!("real-chat-model");
@@ -179,8 +171,8 @@ fn an_openai_compatible_upstream_gets_the_body_as_sent_and_its_answer_goes_back_
         &json!({"model": "m-responses", "input": "x"}),
     );
     assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(b.fake.last().path, "/v1/embeddings");
-    assert_eq!(b.fake.last().json()["model"], "real-responses-model");
+    assert_eq!(b.up.fake.last().path, "/v1/embeddings");
+    assert_eq!(b.up.fake.last().json()["model"], "real-responses-model");
 }
 
 #[test]
@@ -196,7 +188,7 @@ fn openai_clients_reach_a_gemini_upstream_and_gemini_clients_an_openai_one() {
                 "encoding_format": "base64"}),
     );
     assert_eq!(r.status, 200, "{}", r.text());
-    let up = b.fake.last();
+    let up = b.up.fake.last();
     assert_eq!(
         up.path,
         "/v1beta/models/real-gemini-model:batchEmbedContents"
@@ -222,14 +214,14 @@ fn openai_clients_reach_a_gemini_upstream_and_gemini_clients_an_openai_one() {
     assert!(rec["input_tokens"].as_u64().unwrap() >= 2);
 
     // Token ids cannot go to Gemini: a 400 in the client's shape, nothing sent.
-    let before = b.fake.received().len();
+    let before = b.up.fake.received().len();
     let r = b.gw.post(
         "/v1/embeddings",
         &json!({"model": "m-gemini", "input": [1, 2, 3]}),
     );
     assert_eq!(r.status, 400, "{}", r.text());
     assert_eq!(r.json()["error"]["param"], "input");
-    assert_eq!(b.fake.received().len(), before);
+    assert_eq!(b.up.fake.received().len(), before);
 
     // A Gemini client to the OpenAI-compatible upstream: the task and title do not cross (OpenAI has none),
     // the dimensions do.
@@ -245,7 +237,7 @@ fn openai_clients_reach_a_gemini_upstream_and_gemini_clients_an_openai_one() {
     );
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json(), json!({"embeddings": [{"values": [0.25, 0.75]}]}));
-    let up = b.fake.last();
+    let up = b.up.fake.last();
     assert_eq!(up.path, "/v1/embeddings");
     assert_eq!(
         up.json(),
@@ -269,7 +261,7 @@ fn models_without_embeddings_and_bad_requests_are_refused_in_the_clients_shape()
     let msg = r.json()["error"]["message"].as_str().unwrap().to_string();
     assert!(msg.contains("no embeddings endpoint"), "{msg}");
     assert!(
-        b.fake.received().is_empty(),
+        b.up.fake.received().is_empty(),
         "nothing went to the Anthropic upstream"
     );
     for (body, param) in [
@@ -316,7 +308,7 @@ fn keys_and_groups_govern_embeddings_as_generation() {
         &json!({"model": "m-chat", "input": "x"}),
     );
     assert_eq!(r.status, 403, "{}", r.text());
-    assert!(b.fake.received().is_empty());
+    assert!(b.up.fake.received().is_empty());
     let r = b.gw.post_as(
         &narrow,
         "/v1/embeddings",
@@ -331,7 +323,7 @@ fn keys_and_groups_govern_embeddings_as_generation() {
         &json!({"model": "m-chat", "input": "x"}),
     );
     assert_eq!(r.status, 429, "{}", r.text());
-    assert!(b.fake.received().is_empty());
+    assert!(b.up.fake.received().is_empty());
 }
 
 #[test]
@@ -384,9 +376,8 @@ fn gemini_clients_see_which_models_embed() {
 
 #[test]
 fn a_cached_model_answers_the_same_inputs_from_the_cache_in_either_shape() {
-    let queue: Arc<Mutex<VecDeque<Reply>>> = Arc::new(Mutex::new(VecDeque::new()));
-    let q = queue.clone();
-    let fake = FakeUpstream::start(move |_| q.lock().unwrap().pop_front().unwrap_or(Reply::Close));
+    let up = Queued::start();
+    let fake = &up.fake;
     let dir = TempDir::new("embeddings-cache");
     let top = format!("admin_token_env = \"{ADMIN_TOKEN_ENV}\"\n");
     let config = standard_config(dir.path(), Some(fake.addr), &top).replace(
@@ -394,13 +385,13 @@ fn a_cached_model_answers_the_same_inputs_from_the_cache_in_either_shape() {
         "upstream_model = \"real-chat-model\"\ncache_ttl_secs = 600\ninput_price = 2.0",
     );
     let gw = Gateway::start_with(dir, &config);
-    let b = Bench { gw, fake, queue };
+    let b = Bench { gw, up };
     b.answer(Reply::json(200, &openai_answer(&[vec![0.5, 0.25]], 6)));
     let body = json!({"model": "m-chat", "input": "the same text", "dimensions": 2});
     let first = b.gw.post("/v1/embeddings", &body);
     assert_eq!(first.status, 200, "{}", first.text());
     assert_eq!(first.header("x-tollgate-cache"), Some("miss"));
-    assert_eq!(b.fake.received().len(), 1);
+    assert_eq!(b.up.fake.received().len(), 1);
 
     // The same inputs again, asked as base64: from the cache, encoded for this client.
     let mut again = body.clone();
@@ -408,7 +399,7 @@ fn a_cached_model_answers_the_same_inputs_from_the_cache_in_either_shape() {
     let r = b.gw.post("/v1/embeddings", &again);
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("x-tollgate-cache"), Some("hit"));
-    assert_eq!(b.fake.received().len(), 1, "no upstream call");
+    assert_eq!(b.up.fake.received().len(), 1, "no upstream call");
     let b64 = r.json()["data"][0]["embedding"]
         .as_str()
         .unwrap()
@@ -436,5 +427,5 @@ fn a_cached_model_answers_the_same_inputs_from_the_cache_in_either_shape() {
         &json!({"model": "m-chat", "input": "the same text", "dimensions": 1}),
     );
     assert_eq!(r.header("x-tollgate-cache"), Some("miss"));
-    assert_eq!(b.fake.received().len(), 2);
+    assert_eq!(b.up.fake.received().len(), 2);
 }

@@ -479,6 +479,13 @@ impl Gateway {
         self.request("GET", path_and_query, &[("authorization", &auth)], b"")
     }
 
+    /// The usage record of the request `r` answered (by its `x-request-id`), as the admin API gives it;
+    /// `null` when there is none. Needs the admin token (`admin_token_env`).
+    pub fn record_of(&self, r: &Response) -> Value {
+        let id = r.header("x-request-id").unwrap_or_default();
+        self.admin(&format!("/admin/usage?request_id={id}")).json()["data"][0].clone()
+    }
+
     /// The key named `name` as `GET /admin/keys` lists it (credit, spent, balance, ...).
     pub fn key_row(&self, name: &str) -> Value {
         self.admin("/admin/keys").json()["data"]

@@ -391,6 +391,30 @@ fn answer(stream: &mut TcpStream, reply: Reply) -> bool {
     }
 }
 
+/// A fake upstream that answers each request with the next reply queued ([`Queued::push`]), and closes the
+/// connection when none is.
+pub struct Queued {
+    /// The fake upstream (its address, what it received).
+    pub fake: FakeUpstream,
+    queue: Arc<Mutex<std::collections::VecDeque<Reply>>>,
+}
+
+impl Queued {
+    /// Starts one on a free port.
+    pub fn start() -> Queued {
+        let queue: Arc<Mutex<std::collections::VecDeque<Reply>>> = Arc::default();
+        let q = queue.clone();
+        let fake =
+            FakeUpstream::start(move |_| q.lock().unwrap().pop_front().unwrap_or(Reply::Close));
+        Queued { fake, queue }
+    }
+
+    /// Queues the answer to the next request.
+    pub fn push(&self, reply: Reply) {
+        self.queue.lock().unwrap().push_back(reply);
+    }
+}
+
 /// A fixture: a client request, what the upstream answers, and what the client must see.
 pub struct Fixture {
     pub name: String,
