@@ -18,29 +18,9 @@ struct Bench {
     up: Queued,
 }
 
-impl Bench {
-    fn answer(&self, reply: Reply) {
-        self.up.push(reply);
-    }
-
-    fn record(&self, r: &Response) -> Value {
-        self.gw.record_of(r)
-    }
-}
-
 fn bench() -> Bench {
     let up = Queued::start();
-    let fake = &up.fake;
-    let dir = TempDir::new("completions");
-    let top = format!(
-        "admin_token_env = \"{ADMIN_TOKEN_ENV}\"\n{}",
-        gemini_upstream(fake.addr)
-    );
-    let config = standard_config(dir.path(), Some(fake.addr), &top).replace(
-        "upstream_model = \"real-chat-model\"",
-        "upstream_model = \"real-chat-model\"\ninput_price = 1.0\noutput_price = 2.0",
-    );
-    let gw = Gateway::start_with(dir, &config);
+    let gw = Gateway::start_every_kind(up.fake.addr, "input_price = 1.0\noutput_price = 2.0", "");
     Bench { gw, up }
 }
 
@@ -71,7 +51,7 @@ fn usage_chunk(prompt_tokens: u64, completion_tokens: u64) -> Vec<u8> {
 fn fill_in_the_middle_is_passed_through_as_sent_and_billed() {
     let b = bench();
     let answer = completion("    return a + b\n", 12, 6);
-    b.answer(Reply::json(200, &answer));
+    b.up.push(Reply::json(200, &answer));
     let sent = json!({"model": "m-chat", "prompt": "def add(a, b):\n", "suffix": "\nprint(add(1, 2))",
                       "max_tokens": 64, "temperature": 0.2, "stop": ["\n\n"], "echo": false, "logprobs": 1});
     let r = b.gw.post("/v1/completions", &sent);
@@ -86,7 +66,7 @@ fn fill_in_the_middle_is_passed_through_as_sent_and_billed() {
     let mut expected = sent.clone();
     expected["model"] = json!("real-chat-model");
     assert_eq!(up.json(), expected, "the body as sent, the model renamed");
-    let rec = b.record(&r);
+    let rec = b.gw.record_of(&r);
     assert_eq!(rec["endpoint"], "completions");
     assert_eq!(rec["protocol"], "chat");
     assert_eq!(
@@ -98,7 +78,7 @@ fn fill_in_the_middle_is_passed_through_as_sent_and_billed() {
     assert_eq!(rec["cost"].as_f64(), Some(0.000024));
 
     // A Responses upstream is OpenAI-compatible: the same endpoint under its base URL.
-    b.answer(Reply::json(200, &completion("x", 1, 1)));
+    b.up.push(Reply::json(200, &completion("x", 1, 1)));
     let r = b.gw.post(
         "/v1/completions",
         &json!({"model": "m-responses", "prompt": "a"}),
@@ -116,7 +96,7 @@ fn streams_are_relayed_with_their_usage_billed_and_shown_only_when_asked() {
         usage_chunk(3, 2),
         b"data: [DONE]\n\n".to_vec(),
     ];
-    b.answer(Reply::sse(events.clone()));
+    b.up.push(Reply::sse(events.clone()));
     let r = b.gw.post(
         "/v1/completions",
         &json!({"model": "m-chat", "prompt": "Say", "stream": true}),
@@ -137,7 +117,7 @@ fn streams_are_relayed_with_their_usage_billed_and_shown_only_when_asked() {
         up["stream_options"]["include_usage"], true,
         "usage switched on upstream"
     );
-    let rec = b.record(&r);
+    let rec = b.gw.record_of(&r);
     assert_eq!(
         (rec["input_tokens"].as_u64(), rec["output_tokens"].as_u64()),
         (Some(3), Some(2))
@@ -145,7 +125,7 @@ fn streams_are_relayed_with_their_usage_billed_and_shown_only_when_asked() {
     assert_eq!(rec["stream"], true);
     assert_eq!(rec["endpoint"], "completions");
 
-    b.answer(Reply::sse(events));
+    b.up.push(Reply::sse(events));
     let r = b.gw.post(
         "/v1/completions",
         &json!({"model": "m-chat", "prompt": "Say", "stream": true,
@@ -163,7 +143,7 @@ fn streams_are_relayed_with_their_usage_billed_and_shown_only_when_asked() {
 fn a_key_with_a_spending_limit_sends_a_limit_and_is_refused_when_spent() {
     let b = bench();
     let credited = b.gw.add_key("credited", "default", Some(5.0));
-    b.answer(Reply::json(200, &completion("x", 1, 1)));
+    b.up.push(Reply::json(200, &completion("x", 1, 1)));
     let r = b.gw.post_as(
         &credited,
         "/v1/completions",

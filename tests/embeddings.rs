@@ -18,34 +18,13 @@ struct Bench {
     up: Queued,
 }
 
-impl Bench {
-    fn answer(&self, reply: Reply) {
-        self.up.push(reply);
-    }
-
-    fn record(&self, r: &Response) -> Value {
-        self.gw.record_of(r)
-    }
-}
-
 /// The mock, the OpenAI-compatible, Responses, Anthropic and Gemini upstreams at a fake upstream (models
 /// `m-chat`, `m-responses`, `m-messages`, `m-gemini`), each with an input price; the group `default` may use
 /// every model, `narrow` only the mock.
 fn bench() -> Bench {
     let up = Queued::start();
-    let fake = &up.fake;
-    let dir = TempDir::new("embeddings");
-    let top = format!(
-        "admin_token_env = \"{ADMIN_TOKEN_ENV}\"\n{}",
-        gemini_upstream(fake.addr)
-    );
-    let mut config = standard_config(dir.path(), Some(fake.addr), &top);
-    config = config.replace(
-        "upstream_model = \"real-chat-model\"",
-        "upstream_model = \"real-chat-model\"\ninput_price = 2.0",
-    );
-    config.push_str("\n[[groups]]\nname = \"narrow\"\nmodels = [\"mock\"]\n");
-    let gw = Gateway::start_with(dir, &config);
+    let narrow = "\n[[groups]]\nname = \"narrow\"\nmodels = [\"mock\"]\n";
+    let gw = Gateway::start_every_kind(up.fake.addr, "input_price = 2.0", narrow);
     Bench { gw, up }
 }
 
@@ -88,7 +67,7 @@ fn the_mock_embeds_for_openai_and_gemini_clients() {
     );
     assert_ne!(data[0]["embedding"], data[1]["embedding"]);
     assert!(v["usage"]["prompt_tokens"].as_u64().unwrap() >= 3);
-    let rec = b.record(&r);
+    let rec = b.gw.record_of(&r);
     assert_eq!(rec["endpoint"], "embeddings");
     assert_eq!(rec["protocol"], "chat");
     assert_eq!(rec["output_tokens"], 0);
@@ -125,7 +104,7 @@ fn the_mock_embeds_for_openai_and_gemini_clients() {
         256,
         "the mock's default size"
     );
-    assert_eq!(b.record(&r)["protocol"], "gemini");
+    assert_eq!(b.gw.record_of(&r)["protocol"], "gemini");
 }
 
 #[test]
@@ -133,7 +112,7 @@ fn an_openai_compatible_upstream_gets_the_body_as_sent_and_its_answer_goes_back_
     let b = bench();
     let answer = openai_answer(&[vec![0.5, -0.25]], 5);
     let raw = serde_json::to_vec(&answer).unwrap();
-    b.answer(Reply::json(200, &answer));
+    b.up.push(Reply::json(200, &answer));
     let sent = json!({"model": "m-chat", "input": "hello there", "encoding_format": "base64",
                       "dimensions": 2, "user": "u-1", "extra_field": {"kept": true}});
     let r = b.gw.post("/v1/embeddings", &sent);
@@ -148,7 +127,7 @@ fn an_openai_compatible_upstream_gets_the_body_as_sent_and_its_answer_goes_back_
         up.header("authorization"),
         Some(format!("Bearer {UPSTREAM_KEY}").as_str())
     );
-    let rec = b.record(&r);
+    let rec = b.gw.record_of(&r);
     assert_eq!(rec["endpoint"], "embeddings");
     assert_eq!(rec["upstream"], "chat-up");
     assert_eq!(
@@ -165,7 +144,7 @@ fn an_openai_compatible_upstream_gets_the_body_as_sent_and_its_answer_goes_back_
     );
 
     // A Responses upstream is OpenAI-compatible too: the same endpoint under its base URL.
-    b.answer(Reply::json(200, &openai_answer(&[vec![1.0]], 1)));
+    b.up.push(Reply::json(200, &openai_answer(&[vec![1.0]], 1)));
     let r = b.gw.post(
         "/v1/embeddings",
         &json!({"model": "m-responses", "input": "x"}),
@@ -178,7 +157,7 @@ fn an_openai_compatible_upstream_gets_the_body_as_sent_and_its_answer_goes_back_
 #[test]
 fn openai_clients_reach_a_gemini_upstream_and_gemini_clients_an_openai_one() {
     let b = bench();
-    b.answer(Reply::json(
+    b.up.push(Reply::json(
         200,
         &json!({"embeddings": [{"values": [1.0, 0.0]}, {"values": [0.0, 1.0]}]}),
     ));
@@ -205,7 +184,7 @@ fn openai_clients_reach_a_gemini_upstream_and_gemini_clients_an_openai_one() {
         .decode(b64)
         .unwrap();
     assert_eq!(bytes, [0.0f32.to_le_bytes(), 1.0f32.to_le_bytes()].concat());
-    let rec = b.record(&r);
+    let rec = b.gw.record_of(&r);
     assert_eq!(
         rec["estimated"], true,
         "Gemini reports no usage for embeddings"
@@ -225,7 +204,7 @@ fn openai_clients_reach_a_gemini_upstream_and_gemini_clients_an_openai_one() {
 
     // A Gemini client to the OpenAI-compatible upstream: the task and title do not cross (OpenAI has none),
     // the dimensions do.
-    b.answer(Reply::json(200, &openai_answer(&[vec![0.25, 0.75]], 4)));
+    b.up.push(Reply::json(200, &openai_answer(&[vec![0.25, 0.75]], 4)));
     let r = b.gw.request(
         "POST",
         "/v1beta/models/m-chat:batchEmbedContents",
@@ -243,7 +222,7 @@ fn openai_clients_reach_a_gemini_upstream_and_gemini_clients_an_openai_one() {
         up.json(),
         json!({"model": "real-chat-model", "input": ["q"], "encoding_format": "float", "dimensions": 2})
     );
-    let rec = b.record(&r);
+    let rec = b.gw.record_of(&r);
     assert_eq!(
         (rec["input_tokens"].as_u64(), rec["estimated"].as_bool()),
         (Some(4), Some(false))
@@ -377,16 +356,9 @@ fn gemini_clients_see_which_models_embed() {
 #[test]
 fn a_cached_model_answers_the_same_inputs_from_the_cache_in_either_shape() {
     let up = Queued::start();
-    let fake = &up.fake;
-    let dir = TempDir::new("embeddings-cache");
-    let top = format!("admin_token_env = \"{ADMIN_TOKEN_ENV}\"\n");
-    let config = standard_config(dir.path(), Some(fake.addr), &top).replace(
-        "upstream_model = \"real-chat-model\"",
-        "upstream_model = \"real-chat-model\"\ncache_ttl_secs = 600\ninput_price = 2.0",
-    );
-    let gw = Gateway::start_with(dir, &config);
+    let gw = Gateway::start_every_kind(up.fake.addr, "cache_ttl_secs = 600\ninput_price = 2.0", "");
     let b = Bench { gw, up };
-    b.answer(Reply::json(200, &openai_answer(&[vec![0.5, 0.25]], 6)));
+    b.up.push(Reply::json(200, &openai_answer(&[vec![0.5, 0.25]], 6)));
     let body = json!({"model": "m-chat", "input": "the same text", "dimensions": 2});
     let first = b.gw.post("/v1/embeddings", &body);
     assert_eq!(first.status, 200, "{}", first.text());
@@ -416,12 +388,12 @@ fn a_cached_model_answers_the_same_inputs_from_the_cache_in_either_shape() {
         6,
         "the first request's usage"
     );
-    let rec = b.record(&r);
+    let rec = b.gw.record_of(&r);
     assert_eq!(rec["cache"], "hit");
     assert_eq!(rec["cost"].as_f64(), Some(0.0));
 
     // Other dimensions are another entry.
-    b.answer(Reply::json(200, &openai_answer(&[vec![1.0]], 6)));
+    b.up.push(Reply::json(200, &openai_answer(&[vec![1.0]], 6)));
     let r = b.gw.post(
         "/v1/embeddings",
         &json!({"model": "m-chat", "input": "the same text", "dimensions": 1}),

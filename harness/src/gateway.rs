@@ -288,6 +288,21 @@ impl Gateway {
         Gateway::start_with(dir, &config)
     }
 
+    /// Mock model plus one model per upstream kind at `fake`, Gemini's included, and the admin token; `chat`:
+    /// lines added to the `m-chat` entry (its prices), `more`: tables added at the end (groups).
+    pub fn start_every_kind(fake: SocketAddr, chat: &str, more: &str) -> Gateway {
+        let dir = TempDir::new("gw");
+        let top = format!(
+            "admin_token_env = \"{ADMIN_TOKEN_ENV}\"\n{}",
+            gemini_upstream(fake)
+        );
+        let config = standard_config(dir.path(), Some(fake), &top).replace(
+            "upstream_model = \"real-chat-model\"",
+            &format!("upstream_model = \"real-chat-model\"\n{chat}"),
+        ) + more;
+        Gateway::start_with(dir, &config)
+    }
+
     /// Mock model plus one model per upstream kind at `fake`, as a `tollgate serve` process.
     pub fn spawn_with_fake(fake: SocketAddr, extra_top: &str) -> Gateway {
         let dir = TempDir::new("gw");
