@@ -7,7 +7,7 @@ mod common;
 
 use std::process::Command;
 
-use common::upstream::{FakeUpstream, Fixture, Reply};
+use common::upstream::{FakeUpstream, Fixture, Queued, Reply};
 use common::*;
 use serde_json::json;
 
@@ -616,4 +616,84 @@ fn doctor_json_is_one_document() {
         .unwrap()
         .contains("BEGIN TOLLGATE DOCTOR REPORT"));
     assert!(!text.contains(&gw.key), "the key is never printed");
+}
+
+/// `--embed-model` and `--completion-model` add one step each: embeddings of the mock pass; a text
+/// completion passes through an OpenAI-compatible upstream and fails, with the gateway's reason, for the mock
+/// (which has none).
+#[test]
+fn embeddings_and_completions_are_probed_when_asked() {
+    let up = Queued::start();
+    let gw = Gateway::start_every_kind(up.fake.addr, "", "");
+    let completion = json!({"id": "cmpl-1", "object": "text_completion", "created": 1, "model": "x",
+        "choices": [{"text": "pong", "index": 0, "logprobs": null, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 6, "completion_tokens": 1, "total_tokens": 7}});
+    up.push(Reply::json(200, &completion));
+    let run = |completion_model: &str| {
+        let mut cmd = Command::new(bin());
+        let base = format!("http://{}/v1", gw.addr);
+        cmd.args([
+            "doctor",
+            "--base-url",
+            &base,
+            "--key",
+            &gw.key,
+            "--model",
+            "mock",
+        ])
+        .args(["--protocol", "chat", "--embed-model", "mock"])
+        .args(["--completion-model", completion_model, "--json"]);
+        for v in [
+            "ALL_PROXY",
+            "all_proxy",
+            "HTTPS_PROXY",
+            "https_proxy",
+            "HTTP_PROXY",
+            "http_proxy",
+        ] {
+            cmd.env_remove(v);
+        }
+        let out = cmd.output().unwrap();
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        (out.status.code(), doc)
+    };
+    let (code, doc) = run("m-chat");
+    assert_eq!(code, Some(0), "{doc}");
+    assert_eq!(doc["total_steps"], 5, "{doc}");
+    let steps = doc["steps"].as_array().unwrap();
+    assert_eq!(steps[2]["endpoint"], "embeddings");
+    assert!(
+        steps[2]["url"]
+            .as_str()
+            .unwrap()
+            .ends_with("/v1/embeddings"),
+        "{}",
+        steps[2]
+    );
+    assert_eq!(steps[2]["text"], "a vector of 256 dimensions");
+    assert_eq!(steps[3]["endpoint"], "completions");
+    assert_eq!(steps[3]["text"], "pong");
+    assert_eq!(up.fake.last().path, "/v1/completions");
+
+    let (code, doc) = run("mock");
+    assert_eq!(code, Some(1), "{doc}");
+    let step = &doc["steps"][3];
+    assert_eq!(step["passed"], false);
+    assert_eq!(step["status"], 400);
+    assert!(
+        step["error"]
+            .as_str()
+            .unwrap()
+            .contains("no text completions endpoint"),
+        "{step}"
+    );
+    let cause = step["cause"].as_str().unwrap();
+    assert!(
+        cause.contains("Give a model that serves completions"),
+        "{step}"
+    );
+    assert!(
+        doc["report"].as_str().unwrap().contains("completions"),
+        "{doc}"
+    );
 }

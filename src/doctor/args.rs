@@ -25,6 +25,12 @@ pub struct DoctorArgs {
     /// the model to ask
     #[argh(option)]
     pub model: String,
+    /// also check embeddings (`POST /v1/embeddings`) with this model (an embedding model)
+    #[argh(option)]
+    pub embed_model: Option<String>,
+    /// also check text completions (`POST /v1/completions`) with this model
+    #[argh(option)]
+    pub completion_model: Option<String>,
     /// chat, responses, messages or all (default), or a comma-separated list
     #[argh(option, default = "String::from(\"all\")")]
     pub protocol: String,

@@ -31,6 +31,13 @@ pub(super) fn likely_cause(
     if o.stream && stream_symptom {
         return stream_cause(f.kind, plain_passed);
     }
+    if let (Some(endpoint), Kind::Status(400 | 404)) = (o.endpoint, f.kind) {
+        return format!(
+            "the gateway refused the {endpoint} request for the model `{model}`: its message says why (most often \
+             a model whose upstream has no {endpoint} endpoint, or a name the gateway does not know). Give a \
+             model that serves {endpoint}."
+        );
+    }
     match f.kind {
         Kind::Connect(c) => connect_cause(c, o, shape, in_container),
         Kind::Timeout => format!(

@@ -87,6 +87,8 @@ impl Failure {
 pub(crate) struct ProbeOutcome {
     pub proto: Protocol,
     pub stream: bool,
+    /// An endpoint besides generation (`embeddings`, `completions`), probed in `proto`'s family.
+    pub endpoint: Option<&'static str>,
     pub url: String,
     pub client_request_id: String,
     pub status: Option<u16>,
@@ -118,6 +120,7 @@ impl ProbeOutcome {
         ProbeOutcome {
             proto,
             stream,
+            endpoint: None,
             url,
             client_request_id: client_request_id.to_string(),
             status: None,
@@ -137,6 +140,16 @@ impl ProbeOutcome {
 
     pub(crate) fn passed(&self) -> bool {
         self.failure.is_none()
+    }
+
+    /// What the step checked, as the report names it: the protocol, or the endpoint.
+    pub(crate) fn label(&self) -> &'static str {
+        self.endpoint.unwrap_or(self.proto.name)
+    }
+
+    /// A generation step of `proto`, not streamed.
+    pub(crate) fn is_plain_of(&self, proto: Protocol) -> bool {
+        self.proto == proto && !self.stream && self.endpoint.is_none()
     }
 }
 

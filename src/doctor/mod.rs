@@ -67,6 +67,10 @@
 //! - **Container detection**: `/.dockerenv`, `/run/.containerenv`, `docker|kubepods|containerd|lxc` in
 //!   `/proc/1/cgroup`, or `KUBERNETES_SERVICE_HOST`; the report says which one matched.
 //! - `--protocol` also takes a comma-separated list (`chat,messages`).
+//! - **Other endpoints**, when asked, each with its own model (an embedding model is rarely the chat
+//!   model): `--embed-model M` sends one embeddings request and passes when a vector comes back;
+//!   `--completion-model M` one text completion (16 tokens) and passes when it has text. Both go where
+//!   OpenAI's SDKs send them (`{base}/v1/embeddings`, `/v1/completions`), as Bearer.
 
 mod answer;
 mod args;
@@ -81,7 +85,7 @@ mod url;
 
 use std::io::Write;
 
-use crate::protocol::Protocol;
+use crate::protocol::{Protocol, FALLBACK};
 use args::{check_key, check_model, key_argument, parse_protocols, ArgError};
 use kinds::{Connect, Kind, ProbeOutcome};
 use print::{field, print_outcome, print_result};
@@ -120,7 +124,8 @@ pub(crate) fn run(args: DoctorArgs) -> i32 {
         given_key: &given_key,
         model: &model,
         container,
-        total_steps: 1 + 2 * protocols.len(),
+        total_steps: 1 + 2 * protocols.len() + extras(&args).len(),
+        extras: extras(&args),
         scrub: report::Scrubber {
             key: &key,
             also: &given_key,
@@ -177,6 +182,24 @@ pub(crate) fn run(args: DoctorArgs) -> i32 {
     }
 }
 
+/// The endpoints besides generation to probe, each with the model given for it.
+fn extras(args: &DoctorArgs) -> Vec<(probe::Extra, String)> {
+    let given = |m: &Option<String>| {
+        m.as_deref()
+            .map(str::trim)
+            .filter(|m| !m.is_empty())
+            .map(str::to_string)
+    };
+    let mut out = Vec::new();
+    if let Some(m) = given(&args.embed_model) {
+        out.push((probe::Extra::Embeddings, m));
+    }
+    if let Some(m) = given(&args.completion_model) {
+        out.push((probe::Extra::Completions, m));
+    }
+    out
+}
+
 /// The protocols to check and the key as given, or what makes the arguments unusable (exit code 2).
 fn usable_arguments(args: &DoctorArgs) -> Result<(Vec<Protocol>, String), ArgError> {
     let protocols = parse_protocols(&args.protocol)?;
@@ -198,6 +221,8 @@ struct Check<'a> {
     /// Why this looks like a container, if it does.
     container: Option<String>,
     total_steps: usize,
+    /// The other endpoints to probe, each with its model (`--embed-model`, `--completion-model`).
+    extras: Vec<(probe::Extra, String)>,
     /// Removes the key from what is printed.
     scrub: report::Scrubber<'a>,
 }
@@ -265,6 +290,7 @@ impl Check<'_> {
             .map(|(o, cause)| {
                 serde_json::json!({
                     "protocol": o.proto.name,
+                    "endpoint": o.endpoint,
                     "stream": o.stream,
                     "passed": o.passed(),
                     "url": o.url,
@@ -387,7 +413,7 @@ impl Check<'_> {
                     ),
                     None => not_sent(proto, stream, &client_id),
                 };
-                let plain = outcomes.iter().find(|p| p.proto == proto && !p.stream);
+                let plain = outcomes.iter().find(|p| p.is_plain_of(proto));
                 let cause = o.failure.as_ref().map(|_| {
                     let in_container = self.container.is_some();
                     cause::likely_cause(&o, plain, self.shape, self.model, in_container)
@@ -396,6 +422,31 @@ impl Check<'_> {
                 outcomes.push(o);
                 causes.push(cause);
             }
+        }
+        for (extra, model) in &self.extras {
+            step += 1;
+            let _ = write!(
+                out,
+                "[{step}/{}] {} ({}, model {model}): ",
+                self.total_steps,
+                extra.name(),
+                FALLBACK.vendor,
+            );
+            let _ = out.flush();
+            let client_id = format!("doctor-{run_id}-{}", extra.name());
+            let o = match self.shape.base_of(FALLBACK, self.derive()) {
+                Some(base) => {
+                    probe::run_extra(&agent, FALLBACK, &base, self.key, model, *extra, &client_id)
+                }
+                None => not_sent(FALLBACK, false, &client_id),
+            };
+            let cause = o.failure.as_ref().map(|_| {
+                let in_container = self.container.is_some();
+                cause::likely_cause(&o, None, self.shape, model, in_container)
+            });
+            print_outcome(out, &o, cause.as_deref(), &self.scrub);
+            outcomes.push(o);
+            causes.push(cause);
         }
         (outcomes, causes)
     }

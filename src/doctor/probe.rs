@@ -8,6 +8,7 @@ use super::kinds::{
 };
 use super::stream::{read_stream, StreamRead};
 use super::text::{clip, fmt_duration};
+use crate::protocol::embed::{EmbedInput, EmbedRequest};
 use crate::protocol::Protocol;
 use std::cell::Cell;
 use std::io::{self, BufReader, Read};
@@ -75,6 +76,122 @@ pub(super) fn run(
     match read {
         Ok(_) => take_body(&mut out, &head, &bytes),
         Err(e) => out.failure = Some(body_broke(e, head.status)),
+    }
+    out
+}
+
+/// The endpoints besides generation the doctor probes when asked, each with its own model (an embedding
+/// model is rarely the chat model).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Extra {
+    /// Embeddings of the short prompt.
+    Embeddings,
+    /// A text completion of the short prompt.
+    Completions,
+}
+
+impl Extra {
+    /// Its name in the steps and the report.
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Extra::Embeddings => "embeddings",
+            Extra::Completions => "completions",
+        }
+    }
+}
+
+/// Sends the minimal request of `extra`, as `proto`'s vendor's SDK would (under the base URL its SDK takes),
+/// and reads the answer: a vector, or a completion's text.
+pub(super) fn run_extra(
+    agent: &ureq::Agent,
+    proto: Protocol,
+    base: &str,
+    key: &str,
+    model: &str,
+    extra: Extra,
+    client_request_id: &str,
+) -> ProbeOutcome {
+    let request_of = || -> Option<(String, Value)> {
+        match extra {
+            Extra::Embeddings => {
+                let e = proto.embedder?;
+                let req = EmbedRequest {
+                    inputs: vec![EmbedInput::Text(PROMPT.to_string())],
+                    ..EmbedRequest::default()
+                };
+                Some((
+                    e.upstream_embed_path(model).into_owned(),
+                    e.embed_request(&req, model).ok()?,
+                ))
+            }
+            Extra::Completions => {
+                let c = proto.completions?;
+                Some((c.upstream_path.to_string(), (c.probe_body)(model, PROMPT)))
+            }
+        }
+    };
+    let Some((path, body)) = request_of() else {
+        let mut out = super::not_sent(proto, false, client_request_id);
+        out.endpoint = Some(extra.name());
+        return out;
+    };
+    let url = format!("{base}{path}");
+    let mut out = ProbeOutcome::new(proto, false, url.clone(), client_request_id);
+    out.endpoint = Some(extra.name());
+    let req = request(agent, &url, proto, key, false, client_request_id);
+    let start = Instant::now();
+    let resp = match req.send(body.to_string().as_bytes()) {
+        Ok(r) => r,
+        Err(e) => {
+            out.total = start.elapsed();
+            out.failure = Some(unanswered(e, false));
+            return out;
+        }
+    };
+    out.headers_at = Some(start.elapsed());
+    let head = read_head(&mut out, &resp, client_request_id);
+    let mut bytes = Vec::new();
+    let read = resp
+        .into_body()
+        .into_reader()
+        .take(MAX_BODY)
+        .read_to_end(&mut bytes);
+    out.total = start.elapsed();
+    if let Err(e) = read {
+        out.failure = Some(body_broke(e, head.status));
+        return out;
+    }
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    let json: Option<Value> = serde_json::from_slice(&bytes).ok();
+    if !(200..300).contains(&head.status) {
+        out.failure = Some(status_failure(&head, &text, json.as_ref()));
+        return out;
+    }
+    let got = json.as_ref().and_then(|v| match extra {
+        Extra::Embeddings => {
+            let e = proto.embedder?.decode_embeddings(v).ok()?;
+            let dims = e.vectors.first().map(Vec::len).filter(|&n| n > 0)?;
+            Some(format!("a vector of {dims} dimensions"))
+        }
+        Extra::Completions => (proto.completions?.answer_text)(v).filter(|t| !t.trim().is_empty()),
+    });
+    match got {
+        Some(t) => out.text = t,
+        None => {
+            out.failure = Some(Failure::new(
+                Kind::Answer,
+                format!(
+                    "HTTP {} but the answer holds no {}: {}",
+                    head.status,
+                    if extra == Extra::Embeddings {
+                        "vector"
+                    } else {
+                        "text"
+                    },
+                    clip(text.trim(), 300)
+                ),
+            ))
+        }
     }
     out
 }

@@ -297,7 +297,7 @@ fn requests_lines(r: &mut String, f: &ReportFacts) {
         let _ = writeln!(
             r,
             "  {:<9}  stream={:<5}  {}  {:<14}  {:>8}  request id {}  client request id {}",
-            o.proto.name,
+            o.label(),
             o.stream,
             if o.passed() { "PASS" } else { "FAIL" },
             match o.status {
@@ -315,7 +315,7 @@ fn requests_lines(r: &mut String, f: &ReportFacts) {
 fn plain_results_lines(r: &mut String, f: &ReportFacts) {
     let _ = writeln!(r, "Minimal request (non-streaming) results:");
     for p in f.protocols {
-        let Some(o) = f.outcomes.iter().find(|o| o.proto == *p && !o.stream) else {
+        let Some(o) = f.outcomes.iter().find(|o| o.is_plain_of(*p)) else {
             continue;
         };
         let result = match (&o.failure, o.status) {
@@ -345,7 +345,7 @@ fn errors_lines(r: &mut String, f: &ReportFacts, scrub: &Scrubber) {
         let _ = writeln!(
             r,
             "  {} stream={}: {}",
-            o.proto.name,
+            o.label(),
             o.stream,
             one_line(&scrub.clean(&clip(&fail.detail, MAX_DETAIL)))
         );

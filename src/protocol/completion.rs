@@ -28,4 +28,8 @@ pub struct Completions {
     pub default_limit: u64,
     /// Reads (and so checks) a client's request body.
     pub read: fn(&Value) -> Result<CompletionAsk, ApiError>,
+    /// The doctor's minimal request: the model, a short prompt, a small limit.
+    pub probe_body: fn(&str, &str) -> Value,
+    /// The text of a complete answer's first completion, where the specification puts it.
+    pub answer_text: fn(&Value) -> Option<String>,
 }

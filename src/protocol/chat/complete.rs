@@ -14,7 +14,18 @@ pub(crate) static COMPLETIONS: Completions = Completions {
     limit_field: "max_tokens",
     default_limit: 16,
     read,
+    probe_body,
+    answer_text,
 };
+
+fn probe_body(model: &str, prompt: &str) -> Value {
+    serde_json::json!({"model": model, "prompt": prompt, "max_tokens": 16})
+}
+
+/// `choices[0].text`.
+fn answer_text(v: &Value) -> Option<String> {
+    v.pointer("/choices/0/text")?.as_str().map(str::to_string)
+}
 
 /// What `prompt` may be, for the error texts.
 const PROMPT_SHAPES: &str =
