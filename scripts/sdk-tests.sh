@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the SDK compatibility suite (tests/sdk/) against the tollgate binary: the official Python SDKs
-# (openai, anthropic, google-genai) and Google's Node SDK (@google/genai, driven from the same pytest run by
-# tests/sdk/test_gemini_node_sdk.py).
+# (openai, anthropic, google-genai, langchain-openai) and the Node SDKs (Google's @google/genai and OpenAI's
+# openai, driven from the same pytest run by tests/sdk/test_gemini_node_sdk.py and test_node_endpoints_sdk.py).
 #
 # Creates .venv in the repo root when missing, installs tests/sdk/requirements.txt into it (skipped while
 # the requirements are unchanged since the last install), installs tests/sdk/node/node_modules with `npm ci`
@@ -36,7 +36,7 @@ if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
 fi
 
 command -v node >/dev/null || die "node is needed (Google's Node SDK, tests/sdk/node)"
-npm_ci_if_changed "$root/tests/sdk/node" "@google/genai"
+npm_ci_if_changed "$root/tests/sdk/node" "the Node SDKs (@google/genai, openai)"
 
 if [ -z "${TOLLGATE_BIN:-}" ]; then
     cargo build --quiet

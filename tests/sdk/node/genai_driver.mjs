@@ -3,7 +3,8 @@
 //
 // Job: {base_url, key, op, model, ...}. Ops: `text`, `stream` (text, finish reason, usage, request id),
 // `tools` (function calls), `round_trip` (the history of `contents` sent back, with a function response),
-// `structured` (a JSON schema, the text parsed), `count` (total tokens), `models` (names).
+// `structured` (a JSON schema, the text parsed), `count` (total tokens), `models` (names), `embed` (the
+// vectors of `contents`).
 
 import { GoogleGenAI } from '@google/genai';
 
@@ -84,6 +85,10 @@ async function run() {
     }
     case 'count':
       return { total_tokens: (await ai.models.countTokens({ model: job.model, contents: job.contents })).totalTokens };
+    case 'embed': {
+      const r = await ai.models.embedContent({ model: job.model, contents: job.contents, config: job.config ?? {} });
+      return { vectors: (r.embeddings ?? []).map((e) => e.values) };
+    }
     case 'models': {
       const names = [];
       for await (const m of await ai.models.list()) {
