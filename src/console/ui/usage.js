@@ -199,7 +199,7 @@ function usageRow(r) {
     td([el('a', { href: viewHash('usage', { key: r.key }), text: r.key }), el('div', { class: 'sub', text: `group ${r.group}` })]),
     td([
       el('span', { text: r.model }),
-      el('div', { class: 'sub', text: `${r.protocol} → ${r.upstream ?? 'refused by tollgate'}${r.stream ? ', streamed' : ''}` }),
+      el('div', { class: 'sub', text: `${r.protocol}${r.endpoint ? ` ${r.endpoint}` : ''} → ${r.upstream ?? 'refused by tollgate'}${r.stream ? ', streamed' : ''}` }),
       r.instance && el('div', { class: 'sub instance', text: `on ${r.instance}` }),
     ]),
     td([
