@@ -401,3 +401,30 @@ fn a_cached_model_answers_the_same_inputs_from_the_cache_in_either_shape() {
     assert_eq!(r.header("x-tollgate-cache"), Some("miss"));
     assert_eq!(b.up.fake.received().len(), 2);
 }
+
+/// An upstream that fails before answering is passed over for the model's next one, as for generation; the
+/// record names the one that answered.
+#[test]
+fn a_failing_upstream_fails_over_to_the_next() {
+    let up = Queued::start();
+    let dir = TempDir::new("embeddings-failover");
+    let f = up.fake.addr;
+    let config = format!(
+        "{}[[upstreams]]\nname = \"bad\"\nkind = \"openai-chat\"\nbase_url = \"http://{f}/v1\"\n\n\
+         [[upstreams]]\nname = \"good\"\nkind = \"openai-chat\"\nbase_url = \"http://{f}/v1\"\n\n\
+         [[models]]\nname = \"e\"\nupstream = [\"bad\", \"good\"]\n\n[[groups]]\nname = \"default\"\nmodels = [\"*\"]\n",
+        base_config(dir.path(), &format!("admin_token_env = \"{ADMIN_TOKEN_ENV}\""))
+    );
+    let gw = Gateway::start_with(dir, &config);
+    up.push(Reply::json(
+        503,
+        &json!({"error": {"message": "overloaded", "type": "server_error"}}),
+    ));
+    up.push(Reply::json(200, &openai_answer(&[vec![0.5]], 2)));
+    let r = gw.post("/v1/embeddings", &json!({"model": "e", "input": "x"}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(up.fake.received().len(), 2);
+    let rec = gw.record_of(&r);
+    assert_eq!(rec["upstream"], "good");
+    assert_eq!(rec["input_tokens"], 2);
+}
