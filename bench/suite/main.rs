@@ -124,6 +124,9 @@ enum Path {
     Pass,
     /// Messages client → tollgate → Chat upstream (translation).
     Trans,
+    /// An embeddings client → tollgate → an OpenAI-compatible upstream (passthrough), the chat load's text
+    /// as the input.
+    Embed,
 }
 
 impl Path {
@@ -132,6 +135,7 @@ impl Path {
             Path::Direct => "direct",
             Path::Pass => "tollgate chat→chat (passthrough)",
             Path::Trans => "tollgate messages→chat (translation)",
+            Path::Embed => "tollgate embeddings (passthrough)",
         }
     }
     fn short(self) -> &'static str {
@@ -139,6 +143,7 @@ impl Path {
             Path::Direct => "direct",
             Path::Pass => "passthrough",
             Path::Trans => "translation",
+            Path::Embed => "embeddings",
         }
     }
 }
@@ -165,6 +170,11 @@ fn request(path: Path, addr: SocketAddr, key: &str, marker: &str, stream: bool) 
                 &[("authorization", &auth)],
                 &body,
             )
+        }
+        Path::Embed => {
+            let body = format!(r#"{{"model":"bench","input":"{text}","encoding_format":"float"}}"#);
+            let auth = format!("Bearer {key}");
+            client::post(addr, "/v1/embeddings", &[("authorization", &auth)], &body)
         }
         Path::Trans => {
             let body = format!(
@@ -231,12 +241,14 @@ enum Phase {
     ManyStreams,
     /// R: the cost of a shared store (a local redis-server).
     Store,
+    /// M: an embeddings request against a chat passthrough.
+    Embeddings,
     /// E1, E3: ledger replay and the microbenchmark.
     Offline,
 }
 
 impl Phase {
-    const ALL: [Phase; 10] = [
+    const ALL: [Phase; 11] = [
         Phase::Footprint,
         Phase::Request,
         Phase::Wrk,
@@ -246,6 +258,7 @@ impl Phase {
         Phase::Logging,
         Phase::ManyStreams,
         Phase::Store,
+        Phase::Embeddings,
         Phase::Offline,
     ];
 
@@ -260,6 +273,7 @@ impl Phase {
             Phase::Logging => "logging",
             Phase::ManyStreams => "many-streams",
             Phase::Store => "store",
+            Phase::Embeddings => "embeddings",
             Phase::Offline => "offline",
         }
     }
@@ -276,6 +290,7 @@ impl Phase {
             Phase::Logging => "l",
             Phase::ManyStreams => "c",
             Phase::Store => "r",
+            Phase::Embeddings => "m",
         }
     }
 
@@ -389,6 +404,7 @@ fn main() {
         Phase::Accounting,
         Phase::Streaming,
         Phase::Sustained,
+        Phase::Embeddings,
     ];
     if on_main.into_iter().any(run) {
         main_instance(&mut ctx, &run);
@@ -897,6 +913,10 @@ fn main_instance(ctx: &mut Ctx, run: &dyn Fn(Phase) -> bool) {
         sustained(ctx, &gw, &mut keys, &watch);
     }
 
+    if run(Phase::Embeddings) {
+        embeddings(ctx, &gw, &mut keys, &watch);
+    }
+
     let rss_end = procs::rss_mib(pid);
     println!("main instance after all its phases: RSS {rss_end:.1} MiB, peak (VmHWM) {:.1} MiB, {} threads", procs::hwm_mib(pid), procs::threads(pid));
     println!();
@@ -932,6 +952,11 @@ fn wrk_cross_check(ctx: &mut Ctx, gw: &Gateway, keys: &mut Keys, watch: &Watch) 
                 "/v1/messages",
                 r#"{"model":"bench","max_tokens":1024,"messages":[{"role":"user","content":"Hello! Please answer briefly. bench:in=10,out=5"}]}"#.to_string(),
                 "wrk.headers[\"anthropic-version\"] = \"2023-06-01\"\n".to_string(),
+            ),
+            Path::Embed => (
+                "/v1/embeddings",
+                r#"{"model":"bench","input":"Hello! Please answer briefly. bench:in=10","encoding_format":"float"}"#.to_string(),
+                String::new(),
             ),
         };
         let script = ctx.root.join(format!("wrk-{}.lua", p.short()));
@@ -1180,6 +1205,59 @@ fn sustained(ctx: &mut Ctx, gw: &Gateway, keys: &mut Keys, watch: &Watch) {
             Some(l.1 <= 60.0),
         );
     }
+}
+
+/// M: chat passthrough against embeddings, 16 connections, interleaved rounds: embeddings with an answer the
+/// size of the chat one (16 dimensions), and with text-embedding-3-small's 1,536 (a 19 KB answer).
+fn embeddings(ctx: &mut Ctx, gw: &Gateway, keys: &mut Keys, watch: &Watch) {
+    let secs = ctx.plan.many_conn.as_secs_f64();
+    println!("## embeddings (M): chat passthrough against embeddings, 16 connections (closed loop), {} × {secs} s per load, interleaved", ctx.plan.rounds);
+    println!();
+    let loads = [
+        ("chat passthrough", Path::Pass, "in=10,out=5"),
+        ("embeddings, 16 dimensions", Path::Embed, "in=10,dims=16"),
+        ("embeddings, 1,536 dimensions", Path::Embed, "in=10"),
+    ];
+    let mut merged: Vec<Option<LoadResult>> = vec![None, None, None];
+    print_load_header();
+    for round in 0..ctx.plan.rounds {
+        for (i, (name, path, marker)) in loads.iter().enumerate() {
+            let key = keys.free();
+            let spec = LoadSpec {
+                addr: gw.addr,
+                request: request(*path, gw.addr, &key, marker, false),
+                conns: 16,
+                warmup: ctx.plan.warmup,
+                duration: ctx.plan.many_conn,
+                rate: None,
+                bucket: Duration::ZERO,
+            };
+            let r = load::run_load(&spec, watch);
+            print_load(&format!("{name} (round {})", round + 1), &r);
+            match &mut merged[i] {
+                Some(m) => m.merge(r),
+                slot => *slot = Some(r),
+            }
+        }
+    }
+    let r: Vec<LoadResult> = merged.into_iter().map(Option::unwrap).collect();
+    let (chat, small, large) = (
+        r[0].cpu_us_per_req(0),
+        r[1].cpu_us_per_req(0),
+        r[2].cpu_us_per_req(0),
+    );
+    println!();
+    println!(
+        "  tollgate CPU per request: chat {chat:.1} µs, embeddings (16 dims) {small:.1} µs ({:+.0} %), embeddings (1,536 dims) {large:.1} µs",
+        (small / chat - 1.0) * 100.0
+    );
+    println!();
+    ctx.summary.add(
+        "embeddings, same answer size: tollgate CPU/req vs chat passthrough",
+        format!("{small:.1} vs {chat:.1} µs"),
+        "≤ chat (+5 % spread)",
+        Some(small <= chat * 1.05),
+    );
 }
 
 // ---------------------------------------------------------------------------------------------------------

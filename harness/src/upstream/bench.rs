@@ -96,6 +96,20 @@ pub fn reply(rec: &Recorded) -> Reply {
 /// An OpenAI embeddings answer of one vector of `dims` floats (text-embedding-3-small's are 1,536); `input`
 /// prompt tokens.
 fn embeddings_answer(input: u64, dims: u64) -> String {
+    // The usual size's vector is written once: the fake upstream's own CPU stays small beside tollgate's.
+    static USUAL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let vector = if dims == 1536 {
+        USUAL.get_or_init(|| vector_of(1536)).as_str()
+    } else {
+        &vector_of(dims)
+    };
+    format!(
+        "{{\"object\":\"list\",\"data\":[{{\"object\":\"embedding\",\"index\":0,\"embedding\":[{vector}]}}],\"model\":\"bench-model\",\"usage\":{{\"prompt_tokens\":{input},\"total_tokens\":{input}}}}}"
+    )
+}
+
+/// `dims` floats of the shape real vectors have (small, signed, nine digits), comma-separated.
+fn vector_of(dims: u64) -> String {
     let dims = u32::try_from(dims).unwrap_or(1536);
     let mut vector = String::with_capacity(dims as usize * 12);
     for i in 0..dims {
@@ -106,9 +120,7 @@ fn embeddings_answer(input: u64, dims: u64) -> String {
         let x = (f64::from(i) * 0.618_033_988_7).fract() - 0.5;
         vector.push_str(&format!("{:.9}", x / 16.0));
     }
-    format!(
-        "{{\"object\":\"list\",\"data\":[{{\"object\":\"embedding\",\"index\":0,\"embedding\":[{vector}]}}],\"model\":\"bench-model\",\"usage\":{{\"prompt_tokens\":{input},\"total_tokens\":{input}}}}}"
-    )
+    vector
 }
 
 #[derive(Default, Clone, Copy)]
