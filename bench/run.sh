@@ -13,6 +13,7 @@
 #                                 some phases: footprint (size, cold start), request (request/response),
 #                                 wrk, accounting (access + accounting), streaming, sustained, logging,
 #                                 many-streams (1,000 streams), store (flat files vs a local redis-server),
+#                                 embeddings (against chat passthrough),
 #                                 offline (ledger replay, microbenchmark);
 #                                 the letters of earlier reports (d a w e b s l c; r for store) still work
 #
