@@ -287,6 +287,7 @@ pub(crate) const TABLE: &[PriceRow] = &[
     // ---- Google Gemini (Gemini API, standard tier). Output includes thinking tokens [G1].
     // Embeddings: input only [G8 (3p)].
     row("gemini-embedding-001", GOO, o("0.15", None, None, "0"), Some(2_048), None, "G8 (3p)"),
+    row("gemini-embedding-2-preview", GOO, o("0.2", None, None, "0"), Some(8_192), None, "G8 (3p)"),
     // Introductory $2 / $10 until 2026-11-30, then $4 / $20 [G3 (vendor page, Argon), G5 (3p, Carbon)]. The
     // output limit shares the 1,048,576-token window; one reseller shows 65,536 for Carbon [G5 (3p)].
     then(
