@@ -19,11 +19,12 @@ struct Bench {
 }
 
 /// The mock, the OpenAI-compatible, Responses, Anthropic and Gemini upstreams at a fake upstream (models
-/// `m-chat`, `m-responses`, `m-messages`, `m-gemini`), each with an input price; the group `default` may use
-/// every model, `narrow` only the mock.
+/// `m-chat`, `m-responses`, `m-messages`, `m-gemini`), `m-chat` with an input price; the group `default` may
+/// use every model, `narrow` only the mock, `limited` one request a minute.
 fn bench() -> Bench {
     let up = Queued::start();
-    let narrow = "\n[[groups]]\nname = \"narrow\"\nmodels = [\"mock\"]\n";
+    let narrow = "\n[[groups]]\nname = \"narrow\"\nmodels = [\"mock\"]\n\n\
+                  [[groups]]\nname = \"limited\"\nmodels = [\"*\"]\nrpm = 1\n";
     let gw = Gateway::start_every_kind(up.fake.addr, "input_price = 2.0", narrow);
     Bench { gw, up }
 }
@@ -294,6 +295,13 @@ fn keys_and_groups_govern_embeddings_as_generation() {
         &json!({"model": "mock", "input": "x"}),
     );
     assert_eq!(r.status, 200, "{}", r.text());
+    // A group's request rate counts embeddings as it counts generation.
+    let limited = b.gw.add_key("limited-key", "limited", None);
+    let body = json!({"model": "mock", "input": "x"});
+    assert_eq!(b.gw.post_as(&limited, "/v1/embeddings", &body).status, 200);
+    let r = b.gw.post_as(&limited, "/v1/embeddings", &body);
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert!(r.header("retry-after").is_some());
     // A key whose credit is spent is refused before any upstream is asked.
     let broke = b.gw.add_key("broke", "default", Some(0.0));
     let r = b.gw.post_as(
