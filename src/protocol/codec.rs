@@ -396,6 +396,8 @@ pub trait Embedder: Sync {
     fn embed_request(&self, req: &EmbedRequest, model: &str) -> Result<Value, ApiError>;
     /// An upstream's answer decoded: the vectors in the inputs' order, and the usage it reports.
     fn decode_embeddings(&self, body: &Value) -> Result<Embeddings, ApiError>;
+    /// The input tokens of `req` as the vendor says to count them where its answers report none.
+    fn count_unreported(&self, req: &EmbedRequest) -> u64;
 }
 
 /// Paths that name the model and the method (Gemini's `/v1beta/models/{model}:generateContent`): how the

@@ -66,7 +66,7 @@ fn embed(a: &mut Attempt, answer: &mut Answer) -> Result<(), ApiError> {
         answer.refused_by_upstream(u.refused);
         u.error
     })?;
-    let got = ours.decode_embeddings(&v)?;
+    let mut got = ours.decode_embeddings(&v)?;
     if got.vectors.len() != req.inputs.len() {
         return Err(ApiError::bad_gateway(format!(
             "upstream `{}` gave {} embeddings for {} inputs",
@@ -75,7 +75,22 @@ fn embed(a: &mut Attempt, answer: &mut Answer) -> Result<(), ApiError> {
             req.inputs.len()
         )));
     }
-    reply(a, answer, theirs, req, &got)
+    let counted = got.input_tokens.is_none();
+    if counted {
+        got.input_tokens = Some(ours.count_unreported(req));
+    }
+    reply(a, answer, theirs, req, &got)?;
+    if let (true, Some(n)) = (counted, got.input_tokens) {
+        // Counted here, not reported: the record says so.
+        answer.set_usage((
+            Usage {
+                input_tokens: n,
+                ..Usage::default()
+            },
+            true,
+        ));
+    }
+    Ok(())
 }
 
 /// The client's body to an upstream of its own family, the model renamed; its answer back as it came.

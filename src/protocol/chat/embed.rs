@@ -99,6 +99,12 @@ impl Embedder for OpenAiEmbedder {
         Ok(Value::Object(o))
     }
 
+    /// OpenAI-compatible answers report `usage.prompt_tokens`; one that does not (a local server) is
+    /// counted by the gateway's estimate.
+    fn count_unreported(&self, req: &EmbedRequest) -> u64 {
+        req.input_estimate()
+    }
+
     fn decode_embeddings(&self, body: &Value) -> Result<Embeddings, ApiError> {
         let bad = |what: &str| ApiError::bad_gateway(format!("the upstream's embeddings answer {what}"));
         let data = body

@@ -1,7 +1,7 @@
 //! The Gemini API's embeddings: `POST /v1beta/models/{model}:embedContent` (one content, `embedding` back)
 //! and `:batchEmbedContents` (`requests`, `embeddings` back), also under `/v1/`, with `taskType`, `title` and
 //! `outputDimensionality`; an upstream of this kind is always asked in a batch. Google reports no usage for
-//! embeddings: the gateway estimates it.
+//! embeddings: they are counted by Google's documented rule (about four characters a token).
 
 use std::borrow::Cow;
 
@@ -84,6 +84,18 @@ impl Embedder for Gemini {
             })
             .collect();
         Ok(json!({"requests": requests}))
+    }
+
+    /// Google's documented rule for its models: a token is about four characters (of each text, rounded
+    /// up; at least one).
+    fn count_unreported(&self, req: &EmbedRequest) -> u64 {
+        req.inputs
+            .iter()
+            .map(|i| match i {
+                EmbedInput::Text(t) => (t.chars().count() as u64).div_ceil(4).max(1),
+                EmbedInput::Tokens(ids) => ids.len() as u64,
+            })
+            .fold(0u64, u64::saturating_add)
     }
 
     fn decode_embeddings(&self, body: &Value) -> Result<Embeddings, ApiError> {
@@ -224,6 +236,7 @@ mod tests {
         let e = Gemini.decode_embeddings(&answer).unwrap();
         assert_eq!(e.vectors, vec![vec![1.0, 2.0], vec![3.0]]);
         assert_eq!(e.input_tokens, None);
+        assert_eq!(Gemini.count_unreported(&req), 2, "\"x\" and \"y\": one token each");
         let single = EmbedRequest {
             single: true,
             ..EmbedRequest::default()
