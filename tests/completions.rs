@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::upstream::{Queued, Reply};
+use common::upstream::{Fixture, Queued, Reply};
 use common::*;
 use serde_json::{json, Value};
 
@@ -203,4 +203,63 @@ fn other_kinds_and_bad_requests_are_refused_in_openais_shape() {
         assert_eq!(r.json()["error"]["param"], param, "{body}");
     }
     assert!(b.up.fake.received().is_empty());
+}
+
+/// The text of a completion answer, whole or streamed (its chunks' `choices[].text`, and whether a chunk
+/// carried `usage`).
+fn text_of(body: &str, stream: bool) -> (String, bool) {
+    if !stream {
+        let v: Value = serde_json::from_str(body).unwrap();
+        return (v["choices"][0]["text"].as_str().unwrap().to_string(), false);
+    }
+    let (mut text, mut usage) = (String::new(), false);
+    for data in body.lines().filter_map(|l| l.strip_prefix("data: ")) {
+        if data == "[DONE]" {
+            continue;
+        }
+        let v: Value = serde_json::from_str(data).unwrap();
+        usage |= v.get("usage").is_some_and(|u| !u.is_null());
+        for c in v["choices"].as_array().unwrap() {
+            text.push_str(c["text"].as_str().unwrap_or(""));
+        }
+    }
+    (text, usage)
+}
+
+/// The cases of `fixtures/completions/` replayed: the body as sent (the model renamed; a stream's usage
+/// switched on), the text the client reads, a usage chunk it did not ask for hidden, the usage recorded.
+#[test]
+fn the_fixtures_replay() {
+    let b = bench();
+    let dir = fixtures().join("completions");
+    for case in ["fim", "stream"] {
+        let fx = Fixture::load(&dir, case);
+        let stream = fx.request["stream"].as_bool().unwrap_or(false);
+        b.up.push(fx.reply());
+        let r = b.gw.post("/v1/completions", &fx.request);
+        let exp = &fx.expect;
+        assert_eq!(
+            r.status as u64,
+            exp["status"].as_u64().unwrap(),
+            "{case}: {}",
+            r.text()
+        );
+        let up = b.up.fake.last();
+        assert_eq!(up.path, "/v1/completions", "{case}");
+        let mut sent = up.json();
+        if stream {
+            assert_eq!(sent["stream_options"]["include_usage"], true, "{case}");
+            sent.as_object_mut().unwrap().remove("stream_options");
+        }
+        let mut expected = fx.request.clone();
+        expected["model"] = json!("real-chat-model");
+        assert_eq!(sent, expected, "{case}: the body as sent");
+        let (text, usage_shown) = text_of(&r.text(), stream);
+        assert_eq!(text, exp["text"].as_str().unwrap(), "{case}");
+        assert_eq!(usage_shown, stream && exp["hidden"].is_null(), "{case}");
+        let rec = b.gw.record_of(&r);
+        assert_eq!(rec["input_tokens"], exp["usage"]["in"], "{case}: {rec}");
+        assert_eq!(rec["output_tokens"], exp["usage"]["out"], "{case}");
+        assert_eq!(rec["estimated"], exp["estimated"], "{case}");
+    }
 }

@@ -8,7 +8,7 @@
 mod common;
 
 use base64::Engine as _;
-use common::upstream::{Queued, Reply};
+use common::upstream::{Fixture, Queued, Reply};
 use common::*;
 use serde_json::{json, Value};
 
@@ -436,4 +436,98 @@ fn a_failing_upstream_fails_over_to_the_next() {
     let rec = gw.record_of(&r);
     assert_eq!(rec["upstream"], "good");
     assert_eq!(rec["input_tokens"], 2);
+}
+
+/// The vectors of an embeddings answer in either client shape (OpenAI's floats or base64, Gemini's values).
+fn vectors_of(v: &Value) -> Vec<Vec<f32>> {
+    let openai = v["data"].as_array().map(|d| {
+        d.iter()
+            .map(|e| match &e["embedding"] {
+                Value::String(b64) => base64::engine::general_purpose::STANDARD
+                    .decode(b64)
+                    .unwrap()
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect(),
+                other => floats(other),
+            })
+            .collect()
+    });
+    openai.unwrap_or_else(|| {
+        v["embeddings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| floats(&e["values"]))
+            .collect()
+    })
+}
+
+/// The cases of `fixtures/embeddings/` replayed: what the upstream received (where the client's own family
+/// serves it, the body as sent with the model renamed, and the answer byte for byte), the vectors the client
+/// reads, and the usage recorded (counted by Google's rule where a Gemini upstream reports none).
+#[test]
+fn the_fixtures_replay() {
+    let b = bench();
+    let dir = fixtures().join("embeddings");
+    for case in [
+        "openai_float",
+        "openai_base64",
+        "gemini_upstream",
+        "gemini_client",
+    ] {
+        let fx = Fixture::load(&dir, case);
+        let file: Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.join(format!("{case}.json"))).unwrap(),
+        )
+        .unwrap();
+        let (path, upstream_path) = (
+            file["path"].as_str().unwrap(),
+            file["upstream_path"].as_str().unwrap(),
+        );
+        b.up.push(fx.reply());
+        let auth = format!("Bearer {}", b.gw.key);
+        let r = b.gw.request(
+            "POST",
+            path,
+            &[("authorization", &auth)],
+            fx.request.to_string().as_bytes(),
+        );
+        let exp = &fx.expect;
+        assert_eq!(
+            r.status as u64,
+            exp["status"].as_u64().unwrap(),
+            "{case}: {}",
+            r.text()
+        );
+        let up = b.up.fake.last();
+        assert_eq!(up.path, upstream_path, "{case}");
+        let passed_through = path == "/v1/embeddings" && upstream_path == "/v1/embeddings";
+        if passed_through {
+            let mut expected = fx.request.clone();
+            expected["model"] = json!("real-chat-model");
+            assert_eq!(up.json(), expected, "{case}: the body as sent");
+            assert_eq!(
+                r.json(),
+                fx.upstream_body.clone().unwrap(),
+                "{case}: the answer as it came"
+            );
+        }
+        let vectors = vectors_of(&r.json());
+        assert_eq!(
+            vectors.len() as u64,
+            exp["vectors"].as_u64().unwrap(),
+            "{case}"
+        );
+        assert_eq!(
+            vectors[0].len() as u64,
+            exp["dimensions"].as_u64().unwrap(),
+            "{case}"
+        );
+        let rec = b.gw.record_of(&r);
+        assert_eq!(rec["input_tokens"], exp["usage"]["in"], "{case}: {rec}");
+        assert_eq!(rec["output_tokens"], exp["usage"]["out"], "{case}");
+        assert_eq!(rec["estimated"], exp["estimated"], "{case}");
+        assert_eq!(rec["endpoint"], "embeddings", "{case}");
+    }
 }
