@@ -263,3 +263,37 @@ fn the_fixtures_replay() {
         assert_eq!(rec["estimated"], exp["estimated"], "{case}");
     }
 }
+
+/// A model served by an Anthropic upstream first and an OpenAI-compatible one second: text completions (and
+/// embeddings) go to the one that has the endpoint, chat goes to the first.
+#[test]
+fn only_upstreams_with_the_endpoint_are_asked() {
+    let up = Queued::start();
+    let dir = TempDir::new("completions-route");
+    let f = up.fake.addr;
+    let config =
+        format!(
+        "{}[[upstreams]]\nname = \"claude\"\nkind = \"anthropic\"\nbase_url = \"http://{f}\"\n\n\
+         [[upstreams]]\nname = \"local\"\nkind = \"openai-chat\"\nbase_url = \"http://{f}/v1\"\n\n\
+         [[models]]\nname = \"both\"\nupstream = [\"claude\", \"local\"]\n\n\
+         [[groups]]\nname = \"default\"\nmodels = [\"*\"]\n",
+        base_config(dir.path(), &format!("admin_token_env = \"{ADMIN_TOKEN_ENV}\""))
+    );
+    let gw = Gateway::start_with(dir, &config);
+    up.push(Reply::json(200, &completion("x", 1, 1)));
+    let r = gw.post("/v1/completions", &json!({"model": "both", "prompt": "a"}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        up.fake.received().len(),
+        1,
+        "the Anthropic upstream was not asked"
+    );
+    assert_eq!(up.fake.last().path, "/v1/completions");
+    assert_eq!(gw.record_of(&r)["upstream"], "local");
+    let vectors = json!({"object": "list", "model": "x", "usage": {"prompt_tokens": 1, "total_tokens": 1},
+                         "data": [{"object": "embedding", "index": 0, "embedding": [1.0]}]});
+    up.push(Reply::json(200, &vectors));
+    let r = gw.post("/v1/embeddings", &json!({"model": "both", "input": "a"}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(up.fake.last().path, "/v1/embeddings");
+}

@@ -12,6 +12,7 @@ use super::prepared::Prepared;
 use crate::config::{Model, Upstream};
 use crate::gateway::trace::Trace;
 use crate::gateway::Gateway;
+use crate::protocol::request::Endpoint;
 use crate::protocol::ApiError;
 use crate::upstream::breaker::{Admit, BreakerStanding, Policy, Ticket};
 use crate::upstream::policy;
@@ -143,6 +144,7 @@ fn plan<'c>(gw: &Gateway, p: &Prepared<'c>) -> Result<(Vec<&'c Upstream>, Skippe
     let mut ready = Vec::new();
     let mut ejected = Vec::new();
     let mut skipped = Vec::new();
+    let mut all = Vec::with_capacity(p.model.upstreams.len());
     for name in &p.model.upstreams {
         let Some(upstream) = p.config.upstream(name) else {
             return Err(ApiError::internal(format!(
@@ -150,6 +152,14 @@ fn plan<'c>(gw: &Gateway, p: &Prepared<'c>) -> Result<(Vec<&'c Upstream>, Skippe
                 p.model.name
             )));
         };
+        all.push(upstream);
+    }
+    // An embeddings or text completions request goes only to upstreams that have the endpoint; when none
+    // has it, to all (the answering step tells the client which endpoint the model serves).
+    if all.iter().any(|u| answers(p.endpoint, u)) {
+        all.retain(|u| answers(p.endpoint, u));
+    }
+    for upstream in all {
         match gw.breakers.standing(&upstream.name) {
             BreakerStanding::Ready => ready.push(upstream),
             BreakerStanding::Ejected => ejected.push(upstream),
@@ -163,6 +173,17 @@ fn plan<'c>(gw: &Gateway, p: &Prepared<'c>) -> Result<(Vec<&'c Upstream>, Skippe
         order.extend(gw.routing.order(p.model, ejected));
     }
     Ok((order, skipped))
+}
+
+/// Whether an upstream of `u`'s kind has `endpoint`: every kind generates and counts tokens; embeddings need
+/// a vendor that has them (the mock does), text completions an OpenAI-compatible kind.
+fn answers(endpoint: Endpoint, u: &Upstream) -> bool {
+    match u.kind.protocol() {
+        _ if endpoint.generates() || endpoint.counts_tokens() => true,
+        None => endpoint.embeds(),
+        Some(p) if endpoint.embeds() => p.embedder.is_some(),
+        Some(p) => p.completions.is_some(),
+    }
 }
 
 /// The 503 of [`Route::unavailable`].
