@@ -14,9 +14,7 @@ use serde_json::json;
 /// Runs `tollgate doctor`: (exit code, stdout, stderr). Proxy variables are removed so requests go straight
 /// to the test servers.
 fn doctor(base_url: &str, key: &str, model: &str, protocol: &str) -> (i32, String, String) {
-    let mut cmd = Command::new(bin());
-    cmd.args([
-        "doctor",
+    doctor_with(&[
         "--base-url",
         base_url,
         "--key",
@@ -25,7 +23,13 @@ fn doctor(base_url: &str, key: &str, model: &str, protocol: &str) -> (i32, Strin
         model,
         "--protocol",
         protocol,
-    ]);
+    ])
+}
+
+/// Runs `tollgate doctor ARGS…` (see [`doctor`]).
+fn doctor_with(args: &[&str]) -> (i32, String, String) {
+    let mut cmd = Command::new(bin());
+    cmd.arg("doctor").args(args);
     for v in [
         "ALL_PROXY",
         "all_proxy",
@@ -629,33 +633,25 @@ fn embeddings_and_completions_are_probed_when_asked() {
         "choices": [{"text": "pong", "index": 0, "logprobs": null, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 6, "completion_tokens": 1, "total_tokens": 7}});
     up.push(Reply::json(200, &completion));
+    let base = format!("http://{}/v1", gw.addr);
     let run = |completion_model: &str| {
-        let mut cmd = Command::new(bin());
-        let base = format!("http://{}/v1", gw.addr);
-        cmd.args([
-            "doctor",
+        let (code, out, _) = doctor_with(&[
             "--base-url",
             &base,
             "--key",
             &gw.key,
             "--model",
             "mock",
-        ])
-        .args(["--protocol", "chat", "--embed-model", "mock"])
-        .args(["--completion-model", completion_model, "--json"]);
-        for v in [
-            "ALL_PROXY",
-            "all_proxy",
-            "HTTPS_PROXY",
-            "https_proxy",
-            "HTTP_PROXY",
-            "http_proxy",
-        ] {
-            cmd.env_remove(v);
-        }
-        let out = cmd.output().unwrap();
-        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        (out.status.code(), doc)
+            "--protocol",
+            "chat",
+            "--embed-model",
+            "mock",
+            "--completion-model",
+            completion_model,
+            "--json",
+        ]);
+        let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+        (Some(code), doc)
     };
     let (code, doc) = run("m-chat");
     assert_eq!(code, Some(0), "{doc}");

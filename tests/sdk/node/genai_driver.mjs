@@ -7,6 +7,7 @@
 // vectors of `contents`).
 
 import { GoogleGenAI } from '@google/genai';
+import { errorOf, report } from './report.mjs';
 
 const job = JSON.parse(process.argv[2]);
 const ai = new GoogleGenAI({ apiKey: job.key, httpOptions: { baseUrl: job.base_url, timeout: 30000 } });
@@ -101,12 +102,4 @@ async function run() {
   }
 }
 
-function errorOf(e) {
-  return { name: e?.name ?? String(e), status: e?.status ?? null, message: String(e?.message ?? e) };
-}
-
-try {
-  console.log(JSON.stringify(await run()));
-} catch (e) {
-  console.log(JSON.stringify({ error: errorOf(e) }));
-}
+await report(run);

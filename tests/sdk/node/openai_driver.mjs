@@ -6,6 +6,7 @@
 // `complete_stream` (the same streamed, with its usage).
 
 import OpenAI from 'openai';
+import { report } from './report.mjs';
 
 const job = JSON.parse(process.argv[2]);
 const client = new OpenAI({ apiKey: job.key, baseURL: job.base_url, maxRetries: 0, timeout: 30000 });
@@ -39,12 +40,4 @@ async function run() {
   }
 }
 
-function errorOf(e) {
-  return { name: e?.name ?? String(e), status: e?.status ?? null, message: String(e?.message ?? e) };
-}
-
-try {
-  console.log(JSON.stringify(await run()));
-} catch (e) {
-  console.log(JSON.stringify({ error: errorOf(e) }));
-}
+await report(run);
