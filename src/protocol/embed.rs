@@ -11,8 +11,9 @@ use base64::Engine as _;
 
 use super::estimate;
 
-/// One input to embed.
-#[derive(Debug, Clone, PartialEq)]
+/// One input to embed (serialized as OpenAI writes it: a string, or an array of token ids).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(untagged)]
 pub enum EmbedInput {
     /// A text.
     Text(String),

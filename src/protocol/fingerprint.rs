@@ -114,7 +114,7 @@ struct KeyedEmbed<'a> {
     v: u8,
     endpoint: &'static str,
     target: (&'a str, &'a str, &'a str),
-    inputs: Vec<Value>,
+    inputs: &'a [EmbedInput],
     dimensions: Option<u64>,
     task_type: &'a Option<String>,
     titles: &'a [Option<String>],
@@ -123,19 +123,11 @@ struct KeyedEmbed<'a> {
 /// The fingerprint of an embeddings request for `target` (its output limit and passed-on header play no
 /// part: embeddings have neither).
 pub fn of_embed(req: &EmbedRequest, target: &Target) -> Fingerprint {
-    let inputs = req
-        .inputs
-        .iter()
-        .map(|i| match i {
-            EmbedInput::Text(t) => Value::String(t.clone()),
-            EmbedInput::Tokens(ids) => Value::from(ids.clone()),
-        })
-        .collect();
     let keyed = KeyedEmbed {
         v: 1,
         endpoint: "embeddings",
         target: (target.model, target.upstream_model, target.scope),
-        inputs,
+        inputs: &req.inputs,
         dimensions: req.dimensions,
         task_type: &req.task_type,
         titles: &req.titles,

@@ -262,7 +262,7 @@ pub(super) fn replay(
 /// Answers an embeddings request from the cache: the entry's vectors in the client's shape (and encoding),
 /// with the input tokens its first request was recorded with.
 fn replay_vectors(ex: &mut Exchange, trace: &Trace, p: &Prepared, entry: &Entry) -> Answer {
-    let answer = Answer::for_upstream(&entry.upstream);
+    let mut answer = Answer::for_upstream(&entry.upstream);
     let embedder = p.endpoint.protocol().embedder;
     let (Some(got), Some(req), Some(embedder)) =
         (entry.vectors.as_ref(), p.embed.as_ref(), embedder)
@@ -272,7 +272,6 @@ fn replay_vectors(ex: &mut Exchange, trace: &Trace, p: &Prepared, entry: &Entry)
         ));
     };
     let tokens = got.input_tokens.unwrap_or_else(|| p.input_estimate());
-    let mut answer = answer;
     answer.answered(200);
     answer.reported(Some(Usage {
         input_tokens: tokens,

@@ -15,6 +15,7 @@ use crate::protocol::canon::Usage;
 use crate::protocol::codec::Embedder;
 use crate::protocol::embed::{EmbedRequest, Embeddings};
 use crate::protocol::ApiError;
+use crate::upstream::http as uphttp;
 use crate::upstream::mock;
 
 pub(super) fn serve(a: &mut Attempt) -> Answer {
@@ -40,7 +41,7 @@ fn embed(a: &mut Attempt, answer: &mut Answer) -> Result<(), ApiError> {
             taken: true,
         });
         let got = mock::embeddings(req);
-        return reply(a, answer, theirs, req, &got);
+        return reply(a, answer, theirs, req, &got, false);
     };
     let Some(ours) = kind.embedder else {
         return Err(ApiError::invalid_param(
@@ -58,8 +59,7 @@ fn embed(a: &mut Attempt, answer: &mut Answer) -> Result<(), ApiError> {
     }
     let body = ours.embed_request(req, &a.p.upstream_model)?;
     let bytes = serde_json::to_vec(&body).map_err(|e| ApiError::internal(e.to_string()))?;
-    let url = endpoint(a, ours);
-    let sent = call::send_to(a, &url, &bytes, false, None);
+    let sent = call::send_to(a, &endpoint(a), &bytes, false, None);
     answer.reached(sent.reached);
     let buf = a.ex.response().take_buffer();
     let (v, _) = call::read_json(a, sent.reply?, buf).map_err(|u| {
@@ -75,22 +75,12 @@ fn embed(a: &mut Attempt, answer: &mut Answer) -> Result<(), ApiError> {
             req.inputs.len()
         )));
     }
+    // Usage the upstream does not report is counted here, as its vendor says to; the record says so.
     let counted = got.input_tokens.is_none();
     if counted {
         got.input_tokens = Some(ours.count_unreported(req));
     }
-    reply(a, answer, theirs, req, &got)?;
-    if let (true, Some(n)) = (counted, got.input_tokens) {
-        // Counted here, not reported: the record says so.
-        answer.set_usage((
-            Usage {
-                input_tokens: n,
-                ..Usage::default()
-            },
-            true,
-        ));
-    }
-    Ok(())
+    reply(a, answer, theirs, req, &got, counted)
 }
 
 /// The client's body to an upstream of its own family, the model renamed; its answer back as it came.
@@ -100,8 +90,7 @@ fn pass_through(a: &mut Attempt, answer: &mut Answer, ours: &dyn Embedder) -> Re
     let bytes = edits
         .apply_sized(&a.p.body, a.ex.request.body.len())
         .map_err(|e| ApiError::internal(e.to_string()))?;
-    let url = endpoint(a, ours);
-    let sent = call::send_to(a, &url, &bytes, false, None);
+    let sent = call::send_to(a, &endpoint(a), &bytes, false, None);
     answer.reached(sent.reached);
     let buf = a.ex.response().take_buffer();
     let (raw, usage) = call::read_usage(a, sent.reply?, buf).map_err(|u| {
@@ -120,26 +109,27 @@ fn pass_through(a: &mut Attempt, answer: &mut Answer, ours: &dyn Embedder) -> Re
     Ok(())
 }
 
-/// The upstream's embeddings endpoint for this attempt's model.
-fn endpoint(a: &Attempt, ours: &dyn Embedder) -> String {
-    let path = ours.upstream_embed_path(&a.p.upstream_model);
-    format!("{}{path}", a.upstream.base_url.trim_end_matches('/'))
+/// The upstream's embeddings endpoint for this attempt's model (its kind has one: `embed` checked).
+fn endpoint(a: &Attempt) -> String {
+    uphttp::embeddings_endpoint(a.upstream, &a.p.upstream_model).unwrap_or_default()
 }
 
-/// Writes `got` in the client's shape, with the input tokens the upstream reported or, where it reports
-/// none, the estimate it is billed (marked estimated in the record).
+/// Writes `got` in the client's shape with the input tokens it holds (`counted`: by the gateway, not
+/// reported by the upstream: billed as an estimate).
 fn reply(
     a: &mut Attempt,
     answer: &mut Answer,
     theirs: &dyn Embedder,
     req: &EmbedRequest,
     got: &Embeddings,
+    counted: bool,
 ) -> Result<(), ApiError> {
-    let input_tokens = got.input_tokens.unwrap_or_else(|| a.p.input_estimate());
-    answer.reported(got.input_tokens.map(|n| Usage {
-        input_tokens: n,
+    let input_tokens = got.input_tokens.unwrap_or_default();
+    let usage = Usage {
+        input_tokens,
         ..Usage::default()
-    }));
+    };
+    answer.set_usage((usage, counted));
     if a.keep {
         answer.keep_vectors(Some(Box::new(got.clone())));
     }

@@ -117,6 +117,16 @@ pub fn completions_endpoint(upstream: &Upstream) -> Option<String> {
     Some(format!("{}{}", upstream.base_url, c.upstream_path))
 }
 
+/// The upstream's embeddings endpoint for `model`, where its kind's vendor has embeddings.
+pub fn embeddings_endpoint(upstream: &Upstream, model: &str) -> Option<String> {
+    let e = upstream.kind.protocol()?.embedder?;
+    Some(format!(
+        "{}{}",
+        upstream.base_url,
+        e.upstream_embed_path(model)
+    ))
+}
+
 /// The upstream's credential (and version) headers on a request to it, as its protocol sends them.
 pub fn with_credentials<B>(
     mut req: ureq::RequestBuilder<B>,
